@@ -1,0 +1,42 @@
+# deskgrid — see README.md.
+SHELL := /bin/bash
+MODULES := proto services/platform services/session services/display services/sandbox services/agent services/history gateway cmd/deskgrid
+BIN := $(CURDIR)/.bin
+GO_TEST_FLAGS ?= -race -count=1 -timeout 15m
+
+.PHONY: all build setup generate lint test ci bench tidy clean
+
+all: build
+
+build:
+	go build -o bin/deskgrid ./cmd/deskgrid
+
+setup:
+	scripts/setup --dev
+
+# Regenerates Go code, gateway handlers and the OpenAPI document from proto/.
+generate:
+	PATH="$(BIN):$$PATH" $(BIN)/buf generate
+
+# gofmt, go vet, buf lint, and proof that the generated code is fresh.
+lint: generate
+	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@for m in $(MODULES); do (cd $$m && go vet ./...) || exit 1; done
+	$(BIN)/buf lint
+	git diff --exit-code -- proto gateway/openapi
+
+test: build
+	@set -o pipefail; for m in $(MODULES); do echo "== $$m"; (cd $$m && go test $(GO_TEST_FLAGS) ./...) || exit 1; done
+
+# What CI runs: setup on a fresh machine, lint, the full test suite.
+ci: setup lint test
+
+# Measures the figures in docs/benchmarks.md and rewrites it.
+bench: build
+	scripts/bench
+
+tidy:
+	@for m in $(MODULES); do (cd $$m && go mod tidy) || exit 1; done
+
+clean:
+	rm -rf bin

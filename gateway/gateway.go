@@ -1,0 +1,227 @@
+// Package gateway serves deskgrid's public API as REST/JSON through
+// grpc-gateway, with health, readiness, metrics and the OpenAPI document.
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"google.golang.org/genproto/googleapis/api/httpbody"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/deskgrid/deskgrid/gateway/openapi"
+	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	historyv1 "github.com/deskgrid/deskgrid/proto/deskgrid/history/v1"
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
+)
+
+// Config configures the gateway.
+type Config struct {
+	// MaxBodyBytes bounds a request body; larger ones get 413.
+	MaxBodyBytes int64
+	// ReadyTimeout bounds each backend health check made by /readyz.
+	ReadyTimeout time.Duration
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{MaxBodyBytes: 16 << 20, ReadyTimeout: 2 * time.Second}
+}
+
+// Backends are the gRPC connections the gateway forwards to.
+type Backends struct {
+	Session *grpc.ClientConn
+	// Node serves display and sandbox calls. Sessions run on one local node
+	// in this version; calls are routed by session once nodes are many.
+	Node    *grpc.ClientConn
+	Agent   *grpc.ClientConn
+	History *grpc.ClientConn
+}
+
+// Deps are what the gateway uses.
+type Deps struct {
+	Logger   *slog.Logger
+	Backends Backends
+	// Metrics serves /metrics; nil leaves it out.
+	Metrics http.Handler
+}
+
+// Gateway is the REST front.
+type Gateway struct {
+	cfg     Config
+	logger  *slog.Logger
+	deps    Deps
+	handler http.Handler
+}
+
+type acceptKey struct{}
+
+// New registers every public service's REST routes.
+func New(ctx context.Context, cfg Config, deps Deps) (*Gateway, error) {
+	if deps.Logger == nil {
+		deps.Logger = slog.Default()
+	}
+	b := deps.Backends
+	if b.Session == nil || b.Node == nil || b.Agent == nil || b.History == nil {
+		return nil, errors.New("gateway: every backend connection is required")
+	}
+	mux := runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{
+			Marshaler: &runtime.JSONPb{
+				MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false},
+				UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+			},
+		}),
+		runtime.WithForwardResponseOption(setImageContentType),
+		runtime.WithForwardResponseRewriter(rawImages),
+		runtime.WithRoutingErrorHandler(routingError),
+	)
+	regs := []struct {
+		name string
+		fn   func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error
+		conn *grpc.ClientConn
+	}{
+		{"session", sessionv1.RegisterSessionServiceHandler, b.Session},
+		{"display", displayv1.RegisterDisplayServiceHandler, b.Node},
+		{"sandbox", sandboxv1.RegisterSandboxServiceHandler, b.Node},
+		{"agent", agentv1.RegisterAgentServiceHandler, b.Agent},
+		{"history", historyv1.RegisterHistoryServiceHandler, b.History},
+	}
+	for _, r := range regs {
+		if err := r.fn(ctx, mux, r.conn); err != nil {
+			return nil, fmt.Errorf("gateway: register %s: %w", r.name, err)
+		}
+	}
+	g := &Gateway{cfg: cfg, logger: deps.Logger, deps: deps}
+
+	root := http.NewServeMux()
+	root.Handle("/v1/", g.limitBody(mux))
+	root.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	root.HandleFunc("GET /readyz", g.ready)
+	root.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(openapi.Document)
+	})
+	if deps.Metrics != nil {
+		root.Handle("GET /metrics", deps.Metrics)
+	}
+	root.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{
+			"service": "deskgrid",
+			"api":     "/v1/sessions",
+			"openapi": "/openapi.json",
+			"health":  "/healthz",
+			"ready":   "/readyz",
+		})
+	})
+	root.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, map[string]any{"code": 5, "message": "no such path: " + r.URL.Path})
+	})
+	g.handler = otelhttp.NewHandler(root, "gateway", otelhttp.WithFilter(func(r *http.Request) bool {
+		return !strings.HasPrefix(r.URL.Path, "/healthz") && !strings.HasPrefix(r.URL.Path, "/metrics")
+	}))
+	return g, nil
+}
+
+// Handler is the gateway's HTTP handler.
+func (g *Gateway) Handler() http.Handler { return g.handler }
+
+func (g *Gateway) limitBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > g.cfg.MaxBodyBytes {
+			writeJSON(w, http.StatusRequestEntityTooLarge, map[string]any{
+				"code":    8,
+				"message": fmt.Sprintf("request body of %d bytes is over the limit of %d", r.ContentLength, g.cfg.MaxBodyBytes),
+			})
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes)
+		ctx := context.WithValue(r.Context(), acceptKey{}, r.Header.Get("Accept"))
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// ready answers 200 when every backend's health service says SERVING.
+func (g *Gateway) ready(w http.ResponseWriter, r *http.Request) {
+	b := g.deps.Backends
+	conns := map[string]*grpc.ClientConn{"session": b.Session, "node": b.Node, "agent": b.Agent, "history": b.History}
+	report := map[string]string{}
+	ok := true
+	for name, conn := range conns {
+		ctx, cancel := context.WithTimeout(r.Context(), g.cfg.ReadyTimeout)
+		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		switch {
+		case err != nil:
+			report[name] = "unreachable"
+			ok = false
+		case resp.GetStatus() != healthpb.HealthCheckResponse_SERVING:
+			report[name] = strings.ToLower(resp.GetStatus().String())
+			ok = false
+		default:
+			report[name] = "serving"
+		}
+	}
+	code := http.StatusOK
+	if !ok {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, map[string]any{"ready": ok, "backends": report})
+}
+
+// wantsJSON tells whether the client asked for JSON rather than raw bytes.
+func wantsJSON(ctx context.Context) bool {
+	a, _ := ctx.Value(acceptKey{}).(string)
+	return strings.Contains(a, "application/json")
+}
+
+// setImageContentType gives a screenshot response its image type, so REST
+// clients get the picture itself (curl ... > shot.png) unless they ask for JSON.
+func setImageContentType(ctx context.Context, w http.ResponseWriter, m proto.Message) error {
+	if s, ok := m.(*displayv1.ScreenshotResponse); ok && !wantsJSON(ctx) {
+		w.Header().Set("Content-Type", s.GetContentType())
+		w.Header().Set("X-Deskgrid-Width", fmt.Sprint(s.GetWidth()))
+		w.Header().Set("X-Deskgrid-Height", fmt.Sprint(s.GetHeight()))
+	}
+	return nil
+}
+
+func rawImages(ctx context.Context, m proto.Message) (any, error) {
+	if s, ok := m.(*displayv1.ScreenshotResponse); ok && !wantsJSON(ctx) {
+		return &httpbody.HttpBody{ContentType: s.GetContentType(), Data: s.GetData()}, nil
+	}
+	return m, nil
+}
+
+func routingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, status int) {
+	switch status {
+	case http.StatusMethodNotAllowed:
+		writeJSON(w, status, map[string]any{"code": 12, "message": r.Method + " is not allowed on " + r.URL.Path})
+	case http.StatusNotFound:
+		writeJSON(w, status, map[string]any{"code": 5, "message": "no such path: " + r.URL.Path})
+	default:
+		runtime.DefaultRoutingErrorHandler(ctx, mux, m, w, r, status)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
