@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/deskgrid/deskgrid/services/platform/config"
+	"github.com/deskgrid/deskgrid/services/platform/events"
+	"github.com/deskgrid/deskgrid/services/platform/grpcserver"
+	"github.com/deskgrid/deskgrid/services/platform/natsembed"
+	"github.com/deskgrid/deskgrid/services/platform/telemetry"
+)
+
+// serverConfig is every setting of the server roles. Flags and DESKGRID_*
+// variables fill it; each role reads what it needs.
+type serverConfig struct {
+	HTTPAddr   string
+	GRPCAddr   string
+	DataDir    string
+	RuntimeDir string
+
+	NATSURL     string
+	PostgresURL string
+
+	NodeID          string
+	NodeAddr        string
+	NodeMaxSessions int
+	WorkspaceRoots  string
+
+	SessionAddr string
+	AgentAddr   string
+	HistoryAddr string
+
+	DefaultTTL         time.Duration
+	MaxTTL             time.Duration
+	DefaultIdleTimeout time.Duration
+	CreateTimeout      time.Duration
+
+	LogFormat    string
+	LogLevel     string
+	OTLPEndpoint string
+
+	ShutdownTimeout time.Duration
+}
+
+func defaultDataDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/deskgrid"
+	}
+	if d, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(d, ".local", "share", "deskgrid")
+	}
+	return filepath.Join(os.TempDir(), "deskgrid-data")
+}
+
+func defaultRuntimeDir() string {
+	if os.Geteuid() == 0 {
+		return "/run/deskgrid"
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "deskgrid")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("deskgrid-%d", os.Geteuid()))
+}
+
+func serverFlags(name string, stderr io.Writer) (*flag.FlagSet, *serverConfig) {
+	c := &serverConfig{}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "REST gateway listen address")
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", "127.0.0.1:9090", "gRPC listen address")
+	fs.StringVar(&c.DataDir, "data-dir", defaultDataDir(), "where databases, event store and sandbox layers live")
+	fs.StringVar(&c.RuntimeDir, "runtime-dir", defaultRuntimeDir(), "where X authority files and other per-boot state live")
+	fs.StringVar(&c.NATSURL, "nats-url", "", "NATS server URL; empty runs an embedded server (up only)")
+	fs.StringVar(&c.PostgresURL, "postgres-url", "", "PostgreSQL URL for session records and history; empty uses SQLite in the data dir")
+	fs.StringVar(&c.NodeID, "node-id", "local", "this node's id")
+	fs.StringVar(&c.NodeAddr, "node-addr", "127.0.0.1:9090", "gRPC address of the node (display and sandbox)")
+	fs.IntVar(&c.NodeMaxSessions, "node-max-sessions", 64, "sessions one node holds at once")
+	fs.StringVar(&c.WorkspaceRoots, "workspace-roots", "", "comma-separated folders whose subfolders sessions may use as workspaces")
+	fs.StringVar(&c.SessionAddr, "session-addr", "127.0.0.1:9090", "gRPC address of the session service (gateway)")
+	fs.StringVar(&c.AgentAddr, "agent-addr", "127.0.0.1:9090", "gRPC address of the agent service (gateway)")
+	fs.StringVar(&c.HistoryAddr, "history-addr", "127.0.0.1:9090", "gRPC address of the history service (gateway)")
+	fs.DurationVar(&c.DefaultTTL, "default-ttl", time.Hour, "session lifetime when the request gives none")
+	fs.DurationVar(&c.MaxTTL, "max-ttl", 24*time.Hour, "longest session lifetime a request may ask for")
+	fs.DurationVar(&c.DefaultIdleTimeout, "default-idle-timeout", 15*time.Minute, "idle time after which a session stops, when the request gives none")
+	fs.DurationVar(&c.CreateTimeout, "create-timeout", 30*time.Second, "bound on starting one session")
+	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&c.OTLPEndpoint, "otlp-endpoint", "", "OTLP/gRPC collector host:port for traces; empty disables")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "bound on draining at shutdown")
+	return fs, c
+}
+
+// closers stops what an assembly started, in reverse order.
+type closers struct {
+	logger *slog.Logger
+	list   []closer
+}
+
+type closer struct {
+	name string
+	fn   func(context.Context) error
+}
+
+func (c *closers) add(name string, fn func(context.Context) error) {
+	c.list = append(c.list, closer{name, fn})
+}
+
+func (c *closers) closeAll(ctx context.Context) error {
+	var errs []error
+	for i := len(c.list) - 1; i >= 0; i-- {
+		cl := c.list[i]
+		if err := cl.fn(ctx); err != nil {
+			c.logger.Error("shutdown", "component", cl.name, "err", err)
+			errs = append(errs, fmt.Errorf("%s: %w", cl.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// setup is what every role starts with.
+type setup struct {
+	cfg     *serverConfig
+	tel     *telemetry.Telemetry
+	logger  *slog.Logger
+	closers *closers
+}
+
+func newSetup(ctx context.Context, name string, cfg *serverConfig, stderr io.Writer) (*setup, error) {
+	tel, err := telemetry.Setup(ctx, telemetry.Options{
+		ServiceName:  "deskgrid-" + name,
+		LogFormat:    cfg.LogFormat,
+		LogLevel:     cfg.LogLevel,
+		LogOutput:    stderr,
+		OTLPEndpoint: cfg.OTLPEndpoint,
+		OTLPInsecure: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s := &setup{cfg: cfg, tel: tel, logger: tel.Logger, closers: &closers{logger: tel.Logger}}
+	s.closers.add("telemetry", tel.Shutdown)
+	return s, nil
+}
+
+// shutdown runs the closers with the configured bound.
+func (s *setup) shutdown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	return s.closers.closeAll(ctx)
+}
+
+// natsConn connects to cfg.NATSURL, or starts an embedded server when it is
+// empty and embedded is allowed, and makes sure the event stream exists.
+func (s *setup) natsConn(ctx context.Context, embedded bool) (*nats.Conn, jetstream.JetStream, error) {
+	url := s.cfg.NATSURL
+	if url == "" {
+		if !embedded {
+			return nil, nil, errors.New("-nats-url is required for this role")
+		}
+		srv, err := natsembed.Start(natsembed.Options{Port: -1, StoreDir: filepath.Join(s.cfg.DataDir, "nats")})
+		if err != nil {
+			return nil, nil, err
+		}
+		s.closers.add("embedded nats", func(context.Context) error { srv.Close(); return nil })
+		url = srv.URL()
+	}
+	nc, err := nats.Connect(url, nats.Name("deskgrid"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(false))
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+	}
+	s.closers.add("nats connection", func(context.Context) error { return nc.Drain() })
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("jetstream: %w", err)
+	}
+	if _, err := events.EnsureStream(ctx, js, events.StreamConfig(1, 7*24*time.Hour)); err != nil {
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
+// grpcServer starts listening at once, so a port conflict is reported before
+// any service is built, and serves once start is called.
+func (s *setup) grpcServer() (*grpcserver.Server, net.Listener, error) {
+	lis, err := net.Listen("tcp", s.cfg.GRPCAddr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("gRPC listen: %w", err)
+	}
+	srv := grpcserver.New(grpcserver.Options{Logger: s.logger})
+	s.closers.add("gRPC server", func(ctx context.Context) error { srv.Stop(ctx); return nil })
+	return srv, lis, nil
+}
+
+func (s *setup) httpServer(h http.Handler) (*http.Server, net.Listener, error) {
+	lis, err := net.Listen("tcp", s.cfg.HTTPAddr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("HTTP listen: %w", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	s.closers.add("HTTP server", srv.Shutdown)
+	return srv, lis, nil
+}
+
+func dial(addr string) (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcserver.MaxMessageBytes), grpc.MaxCallSendMsgSize(grpcserver.MaxMessageBytes)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	return conn, nil
+}
+
+// parseServerFlags parses a role's flags.
+func parseServerFlags(name string, args []string, stderr io.Writer) (*serverConfig, []string, error) {
+	fs, cfg := serverFlags(name, stderr)
+	if err := config.Parse(fs, args, nil); err != nil {
+		return nil, nil, err
+	}
+	return cfg, fs.Args(), nil
+}
