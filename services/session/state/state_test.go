@@ -18,7 +18,7 @@ func TestCheckEveryPair(t *testing.T) {
 		{Resuming, Running}: true, {Resuming, Failed}: true, {Resuming, Lost}: true,
 		{Stopping, Stopped}: true, {Stopping, Failed}: true, {Stopping, Lost}: true,
 		{Failed, Stopping}: true,
-		{Lost, Stopping}: true,
+		{Lost, Stopping}:   true,
 	}
 	states := append(All(), sessionv1.SessionState_SESSION_STATE_UNSPECIFIED)
 	for _, from := range states {
@@ -40,7 +40,7 @@ func TestCheckEveryPair(t *testing.T) {
 
 func TestClassification(t *testing.T) {
 	tests := []struct {
-		s                        State
+		s                       State
 		terminal, ended, active bool
 	}{
 		{Pending, false, false, true},
