@@ -1,0 +1,229 @@
+// Package capture reads a display's pixels with GetImage and encodes them as
+// PNG or JPEG.
+package capture
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"image"
+	"image/jpeg"
+	"image/png"
+	"sync"
+
+	"github.com/jezek/xgb"
+	"github.com/jezek/xgb/xproto"
+)
+
+// Format is an image encoding.
+type Format int
+
+const (
+	PNG Format = iota
+	JPEG
+)
+
+// ContentType is the MIME type of f.
+func (f Format) ContentType() string {
+	if f == JPEG {
+		return "image/jpeg"
+	}
+	return "image/png"
+}
+
+// DefaultJPEGQuality is used when no quality is asked for.
+const DefaultJPEGQuality = 80
+
+// Screen is what Grab needs to know about a display's root window.
+type Screen struct {
+	Root          xproto.Window
+	Width, Height int
+	Depth         int
+	// BitsPerPixel and ScanlinePad are of the ZPixmap format of Depth.
+	BitsPerPixel int
+	ScanlinePad  int
+	// LSBFirst is the server's image byte order.
+	LSBFirst bool
+	// Masks of the root visual.
+	RedMask, GreenMask, BlueMask uint32
+}
+
+// ScreenOf describes the default screen of c.
+func ScreenOf(c *xgb.Conn) (Screen, error) {
+	setup := xproto.Setup(c)
+	if len(setup.Roots) == 0 {
+		return Screen{}, errors.New("X server has no screen")
+	}
+	root := setup.DefaultScreen(c)
+	s := Screen{
+		Root:     root.Root,
+		Width:    int(root.WidthInPixels),
+		Height:   int(root.HeightInPixels),
+		Depth:    int(root.RootDepth),
+		LSBFirst: setup.ImageByteOrder == xproto.ImageOrderLSBFirst,
+	}
+	for _, f := range setup.PixmapFormats {
+		if int(f.Depth) == s.Depth {
+			s.BitsPerPixel, s.ScanlinePad = int(f.BitsPerPixel), int(f.ScanlinePad)
+		}
+	}
+	for _, d := range root.AllowedDepths {
+		for _, v := range d.Visuals {
+			if v.VisualId == root.RootVisual {
+				s.RedMask, s.GreenMask, s.BlueMask = v.RedMask, v.GreenMask, v.BlueMask
+			}
+		}
+	}
+	if s.BitsPerPixel == 0 {
+		return Screen{}, fmt.Errorf("X server has no pixmap format for depth %d", s.Depth)
+	}
+	return s, nil
+}
+
+// Rect is a region of the screen.
+type Rect struct{ X, Y, Width, Height int }
+
+// Grab reads rect of the screen (the whole screen when rect is empty) into an
+// RGBA image.
+func Grab(c *xgb.Conn, s Screen, rect Rect) (*image.RGBA, error) {
+	if rect.Width == 0 && rect.Height == 0 {
+		rect = Rect{Width: s.Width, Height: s.Height}
+	}
+	reply, err := xproto.GetImage(c, xproto.ImageFormatZPixmap, xproto.Drawable(s.Root),
+		int16(rect.X), int16(rect.Y), uint16(rect.Width), uint16(rect.Height), ^uint32(0)).Reply()
+	if err != nil {
+		return nil, fmt.Errorf("GetImage: %w", err)
+	}
+	return toRGBA(reply.Data, s, rect.Width, rect.Height)
+}
+
+func toRGBA(data []byte, s Screen, w, h int) (*image.RGBA, error) {
+	switch {
+	case s.BitsPerPixel == 32 && s.LSBFirst && s.RedMask == 0xff0000 && s.GreenMask == 0xff00 && s.BlueMask == 0xff:
+		if len(data) < w*h*4 {
+			return nil, fmt.Errorf("GetImage returned %d bytes, want %d", len(data), w*h*4)
+		}
+		// BGRX to RGBA in place: the reply buffer is ours, so no copy.
+		pix := data[:w*h*4]
+		for i := 0; i+3 < len(pix); i += 4 {
+			pix[i], pix[i+2], pix[i+3] = pix[i+2], pix[i], 0xff
+		}
+		return &image.RGBA{Pix: pix, Stride: w * 4, Rect: image.Rect(0, 0, w, h)}, nil
+	case s.BitsPerPixel == 16 || s.BitsPerPixel == 32:
+		return convertMasked(data, s, w, h)
+	default:
+		return nil, fmt.Errorf("unsupported pixel format: %d bits per pixel", s.BitsPerPixel)
+	}
+}
+
+// convertMasked handles any true-colour layout by its channel masks.
+func convertMasked(data []byte, s Screen, w, h int) (*image.RGBA, error) {
+	bpp := s.BitsPerPixel / 8
+	pad := s.ScanlinePad / 8
+	if pad == 0 {
+		pad = 1
+	}
+	stride := (w*bpp + pad - 1) / pad * pad
+	if len(data) < stride*h {
+		return nil, fmt.Errorf("GetImage returned %d bytes, want %d", len(data), stride*h)
+	}
+	rs, rw := maskShift(s.RedMask)
+	gs, gw := maskShift(s.GreenMask)
+	bs, bw := maskShift(s.BlueMask)
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	for y := 0; y < h; y++ {
+		row := data[y*stride:]
+		out := img.Pix[y*img.Stride:]
+		for x := 0; x < w; x++ {
+			var p uint32
+			b := row[x*bpp:]
+			if bpp == 2 {
+				if s.LSBFirst {
+					p = uint32(b[0]) | uint32(b[1])<<8
+				} else {
+					p = uint32(b[1]) | uint32(b[0])<<8
+				}
+			} else if s.LSBFirst {
+				p = uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+			} else {
+				p = uint32(b[3]) | uint32(b[2])<<8 | uint32(b[1])<<16 | uint32(b[0])<<24
+			}
+			o := out[x*4:]
+			o[0] = scale(p&s.RedMask>>rs, rw)
+			o[1] = scale(p&s.GreenMask>>gs, gw)
+			o[2] = scale(p&s.BlueMask>>bs, bw)
+			o[3] = 0xff
+		}
+	}
+	return img, nil
+}
+
+func maskShift(m uint32) (shift, width uint) {
+	if m == 0 {
+		return 0, 0
+	}
+	for m&1 == 0 {
+		m >>= 1
+		shift++
+	}
+	for m&1 == 1 {
+		m >>= 1
+		width++
+	}
+	return shift, width
+}
+
+// scale widens a channel of width bits to 8 bits, so 5-bit 31 becomes 255.
+func scale(v uint32, width uint) byte {
+	switch {
+	case width == 0:
+		return 0
+	case width >= 8:
+		return byte(v >> (width - 8))
+	default:
+		return byte(v * 255 / (1<<width - 1))
+	}
+}
+
+// Encoder encodes images; it is safe for concurrent use and reuses the PNG
+// encoder's buffers between calls.
+type Encoder struct {
+	png png.Encoder
+}
+
+// NewEncoder returns an Encoder tuned for speed: screenshots are taken in a
+// loop and compress well even at the fastest level.
+func NewEncoder() *Encoder {
+	return &Encoder{png: png.Encoder{CompressionLevel: png.BestSpeed, BufferPool: &bufferPool{}}}
+}
+
+// Encode writes img in format f. quality applies to JPEG; 0 means the default.
+func (e *Encoder) Encode(img image.Image, f Format, quality int) ([]byte, error) {
+	var buf bytes.Buffer
+	b := img.Bounds()
+	switch f {
+	case JPEG:
+		if quality <= 0 {
+			quality = DefaultJPEGQuality
+		}
+		buf.Grow(b.Dx() * b.Dy() / 8)
+		if err := jpeg.Encode(&buf, img, &jpeg.Options{Quality: quality}); err != nil {
+			return nil, fmt.Errorf("encode JPEG: %w", err)
+		}
+	default:
+		buf.Grow(b.Dx() * b.Dy() / 16)
+		if err := e.png.Encode(&buf, img); err != nil {
+			return nil, fmt.Errorf("encode PNG: %w", err)
+		}
+	}
+	return buf.Bytes(), nil
+}
+
+type bufferPool struct{ p sync.Pool }
+
+func (p *bufferPool) Get() *png.EncoderBuffer {
+	b, _ := p.p.Get().(*png.EncoderBuffer)
+	return b
+}
+
+func (p *bufferPool) Put(b *png.EncoderBuffer) { p.p.Put(b) }

@@ -1,0 +1,137 @@
+package display
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	"github.com/deskgrid/deskgrid/services/display/capture"
+)
+
+// CreateDisplay starts a session's X server.
+func (s *Service) CreateDisplay(ctx context.Context, req *displayv1.CreateDisplayRequest) (*displayv1.CreateDisplayResponse, error) {
+	spec, err := s.validateCreate(req)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	d, err := s.create(ctx, spec)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &displayv1.CreateDisplayResponse{Display: d.proto()}, nil
+}
+
+// GetDisplay describes a session's display.
+func (s *Service) GetDisplay(ctx context.Context, req *displayv1.GetDisplayRequest) (*displayv1.GetDisplayResponse, error) {
+	if err := validateSessionID(req.GetSessionId()); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	d, err := s.get(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &displayv1.GetDisplayResponse{Display: d.proto()}, nil
+}
+
+// ListDisplays lists the displays this node runs.
+func (s *Service) ListDisplays(ctx context.Context, _ *displayv1.ListDisplaysRequest) (*displayv1.ListDisplaysResponse, error) {
+	ds := s.list()
+	out := make([]*displayv1.Display, 0, len(ds))
+	for _, d := range ds {
+		out = append(out, d.proto())
+	}
+	return &displayv1.ListDisplaysResponse{Displays: out}, nil
+}
+
+// DeleteDisplay stops a session's X server and removes its files.
+func (s *Service) DeleteDisplay(ctx context.Context, req *displayv1.DeleteDisplayRequest) (*displayv1.DeleteDisplayResponse, error) {
+	if err := validateSessionID(req.GetSessionId()); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	if err := s.remove(ctx, req.GetSessionId()); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &displayv1.DeleteDisplayResponse{}, nil
+}
+
+// Screenshot captures the session's screen.
+func (s *Service) Screenshot(ctx context.Context, req *displayv1.ScreenshotRequest) (*displayv1.ScreenshotResponse, error) {
+	if err := validateSessionID(req.GetSessionId()); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	format, err := validateFormat(req.GetFormat(), req.GetQuality())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	d, err := s.get(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	rect, err := validateRegion(req.GetRegion(), d.width, d.height)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	resp, err := s.screenshot(d, rect, format, int(req.GetQuality()))
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return resp, nil
+}
+
+func (s *Service) screenshot(d *display, rect capture.Rect, format capture.Format, quality int) (*displayv1.ScreenshotResponse, error) {
+	img, err := capture.Grab(d.conn, d.screen, rect)
+	if err != nil {
+		return nil, err
+	}
+	data, err := s.encoder.Encode(img, format, quality)
+	if err != nil {
+		return nil, err
+	}
+	b := img.Bounds()
+	return &displayv1.ScreenshotResponse{
+		ContentType: format.ContentType(),
+		Data:        data,
+		Width:       int32(b.Dx()),
+		Height:      int32(b.Dy()),
+	}, nil
+}
+
+func (d *display) proto() *displayv1.Display {
+	return &displayv1.Display{
+		SessionId:  d.sessionID,
+		XDisplay:   d.xDisplay(),
+		Width:      int32(d.width),
+		Height:     int32(d.height),
+		Depth:      int32(d.depth),
+		Dpi:        int32(d.dpi),
+		CreateTime: timestamppb.New(d.created),
+	}
+}
+
+// toStatus turns an internal error into the gRPC status the caller sees,
+// once, at the edge. Unexpected errors are logged and masked.
+func (s *Service) toStatus(ctx context.Context, err error) error {
+	var inv *invalidError
+	switch {
+	case errors.As(err, &inv):
+		return status.Error(codes.InvalidArgument, inv.msg)
+	case errors.Is(err, errNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, errAlreadyExists):
+		return status.Error(codes.AlreadyExists, err.Error())
+	case errors.Is(err, errExhausted):
+		return status.Error(codes.ResourceExhausted, err.Error())
+	case errors.Is(err, errClosed):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "canceled")
+	}
+	s.log.ErrorContext(ctx, "display request failed", "err", err)
+	return status.Error(codes.Internal, "display operation failed; see the node's logs")
+}

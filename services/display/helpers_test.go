@@ -1,0 +1,169 @@
+package display
+
+import (
+	"bytes"
+	"context"
+	"image"
+	"image/color"
+	_ "image/jpeg"
+	"image/png"
+	"net"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jezek/xgb"
+	"github.com/jezek/xgb/xproto"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	"github.com/deskgrid/deskgrid/services/display/xauthority"
+	"github.com/deskgrid/deskgrid/services/display/xconn"
+)
+
+// testService starts a Service behind a real gRPC server and returns both
+// the Service and a client for it.
+func testService(tb testing.TB, dir string) (*Service, displayv1.DisplayServiceClient) {
+	tb.Helper()
+	if dir == "" {
+		dir = tb.TempDir()
+	}
+	cfg := DefaultConfig()
+	cfg.RuntimeDir = dir
+	s, err := New(context.Background(), cfg, Deps{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := s.Close(context.Background()); err != nil {
+			tb.Errorf("close: %v", err)
+		}
+	})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	s.Register(gs)
+	go func() { _ = gs.Serve(lis) }()
+	tb.Cleanup(gs.Stop)
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cc.Close() })
+	return s, displayv1.NewDisplayServiceClient(cc)
+}
+
+func ctxT(tb testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	tb.Cleanup(cancel)
+	return ctx
+}
+
+func createDisplay(tb testing.TB, c displayv1.DisplayServiceClient, id string, w, h int32) *displayv1.Display {
+	tb.Helper()
+	resp, err := c.CreateDisplay(ctxT(tb), &displayv1.CreateDisplayRequest{SessionId: id, Width: w, Height: h})
+	if err != nil {
+		tb.Fatalf("create display %s: %v", id, err)
+	}
+	return resp.GetDisplay()
+}
+
+func decode(tb testing.TB, resp *displayv1.ScreenshotResponse) image.Image {
+	tb.Helper()
+	img, _, err := image.Decode(bytes.NewReader(resp.GetData()))
+	if err != nil {
+		tb.Fatalf("decode %s: %v", resp.GetContentType(), err)
+	}
+	return img
+}
+
+func decodePNG(tb testing.TB, data []byte) image.Image {
+	tb.Helper()
+	img, err := png.Decode(bytes.NewReader(data))
+	if err != nil {
+		tb.Fatalf("decode png: %v", err)
+	}
+	return img
+}
+
+// clientConn connects to a session's display as a program in its sandbox
+// would: with the display name and Xauthority file Lookup gives.
+func clientConn(tb testing.TB, s *Service, sessionID string) *xgb.Conn {
+	tb.Helper()
+	xd, xauth, ok := s.Lookup(sessionID)
+	if !ok {
+		tb.Fatalf("no display for %s", sessionID)
+	}
+	cookie, err := xauthority.Read(xauth)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	num, err := strconv.Atoi(xd[1:])
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c, err := xconn.Dial(ctxT(tb), num, cookie)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(c.Close)
+	return c
+}
+
+// showWindow maps a window filled with pixel at the given geometry and
+// returns it.
+func showWindow(tb testing.TB, c *xgb.Conn, x, y, w, h int, pixel uint32, events uint32) xproto.Window {
+	tb.Helper()
+	screen := xproto.Setup(c).DefaultScreen(c)
+	wid, err := xproto.NewWindowId(c)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	err = xproto.CreateWindowChecked(c, screen.RootDepth, wid, screen.Root,
+		int16(x), int16(y), uint16(w), uint16(h), 0,
+		xproto.WindowClassInputOutput, screen.RootVisual,
+		xproto.CwBackPixel|xproto.CwOverrideRedirect|xproto.CwEventMask,
+		[]uint32{pixel, 1, events}).Check()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := xproto.MapWindowChecked(c, wid).Check(); err != nil {
+		tb.Fatal(err)
+	}
+	return wid
+}
+
+func isRed(c color.Color) bool {
+	r, g, b, _ := c.RGBA()
+	return r>>8 > 200 && g>>8 < 50 && b>>8 < 50
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(tb testing.TB, d time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+func mustReadCookie(tb testing.TB, path string) []byte {
+	tb.Helper()
+	c, err := xauthority.Read(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}

@@ -1,0 +1,490 @@
+// Package display runs one private X server per session and serves its
+// screenshots and input over gRPC (deskgrid.display.v1.DisplayService).
+package display
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jezek/xgb"
+	"google.golang.org/grpc"
+
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	"github.com/deskgrid/deskgrid/services/display/capture"
+	"github.com/deskgrid/deskgrid/services/display/xauthority"
+	"github.com/deskgrid/deskgrid/services/display/xconn"
+	"github.com/deskgrid/deskgrid/services/display/xserver"
+)
+
+// Config configures the display service.
+type Config struct {
+	// RuntimeDir holds displays/<session_id>/ with each display's Xauthority
+	// file, meta record and server log.
+	RuntimeDir string
+	// XvfbPath is the X server binary.
+	XvfbPath string
+	// FirstDisplay is the lowest X display number used; numbers below it are
+	// left to the machine's own X servers.
+	FirstDisplay int
+	// MaxDisplays is how many display numbers, and so displays, this node
+	// runs at most.
+	MaxDisplays int
+	// DefaultWidth, DefaultHeight apply when a request leaves them 0.
+	DefaultWidth  int
+	DefaultHeight int
+	// StartTimeout bounds an X server's start.
+	StartTimeout time.Duration
+	// StopTimeout is the grace between SIGTERM and SIGKILL.
+	StopTimeout time.Duration
+	// MaxWait bounds a single wait action.
+	MaxWait time.Duration
+	// SettleTimeout bounds the wait for the screen to settle before an
+	// action's screenshot; SettleQuiet is how long it must stay unchanged.
+	SettleTimeout time.Duration
+	SettleQuiet   time.Duration
+}
+
+// DefaultConfig returns the configuration deskgrid runs with by default.
+func DefaultConfig() Config {
+	return Config{
+		RuntimeDir:    "/run/deskgrid",
+		XvfbPath:      "Xvfb",
+		FirstDisplay:  100,
+		MaxDisplays:   1000,
+		DefaultWidth:  1280,
+		DefaultHeight: 800,
+		StartTimeout:  10 * time.Second,
+		StopTimeout:   2 * time.Second,
+		MaxWait:       30 * time.Second,
+		SettleTimeout: time.Second,
+		SettleQuiet:   50 * time.Millisecond,
+	}
+}
+
+// Deps are the service's collaborators.
+type Deps struct {
+	Logger *slog.Logger
+}
+
+// Service implements displayv1.DisplayServiceServer.
+type Service struct {
+	displayv1.UnimplementedDisplayServiceServer
+
+	cfg     Config
+	log     *slog.Logger
+	encoder *capture.Encoder
+
+	mu       sync.Mutex
+	closed   bool
+	displays map[string]*entry
+}
+
+// entry is a display being started or running. ready is closed when start
+// has finished; d is nil if it failed.
+type entry struct {
+	ready chan struct{}
+	d     *display
+	err   error
+}
+
+// display is a running X server and this service's connection to it.
+type display struct {
+	sessionID string
+	width     int
+	height    int
+	depth     int
+	dpi       int
+	created   time.Time
+	dir       string
+	xauthPath string
+	server    *xserver.Server
+	conn      *xgb.Conn
+	screen    capture.Screen
+
+	// inputMu keeps one request's actions together.
+	inputMu sync.Mutex
+}
+
+func (d *display) xDisplay() string { return ":" + strconv.Itoa(d.server.Display) }
+
+// meta is written beside each display so a later process can find and
+// remove what a crashed one left.
+type meta struct {
+	SessionID  string    `json:"session_id"`
+	Display    int       `json:"display"`
+	PID        int       `json:"pid"`
+	Width      int       `json:"width"`
+	Height     int       `json:"height"`
+	Depth      int       `json:"depth"`
+	DPI        int       `json:"dpi"`
+	CreateTime time.Time `json:"create_time"`
+}
+
+const (
+	metaFile  = "display.json"
+	xauthFile = "Xauthority"
+	logFile   = "xvfb.log"
+)
+
+// New returns a service; it starts nothing until displays are created.
+func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
+	def := DefaultConfig()
+	if cfg.RuntimeDir == "" {
+		return nil, errors.New("display: RuntimeDir is required")
+	}
+	if cfg.XvfbPath == "" {
+		cfg.XvfbPath = def.XvfbPath
+	}
+	if cfg.FirstDisplay <= 0 {
+		cfg.FirstDisplay = def.FirstDisplay
+	}
+	if cfg.MaxDisplays <= 0 {
+		cfg.MaxDisplays = def.MaxDisplays
+	}
+	if cfg.DefaultWidth <= 0 {
+		cfg.DefaultWidth = def.DefaultWidth
+	}
+	if cfg.DefaultHeight <= 0 {
+		cfg.DefaultHeight = def.DefaultHeight
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = def.StartTimeout
+	}
+	if cfg.StopTimeout <= 0 {
+		cfg.StopTimeout = def.StopTimeout
+	}
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = def.MaxWait
+	}
+	if cfg.SettleTimeout <= 0 {
+		cfg.SettleTimeout = def.SettleTimeout
+	}
+	if cfg.SettleQuiet <= 0 {
+		cfg.SettleQuiet = def.SettleQuiet
+	}
+	log := deps.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.RuntimeDir, "displays"), 0o700); err != nil {
+		return nil, fmt.Errorf("display: create runtime dir: %w", err)
+	}
+	return &Service{
+		cfg:      cfg,
+		log:      log.With("service", "display"),
+		encoder:  capture.NewEncoder(),
+		displays: make(map[string]*entry),
+	}, nil
+}
+
+// Register registers the DisplayService.
+func (s *Service) Register(r grpc.ServiceRegistrar) {
+	displayv1.RegisterDisplayServiceServer(r, s)
+}
+
+var (
+	errNotFound      = errors.New("not found")
+	errAlreadyExists = errors.New("already exists")
+	errClosed        = errors.New("display service is shutting down")
+	errExhausted     = errors.New("no capacity")
+)
+
+// invalidError is a request the caller must change.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string { return e.msg }
+
+func invalidf(format string, args ...any) error {
+	return &invalidError{msg: fmt.Sprintf(format, args...)}
+}
+
+func (s *Service) sessionDir(sessionID string) string {
+	return filepath.Join(s.cfg.RuntimeDir, "displays", sessionID)
+}
+
+// displaySpec is a validated create request.
+type displaySpec struct {
+	sessionID                 string
+	width, height, depth, dpi int
+}
+
+// create starts a display for spec.
+func (s *Service) create(ctx context.Context, spec displaySpec) (*display, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, errClosed
+	}
+	if _, ok := s.displays[spec.sessionID]; ok {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("session %s already has a display: %w", spec.sessionID, errAlreadyExists)
+	}
+	if len(s.displays) >= s.cfg.MaxDisplays {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("this node runs %d displays, its limit: %w", len(s.displays), errExhausted)
+	}
+	e := &entry{ready: make(chan struct{})}
+	s.displays[spec.sessionID] = e
+	s.mu.Unlock()
+
+	d, err := s.start(ctx, spec)
+	e.d, e.err = d, err
+	if err != nil {
+		s.mu.Lock()
+		delete(s.displays, spec.sessionID)
+		s.mu.Unlock()
+	}
+	close(e.ready)
+	return d, err
+}
+
+func (s *Service) start(ctx context.Context, spec displaySpec) (_ *display, err error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.StartTimeout)
+	defer cancel()
+	dir := s.sessionDir(spec.sessionID)
+	// A directory left from an earlier display of this session holds nothing
+	// live (Reconcile or Delete would have dealt with a live one).
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, fmt.Errorf("clear session dir: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create session dir: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	cookie, err := xauthority.NewCookie()
+	if err != nil {
+		return nil, err
+	}
+	xauthPath := filepath.Join(dir, xauthFile)
+	if err := xauthority.Write(xauthPath, cookie); err != nil {
+		return nil, err
+	}
+	srv, err := xserver.Start(ctx, xserver.Options{
+		Binary:       s.cfg.XvfbPath,
+		Width:        spec.width,
+		Height:       spec.height,
+		Depth:        spec.depth,
+		DPI:          spec.dpi,
+		AuthFile:     xauthPath,
+		LogFile:      filepath.Join(dir, logFile),
+		FirstDisplay: s.cfg.FirstDisplay,
+		Displays:     s.cfg.MaxDisplays,
+		StopTimeout:  s.cfg.StopTimeout,
+	})
+	if err != nil {
+		if errors.Is(err, xserver.ErrNoFreeDisplay) {
+			return nil, fmt.Errorf("%w: %w", errExhausted, err)
+		}
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = srv.Stop(context.Background())
+		}
+	}()
+	d := &display{
+		sessionID: spec.sessionID,
+		width:     spec.width,
+		height:    spec.height,
+		depth:     spec.depth,
+		dpi:       spec.dpi,
+		created:   time.Now().UTC(),
+		dir:       dir,
+		xauthPath: xauthPath,
+		server:    srv,
+	}
+	if err := writeMeta(dir, d.meta()); err != nil {
+		return nil, err
+	}
+	conn, err := xconn.Dial(ctx, srv.Display, cookie)
+	if err != nil {
+		return nil, err
+	}
+	screen, err := capture.ScreenOf(conn)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	d.conn, d.screen = conn, screen
+	s.log.InfoContext(ctx, "display started", "session_id", spec.sessionID,
+		"x_display", d.xDisplay(), "pid", srv.PID, "width", spec.width, "height", spec.height)
+	return d, nil
+}
+
+func (d *display) meta() meta {
+	return meta{
+		SessionID: d.sessionID, Display: d.server.Display, PID: d.server.PID,
+		Width: d.width, Height: d.height, Depth: d.depth, DPI: d.dpi, CreateTime: d.created,
+	}
+}
+
+func writeMeta(dir string, m meta) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return fmt.Errorf("write display meta: %w", err)
+	}
+	tmp := filepath.Join(dir, metaFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("write display meta: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, metaFile)); err != nil {
+		return fmt.Errorf("write display meta: %w", err)
+	}
+	return nil
+}
+
+func readMeta(dir string) (meta, error) {
+	var m meta
+	b, err := os.ReadFile(filepath.Join(dir, metaFile))
+	if err != nil {
+		return m, fmt.Errorf("read display meta: %w", err)
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("read display meta %s: %w", dir, err)
+	}
+	return m, nil
+}
+
+// get returns the running display of a session, waiting for one that is
+// still starting.
+func (s *Service) get(ctx context.Context, sessionID string) (*display, error) {
+	s.mu.Lock()
+	e, ok := s.displays[sessionID]
+	s.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("no display for session %s: %w", sessionID, errNotFound)
+	}
+	select {
+	case <-e.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if e.d == nil {
+		return nil, fmt.Errorf("no display for session %s: %w", sessionID, errNotFound)
+	}
+	return e.d, nil
+}
+
+func (s *Service) list() []*display {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*display
+	for _, e := range s.displays {
+		select {
+		case <-e.ready:
+			if e.d != nil {
+				out = append(out, e.d)
+			}
+		default:
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].sessionID < out[j].sessionID })
+	return out
+}
+
+// remove stops a session's display and removes its files. A session without
+// a display is not an error.
+func (s *Service) remove(ctx context.Context, sessionID string) error {
+	s.mu.Lock()
+	e, ok := s.displays[sessionID]
+	s.mu.Unlock()
+	if ok {
+		select {
+		case <-e.ready:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		s.mu.Lock()
+		// Another remove may have taken it, or a new display replaced it.
+		if s.displays[sessionID] == e {
+			delete(s.displays, sessionID)
+		} else {
+			e = nil
+		}
+		s.mu.Unlock()
+	}
+	if e != nil && e.d != nil {
+		return s.stop(ctx, e.d)
+	}
+	if !ok {
+		// Nothing running here; still clear files a failed start or an
+		// earlier process may have left.
+		_, err := s.claimLeftover(ctx, sessionID)
+		return err
+	}
+	return nil
+}
+
+func (s *Service) stop(ctx context.Context, d *display) error {
+	d.inputMu.Lock()
+	d.conn.Close()
+	d.inputMu.Unlock()
+	err := d.server.Stop(ctx)
+	if rerr := os.RemoveAll(d.dir); rerr != nil && err == nil {
+		err = fmt.Errorf("remove session dir: %w", rerr)
+	}
+	s.log.InfoContext(ctx, "display stopped", "session_id", d.sessionID, "x_display", d.xDisplay())
+	return err
+}
+
+// Lookup returns where a session's X server can be reached: its display name
+// (such as ":101", whose socket is /tmp/.X11-unix/X101) and the Xauthority
+// file holding its cookie, for bind-mounting both into the session's sandbox.
+func (s *Service) Lookup(sessionID string) (xDisplay, xauthPath string, ok bool) {
+	s.mu.Lock()
+	e, found := s.displays[sessionID]
+	s.mu.Unlock()
+	if !found {
+		return "", "", false
+	}
+	select {
+	case <-e.ready:
+	default:
+		return "", "", false
+	}
+	if e.d == nil {
+		return "", "", false
+	}
+	return e.d.xDisplay(), e.d.xauthPath, true
+}
+
+// Close stops every display this service started. New displays are refused
+// from the moment it is called.
+func (s *Service) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	ids := make([]string, 0, len(s.displays))
+	for id := range s.displays {
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	var errs []error
+	var wg sync.WaitGroup
+	var emu sync.Mutex
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.remove(ctx, id); err != nil {
+				emu.Lock()
+				errs = append(errs, fmt.Errorf("stop display of %s: %w", id, err))
+				emu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

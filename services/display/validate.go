@@ -1,0 +1,89 @@
+package display
+
+import (
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	"github.com/deskgrid/deskgrid/services/display/capture"
+)
+
+const (
+	minSize       = 64
+	maxWidth      = 7680
+	maxHeight     = 4320
+	maxDPI        = 1000
+	maxSessionLen = 128
+)
+
+// validateSessionID accepts ids that are safe as a directory name.
+func validateSessionID(id string) error {
+	if id == "" {
+		return invalidf("session_id is required")
+	}
+	if len(id) > maxSessionLen {
+		return invalidf("session_id is longer than %d characters", maxSessionLen)
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return invalidf("session_id %q may hold only a-z, 0-9 and '-'", id)
+		}
+	}
+	return nil
+}
+
+func (s *Service) validateCreate(req *displayv1.CreateDisplayRequest) (displaySpec, error) {
+	spec := displaySpec{
+		sessionID: req.GetSessionId(),
+		width:     int(req.GetWidth()),
+		height:    int(req.GetHeight()),
+		depth:     int(req.GetDepth()),
+		dpi:       int(req.GetDpi()),
+	}
+	if err := validateSessionID(spec.sessionID); err != nil {
+		return spec, err
+	}
+	if spec.width == 0 {
+		spec.width = s.cfg.DefaultWidth
+	}
+	if spec.height == 0 {
+		spec.height = s.cfg.DefaultHeight
+	}
+	if spec.depth == 0 {
+		spec.depth = 24
+	}
+	switch {
+	case spec.width < minSize || spec.width > maxWidth:
+		return spec, invalidf("width %d is outside %d-%d", spec.width, minSize, maxWidth)
+	case spec.height < minSize || spec.height > maxHeight:
+		return spec, invalidf("height %d is outside %d-%d", spec.height, minSize, maxHeight)
+	case spec.depth != 16 && spec.depth != 24:
+		return spec, invalidf("depth %d is not supported; use 16 or 24", spec.depth)
+	case spec.dpi < 0 || spec.dpi > maxDPI:
+		return spec, invalidf("dpi %d is outside 0-%d", spec.dpi, maxDPI)
+	}
+	return spec, nil
+}
+
+func validateFormat(f displayv1.ImageFormat, quality int32) (capture.Format, error) {
+	if quality < 0 || quality > 100 {
+		return 0, invalidf("quality %d is outside 1-100 (0 means %d)", quality, capture.DefaultJPEGQuality)
+	}
+	switch f {
+	case displayv1.ImageFormat_IMAGE_FORMAT_UNSPECIFIED, displayv1.ImageFormat_IMAGE_FORMAT_PNG:
+		return capture.PNG, nil
+	case displayv1.ImageFormat_IMAGE_FORMAT_JPEG:
+		return capture.JPEG, nil
+	}
+	return 0, invalidf("unknown image format %d", f)
+}
+
+// validateRegion checks r lies inside a w x h screen; nil or all zero means
+// the whole screen.
+func validateRegion(r *displayv1.Rect, w, h int) (capture.Rect, error) {
+	if r == nil || (r.GetX() == 0 && r.GetY() == 0 && r.GetWidth() == 0 && r.GetHeight() == 0) {
+		return capture.Rect{Width: w, Height: h}, nil
+	}
+	x, y, rw, rh := int(r.GetX()), int(r.GetY()), int(r.GetWidth()), int(r.GetHeight())
+	if x < 0 || y < 0 || rw <= 0 || rh <= 0 || x+rw > w || y+rh > h {
+		return capture.Rect{}, invalidf("region %dx%d+%d+%d is not inside the %dx%d screen", rw, rh, x, y, w, h)
+	}
+	return capture.Rect{X: x, Y: y, Width: rw, Height: rh}, nil
+}
