@@ -2,90 +2,21 @@ package store_test
 
 import (
 	"context"
-	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/url"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib"
-
 	"github.com/deskgrid/deskgrid/services/history/store"
+	"github.com/deskgrid/deskgrid/services/history/store/storetest"
 )
 
-// postgresURL is the test server, overridable by the environment.
-func postgresURL() string {
-	if u := os.Getenv("DESKGRID_TEST_POSTGRES_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
-
-// openers are the databases every test runs against.
-var openers = []struct {
-	name string
-	open func(tb testing.TB) *store.SQL
-}{
-	{"sqlite", openSQLite},
-	{"postgres", openPostgres},
-}
-
-func openSQLite(tb testing.TB) *store.SQL {
-	tb.Helper()
-	s, err := store.OpenSQLite(context.Background(), filepath.Join(tb.TempDir(), "history.db"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { s.Close() })
-	return s
-}
-
-// openPostgres opens a store in a schema of its own, dropped at cleanup.
-func openPostgres(tb testing.TB) *store.SQL {
-	tb.Helper()
-	ctx := context.Background()
-	admin, err := sql.Open("pgx", postgresURL())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { admin.Close() })
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "history_test_" + hex.EncodeToString(b[:])
-	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
-		tb.Fatalf("postgres at %s: %v", postgresURL(), err)
-	}
-	tb.Cleanup(func() {
-		if _, err := admin.ExecContext(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			tb.Errorf("drop schema: %v", err)
-		}
-	})
-	u, err := url.Parse(postgresURL())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	s, err := store.OpenPostgres(ctx, u.String())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	// Registered after the drop, so it runs before it.
-	tb.Cleanup(func() { s.Close() })
-	return s
-}
-
 func forEachDB(t *testing.T, fn func(t *testing.T, s *store.SQL)) {
-	for _, o := range openers {
-		t.Run(o.name, func(t *testing.T) {
+	for _, o := range storetest.All {
+		t.Run(o.Name, func(t *testing.T) {
 			t.Parallel()
-			fn(t, o.open(t))
+			fn(t, o.Open(t))
 		})
 	}
 }
