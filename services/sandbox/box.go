@@ -1,0 +1,497 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/deskgrid/deskgrid/services/sandbox/overlay"
+)
+
+// box is one session's sandbox.
+type box struct {
+	id      string
+	dir     string
+	lower   string
+	driver  overlay.Driver
+	created time.Time
+
+	// ready is closed when creation has finished, well or not.
+	ready chan struct{}
+	ok    bool // set before ready closes
+
+	// kill is cancelled when the sandbox is deleted: it stops every command.
+	kill   context.Context
+	cancel context.CancelFunc
+	// users counts calls working inside the sandbox; deletion waits for them.
+	users    sync.WaitGroup
+	deleting bool
+	deleted  chan struct{}
+}
+
+func (b *box) merged() string { return filepath.Join(b.dir, "merged") }
+
+// meta is what a sandbox records about itself on disk, so that a restarted
+// node can recognise and adopt or remove it.
+type meta struct {
+	SessionID string    `json:"session_id"`
+	Lower     string    `json:"lower"`
+	Driver    string    `json:"driver"`
+	Created   time.Time `json:"created"`
+}
+
+const maxSessionID = 64
+
+func validateSessionID(id string) error {
+	if id == "" {
+		return coded(codes.InvalidArgument, "session_id is required")
+	}
+	if len(id) > maxSessionID {
+		return coded(codes.InvalidArgument, "session_id is %d characters; at most %d are allowed", len(id), maxSessionID)
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return coded(codes.InvalidArgument, "session_id %q may contain only a-z, 0-9 and '-'", id)
+		}
+	}
+	return nil
+}
+
+// lowerFor picks and checks the lower layer of a new sandbox.
+func (s *Service) lowerFor(workspace string) (string, error) {
+	if workspace == "" {
+		return s.cfg.BaseDir, nil
+	}
+	if !filepath.IsAbs(workspace) {
+		return "", coded(codes.InvalidArgument, "workspace %q must be an absolute path", workspace)
+	}
+	real, err := filepath.EvalSymlinks(workspace)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", coded(codes.InvalidArgument, "workspace %q does not exist", workspace)
+		}
+		return "", coded(codes.InvalidArgument, "workspace %q cannot be resolved: %v", workspace, err)
+	}
+	inside := false
+	for _, r := range s.cfg.WorkspaceRoots {
+		if real == r || strings.HasPrefix(real, r+"/") {
+			inside = true
+			break
+		}
+	}
+	if !inside {
+		if len(s.cfg.WorkspaceRoots) == 0 {
+			return "", coded(codes.PermissionDenied, "workspace %q refused: this node accepts no workspaces (no workspace roots configured)", workspace)
+		}
+		return "", coded(codes.PermissionDenied, "workspace %q (resolved to %q) is not beneath an allowed workspace root (%s)", workspace, real, strings.Join(s.cfg.WorkspaceRoots, ", "))
+	}
+	st, err := os.Stat(real)
+	if err != nil || !st.IsDir() {
+		return "", coded(codes.InvalidArgument, "workspace %q is not a directory", workspace)
+	}
+	if err := overlay.CheckPath(real); err != nil {
+		return "", coded(codes.InvalidArgument, "workspace %q: %v", workspace, err)
+	}
+	return real, nil
+}
+
+// createSandbox mounts a new sandbox. On any failure nothing of it remains.
+func (s *Service) createSandbox(ctx context.Context, id, workspace string) (*box, error) {
+	if err := validateSessionID(id); err != nil {
+		return nil, err
+	}
+	lower, err := s.lowerFor(workspace)
+	if err != nil {
+		return nil, err
+	}
+	kill, cancel := context.WithCancel(context.Background())
+	b := &box{
+		id:      id,
+		dir:     filepath.Join(s.sandboxesDir(), id),
+		lower:   lower,
+		created: time.Now().UTC(),
+		ready:   make(chan struct{}),
+		deleted: make(chan struct{}),
+		kill:    kill,
+		cancel:  cancel,
+	}
+	s.mu.Lock()
+	switch {
+	case s.closed:
+		s.mu.Unlock()
+		cancel()
+		return nil, coded(codes.Unavailable, "sandbox service is shutting down")
+	case s.boxes[id] != nil:
+		s.mu.Unlock()
+		cancel()
+		return nil, coded(codes.AlreadyExists, "session %q already has a sandbox on this node", id)
+	}
+	s.boxes[id] = b
+	s.mu.Unlock()
+
+	err = s.build(ctx, b)
+	s.mu.Lock()
+	if err != nil {
+		delete(s.boxes, id)
+		cancel()
+	}
+	b.ok = err == nil
+	close(b.ready)
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	s.log.InfoContext(ctx, "sandbox created", "session_id", id, "lower", lower, "driver", b.driver.Name())
+	return b, nil
+}
+
+func (s *Service) build(ctx context.Context, b *box) (err error) {
+	// Mkdir, not MkdirAll: it is the claim on the id across processes too.
+	if err := os.Mkdir(b.dir, 0o700); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return coded(codes.AlreadyExists, "session %q has a sandbox left over from a previous run on this node; delete it or reconcile first", b.id)
+		}
+		return fmt.Errorf("create sandbox dir: %w", err)
+	}
+	mounted := false
+	defer func() {
+		if err == nil {
+			return
+		}
+		if mounted {
+			if uerr := b.driver.Unmount(context.WithoutCancel(ctx), b.merged()); uerr != nil {
+				s.log.ErrorContext(ctx, "unmount after failed create", "session_id", b.id, "error", uerr)
+				return // never remove files beneath a live mount
+			}
+		}
+		if rerr := os.RemoveAll(b.dir); rerr != nil {
+			s.log.ErrorContext(ctx, "remove after failed create", "session_id", b.id, "error", rerr)
+		}
+	}()
+	layers := overlay.Layers{
+		Lower:  b.lower,
+		Upper:  filepath.Join(b.dir, "upper"),
+		Work:   filepath.Join(b.dir, "work"),
+		Merged: b.merged(),
+	}
+	for _, d := range []string{layers.Upper, layers.Work, layers.Merged} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return fmt.Errorf("create sandbox dir: %w", err)
+		}
+	}
+	d, err := s.drivers.Mount(ctx, layers)
+	if err != nil {
+		if errors.Is(err, overlay.ErrUnsafePath) {
+			return coded(codes.InvalidArgument, "%v", err)
+		}
+		return fmt.Errorf("mount sandbox %s: %w", b.id, err)
+	}
+	b.driver, mounted = d, true
+	return writeMeta(b.dir, meta{SessionID: b.id, Lower: b.lower, Driver: d.Name(), Created: b.created})
+}
+
+func writeMeta(dir string, m meta) error {
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, "meta.json.tmp")
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("write sandbox meta: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "meta.json")); err != nil {
+		return fmt.Errorf("write sandbox meta: %w", err)
+	}
+	return nil
+}
+
+func readMeta(dir string) (meta, error) {
+	var m meta
+	data, err := os.ReadFile(filepath.Join(dir, "meta.json"))
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return m, fmt.Errorf("parse %s: %w", filepath.Join(dir, "meta.json"), err)
+	}
+	return m, nil
+}
+
+// lookup returns a ready sandbox.
+func (s *Service) lookup(id string) (*box, error) {
+	if err := validateSessionID(id); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	b := s.boxes[id]
+	s.mu.Unlock()
+	if b == nil {
+		return nil, coded(codes.NotFound, "session %q has no sandbox on this node", id)
+	}
+	<-b.ready // creation is bounded by its own mount call
+	if !b.ok {
+		return nil, coded(codes.NotFound, "session %q has no sandbox on this node", id)
+	}
+	return b, nil
+}
+
+// acquire returns a ready sandbox that will not be unmounted before release
+// is called.
+func (s *Service) acquire(id string) (*box, func(), error) {
+	b, err := s.lookup(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b.deleting || s.boxes[id] != b {
+		return nil, nil, coded(codes.NotFound, "session %q's sandbox is being deleted", id)
+	}
+	b.users.Add(1)
+	return b, b.users.Done, nil
+}
+
+func (s *Service) list() []*box {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*box, 0, len(s.boxes))
+	for _, b := range s.boxes {
+		select {
+		case <-b.ready:
+			if b.ok && !b.deleting {
+				out = append(out, b)
+			}
+		default:
+		}
+	}
+	return out
+}
+
+// deleteSandbox stops a sandbox's processes, unmounts and removes it.
+// Deleting an unknown sandbox succeeds, after removing any leftover of it.
+func (s *Service) deleteSandbox(ctx context.Context, id string) error {
+	if err := validateSessionID(id); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	b := s.boxes[id]
+	s.mu.Unlock()
+	if b == nil {
+		return s.removeLeftover(ctx, id)
+	}
+	select {
+	case <-b.ready:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	s.mu.Lock()
+	if s.boxes[id] != b {
+		s.mu.Unlock()
+		return nil // failed to create, or deleted meanwhile
+	}
+	if b.deleting {
+		s.mu.Unlock()
+		select {
+		case <-b.deleted:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	b.deleting = true
+	s.mu.Unlock()
+
+	b.cancel() // kills every running command
+	b.users.Wait()
+	err := s.teardown(ctx, b.dir, b.driver)
+	s.mu.Lock()
+	if err != nil {
+		b.deleting = false // let a later delete retry
+		s.mu.Unlock()
+		return err
+	}
+	delete(s.boxes, id)
+	close(b.deleted)
+	s.mu.Unlock()
+	s.log.InfoContext(ctx, "sandbox deleted", "session_id", id)
+	return nil
+}
+
+// teardown unmounts everything beneath dir and removes it. Files are removed
+// only when no mount is left, so a lower layer is never touched.
+func (s *Service) teardown(ctx context.Context, dir string, d overlay.Driver) error {
+	mounts, err := overlay.Mounts(dir)
+	if err != nil {
+		return err
+	}
+	for _, m := range mounts {
+		var uerr error
+		if d != nil && m.Point == filepath.Join(dir, "merged") {
+			uerr = d.Unmount(ctx, m.Point)
+		} else {
+			uerr = overlay.FUSE{}.Unmount(ctx, m.Point)
+		}
+		if uerr != nil {
+			return uerr
+		}
+	}
+	if left, err := overlay.Mounts(dir); err != nil {
+		return err
+	} else if len(left) > 0 {
+		return fmt.Errorf("%s is still mounted; not removing it", left[0].Point)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove sandbox: %w", err)
+	}
+	return nil
+}
+
+// removeLeftover kills the processes, unmounts and removes what a previous
+// process left for id.
+func (s *Service) removeLeftover(ctx context.Context, id string) error {
+	dir := filepath.Join(s.sandboxesDir(), id)
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	killTagged(dir)
+	return s.teardown(ctx, dir, nil)
+}
+
+// killTagged kills processes whose command line names dir: the bwrap of
+// every command run in a sandbox carries its overlay path, and killing bwrap
+// ends its pid namespace.
+func killTagged(dir string) int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	self := os.Getpid()
+	tag := []byte(dir + "/")
+	n := 0
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		if strings.Contains(string(cmdline), string(tag)) {
+			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// Reconcile finds what a previous (crashed) process left under Root:
+// sandbox dirs and overlay mounts. A leftover keep accepts is adopted
+// (mounted again if needed) so that the calls for its session work again;
+// every other one has its processes killed, is unmounted and removed, and is
+// reported in removed. A nil keep removes every leftover. Sandboxes this
+// Service already holds are left alone.
+func (s *Service) Reconcile(ctx context.Context, keep func(sessionID string) bool) (removed []string, err error) {
+	ids := map[string]bool{}
+	entries, err := os.ReadDir(s.sandboxesDir())
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: %w", err)
+	}
+	for _, e := range entries {
+		ids[e.Name()] = true
+	}
+	mounts, err := overlay.Mounts(s.sandboxesDir())
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: %w", err)
+	}
+	prefix := s.sandboxesDir() + "/"
+	for _, m := range mounts {
+		if rest, ok := strings.CutPrefix(m.Point, prefix); ok {
+			id, _, _ := strings.Cut(rest, "/")
+			ids[id] = true
+		}
+	}
+	var errs []error
+	for id := range ids {
+		s.mu.Lock()
+		held := s.boxes[id] != nil
+		s.mu.Unlock()
+		if held {
+			continue
+		}
+		if validateSessionID(id) == nil && keep != nil && keep(id) {
+			if aerr := s.adopt(ctx, id); aerr != nil {
+				errs = append(errs, fmt.Errorf("adopt %s: %w", id, aerr))
+			}
+			continue
+		}
+		dir := filepath.Join(s.sandboxesDir(), id)
+		killTagged(dir)
+		if terr := s.teardown(ctx, dir, nil); terr != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", id, terr))
+			continue
+		}
+		removed = append(removed, id)
+		s.log.InfoContext(ctx, "removed leftover sandbox", "session_id", id)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// adopt takes over a sandbox a previous process made, mounting it again if
+// it is no longer mounted (after a reboot, say).
+func (s *Service) adopt(ctx context.Context, id string) error {
+	dir := filepath.Join(s.sandboxesDir(), id)
+	m, err := readMeta(dir)
+	if err != nil {
+		return err
+	}
+	if m.SessionID != id {
+		return fmt.Errorf("meta.json names session %q", m.SessionID)
+	}
+	var driver overlay.Driver = overlay.FUSE{Binary: s.cfg.FuseOverlayfsPath}
+	if m.Driver == (overlay.Kernel{}).Name() {
+		driver = overlay.Kernel{}
+	}
+	for _, d := range s.drivers {
+		if d.Name() == m.Driver {
+			driver = d
+		}
+	}
+	merged := filepath.Join(dir, "merged")
+	mounted, err := overlay.IsMounted(merged)
+	if err != nil {
+		return err
+	}
+	if !mounted {
+		d, err := s.drivers.Mount(ctx, overlay.Layers{Lower: m.Lower, Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work"), Merged: merged})
+		if err != nil {
+			return err
+		}
+		driver = d
+	}
+	kill, cancel := context.WithCancel(context.Background())
+	b := &box{id: id, dir: dir, lower: m.Lower, driver: driver, created: m.Created,
+		ready: make(chan struct{}), ok: true, deleted: make(chan struct{}), kill: kill, cancel: cancel}
+	close(b.ready)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.boxes[id] != nil {
+		cancel()
+		return nil
+	}
+	s.boxes[id] = b
+	s.log.InfoContext(ctx, "adopted sandbox", "session_id", id, "driver", driver.Name())
+	return nil
+}

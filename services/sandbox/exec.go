@@ -1,0 +1,170 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/sandbox/fsroot"
+	"github.com/deskgrid/deskgrid/services/sandbox/jail"
+)
+
+// xauthInSandbox is where a session's X cookie appears inside its sandbox.
+const xauthInSandbox = "/tmp/.Xauthority"
+
+// execTimeout checks a requested timeout; zero means the default.
+func (s *Service) execTimeout(req *sandboxv1.ExecRequest) (time.Duration, error) {
+	if req.GetTimeout() == nil {
+		return s.cfg.ExecTimeout, nil
+	}
+	if err := req.GetTimeout().CheckValid(); err != nil {
+		return 0, coded(codes.InvalidArgument, "timeout: %v", err)
+	}
+	d := req.GetTimeout().AsDuration()
+	switch {
+	case d < 0:
+		return 0, coded(codes.InvalidArgument, "timeout %s is negative", d)
+	case d == 0:
+		return s.cfg.ExecTimeout, nil
+	case d > s.cfg.MaxExecTimeout:
+		return 0, coded(codes.InvalidArgument, "timeout %s is over the limit of %s", d, s.cfg.MaxExecTimeout)
+	}
+	return d, nil
+}
+
+// execCwd turns a requested working directory into a path relative to the
+// home, or refuses it.
+func execCwd(cwd string) (string, error) {
+	if cwd == "" {
+		return ".", nil
+	}
+	if strings.HasPrefix(cwd, "/") {
+		rel, ok := strings.CutPrefix(path.Clean(cwd), jail.Home)
+		if !ok || rel != "" && rel[0] != '/' {
+			return "", coded(codes.InvalidArgument, "cwd %q must be inside %s", cwd, jail.Home)
+		}
+		cwd = strings.TrimPrefix(rel, "/")
+	}
+	clean, err := fsroot.Clean(cwd)
+	if err != nil {
+		return "", coded(codes.InvalidArgument, "cwd: %v", err)
+	}
+	return clean, nil
+}
+
+func validateArgv(argv []string) error {
+	if len(argv) == 0 || argv[0] == "" {
+		return coded(codes.InvalidArgument, "argv is required: the program and its arguments")
+	}
+	for _, a := range argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return coded(codes.InvalidArgument, "argv contains a NUL byte")
+		}
+	}
+	return nil
+}
+
+// exec runs a command in a session's sandbox, sending its output to send.
+func (s *Service) exec(ctx context.Context, req *sandboxv1.ExecRequest, send func(*sandboxv1.ExecResponse) error) (*sandboxv1.ExecExit, error) {
+	if err := validateSessionID(req.GetSessionId()); err != nil {
+		return nil, err
+	}
+	if err := validateArgv(req.GetArgv()); err != nil {
+		return nil, err
+	}
+	if err := jail.ValidateEnv(req.GetEnv()); err != nil {
+		return nil, coded(codes.InvalidArgument, "%v", err)
+	}
+	timeout, err := s.execTimeout(req)
+	if err != nil {
+		return nil, err
+	}
+	cwd, err := execCwd(req.GetCwd())
+	if err != nil {
+		return nil, err
+	}
+	b, release, err := s.acquire(req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+
+	if cwd != "." {
+		r, err := s.root(b)
+		if err != nil {
+			return nil, err
+		}
+		real, err := r.Resolve(cwd)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, coded(codes.InvalidArgument, "cwd %q does not exist in the sandbox", req.GetCwd())
+			}
+			return nil, err
+		}
+		if st, err := os.Stat(filepath.Join(b.merged(), real)); err != nil || !st.IsDir() {
+			return nil, coded(codes.InvalidArgument, "cwd %q is not a directory", req.GetCwd())
+		}
+		cwd = real
+	}
+
+	spec := jail.Spec{
+		Bwrap:    s.cfg.BwrapPath,
+		HomeDir:  b.merged(),
+		Argv:     req.GetArgv(),
+		Cwd:      path.Join(jail.Home, cwd),
+		Etc:      s.cfg.Etc,
+		Hostname: "sandbox",
+		Stdin:    req.GetStdin(),
+		Binds: []jail.Bind{
+			{Src: filepath.Join(s.etcDir, "passwd"), Dest: "/etc/passwd"},
+			{Src: filepath.Join(s.etcDir, "group"), Dest: "/etc/group"},
+		},
+	}
+	var env []string
+	if s.display != nil {
+		if disp, xauth, ok := s.display(b.id); ok {
+			sock, n, err := jail.HostSocket(s.cfg.X11SocketDir, disp)
+			if err != nil {
+				return nil, err
+			}
+			spec.Binds = append(spec.Binds, jail.Bind{Src: sock, Dest: "/tmp/.X11-unix/X" + n, Writable: true})
+			env = append(env, "DISPLAY=:"+n)
+			if xauth != "" {
+				spec.Binds = append(spec.Binds, jail.Bind{Src: xauth, Dest: xauthInSandbox})
+				env = append(env, "XAUTHORITY="+xauthInSandbox)
+			}
+		}
+	}
+	spec.Env = append(env, req.GetEnv()...)
+
+	// The command ends with the call, on timeout, or when the sandbox is deleted.
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(b.kill, func() { cancel(errors.New("sandbox deleted")) })
+	defer stop()
+
+	exit, err := jail.Run(runCtx, spec, timeout, s.cfg.ExecChunkBytes, func(stream jail.Stream, p []byte) error {
+		out := &sandboxv1.ExecResponse{}
+		if stream == jail.Stdout {
+			out.Output = &sandboxv1.ExecResponse_Stdout{Stdout: p}
+		} else {
+			out.Output = &sandboxv1.ExecResponse_Stderr{Stderr: p}
+		}
+		return send(out)
+	})
+	if err != nil {
+		if b.kill.Err() != nil {
+			return nil, coded(codes.Aborted, "session %q's sandbox was deleted while the command ran", b.id)
+		}
+		return nil, err
+	}
+	return &sandboxv1.ExecExit{ExitCode: int32(exit.Code), Signal: exit.Signal, TimedOut: exit.TimedOut}, nil
+}

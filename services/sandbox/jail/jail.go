@@ -1,0 +1,316 @@
+// Package jail runs a command inside a sandbox with bubblewrap (Debian
+// package bubblewrap): fresh user, pid, ipc, uts and network namespaces, no
+// capabilities, no-new-privs, a read-only view of the host's programs and
+// libraries, and the session's overlay as the only writable home. Killing
+// bwrap kills the namespace's init and with it every process of the command.
+package jail
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Home is where the session's writable layer appears inside the sandbox.
+const Home = "/home/user"
+
+// UID and GID are the sandbox user's ids inside its user namespace.
+const (
+	UID = 1000
+	GID = 1000
+)
+
+// DefaultEtc is what of the host's /etc a sandboxed program sees: what the
+// dynamic linker, TLS, locales, fonts and Debian's alternatives need, and
+// none of the host's accounts or secrets.
+var DefaultEtc = []string{
+	"alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime",
+	"timezone", "nsswitch.conf", "hosts", "resolv.conf", "gai.conf", "protocols",
+	"services", "ssl", "ca-certificates", "ca-certificates.conf", "fonts",
+	"mime.types", "mailcap", "magic", "os-release", "debian_version", "profile",
+	"profile.d", "bash.bashrc", "inputrc", "terminfo", "locale.alias", "xdg",
+	"X11", "gtk-3.0", "chromium", "chromium.d", "vim",
+}
+
+// Bind makes a host path visible at Dest.
+type Bind struct {
+	Src, Dest string
+	Writable  bool
+}
+
+// Spec is one command to run.
+type Spec struct {
+	// Bwrap is the bubblewrap executable; empty means "bwrap" on PATH.
+	Bwrap string
+	// HomeDir is the host directory bound read-write at Home.
+	HomeDir string
+	Argv    []string
+	// Env is "KEY=value" pairs added to (and overriding) the defaults.
+	Env []string
+	// Cwd is an absolute path inside the sandbox; empty means Home.
+	Cwd string
+	// Etc lists entries of the host's /etc to bind read-only; nil means DefaultEtc.
+	Etc []string
+	// Binds are extra mounts, applied last (after /tmp exists).
+	Binds []Bind
+	// Hostname inside the sandbox.
+	Hostname string
+	Stdin    []byte
+}
+
+// Stream tells stdout from stderr.
+type Stream int
+
+const (
+	Stdout Stream = 1
+	Stderr Stream = 2
+)
+
+// Exit is how a command ended.
+type Exit struct {
+	Code     int
+	Signal   string
+	TimedOut bool
+}
+
+// ErrTimeout is the cause of a run's context when its timeout expired.
+var ErrTimeout = errors.New("command timed out")
+
+// ValidateEnv checks "KEY=value" pairs.
+func ValidateEnv(env []string) error {
+	for _, kv := range env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("env %q is not KEY=value", kv)
+		}
+		if strings.IndexByte(kv, 0) >= 0 {
+			return fmt.Errorf("env %q contains a NUL byte", k)
+		}
+		for i, r := range k {
+			if !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
+				return fmt.Errorf("env name %q must be letters, digits and underscores, not starting with a digit", k)
+			}
+		}
+	}
+	return nil
+}
+
+// Args builds bwrap's command line.
+func Args(spec Spec) ([]string, error) {
+	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
+		return nil, errors.New("argv is empty")
+	}
+	if spec.HomeDir == "" {
+		return nil, errors.New("no home directory")
+	}
+	if err := ValidateEnv(spec.Env); err != nil {
+		return nil, err
+	}
+	hostname := spec.Hostname
+	if hostname == "" {
+		hostname = "sandbox"
+	}
+	cwd := spec.Cwd
+	if cwd == "" {
+		cwd = Home
+	}
+	a := []string{
+		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+		"--unshare-net", "--unshare-cgroup-try",
+		"--uid", fmt.Sprint(UID), "--gid", fmt.Sprint(GID),
+		"--hostname", hostname,
+		"--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
+		"--ro-bind", "/usr", "/usr",
+	}
+	// Merged-/usr systems link these into /usr; older ones have real dirs.
+	for _, d := range []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
+		st, err := os.Lstat(d)
+		switch {
+		case err != nil:
+		case st.Mode()&os.ModeSymlink != 0:
+			target, err := os.Readlink(d)
+			if err == nil {
+				a = append(a, "--symlink", target, d)
+			}
+		case st.IsDir():
+			a = append(a, "--ro-bind", d, d)
+		}
+	}
+	etc := spec.Etc
+	if etc == nil {
+		etc = DefaultEtc
+	}
+	a = append(a, "--dir", "/etc")
+	seen := map[string]bool{}
+	for _, e := range etc {
+		if seen[e] || e == "" || strings.Contains(e, "/") {
+			continue
+		}
+		seen[e] = true
+		a = append(a, "--ro-bind-try", "/etc/"+e, "/etc/"+e)
+	}
+	a = append(a,
+		"--symlink", "/proc/self/mounts", "/etc/mtab",
+		"--proc", "/proc", "--dev", "/dev",
+		"--tmpfs", "/tmp", "--tmpfs", "/run", "--dir", "/var/tmp",
+		"--bind", spec.HomeDir, Home,
+	)
+	for _, b := range spec.Binds {
+		if b.Writable {
+			a = append(a, "--bind", b.Src, b.Dest)
+		} else {
+			a = append(a, "--ro-bind", b.Src, b.Dest)
+		}
+	}
+	env := map[string]string{
+		"PATH":    "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
+		"HOME":    Home,
+		"USER":    "user",
+		"LOGNAME": "user",
+		"SHELL":   "/bin/sh",
+		"LANG":    "C.UTF-8",
+		"TERM":    "dumb",
+	}
+	order := []string{"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TERM"}
+	for _, kv := range spec.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		if _, ok := env[k]; !ok {
+			order = append(order, k)
+		}
+		env[k] = v
+	}
+	for _, k := range order {
+		a = append(a, "--setenv", k, env[k])
+	}
+	a = append(a, "--chdir", cwd, "--")
+	return append(a, spec.Argv...), nil
+}
+
+type chunk struct {
+	stream Stream
+	data   []byte
+}
+
+// Run starts the command and calls out with its output as it comes, at most
+// chunkSize bytes at a time, from a single goroutine. It returns when the
+// command and everything it started have ended. The command is killed when
+// the timeout expires (Exit.TimedOut), when ctx ends, or when out fails.
+func Run(ctx context.Context, spec Spec, timeout time.Duration, chunkSize int, out func(Stream, []byte) error) (Exit, error) {
+	args, err := Args(spec)
+	if err != nil {
+		return Exit{}, err
+	}
+	bin := spec.Bwrap
+	if bin == "" {
+		bin = "bwrap"
+	}
+	if chunkSize <= 0 {
+		chunkSize = 32 << 10
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = []string{}
+	cmd.Dir = "/"
+	// Its own process group, so one kill reaches bwrap and the namespace's
+	// init; the init's death takes every other process of the namespace.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if len(spec.Stdin) > 0 {
+		cmd.Stdin = bytes.NewReader(spec.Stdin)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return Exit{}, err
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return Exit{}, err
+	}
+	if err := cmd.Start(); err != nil {
+		return Exit{}, fmt.Errorf("start bwrap: %w", err)
+	}
+	pid := cmd.Process.Pid
+	runCtx, cancel := context.WithTimeoutCause(ctx, timeout, ErrTimeout)
+	defer cancel()
+	stopKill := context.AfterFunc(runCtx, func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+
+	chunks := make(chan chunk, 4) // bounded: a slow reader stalls the command, not memory
+	var readers sync.WaitGroup
+	read := func(s Stream, r io.Reader) {
+		defer readers.Done()
+		buf := make([]byte, chunkSize)
+		for {
+			n, err := r.Read(buf)
+			if n > 0 {
+				chunks <- chunk{s, bytes.Clone(buf[:n])}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	readers.Add(2)
+	go read(Stdout, stdout)
+	go read(Stderr, stderr)
+	go func() { readers.Wait(); close(chunks) }()
+
+	var outErr error
+	for c := range chunks {
+		if outErr != nil {
+			continue // drain so the readers finish
+		}
+		if err := out(c.stream, c.data); err != nil {
+			outErr = err
+			cancel()
+		}
+	}
+	waitErr := cmd.Wait()
+	killed := !stopKill() // the kill already ran
+	cause := context.Cause(runCtx)
+
+	exit := Exit{}
+	var ee *exec.ExitError
+	switch {
+	case waitErr == nil:
+	case errors.As(waitErr, &ee):
+		ws, _ := ee.Sys().(syscall.WaitStatus)
+		if ws.Signaled() {
+			exit.Code = 128 + int(ws.Signal())
+			exit.Signal = ws.Signal().String()
+		} else {
+			exit.Code = ws.ExitStatus()
+		}
+	default:
+		return exit, fmt.Errorf("wait for bwrap: %w", waitErr)
+	}
+	if killed && errors.Is(cause, ErrTimeout) {
+		exit.TimedOut = true
+	}
+	if outErr != nil {
+		return exit, outErr
+	}
+	if killed && !exit.TimedOut {
+		return exit, fmt.Errorf("command stopped: %w", cause)
+	}
+	return exit, nil
+}
+
+// HostSocket returns the host's X socket for display ":N" or ":N.S".
+func HostSocket(dir, display string) (socket, number string, err error) {
+	n, ok := strings.CutPrefix(display, ":")
+	if !ok {
+		return "", "", fmt.Errorf("display %q is not of the form :N", display)
+	}
+	n, _, _ = strings.Cut(n, ".")
+	if n == "" || strings.Trim(n, "0123456789") != "" {
+		return "", "", fmt.Errorf("display %q is not of the form :N", display)
+	}
+	return filepath.Join(dir, "X"+n), n, nil
+}

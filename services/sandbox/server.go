@@ -1,0 +1,142 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"sort"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/sandbox/fsroot"
+)
+
+// server is the gRPC edge: it turns requests into Service calls and errors
+// into status codes, once.
+type server struct {
+	sandboxv1.UnimplementedSandboxServiceServer
+	s *Service
+}
+
+func (b *box) proto() *sandboxv1.Sandbox {
+	return &sandboxv1.Sandbox{
+		SessionId:  b.id,
+		LowerDir:   b.lower,
+		RootDir:    b.merged(),
+		Driver:     b.driver.Name(),
+		CreateTime: timestamppb.New(b.created),
+	}
+}
+
+// toStatus maps an error to a status a caller can act on; errors without a
+// known meaning are logged and masked.
+func (s *Service) toStatus(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if code, ok := codeOf(err); ok {
+		return status.Error(code, err.Error())
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, op+": deadline exceeded")
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, op+": canceled")
+	case errors.Is(err, fsroot.ErrInvalidPath), errors.Is(err, fsroot.ErrNotRegular), errors.Is(err, fsroot.ErrNotDir):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, fsroot.ErrEscape):
+		return status.Error(codes.PermissionDenied, err.Error()+": symlinks may not lead out of the sandbox home")
+	case errors.Is(err, fsroot.ErrTooLarge):
+		return status.Error(codes.ResourceExhausted, err.Error())
+	case errors.Is(err, fs.ErrNotExist):
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return status.Errorf(codes.NotFound, "%s does not exist in the sandbox", pe.Path)
+		}
+		return status.Error(codes.NotFound, "no such file in the sandbox")
+	case errors.Is(err, fs.ErrExist):
+		return status.Error(codes.AlreadyExists, err.Error())
+	}
+	s.log.ErrorContext(ctx, "sandbox call failed", "op", op, "error", err)
+	return status.Errorf(codes.Internal, "%s failed on the node; see its logs", op)
+}
+
+func (g *server) CreateSandbox(ctx context.Context, req *sandboxv1.CreateSandboxRequest) (*sandboxv1.CreateSandboxResponse, error) {
+	b, err := g.s.createSandbox(ctx, req.GetSessionId(), req.GetWorkspace())
+	if err != nil {
+		return nil, g.s.toStatus(ctx, "create sandbox", err)
+	}
+	return &sandboxv1.CreateSandboxResponse{Sandbox: b.proto()}, nil
+}
+
+func (g *server) GetSandbox(ctx context.Context, req *sandboxv1.GetSandboxRequest) (*sandboxv1.GetSandboxResponse, error) {
+	b, err := g.s.lookup(req.GetSessionId())
+	if err != nil {
+		return nil, g.s.toStatus(ctx, "get sandbox", err)
+	}
+	return &sandboxv1.GetSandboxResponse{Sandbox: b.proto()}, nil
+}
+
+func (g *server) ListSandboxes(ctx context.Context, _ *sandboxv1.ListSandboxesRequest) (*sandboxv1.ListSandboxesResponse, error) {
+	boxes := g.s.list()
+	sort.Slice(boxes, func(i, j int) bool { return boxes[i].id < boxes[j].id })
+	out := make([]*sandboxv1.Sandbox, 0, len(boxes))
+	for _, b := range boxes {
+		out = append(out, b.proto())
+	}
+	return &sandboxv1.ListSandboxesResponse{Sandboxes: out}, nil
+}
+
+func (g *server) DeleteSandbox(ctx context.Context, req *sandboxv1.DeleteSandboxRequest) (*sandboxv1.DeleteSandboxResponse, error) {
+	if err := g.s.deleteSandbox(ctx, req.GetSessionId()); err != nil {
+		return nil, g.s.toStatus(ctx, "delete sandbox", err)
+	}
+	return &sandboxv1.DeleteSandboxResponse{}, nil
+}
+
+func (g *server) Exec(req *sandboxv1.ExecRequest, stream grpc.ServerStreamingServer[sandboxv1.ExecResponse]) error {
+	ctx := stream.Context()
+	exit, err := g.s.exec(ctx, req, func(out *sandboxv1.ExecResponse) error { return stream.Send(out) })
+	if err != nil {
+		return g.s.toStatus(ctx, "exec", err)
+	}
+	return stream.Send(&sandboxv1.ExecResponse{Output: &sandboxv1.ExecResponse_Exit{Exit: exit}})
+}
+
+func (g *server) ReadFile(ctx context.Context, req *sandboxv1.ReadFileRequest) (*sandboxv1.ReadFileResponse, error) {
+	data, mode, err := g.s.readFile(req.GetSessionId(), req.GetPath())
+	if err != nil {
+		return nil, g.s.toStatus(ctx, "read file", err)
+	}
+	return &sandboxv1.ReadFileResponse{Content: data, Mode: uint32(mode)}, nil
+}
+
+func (g *server) WriteFile(ctx context.Context, req *sandboxv1.WriteFileRequest) (*sandboxv1.WriteFileResponse, error) {
+	if err := g.s.writeFile(req.GetSessionId(), req.GetPath(), req.GetContent(), fs.FileMode(req.GetMode())); err != nil {
+		return nil, g.s.toStatus(ctx, "write file", err)
+	}
+	return &sandboxv1.WriteFileResponse{}, nil
+}
+
+func (g *server) ListFiles(ctx context.Context, req *sandboxv1.ListFilesRequest) (*sandboxv1.ListFilesResponse, error) {
+	infos, err := g.s.listFiles(req.GetSessionId(), req.GetPath())
+	if err != nil {
+		return nil, g.s.toStatus(ctx, "list files", err)
+	}
+	out := make([]*sandboxv1.FileInfo, 0, len(infos))
+	for _, fi := range infos {
+		out = append(out, &sandboxv1.FileInfo{
+			Name:       fi.Name(),
+			Size:       fi.Size(),
+			Mode:       uint32(fi.Mode().Perm()),
+			IsDir:      fi.IsDir(),
+			ModifyTime: timestamppb.New(fi.ModTime().UTC().Truncate(time.Microsecond)),
+		})
+	}
+	return &sandboxv1.ListFilesResponse{Files: out}, nil
+}

@@ -1,0 +1,245 @@
+// Package sandbox is deskgrid's per-session filesystem and process
+// isolation on a node: an overlay per session over a read-only base or
+// workspace, commands run under bubblewrap, and a file API that cannot leave
+// the session's root.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/sandbox/jail"
+	"github.com/deskgrid/deskgrid/services/sandbox/overlay"
+)
+
+// Drivers accepted in Config.Driver.
+const (
+	DriverAuto   = "auto"
+	DriverKernel = "overlayfs"
+	DriverFUSE   = "fuse-overlayfs"
+)
+
+// Config configures a Service.
+type Config struct {
+	// Root holds the base, the sandboxes and the sandbox /etc files.
+	Root string
+	// BaseDir is the lower layer when a sandbox names no workspace; empty
+	// means <Root>/base, created with an empty home layout when missing.
+	BaseDir string
+	// WorkspaceRoots are the directories beneath which a workspace may lie.
+	// Empty means no workspace is accepted.
+	WorkspaceRoots []string
+	// Driver is "auto" (kernel overlayfs, falling back to fuse-overlayfs when
+	// the kernel refuses), "overlayfs" or "fuse-overlayfs".
+	Driver string
+	// FuseOverlayfsPath and BwrapPath name the helper programs.
+	FuseOverlayfsPath string
+	BwrapPath         string
+	// ExecTimeout is used when a request gives none; MaxExecTimeout bounds requests.
+	ExecTimeout    time.Duration
+	MaxExecTimeout time.Duration
+	// ExecChunkBytes bounds one streamed output message.
+	ExecChunkBytes int
+	// MaxFileBytes bounds ReadFile and WriteFile.
+	MaxFileBytes int64
+	// X11SocketDir is where the host's X servers put their sockets.
+	X11SocketDir string
+	// Etc lists the host /etc entries a sandbox sees; nil means jail.DefaultEtc.
+	Etc []string
+}
+
+// DefaultConfig returns the configuration used when nothing is set.
+func DefaultConfig() Config {
+	return Config{
+		Root:              "/var/lib/deskgrid/sandbox",
+		Driver:            DriverAuto,
+		FuseOverlayfsPath: "fuse-overlayfs",
+		BwrapPath:         "bwrap",
+		ExecTimeout:       60 * time.Second,
+		MaxExecTimeout:    time.Hour,
+		ExecChunkBytes:    32 << 10,
+		MaxFileBytes:      64 << 20,
+		X11SocketDir:      "/tmp/.X11-unix",
+	}
+}
+
+// Deps are what a Service uses from outside.
+type Deps struct {
+	Logger *slog.Logger
+	// DisplayLookup, when set and ok, gives the X display (":N") and the
+	// X authority file of a session; Exec then binds the display's socket and
+	// cookie into the sandbox and sets DISPLAY and XAUTHORITY.
+	DisplayLookup func(sessionID string) (xDisplay, xauthPath string, ok bool)
+	// Drivers, when set, replaces the drivers chosen by Config.Driver.
+	Drivers []overlay.Driver
+}
+
+// Service implements sandboxv1.SandboxServiceServer.
+type Service struct {
+	cfg     Config
+	log     *slog.Logger
+	drivers overlay.Chain
+	display func(string) (string, string, bool)
+	etcDir  string // synthetic passwd and group for sandboxes
+
+	mu     sync.Mutex
+	boxes  map[string]*box
+	closed bool
+}
+
+// New prepares the directories under cfg.Root. It does not touch sandboxes
+// left by a previous process: call Reconcile for that.
+func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
+	def := DefaultConfig()
+	if cfg.Root == "" {
+		cfg.Root = def.Root
+	}
+	if cfg.Driver == "" {
+		cfg.Driver = def.Driver
+	}
+	if cfg.FuseOverlayfsPath == "" {
+		cfg.FuseOverlayfsPath = def.FuseOverlayfsPath
+	}
+	if cfg.BwrapPath == "" {
+		cfg.BwrapPath = def.BwrapPath
+	}
+	if cfg.ExecTimeout <= 0 {
+		cfg.ExecTimeout = def.ExecTimeout
+	}
+	if cfg.MaxExecTimeout <= 0 {
+		cfg.MaxExecTimeout = def.MaxExecTimeout
+	}
+	if cfg.ExecChunkBytes <= 0 {
+		cfg.ExecChunkBytes = def.ExecChunkBytes
+	}
+	if cfg.MaxFileBytes <= 0 {
+		cfg.MaxFileBytes = def.MaxFileBytes
+	}
+	if cfg.X11SocketDir == "" {
+		cfg.X11SocketDir = def.X11SocketDir
+	}
+	root, err := filepath.Abs(cfg.Root)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox root: %w", err)
+	}
+	cfg.Root = root
+	if cfg.BaseDir == "" {
+		cfg.BaseDir = filepath.Join(cfg.Root, "base")
+		if err := makeBase(cfg.BaseDir); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.BaseDir, err = filepath.EvalSymlinks(cfg.BaseDir); err != nil {
+		return nil, fmt.Errorf("base dir: %w", err)
+	}
+	for _, p := range []string{cfg.Root, cfg.BaseDir} {
+		if err := overlay.CheckPath(p); err != nil {
+			return nil, fmt.Errorf("sandbox config: %w", err)
+		}
+	}
+	roots := make([]string, 0, len(cfg.WorkspaceRoots))
+	for _, w := range cfg.WorkspaceRoots {
+		r, err := filepath.EvalSymlinks(w)
+		if err != nil {
+			return nil, fmt.Errorf("workspace root %s: %w", w, err)
+		}
+		roots = append(roots, r)
+	}
+	cfg.WorkspaceRoots = roots
+
+	log := deps.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Service{
+		cfg:     cfg,
+		log:     log.With("service", "sandbox"),
+		display: deps.DisplayLookup,
+		etcDir:  filepath.Join(cfg.Root, "etc"),
+		boxes:   map[string]*box{},
+	}
+	switch {
+	case len(deps.Drivers) > 0:
+		s.drivers = overlay.Chain(deps.Drivers)
+	case cfg.Driver == DriverAuto:
+		s.drivers = overlay.Chain{overlay.Kernel{}, overlay.FUSE{Binary: cfg.FuseOverlayfsPath}}
+	case cfg.Driver == DriverKernel:
+		s.drivers = overlay.Chain{overlay.Kernel{}}
+	case cfg.Driver == DriverFUSE:
+		s.drivers = overlay.Chain{overlay.FUSE{Binary: cfg.FuseOverlayfsPath}}
+	default:
+		return nil, fmt.Errorf("unknown overlay driver %q: want %q, %q or %q", cfg.Driver, DriverAuto, DriverKernel, DriverFUSE)
+	}
+	if err := os.MkdirAll(s.sandboxesDir(), 0o700); err != nil {
+		return nil, fmt.Errorf("sandbox dir: %w", err)
+	}
+	if err := writeEtc(s.etcDir); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// makeBase creates the default lower layer: an empty home.
+func makeBase(dir string) error {
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	for _, d := range []string{".config", ".cache", ".local/share", "Desktop"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return fmt.Errorf("base dir: %w", err)
+		}
+	}
+	return nil
+}
+
+// writeEtc writes the accounts a sandbox sees instead of the host's.
+func writeEtc(dir string) error {
+	files := map[string]string{
+		"passwd": fmt.Sprintf("root:x:0:0:root:/root:/bin/sh\nuser:x:%d:%d:user:%s:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", jail.UID, jail.GID, jail.Home),
+		"group":  fmt.Sprintf("root:x:0:\nuser:x:%d:\nnogroup:x:65534:\n", jail.GID),
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("sandbox etc: %w", err)
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			return fmt.Errorf("sandbox etc: %w", err)
+		}
+	}
+	return nil
+}
+
+func (s *Service) sandboxesDir() string { return filepath.Join(s.cfg.Root, "sandboxes") }
+
+// Register registers the SandboxService.
+func (s *Service) Register(r grpc.ServiceRegistrar) {
+	sandboxv1.RegisterSandboxServiceServer(r, &server{s: s})
+}
+
+// Close deletes every sandbox this Service holds (created or adopted by
+// Reconcile) and refuses new ones.
+func (s *Service) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	ids := make([]string, 0, len(s.boxes))
+	for id := range s.boxes {
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, id := range ids {
+		if err := s.deleteSandbox(ctx, id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
