@@ -194,15 +194,14 @@ func (s *setup) natsConn(ctx context.Context, embedded bool) (*nats.Conn, jetstr
 	return nc, js, nil
 }
 
-// grpcServer starts listening at once, so a port conflict is reported before
-// any service is built, and serves once start is called.
+// grpcServer listens at once, so a port conflict is reported before any
+// service is built; serveGRPC starts serving once services are registered.
 func (s *setup) grpcServer() (*grpcserver.Server, net.Listener, error) {
 	lis, err := net.Listen("tcp", s.cfg.GRPCAddr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("gRPC listen: %w", err)
 	}
 	srv := grpcserver.New(grpcserver.Options{Logger: s.logger})
-	s.closers.add("gRPC server", func(ctx context.Context) error { srv.Stop(ctx); return nil })
 	return srv, lis, nil
 }
 
@@ -234,4 +233,16 @@ func parseServerFlags(name string, args []string, stderr io.Writer) (*serverConf
 		return nil, nil, err
 	}
 	return cfg, fs.Args(), nil
+}
+
+// serveGRPC serves srv on lis and marks it ready. Its closer drains calls
+// before the services registered earlier are closed.
+func (s *setup) serveGRPC(srv *grpcserver.Server, lis net.Listener) {
+	go func() {
+		if err := srv.Serve(lis); err != nil {
+			s.logger.Error("gRPC server", "err", err)
+		}
+	}()
+	s.closers.add("gRPC server", func(ctx context.Context) error { srv.Stop(ctx); return nil })
+	srv.SetServing("")
 }

@@ -1,0 +1,417 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/png"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The end-to-end tests build bin/deskgrid, run `deskgrid up` on free ports in
+// its own data and runtime directories, and drive the REST API as a user would.
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+func deskgridBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "deskgrid-e2e-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "deskgrid")
+		args := []string{"build", "-o", binPath}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+type upProcess struct {
+	t       testing.TB
+	cmd     *exec.Cmd
+	httpURL string
+	grpc    string
+	dataDir string
+	runDir  string
+	logs    *syncBuffer
+	done    chan error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startUp runs `deskgrid up` and waits for /readyz.
+func startUp(t testing.TB, dataDir, runDir string) *upProcess {
+	t.Helper()
+	p := &upProcess{t: t, dataDir: dataDir, runDir: runDir, logs: &syncBuffer{}, done: make(chan error, 1)}
+	httpAddr, grpcAddr := freeAddr(t), freeAddr(t)
+	p.httpURL, p.grpc = "http://"+httpAddr, grpcAddr
+	p.cmd = exec.Command(deskgridBinary(t), "up",
+		"-http-addr", httpAddr, "-grpc-addr", grpcAddr,
+		"-node-addr", grpcAddr, "-session-addr", grpcAddr, "-agent-addr", grpcAddr, "-history-addr", grpcAddr,
+		"-data-dir", dataDir, "-runtime-dir", runDir, "-log-level", "debug")
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() { p.stop() })
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(p.httpURL + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p
+			}
+		}
+		select {
+		case err := <-p.done:
+			p.done <- err
+			t.Fatalf("deskgrid up exited before it was ready: %v\n%s", err, p.logs)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("deskgrid up not ready in time\n%s", p.logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop interrupts the process as Ctrl-C would and waits for it.
+func (p *upProcess) stop() {
+	if p.cmd.ProcessState != nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case err := <-p.done:
+		if err != nil {
+			p.t.Errorf("deskgrid up exited with %v after interrupt\n%s", err, p.logs)
+		}
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		p.t.Errorf("deskgrid up did not stop after interrupt\n%s", p.logs)
+	}
+}
+
+func (p *upProcess) kill9() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+func (p *upProcess) do(method, path, body string) (int, []byte, http.Header) {
+	p.t.Helper()
+	req, err := http.NewRequest(method, p.httpURL+path, strings.NewReader(body))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		p.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return resp.StatusCode, b, resp.Header
+}
+
+type sessionJSON struct {
+	ID          string `json:"id"`
+	State       string `json:"state"`
+	StateReason string `json:"stateReason"`
+	XDisplay    string `json:"xDisplay"`
+	Display     struct {
+		Width  int `json:"width"`
+		Height int `json:"height"`
+	} `json:"display"`
+}
+
+func (p *upProcess) createSession(width, height int) sessionJSON {
+	p.t.Helper()
+	code, body, _ := p.do("POST", "/v1/sessions", fmt.Sprintf(`{"display":{"width":%d,"height":%d}}`, width, height))
+	if code != http.StatusOK {
+		p.t.Fatalf("create: %d %s\n%s", code, body, p.logs)
+	}
+	var s sessionJSON
+	if err := json.Unmarshal(body, &s); err != nil {
+		p.t.Fatalf("create response %s: %v", body, err)
+	}
+	if s.State != "SESSION_STATE_RUNNING" || s.ID == "" || s.XDisplay == "" {
+		p.t.Fatalf("created session %s", body)
+	}
+	return s
+}
+
+func (p *upProcess) screenshot(id string) image.Image {
+	p.t.Helper()
+	code, body, h := p.do("GET", "/v1/sessions/"+id+"/screenshot", "")
+	if code != http.StatusOK {
+		p.t.Fatalf("screenshot: %d %s", code, body)
+	}
+	if ct := h.Get("Content-Type"); ct != "image/png" {
+		p.t.Fatalf("screenshot content type %q", ct)
+	}
+	img, err := png.Decode(bytes.NewReader(body))
+	if err != nil {
+		p.t.Fatalf("screenshot is not a PNG: %v", err)
+	}
+	return img
+}
+
+// xServersUsing lists X server processes whose arguments name a path under
+// dir (the session's X authority file lives in the runtime dir).
+func xServersUsing(t testing.TB, dir string) []string {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var out []string
+	for _, f := range procs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if len(args) == 0 || !strings.HasPrefix(filepath.Base(args[0]), "X") {
+			continue
+		}
+		for _, a := range args[1:] {
+			if strings.HasPrefix(a, dir) {
+				out = append(out, f)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func socketFor(display string) string { return "/tmp/.X11-unix/X" + strings.TrimPrefix(display, ":") }
+
+func overlayMountsUnder(t testing.TB, dir string) []string {
+	t.Helper()
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && strings.HasPrefix(fields[4], dir) {
+			out = append(out, fields[4])
+		}
+	}
+	return out
+}
+
+func TestEndToEndSessionLifecycle(t *testing.T) {
+	dataDir, runDir := t.TempDir(), t.TempDir()
+	p := startUp(t, dataDir, runDir)
+
+	a := p.createSession(1280, 800)
+	b := p.createSession(640, 480)
+	if a.XDisplay == b.XDisplay {
+		t.Fatalf("two sessions share display %s", a.XDisplay)
+	}
+	if img := p.screenshot(a.ID); img.Bounds().Dx() != 1280 || img.Bounds().Dy() != 800 {
+		t.Fatalf("session a screenshot is %v", img.Bounds())
+	}
+	if img := p.screenshot(b.ID); img.Bounds().Dx() != 640 || img.Bounds().Dy() != 480 {
+		t.Fatalf("session b screenshot is %v", img.Bounds())
+	}
+	for _, s := range []sessionJSON{a, b} {
+		if _, err := os.Stat(socketFor(s.XDisplay)); err != nil {
+			t.Fatalf("no X socket for %s: %v", s.XDisplay, err)
+		}
+	}
+
+	// Get and list see both.
+	code, body, _ := p.do("GET", "/v1/sessions/"+a.ID, "")
+	if code != 200 || !strings.Contains(string(body), a.ID) {
+		t.Fatalf("get: %d %s", code, body)
+	}
+	code, body, _ = p.do("GET", "/v1/sessions?page_size=1", "")
+	var page struct {
+		Sessions      []sessionJSON `json:"sessions"`
+		NextPageToken string        `json:"nextPageToken"`
+	}
+	if err := json.Unmarshal(body, &page); err != nil || code != 200 || len(page.Sessions) != 1 || page.NextPageToken == "" {
+		t.Fatalf("list page 1: %d %s", code, body)
+	}
+	code, body, _ = p.do("GET", "/v1/sessions?page_size=1&page_token="+page.NextPageToken, "")
+	var page2 struct {
+		Sessions []sessionJSON `json:"sessions"`
+	}
+	if err := json.Unmarshal(body, &page2); err != nil || code != 200 || len(page2.Sessions) != 1 || page2.Sessions[0].ID == page.Sessions[0].ID {
+		t.Fatalf("list page 2: %d %s", code, body)
+	}
+
+	// Delete removes the X server and its socket.
+	code, body, _ = p.do("DELETE", "/v1/sessions/"+a.ID, "")
+	if code != 200 || !strings.Contains(string(body), "SESSION_STATE_STOPPED") {
+		t.Fatalf("delete: %d %s", code, body)
+	}
+	if _, err := os.Stat(socketFor(a.XDisplay)); !os.IsNotExist(err) {
+		t.Fatalf("X socket of a deleted session still there: %v", err)
+	}
+	if code, body, _ := p.do("GET", "/v1/sessions/"+a.ID+"/screenshot", ""); code != http.StatusNotFound {
+		t.Fatalf("screenshot of a deleted session: %d %s", code, body)
+	}
+	// A second delete returns the stopped session again.
+	if code, _, _ := p.do("DELETE", "/v1/sessions/"+a.ID, ""); code != 200 {
+		t.Fatalf("second delete: %d", code)
+	}
+
+	// The history service recorded the life of the session.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, body, _ = p.do("GET", "/v1/sessions/"+a.ID+"/history", "")
+		if code == 200 && strings.Count(string(body), "session.state_changed.v1") >= 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("history of %s: %d %s", a.ID, code, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// Ctrl-C stops b and leaves nothing behind.
+	p.stop()
+	if _, err := os.Stat(socketFor(b.XDisplay)); !os.IsNotExist(err) {
+		t.Fatalf("X socket left after shutdown: %v", err)
+	}
+	if x := xServersUsing(t, runDir); len(x) != 0 {
+		t.Fatalf("X servers left running after shutdown: %v", x)
+	}
+	if m := overlayMountsUnder(t, dataDir); len(m) != 0 {
+		t.Fatalf("mounts left after shutdown: %v", m)
+	}
+}
+
+func TestEndToEndBadRequests(t *testing.T) {
+	p := startUp(t, t.TempDir(), t.TempDir())
+	tests := []struct {
+		name, method, path, body string
+		want                     int
+	}{
+		{"width zero", "POST", "/v1/sessions", `{"display":{"width":0,"height":800}}`, 400},
+		{"width huge", "POST", "/v1/sessions", `{"display":{"width":100000,"height":800}}`, 400},
+		{"unknown field", "POST", "/v1/sessions", `{"display":{"width":800,"height":600},"colour":"blue"}`, 400},
+		{"malformed json", "POST", "/v1/sessions", `{"display":`, 400},
+		{"wrong type", "POST", "/v1/sessions", `{"display":{"width":"wide"}}`, 400},
+		{"unknown session", "GET", "/v1/sessions/s-aaaaaaaaaaaaaaaaaaaa", "", 404},
+		{"unknown session screenshot", "GET", "/v1/sessions/s-aaaaaaaaaaaaaaaaaaaa/screenshot", "", 404},
+		{"unknown session delete", "DELETE", "/v1/sessions/s-aaaaaaaaaaaaaaaaaaaa", "", 404},
+		{"bad page size", "GET", "/v1/sessions?page_size=5000", "", 400},
+		{"bad page token", "GET", "/v1/sessions?page_token=garbage", "", 400},
+		{"no such path", "GET", "/v1/nothing", "", 404},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, body, h := p.do(tt.method, tt.path, tt.body)
+			if code != tt.want {
+				t.Fatalf("%s %s: %d %s, want %d", tt.method, tt.path, code, body, tt.want)
+			}
+			if !strings.HasPrefix(h.Get("Content-Type"), "application/json") {
+				t.Fatalf("error content type %q", h.Get("Content-Type"))
+			}
+			var e struct {
+				Message string `json:"message"`
+			}
+			if err := json.Unmarshal(body, &e); err != nil || e.Message == "" {
+				t.Fatalf("error body %s is not a JSON error with a message", body)
+			}
+		})
+	}
+	// None of them created anything.
+	code, body, _ := p.do("GET", "/v1/sessions", "")
+	if code != 200 || strings.Contains(string(body), `"id"`) {
+		t.Fatalf("bad requests left sessions behind: %s", body)
+	}
+}
+
+func TestEndToEndRecoversAfterKill9(t *testing.T) {
+	dataDir, runDir := t.TempDir(), t.TempDir()
+	p := startUp(t, dataDir, runDir)
+	s := p.createSession(800, 600)
+	p.kill9()
+
+	// What the killed process left behind may still be there; a new start finds and removes it.
+	p2 := startUp(t, dataDir, runDir)
+	if _, err := os.Stat(socketFor(s.XDisplay)); !os.IsNotExist(err) {
+		t.Fatalf("X socket of the killed process's session still there after restart: %v", err)
+	}
+	if x := xServersUsing(t, runDir); len(x) != 0 {
+		t.Fatalf("X servers of the killed process still running after restart: %v", x)
+	}
+	if m := overlayMountsUnder(t, dataDir); len(m) != 0 {
+		t.Fatalf("mounts left after restart: %v", m)
+	}
+	code, body, _ := p2.do("GET", "/v1/sessions/"+s.ID, "")
+	var got sessionJSON
+	if err := json.Unmarshal(body, &got); err != nil || code != 200 {
+		t.Fatalf("get after restart: %d %s", code, body)
+	}
+	if got.State != "SESSION_STATE_LOST" && got.State != "SESSION_STATE_STOPPED" {
+		t.Fatalf("session of the killed process is %s, want LOST or STOPPED", got.State)
+	}
+	// New sessions work after the restart.
+	n := p2.createSession(640, 480)
+	p2.screenshot(n.ID)
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
+	"github.com/deskgrid/deskgrid/services/session/state"
+)
+
+// runUp runs every service in this process: embedded NATS, SQLite, one node.
+// The services still talk to each other over gRPC, as they do in a cluster.
+func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+	cfg, rest, err := parseServerFlags("up", args, stderr)
+	if err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		return usageError("up: unexpected arguments %q", rest)
+	}
+	for _, d := range []string{cfg.DataDir, cfg.RuntimeDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	s, err := newSetup(ctx, "up", cfg, stderr)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if serr := s.shutdown(); serr != nil && err == nil {
+			err = serr
+		}
+	}()
+
+	nc, js, err := s.natsConn(ctx, true)
+	if err != nil {
+		return err
+	}
+	srv, lis, err := s.grpcServer()
+	if err != nil {
+		return err
+	}
+	if _, err := s.addNode(ctx, srv, true, true); err != nil {
+		return err
+	}
+	sess, err := s.addSession(ctx, srv, nc, js, true)
+	if err != nil {
+		return err
+	}
+	if err := s.addHistory(ctx, srv, js); err != nil {
+		return err
+	}
+	if err := s.addAgent(ctx, srv); err != nil {
+		return err
+	}
+	s.serveGRPC(srv, lis)
+	// Before the gRPC server drains, stop every session this process runs so
+	// the records say STOPPED and the node frees everything.
+	s.closers.add("sessions", func(ctx context.Context) error { return stopAllSessions(ctx, sess) })
+	httpAddr, err := s.startGateway(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "deskgrid is up\n  REST     http://%s   (OpenAPI at /openapi.json)\n  gRPC     %s\n  data     %s\nCtrl-C stops it and every session.\n", httpAddr, lis.Addr(), cfg.DataDir)
+	s.logger.Info("deskgrid is up", "http", httpAddr, "grpc", lis.Addr().String(), "data", cfg.DataDir)
+
+	<-ctx.Done()
+	s.logger.Info("shutting down")
+	return nil
+}
+
+// stopAllSessions deletes every session that is not finished.
+func stopAllSessions(ctx context.Context, svc sessionv1.SessionServiceServer) error {
+	var live []string
+	req := &sessionv1.ListSessionsRequest{PageSize: 1000}
+	for {
+		resp, err := svc.ListSessions(ctx, req)
+		if err != nil {
+			return err
+		}
+		for _, ss := range resp.GetSessions() {
+			if !state.IsTerminal(ss.GetState()) {
+				live = append(live, ss.GetId())
+			}
+		}
+		if resp.GetNextPageToken() == "" {
+			break
+		}
+		req.PageToken = resp.GetNextPageToken()
+	}
+	var firstErr error
+	for _, id := range live {
+		if _, err := svc.DeleteSession(ctx, &sessionv1.DeleteSessionRequest{SessionId: id}); err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("stop session %s: %w", id, err)
+		}
+	}
+	return firstErr
+}
