@@ -83,20 +83,23 @@ func (s *Service) Screenshot(ctx context.Context, req *displayv1.ScreenshotReque
 }
 
 func (s *Service) screenshot(d *display, rect capture.Rect, format capture.Format, quality int) (*displayv1.ScreenshotResponse, error) {
-	img, err := capture.Grab(d.conn, d.screen, rect)
+	f, err := capture.Grab(d.conn, d.screen, rect)
 	if err != nil {
 		return nil, err
 	}
-	data, err := s.encoder.Encode(img, format, quality)
+	return s.encode(f, format, quality)
+}
+
+func (s *Service) encode(f *capture.Frame, format capture.Format, quality int) (*displayv1.ScreenshotResponse, error) {
+	data, err := s.encoder.Encode(f, format, quality)
 	if err != nil {
 		return nil, err
 	}
-	b := img.Bounds()
 	return &displayv1.ScreenshotResponse{
 		ContentType: format.ContentType(),
 		Data:        data,
-		Width:       int32(b.Dx()),
-		Height:      int32(b.Dy()),
+		Width:       int32(f.Width()),
+		Height:      int32(f.Height()),
 	}, nil
 }
 

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"image"
 	"image/jpeg"
-	"image/png"
-	"sync"
 
 	"github.com/jezek/xgb"
 	"github.com/jezek/xgb/xproto"
@@ -83,9 +81,24 @@ func ScreenOf(c *xgb.Conn) (Screen, error) {
 // Rect is a region of the screen.
 type Rect struct{ X, Y, Width, Height int }
 
-// Grab reads rect of the screen (the whole screen when rect is empty) into an
-// RGBA image.
-func Grab(c *xgb.Conn, s Screen, rect Rect) (*image.RGBA, error) {
+// Frame is a grab of a screen region in the server's pixel format.
+type Frame struct {
+	data   []byte
+	screen Screen
+	width  int
+	height int
+	rgba   *image.RGBA
+}
+
+// Width and Height are the frame's size in pixels.
+func (f *Frame) Width() int  { return f.width }
+func (f *Frame) Height() int { return f.height }
+
+// Data is the frame's pixels as the server sent them, for comparing frames.
+func (f *Frame) Data() []byte { return f.data }
+
+// Grab reads rect of the screen (the whole screen when rect is empty).
+func Grab(c *xgb.Conn, s Screen, rect Rect) (*Frame, error) {
 	if rect.Width == 0 && rect.Height == 0 {
 		rect = Rect{Width: s.Width, Height: s.Height}
 	}
@@ -94,26 +107,41 @@ func Grab(c *xgb.Conn, s Screen, rect Rect) (*image.RGBA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("GetImage: %w", err)
 	}
-	return toRGBA(reply.Data, s, rect.Width, rect.Height)
+	f := &Frame{data: reply.Data, screen: s, width: rect.Width, height: rect.Height}
+	if f.bgrx() && len(f.data) < f.width*f.height*4 {
+		return nil, fmt.Errorf("GetImage returned %d bytes, want %d", len(f.data), f.width*f.height*4)
+	}
+	return f, nil
 }
 
-func toRGBA(data []byte, s Screen, w, h int) (*image.RGBA, error) {
-	switch {
-	case s.BitsPerPixel == 32 && s.LSBFirst && s.RedMask == 0xff0000 && s.GreenMask == 0xff00 && s.BlueMask == 0xff:
-		if len(data) < w*h*4 {
-			return nil, fmt.Errorf("GetImage returned %d bytes, want %d", len(data), w*h*4)
-		}
-		// BGRX to RGBA in place: the reply buffer is ours, so no copy.
-		pix := data[:w*h*4]
-		for i := 0; i+3 < len(pix); i += 4 {
-			pix[i], pix[i+2], pix[i+3] = pix[i+2], pix[i], 0xff
-		}
-		return &image.RGBA{Pix: pix, Stride: w * 4, Rect: image.Rect(0, 0, w, h)}, nil
-	case s.BitsPerPixel == 16 || s.BitsPerPixel == 32:
-		return convertMasked(data, s, w, h)
-	default:
-		return nil, fmt.Errorf("unsupported pixel format: %d bits per pixel", s.BitsPerPixel)
+// bgrx reports whether the frame is 32-bit little-endian xRGB, the layout of
+// every 24-bit X server on x86 and ARM, which has fast paths.
+func (f *Frame) bgrx() bool {
+	s := f.screen
+	return s.BitsPerPixel == 32 && s.LSBFirst && s.RedMask == 0xff0000 && s.GreenMask == 0xff00 && s.BlueMask == 0xff
+}
+
+// RGBA converts the frame to an image.
+func (f *Frame) RGBA() (*image.RGBA, error) {
+	if f.rgba != nil {
+		return f.rgba, nil
 	}
+	w, h, s := f.width, f.height, f.screen
+	var err error
+	switch {
+	case f.bgrx():
+		pix := make([]byte, w*h*4)
+		src := f.data[:w*h*4]
+		for i := 0; i+3 < len(pix); i += 4 {
+			pix[i], pix[i+1], pix[i+2], pix[i+3] = src[i+2], src[i+1], src[i], 0xff
+		}
+		f.rgba = &image.RGBA{Pix: pix, Stride: w * 4, Rect: image.Rect(0, 0, w, h)}
+	case s.BitsPerPixel == 16 || s.BitsPerPixel == 32:
+		f.rgba, err = convertMasked(f.data, s, w, h)
+	default:
+		err = fmt.Errorf("unsupported pixel format: %d bits per pixel", s.BitsPerPixel)
+	}
+	return f.rgba, err
 }
 
 // convertMasked handles any true-colour layout by its channel masks.
@@ -185,45 +213,46 @@ func scale(v uint32, width uint) byte {
 	}
 }
 
-// Encoder encodes images; it is safe for concurrent use and reuses the PNG
-// encoder's buffers between calls.
+// Encoder encodes frames; it is safe for concurrent use and reuses its
+// compression state between calls.
 type Encoder struct {
-	png png.Encoder
+	png pngWriter
 }
 
-// NewEncoder returns an Encoder tuned for speed: screenshots are taken in a
-// loop and compress well even at the fastest level.
-func NewEncoder() *Encoder {
-	return &Encoder{png: png.Encoder{CompressionLevel: png.BestSpeed, BufferPool: &bufferPool{}}}
-}
+// NewEncoder returns an Encoder.
+func NewEncoder() *Encoder { return &Encoder{} }
 
-// Encode writes img in format f. quality applies to JPEG; 0 means the default.
-func (e *Encoder) Encode(img image.Image, f Format, quality int) ([]byte, error) {
+// Encode writes f in format ft. quality applies to JPEG; 0 means the default.
+func (e *Encoder) Encode(f *Frame, ft Format, quality int) ([]byte, error) {
 	var buf bytes.Buffer
-	b := img.Bounds()
-	switch f {
-	case JPEG:
+	if ft == JPEG {
+		img, err := f.RGBA()
+		if err != nil {
+			return nil, err
+		}
 		if quality <= 0 {
 			quality = DefaultJPEGQuality
 		}
-		buf.Grow(b.Dx() * b.Dy() / 8)
+		buf.Grow(f.width * f.height / 8)
 		if err := jpeg.Encode(&buf, img, &jpeg.Options{Quality: quality}); err != nil {
 			return nil, fmt.Errorf("encode JPEG: %w", err)
 		}
-	default:
-		buf.Grow(b.Dx() * b.Dy() / 16)
-		if err := e.png.Encode(&buf, img); err != nil {
-			return nil, fmt.Errorf("encode PNG: %w", err)
+		return buf.Bytes(), nil
+	}
+	var row func(y int, dst []byte)
+	if f.bgrx() {
+		stride := f.width * 4
+		row = func(y int, dst []byte) { subRowBGRX(dst, f.data[y*stride:(y+1)*stride]) }
+	} else {
+		img, err := f.RGBA()
+		if err != nil {
+			return nil, err
 		}
+		row = func(y int, dst []byte) { subRowRGBA(dst, img.Pix[y*img.Stride:y*img.Stride+f.width*4]) }
+	}
+	buf.Grow(f.width * f.height / 32)
+	if err := e.png.write(&buf, f.width, f.height, row); err != nil {
+		return nil, fmt.Errorf("encode PNG: %w", err)
 	}
 	return buf.Bytes(), nil
 }
-
-type bufferPool struct{ p sync.Pool }
-
-func (p *bufferPool) Get() *png.EncoderBuffer {
-	b, _ := p.p.Get().(*png.EncoderBuffer)
-	return b
-}
-
-func (p *bufferPool) Put(b *png.EncoderBuffer) { p.p.Put(b) }
