@@ -114,4 +114,3 @@ func BenchmarkEncodePNG1280x800(b *testing.B) {
 		}
 	}
 }
-
