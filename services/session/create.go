@@ -1,0 +1,238 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
+	"github.com/deskgrid/deskgrid/services/session/placement"
+	"github.com/deskgrid/deskgrid/services/session/state"
+	"github.com/deskgrid/deskgrid/services/session/store"
+)
+
+// CreateSession records a session, places it, asks the node for a sandbox
+// and a display, and returns once the display answers a screenshot.
+func (s *Service) CreateSession(ctx context.Context, req *sessionv1.CreateSessionRequest) (*sessionv1.CreateSessionResponse, error) {
+	sess, err := s.create(ctx, req)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &sessionv1.CreateSessionResponse{Session: sess}, nil
+}
+
+func (s *Service) create(ctx context.Context, req *sessionv1.CreateSessionRequest) (*sessionv1.Session, error) {
+	// Everything is checked before anything is written.
+	sp, err := s.validateCreate(req)
+	if err != nil {
+		return nil, err
+	}
+	tenant := s.tenant(ctx)
+	rid := req.GetRequestId()
+	if rid != "" {
+		prev, err := s.store.FindByRequestID(ctx, tenant, rid)
+		if err == nil {
+			return prev, nil
+		}
+		if !errors.Is(err, store.ErrNotFound) {
+			return nil, err
+		}
+	}
+
+	now := s.now()
+	sess := &sessionv1.Session{
+		Id:             newID(),
+		Tenant:         tenant,
+		State:          state.Pending,
+		Display:        sp.display,
+		Limits:         sp.limits,
+		Labels:         maps.Clone(req.GetLabels()),
+		NodeSelector:   maps.Clone(req.GetNodeSelector()),
+		Autostart:      slices.Clone(req.GetAutostart()),
+		Workspace:      req.GetWorkspace(),
+		Ttl:            durationpb.New(sp.ttl),
+		IdleTimeout:    durationpb.New(sp.idleTimeout),
+		CreateTime:     timestamppb.New(now),
+		UpdateTime:     timestamppb.New(now),
+		ExpireTime:     timestamppb.New(now.Add(sp.ttl)),
+		LastActiveTime: timestamppb.New(now),
+		Generation:     1,
+	}
+	if err := s.store.Create(ctx, sess, rid); err != nil {
+		if rid != "" && errors.Is(err, store.ErrAlreadyExists) {
+			// A concurrent retry with the same request id won the race.
+			return s.store.FindByRequestID(ctx, tenant, rid)
+		}
+		return nil, err
+	}
+	s.publish(ctx, sessionv1.SessionState_SESSION_STATE_UNSPECIFIED, sess)
+	log := s.log.With("session", sess.GetId())
+	log.InfoContext(ctx, "creating session", "tenant", tenant)
+
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.CreateTimeout)
+	defer cancel()
+	out, err := s.start(cctx, sess)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			err = fmt.Errorf("session %s did not start within %s: %w", sess.GetId(), s.cfg.CreateTimeout, err)
+		} else {
+			err = fmt.Errorf("session %s failed to start: %w", sess.GetId(), err)
+		}
+		log.WarnContext(ctx, "session failed to start", "err", err)
+		return nil, err
+	}
+	log.InfoContext(ctx, "session running", "node", out.GetNodeId(), "x_display", out.GetXDisplay())
+	return out, nil
+}
+
+// start takes a PENDING session to RUNNING. On failure it removes whatever
+// it made on the node, releases the placement and leaves the session FAILED
+// (unless another call, such as a delete, took it over).
+func (s *Service) start(ctx context.Context, sess *sessionv1.Session) (*sessionv1.Session, error) {
+	node, err := s.placer.Place(ctx, placement.Request{
+		SessionID:    sess.GetId(),
+		Tenant:       sess.GetTenant(),
+		NodeSelector: sess.GetNodeSelector(),
+		Resources: placement.Resources{
+			MemoryBytes: sess.GetLimits().GetMemoryBytes(),
+			CPUMillis:   sess.GetLimits().GetCpuMillis(),
+			DiskBytes:   sess.GetLimits().GetDiskBytes(),
+		},
+	})
+	if err != nil {
+		err = fmt.Errorf("placement: %w", err)
+		s.abandon(ctx, sess, "", false, err)
+		return nil, err
+	}
+	cur, err := s.advance(ctx, sess, state.Starting, "", func(n *sessionv1.Session) { n.NodeId = node.ID })
+	if err != nil {
+		s.releaseQuietly(ctx, node.ID, sess.GetId())
+		return nil, s.lostRace(ctx, sess.GetId(), err)
+	}
+
+	made := false // whether anything may exist on the node
+	fail := func(err error) (*sessionv1.Session, error) {
+		s.abandon(ctx, cur, node.ID, made, err)
+		return nil, err
+	}
+
+	sandboxes, err := s.nodes.Sandbox(node.ID)
+	if err != nil {
+		return fail(&nodeError{Node: node.ID, Op: "reach sandbox service", Err: err})
+	}
+	displays, err := s.nodes.Display(node.ID)
+	if err != nil {
+		return fail(&nodeError{Node: node.ID, Op: "reach display service", Err: err})
+	}
+	made = true // a call that fails on our side may still have succeeded there
+	lim := cur.GetLimits()
+	if _, err := sandboxes.CreateSandbox(ctx, &sandboxv1.CreateSandboxRequest{
+		SessionId:   cur.GetId(),
+		Workspace:   cur.GetWorkspace(),
+		MemoryBytes: lim.GetMemoryBytes(),
+		CpuMillis:   lim.GetCpuMillis(),
+		Pids:        lim.GetPids(),
+		DiskBytes:   lim.GetDiskBytes(),
+	}); err != nil {
+		return fail(&nodeError{Node: node.ID, Op: "create sandbox", Err: err})
+	}
+	d := cur.GetDisplay()
+	created, err := displays.CreateDisplay(ctx, &displayv1.CreateDisplayRequest{
+		SessionId: cur.GetId(),
+		Width:     d.GetWidth(),
+		Height:    d.GetHeight(),
+		Depth:     d.GetDepth(),
+		Dpi:       d.GetDpi(),
+	})
+	if err != nil {
+		return fail(&nodeError{Node: node.ID, Op: "create display", Err: err})
+	}
+	// The desktop is up when it answers; one pixel is enough to know.
+	if _, err := displays.Screenshot(ctx, &displayv1.ScreenshotRequest{
+		SessionId: cur.GetId(),
+		Format:    displayv1.ImageFormat_IMAGE_FORMAT_PNG,
+		Region:    &displayv1.Rect{Width: 1, Height: 1},
+	}); err != nil {
+		return fail(&nodeError{Node: node.ID, Op: "first screenshot", Err: err})
+	}
+	xd := created.GetDisplay().GetXDisplay()
+	running, err := s.advance(ctx, cur, state.Running, "", func(n *sessionv1.Session) {
+		n.XDisplay = xd
+		n.LastActiveTime = timestamppb.New(s.now())
+	})
+	if err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			// Deleted while starting: the delete owns the record, this call
+			// only takes back what it made.
+			s.undo(ctx, cur.GetId(), node.ID)
+			s.releaseQuietly(ctx, node.ID, cur.GetId())
+			return nil, s.lostRace(ctx, cur.GetId(), err)
+		}
+		return fail(err)
+	}
+	return running, nil
+}
+
+// lostRace explains a conflict during create: someone else changed the session.
+func (s *Service) lostRace(ctx context.Context, id string, err error) error {
+	if !errors.Is(err, store.ErrConflict) {
+		return err
+	}
+	cur, gerr := s.store.Get(context.WithoutCancel(ctx), id)
+	if gerr != nil {
+		return fmt.Errorf("%w: %w", errAborted, err)
+	}
+	return fmt.Errorf("%w: it is now %s (%s)", errAborted, state.Name(cur.GetState()), cur.GetStateReason())
+}
+
+// abandon cleans up after a failed start and marks the session FAILED.
+func (s *Service) abandon(ctx context.Context, sess *sessionv1.Session, nodeID string, made bool, cause error) {
+	cctx, cancel := detached(ctx, s.cfg.StopTimeout)
+	defer cancel()
+	if made {
+		s.undo(cctx, sess.GetId(), nodeID)
+	}
+	if nodeID != "" {
+		s.releaseQuietly(cctx, nodeID, sess.GetId())
+	}
+	if _, err := s.advance(cctx, sess, state.Failed, cause.Error(), nil); err != nil {
+		s.log.WarnContext(ctx, "mark session failed", "session", sess.GetId(), "err", err)
+	}
+}
+
+// undo removes a session's display and sandbox from its node; both deletes
+// succeed when there is nothing to delete.
+func (s *Service) undo(ctx context.Context, id, nodeID string) {
+	if err := s.teardown(ctx, id, nodeID); err != nil {
+		s.log.WarnContext(ctx, "undo session on node", "session", id, "node", nodeID, "err", err)
+	}
+}
+
+// teardown deletes the display, then the sandbox whose files it may use.
+func (s *Service) teardown(ctx context.Context, id, nodeID string) error {
+	var errs []error
+	if displays, err := s.nodes.Display(nodeID); err != nil {
+		errs = append(errs, &nodeError{Node: nodeID, Op: "reach display service", Err: err})
+	} else if _, err := displays.DeleteDisplay(ctx, &displayv1.DeleteDisplayRequest{SessionId: id}); err != nil {
+		errs = append(errs, &nodeError{Node: nodeID, Op: "delete display", Err: err})
+	}
+	if sandboxes, err := s.nodes.Sandbox(nodeID); err != nil {
+		errs = append(errs, &nodeError{Node: nodeID, Op: "reach sandbox service", Err: err})
+	} else if _, err := sandboxes.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SessionId: id}); err != nil {
+		errs = append(errs, &nodeError{Node: nodeID, Op: "delete sandbox", Err: err})
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Service) releaseQuietly(ctx context.Context, nodeID, id string) {
+	if err := s.placer.Release(ctx, nodeID, id); err != nil {
+		s.log.WarnContext(ctx, "release placement", "session", id, "node", nodeID, "err", err)
+	}
+}

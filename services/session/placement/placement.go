@@ -1,0 +1,130 @@
+// Package placement chooses the node a session runs on and accounts for the
+// capacity it takes.
+//
+// Placer is what the session service calls. Local is the one-machine placer
+// of the all-in-one mode; a distributed placer (scores live nodes from a
+// registry, reserves atomically) implements the same interface.
+package placement
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+)
+
+var (
+	// ErrNoCapacity: every node that fits is full.
+	ErrNoCapacity = errors.New("no node has capacity for another session")
+	// ErrNoMatchingNode: no node carries the requested labels.
+	ErrNoMatchingNode = errors.New("no node matches the node selector")
+)
+
+// Resources a session asks for; zero means the node default.
+type Resources struct {
+	MemoryBytes int64
+	CPUMillis   int64
+	DiskBytes   int64
+}
+
+// Request describes the session to place.
+type Request struct {
+	SessionID string
+	Tenant    string
+	// NodeSelector: labels the chosen node must carry, all of them.
+	NodeSelector map[string]string
+	Resources    Resources
+}
+
+// Node is where a session was placed.
+type Node struct {
+	ID string
+	// Address the node's display and sandbox services listen on.
+	Address string
+}
+
+// Placer places sessions on nodes and releases their reservations.
+type Placer interface {
+	// Place reserves room for the session on a node. Placing a session that
+	// already holds a reservation returns the same node.
+	Place(ctx context.Context, req Request) (Node, error)
+	// Release frees the session's reservation; releasing one that is not
+	// held succeeds.
+	Release(ctx context.Context, nodeID, sessionID string) error
+}
+
+// Local places every session on one node, up to a fixed number at once.
+type Local struct {
+	node     Node
+	labels   map[string]string
+	capacity int
+
+	mu       sync.Mutex
+	sessions map[string]struct{}
+}
+
+// NewLocal returns a placer for one node that holds at most capacity
+// sessions (no limit when capacity <= 0). labels are what a node selector is
+// matched against.
+func NewLocal(node Node, capacity int, labels map[string]string) *Local {
+	return &Local{node: node, labels: maps.Clone(labels), capacity: capacity, sessions: map[string]struct{}{}}
+}
+
+// Place implements Placer.
+func (l *Local) Place(ctx context.Context, req Request) (Node, error) {
+	if err := ctx.Err(); err != nil {
+		return Node{}, err
+	}
+	if !Matches(l.labels, req.NodeSelector) {
+		return Node{}, fmt.Errorf("node %s: %w %v", l.node.ID, ErrNoMatchingNode, req.NodeSelector)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.sessions[req.SessionID]; ok {
+		return l.node, nil
+	}
+	if l.capacity > 0 && len(l.sessions) >= l.capacity {
+		return Node{}, fmt.Errorf("node %s holds %d sessions: %w", l.node.ID, l.capacity, ErrNoCapacity)
+	}
+	l.sessions[req.SessionID] = struct{}{}
+	return l.node, nil
+}
+
+// Release implements Placer.
+func (l *Local) Release(_ context.Context, nodeID, sessionID string) error {
+	if nodeID != l.node.ID {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.sessions, sessionID)
+	return nil
+}
+
+// Restore re-reserves room for sessions that are already placed on the node,
+// such as those a previous process started and that still run.
+func (l *Local) Restore(sessionIDs ...string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, id := range sessionIDs {
+		l.sessions[id] = struct{}{}
+	}
+}
+
+// Used is how many sessions hold a reservation.
+func (l *Local) Used() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.sessions)
+}
+
+// Matches reports whether a node with labels satisfies selector.
+func Matches(labels, selector map[string]string) bool {
+	for k, v := range selector {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}

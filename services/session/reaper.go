@@ -1,0 +1,131 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
+	"github.com/deskgrid/deskgrid/services/session/state"
+	"github.com/deskgrid/deskgrid/services/session/store"
+)
+
+// reapBatch is how many sessions one reaper pass handles at most; the next
+// pass takes the rest.
+const reapBatch = 100
+
+func (s *Service) reapLoop(every time.Duration) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-s.done
+		cancel()
+	}()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := s.Reap(ctx); err != nil && ctx.Err() == nil {
+				s.log.WarnContext(ctx, "reap sessions", "err", err)
+			}
+		}
+	}
+}
+
+// Reap stops the sessions past their TTL or idle timeout, and those a dead
+// process left half-created or half-stopped. It returns how many it stopped.
+// The reaper calls it every ReapInterval; replicas may run it at once.
+func (s *Service) Reap(ctx context.Context) (int, error) {
+	now := s.now()
+	expired, err := s.store.ListExpired(ctx, now, reapBatch)
+	if err != nil {
+		return 0, err
+	}
+	stale, err := s.store.ListStale(ctx, []sessionv1.SessionState{state.Pending, state.Starting, state.Stopping},
+		now.Add(-s.cfg.StaleAfter), reapBatch)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	reap := func(sess *sessionv1.Session, reason string) {
+		if _, err := s.stop(ctx, sess.GetId(), reason); err != nil {
+			errs = append(errs, err)
+			return
+		}
+		n++
+	}
+	for _, sess := range expired {
+		reason := ReasonIdleTimeout
+		if !sess.GetExpireTime().AsTime().After(now) {
+			reason = ReasonTTLExpired
+		}
+		reap(sess, reason)
+	}
+	for _, sess := range stale {
+		reap(sess, ReasonCreateAbandoned)
+	}
+	if n > 0 {
+		s.log.InfoContext(ctx, "reaped sessions", "count", n)
+	}
+	return n, errors.Join(errs...)
+}
+
+// MarkNodeSessionsLost marks every session on nodeID that has not ended
+// LOST with reason, and releases their placements. The node's own reconcile
+// removes whatever they left there. The all-in-one mode calls it at start,
+// for the sessions of the process before. It returns how many it marked.
+func (s *Service) MarkNodeSessionsLost(ctx context.Context, nodeID, reason string) (int, error) {
+	active, err := s.store.ListActive(ctx, nodeID)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for _, sess := range active {
+		cur := sess
+		for attempt := 0; ; attempt++ {
+			if state.Check(cur.GetState(), state.Lost) != nil {
+				break // such as PENDING, which has no node yet
+			}
+			_, err := s.advance(ctx, cur, state.Lost, reason, nil)
+			if err == nil {
+				n++
+				s.releaseQuietly(ctx, nodeID, cur.GetId())
+				break
+			}
+			if !errors.Is(err, store.ErrConflict) || attempt >= maxAttempts {
+				errs = append(errs, err)
+				break
+			}
+			if cur, err = s.store.Get(ctx, cur.GetId()); err != nil {
+				errs = append(errs, err)
+				break
+			}
+			if cur.GetNodeId() != nodeID {
+				break
+			}
+		}
+	}
+	if n > 0 {
+		s.log.InfoContext(ctx, "sessions marked lost", "node", nodeID, "count", n, "reason", reason)
+	}
+	return n, errors.Join(errs...)
+}
+
+// LiveOnNode returns the sessions the control plane gives nodeID: a node's
+// reconcile tears down anything it runs that is not in the set.
+func (s *Service) LiveOnNode(ctx context.Context, nodeID string) (map[string]bool, error) {
+	active, err := s.store.ListActive(ctx, nodeID)
+	if err != nil {
+		return nil, err
+	}
+	live := make(map[string]bool, len(active))
+	for _, sess := range active {
+		live[sess.GetId()] = true
+	}
+	return live, nil
+}

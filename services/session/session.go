@@ -1,0 +1,201 @@
+// Package session is deskgrid's session service: session records and their
+// state machine, placement on a node, the display and sandbox that make up a
+// desktop there, and the reaper that ends sessions past their TTL or idle
+// timeout.
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc"
+
+	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
+	"github.com/deskgrid/deskgrid/services/platform/events"
+	"github.com/deskgrid/deskgrid/services/session/placement"
+	"github.com/deskgrid/deskgrid/services/session/store"
+)
+
+// Config is the session service's configuration.
+type Config struct {
+	// DefaultTTL applies when a create asks for none.
+	DefaultTTL time.Duration
+	// MaxTTL is the longest TTL a create may ask for.
+	MaxTTL time.Duration
+	// DefaultIdleTimeout applies when a create asks for none.
+	DefaultIdleTimeout time.Duration
+	// ReapInterval is how often expired and idle sessions are looked for;
+	// zero or less turns the reaper off.
+	ReapInterval time.Duration
+	// CreateTimeout bounds a create from placement to the first screenshot.
+	CreateTimeout time.Duration
+	// StopTimeout bounds tearing a session down on its node.
+	StopTimeout time.Duration
+	// StaleAfter: a session left PENDING, STARTING or STOPPING this long was
+	// abandoned by a process that died; the reaper stops it. Zero means
+	// twice CreateTimeout.
+	StaleAfter time.Duration
+	// WatchResync is how often a watch re-reads the record, so it catches up
+	// even if an event was lost.
+	WatchResync time.Duration
+	// Display defaults.
+	DefaultWidth  int32
+	DefaultHeight int32
+	DefaultDepth  int32
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		DefaultTTL:         time.Hour,
+		MaxTTL:             24 * time.Hour,
+		DefaultIdleTimeout: 15 * time.Minute,
+		ReapInterval:       5 * time.Second,
+		CreateTimeout:      30 * time.Second,
+		StopTimeout:        30 * time.Second,
+		WatchResync:        10 * time.Second,
+		DefaultWidth:       1280,
+		DefaultHeight:      800,
+		DefaultDepth:       24,
+	}
+}
+
+// Deps are what the service uses.
+type Deps struct {
+	Logger *slog.Logger
+	// Store keeps the session records. Required.
+	Store store.Store
+	// Placer chooses nodes. Required.
+	Placer placement.Placer
+	// Nodes reaches display and sandbox on a node. Required.
+	Nodes Nodes
+	// Events publishes state changes; nil publishes nothing (watches then
+	// see changes only at each WatchResync).
+	Events events.Publisher
+	// NATS carries the events WatchSession follows; nil falls back to
+	// re-reading the record every WatchResync.
+	NATS *nats.Conn
+	// Tenant names the caller's tenant; nil means every caller is "default".
+	Tenant func(ctx context.Context) string
+}
+
+// DefaultTenant owns every session when Deps.Tenant is nil.
+const DefaultTenant = "default"
+
+// Service implements sessionv1.SessionServiceServer.
+type Service struct {
+	sessionv1.UnimplementedSessionServiceServer
+
+	cfg    Config
+	log    *slog.Logger
+	store  store.Store
+	placer placement.Placer
+	nodes  Nodes
+	events events.Publisher
+	nc     *nats.Conn
+	tenant func(ctx context.Context) string
+	now    func() time.Time
+
+	// done closes when Close starts; watches and the reaper end.
+	done      chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+}
+
+var _ sessionv1.SessionServiceServer = (*Service)(nil)
+
+// New returns a service and starts its reaper.
+func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
+	if deps.Store == nil || deps.Placer == nil || deps.Nodes == nil {
+		return nil, errors.New("session: Store, Placer and Nodes are required")
+	}
+	def := DefaultConfig()
+	if cfg.DefaultTTL <= 0 {
+		cfg.DefaultTTL = def.DefaultTTL
+	}
+	if cfg.MaxTTL <= 0 {
+		cfg.MaxTTL = def.MaxTTL
+	}
+	if cfg.DefaultTTL > cfg.MaxTTL {
+		return nil, fmt.Errorf("session: DefaultTTL %s is longer than MaxTTL %s", cfg.DefaultTTL, cfg.MaxTTL)
+	}
+	if cfg.DefaultIdleTimeout < 0 {
+		return nil, fmt.Errorf("session: DefaultIdleTimeout %s is negative", cfg.DefaultIdleTimeout)
+	}
+	if cfg.CreateTimeout <= 0 {
+		cfg.CreateTimeout = def.CreateTimeout
+	}
+	if cfg.StopTimeout <= 0 {
+		cfg.StopTimeout = def.StopTimeout
+	}
+	if cfg.StaleAfter <= 0 {
+		cfg.StaleAfter = 2 * cfg.CreateTimeout
+	}
+	if cfg.WatchResync <= 0 {
+		cfg.WatchResync = def.WatchResync
+	}
+	if cfg.DefaultWidth == 0 {
+		cfg.DefaultWidth = def.DefaultWidth
+	}
+	if cfg.DefaultHeight == 0 {
+		cfg.DefaultHeight = def.DefaultHeight
+	}
+	if cfg.DefaultDepth == 0 {
+		cfg.DefaultDepth = def.DefaultDepth
+	}
+	logger := deps.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	tenant := deps.Tenant
+	if tenant == nil {
+		tenant = func(context.Context) string { return DefaultTenant }
+	}
+	s := &Service{
+		cfg:    cfg,
+		log:    logger.With("service", "session"),
+		store:  deps.Store,
+		placer: deps.Placer,
+		nodes:  deps.Nodes,
+		events: deps.Events,
+		nc:     deps.NATS,
+		tenant: tenant,
+		now:    time.Now,
+		done:   make(chan struct{}),
+	}
+	if cfg.ReapInterval > 0 {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.reapLoop(cfg.ReapInterval)
+		}()
+	}
+	return s, nil
+}
+
+// Register registers the SessionService on r.
+func (s *Service) Register(r grpc.ServiceRegistrar) {
+	sessionv1.RegisterSessionServiceServer(r, s)
+}
+
+// Close stops the reaper and ends open watches. It does not close the
+// dependencies it was given.
+func (s *Service) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() { close(s.done) })
+	waited := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(waited)
+	}()
+	select {
+	case <-waited:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("session: close: %w", ctx.Err())
+	}
+}
