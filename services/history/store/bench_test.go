@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,6 +48,39 @@ func BenchmarkAppendSQLite(b *testing.B) { benchAppend(b, storetest.SQLite(b)) }
 
 // BenchmarkAppendPostgres appends batches of 256 entries, one transaction each.
 func BenchmarkAppendPostgres(b *testing.B) { benchAppend(b, storetest.Postgres(b)) }
+
+// BenchmarkAppendParallel appends batches of 256 from four writers at once,
+// as several history replicas sharing the consumer do: PostgreSQL commits
+// them together, SQLite one after another.
+func BenchmarkAppendParallel(b *testing.B) {
+	for _, o := range storetest.All {
+		b.Run(o.Name, func(b *testing.B) {
+			s := o.Open(b)
+			ctx := context.Background()
+			var seq atomic.Int64
+			now := time.Now()
+			b.SetParallelism(2) // 2 x GOMAXPROCS writers
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				batch := make([]store.Entry, benchBatch)
+				for pb.Next() {
+					for i := range batch {
+						n := seq.Add(1)
+						batch[i] = store.Entry{
+							ID: fmt.Sprintf("ev-%012d", n), SessionID: fmt.Sprintf("s-%d", n%64), Sequence: n,
+							Type: "session.state_changed.v1", Time: now, Tenant: "acme", Data: benchData,
+						}
+					}
+					if _, err := s.Append(ctx, batch); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(seq.Load())/b.Elapsed().Seconds(), "entries/s")
+		})
+	}
+}
 
 // BenchmarkReadBack10k reads a 10,000-entry session back in pages of 1000.
 func BenchmarkReadBack10k(b *testing.B) {

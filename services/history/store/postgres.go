@@ -20,6 +20,33 @@ var postgresDialect = dialect{
 		var t time.Time
 		return &t, func() time.Time { return t.UTC() }
 	},
+	insertRows: postgresInsert,
+}
+
+// postgresInsert sends a chunk as one array per column: one statement of
+// eight parameters whatever the chunk size, which PostgreSQL parses and plans
+// once instead of a VALUES list of thousands of parameters.
+func postgresInsert(ctx context.Context, tx *sql.Tx, chunk []Entry) (int64, error) {
+	ids := make([]string, len(chunk))
+	sessions := make([]string, len(chunk))
+	runs := make([]string, len(chunk))
+	seqs := make([]int64, len(chunk))
+	types := make([]string, len(chunk))
+	times := make([]time.Time, len(chunk))
+	tenants := make([]string, len(chunk))
+	data := make([]string, len(chunk))
+	for i, e := range chunk {
+		ids[i], sessions[i], runs[i], seqs[i] = e.ID, e.SessionID, e.RunID, e.Sequence
+		types[i], times[i], tenants[i], data[i] = e.Type, e.Time.UTC(), e.Tenant, e.Data
+	}
+	res, err := tx.ExecContext(ctx, `INSERT INTO history_entries (`+columns+`)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::timestamptz[], $7::text[], $8::text[])
+		ON CONFLICT (id) DO NOTHING`,
+		ids, sessions, runs, seqs, types, times, tenants, data)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 // OpenPostgres connects to PostgreSQL and brings the schema up to date. The

@@ -32,6 +32,8 @@ type dialect struct {
 	timeArg     func(time.Time) any
 	// timeDest returns a scan destination and how to read the time from it.
 	timeDest func() (any, func() time.Time)
+	// insertRows, when set, replaces the multi-row VALUES insert.
+	insertRows func(ctx context.Context, tx *sql.Tx, chunk []Entry) (int64, error)
 }
 
 // SQL is a Store over database/sql.
@@ -100,13 +102,22 @@ func (s *SQL) Append(ctx context.Context, entries []Entry) (int, error) {
 }
 
 func (s *SQL) insert(ctx context.Context, tx *sql.Tx, chunk []Entry) (int, error) {
-	var b strings.Builder
-	b.WriteString("INSERT INTO history_entries (" + columns + ") VALUES ")
-	args := make([]any, 0, len(chunk)*8)
 	for i, e := range chunk {
 		if e.ID == "" || e.SessionID == "" {
 			return 0, fmt.Errorf("%w: entry %d has no id or session", ErrInvalidQuery, i)
 		}
+	}
+	if s.d.insertRows != nil {
+		n, err := s.d.insertRows(ctx, tx, chunk)
+		if err != nil {
+			return 0, fmt.Errorf("store: insert %d entries: %w", len(chunk), err)
+		}
+		return int(n), nil
+	}
+	var b strings.Builder
+	b.WriteString("INSERT INTO history_entries (" + columns + ") VALUES ")
+	args := make([]any, 0, len(chunk)*8)
+	for i, e := range chunk {
 		if i > 0 {
 			b.WriteByte(',')
 		}
