@@ -21,10 +21,12 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
 	eventsv1 "github.com/deskgrid/deskgrid/proto/deskgrid/events/v1"
 	historyv1 "github.com/deskgrid/deskgrid/proto/deskgrid/history/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	"github.com/deskgrid/deskgrid/services/history"
+	"github.com/deskgrid/deskgrid/services/history/ingest"
 	"github.com/deskgrid/deskgrid/services/history/store"
 	"github.com/deskgrid/deskgrid/services/history/store/storetest"
 	"github.com/deskgrid/deskgrid/services/platform/events"
@@ -415,5 +417,71 @@ func TestListSessionHistoryValidation(t *testing.T) {
 				t.Fatalf("%d entries; want %d", len(resp.GetEntries()), tc.n)
 			}
 		})
+	}
+}
+
+// flakyStore refuses the first appends, as a database that is restarting.
+type flakyStore struct {
+	store.Store
+	mu       sync.Mutex
+	failures int
+}
+
+func (f *flakyStore) Append(ctx context.Context, entries []store.Entry) (int, error) {
+	f.mu.Lock()
+	fail := f.failures > 0
+	if fail {
+		f.failures--
+	}
+	f.mu.Unlock()
+	if fail {
+		return 0, errors.New("database restarting")
+	}
+	return f.Store.Append(ctx, entries)
+}
+
+// TestStoreFailureRedelivers checks that events a failing store refused are
+// not acknowledged: they come back and are stored once the store recovers.
+func TestStoreFailureRedelivers(t *testing.T) {
+	e := newEnv(t)
+	st := storetest.SQLite(t)
+	flaky := &flakyStore{Store: st, failures: 3}
+	svc := startService(t, e, flaky, testConfig())
+	publish(t, e, "s1", 100)
+	waitCount(t, st, 100)
+	if got := svc.IngestStats().StoreFailures; got != 3 {
+		t.Errorf("%d store failures; want 3", got)
+	}
+}
+
+// TestRunID checks the two ways an event names its run: a header, or a
+// run_id field in its payload.
+func TestRunID(t *testing.T) {
+	e := newEnv(t)
+	st := storetest.SQLite(t)
+	svc := startService(t, e, st, testConfig())
+	ctx := context.Background()
+
+	ev := &eventsv1.Event{Id: "with-header", Type: "agent.step.v1", SessionId: "s1", Time: timestamppb.Now()}
+	b, err := proto.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := nats.NewMsg(events.Subject("s1", ev.Type))
+	msg.Data = b
+	msg.Header.Set(ingest.HeaderRunID, "run-h")
+	if _, err := e.js.PublishMsg(ctx, msg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pub.Publish(ctx, events.Meta{Type: "agent.cancel.v1", SessionID: "s1"}, &agentv1.CancelRunRequest{RunId: "run-p"}); err != nil {
+		t.Fatal(err)
+	}
+	waitCount(t, st, 2)
+	got := listAll(t, client(t, svc), &historyv1.ListSessionHistoryRequest{SessionId: "s1"})
+	if len(got) != 2 || got[0].GetRunId() != "run-h" || got[1].GetRunId() != "run-p" {
+		t.Fatalf("entries %v", got)
+	}
+	if got[0].GetData() != nil {
+		t.Errorf("an event without payload has data %v", got[0].GetData())
 	}
 }
