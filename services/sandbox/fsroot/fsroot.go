@@ -89,9 +89,12 @@ func classify(err error) error {
 	}
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
-		// os.Root reports escapes with an unexported error of this text.
-		if pe.Err != nil && pe.Err.Error() == "path escapes from parent" {
-			return fmt.Errorf("%w: %s", ErrEscape, pe.Path)
+		// os.Root reports escapes with an unexported error of this text,
+		// sometimes inside another PathError.
+		for e := error(pe); e != nil; e = errors.Unwrap(e) {
+			if e.Error() == "path escapes from parent" {
+				return fmt.Errorf("%w: %s", ErrEscape, pe.Path)
+			}
 		}
 		if errors.Is(pe.Err, syscall.ELOOP) {
 			return fmt.Errorf("%w: %s: too many symbolic links", ErrInvalidPath, pe.Path)

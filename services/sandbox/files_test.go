@@ -1,0 +1,141 @@
+package sandbox
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+)
+
+func TestFilesRoundTrip(t *testing.T) {
+	h := newHarness(t, testConfig(t), Deps{})
+	h.create(t, "f", "")
+	ctx := context.Background()
+	if _, err := h.client.WriteFile(ctx, &sandboxv1.WriteFileRequest{SessionId: "f", Path: "notes/today.md", Content: []byte("# hi")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.WriteFile(ctx, &sandboxv1.WriteFileRequest{SessionId: "f", Path: "run.sh", Content: []byte("#!/bin/sh\necho ran\n"), Mode: 0o755}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.client.ReadFile(ctx, &sandboxv1.ReadFileRequest{SessionId: "f", Path: "notes/today.md"})
+	if err != nil || string(got.GetContent()) != "# hi" || got.GetMode() != 0o644 {
+		t.Fatalf("ReadFile: %v %v", got, err)
+	}
+	// The sandboxed user owns and can run what the file API wrote.
+	if res := h.mustExec(t, "f", "sh", "-c", "./run.sh && stat -c %U notes/today.md && echo more >> notes/today.md"); res.stdout != "ran\nuser\n" {
+		t.Fatalf("exec: %+v", res)
+	}
+	list, err := h.client.ListFiles(ctx, &sandboxv1.ListFilesRequest{SessionId: "f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, fi := range list.GetFiles() {
+		names = append(names, fi.GetName())
+		if fi.GetName() == "notes" && !fi.GetIsDir() {
+			t.Error("notes is not a dir")
+		}
+		if fi.GetName() == "run.sh" && (fi.GetMode() != 0o755 || fi.GetSize() != 19 || fi.GetModifyTime() == nil) {
+			t.Errorf("run.sh: %v", fi)
+		}
+	}
+	if got := strings.Join(names, ","); got != ".cache,.config,.local,Desktop,notes,run.sh" {
+		t.Fatalf("ListFiles: %s", got)
+	}
+}
+
+func TestFilesRefuseEscapes(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.MaxFileBytes = 1024
+	h := newHarness(t, cfg, Deps{})
+	sb := h.create(t, "esc", "")
+	ctx := context.Background()
+	outside := t.TempDir()
+	canary := filepath.Join(outside, "canary")
+	if err := os.WriteFile(canary, []byte("untouched"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Planted from inside, as an agent would.
+	h.mustExec(t, "esc", "sh", "-c", strings.Join([]string{
+		"ln -s /etc/passwd passwd",
+		"ln -s ../../ up",
+		"ln -s " + outside + " out",
+		"ln -s " + canary + " canary",
+		"ln -s /proc/self/root procroot",
+		"mkfifo fifo",
+		"head -c 2000 /dev/zero > big",
+	}, " && "))
+	if err := os.Symlink(sb.GetRootDir(), filepath.Join(sb.GetRootDir(), "self")); err != nil {
+		t.Fatal(err)
+	}
+
+	read := func(p string) error {
+		_, err := h.client.ReadFile(ctx, &sandboxv1.ReadFileRequest{SessionId: "esc", Path: p})
+		return err
+	}
+	write := func(p string) error {
+		_, err := h.client.WriteFile(ctx, &sandboxv1.WriteFileRequest{SessionId: "esc", Path: p, Content: []byte("pwned")})
+		return err
+	}
+	list := func(p string) error {
+		_, err := h.client.ListFiles(ctx, &sandboxv1.ListFilesRequest{SessionId: "esc", Path: p})
+		return err
+	}
+	for _, tc := range []struct {
+		name string
+		op   func(string) error
+		path string
+		code codes.Code
+	}{
+		{"read passwd link", read, "passwd", codes.PermissionDenied},
+		{"read up link", read, "up/upper/big", codes.PermissionDenied},
+		{"read out link", read, "out/canary", codes.PermissionDenied},
+		{"read magic link", read, "procroot/etc/hostname", codes.PermissionDenied},
+		{"read host path link", read, "self/big", codes.PermissionDenied},
+		{"read dotdot", read, "../upper/big", codes.InvalidArgument},
+		{"read absolute", read, "/etc/passwd", codes.InvalidArgument},
+		{"read empty", read, "", codes.InvalidArgument},
+		{"read missing", read, "nope.txt", codes.NotFound},
+		{"read fifo", read, "fifo", codes.InvalidArgument},
+		{"read dir", read, "Desktop", codes.InvalidArgument},
+		{"read too big", read, "big", codes.ResourceExhausted},
+		{"write through dir link", write, "out/new", codes.PermissionDenied},
+		{"write through up link", write, "up/x", codes.PermissionDenied},
+		{"write dotdot", write, "a/../../x", codes.InvalidArgument},
+		{"write absolute", write, "/tmp/x", codes.InvalidArgument},
+		{"write dir", write, "Desktop", codes.InvalidArgument},
+		{"list up link", list, "up", codes.PermissionDenied},
+		{"list dotdot", list, "..", codes.InvalidArgument},
+		{"list file", list, "big", codes.InvalidArgument},
+		{"list missing", list, "nope", codes.NotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wantCode(t, tc.op(tc.path), tc.code)
+		})
+	}
+	_, err := h.client.WriteFile(ctx, &sandboxv1.WriteFileRequest{SessionId: "esc", Path: "huge", Content: make([]byte, 2000)})
+	wantCode(t, err, codes.ResourceExhausted)
+	_, err = h.client.WriteFile(ctx, &sandboxv1.WriteFileRequest{SessionId: "esc", Path: "suid", Mode: 0o4755})
+	wantCode(t, err, codes.InvalidArgument)
+
+	// Writing to a symlink replaces the link; its target is untouched.
+	if err := write("canary"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(canary); string(got) != "untouched" {
+		t.Fatalf("canary: %q", got)
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 1 {
+		t.Fatalf("outside dir has %d entries", len(entries))
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(filepath.Join(sb.GetRootDir(), "canary"), &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		t.Fatalf("canary link not replaced: %v", err)
+	}
+}

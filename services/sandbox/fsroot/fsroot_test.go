@@ -1,0 +1,245 @@
+package fsroot
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// tree builds a root holding every kind of escape attempt, beside an
+// outside directory holding a secret.
+func tree(t testing.TB) (root *Root, dir, outside string) {
+	t.Helper()
+	base := t.TempDir()
+	dir = filepath.Join(base, "root")
+	outside = filepath.Join(base, "outside")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(dir, "sub", "deeper"), 0o755))
+	must(os.MkdirAll(outside, 0o755))
+	must(os.WriteFile(filepath.Join(outside, "secret"), []byte("SECRET"), 0o644))
+	must(os.WriteFile(filepath.Join(dir, "file"), []byte("inside"), 0o640))
+	must(os.WriteFile(filepath.Join(dir, "sub", "deeper", "file"), []byte("deep"), 0o644))
+	links := map[string]string{
+		"abs-passwd":     "/etc/passwd",
+		"abs-root":       "/",
+		"abs-outside":    outside,
+		"abs-secret":     filepath.Join(outside, "secret"),
+		"up":             "..",
+		"upup":           "../..",
+		"rel-secret":     "../outside/secret",
+		"proc-root":      "/proc/self/root",
+		"sub/back":       "../..",
+		"sub/deeper/out": "../../../outside",
+		"sub/ok":         "../file",
+		"sub/okdir":      "deeper",
+		"loop":           "loop",
+		"dangling":       "nowhere",
+	}
+	for name, target := range links {
+		must(os.Symlink(target, filepath.Join(dir, name)))
+	}
+	must(syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o644))
+	r, err := New(dir)
+	must(err)
+	return r, dir, outside
+}
+
+func TestClean(t *testing.T) {
+	for _, tc := range []struct {
+		in, out string
+		ok      bool
+	}{
+		{"", ".", true},
+		{".", ".", true},
+		{"a/b/", "a/b", true},
+		{"a//b/./c", "a/b/c", true},
+		{"..", "", false},
+		{"a/../b", "", false},
+		{"a/..", "", false},
+		{"/etc/passwd", "", false},
+		{"a\x00b", "", false},
+		{"...", "...", true},
+		{"..a", "..a", true},
+	} {
+		got, err := Clean(tc.in)
+		if (err == nil) != tc.ok || got != tc.out {
+			t.Errorf("Clean(%q) = %q, %v; want %q ok=%v", tc.in, got, err, tc.out, tc.ok)
+		}
+		if err != nil && !errors.Is(err, ErrInvalidPath) {
+			t.Errorf("Clean(%q) error %v is not ErrInvalidPath", tc.in, err)
+		}
+	}
+}
+
+func TestReadRefusesEscapes(t *testing.T) {
+	r, _, _ := tree(t)
+	for _, tc := range []struct {
+		path string
+		want error
+	}{
+		{"abs-passwd", ErrEscape},
+		{"abs-root/etc/passwd", ErrEscape},
+		{"abs-outside/secret", ErrEscape},
+		{"abs-secret", ErrEscape},
+		{"up/outside/secret", ErrEscape},
+		{"upup/etc/passwd", ErrEscape},
+		{"rel-secret", ErrEscape},
+		{"proc-root/etc/passwd", ErrEscape},
+		{"sub/back/etc/passwd", ErrEscape},
+		{"sub/deeper/out/secret", ErrEscape},
+		{"../outside/secret", ErrInvalidPath},
+		{"/etc/passwd", ErrInvalidPath},
+		{"loop", ErrInvalidPath},
+		{"dangling", fs.ErrNotExist},
+		{"missing", fs.ErrNotExist},
+		{"fifo", ErrNotRegular},
+		{"sub", ErrNotRegular},
+		{"file/x", ErrNotDir},
+	} {
+		_, _, err := r.ReadFile(tc.path, 1<<20)
+		if !errors.Is(err, tc.want) {
+			t.Errorf("ReadFile(%q) = %v, want %v", tc.path, err, tc.want)
+		}
+	}
+	for path, want := range map[string]string{"file": "inside", "sub/ok": "inside", "sub/okdir/file": "deep", "./sub/deeper/file": "deep"} {
+		got, _, err := r.ReadFile(path, 1<<20)
+		if err != nil || string(got) != want {
+			t.Errorf("ReadFile(%q) = %q, %v; want %q", path, got, err, want)
+		}
+	}
+	if _, mode, _ := r.ReadFile("file", 1<<20); mode != 0o640 {
+		t.Errorf("mode %o", mode)
+	}
+	if _, _, err := r.ReadFile("file", 3); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("ReadFile over limit: %v", err)
+	}
+}
+
+func TestWriteRefusesEscapes(t *testing.T) {
+	r, dir, outside := tree(t)
+	for _, p := range []string{"abs-outside/new", "up/outside/new", "sub/deeper/out/new", "sub/back/new", "abs-root/tmp/new"} {
+		if err := r.WriteFile(p, []byte("x"), 0o644); !errors.Is(err, ErrEscape) {
+			t.Errorf("WriteFile(%q) = %v, want ErrEscape", p, err)
+		}
+	}
+	// A symlink at the target itself is replaced, not followed.
+	if err := r.WriteFile("abs-secret", []byte("replaced"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(outside, "secret")); string(got) != "SECRET" {
+		t.Fatalf("outside file changed: %q", got)
+	}
+	if st, err := os.Lstat(filepath.Join(dir, "abs-secret")); err != nil || !st.Mode().IsRegular() || st.Mode().Perm() != 0o600 {
+		t.Fatalf("abs-secret after write: %v %v", st, err)
+	}
+	entries, _ := os.ReadDir(outside)
+	if len(entries) != 1 {
+		t.Fatalf("outside has %d entries", len(entries))
+	}
+	// Parents are made; the mode is exact whatever the umask.
+	if err := r.WriteFile("a/b/c.txt", []byte("abc"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(filepath.Join(dir, "a/b/c.txt")); err != nil || st.Mode().Perm() != 0o777 {
+		t.Fatalf("stat: %v %v", st, err)
+	}
+	if err := r.WriteFile("sub", []byte("x"), 0o644); !errors.Is(err, ErrNotRegular) {
+		t.Errorf("write over a directory: %v", err)
+	}
+	if err := r.WriteFile("", []byte("x"), 0o644); !errors.Is(err, ErrInvalidPath) {
+		t.Errorf("write to root: %v", err)
+	}
+	// No temporary files are left behind.
+	entries, _ = os.ReadDir(filepath.Join(dir, "a/b"))
+	if len(entries) != 1 {
+		t.Errorf("a/b holds %d entries", len(entries))
+	}
+}
+
+func TestList(t *testing.T) {
+	r, _, _ := tree(t)
+	infos, err := r.List("sub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, fi := range infos {
+		names = append(names, fi.Name())
+	}
+	if got := strings.Join(names, ","); got != "back,deeper,ok,okdir" {
+		t.Fatalf("names %s", got)
+	}
+	if infos[0].Mode()&fs.ModeSymlink == 0 {
+		t.Error("symlink followed")
+	}
+	for p, want := range map[string]error{"abs-root": ErrEscape, "up": ErrEscape, "file": ErrNotDir, "missing": fs.ErrNotExist, "..": ErrInvalidPath} {
+		if _, err := r.List(p); !errors.Is(err, want) {
+			t.Errorf("List(%q) = %v, want %v", p, err, want)
+		}
+	}
+	if infos, err := r.List(""); err != nil || len(infos) == 0 {
+		t.Errorf("List root: %v", err)
+	}
+}
+
+func TestResolve(t *testing.T) {
+	r, _, _ := tree(t)
+	for p, want := range map[string]string{"": ".", "sub/ok": "file", "sub/okdir": "sub/deeper", "sub/okdir/file": "sub/deeper/file"} {
+		got, err := r.Resolve(p)
+		if err != nil || got != want {
+			t.Errorf("Resolve(%q) = %q, %v; want %q", p, got, err, want)
+		}
+	}
+}
+
+func FuzzResolvePath(f *testing.F) {
+	for _, s := range []string{
+		"", ".", "file", "sub/ok", "sub/okdir/file", "abs-passwd", "abs-root/etc/passwd",
+		"up/outside/secret", "upup", "rel-secret", "proc-root/etc/shadow", "sub/back/outside/secret",
+		"sub/deeper/out/secret", "../outside/secret", "/etc/passwd", "loop", "fifo", "a/b/../../..",
+		"sub/./deeper/../../up", "sub//okdir///file", "dangling/x", "\x00", "./..", "abs-outside",
+	} {
+		f.Add(s)
+	}
+	r, dir, outside := tree(f)
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		if rel, err := r.Resolve(p); err == nil {
+			if filepath.IsAbs(rel) || rel == ".." || strings.HasPrefix(rel, "../") {
+				t.Fatalf("Resolve(%q) = %q, outside the root", p, rel)
+			}
+			full := filepath.Join(real, rel)
+			if full != real && !strings.HasPrefix(full, real+"/") {
+				t.Fatalf("Resolve(%q) = %q lies outside %s", p, full, real)
+			}
+		}
+		if data, _, err := r.ReadFile(p, 1<<20); err == nil && strings.Contains(string(data), "SECRET") {
+			t.Fatalf("ReadFile(%q) read the outside secret", p)
+		}
+		if len(p) < 64 {
+			_ = r.WriteFile(p, []byte("fuzz"), 0o644)
+			entries, _ := os.ReadDir(outside)
+			secret, _ := os.ReadFile(filepath.Join(outside, "secret"))
+			if len(entries) != 1 || string(secret) != "SECRET" {
+				t.Fatalf("WriteFile(%q) changed the outside directory", p)
+			}
+		}
+		if _, err := r.List(p); err == nil {
+			if _, cerr := Clean(p); cerr != nil {
+				t.Fatalf("List(%q) accepted an invalid path", p)
+			}
+		}
+	})
+}
