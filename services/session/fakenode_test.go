@@ -1,0 +1,178 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"google.golang.org/grpc"
+
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+)
+
+// fakeNode stands in for a node's display and sandbox services: it records
+// calls, keeps what exists, and can be told to fail or to wait.
+type fakeNode struct {
+	mu        sync.Mutex
+	calls     []string
+	fail      map[string]error
+	gates     map[string]chan struct{}
+	entered   map[string]chan struct{}
+	displays  map[string]string
+	sandboxes map[string]bool
+	nextX     int
+}
+
+func newFakeNode() *fakeNode {
+	return &fakeNode{
+		fail:      map[string]error{},
+		gates:     map[string]chan struct{}{},
+		entered:   map[string]chan struct{}{},
+		displays:  map[string]string{},
+		sandboxes: map[string]bool{},
+		nextX:     101,
+	}
+}
+
+// failOn makes op ("sandbox.create", "display.create", "display.screenshot",
+// "display.delete", "sandbox.delete") return err; nil clears it.
+func (n *fakeNode) failOn(op string, err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err == nil {
+		delete(n.fail, op)
+	} else {
+		n.fail[op] = err
+	}
+}
+
+// hold makes op wait until the returned release is called (or its context
+// ends); entered closes when a call reaches it.
+func (n *fakeNode) hold(op string) (entered <-chan struct{}, release func()) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	gate, in := make(chan struct{}), make(chan struct{})
+	n.gates[op], n.entered[op] = gate, in
+	var once sync.Once
+	return in, func() { once.Do(func() { close(gate) }) }
+}
+
+func (n *fakeNode) enter(ctx context.Context, op, id string) error {
+	n.mu.Lock()
+	n.calls = append(n.calls, op+" "+id)
+	gate, in := n.gates[op], n.entered[op]
+	if gate != nil {
+		delete(n.gates, op)
+		delete(n.entered, op)
+	}
+	err := n.fail[op]
+	n.mu.Unlock()
+	if gate != nil {
+		close(in)
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return err
+}
+
+func (n *fakeNode) Calls() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string(nil), n.calls...)
+}
+
+// Live lists what exists on the node.
+func (n *fakeNode) Live() (displays, sandboxes int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.displays), len(n.sandboxes)
+}
+
+type fakeDisplay struct {
+	displayv1.DisplayServiceClient // methods the session service never calls
+	n                              *fakeNode
+}
+
+func (d fakeDisplay) CreateDisplay(ctx context.Context, in *displayv1.CreateDisplayRequest, _ ...grpc.CallOption) (*displayv1.CreateDisplayResponse, error) {
+	if err := d.n.enter(ctx, "display.create", in.GetSessionId()); err != nil {
+		return nil, err
+	}
+	d.n.mu.Lock()
+	defer d.n.mu.Unlock()
+	x := fmt.Sprintf(":%d", d.n.nextX)
+	d.n.nextX++
+	d.n.displays[in.GetSessionId()] = x
+	return &displayv1.CreateDisplayResponse{Display: &displayv1.Display{
+		SessionId: in.GetSessionId(), XDisplay: x, Width: in.GetWidth(), Height: in.GetHeight(), Depth: in.GetDepth(),
+	}}, nil
+}
+
+func (d fakeDisplay) DeleteDisplay(ctx context.Context, in *displayv1.DeleteDisplayRequest, _ ...grpc.CallOption) (*displayv1.DeleteDisplayResponse, error) {
+	if err := d.n.enter(ctx, "display.delete", in.GetSessionId()); err != nil {
+		return nil, err
+	}
+	d.n.mu.Lock()
+	defer d.n.mu.Unlock()
+	delete(d.n.displays, in.GetSessionId())
+	return &displayv1.DeleteDisplayResponse{}, nil
+}
+
+func (d fakeDisplay) Screenshot(ctx context.Context, in *displayv1.ScreenshotRequest, _ ...grpc.CallOption) (*displayv1.ScreenshotResponse, error) {
+	if err := d.n.enter(ctx, "display.screenshot", in.GetSessionId()); err != nil {
+		return nil, err
+	}
+	d.n.mu.Lock()
+	defer d.n.mu.Unlock()
+	if _, ok := d.n.displays[in.GetSessionId()]; !ok {
+		return nil, fmt.Errorf("no display for %s", in.GetSessionId())
+	}
+	return &displayv1.ScreenshotResponse{ContentType: "image/png", Data: []byte("png"), Width: 1, Height: 1}, nil
+}
+
+type fakeSandbox struct {
+	sandboxv1.SandboxServiceClient
+	n *fakeNode
+}
+
+func (s fakeSandbox) CreateSandbox(ctx context.Context, in *sandboxv1.CreateSandboxRequest, _ ...grpc.CallOption) (*sandboxv1.CreateSandboxResponse, error) {
+	if err := s.n.enter(ctx, "sandbox.create", in.GetSessionId()); err != nil {
+		return nil, err
+	}
+	s.n.mu.Lock()
+	defer s.n.mu.Unlock()
+	s.n.sandboxes[in.GetSessionId()] = true
+	return &sandboxv1.CreateSandboxResponse{Sandbox: &sandboxv1.Sandbox{SessionId: in.GetSessionId()}}, nil
+}
+
+func (s fakeSandbox) DeleteSandbox(ctx context.Context, in *sandboxv1.DeleteSandboxRequest, _ ...grpc.CallOption) (*sandboxv1.DeleteSandboxResponse, error) {
+	if err := s.n.enter(ctx, "sandbox.delete", in.GetSessionId()); err != nil {
+		return nil, err
+	}
+	s.n.mu.Lock()
+	defer s.n.mu.Unlock()
+	delete(s.n.sandboxes, in.GetSessionId())
+	return &sandboxv1.DeleteSandboxResponse{}, nil
+}
+
+// fakeNodes maps node ids to fake nodes.
+type fakeNodes map[string]*fakeNode
+
+func (f fakeNodes) Display(id string) (displayv1.DisplayServiceClient, error) {
+	n, ok := f[id]
+	if !ok {
+		return nil, fmt.Errorf("node %q: %w", id, ErrUnknownNode)
+	}
+	return fakeDisplay{n: n}, nil
+}
+
+func (f fakeNodes) Sandbox(id string) (sandboxv1.SandboxServiceClient, error) {
+	n, ok := f[id]
+	if !ok {
+		return nil, fmt.Errorf("node %q: %w", id, ErrUnknownNode)
+	}
+	return fakeSandbox{n: n}, nil
+}

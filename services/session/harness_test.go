@@ -1,0 +1,211 @@
+package session
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+
+	eventsv1 "github.com/deskgrid/deskgrid/proto/deskgrid/events/v1"
+	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
+	"github.com/deskgrid/deskgrid/services/platform/events"
+	"github.com/deskgrid/deskgrid/services/platform/natsembed"
+	"github.com/deskgrid/deskgrid/services/session/placement"
+	"github.com/deskgrid/deskgrid/services/session/store"
+)
+
+const tenantHeader = "x-deskgrid-tenant"
+
+// harness is a session service on real gRPC, a real SQLite store and an
+// in-process NATS, with fake nodes.
+type harness struct {
+	svc    *Service
+	client sessionv1.SessionServiceClient
+	store  store.Store
+	placer *placement.Local
+	node   *fakeNode
+	nodes  fakeNodes
+	nc     *nats.Conn
+}
+
+type option func(*Config, *harnessOpts)
+
+type harnessOpts struct{ capacity int }
+
+func withConfig(f func(*Config)) option { return func(c *Config, _ *harnessOpts) { f(c) } }
+func withCapacity(n int) option       { return func(_ *Config, o *harnessOpts) { o.capacity = n } }
+
+func newHarness(t testing.TB, opts ...option) *harness {
+	t.Helper()
+	ctx := context.Background()
+	cfg := DefaultConfig()
+	cfg.ReapInterval = 0
+	ho := harnessOpts{capacity: 100}
+	for _, o := range opts {
+		o(&cfg, &ho)
+	}
+
+	ns, err := natsembed.Start(natsembed.Options{Port: -1, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Close)
+	nc, err := nats.Connect(ns.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := events.EnsureStream(ctx, js, events.StreamConfig(1, time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+
+	st, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "sessions.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+
+	h := &harness{
+		store:  st,
+		placer: placement.NewLocal(placement.Node{ID: "node-1", Address: "local"}, ho.capacity, map[string]string{"zone": "a"}),
+		node:   newFakeNode(),
+		nc:     nc,
+	}
+	h.nodes = fakeNodes{"node-1": h.node}
+	h.svc, err = New(ctx, cfg, Deps{
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Store:  st,
+		Placer: h.placer,
+		Nodes:  h.nodes,
+		Events: events.NewPublisher(js),
+		NATS:   nc,
+		Tenant: func(ctx context.Context) string {
+			if v := metadata.ValueFromIncomingContext(ctx, tenantHeader); len(v) > 0 {
+				return v[0]
+			}
+			return DefaultTenant
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	srv := grpc.NewServer()
+	h.svc.Register(srv)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cleanups run last-in first-out: the client, then the service, then
+	// the server, then the store and NATS registered above.
+	t.Cleanup(srv.Stop)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := h.svc.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	t.Cleanup(func() { _ = cc.Close() })
+	h.client = sessionv1.NewSessionServiceClient(cc)
+	return h
+}
+
+// recorder collects every state-change event published.
+type recorder struct {
+	mu     sync.Mutex
+	events []*eventsv1.SessionStateChanged
+}
+
+func (h *harness) record(t testing.TB) *recorder {
+	t.Helper()
+	r := &recorder{}
+	sub, err := h.nc.Subscribe(events.SubjectAll, func(m *nats.Msg) {
+		_, ev, err := events.Decode(context.Background(), m.Data, m.Header)
+		if err != nil || ev.GetType() != events.TypeSessionStateChanged {
+			return
+		}
+		var p eventsv1.SessionStateChanged
+		if err := ev.GetPayload().UnmarshalTo(&p); err != nil {
+			return
+		}
+		r.mu.Lock()
+		r.events = append(r.events, proto.Clone(&p).(*eventsv1.SessionStateChanged))
+		r.mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return r
+}
+
+// of returns the events about one session.
+func (r *recorder) of(id string) []*eventsv1.SessionStateChanged {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*eventsv1.SessionStateChanged
+	for _, e := range r.events {
+		if e.GetSession().GetId() == id {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// eventually waits for cond, failing the test after a deadline.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func asTenant(ctx context.Context, tenant string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, tenantHeader, tenant)
+}
+
+// manualClock is a clock tests move by hand.
+type manualClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *manualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
