@@ -44,7 +44,7 @@ type option func(*Config, *harnessOpts)
 type harnessOpts struct{ capacity int }
 
 func withConfig(f func(*Config)) option { return func(c *Config, _ *harnessOpts) { f(c) } }
-func withCapacity(n int) option       { return func(_ *Config, o *harnessOpts) { o.capacity = n } }
+func withCapacity(n int) option         { return func(_ *Config, o *harnessOpts) { o.capacity = n } }
 
 func newHarness(t testing.TB, opts ...option) *harness {
 	t.Helper()

@@ -271,7 +271,9 @@ func TestCreateValidation(t *testing.T) {
 }
 
 // sp validates a request without creating anything.
-func (h *harness) sp(req *sessionv1.CreateSessionRequest) (spec, error) { return h.svc.validateCreate(req) }
+func (h *harness) sp(req *sessionv1.CreateSessionRequest) (spec, error) {
+	return h.svc.validateCreate(req)
+}
 
 func TestCreateIdempotentByRequestID(t *testing.T) {
 	h := newHarness(t)
