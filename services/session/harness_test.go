@@ -82,7 +82,7 @@ func newHarness(t testing.TB, opts ...option) *harness {
 
 	h := &harness{
 		store:  st,
-		placer: placement.NewLocal(placement.Node{ID: "node-1", Address: "local"}, ho.capacity, map[string]string{"zone": "a"}),
+		placer: placement.NewLocal(placement.Node{ID: "node-1", Address: "local"}, ho.capacity, placement.WithLabels(map[string]string{"zone": "a"})),
 		node:   newFakeNode(),
 		nc:     nc,
 	}

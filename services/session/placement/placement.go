@@ -64,11 +64,23 @@ type Local struct {
 	sessions map[string]struct{}
 }
 
+// LocalOption configures a Local placer.
+type LocalOption func(*Local)
+
+// WithLabels gives the node labels that node selectors are matched against;
+// without them only sessions with an empty selector fit.
+func WithLabels(labels map[string]string) LocalOption {
+	return func(l *Local) { l.labels = maps.Clone(labels) }
+}
+
 // NewLocal returns a placer for one node that holds at most capacity
-// sessions (no limit when capacity <= 0). labels are what a node selector is
-// matched against.
-func NewLocal(node Node, capacity int, labels map[string]string) *Local {
-	return &Local{node: node, labels: maps.Clone(labels), capacity: capacity, sessions: map[string]struct{}{}}
+// sessions (no limit when capacity <= 0).
+func NewLocal(node Node, capacity int, opts ...LocalOption) *Local {
+	l := &Local{node: node, capacity: capacity, sessions: map[string]struct{}{}}
+	for _, o := range opts {
+		o(l)
+	}
+	return l
 }
 
 // Place implements Placer.

@@ -10,7 +10,7 @@ import (
 
 func TestLocalCapacity(t *testing.T) {
 	ctx := context.Background()
-	l := NewLocal(Node{ID: "n1", Address: "127.0.0.1:1"}, 2, nil)
+	l := NewLocal(Node{ID: "n1", Address: "127.0.0.1:1"}, 2)
 	for _, id := range []string{"a", "b"} {
 		n, err := l.Place(ctx, Request{SessionID: id})
 		if err != nil || n.ID != "n1" {
@@ -40,7 +40,7 @@ func TestLocalCapacity(t *testing.T) {
 
 func TestLocalConcurrentNeverOverfills(t *testing.T) {
 	ctx := context.Background()
-	l := NewLocal(Node{ID: "n1"}, 10, nil)
+	l := NewLocal(Node{ID: "n1"}, 10)
 	var (
 		wg sync.WaitGroup
 		mu sync.Mutex
@@ -75,7 +75,7 @@ func TestSelector(t *testing.T) {
 		{map[string]string{"zone": "b"}, false},
 		{map[string]string{"rack": "1"}, false},
 	}
-	l := NewLocal(Node{ID: "n1"}, 0, labels)
+	l := NewLocal(Node{ID: "n1"}, 0, WithLabels(labels))
 	for _, tt := range tests {
 		if got := Matches(labels, tt.sel); got != tt.want {
 			t.Errorf("Matches(%v) = %v", tt.sel, got)
@@ -89,7 +89,7 @@ func TestSelector(t *testing.T) {
 
 func BenchmarkLocalPlaceRelease(b *testing.B) {
 	ctx := context.Background()
-	l := NewLocal(Node{ID: "n1"}, 1000, map[string]string{"zone": "a"})
+	l := NewLocal(Node{ID: "n1"}, 1000, WithLabels(map[string]string{"zone": "a"}))
 	req := Request{SessionID: "s", NodeSelector: map[string]string{"zone": "a"}}
 	for b.Loop() {
 		if _, err := l.Place(ctx, req); err != nil {
