@@ -389,6 +389,11 @@ func killTagged(dir string) int {
 			continue
 		}
 		if strings.Contains(string(cmdline), string(tag)) {
+			// A fuse-overlayfs daemon serves the mount and exits when it is
+			// unmounted; killing it first would only make unmounting harder.
+			if comm, _ := os.ReadFile("/proc/" + e.Name() + "/comm"); strings.TrimSpace(string(comm)) == "fuse-overlayfs" {
+				continue
+			}
 			if syscall.Kill(pid, syscall.SIGKILL) == nil {
 				n++
 			}

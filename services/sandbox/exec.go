@@ -135,6 +135,14 @@ func (s *Service) exec(ctx context.Context, req *sandboxv1.ExecRequest, send fun
 			if err != nil {
 				return nil, err
 			}
+			if _, err := os.Stat(sock); err != nil {
+				return nil, coded(codes.FailedPrecondition, "session %q's display %s has no X socket on this node: %v", b.id, disp, err)
+			}
+			if xauth != "" {
+				if _, err := os.Stat(xauth); err != nil {
+					return nil, coded(codes.FailedPrecondition, "session %q's X authority file is missing: %v", b.id, err)
+				}
+			}
 			spec.Binds = append(spec.Binds, jail.Bind{Src: sock, Dest: "/tmp/.X11-unix/X" + n, Writable: true})
 			env = append(env, "DISPLAY=:"+n)
 			if xauth != "" {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -86,6 +87,18 @@ func assertNothingLeft(t testing.TB, root string) {
 	if len(entries) > 0 {
 		t.Errorf("sandbox dirs left: %d (first %s)", len(entries), entries[0].Name())
 	}
+}
+
+// scrubOnCleanup removes, whatever a test did, the mounts and processes it
+// left under root, so a failing test cannot leak them into the next.
+func scrubOnCleanup(t testing.TB, root string) {
+	t.Cleanup(func() {
+		killTagged(root)
+		ms, _ := overlay.Mounts(root)
+		for _, m := range ms {
+			_ = unix.Unmount(m.Point, unix.MNT_DETACH)
+		}
+	})
 }
 
 func (h *harness) create(t testing.TB, id, workspace string) *sandboxv1.Sandbox {
@@ -230,6 +243,7 @@ func TestDeleteLeavesNothing(t *testing.T) {
 func TestReconcileAfterCrash(t *testing.T) {
 	cfg := testConfig(t)
 	ctx := context.Background()
+	scrubOnCleanup(t, cfg.Root)
 	crashed, err := New(ctx, cfg, Deps{Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
@@ -279,6 +293,7 @@ func TestReconcileAfterCrash(t *testing.T) {
 func TestReconcileRemountsAfterReboot(t *testing.T) {
 	cfg := testConfig(t)
 	ctx := context.Background()
+	scrubOnCleanup(t, cfg.Root)
 	first, err := New(ctx, cfg, Deps{Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
