@@ -2,18 +2,341 @@ package display
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jezek/xgb/xproto"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	"github.com/deskgrid/deskgrid/services/display/capture"
+	"github.com/deskgrid/deskgrid/services/display/xinput"
 )
 
-// PerformActions sends input to the session's display.
+const (
+	maxActions    = 1000
+	maxTextRunes  = 10000
+	maxPathPoints = 10000
+	maxScroll     = 100
+	maxClicks     = 3
+)
+
+// step is one validated action, ready to run against X.
+type step struct {
+	kind     string
+	at       *point // nil: where the pointer is
+	button   byte
+	clicks   int
+	down     bool
+	hold     []xproto.Keysym
+	path     []point
+	scrollY  int
+	scrollX  int
+	chords   [][]xproto.Keysym
+	holdFor  time.Duration
+	text     []xproto.Keysym
+	duration time.Duration
+}
+
+type point struct{ x, y int }
+
+// PerformActions sends input to the session's display, in order, and
+// optionally returns a screenshot once the screen has settled.
 func (s *Service) PerformActions(ctx context.Context, req *displayv1.PerformActionsRequest) (*displayv1.PerformActionsResponse, error) {
 	if err := validateSessionID(req.GetSessionId()); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	if _, err := s.get(ctx, req.GetSessionId()); err != nil {
+	d, err := s.get(ctx, req.GetSessionId())
+	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	return nil, s.toStatus(ctx, errors.New("input is not available yet"))
+	steps, err := s.plan(req.GetActions(), d.width, d.height)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	resp, err := s.perform(ctx, d, steps, req.GetScreenshot())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return resp, nil
+}
+
+// plan validates every action before any reaches X, so a bad request does
+// nothing at all.
+func (s *Service) plan(actions []*displayv1.Action, w, h int) ([]step, error) {
+	if len(actions) == 0 {
+		return nil, invalidf("actions is empty")
+	}
+	if len(actions) > maxActions {
+		return nil, invalidf("%d actions; at most %d per request", len(actions), maxActions)
+	}
+	onScreen := func(i int, what string, p *displayv1.Point) (*point, error) {
+		if p == nil {
+			return nil, nil
+		}
+		x, y := int(p.GetX()), int(p.GetY())
+		if x < 0 || y < 0 || x >= w || y >= h {
+			return nil, invalidf("action %d: %s (%d,%d) is outside the %dx%d screen", i, what, x, y, w, h)
+		}
+		return &point{x, y}, nil
+	}
+	button := func(i int, b displayv1.MouseButton) (byte, error) {
+		switch b {
+		case displayv1.MouseButton_MOUSE_BUTTON_UNSPECIFIED, displayv1.MouseButton_MOUSE_BUTTON_LEFT:
+			return xinput.ButtonLeft, nil
+		case displayv1.MouseButton_MOUSE_BUTTON_MIDDLE:
+			return xinput.ButtonMiddle, nil
+		case displayv1.MouseButton_MOUSE_BUTTON_RIGHT:
+			return xinput.ButtonRight, nil
+		}
+		return 0, invalidf("action %d: unknown mouse button %d", i, b)
+	}
+	holdKeys := func(i int, names []string) ([]xproto.Keysym, error) {
+		var out []xproto.Keysym
+		for _, n := range names {
+			sym, err := xinput.KeyName(n)
+			if err != nil {
+				return nil, invalidf("action %d: hold_keys: %v", i, err)
+			}
+			out = append(out, sym)
+		}
+		return out, nil
+	}
+	var waited time.Duration
+	steps := make([]step, 0, len(actions))
+	for i, a := range actions {
+		var st step
+		var err error
+		switch act := a.GetAction().(type) {
+		case *displayv1.Action_MouseMove:
+			st.kind = "move"
+			if act.MouseMove.GetTo() == nil {
+				return nil, invalidf("action %d: mouse_move needs to", i)
+			}
+			st.at, err = onScreen(i, "mouse_move.to", act.MouseMove.GetTo())
+		case *displayv1.Action_Click:
+			c := act.Click
+			st.kind = "click"
+			if st.at, err = onScreen(i, "click.at", c.GetAt()); err != nil {
+				return nil, err
+			}
+			if st.button, err = button(i, c.GetButton()); err != nil {
+				return nil, err
+			}
+			st.clicks = int(c.GetClicks())
+			if st.clicks == 0 {
+				st.clicks = 1
+			}
+			if st.clicks < 1 || st.clicks > maxClicks {
+				return nil, invalidf("action %d: clicks %d is outside 1-%d", i, c.GetClicks(), maxClicks)
+			}
+			st.hold, err = holdKeys(i, c.GetHoldKeys())
+		case *displayv1.Action_Drag:
+			st.kind = "drag"
+			pts := act.Drag.GetPath()
+			if len(pts) < 2 || len(pts) > maxPathPoints {
+				return nil, invalidf("action %d: drag path has %d points; it needs 2-%d", i, len(pts), maxPathPoints)
+			}
+			for _, p := range pts {
+				pt, err := onScreen(i, "drag.path point", p)
+				if err != nil {
+					return nil, err
+				}
+				if pt == nil {
+					return nil, invalidf("action %d: drag path has an empty point", i)
+				}
+				st.path = append(st.path, *pt)
+			}
+		case *displayv1.Action_Button:
+			st.kind = "button"
+			st.button, err = button(i, act.Button.GetButton())
+			st.down = act.Button.GetDown()
+		case *displayv1.Action_Scroll:
+			sc := act.Scroll
+			st.kind = "scroll"
+			if st.at, err = onScreen(i, "scroll.at", sc.GetAt()); err != nil {
+				return nil, err
+			}
+			st.scrollY, st.scrollX = int(sc.GetDeltaY()), int(sc.GetDeltaX())
+			if st.scrollX == 0 && st.scrollY == 0 {
+				return nil, invalidf("action %d: scroll needs delta_y or delta_x", i)
+			}
+			if abs(st.scrollY) > maxScroll || abs(st.scrollX) > maxScroll {
+				return nil, invalidf("action %d: scroll deltas are at most %d clicks", i, maxScroll)
+			}
+			st.hold, err = holdKeys(i, sc.GetHoldKeys())
+		case *displayv1.Action_Key:
+			st.kind = "key"
+			if st.chords, err = xinput.ParseChords(act.Key.GetChord()); err != nil {
+				return nil, invalidf("action %d: %v", i, err)
+			}
+			if hd := act.Key.GetHold(); hd != nil {
+				if err := hd.CheckValid(); err != nil || hd.AsDuration() < 0 {
+					return nil, invalidf("action %d: key hold is not a valid duration", i)
+				}
+				st.holdFor = hd.AsDuration()
+				waited += st.holdFor
+			}
+		case *displayv1.Action_Type:
+			st.kind = "type"
+			text := act.Type.GetText()
+			if text == "" {
+				return nil, invalidf("action %d: type needs text", i)
+			}
+			if n := utf8.RuneCountInString(text); n > maxTextRunes {
+				return nil, invalidf("action %d: text has %d characters; at most %d", i, n, maxTextRunes)
+			}
+			if st.text, err = xinput.TextKeysyms(text); err != nil {
+				return nil, invalidf("action %d: %v", i, err)
+			}
+		case *displayv1.Action_Wait:
+			st.kind = "wait"
+			wd := act.Wait.GetDuration()
+			if wd == nil || wd.CheckValid() != nil || wd.AsDuration() <= 0 {
+				return nil, invalidf("action %d: wait needs a positive duration", i)
+			}
+			st.duration = wd.AsDuration()
+			waited += st.duration
+		default:
+			return nil, invalidf("action %d is empty", i)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if waited > s.cfg.MaxWait {
+			return nil, invalidf("waits and key holds add up to more than %v", s.cfg.MaxWait)
+		}
+		steps = append(steps, st)
+	}
+	return steps, nil
+}
+
+func abs(v int) int {
+	if v < 0 {
+		return -v
+	}
+	return v
+}
+
+func (s *Service) perform(ctx context.Context, d *display, steps []step, shot bool) (*displayv1.PerformActionsResponse, error) {
+	d.inputMu.Lock()
+	defer d.inputMu.Unlock()
+	in := d.input
+	for _, st := range steps {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if err := s.run(ctx, in, st); err != nil {
+			return nil, err
+		}
+	}
+	if err := in.Sync(); err != nil {
+		return nil, err
+	}
+	done := time.Now()
+	x, y, err := in.Pointer()
+	if err != nil {
+		return nil, err
+	}
+	resp := &displayv1.PerformActionsResponse{Cursor: &displayv1.Point{X: int32(x), Y: int32(y)}}
+	if shot {
+		if _, err := d.watch.WaitSettled(ctx, done, s.cfg.SettleQuiet, s.cfg.SettleTimeout); err != nil {
+			return nil, err
+		}
+		if resp.Screenshot, err = s.screenshot(d, capture.Rect{}, capture.PNG, 0); err != nil {
+			return nil, err
+		}
+	}
+	return resp, nil
+}
+
+func (s *Service) run(ctx context.Context, in *xinput.Injector, st step) error {
+	switch st.kind {
+	case "move":
+		in.Move(st.at.x, st.at.y)
+	case "click":
+		if st.at != nil {
+			in.Move(st.at.x, st.at.y)
+		}
+		held, err := in.KeyDown(st.hold)
+		if err != nil {
+			return err
+		}
+		for range st.clicks {
+			in.Button(st.button, true)
+			in.Button(st.button, false)
+		}
+		in.KeyUp(held)
+	case "drag":
+		in.Move(st.path[0].x, st.path[0].y)
+		in.Button(xinput.ButtonLeft, true)
+		for _, p := range st.path[1:] {
+			in.Move(p.x, p.y)
+		}
+		in.Button(xinput.ButtonLeft, false)
+	case "button":
+		in.Button(st.button, st.down)
+	case "scroll":
+		if st.at != nil {
+			in.Move(st.at.x, st.at.y)
+		}
+		held, err := in.KeyDown(st.hold)
+		if err != nil {
+			return err
+		}
+		wheel := func(n int, neg, pos byte) {
+			b := pos
+			if n < 0 {
+				b, n = neg, -n
+			}
+			for range n {
+				in.Button(b, true)
+				in.Button(b, false)
+			}
+		}
+		wheel(st.scrollY, xinput.ButtonWheelUp, xinput.ButtonWheelDown)
+		wheel(st.scrollX, xinput.ButtonWheelLeft, xinput.ButtonWheelRight)
+		in.KeyUp(held)
+	case "key":
+		for _, chord := range st.chords {
+			codes, err := in.KeyDown(chord)
+			if err != nil {
+				return err
+			}
+			if st.holdFor > 0 {
+				// The keys must be seen down for the whole hold.
+				if err := in.Sync(); err != nil {
+					in.KeyUp(codes)
+					return err
+				}
+				if err := sleep(ctx, st.holdFor); err != nil {
+					in.KeyUp(codes)
+					return err
+				}
+			}
+			in.KeyUp(codes)
+		}
+	case "type":
+		return in.Type(ctx, st.text)
+	case "wait":
+		// Input sent so far takes effect before the pause starts.
+		if err := in.Sync(); err != nil {
+			return err
+		}
+		return sleep(ctx, st.duration)
+	default:
+		return fmt.Errorf("unknown action kind %q", st.kind)
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

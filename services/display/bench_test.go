@@ -1,6 +1,9 @@
 package display
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"testing"
 
@@ -45,6 +48,62 @@ func BenchmarkCreateToFirstScreenshot(b *testing.B) {
 		}
 		if _, err := c.DeleteDisplay(ctx, &displayv1.DeleteDisplayRequest{SessionId: id}); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkClickAndScreenshot measures a click followed by the screenshot of
+// the settled screen, as an agent step does.
+func BenchmarkClickAndScreenshot(b *testing.B) {
+	_, c := testService(b, "")
+	createDisplay(b, c, "bench-click", 1280, 800)
+	ctx := ctxT(b)
+	req := &displayv1.PerformActionsRequest{
+		SessionId: "bench-click",
+		Actions: []*displayv1.Action{{Action: &displayv1.Action_Click{Click: &displayv1.Click{
+			At: &displayv1.Point{X: 640, Y: 400},
+		}}}},
+		Screenshot: true,
+	}
+	for b.Loop() {
+		resp, err := c.PerformActions(ctx, req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(resp.GetScreenshot().GetData()) == 0 {
+			b.Fatal("no screenshot")
+		}
+	}
+}
+
+// BenchmarkClickAndScreenshotXdotoolScrot is the same step done the way
+// existing computer-use stacks do it, with xdotool and scrot processes, for
+// the ratio deskgrid must beat. It waits for nothing after the click.
+func BenchmarkClickAndScreenshotXdotoolScrot(b *testing.B) {
+	s, c := testService(b, "")
+	createDisplay(b, c, "bench-xdotool", 1280, 800)
+	xd, xauth, _ := s.Lookup("bench-xdotool")
+	env := append(os.Environ(), "DISPLAY="+xd, "XAUTHORITY="+xauth)
+	out := filepath.Join(b.TempDir(), "shot.png")
+	for _, tool := range []string{"xdotool", "scrot"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			b.Fatalf("%s not installed (Debian package %s): %v", tool, tool, err)
+		}
+	}
+	for b.Loop() {
+		click := exec.Command("xdotool", "mousemove", "640", "400", "click", "1")
+		click.Env = env
+		if o, err := click.CombinedOutput(); err != nil {
+			b.Fatalf("xdotool: %v: %s", err, o)
+		}
+		shot := exec.Command("scrot", "-o", out)
+		shot.Env = env
+		if o, err := shot.CombinedOutput(); err != nil {
+			b.Fatalf("scrot: %v: %s", err, o)
+		}
+		data, err := os.ReadFile(out)
+		if err != nil || len(data) == 0 {
+			b.Fatalf("scrot wrote nothing: %v", err)
 		}
 	}
 }

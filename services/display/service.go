@@ -16,12 +16,14 @@ import (
 	"time"
 
 	"github.com/jezek/xgb"
+	"github.com/jezek/xgb/xproto"
 	"google.golang.org/grpc"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/display/capture"
 	"github.com/deskgrid/deskgrid/services/display/xauthority"
 	"github.com/deskgrid/deskgrid/services/display/xconn"
+	"github.com/deskgrid/deskgrid/services/display/xinput"
 	"github.com/deskgrid/deskgrid/services/display/xserver"
 )
 
@@ -48,7 +50,10 @@ type Config struct {
 	// MaxWait bounds a single wait action.
 	MaxWait time.Duration
 	// SettleTimeout bounds the wait for the screen to settle before an
-	// action's screenshot; SettleQuiet is how long it must stay unchanged.
+	// action's screenshot; SettleQuiet is how long it must stay unchanged
+	// (DAMAGE reports every change). Applications answer input within a few
+	// milliseconds; a longer quiet catches slower ones at the cost of every
+	// step's latency.
 	SettleTimeout time.Duration
 	SettleQuiet   time.Duration
 }
@@ -66,7 +71,7 @@ func DefaultConfig() Config {
 		StopTimeout:   2 * time.Second,
 		MaxWait:       30 * time.Second,
 		SettleTimeout: time.Second,
-		SettleQuiet:   50 * time.Millisecond,
+		SettleQuiet:   20 * time.Millisecond,
 	}
 }
 
@@ -109,6 +114,10 @@ type display struct {
 	server    *xserver.Server
 	conn      *xgb.Conn
 	screen    capture.Screen
+	input     *xinput.Injector
+	watch     *capture.Watcher
+	// events ends when conn closes.
+	events chan struct{}
 
 	// inputMu keeps one request's actions together.
 	inputMu sync.Mutex
@@ -318,10 +327,44 @@ func (s *Service) start(ctx context.Context, spec displaySpec) (_ *display, err 
 		conn.Close()
 		return nil, err
 	}
-	d.conn, d.screen = conn, screen
+	input, err := xinput.New(conn, screen.Root)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	watch, err := capture.Watch(conn, screen.Root)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	d.conn, d.screen, d.input, d.watch = conn, screen, input, watch
+	d.events = make(chan struct{})
+	go s.readEvents(d)
 	s.log.InfoContext(ctx, "display started", "session_id", spec.sessionID,
 		"x_display", d.xDisplay(), "pid", srv.PID, "width", spec.width, "height", spec.height)
 	return d, nil
+}
+
+// readEvents consumes the connection's events, which xgb would otherwise
+// queue until it blocks: damage for settling, keymap changes for input.
+func (s *Service) readEvents(d *display) {
+	defer close(d.events)
+	for {
+		ev, xerr := d.conn.WaitForEvent()
+		if ev == nil && xerr == nil {
+			return
+		}
+		if xerr != nil {
+			s.log.Debug("X error", "session_id", d.sessionID, "err", xerr.Error())
+			continue
+		}
+		if d.watch.Handle(ev) {
+			continue
+		}
+		if m, ok := ev.(xproto.MappingNotifyEvent); ok && m.Request == xproto.MappingKeyboard {
+			d.input.MappingChanged()
+		}
+	}
 }
 
 func (d *display) meta() meta {
@@ -433,6 +476,12 @@ func (s *Service) stop(ctx context.Context, d *display) error {
 	d.conn.Close()
 	d.inputMu.Unlock()
 	err := d.server.Stop(ctx)
+	// The server is gone, so the reader sees the connection end at once;
+	// the bound is for a server that would not die.
+	select {
+	case <-d.events:
+	case <-time.After(5 * time.Second):
+	}
 	if rerr := os.RemoveAll(d.dir); rerr != nil && err == nil {
 		err = fmt.Errorf("remove session dir: %w", rerr)
 	}
