@@ -6,6 +6,7 @@
 package ingest
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -20,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -340,15 +342,42 @@ func payloadJSON(a *anypb.Any) (data, runID string) {
 	if a == nil {
 		return "", ""
 	}
-	m, err := a.UnmarshalNew()
-	if err == nil {
-		var b []byte
-		if b, err = protojson.Marshal(a); err == nil {
-			return string(b), runIDField(m.ProtoReflect())
+	if m, err := a.UnmarshalNew(); err == nil {
+		if b, ok := anyJSON(a.GetTypeUrl(), m); ok {
+			return b, runIDField(m.ProtoReflect())
 		}
 	}
 	b, _ := json.Marshal(rawPayload{Type: a.GetTypeUrl(), Value: base64.StdEncoding.EncodeToString(a.GetValue())})
 	return string(b), ""
+}
+
+// anyJSON is protojson.Marshal of the Any holding m, without decoding the
+// payload a second time: "@type" is spliced in front of m's own fields.
+func anyJSON(typeURL string, m proto.Message) (string, bool) {
+	if m.ProtoReflect().Descriptor().FullName().Parent() == "google.protobuf" {
+		// Well-known types have their own JSON forms, wrapped as {"@type","value"}.
+		a, err := anypb.New(m)
+		if err != nil {
+			return "", false
+		}
+		b, err := protojson.Marshal(a)
+		return string(b), err == nil
+	}
+	body, err := protojson.Marshal(m)
+	if err != nil {
+		return "", false
+	}
+	u, _ := json.Marshal(typeURL)
+	rest := bytes.TrimSpace(bytes.TrimPrefix(bytes.TrimSpace(body), []byte("{")))
+	var b strings.Builder
+	b.Grow(len(u) + len(rest) + 12)
+	b.WriteString(`{"@type":`)
+	b.Write(u)
+	if !bytes.HasPrefix(rest, []byte("}")) {
+		b.WriteByte(',')
+	}
+	b.Write(rest)
+	return b.String(), true
 }
 
 func runIDField(m protoreflect.Message) string {

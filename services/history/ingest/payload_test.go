@@ -2,8 +2,10 @@ package ingest
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -114,5 +116,35 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if c.MaxAckPending < 2*c.BatchSize {
 		t.Errorf("MaxAckPending %d below two batches of %d", c.MaxAckPending, c.BatchSize)
+	}
+}
+
+// TestAnyJSONMatchesProtojson checks the spliced form against protojson's
+// own rendering of the Any.
+func TestAnyJSONMatchesProtojson(t *testing.T) {
+	for _, m := range []proto.Message{
+		&eventsv1.SessionStateChanged{},
+		&eventsv1.SessionStateChanged{Reason: "x", Session: &sessionv1.Session{Id: "s", Labels: map[string]string{"a": "b"}}},
+		&agentv1.CancelRunRequest{RunId: "r"},
+		structpb.NewNumberValue(3),
+		&structpb.Struct{Fields: map[string]*structpb.Value{"k": structpb.NewBoolValue(true)}},
+	} {
+		a := mustAny(t, m)
+		want, err := protojson.Marshal(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := anyJSON(a.GetTypeUrl(), m)
+		if !ok {
+			t.Fatalf("%T: not rendered", m)
+		}
+		var g, w any
+		if err := json.Unmarshal([]byte(got), &g); err != nil {
+			t.Fatalf("%T: %s: %v", m, got, err)
+		}
+		_ = json.Unmarshal(want, &w)
+		if !reflect.DeepEqual(g, w) {
+			t.Errorf("%T:\n got %s\nwant %s", m, got, want)
+		}
 	}
 }

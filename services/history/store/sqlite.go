@@ -21,6 +21,28 @@ var sqliteDialect = dialect{
 		var ns int64
 		return &ns, func() time.Time { return time.Unix(0, ns).UTC() }
 	},
+	insertRows: sqliteInsert,
+}
+
+func sqliteInsert(ctx context.Context, tx *sql.Tx, chunk []Entry) (int64, error) {
+	st, err := tx.PrepareContext(ctx, "INSERT INTO history_entries ("+columns+") VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (id) DO NOTHING")
+	if err != nil {
+		return 0, err
+	}
+	defer st.Close()
+	var n int64
+	for _, e := range chunk {
+		res, err := st.ExecContext(ctx, e.ID, e.SessionID, e.RunID, e.Sequence, e.Type, e.Time.UnixNano(), e.Tenant, e.Data)
+		if err != nil {
+			return 0, err
+		}
+		k, err := res.RowsAffected()
+		if err != nil {
+			return 0, err
+		}
+		n += k
+	}
+	return n, nil
 }
 
 // OpenSQLite opens (creating it if needed) the SQLite database at path and
