@@ -2,10 +2,14 @@ package session
 
 import (
 	"context"
+	"database/sql"
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -41,7 +45,14 @@ type harness struct {
 
 type option func(*Config, *harnessOpts)
 
-type harnessOpts struct{ capacity int }
+type harnessOpts struct {
+	capacity  int
+	openStore func(testing.TB) store.Store
+}
+
+func withStore(open func(testing.TB) store.Store) option {
+	return func(_ *Config, o *harnessOpts) { o.openStore = open }
+}
 
 func withConfig(f func(*Config)) option { return func(c *Config, _ *harnessOpts) { f(c) } }
 func withCapacity(n int) option         { return func(_ *Config, o *harnessOpts) { o.capacity = n } }
@@ -74,11 +85,10 @@ func newHarness(t testing.TB, opts ...option) *harness {
 		t.Fatal(err)
 	}
 
-	st, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "sessions.db"), nil)
-	if err != nil {
-		t.Fatal(err)
+	if ho.openStore == nil {
+		ho.openStore = openSQLite
 	}
-	t.Cleanup(func() { _ = st.Close() })
+	st := ho.openStore(t)
 
 	h := &harness{
 		store:  st,
@@ -129,6 +139,53 @@ func newHarness(t testing.TB, opts ...option) *harness {
 	t.Cleanup(func() { _ = cc.Close() })
 	h.client = sessionv1.NewSessionServiceClient(cc)
 	return h
+}
+
+func openSQLite(t testing.TB) store.Store {
+	t.Helper()
+	st, err := store.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "sessions.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+// openPostgres opens a store in a schema of its own, dropped when the test ends.
+func openPostgres(t testing.TB) store.Store {
+	t.Helper()
+	ctx := context.Background()
+	dsn := os.Getenv("DESKGRID_TEST_POSTGRES_URL")
+	if dsn == "" {
+		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	admin, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Close() })
+	schema := "session_svc_test_" + strings.TrimPrefix(newID(), idPrefix)
+	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatalf("postgres at %s: %v", dsn, err)
+	}
+	t.Cleanup(func() {
+		if _, err := admin.ExecContext(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	st, err := store.OpenPostgres(ctx, u.String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
 }
 
 // recorder collects every state-change event published.

@@ -865,3 +865,48 @@ func TestIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceOnPostgres runs a session's whole life with the records in
+// PostgreSQL, as in a cluster.
+func TestServiceOnPostgres(t *testing.T) {
+	h := newHarness(t, withStore(openPostgres))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	created, err := h.client.CreateSession(ctx, &sessionv1.CreateSessionRequest{Labels: map[string]string{"db": "pg"}, RequestId: "pg-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.GetSession().GetId()
+	again, err := h.client.CreateSession(ctx, &sessionv1.CreateSessionRequest{RequestId: "pg-1"})
+	if err != nil || again.GetSession().GetId() != id {
+		t.Fatalf("retry: %v, %v", again.GetSession().GetId(), err)
+	}
+	stream, err := h.client.WatchSession(ctx, &sessionv1.WatchSessionRequest{SessionId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	list, err := h.client.ListSessions(ctx, &sessionv1.ListSessionsRequest{Labels: map[string]string{"db": "pg"}, States: []sessionv1.SessionState{state.Running}})
+	if err != nil || len(list.GetSessions()) != 1 {
+		t.Fatalf("list: %v, %v", list, err)
+	}
+	if _, err := h.client.DeleteSession(ctx, &sessionv1.DeleteSessionRequest{SessionId: id}); err != nil {
+		t.Fatal(err)
+	}
+	var last *sessionv1.Session
+	for {
+		r, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = r.GetSession()
+	}
+	if last.GetState() != state.Stopped {
+		t.Fatalf("watch ended at %v", last)
+	}
+}
