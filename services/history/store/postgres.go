@@ -15,7 +15,6 @@ import (
 var postgresDialect = dialect{
 	name:        "postgres",
 	placeholder: dollar,
-	timeArg:     func(t time.Time) any { return t.UTC() },
 	timeDest: func() (any, func() time.Time) {
 		var t time.Time
 		return &t, func() time.Time { return t.UTC() }

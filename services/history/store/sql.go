@@ -20,20 +20,16 @@ var migrations embed.FS
 // service migrating the same database keeps its own.
 const migrationTable = "history_goose_db_version"
 
-// insertChunk bounds the rows of one INSERT statement: 8 columns each keeps
-// it far below SQLite's 32766 and PostgreSQL's 65535 parameters.
-const insertChunk = 500
-
 // dialect is what differs between the databases.
 type dialect struct {
 	name string
 	// placeholder returns the n-th (from 1) parameter marker.
 	placeholder func(n int) string
-	timeArg     func(time.Time) any
 	// timeDest returns a scan destination and how to read the time from it.
 	timeDest func() (any, func() time.Time)
-	// insertRows, when set, replaces the multi-row VALUES insert.
-	insertRows func(ctx context.Context, tx *sql.Tx, chunk []Entry) (int64, error)
+	// insertRows inserts entries in tx, skipping ids already stored, and
+	// returns how many it inserted.
+	insertRows func(ctx context.Context, tx *sql.Tx, entries []Entry) (int64, error)
 }
 
 // SQL is a Store over database/sql.
@@ -81,66 +77,24 @@ func (s *SQL) Append(ctx context.Context, entries []Entry) (int, error) {
 	if len(entries) == 0 {
 		return 0, nil
 	}
+	for i, e := range entries {
+		if e.ID == "" || e.SessionID == "" {
+			return 0, fmt.Errorf("%w: entry %d has no id or session", ErrInvalidQuery, i)
+		}
+	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("store: begin: %w", err)
 	}
 	defer tx.Rollback()
-	inserted := 0
-	for start := 0; start < len(entries); start += insertChunk {
-		chunk := entries[start:min(start+insertChunk, len(entries))]
-		n, err := s.insert(ctx, tx, chunk)
-		if err != nil {
-			return 0, err
-		}
-		inserted += n
+	inserted, err := s.d.insertRows(ctx, tx, entries)
+	if err != nil {
+		return 0, fmt.Errorf("store: insert %d entries: %w", len(entries), err)
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, fmt.Errorf("store: commit: %w", err)
 	}
-	return inserted, nil
-}
-
-func (s *SQL) insert(ctx context.Context, tx *sql.Tx, chunk []Entry) (int, error) {
-	for i, e := range chunk {
-		if e.ID == "" || e.SessionID == "" {
-			return 0, fmt.Errorf("%w: entry %d has no id or session", ErrInvalidQuery, i)
-		}
-	}
-	if s.d.insertRows != nil {
-		n, err := s.d.insertRows(ctx, tx, chunk)
-		if err != nil {
-			return 0, fmt.Errorf("store: insert %d entries: %w", len(chunk), err)
-		}
-		return int(n), nil
-	}
-	var b strings.Builder
-	b.WriteString("INSERT INTO history_entries (" + columns + ") VALUES ")
-	args := make([]any, 0, len(chunk)*8)
-	for i, e := range chunk {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteByte('(')
-		for c := range 8 {
-			if c > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(s.d.placeholder(len(args) + c + 1))
-		}
-		b.WriteByte(')')
-		args = append(args, e.ID, e.SessionID, e.RunID, e.Sequence, e.Type, s.d.timeArg(e.Time), e.Tenant, e.Data)
-	}
-	b.WriteString(" ON CONFLICT (id) DO NOTHING")
-	res, err := tx.ExecContext(ctx, b.String(), args...)
-	if err != nil {
-		return 0, fmt.Errorf("store: insert %d entries: %w", len(chunk), err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("store: insert: %w", err)
-	}
-	return int(n), nil
+	return int(inserted), nil
 }
 
 // List implements Store.
