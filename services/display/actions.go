@@ -56,7 +56,7 @@ func (s *Service) PerformActions(ctx context.Context, req *displayv1.PerformActi
 	}
 	resp, err := s.perform(ctx, d, steps, req.GetScreenshot())
 	if err != nil {
-		return nil, s.toStatus(ctx, err)
+		return nil, s.toStatus(ctx, d.explain(err))
 	}
 	return resp, nil
 }
@@ -221,6 +221,9 @@ func abs(v int) int {
 func (s *Service) perform(ctx context.Context, d *display, steps []step, shot bool) (*displayv1.PerformActionsResponse, error) {
 	d.inputMu.Lock()
 	defer d.inputMu.Unlock()
+	if err := d.usable(); err != nil {
+		return nil, err
+	}
 	in := d.input
 	for _, st := range steps {
 		if err := ctx.Err(); err != nil {

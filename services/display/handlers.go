@@ -83,9 +83,12 @@ func (s *Service) Screenshot(ctx context.Context, req *displayv1.ScreenshotReque
 }
 
 func (s *Service) screenshot(d *display, rect capture.Rect, format capture.Format, quality int) (*displayv1.ScreenshotResponse, error) {
+	if err := d.usable(); err != nil {
+		return nil, err
+	}
 	f, err := capture.Grab(d.conn, d.screen, rect)
 	if err != nil {
-		return nil, err
+		return nil, d.explain(err)
 	}
 	return s.encode(f, format, quality)
 }
@@ -128,6 +131,8 @@ func (s *Service) toStatus(ctx context.Context, err error) error {
 		return status.Error(codes.AlreadyExists, err.Error())
 	case errors.Is(err, errExhausted):
 		return status.Error(codes.ResourceExhausted, err.Error())
+	case errors.Is(err, errGone):
+		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, errClosed):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):

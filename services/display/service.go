@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jezek/xgb"
@@ -121,6 +122,10 @@ type display struct {
 
 	// inputMu keeps one request's actions together.
 	inputMu sync.Mutex
+	// stopping is set before this service stops the server; dead when the
+	// server exited on its own.
+	stopping atomic.Bool
+	dead     atomic.Bool
 }
 
 func (d *display) xDisplay() string { return ":" + strconv.Itoa(d.server.Display) }
@@ -205,6 +210,7 @@ var (
 	errAlreadyExists = errors.New("already exists")
 	errClosed        = errors.New("display service is shutting down")
 	errExhausted     = errors.New("no capacity")
+	errGone          = errors.New("display lost")
 )
 
 // invalidError is a request the caller must change.
@@ -340,9 +346,44 @@ func (s *Service) start(ctx context.Context, spec displaySpec) (_ *display, err 
 	d.conn, d.screen, d.input, d.watch = conn, screen, input, watch
 	d.events = make(chan struct{})
 	go s.readEvents(d)
+	go s.watchServer(d)
 	s.log.InfoContext(ctx, "display started", "session_id", spec.sessionID,
 		"x_display", d.xDisplay(), "pid", srv.PID, "width", spec.width, "height", spec.height)
 	return d, nil
+}
+
+// watchServer notices an X server that exits without being asked to, so
+// requests fail with a clear message instead of a broken connection.
+func (s *Service) watchServer(d *display) {
+	<-d.server.Exited()
+	if d.stopping.Load() {
+		return
+	}
+	d.dead.Store(true)
+	s.log.Error("X server exited unexpectedly", "session_id", d.sessionID,
+		"x_display", d.xDisplay(), "pid", d.server.PID, "log", filepath.Join(d.dir, logFile))
+}
+
+// usable fails for a display whose X server has died.
+func (d *display) usable() error {
+	if d.dead.Load() {
+		return fmt.Errorf("the X server of session %s exited; delete the display and create it again: %w", d.sessionID, errGone)
+	}
+	return nil
+}
+
+// explain turns an error from a connection whose server has just died into
+// the error that says so.
+func (d *display) explain(err error) error {
+	if err == nil || d.stopping.Load() {
+		return err
+	}
+	select {
+	case <-d.server.Exited():
+		return fmt.Errorf("the X server of session %s exited; delete the display and create it again: %w", d.sessionID, errGone)
+	default:
+		return err
+	}
 }
 
 // readEvents consumes the connection's events, which xgb would otherwise
@@ -472,6 +513,7 @@ func (s *Service) remove(ctx context.Context, sessionID string) error {
 }
 
 func (s *Service) stop(ctx context.Context, d *display) error {
+	d.stopping.Store(true)
 	d.inputMu.Lock()
 	d.conn.Close()
 	d.inputMu.Unlock()
