@@ -169,8 +169,13 @@ func (s *Service) exec(ctx context.Context, req *sandboxv1.ExecRequest, send fun
 		return send(out)
 	})
 	if err != nil {
-		if b.kill.Err() != nil {
+		switch {
+		case b.kill.Err() != nil:
 			return nil, coded(codes.Aborted, "session %q's sandbox was deleted while the command ran", b.id)
+		case ctx.Err() != nil:
+			return nil, ctx.Err() // the caller went away; nothing to report
+		case errors.Is(err, jail.ErrNoBwrap):
+			return nil, coded(codes.Unavailable, "this node cannot run commands: %s is not installed (Debian package bubblewrap)", s.cfg.BwrapPath)
 		}
 		return nil, err
 	}

@@ -295,3 +295,12 @@ func BenchmarkExecTrue(b *testing.B) {
 		}
 	}
 }
+
+func TestExecWithoutBubblewrap(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.BwrapPath = "/nonexistent/bwrap"
+	h := newHarness(t, cfg, Deps{})
+	h.create(t, "nobwrap", "")
+	_, err := h.exec(t, &sandboxv1.ExecRequest{SessionId: "nobwrap", Argv: []string{"true"}})
+	wantCode(t, err, codes.Unavailable)
+}

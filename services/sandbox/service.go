@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"time"
@@ -184,6 +185,10 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	if err := writeEtc(s.etcDir); err != nil {
 		return nil, err
+	}
+	if _, err := exec.LookPath(cfg.BwrapPath); err != nil {
+		// Sandboxes still work for files; Exec reports the missing program.
+		s.log.WarnContext(ctx, "bubblewrap not found: Exec will fail", "bwrap", cfg.BwrapPath, "error", err)
 	}
 	return s, nil
 }

@@ -82,6 +82,9 @@ type Exit struct {
 	TimedOut bool
 }
 
+// ErrNoBwrap means bubblewrap could not be started at all.
+var ErrNoBwrap = errors.New("cannot start bubblewrap")
+
 // ErrTimeout is the cause of a run's context when its timeout expired.
 var ErrTimeout = errors.New("command timed out")
 
@@ -234,7 +237,7 @@ func Run(ctx context.Context, spec Spec, timeout time.Duration, chunkSize int, o
 		return Exit{}, err
 	}
 	if err := cmd.Start(); err != nil {
-		return Exit{}, fmt.Errorf("start bwrap: %w", err)
+		return Exit{}, fmt.Errorf("%w: %w", ErrNoBwrap, err)
 	}
 	pid := cmd.Process.Pid
 	runCtx, cancel := context.WithTimeoutCause(ctx, timeout, ErrTimeout)
