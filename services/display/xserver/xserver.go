@@ -59,6 +59,8 @@ type Options struct {
 	StopTimeout time.Duration
 }
 
+var errExitedEarly = errors.New("X server exited before it was ready")
+
 // Server is a running X server started by this process.
 type Server struct {
 	Display int
@@ -170,7 +172,7 @@ func launch(ctx context.Context, num int, opts Options) (*Server, error) {
 	go func() {
 		line, err := bufio.NewReader(r).ReadString('\n')
 		if err != nil {
-			ready <- fmt.Errorf("X server exited before it was ready%s", logTail(opts.LogFile))
+			ready <- errExitedEarly
 			return
 		}
 		if got, _ := strconv.Atoi(strings.TrimSpace(line)); got != num {
@@ -182,7 +184,11 @@ func launch(ctx context.Context, num int, opts Options) (*Server, error) {
 	select {
 	case err := <-ready:
 		if err != nil {
+			// Stop waits for the exit, so the log is complete.
 			_ = srv.Stop(context.Background())
+			if errors.Is(err, errExitedEarly) {
+				err = fmt.Errorf("%w%s", err, logTail(opts.LogFile))
+			}
 			return nil, err
 		}
 		return srv, nil
@@ -422,5 +428,5 @@ func logTail(path string) string {
 	if len(b) > 2048 {
 		b = b[len(b)-2048:]
 	}
-	return ": " + strings.TrimSpace(string(b))
+	return ": " + strings.Join(strings.Fields(string(b)), " ")
 }
