@@ -27,7 +27,8 @@ type Config struct {
 	DefaultTTL time.Duration
 	// MaxTTL is the longest TTL a create may ask for.
 	MaxTTL time.Duration
-	// DefaultIdleTimeout applies when a create asks for none.
+	// DefaultIdleTimeout applies when a create asks for none; zero means
+	// such sessions never time out for idleness.
 	DefaultIdleTimeout time.Duration
 	// ReapInterval is how often expired and idle sessions are looked for;
 	// zero or less turns the reaper off.

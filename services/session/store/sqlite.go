@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strings"
 
 	"github.com/pressly/goose/v3"
 	"modernc.org/sqlite"
@@ -33,7 +34,9 @@ func OpenSQLite(ctx context.Context, path string, logger *slog.Logger) (Store, e
 	// fails half-way on lock upgrade.
 	wq.Set("_txlock", "immediate")
 
-	w, err := sql.Open("sqlite", "file:"+path+"?"+wq.Encode())
+	// The path goes into a file: URI, where these characters mean something.
+	uri := "file:" + strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
+	w, err := sql.Open("sqlite", uri+"?"+wq.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("sqlite store %s: %w", path, err)
 	}
@@ -49,7 +52,7 @@ func OpenSQLite(ctx context.Context, path string, logger *slog.Logger) (Store, e
 		return nil, err
 	}
 	q.Add("_pragma", "query_only(1)")
-	r, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	r, err := sql.Open("sqlite", uri+"?"+q.Encode())
 	if err != nil {
 		_ = w.Close()
 		return nil, fmt.Errorf("sqlite store %s: %w", path, err)

@@ -496,7 +496,8 @@ var cases = []struct {
 
 func TestReopenKeepsData(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "sessions.db")
+	// A path with characters that mean something in a URI.
+	path := filepath.Join(t.TempDir(), "odd ?#% name.db")
 	st, err := store.OpenSQLite(ctx, path, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -515,6 +516,9 @@ func TestReopenKeepsData(t *testing.T) {
 	defer st.Close()
 	if _, err := st.Get(ctx, "s-a"); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("database not at its path: %v", err)
 	}
 }
 
