@@ -53,6 +53,10 @@ type meta struct {
 
 const maxSessionID = 64
 
+// errNoMeta means a sandbox dir has no usable meta.json: a create crashed
+// before finishing it.
+var errNoMeta = errors.New("sandbox has no valid meta.json")
+
 func validateSessionID(id string) error {
 	if id == "" {
 		return coded(codes.InvalidArgument, "session_id is required")
@@ -164,19 +168,14 @@ func (s *Service) build(ctx context.Context, b *box) (err error) {
 		}
 		return fmt.Errorf("create sandbox dir: %w", err)
 	}
-	mounted := false
 	defer func() {
 		if err == nil {
 			return
 		}
-		if mounted {
-			if uerr := b.driver.Unmount(context.WithoutCancel(ctx), b.merged()); uerr != nil {
-				s.log.ErrorContext(ctx, "unmount after failed create", "session_id", b.id, "error", uerr)
-				return // never remove files beneath a live mount
-			}
-		}
-		if rerr := os.RemoveAll(b.dir); rerr != nil {
-			s.log.ErrorContext(ctx, "remove after failed create", "session_id", b.id, "error", rerr)
+		// Whatever got mounted is unmounted first; files are removed only
+		// when no mount is left.
+		if terr := s.teardown(context.WithoutCancel(ctx), b.dir, b.driver); terr != nil {
+			s.log.ErrorContext(ctx, "clean up after failed create", "session_id", b.id, "error", terr)
 		}
 	}()
 	layers := overlay.Layers{
@@ -197,7 +196,7 @@ func (s *Service) build(ctx context.Context, b *box) (err error) {
 		}
 		return fmt.Errorf("mount sandbox %s: %w", b.id, err)
 	}
-	b.driver, mounted = d, true
+	b.driver = d
 	return writeMeta(b.dir, meta{SessionID: b.id, Lower: b.lower, Driver: d.Name(), Created: b.created})
 }
 
@@ -437,10 +436,16 @@ func (s *Service) Reconcile(ctx context.Context, keep func(sessionID string) boo
 			continue
 		}
 		if validateSessionID(id) == nil && keep != nil && keep(id) {
-			if aerr := s.adopt(ctx, id); aerr != nil {
-				errs = append(errs, fmt.Errorf("adopt %s: %w", id, aerr))
+			aerr := s.adopt(ctx, id)
+			if aerr == nil {
+				continue
 			}
-			continue
+			if !errors.Is(aerr, errNoMeta) {
+				errs = append(errs, fmt.Errorf("adopt %s: %w", id, aerr))
+				continue
+			}
+			// Half-made by a create that crashed: nothing to keep.
+			s.log.WarnContext(ctx, "removing half-made sandbox", "session_id", id, "error", aerr)
 		}
 		dir := filepath.Join(s.sandboxesDir(), id)
 		killTagged(dir)
@@ -460,10 +465,10 @@ func (s *Service) adopt(ctx context.Context, id string) error {
 	dir := filepath.Join(s.sandboxesDir(), id)
 	m, err := readMeta(dir)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", errNoMeta, err)
 	}
 	if m.SessionID != id {
-		return fmt.Errorf("meta.json names session %q", m.SessionID)
+		return fmt.Errorf("%w: meta.json names session %q", errNoMeta, m.SessionID)
 	}
 	var driver overlay.Driver = overlay.FUSE{Binary: s.cfg.FuseOverlayfsPath}
 	if m.Driver == (overlay.Kernel{}).Name() {

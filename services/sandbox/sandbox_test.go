@@ -248,10 +248,14 @@ func TestReconcileAfterCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []string{"dead", "alive"} {
+	for _, id := range []string{"dead", "alive", "no-meta"} {
 		if _, err := crashed.createSandbox(ctx, id, ""); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// Mounted but never recorded, as a crash between mount and meta leaves.
+	if err := os.Remove(filepath.Join(crashed.sandboxesDir(), "no-meta", "meta.json")); err != nil {
+		t.Fatal(err)
 	}
 	// A half-made dir without a mount, as a crash during create leaves.
 	if err := os.MkdirAll(filepath.Join(crashed.sandboxesDir(), "half", "upper"), 0o755); err != nil {
@@ -268,12 +272,12 @@ func TestReconcileAfterCrash(t *testing.T) {
 	_, err = h.client.CreateSandbox(ctx, &sandboxv1.CreateSandboxRequest{SessionId: "dead"})
 	wantCode(t, err, codes.AlreadyExists)
 
-	removed, err := h.svc.Reconcile(ctx, func(id string) bool { return id == "alive" })
+	removed, err := h.svc.Reconcile(ctx, func(id string) bool { return id == "alive" || id == "half" || id == "no-meta" })
 	if err != nil {
 		t.Fatalf("Reconcile: %v", err)
 	}
 	slices.Sort(removed)
-	if !slices.Equal(removed, []string{"dead", "half"}) {
+	if !slices.Equal(removed, []string{"dead", "half", "no-meta"}) {
 		t.Fatalf("removed %v", removed)
 	}
 	if ok, _ := overlay.IsMounted(filepath.Join(h.svc.sandboxesDir(), "dead", "merged")); ok {
