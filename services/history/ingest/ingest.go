@@ -107,6 +107,7 @@ type Ingester struct {
 	cfg    Config
 	store  store.Store
 	log    *slog.Logger
+	nc     *nats.Conn
 	iter   jetstream.MessagesContext
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -145,6 +146,7 @@ func Start(ctx context.Context, cfg Config, js jetstream.JetStream, st store.Sto
 		cfg:    cfg,
 		store:  st,
 		log:    logger.With("component", "history.ingest", "durable", cfg.Durable),
+		nc:     js.Conn(),
 		iter:   iter,
 		cancel: cancel,
 		done:   make(chan struct{}),
@@ -179,6 +181,16 @@ func (in *Ingester) Close(ctx context.Context) error {
 	select {
 	case <-in.done:
 		in.cancel()
+		// Acks are sent without waiting; push them out so the events are not
+		// handed to the next consumer again.
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+		}
+		if err := in.nc.FlushWithContext(ctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			return fmt.Errorf("ingest: flush acks: %w", err)
+		}
 		return nil
 	case <-ctx.Done():
 		in.stop()
