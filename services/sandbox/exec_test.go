@@ -180,6 +180,19 @@ func TestExecTimeoutKillsTree(t *testing.T) {
 	waitFor(t, "sleeps to die", func() bool { return len(hostProcessesWith("sleep\x003141")) == 0 })
 }
 
+func TestExecTimeoutWithClosedOutput(t *testing.T) {
+	h := newHarness(t, testConfig(t), Deps{})
+	h.create(t, "quiet", "")
+	res, err := h.exec(t, &sandboxv1.ExecRequest{SessionId: "quiet", Argv: []string{"sh", "-c", "exec >&- 2>&-; sleep 1732"}, Timeout: durationpb.New(200 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.exit.GetTimedOut() {
+		t.Fatalf("exit %v", res.exit)
+	}
+	waitFor(t, "sleep to die", func() bool { return len(hostProcessesWith("sleep\x001732")) == 0 })
+}
+
 func TestDeleteKillsRunningCommands(t *testing.T) {
 	h := newHarness(t, testConfig(t), Deps{})
 	h.create(t, "busy", "")

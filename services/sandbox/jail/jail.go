@@ -222,8 +222,8 @@ func Run(ctx context.Context, spec Spec, timeout time.Duration, chunkSize int, o
 	cmd := exec.Command(bin, args...)
 	cmd.Env = []string{}
 	cmd.Dir = "/"
-	// Its own process group, so one kill reaches bwrap and the namespace's
-	// init; the init's death takes every other process of the namespace.
+	// Its own process group: a terminal's signals to the node agent must not
+	// reach the sandbox.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if len(spec.Stdin) > 0 {
 		cmd.Stdin = bytes.NewReader(spec.Stdin)
@@ -239,10 +239,12 @@ func Run(ctx context.Context, spec Spec, timeout time.Duration, chunkSize int, o
 	if err := cmd.Start(); err != nil {
 		return Exit{}, fmt.Errorf("%w: %w", ErrNoBwrap, err)
 	}
-	pid := cmd.Process.Pid
 	runCtx, cancel := context.WithTimeoutCause(ctx, timeout, ErrTimeout)
 	defer cancel()
-	stopKill := context.AfterFunc(runCtx, func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+	// Killing bwrap is enough: --die-with-parent kills the namespace's init,
+	// and with it every process of the namespace. os.Process signals through
+	// a pidfd, so a late kill cannot hit a reused pid.
+	stopKill := context.AfterFunc(runCtx, func() { _ = cmd.Process.Kill() })
 
 	chunks := make(chan chunk, 4) // bounded: a slow reader stalls the command, not memory
 	var readers sync.WaitGroup
