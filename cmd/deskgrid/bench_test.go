@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"google.golang.org/protobuf/proto"
 	"os"
 	"path/filepath"
 	"sort"
@@ -29,7 +30,7 @@ func BenchmarkSessionCreateToFirstScreenshot(b *testing.B) {
 	ctx := context.Background()
 	create := func() (*sessionv1.Session, time.Duration) {
 		start := time.Now()
-		resp, err := client.CreateSession(ctx, &sessionv1.CreateSessionRequest{Display: &sessionv1.DisplaySpec{Width: 1280, Height: 800}})
+		resp, err := client.CreateSession(ctx, &sessionv1.CreateSessionRequest{Display: &sessionv1.DisplaySpec{Width: proto.Int32(1280), Height: proto.Int32(800)}})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
+	"google.golang.org/protobuf/proto"
 	"io"
 	"os"
 	"strings"
@@ -116,7 +116,7 @@ func runSessions(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return err
 		}
 		req := &sessionv1.CreateSessionRequest{
-			Display:   &sessionv1.DisplaySpec{Width: int32(width), Height: int32(height), Depth: int32(depth)},
+			Display:   &sessionv1.DisplaySpec{Width: proto.Int32(int32(width)), Height: proto.Int32(int32(height)), Depth: proto.Int32(int32(depth))},
 			Labels:    lm,
 			Autostart: splitList(autostart),
 			Workspace: workspace,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"google.golang.org/protobuf/proto"
 	"io"
 	"slices"
 	"strings"
@@ -205,12 +206,13 @@ func TestCreateValidation(t *testing.T) {
 		req   *sessionv1.CreateSessionRequest
 		field string
 	}{
-		{"width small", &sessionv1.CreateSessionRequest{Display: &sessionv1.DisplaySpec{Width: 63}}, "display.width"},
-		{"width large", &sessionv1.CreateSessionRequest{Display: &sessionv1.DisplaySpec{Width: 7681}}, "display.width"},
-		{"width negative", &sessionv1.CreateSessionRequest{Display: &sessionv1.DisplaySpec{Width: -1}}, "display.width"},
-		{"height small", &sessionv1.CreateSessionRequest{Display: &sessionv1.DisplaySpec{Height: 10}}, "display.height"},
-		{"height large", &sessionv1.CreateSessionRequest{Display: &sessionv1.DisplaySpec{Height: 4321}}, "display.height"},
-		{"depth", &sessionv1.CreateSessionRequest{Display: &sessionv1.DisplaySpec{Depth: 32}}, "display.depth"},
+		{"width zero", &sessionv1.CreateSessionRequest{Display: &sessionv1.DisplaySpec{Width: proto.Int32(0)}}, "display.width"},
+		{"width small", &sessionv1.CreateSessionRequest{Display: &sessionv1.DisplaySpec{Width: proto.Int32(63)}}, "display.width"},
+		{"width large", &sessionv1.CreateSessionRequest{Display: &sessionv1.DisplaySpec{Width: proto.Int32(7681)}}, "display.width"},
+		{"width negative", &sessionv1.CreateSessionRequest{Display: &sessionv1.DisplaySpec{Width: proto.Int32(-1)}}, "display.width"},
+		{"height small", &sessionv1.CreateSessionRequest{Display: &sessionv1.DisplaySpec{Height: proto.Int32(10)}}, "display.height"},
+		{"height large", &sessionv1.CreateSessionRequest{Display: &sessionv1.DisplaySpec{Height: proto.Int32(4321)}}, "display.height"},
+		{"depth", &sessionv1.CreateSessionRequest{Display: &sessionv1.DisplaySpec{Depth: proto.Int32(32)}}, "display.depth"},
 		{"dpi negative", &sessionv1.CreateSessionRequest{Display: &sessionv1.DisplaySpec{Dpi: -1}}, "display.dpi"},
 		{"dpi large", &sessionv1.CreateSessionRequest{Display: &sessionv1.DisplaySpec{Dpi: 1001}}, "display.dpi"},
 		{"memory negative", &sessionv1.CreateSessionRequest{Limits: &sessionv1.ResourceLimits{MemoryBytes: -1}}, "limits.memory_bytes"},
@@ -253,7 +255,7 @@ func TestCreateValidation(t *testing.T) {
 	}
 	// Limits that are allowed at the edges.
 	for _, req := range []*sessionv1.CreateSessionRequest{
-		{Display: &sessionv1.DisplaySpec{Width: 64, Height: 64, Depth: 16, Dpi: 1000}},
+		{Display: &sessionv1.DisplaySpec{Width: proto.Int32(64), Height: proto.Int32(64), Depth: proto.Int32(16), Dpi: 1000}},
 		{Ttl: durationpb.New(24 * time.Hour), Labels: tooMany(64), Autostart: slices.Repeat([]string{"x"}, 16)},
 		{Labels: map[string]string{strings.Repeat("a", 63): "", "a.b/c-d_e": "v"}, RequestId: strings.Repeat("r", 128)},
 	} {

@@ -47,22 +47,25 @@ type spec struct {
 func (s *Service) validateCreate(req *sessionv1.CreateSessionRequest) (spec, error) {
 	var sp spec
 	d := req.GetDisplay()
+	if d == nil {
+		d = &sessionv1.DisplaySpec{}
+	}
 	sp.display = &sessionv1.DisplaySpec{
-		Width:  orDefault(d.GetWidth(), s.cfg.DefaultWidth),
-		Height: orDefault(d.GetHeight(), s.cfg.DefaultHeight),
-		Depth:  orDefault(d.GetDepth(), s.cfg.DefaultDepth),
+		Width:  orDefault(d.Width, s.cfg.DefaultWidth),
+		Height: orDefault(d.Height, s.cfg.DefaultHeight),
+		Depth:  orDefault(d.Depth, s.cfg.DefaultDepth),
 		Dpi:    d.GetDpi(),
 	}
-	switch w := sp.display.Width; {
+	switch w := sp.display.GetWidth(); {
 	case w < 64 || w > 7680:
 		return sp, invalid("display.width", "must be between 64 and 7680 pixels, got %d", w)
 	}
-	switch h := sp.display.Height; {
+	switch h := sp.display.GetHeight(); {
 	case h < 64 || h > 4320:
 		return sp, invalid("display.height", "must be between 64 and 4320 pixels, got %d", h)
 	}
-	if dp := sp.display.Depth; dp != 16 && dp != 24 {
-		return sp, invalid("display.depth", "must be 16 or 24 (or 0 for 24), got %d", dp)
+	if dp := sp.display.GetDepth(); dp != 16 && dp != 24 {
+		return sp, invalid("display.depth", "must be 16 or 24 (absent for 24), got %d", dp)
 	}
 	if dpi := sp.display.Dpi; dpi < 0 || dpi > 1000 {
 		return sp, invalid("display.dpi", "must be between 0 and 1000, got %d", dpi)
@@ -132,9 +135,11 @@ func (s *Service) validateCreate(req *sessionv1.CreateSessionRequest) (spec, err
 	return sp, nil
 }
 
-func orDefault(v, def int32) int32 {
-	if v == 0 {
-		return def
+// orDefault applies def when the field is absent; a field set to 0 stays 0
+// and is refused by the range checks, as a client that sends 0 made a mistake.
+func orDefault(v *int32, def int32) *int32 {
+	if v == nil {
+		return &def
 	}
 	return v
 }

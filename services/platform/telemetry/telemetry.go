@@ -68,7 +68,7 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 	default:
 		return nil, fmt.Errorf("telemetry: log format %q: want json or text", opts.LogFormat)
 	}
-	t := &Telemetry{Logger: slog.New(traceHandler{h}).With("service", opts.ServiceName)}
+	t := &Telemetry{Logger: slog.New(traceHandler{h}).With("process", opts.ServiceName)}
 
 	res := resource.NewWithAttributes(semconv.SchemaURL, semconv.ServiceName(opts.ServiceName))
 

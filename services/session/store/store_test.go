@@ -106,7 +106,7 @@ func newSession(id string, created time.Time, st sessionv1.SessionState, labels 
 		Tenant:         "acme",
 		State:          st,
 		Labels:         labels,
-		Display:        &sessionv1.DisplaySpec{Width: 1280, Height: 800, Depth: 24},
+		Display:        &sessionv1.DisplaySpec{Width: proto.Int32(1280), Height: proto.Int32(800), Depth: proto.Int32(24)},
 		Ttl:            durationpb.New(time.Hour),
 		IdleTimeout:    durationpb.New(15 * time.Minute),
 		CreateTime:     timestamppb.New(created),

@@ -31,7 +31,7 @@ type Entry struct {
 	Id        string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	RunId     string `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	// Position in the session's log, from 1.
+	// Position in the event stream: increases along a session's log, with gaps.
 	Sequence int64 `protobuf:"varint,4,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	// Event type with version, such as "session.state_changed.v1".
 	Type string                 `protobuf:"bytes,5,opt,name=type,proto3" json:"type,omitempty"`

@@ -155,12 +155,12 @@ func (SuspendMode) EnumDescriptor() ([]byte, []int) {
 // DisplaySpec is the desktop a session asks for.
 type DisplaySpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Width in pixels, 64 to 7680. Default 1280.
-	Width int32 `protobuf:"varint,1,opt,name=width,proto3" json:"width,omitempty"`
-	// Height in pixels, 64 to 4320. Default 800.
-	Height int32 `protobuf:"varint,2,opt,name=height,proto3" json:"height,omitempty"`
-	// Colour depth: 16 or 24. Default 24.
-	Depth int32 `protobuf:"varint,3,opt,name=depth,proto3" json:"depth,omitempty"`
+	// Width in pixels, 64 to 7680. Default 1280 when absent.
+	Width *int32 `protobuf:"varint,1,opt,name=width,proto3,oneof" json:"width,omitempty"`
+	// Height in pixels, 64 to 4320. Default 800 when absent.
+	Height *int32 `protobuf:"varint,2,opt,name=height,proto3,oneof" json:"height,omitempty"`
+	// Colour depth: 16 or 24. Default 24 when absent.
+	Depth *int32 `protobuf:"varint,3,opt,name=depth,proto3,oneof" json:"depth,omitempty"`
 	// Dots per inch, 0 for the X server's default of 96.
 	Dpi           int32 `protobuf:"varint,4,opt,name=dpi,proto3" json:"dpi,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -198,22 +198,22 @@ func (*DisplaySpec) Descriptor() ([]byte, []int) {
 }
 
 func (x *DisplaySpec) GetWidth() int32 {
-	if x != nil {
-		return x.Width
+	if x != nil && x.Width != nil {
+		return *x.Width
 	}
 	return 0
 }
 
 func (x *DisplaySpec) GetHeight() int32 {
-	if x != nil {
-		return x.Height
+	if x != nil && x.Height != nil {
+		return *x.Height
 	}
 	return 0
 }
 
 func (x *DisplaySpec) GetDepth() int32 {
-	if x != nil {
-		return x.Depth
+	if x != nil && x.Depth != nil {
+		return *x.Depth
 	}
 	return 0
 }
@@ -1317,12 +1317,15 @@ var File_deskgrid_session_v1_session_proto protoreflect.FileDescriptor
 
 const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"\n" +
-	"!deskgrid/session/v1/session.proto\x12\x13deskgrid.session.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"c\n" +
-	"\vDisplaySpec\x12\x14\n" +
-	"\x05width\x18\x01 \x01(\x05R\x05width\x12\x16\n" +
-	"\x06height\x18\x02 \x01(\x05R\x06height\x12\x14\n" +
-	"\x05depth\x18\x03 \x01(\x05R\x05depth\x12\x10\n" +
-	"\x03dpi\x18\x04 \x01(\x05R\x03dpi\"\x85\x01\n" +
+	"!deskgrid/session/v1/session.proto\x12\x13deskgrid.session.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x91\x01\n" +
+	"\vDisplaySpec\x12\x19\n" +
+	"\x05width\x18\x01 \x01(\x05H\x00R\x05width\x88\x01\x01\x12\x1b\n" +
+	"\x06height\x18\x02 \x01(\x05H\x01R\x06height\x88\x01\x01\x12\x19\n" +
+	"\x05depth\x18\x03 \x01(\x05H\x02R\x05depth\x88\x01\x01\x12\x10\n" +
+	"\x03dpi\x18\x04 \x01(\x05R\x03dpiB\b\n" +
+	"\x06_widthB\t\n" +
+	"\a_heightB\b\n" +
+	"\x06_depth\"\x85\x01\n" +
 	"\x0eResourceLimits\x12!\n" +
 	"\fmemory_bytes\x18\x01 \x01(\x03R\vmemoryBytes\x12\x1d\n" +
 	"\n" +
@@ -1553,6 +1556,7 @@ func file_deskgrid_session_v1_session_proto_init() {
 	if File_deskgrid_session_v1_session_proto != nil {
 		return
 	}
+	file_deskgrid_session_v1_session_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
