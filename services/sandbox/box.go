@@ -24,6 +24,7 @@ type box struct {
 	id      string
 	dir     string
 	lower   string
+	owner   *overlay.Owner // set for a workspace of an ordinary host user
 	driver  overlay.Driver
 	created time.Time
 
@@ -45,10 +46,11 @@ func (b *box) merged() string { return filepath.Join(b.dir, "merged") }
 // meta is what a sandbox records about itself on disk, so that a restarted
 // node can recognise and adopt or remove it.
 type meta struct {
-	SessionID string    `json:"session_id"`
-	Lower     string    `json:"lower"`
-	Driver    string    `json:"driver"`
-	Created   time.Time `json:"created"`
+	SessionID string         `json:"session_id"`
+	Lower     string         `json:"lower"`
+	Owner     *overlay.Owner `json:"owner,omitempty"`
+	Driver    string         `json:"driver"`
+	Created   time.Time      `json:"created"`
 }
 
 const maxSessionID = 64
@@ -73,10 +75,25 @@ func validateSessionID(id string) error {
 }
 
 // lowerFor picks and checks the lower layer of a new sandbox.
-func (s *Service) lowerFor(workspace string) (string, error) {
+func (s *Service) lowerFor(workspace string) (string, *overlay.Owner, error) {
 	if workspace == "" {
-		return s.cfg.BaseDir, nil
+		return s.cfg.BaseDir, nil, nil
 	}
+	lower, err := s.workspaceLower(workspace)
+	if err != nil {
+		return "", nil, err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(lower, &st); err != nil {
+		return "", nil, fmt.Errorf("stat workspace: %w", err)
+	}
+	if st.Uid == 0 && st.Gid == 0 {
+		return lower, nil, nil
+	}
+	return lower, &overlay.Owner{UID: int(st.Uid), GID: int(st.Gid)}, nil
+}
+
+func (s *Service) workspaceLower(workspace string) (string, error) {
 	if !filepath.IsAbs(workspace) {
 		return "", coded(codes.InvalidArgument, "workspace %q must be an absolute path", workspace)
 	}
@@ -115,7 +132,7 @@ func (s *Service) createSandbox(ctx context.Context, id, workspace string) (*box
 	if err := validateSessionID(id); err != nil {
 		return nil, err
 	}
-	lower, err := s.lowerFor(workspace)
+	lower, owner, err := s.lowerFor(workspace)
 	if err != nil {
 		return nil, err
 	}
@@ -124,6 +141,7 @@ func (s *Service) createSandbox(ctx context.Context, id, workspace string) (*box
 		id:      id,
 		dir:     filepath.Join(s.sandboxesDir(), id),
 		lower:   lower,
+		owner:   owner,
 		created: time.Now().UTC(),
 		ready:   make(chan struct{}),
 		deleted: make(chan struct{}),
@@ -184,20 +202,30 @@ func (s *Service) build(ctx context.Context, b *box) (err error) {
 		Work:   filepath.Join(b.dir, "work"),
 		Merged: b.merged(),
 	}
+	layers.Owner = b.owner
 	for _, d := range []string{layers.Upper, layers.Work, layers.Merged} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return fmt.Errorf("create sandbox dir: %w", err)
 		}
 	}
+	if b.owner != nil {
+		// The upper root is the merged root: it must belong to the owner too.
+		if err := os.Chown(layers.Upper, b.owner.UID, b.owner.GID); err != nil {
+			return fmt.Errorf("create sandbox dir: %w", err)
+		}
+	}
 	d, err := s.drivers.Mount(ctx, layers)
 	if err != nil {
-		if errors.Is(err, overlay.ErrUnsafePath) {
+		switch {
+		case errors.Is(err, overlay.ErrUnsafePath):
 			return coded(codes.InvalidArgument, "%v", err)
+		case errors.Is(err, overlay.ErrRefused):
+			return coded(codes.FailedPrecondition, "no overlay driver on this node can mount session %q's sandbox: %v", b.id, err)
 		}
 		return fmt.Errorf("mount sandbox %s: %w", b.id, err)
 	}
 	b.driver = d
-	return writeMeta(b.dir, meta{SessionID: b.id, Lower: b.lower, Driver: d.Name(), Created: b.created})
+	return writeMeta(b.dir, meta{SessionID: b.id, Lower: b.lower, Owner: b.owner, Driver: d.Name(), Created: b.created})
 }
 
 func writeMeta(dir string, m meta) error {
@@ -485,14 +513,14 @@ func (s *Service) adopt(ctx context.Context, id string) error {
 		return err
 	}
 	if !mounted {
-		d, err := s.drivers.Mount(ctx, overlay.Layers{Lower: m.Lower, Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work"), Merged: merged})
+		d, err := s.drivers.Mount(ctx, overlay.Layers{Lower: m.Lower, Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work"), Merged: merged, Owner: m.Owner})
 		if err != nil {
 			return err
 		}
 		driver = d
 	}
 	kill, cancel := context.WithCancel(context.Background())
-	b := &box{id: id, dir: dir, lower: m.Lower, driver: driver, created: m.Created,
+	b := &box{id: id, dir: dir, lower: m.Lower, owner: m.Owner, driver: driver, created: m.Created,
 		ready: make(chan struct{}), ok: true, deleted: make(chan struct{}), kill: kill, cancel: cancel}
 	close(b.ready)
 	s.mu.Lock()

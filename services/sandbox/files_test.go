@@ -139,3 +139,55 @@ func TestFilesRefuseEscapes(t *testing.T) {
 		t.Fatalf("canary link not replaced: %v", err)
 	}
 }
+
+// A workspace that belongs to an ordinary host user is editable from inside
+// the sandbox and through the file API, and what they write belongs to that
+// user on the host.
+func TestWorkspaceOfOrdinaryUser(t *testing.T) {
+	const uid, gid = 1000, 1000
+	roots := t.TempDir()
+	ws := filepath.Join(roots, "alice")
+	if err := os.MkdirAll(filepath.Join(ws, "src"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "src", "main.go"), []byte("package main\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{ws, filepath.Join(ws, "src"), filepath.Join(ws, "src", "main.go")} {
+		if err := os.Chown(p, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := testConfig(t)
+	cfg.WorkspaceRoots = []string{roots}
+	h := newHarness(t, cfg, Deps{})
+	sb := h.create(t, "alice", ws)
+	if sb.GetDriver() != "fuse-overlayfs" {
+		t.Errorf("driver %q, want fuse-overlayfs (kernel overlayfs cannot remap owners)", sb.GetDriver())
+	}
+	res := h.mustExec(t, "alice", "sh", "-c", "echo '// edited' >> src/main.go && touch new.txt && mkdir out && stat -c %U src/main.go")
+	if res.exit.GetExitCode() != 0 || res.stdout != "user\n" {
+		t.Fatalf("exec: %+v", res)
+	}
+	if _, err := h.client.WriteFile(context.Background(), &sandboxv1.WriteFileRequest{SessionId: "alice", Path: "out/api.txt", Content: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	upper := filepath.Join(filepath.Dir(sb.GetRootDir()), "upper")
+	for _, p := range []string{"src/main.go", "new.txt", "out", "out/api.txt"} {
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(upper, p), &st); err != nil || st.Uid != uid || st.Gid != gid {
+			t.Errorf("%s in upper: uid %d gid %d, %v; want %d", p, st.Uid, st.Gid, err, uid)
+		}
+	}
+	if got, _ := os.ReadFile(filepath.Join(ws, "src", "main.go")); string(got) != "package main\n" {
+		t.Fatalf("workspace changed: %q", got)
+	}
+
+	// With only the kernel driver the node says why it cannot serve this.
+	cfg2 := testConfig(t)
+	cfg2.WorkspaceRoots = []string{roots}
+	cfg2.Driver = DriverKernel
+	h2 := newHarness(t, cfg2, Deps{})
+	_, err := h2.client.CreateSandbox(context.Background(), &sandboxv1.CreateSandboxRequest{SessionId: "alice", Workspace: ws})
+	wantCode(t, err, codes.FailedPrecondition)
+}

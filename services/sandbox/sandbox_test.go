@@ -492,7 +492,7 @@ func TestFailedCreateLeavesNothing(t *testing.T) {
 	assertNothingLeft(t, h.cfg.Root)
 	h2 := newHarness(t, testConfig(t), Deps{Drivers: []overlay.Driver{refusing{}}})
 	_, err = h2.client.CreateSandbox(context.Background(), &sandboxv1.CreateSandboxRequest{SessionId: "doomed"})
-	wantCode(t, err, codes.Internal)
+	wantCode(t, err, codes.FailedPrecondition)
 	assertNothingLeft(t, h2.cfg.Root)
 }
 

@@ -36,6 +36,10 @@ func (f FUSE) Mount(ctx context.Context, l Layers) error {
 	if err != nil {
 		return err
 	}
+	if l.Owner != nil {
+		// fuse-overlayfs reads these as on-disk id : id shown : count.
+		opts += fmt.Sprintf(",uidmapping=%d:0:1,gidmapping=%d:0:1", l.Owner.UID, l.Owner.GID)
+	}
 	bin, err := exec.LookPath(f.binary())
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrRefused, err)

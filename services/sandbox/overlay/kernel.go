@@ -20,6 +20,9 @@ func (Kernel) Mount(_ context.Context, l Layers) error {
 	if err != nil {
 		return err
 	}
+	if l.Owner != nil {
+		return fmt.Errorf("%w: kernel overlayfs cannot remap the ownership of %s (owner uid %d)", ErrRefused, l.Lower, l.Owner.UID)
+	}
 	err = unix.Mount("overlay", l.Merged, "overlay", 0, opts)
 	switch {
 	case err == nil:

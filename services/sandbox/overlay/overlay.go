@@ -26,6 +26,17 @@ type Layers struct {
 	Upper  string
 	Work   string
 	Merged string
+	// Owner, when set, remaps ownership: the owner's files appear as root's
+	// in the merged view, and what root creates through it is stored as the
+	// owner's. A sandbox (whose user is host root behind its user namespace)
+	// can then edit a workspace that belongs to an ordinary host user.
+	Owner *Owner
+}
+
+// Owner is a host user and group.
+type Owner struct {
+	UID int `json:"uid"`
+	GID int `json:"gid"`
 }
 
 // Driver mounts and unmounts overlays.
