@@ -1,11 +1,13 @@
 package display
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 )
@@ -105,5 +107,38 @@ func BenchmarkClickAndScreenshotXdotoolScrot(b *testing.B) {
 		if err != nil || len(data) == 0 {
 			b.Fatalf("scrot wrote nothing: %v", err)
 		}
+	}
+}
+
+// BenchmarkCreateWarmToFirstScreenshot measures create + first screenshot
+// when a warm display is ready, as it is between bursts of creates.
+func BenchmarkCreateWarmToFirstScreenshot(b *testing.B) {
+	cfg := DefaultConfig()
+	cfg.RuntimeDir = b.TempDir()
+	cfg.WarmDisplays = 1
+	s, err := New(context.Background(), cfg, Deps{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close(context.Background()) })
+	ctx := ctxT(b)
+	i := 0
+	for b.Loop() {
+		b.StopTimer()
+		eventually(b, 10*time.Second, "warm display", func() bool { return len(s.pool.ready) == 1 })
+		id := "bench-warm-" + strconv.Itoa(i)
+		i++
+		b.StartTimer()
+		if _, err := s.CreateDisplay(ctx, &displayv1.CreateDisplayRequest{SessionId: id}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.Screenshot(ctx, &displayv1.ScreenshotRequest{SessionId: id}); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if _, err := s.DeleteDisplay(ctx, &displayv1.DeleteDisplayRequest{SessionId: id}); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
 	}
 }

@@ -34,6 +34,7 @@ func TestMain(m *testing.M) {
 func runAgent(dir string) {
 	cfg := DefaultConfig()
 	cfg.RuntimeDir = dir
+	cfg.WarmDisplays = 0
 	s, err := New(context.Background(), cfg, Deps{})
 	if err != nil {
 		fmt.Println("error", err)

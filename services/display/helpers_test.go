@@ -32,6 +32,8 @@ func testService(tb testing.TB, dir string) (*Service, displayv1.DisplayServiceC
 	}
 	cfg := DefaultConfig()
 	cfg.RuntimeDir = dir
+	// Tests count processes and display numbers; the pool has its own.
+	cfg.WarmDisplays = 0
 	s, err := New(context.Background(), cfg, Deps{})
 	if err != nil {
 		tb.Fatal(err)

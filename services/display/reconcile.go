@@ -49,6 +49,9 @@ func (s *Service) Reconcile(ctx context.Context, keep func(sessionID string) boo
 			removed = append(removed, id)
 		}
 	}
+	if err := s.reconcilePool(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	sort.Strings(removed)
 	if len(removed) > 0 {
 		s.log.InfoContext(ctx, "reconciled displays", "removed", removed)
@@ -84,17 +87,46 @@ func (s *Service) removeLeftover(ctx context.Context, sessionID string) (bool, e
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	}
+	return true, s.removeDisplayDir(ctx, dir)
+}
+
+// removeDisplayDir kills the X server recorded in dir if it still runs,
+// removes its socket and lock file, and then dir.
+func (s *Service) removeDisplayDir(ctx context.Context, dir string) error {
 	var errs []error
 	if m, err := readMeta(dir); err == nil && m.Display > 0 {
 		if err := xserver.Kill(ctx, m.PID, m.Display, s.cfg.StopTimeout); err != nil {
 			errs = append(errs, err)
 		}
 		xserver.RemoveLeftoversOf(m.Display, m.PID)
-		s.log.InfoContext(ctx, "removed leftover display", "session_id", sessionID,
+		s.log.InfoContext(ctx, "removed leftover display", "session_id", m.SessionID,
 			"x_display", fmt.Sprintf(":%d", m.Display), "pid", m.PID)
 	}
 	if err := os.RemoveAll(dir); err != nil {
-		errs = append(errs, fmt.Errorf("remove leftover dir of %s: %w", sessionID, err))
+		errs = append(errs, fmt.Errorf("remove leftover display dir: %w", err))
 	}
-	return true, errors.Join(errs...)
+	return errors.Join(errs...)
+}
+
+// reconcilePool removes warm displays an earlier process left; they belong
+// to no session, so nothing keeps them.
+func (s *Service) reconcilePool(ctx context.Context) error {
+	ents, err := os.ReadDir(s.poolRoot())
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("reconcile warm displays: %w", err)
+	}
+	var errs []error
+	for _, ent := range ents {
+		dir := filepath.Join(s.poolRoot(), ent.Name())
+		if !ent.IsDir() || s.ownsPoolDir(dir) {
+			continue
+		}
+		if err := s.removeDisplayDir(ctx, dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -41,6 +41,10 @@ type Config struct {
 	// MaxDisplays is how many display numbers, and so displays, this node
 	// runs at most.
 	MaxDisplays int
+	// WarmDisplays is how many X servers of the default size (depth 24, no
+	// DPI) are kept started ahead of demand; a CreateDisplay that asks for
+	// exactly that takes one instead of waiting for a server to start.
+	WarmDisplays int
 	// DefaultWidth, DefaultHeight apply when a request leaves them 0.
 	DefaultWidth  int
 	DefaultHeight int
@@ -66,6 +70,7 @@ func DefaultConfig() Config {
 		XvfbPath:      "Xvfb",
 		FirstDisplay:  100,
 		MaxDisplays:   1000,
+		WarmDisplays:  1,
 		DefaultWidth:  1280,
 		DefaultHeight: 800,
 		StartTimeout:  10 * time.Second,
@@ -92,6 +97,8 @@ type Service struct {
 	mu       sync.Mutex
 	closed   bool
 	displays map[string]*entry
+
+	pool warmPool
 }
 
 // entry is a display being started or running. ready is closed when start
@@ -126,6 +133,18 @@ type display struct {
 	// server exited on its own.
 	stopping atomic.Bool
 	dead     atomic.Bool
+	// label is the session id for the display's own goroutines' logs; a
+	// warm display gets its session after they started.
+	label atomic.Pointer[string]
+}
+
+func (d *display) setOwner(sessionID string) { d.label.Store(&sessionID) }
+
+func (d *display) owner() string {
+	if p := d.label.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 func (d *display) xDisplay() string { return ":" + strconv.Itoa(d.server.Display) }
@@ -164,6 +183,9 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if cfg.MaxDisplays <= 0 {
 		cfg.MaxDisplays = def.MaxDisplays
 	}
+	if cfg.WarmDisplays < 0 {
+		cfg.WarmDisplays = 0
+	}
 	if cfg.DefaultWidth <= 0 {
 		cfg.DefaultWidth = def.DefaultWidth
 	}
@@ -192,12 +214,14 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.RuntimeDir, "displays"), 0o700); err != nil {
 		return nil, fmt.Errorf("display: create runtime dir: %w", err)
 	}
-	return &Service{
+	s := &Service{
 		cfg:      cfg,
 		log:      log.With("service", "display"),
 		encoder:  capture.NewEncoder(),
 		displays: make(map[string]*entry),
-	}, nil
+	}
+	s.startPool()
+	return s, nil
 }
 
 // Register registers the DisplayService.
@@ -251,7 +275,15 @@ func (s *Service) create(ctx context.Context, spec displaySpec) (*display, error
 	s.displays[spec.sessionID] = e
 	s.mu.Unlock()
 
-	d, err := s.start(ctx, spec)
+	d := s.takeWarm(ctx, spec)
+	var err error
+	if d == nil {
+		d, err = s.start(ctx, spec)
+	}
+	if err == nil {
+		s.log.InfoContext(ctx, "display started", "session_id", spec.sessionID,
+			"x_display", d.xDisplay(), "pid", d.server.PID, "width", spec.width, "height", spec.height)
+	}
 	e.d, e.err = d, err
 	if err != nil {
 		s.mu.Lock()
@@ -262,10 +294,14 @@ func (s *Service) create(ctx context.Context, spec displaySpec) (*display, error
 	return d, err
 }
 
-func (s *Service) start(ctx context.Context, spec displaySpec) (_ *display, err error) {
+func (s *Service) start(ctx context.Context, spec displaySpec) (*display, error) {
+	return s.launch(ctx, s.sessionDir(spec.sessionID), spec)
+}
+
+// launch starts an X server whose files live in dir and connects to it.
+func (s *Service) launch(ctx context.Context, dir string, spec displaySpec) (_ *display, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.StartTimeout)
 	defer cancel()
-	dir := s.sessionDir(spec.sessionID)
 	// A directory left from an earlier display of this session holds nothing
 	// live (Reconcile or Delete would have dealt with a live one).
 	if err := os.RemoveAll(dir); err != nil {
@@ -296,7 +332,7 @@ func (s *Service) start(ctx context.Context, spec displaySpec) (_ *display, err 
 		AuthFile:     xauthPath,
 		LogFile:      filepath.Join(dir, logFile),
 		FirstDisplay: s.cfg.FirstDisplay,
-		Displays:     s.cfg.MaxDisplays,
+		Displays:     s.cfg.MaxDisplays + s.cfg.WarmDisplays,
 		StopTimeout:  s.cfg.StopTimeout,
 	})
 	if err != nil {
@@ -321,6 +357,7 @@ func (s *Service) start(ctx context.Context, spec displaySpec) (_ *display, err 
 		xauthPath: xauthPath,
 		server:    srv,
 	}
+	d.setOwner(spec.sessionID)
 	if err := writeMeta(dir, d.meta()); err != nil {
 		return nil, err
 	}
@@ -347,7 +384,7 @@ func (s *Service) start(ctx context.Context, spec displaySpec) (_ *display, err 
 	d.events = make(chan struct{})
 	go s.readEvents(d)
 	go s.watchServer(d)
-	s.log.InfoContext(ctx, "display started", "session_id", spec.sessionID,
+	s.log.DebugContext(ctx, "X server started", "session_id", spec.sessionID,
 		"x_display", d.xDisplay(), "pid", srv.PID, "width", spec.width, "height", spec.height)
 	return d, nil
 }
@@ -360,8 +397,8 @@ func (s *Service) watchServer(d *display) {
 		return
 	}
 	d.dead.Store(true)
-	s.log.Error("X server exited unexpectedly", "session_id", d.sessionID,
-		"x_display", d.xDisplay(), "pid", d.server.PID, "log", filepath.Join(d.dir, logFile))
+	s.log.Error("X server exited unexpectedly", "session_id", d.owner(),
+		"x_display", d.xDisplay(), "pid", d.server.PID)
 }
 
 // usable fails for a display whose X server has died.
@@ -396,7 +433,7 @@ func (s *Service) readEvents(d *display) {
 			return
 		}
 		if xerr != nil {
-			s.log.Debug("X error", "session_id", d.sessionID, "err", xerr.Error())
+			s.log.Debug("X error", "session_id", d.owner(), "err", xerr.Error())
 			continue
 		}
 		if d.watch.Handle(ev) {
@@ -557,12 +594,14 @@ func (s *Service) Lookup(sessionID string) (xDisplay, xauthPath string, ok bool)
 func (s *Service) Close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
+	s.mu.Unlock()
+	errs := []error{s.stopPool(ctx)}
+	s.mu.Lock()
 	ids := make([]string, 0, len(s.displays))
 	for id := range s.displays {
 		ids = append(ids, id)
 	}
 	s.mu.Unlock()
-	var errs []error
 	var wg sync.WaitGroup
 	var emu sync.Mutex
 	for _, id := range ids {

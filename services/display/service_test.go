@@ -373,6 +373,7 @@ func TestCloseStopsEverything(t *testing.T) {
 	dir := t.TempDir()
 	cfg := DefaultConfig()
 	cfg.RuntimeDir = dir
+	cfg.WarmDisplays = 0
 	s, err := New(context.Background(), cfg, Deps{})
 	if err != nil {
 		t.Fatal(err)
@@ -407,6 +408,7 @@ func TestStartFailureLeavesNothing(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.RuntimeDir = dir
 	cfg.XvfbPath = "/bin/false"
+	cfg.WarmDisplays = 0
 	s, err := New(context.Background(), cfg, Deps{})
 	if err != nil {
 		t.Fatal(err)
@@ -437,6 +439,14 @@ func (s *Service) mustDisplay(tb testing.TB, id string) *display {
 // forget drops every display as a crash would: the X servers keep running
 // and their files stay, but this Service no longer knows them.
 func (s *Service) forget() {
+	if s.pool.cancel != nil {
+		s.pool.cancel()
+	}
+	<-s.pool.done
+	for len(s.pool.ready) > 0 {
+		d := <-s.pool.ready
+		d.conn.Close()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, e := range s.displays {

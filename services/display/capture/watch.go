@@ -22,12 +22,10 @@ type Watcher struct {
 	last time.Time
 }
 
-// Watch starts reporting changes of root. The caller feeds the connection's
-// events to Handle.
+// Watch starts reporting changes of root on a connection from xconn.Dial.
+// The caller feeds the connection's events to Handle.
 func Watch(c *xgb.Conn, root xproto.Window) (*Watcher, error) {
-	if err := damage.Init(c); err != nil {
-		return nil, fmt.Errorf("DAMAGE extension: %w", err)
-	}
+	// The extension itself is set up by xconn.Dial.
 	if _, err := damage.QueryVersion(c, 1, 1).Reply(); err != nil {
 		return nil, fmt.Errorf("DAMAGE version: %w", err)
 	}

@@ -13,16 +13,20 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/jezek/xgb"
+	"github.com/jezek/xgb/damage"
+	"github.com/jezek/xgb/xproto"
+	"github.com/jezek/xgb/xtest"
 
 	"github.com/deskgrid/deskgrid/services/display/xauthority"
 	"github.com/deskgrid/deskgrid/services/display/xserver"
 )
 
 // Dial connects to display num through its unix socket, authenticating with
-// cookie.
+// cookie, and prepares the XTEST and DAMAGE extensions.
 func Dial(ctx context.Context, num int, cookie []byte) (*xgb.Conn, error) {
 	if len(cookie) != xauthority.CookieLen {
 		return nil, fmt.Errorf("X cookie has %d bytes, want %d", len(cookie), xauthority.CookieLen)
@@ -35,14 +39,72 @@ func Dial(ctx context.Context, num int, cookie []byte) (*xgb.Conn, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = nc.SetDeadline(dl)
 	}
+	// Held across the handshake and extension set-up: see initExtensions.
+	extMu.Lock()
+	defer extMu.Unlock()
 	c, err := xgb.NewConnNet(&authConn{Conn: nc, cookie: cookie})
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("connect to X display :%d: %w", num, err)
 	}
+	if err := initExtensions(c); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("X display :%d: %w", num, err)
+	}
 	// The deadline bounded the handshake only; requests have their own.
 	_ = nc.SetDeadline(time.Time{})
 	return c, nil
+}
+
+// xgb keeps the decoders of extension events and errors in package-level
+// maps that each extension's Init writes and every connection's reader goroutine
+// reads, without a lock. So the maps are written once per process, by the
+// first connection, while no other connection exists (extMu is held across
+// every Dial); later connections only record the extension's opcode.
+var (
+	extMu      sync.Mutex
+	registered = map[string]extensionBase{}
+)
+
+type extensionBase struct{ firstEvent, firstError byte }
+
+var extensions = []struct {
+	name string
+	init func(*xgb.Conn) error
+}{
+	{"XTEST", xtest.Init},
+	{"DAMAGE", damage.Init},
+}
+
+// initExtensions makes XTEST and DAMAGE usable on c. Callers hold extMu.
+func initExtensions(c *xgb.Conn) error {
+	for _, ext := range extensions {
+		reply, err := xproto.QueryExtension(c, uint16(len(ext.name)), ext.name).Reply()
+		if err != nil {
+			return fmt.Errorf("query extension %s: %w", ext.name, err)
+		}
+		if !reply.Present {
+			return fmt.Errorf("the X server lacks the %s extension", ext.name)
+		}
+		base := extensionBase{reply.FirstEvent, reply.FirstError}
+		prev, ok := registered[ext.name]
+		if !ok {
+			if err := ext.init(c); err != nil {
+				return fmt.Errorf("extension %s: %w", ext.name, err)
+			}
+			registered[ext.name] = base
+			continue
+		}
+		if prev != base {
+			// Decoders are keyed by event number for the whole process.
+			return fmt.Errorf("extension %s numbers its events from %d here, %d on the first display; mixing X server builds is not supported",
+				ext.name, base.firstEvent, prev.firstEvent)
+		}
+		c.ExtLock.Lock()
+		c.Extensions[ext.name] = reply.MajorOpcode
+		c.ExtLock.Unlock()
+	}
+	return nil
 }
 
 // authConn rewrites the connection setup request, the first write on the

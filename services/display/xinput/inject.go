@@ -37,11 +37,10 @@ type Injector struct {
 	loaded bool
 }
 
-// New prepares input for the default screen of c.
+// New prepares input for the default screen of c, a connection from
+// xconn.Dial.
 func New(c *xgb.Conn, root xproto.Window) (*Injector, error) {
-	if err := xtest.Init(c); err != nil {
-		return nil, fmt.Errorf("XTEST extension: %w", err)
-	}
+	// The extension itself is set up by xconn.Dial.
 	if _, err := xtest.GetVersion(c, 2, 2).Reply(); err != nil {
 		return nil, fmt.Errorf("XTEST version: %w", err)
 	}
