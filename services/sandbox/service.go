@@ -84,7 +84,8 @@ type Deps struct {
 	Drivers []overlay.Driver
 }
 
-// Service implements sandboxv1.SandboxServiceServer.
+// Service holds a node's sandboxes; Register serves them as
+// sandboxv1.SandboxService.
 type Service struct {
 	cfg     Config
 	log     *slog.Logger
