@@ -86,7 +86,24 @@ func (s *Service) screenshot(d *display, rect capture.Rect, format capture.Forma
 	if err := d.usable(); err != nil {
 		return nil, err
 	}
-	f, err := capture.Grab(d.conn, d.screen, rect)
+	d.shotMu.Lock()
+	defer d.shotMu.Unlock()
+	if d.shared == nil && !d.noShared {
+		sh, err := capture.NewShared(d.conn, d.screen)
+		if err != nil {
+			s.log.Info("screenshots without shared memory", "session_id", d.sessionID, "err", err)
+			d.noShared = true
+		} else {
+			d.shared = sh
+		}
+	}
+	var f *capture.Frame
+	var err error
+	if d.shared != nil {
+		f, err = d.shared.Grab(d.screen, rect)
+	} else {
+		f, err = capture.Grab(d.conn, d.screen, rect)
+	}
 	if err != nil {
 		return nil, d.explain(err)
 	}

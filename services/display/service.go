@@ -129,6 +129,11 @@ type display struct {
 
 	// inputMu keeps one request's actions together.
 	inputMu sync.Mutex
+	// shotMu guards the shared-memory segment from grab to encoded bytes;
+	// shared is created at the first screenshot, noShared when it cannot be.
+	shotMu   sync.Mutex
+	shared   *capture.Shared
+	noShared bool
 	// stopping is set before this service stops the server; dead when the
 	// server exited on its own.
 	stopping atomic.Bool
@@ -409,11 +414,14 @@ func (d *display) usable() error {
 	return nil
 }
 
-// explain turns an error from a connection whose server has just died into
-// the error that says so.
+// explain turns an error from a connection whose display is being deleted,
+// or whose server has just died, into the error that says so.
 func (d *display) explain(err error) error {
-	if err == nil || d.stopping.Load() {
-		return err
+	if err == nil {
+		return nil
+	}
+	if d.stopping.Load() {
+		return fmt.Errorf("the display of session %s was deleted: %w", d.sessionID, errNotFound)
 	}
 	select {
 	case <-d.server.Exited():
@@ -555,6 +563,13 @@ func (s *Service) stop(ctx context.Context, d *display) error {
 	d.conn.Close()
 	d.inputMu.Unlock()
 	err := d.server.Stop(ctx)
+	d.shotMu.Lock()
+	if d.shared != nil {
+		_ = d.shared.Close()
+		d.shared = nil
+	}
+	d.noShared = true
+	d.shotMu.Unlock()
 	// The server is gone, so the reader sees the connection end at once;
 	// the bound is for a server that would not die.
 	select {

@@ -456,3 +456,51 @@ func (s *Service) forget() {
 		delete(s.displays, id)
 	}
 }
+
+// Screenshots through shared memory and through the socket (the fallback
+// when MIT-SHM is unavailable) give the same pixels.
+func TestSharedAndSocketGrabsAgree(t *testing.T) {
+	s, c := testService(t, "")
+	createDisplay(t, c, "grab", 300, 200)
+	xc := clientConn(t, s, "grab")
+	showWindow(t, xc, 10, 20, 100, 50, 0xff0000, 0)
+	showWindow(t, xc, 150, 100, 60, 60, 0x00ff80, 0)
+	d := s.mustDisplay(t, "grab")
+	shot := func(region *displayv1.Rect) []byte {
+		resp, err := c.Screenshot(ctxT(t), &displayv1.ScreenshotRequest{SessionId: "grab", Region: region})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetData()
+	}
+	eventually(t, 5*time.Second, "windows drawn", func() bool {
+		img := decodePNG(t, shot(nil))
+		r, g, _, _ := img.At(170, 120).RGBA()
+		return isRed(img.At(50, 40)) && g>>8 == 0xff && r == 0
+	})
+	region := &displayv1.Rect{X: 5, Y: 15, Width: 200, Height: 150}
+	viaShared := [][]byte{shot(nil), shot(region)}
+	d.shotMu.Lock()
+	if d.shared == nil {
+		t.Error("screenshots did not use shared memory")
+	} else {
+		_ = d.shared.Close()
+		d.shared = nil
+	}
+	d.noShared = true
+	d.shotMu.Unlock()
+	viaSocket := [][]byte{shot(nil), shot(region)}
+	for i := range viaShared {
+		a, b := decodePNG(t, viaShared[i]), decodePNG(t, viaSocket[i])
+		if a.Bounds() != b.Bounds() {
+			t.Fatalf("bounds %v vs %v", a.Bounds(), b.Bounds())
+		}
+		for y := a.Bounds().Min.Y; y < a.Bounds().Max.Y; y++ {
+			for x := a.Bounds().Min.X; x < a.Bounds().Max.X; x++ {
+				if a.At(x, y) != b.At(x, y) {
+					t.Fatalf("shot %d differs at %d,%d: %v vs %v", i, x, y, a.At(x, y), b.At(x, y))
+				}
+			}
+		}
+	}
+}

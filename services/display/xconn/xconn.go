@@ -18,6 +18,7 @@ import (
 
 	"github.com/jezek/xgb"
 	"github.com/jezek/xgb/damage"
+	"github.com/jezek/xgb/shm"
 	"github.com/jezek/xgb/xproto"
 	"github.com/jezek/xgb/xtest"
 
@@ -26,7 +27,7 @@ import (
 )
 
 // Dial connects to display num through its unix socket, authenticating with
-// cookie, and prepares the XTEST and DAMAGE extensions.
+// cookie, and prepares the XTEST, DAMAGE and MIT-SHM extensions.
 func Dial(ctx context.Context, num int, cookie []byte) (*xgb.Conn, error) {
 	if len(cookie) != xauthority.CookieLen {
 		return nil, fmt.Errorf("X cookie has %d bytes, want %d", len(cookie), xauthority.CookieLen)
@@ -69,14 +70,17 @@ var (
 type extensionBase struct{ firstEvent, firstError byte }
 
 var extensions = []struct {
-	name string
-	init func(*xgb.Conn) error
+	name     string
+	init     func(*xgb.Conn) error
+	optional bool
 }{
-	{"XTEST", xtest.Init},
-	{"DAMAGE", damage.Init},
+	{"XTEST", xtest.Init, false},
+	{"DAMAGE", damage.Init, false},
+	// Screenshots fall back to plain GetImage without it.
+	{"MIT-SHM", shm.Init, true},
 }
 
-// initExtensions makes XTEST and DAMAGE usable on c. Callers hold extMu.
+// initExtensions makes XTEST, DAMAGE and (if present) MIT-SHM usable on c. Callers hold extMu.
 func initExtensions(c *xgb.Conn) error {
 	for _, ext := range extensions {
 		reply, err := xproto.QueryExtension(c, uint16(len(ext.name)), ext.name).Reply()
@@ -84,6 +88,9 @@ func initExtensions(c *xgb.Conn) error {
 			return fmt.Errorf("query extension %s: %w", ext.name, err)
 		}
 		if !reply.Present {
+			if ext.optional {
+				continue
+			}
 			return fmt.Errorf("the X server lacks the %s extension", ext.name)
 		}
 		base := extensionBase{reply.FirstEvent, reply.FirstError}
