@@ -242,6 +242,23 @@ func xServersUsing(t testing.TB, dir string) []string {
 
 func socketFor(display string) string { return "/tmp/.X11-unix/X" + strings.TrimPrefix(display, ":") }
 
+// socketInode identifies the X socket of a display, so a check that it is
+// gone is not fooled by another X server on this machine reusing the number.
+func socketInode(t testing.TB, display string) uint64 {
+	t.Helper()
+	fi, err := os.Stat(socketFor(display))
+	if err != nil {
+		t.Fatalf("no X socket for %s: %v", display, err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Ino
+}
+
+// socketGone tells whether the socket with that inode no longer exists.
+func socketGone(display string, ino uint64) bool {
+	fi, err := os.Stat(socketFor(display))
+	return os.IsNotExist(err) || (err == nil && fi.Sys().(*syscall.Stat_t).Ino != ino)
+}
+
 func overlayMountsUnder(t testing.TB, dir string) []string {
 	t.Helper()
 	f, err := os.Open("/proc/self/mountinfo")
@@ -275,11 +292,7 @@ func TestEndToEndSessionLifecycle(t *testing.T) {
 	if img := p.screenshot(b.ID); img.Bounds().Dx() != 640 || img.Bounds().Dy() != 480 {
 		t.Fatalf("session b screenshot is %v", img.Bounds())
 	}
-	for _, s := range []sessionJSON{a, b} {
-		if _, err := os.Stat(socketFor(s.XDisplay)); err != nil {
-			t.Fatalf("no X socket for %s: %v", s.XDisplay, err)
-		}
-	}
+	inoA, inoB := socketInode(t, a.XDisplay), socketInode(t, b.XDisplay)
 
 	// Get and list see both.
 	code, body, _ := p.do("GET", "/v1/sessions/"+a.ID, "")
@@ -307,8 +320,8 @@ func TestEndToEndSessionLifecycle(t *testing.T) {
 	if code != 200 || !strings.Contains(string(body), "SESSION_STATE_STOPPED") {
 		t.Fatalf("delete: %d %s", code, body)
 	}
-	if _, err := os.Stat(socketFor(a.XDisplay)); !os.IsNotExist(err) {
-		t.Fatalf("X socket of a deleted session still there: %v", err)
+	if !socketGone(a.XDisplay, inoA) {
+		t.Fatalf("X socket of a deleted session still there")
 	}
 	if code, body, _ := p.do("GET", "/v1/sessions/"+a.ID+"/screenshot", ""); code != http.StatusNotFound {
 		t.Fatalf("screenshot of a deleted session: %d %s", code, body)
@@ -333,8 +346,8 @@ func TestEndToEndSessionLifecycle(t *testing.T) {
 
 	// Ctrl-C stops b and leaves nothing behind.
 	p.stop()
-	if _, err := os.Stat(socketFor(b.XDisplay)); !os.IsNotExist(err) {
-		t.Fatalf("X socket left after shutdown: %v", err)
+	if !socketGone(b.XDisplay, inoB) {
+		t.Fatalf("X socket left after shutdown")
 	}
 	if x := xServersUsing(t, runDir); len(x) != 0 {
 		t.Fatalf("X servers left running after shutdown: %v", x)
@@ -390,15 +403,25 @@ func TestEndToEndRecoversAfterKill9(t *testing.T) {
 	dataDir, runDir := t.TempDir(), t.TempDir()
 	p := startUp(t, dataDir, runDir)
 	s := p.createSession(800, 600)
+	ino := socketInode(t, s.XDisplay)
+	before := xServersUsing(t, runDir)
+	if len(before) == 0 {
+		t.Fatal("no X server of the running process found")
+	}
 	p.kill9()
 
 	// What the killed process left behind may still be there; a new start finds and removes it.
 	p2 := startUp(t, dataDir, runDir)
-	if _, err := os.Stat(socketFor(s.XDisplay)); !os.IsNotExist(err) {
-		t.Fatalf("X socket of the killed process's session still there after restart: %v", err)
+	if !socketGone(s.XDisplay, ino) {
+		t.Fatalf("X socket of the killed process's session still there after restart")
 	}
-	if x := xServersUsing(t, runDir); len(x) != 0 {
-		t.Fatalf("X servers of the killed process still running after restart: %v", x)
+	// The new process may run X servers of its own; none of the old ones may remain.
+	for _, old := range xServersUsing(t, runDir) {
+		for _, b := range before {
+			if old == b {
+				t.Fatalf("X server %s of the killed process still running after restart", old)
+			}
+		}
 	}
 	if m := overlayMountsUnder(t, dataDir); len(m) != 0 {
 		t.Fatalf("mounts left after restart: %v", m)
