@@ -54,7 +54,10 @@ func (s *Service) PerformActions(ctx context.Context, req *displayv1.PerformActi
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	resp, err := s.perform(ctx, d, steps, req.GetScreenshot())
+	if req.GetLeaseToken() < 0 {
+		return nil, s.toStatus(ctx, invalidf("lease_token %d is negative", req.GetLeaseToken()))
+	}
+	resp, err := s.perform(ctx, d, steps, req.GetScreenshot(), req.GetLeaseToken())
 	if err != nil {
 		return nil, s.toStatus(ctx, d.explain(err))
 	}
@@ -218,10 +221,13 @@ func abs(v int) int {
 	return v
 }
 
-func (s *Service) perform(ctx context.Context, d *display, steps []step, shot bool) (*displayv1.PerformActionsResponse, error) {
+func (s *Service) perform(ctx context.Context, d *display, steps []step, shot bool, token int64) (*displayv1.PerformActionsResponse, error) {
 	d.inputMu.Lock()
 	defer d.inputMu.Unlock()
 	if err := d.usable(); err != nil {
+		return nil, err
+	}
+	if err := d.fence(token); err != nil {
 		return nil, err
 	}
 	in := d.input
@@ -342,4 +348,21 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// fence admits input by lease fencing token, the way a store guards against
+// a writer whose lock expired: tokens only grow, so a caller holding an
+// older token than one already seen has lost its lease. Once a display has
+// seen a token, input without one is refused too. Callers hold inputMu.
+func (d *display) fence(token int64) error {
+	switch {
+	case token == 0 && d.leaseToken == 0:
+		return nil
+	case token == 0:
+		return fmt.Errorf("input to session %s is leased; pass the lease token: %w", d.sessionID, errStaleLease)
+	case token < d.leaseToken:
+		return fmt.Errorf("input lease token %d is older than %d: the lease has passed to another holder: %w", token, d.leaseToken, errStaleLease)
+	}
+	d.leaseToken = token
+	return nil
 }

@@ -148,7 +148,7 @@ func (s *Service) toStatus(ctx context.Context, err error) error {
 		return status.Error(codes.AlreadyExists, err.Error())
 	case errors.Is(err, errExhausted):
 		return status.Error(codes.ResourceExhausted, err.Error())
-	case errors.Is(err, errGone):
+	case errors.Is(err, errGone), errors.Is(err, errStaleLease):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, errClosed):
 		return status.Error(codes.Unavailable, err.Error())

@@ -403,3 +403,29 @@ func TestActionValidation(t *testing.T) {
 		t.Fatalf("cursor = %v", resp.GetCursor())
 	}
 }
+
+func TestLeaseFencing(t *testing.T) {
+	_, c := testService(t, "")
+	createDisplay(t, c, "lease", 100, 100)
+	steps := []struct {
+		token int64
+		code  codes.Code
+	}{
+		{0, codes.OK},                 // no leases in use yet
+		{5, codes.OK},                 // a holder appears
+		{5, codes.OK},                 // and acts again
+		{4, codes.FailedPrecondition}, // an older holder is fenced off
+		{0, codes.FailedPrecondition}, // as is input without a token
+		{7, codes.OK},                 // a newer holder takes over
+		{5, codes.FailedPrecondition}, // the previous one cannot act
+		{-1, codes.InvalidArgument},
+	}
+	for i, st := range steps {
+		_, err := c.PerformActions(ctxT(t), &displayv1.PerformActionsRequest{
+			SessionId: "lease", LeaseToken: st.token, Actions: []*displayv1.Action{moveTo(int32(i), 1)},
+		})
+		if status.Code(err) != st.code {
+			t.Fatalf("step %d (token %d): %v, want %v", i, st.token, err, st.code)
+		}
+	}
+}

@@ -127,8 +127,10 @@ type display struct {
 	// events ends when conn closes.
 	events chan struct{}
 
-	// inputMu keeps one request's actions together.
-	inputMu sync.Mutex
+	// inputMu keeps one request's actions together and guards leaseToken,
+	// the newest input lease fencing token seen.
+	inputMu    sync.Mutex
+	leaseToken int64
 	// shotMu guards the shared-memory segment from grab to encoded bytes;
 	// shared is created at the first screenshot, noShared when it cannot be.
 	shotMu   sync.Mutex
@@ -240,6 +242,7 @@ var (
 	errClosed        = errors.New("display service is shutting down")
 	errExhausted     = errors.New("no capacity")
 	errGone          = errors.New("display lost")
+	errStaleLease    = errors.New("stale input lease")
 )
 
 // invalidError is a request the caller must change.
