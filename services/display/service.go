@@ -52,6 +52,10 @@ type Config struct {
 	StartTimeout time.Duration
 	// StopTimeout is the grace between SIGTERM and SIGKILL.
 	StopTimeout time.Duration
+	// WindowManager, when set, is started on every display (such as
+	// "openbox"): it gives windows frames and focus on click, as the desktop
+	// applications expect. Empty runs bare X.
+	WindowManager []string
 	// MaxWait bounds a single wait action.
 	MaxWait time.Duration
 	// SettleTimeout bounds the wait for the screen to settle before an
@@ -120,6 +124,7 @@ type display struct {
 	dir       string
 	xauthPath string
 	server    *xserver.Server
+	wm        *xserver.Client // nil without a window manager
 	conn      *xgb.Conn
 	screen    capture.Screen
 	input     *xinput.Injector
@@ -173,6 +178,7 @@ const (
 	metaFile  = "display.json"
 	xauthFile = "Xauthority"
 	logFile   = "xvfb.log"
+	wmLogFile = "wm.log"
 )
 
 // New returns a service; it starts nothing until displays are created.
@@ -388,6 +394,14 @@ func (s *Service) launch(ctx context.Context, dir string, spec displaySpec) (_ *
 		conn.Close()
 		return nil, err
 	}
+	if len(s.cfg.WindowManager) > 0 {
+		wm, err := xserver.StartClient(srv.Display, xauthPath, filepath.Join(dir, wmLogFile), s.cfg.WindowManager, s.cfg.StopTimeout)
+		if err != nil {
+			conn.Close()
+			return nil, err
+		}
+		d.wm = wm
+	}
 	d.conn, d.screen, d.input, d.watch = conn, screen, input, watch
 	d.events = make(chan struct{})
 	go s.readEvents(d)
@@ -565,7 +579,13 @@ func (s *Service) stop(ctx context.Context, d *display) error {
 	d.inputMu.Lock()
 	d.conn.Close()
 	d.inputMu.Unlock()
-	err := d.server.Stop(ctx)
+	var err error
+	if d.wm != nil {
+		err = d.wm.Stop(ctx)
+	}
+	if serr := d.server.Stop(ctx); serr != nil {
+		err = serr
+	}
 	d.shotMu.Lock()
 	if d.shared != nil {
 		_ = d.shared.Close()
