@@ -222,10 +222,17 @@ func abs(v int) int {
 }
 
 func (s *Service) perform(ctx context.Context, d *display, steps []step, shot bool, token int64) (*displayv1.PerformActionsResponse, error) {
+	// Deleting the display ends a long wait or text at once.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(d.done, cancel)()
 	d.inputMu.Lock()
 	defer d.inputMu.Unlock()
 	if err := d.usable(); err != nil {
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, d.explain(err)
 	}
 	if err := d.fence(token); err != nil {
 		return nil, err

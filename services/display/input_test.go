@@ -1,6 +1,7 @@
 package display
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -427,5 +428,35 @@ func TestLeaseFencing(t *testing.T) {
 		if status.Code(err) != st.code {
 			t.Fatalf("step %d (token %d): %v, want %v", i, st.token, err, st.code)
 		}
+	}
+}
+
+// Deleting a display ends a request that is waiting on it.
+func TestDeleteEndsPendingActions(t *testing.T) {
+	s, c := testService(t, "")
+	createDisplay(t, c, "busy", 100, 100)
+	d := s.mustDisplay(t, "busy")
+	errc := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := c.PerformActions(ctx, &displayv1.PerformActionsRequest{SessionId: "busy", Actions: []*displayv1.Action{
+			{Action: &displayv1.Action_Wait{Wait: &displayv1.Wait{Duration: durationpb.New(25 * time.Second)}}},
+		}})
+		errc <- err
+	}()
+	// The request holds the display's input once its wait has begun.
+	eventually(t, 5*time.Second, "the wait to start", func() bool {
+		if d.inputMu.TryLock() {
+			d.inputMu.Unlock()
+			return false
+		}
+		return true
+	})
+	if _, err := c.DeleteDisplay(ctxT(t), &displayv1.DeleteDisplayRequest{SessionId: "busy"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; status.Code(err) != codes.NotFound {
+		t.Fatalf("pending actions ended with %v, want NotFound", err)
 	}
 }

@@ -141,8 +141,10 @@ type display struct {
 	shotMu   sync.Mutex
 	shared   *capture.Shared
 	noShared bool
-	// stopping is set before this service stops the server; dead when the
-	// server exited on its own.
+	// done ends work in flight on the display (waits, typing) when it is
+	// being stopped.
+	done     context.Context
+	finish   context.CancelFunc
 	stopping atomic.Bool
 	dead     atomic.Bool
 	// label is the session id for the display's own goroutines' logs; a
@@ -403,6 +405,7 @@ func (s *Service) launch(ctx context.Context, dir string, spec displaySpec) (_ *
 		d.wm = wm
 	}
 	d.conn, d.screen, d.input, d.watch = conn, screen, input, watch
+	d.done, d.finish = context.WithCancel(context.Background())
 	d.events = make(chan struct{})
 	go s.readEvents(d)
 	go s.watchServer(d)
@@ -576,6 +579,7 @@ func (s *Service) remove(ctx context.Context, sessionID string) error {
 
 func (s *Service) stop(ctx context.Context, d *display) error {
 	d.stopping.Store(true)
+	d.finish()
 	d.inputMu.Lock()
 	d.conn.Close()
 	d.inputMu.Unlock()
