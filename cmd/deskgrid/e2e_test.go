@@ -93,7 +93,7 @@ func (s *syncBuffer) String() string {
 }
 
 // startUp runs `deskgrid up` and waits for /readyz.
-func startUp(t testing.TB, dataDir, runDir string) *upProcess {
+func startUp(t testing.TB, dataDir, runDir string, extra ...string) *upProcess {
 	t.Helper()
 	p := &upProcess{t: t, dataDir: dataDir, runDir: runDir, logs: &syncBuffer{}, done: make(chan error, 1)}
 	httpAddr, grpcAddr := freeAddr(t), freeAddr(t)
@@ -102,6 +102,7 @@ func startUp(t testing.TB, dataDir, runDir string) *upProcess {
 		"-http-addr", httpAddr, "-grpc-addr", grpcAddr,
 		"-node-addr", grpcAddr, "-session-addr", grpcAddr, "-agent-addr", grpcAddr, "-history-addr", grpcAddr,
 		"-data-dir", dataDir, "-runtime-dir", runDir, "-log-level", "debug")
+	p.cmd.Args = append(p.cmd.Args, extra...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -45,6 +45,8 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 	if withDisplay {
 		dc := display.DefaultConfig()
 		dc.RuntimeDir = s.cfg.RuntimeDir
+		dc.WarmDisplays = s.cfg.WarmDisplays
+		dc.WindowManager = strings.Fields(s.cfg.WindowManager)
 		d, err := display.New(ctx, dc, display.Deps{Logger: s.logger.With("component", "display")})
 		if err != nil {
 			return nil, fmt.Errorf("display: %w", err)

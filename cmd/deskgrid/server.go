@@ -39,6 +39,8 @@ type serverConfig struct {
 	NodeID          string
 	NodeAddr        string
 	NodeMaxSessions int
+	WarmDisplays    int
+	WindowManager   string
 	WorkspaceRoots  string
 
 	SessionAddr string
@@ -90,6 +92,8 @@ func serverFlags(name string, stderr io.Writer) (*flag.FlagSet, *serverConfig) {
 	fs.StringVar(&c.NodeID, "node-id", "local", "this node's id")
 	fs.StringVar(&c.NodeAddr, "node-addr", "127.0.0.1:9090", "gRPC address of the node (display and sandbox)")
 	fs.IntVar(&c.NodeMaxSessions, "node-max-sessions", 64, "sessions one node holds at once")
+	fs.IntVar(&c.WarmDisplays, "warm-displays", 1, "X servers kept started at the default size, so creating a session does not wait for one")
+	fs.StringVar(&c.WindowManager, "window-manager", "", "window manager started on every display, such as openbox; empty runs bare X")
 	fs.StringVar(&c.WorkspaceRoots, "workspace-roots", "", "comma-separated folders whose subfolders sessions may use as workspaces")
 	fs.StringVar(&c.SessionAddr, "session-addr", "127.0.0.1:9090", "gRPC address of the session service (gateway)")
 	fs.StringVar(&c.AgentAddr, "agent-addr", "127.0.0.1:9090", "gRPC address of the agent service (gateway)")

@@ -56,6 +56,8 @@ type Config struct {
 	// "openbox"): it gives windows frames and focus on click, as the desktop
 	// applications expect. Empty runs bare X.
 	WindowManager []string
+	// GLX keeps the X server's OpenGL extension (and its memory); off by default.
+	GLX bool
 	// MaxWait bounds a single wait action.
 	MaxWait time.Duration
 	// SettleTimeout bounds the wait for the screen to settle before an
@@ -345,6 +347,7 @@ func (s *Service) launch(ctx context.Context, dir string, spec displaySpec) (_ *
 		Height:       spec.height,
 		Depth:        spec.depth,
 		DPI:          spec.dpi,
+		GLX:          s.cfg.GLX,
 		AuthFile:     xauthPath,
 		LogFile:      filepath.Join(dir, logFile),
 		FirstDisplay: s.cfg.FirstDisplay,
