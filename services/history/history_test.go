@@ -30,7 +30,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/history/store"
 	"github.com/deskgrid/deskgrid/services/history/store/storetest"
 	"github.com/deskgrid/deskgrid/services/platform/events"
-	"github.com/deskgrid/deskgrid/services/platform/natsembed"
+	"github.com/deskgrid/deskgrid/services/platform/natsembed/natstest"
 )
 
 // env is an embedded NATS with JetStream and a client on it.
@@ -42,20 +42,7 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	srv, err := natsembed.Start(natsembed.Options{Port: -1, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	nc, err := nats.Connect(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, nc, js := natstest.Start(t)
 	return &env{nc: nc, js: js, pub: events.NewPublisher(js)}
 }
 

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -24,7 +23,7 @@ import (
 	eventsv1 "github.com/deskgrid/deskgrid/proto/deskgrid/events/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	"github.com/deskgrid/deskgrid/services/platform/events"
-	"github.com/deskgrid/deskgrid/services/platform/natsembed"
+	"github.com/deskgrid/deskgrid/services/platform/natsembed/natstest"
 	"github.com/deskgrid/deskgrid/services/session/placement"
 	"github.com/deskgrid/deskgrid/services/session/store"
 )
@@ -67,20 +66,7 @@ func newHarness(t testing.TB, opts ...option) *harness {
 		o(&cfg, &ho)
 	}
 
-	ns, err := natsembed.Start(natsembed.Options{Port: -1, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Close)
-	nc, err := nats.Connect(ns.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, nc, js := natstest.Start(t)
 	if _, err := events.EnsureStream(ctx, js, events.StreamConfig(1, time.Hour)); err != nil {
 		t.Fatal(err)
 	}
@@ -97,6 +83,7 @@ func newHarness(t testing.TB, opts ...option) *harness {
 		nc:     nc,
 	}
 	h.nodes = fakeNodes{"node-1": h.node}
+	var err error
 	h.svc, err = New(ctx, cfg, Deps{
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Store:  st,

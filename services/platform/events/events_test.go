@@ -15,25 +15,11 @@ import (
 	eventsv1 "github.com/deskgrid/deskgrid/proto/deskgrid/events/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	"github.com/deskgrid/deskgrid/services/platform/events"
-	"github.com/deskgrid/deskgrid/services/platform/natsembed"
+	"github.com/deskgrid/deskgrid/services/platform/natsembed/natstest"
 )
 
 func startJS(t *testing.T) (*nats.Conn, jetstream.JetStream) {
-	t.Helper()
-	srv, err := natsembed.Start(natsembed.Options{Port: -1, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	nc, err := nats.Connect(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, nc, js := natstest.Start(t)
 	return nc, js
 }
 
