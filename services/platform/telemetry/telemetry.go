@@ -32,7 +32,7 @@ type Options struct {
 	// LogFormat is "json" or "text".
 	LogFormat string
 	// LogLevel is "debug", "info", "warn" or "error".
-	LogLevel string
+	LogLevel  string
 	LogOutput io.Writer
 	// OTLPEndpoint, host:port of an OTLP/gRPC collector; empty disables trace export.
 	OTLPEndpoint string
