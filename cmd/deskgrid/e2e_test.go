@@ -356,6 +356,26 @@ func TestEndToEndSessionLifecycle(t *testing.T) {
 	if m := overlayMountsUnder(t, dataDir); len(m) != 0 {
 		t.Fatalf("mounts left after shutdown: %v", m)
 	}
+	assertNoSessionFiles(t, dataDir, runDir)
+}
+
+// assertNoSessionFiles checks that no per-session directory is left: X
+// authority files, warm displays, sandbox layers.
+func assertNoSessionFiles(t *testing.T, dataDir, runDir string) {
+	t.Helper()
+	for _, d := range []string{
+		filepath.Join(runDir, "displays"),
+		filepath.Join(runDir, "display-pool"),
+		filepath.Join(dataDir, "sandbox", "sandboxes"),
+	} {
+		ents, err := os.ReadDir(d)
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			t.Errorf("left behind: %s", filepath.Join(d, e.Name()))
+		}
+	}
 }
 
 func TestEndToEndBadRequests(t *testing.T) {
@@ -438,4 +458,6 @@ func TestEndToEndRecoversAfterKill9(t *testing.T) {
 	// New sessions work after the restart.
 	n := p2.createSession(640, 480)
 	p2.screenshot(n.ID)
+	p2.stop()
+	assertNoSessionFiles(t, dataDir, runDir)
 }
