@@ -461,3 +461,55 @@ func TestEndToEndRecoversAfterKill9(t *testing.T) {
 	p2.stop()
 	assertNoSessionFiles(t, dataDir, runDir)
 }
+
+func TestEndToEndCLI(t *testing.T) {
+	p := startUp(t, t.TempDir(), t.TempDir())
+	cli := func(args ...string) (string, error) {
+		cmd := exec.Command(deskgridBinary(t), args...)
+		cmd.Env = append(os.Environ(), "DESKGRID_ADDR="+p.grpc)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := cli("sessions", "create", "-width", "800", "-height", "600", "-o", "json")
+	if err != nil {
+		t.Fatalf("create: %v\n%s", err, out)
+	}
+	var s sessionJSON
+	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &s); err != nil || s.State != "SESSION_STATE_RUNNING" {
+		t.Fatalf("create output %q: %v", out, err)
+	}
+	out, err = cli("sessions", "list")
+	if err != nil || !strings.Contains(out, s.ID) || !strings.Contains(out, "running") || !strings.Contains(out, "800x600") {
+		t.Fatalf("list: %v\n%s", err, out)
+	}
+	shot := filepath.Join(t.TempDir(), "shot.png")
+	if out, err := cli("screenshot", s.ID, "-o", shot); err != nil {
+		t.Fatalf("screenshot: %v\n%s", err, out)
+	}
+	f, err := os.Open(shot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(f)
+	f.Close()
+	if err != nil || img.Bounds().Dx() != 800 || img.Bounds().Dy() != 600 {
+		t.Fatalf("screenshot file: %v %v", err, img)
+	}
+	out, err = cli("sessions", "get", "s-aaaaaaaaaaaaaaaaaaaa")
+	if err == nil || !strings.Contains(out, "notfound") {
+		t.Fatalf("get of an unknown session: %v\n%s", err, out)
+	}
+	if out, err := cli("sessions", "delete", s.ID); err != nil || !strings.Contains(out, "stopped") {
+		t.Fatalf("delete: %v\n%s", err, out)
+	}
+	if out, err := cli("sessions", "frobnicate"); err == nil || cliExit(err) != 2 {
+		t.Fatalf("unknown subcommand: %v\n%s", err, out)
+	}
+}
+
+func cliExit(err error) int {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	return -1
+}
