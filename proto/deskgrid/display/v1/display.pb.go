@@ -127,6 +127,116 @@ func (MouseButton) EnumDescriptor() ([]byte, []int) {
 	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{1}
 }
 
+// ConnectVNCRequest is one client-to-server message of a VNC connection.
+type ConnectVNCRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// First message only.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// First message only: pointer and key input from this viewer are dropped.
+	ViewOnly bool `protobuf:"varint,2,opt,name=view_only,json=viewOnly,proto3" json:"view_only,omitempty"`
+	// RFB bytes from the viewer.
+	Data          []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConnectVNCRequest) Reset() {
+	*x = ConnectVNCRequest{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConnectVNCRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConnectVNCRequest) ProtoMessage() {}
+
+func (x *ConnectVNCRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConnectVNCRequest.ProtoReflect.Descriptor instead.
+func (*ConnectVNCRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ConnectVNCRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ConnectVNCRequest) GetViewOnly() bool {
+	if x != nil {
+		return x.ViewOnly
+	}
+	return false
+}
+
+func (x *ConnectVNCRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// ConnectVNCResponse is one server-to-client message of a VNC connection.
+type ConnectVNCResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// RFB bytes from the session's VNC server.
+	Data          []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConnectVNCResponse) Reset() {
+	*x = ConnectVNCResponse{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConnectVNCResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConnectVNCResponse) ProtoMessage() {}
+
+func (x *ConnectVNCResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConnectVNCResponse.ProtoReflect.Descriptor instead.
+func (*ConnectVNCResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ConnectVNCResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 // Display is a session's X server.
 type Display struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -144,7 +254,7 @@ type Display struct {
 
 func (x *Display) Reset() {
 	*x = Display{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[0]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -156,7 +266,7 @@ func (x *Display) String() string {
 func (*Display) ProtoMessage() {}
 
 func (x *Display) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[0]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -169,7 +279,7 @@ func (x *Display) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Display.ProtoReflect.Descriptor instead.
 func (*Display) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{0}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Display) GetSessionId() string {
@@ -234,7 +344,7 @@ type CreateDisplayRequest struct {
 
 func (x *CreateDisplayRequest) Reset() {
 	*x = CreateDisplayRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[1]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -246,7 +356,7 @@ func (x *CreateDisplayRequest) String() string {
 func (*CreateDisplayRequest) ProtoMessage() {}
 
 func (x *CreateDisplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[1]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -259,7 +369,7 @@ func (x *CreateDisplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDisplayRequest.ProtoReflect.Descriptor instead.
 func (*CreateDisplayRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{1}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CreateDisplayRequest) GetSessionId() string {
@@ -306,7 +416,7 @@ type CreateDisplayResponse struct {
 
 func (x *CreateDisplayResponse) Reset() {
 	*x = CreateDisplayResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[2]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -318,7 +428,7 @@ func (x *CreateDisplayResponse) String() string {
 func (*CreateDisplayResponse) ProtoMessage() {}
 
 func (x *CreateDisplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[2]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -331,7 +441,7 @@ func (x *CreateDisplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDisplayResponse.ProtoReflect.Descriptor instead.
 func (*CreateDisplayResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{2}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateDisplayResponse) GetDisplay() *Display {
@@ -350,7 +460,7 @@ type GetDisplayRequest struct {
 
 func (x *GetDisplayRequest) Reset() {
 	*x = GetDisplayRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[3]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -362,7 +472,7 @@ func (x *GetDisplayRequest) String() string {
 func (*GetDisplayRequest) ProtoMessage() {}
 
 func (x *GetDisplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[3]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -375,7 +485,7 @@ func (x *GetDisplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDisplayRequest.ProtoReflect.Descriptor instead.
 func (*GetDisplayRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{3}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetDisplayRequest) GetSessionId() string {
@@ -394,7 +504,7 @@ type GetDisplayResponse struct {
 
 func (x *GetDisplayResponse) Reset() {
 	*x = GetDisplayResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[4]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -406,7 +516,7 @@ func (x *GetDisplayResponse) String() string {
 func (*GetDisplayResponse) ProtoMessage() {}
 
 func (x *GetDisplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[4]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -419,7 +529,7 @@ func (x *GetDisplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDisplayResponse.ProtoReflect.Descriptor instead.
 func (*GetDisplayResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{4}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetDisplayResponse) GetDisplay() *Display {
@@ -437,7 +547,7 @@ type ListDisplaysRequest struct {
 
 func (x *ListDisplaysRequest) Reset() {
 	*x = ListDisplaysRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[5]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -449,7 +559,7 @@ func (x *ListDisplaysRequest) String() string {
 func (*ListDisplaysRequest) ProtoMessage() {}
 
 func (x *ListDisplaysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[5]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -462,7 +572,7 @@ func (x *ListDisplaysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDisplaysRequest.ProtoReflect.Descriptor instead.
 func (*ListDisplaysRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{5}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{7}
 }
 
 type ListDisplaysResponse struct {
@@ -474,7 +584,7 @@ type ListDisplaysResponse struct {
 
 func (x *ListDisplaysResponse) Reset() {
 	*x = ListDisplaysResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[6]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -486,7 +596,7 @@ func (x *ListDisplaysResponse) String() string {
 func (*ListDisplaysResponse) ProtoMessage() {}
 
 func (x *ListDisplaysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[6]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -499,7 +609,7 @@ func (x *ListDisplaysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDisplaysResponse.ProtoReflect.Descriptor instead.
 func (*ListDisplaysResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{6}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListDisplaysResponse) GetDisplays() []*Display {
@@ -518,7 +628,7 @@ type DeleteDisplayRequest struct {
 
 func (x *DeleteDisplayRequest) Reset() {
 	*x = DeleteDisplayRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[7]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -530,7 +640,7 @@ func (x *DeleteDisplayRequest) String() string {
 func (*DeleteDisplayRequest) ProtoMessage() {}
 
 func (x *DeleteDisplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[7]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -543,7 +653,7 @@ func (x *DeleteDisplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDisplayRequest.ProtoReflect.Descriptor instead.
 func (*DeleteDisplayRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{7}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeleteDisplayRequest) GetSessionId() string {
@@ -561,7 +671,7 @@ type DeleteDisplayResponse struct {
 
 func (x *DeleteDisplayResponse) Reset() {
 	*x = DeleteDisplayResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[8]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -573,7 +683,7 @@ func (x *DeleteDisplayResponse) String() string {
 func (*DeleteDisplayResponse) ProtoMessage() {}
 
 func (x *DeleteDisplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[8]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -586,7 +696,7 @@ func (x *DeleteDisplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDisplayResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDisplayResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{8}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{10}
 }
 
 // Rect is a region of the screen in pixels.
@@ -602,7 +712,7 @@ type Rect struct {
 
 func (x *Rect) Reset() {
 	*x = Rect{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[9]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -614,7 +724,7 @@ func (x *Rect) String() string {
 func (*Rect) ProtoMessage() {}
 
 func (x *Rect) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[9]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -627,7 +737,7 @@ func (x *Rect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rect.ProtoReflect.Descriptor instead.
 func (*Rect) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{9}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Rect) GetX() int32 {
@@ -673,7 +783,7 @@ type ScreenshotRequest struct {
 
 func (x *ScreenshotRequest) Reset() {
 	*x = ScreenshotRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[10]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -685,7 +795,7 @@ func (x *ScreenshotRequest) String() string {
 func (*ScreenshotRequest) ProtoMessage() {}
 
 func (x *ScreenshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[10]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -698,7 +808,7 @@ func (x *ScreenshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScreenshotRequest.ProtoReflect.Descriptor instead.
 func (*ScreenshotRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{10}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ScreenshotRequest) GetSessionId() string {
@@ -742,7 +852,7 @@ type ScreenshotResponse struct {
 
 func (x *ScreenshotResponse) Reset() {
 	*x = ScreenshotResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[11]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +864,7 @@ func (x *ScreenshotResponse) String() string {
 func (*ScreenshotResponse) ProtoMessage() {}
 
 func (x *ScreenshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[11]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +877,7 @@ func (x *ScreenshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScreenshotResponse.ProtoReflect.Descriptor instead.
 func (*ScreenshotResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{11}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ScreenshotResponse) GetContentType() string {
@@ -809,7 +919,7 @@ type Point struct {
 
 func (x *Point) Reset() {
 	*x = Point{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[12]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -821,7 +931,7 @@ func (x *Point) String() string {
 func (*Point) ProtoMessage() {}
 
 func (x *Point) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[12]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -834,7 +944,7 @@ func (x *Point) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Point.ProtoReflect.Descriptor instead.
 func (*Point) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{12}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Point) GetX() int32 {
@@ -861,7 +971,7 @@ type MouseMove struct {
 
 func (x *MouseMove) Reset() {
 	*x = MouseMove{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[13]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -873,7 +983,7 @@ func (x *MouseMove) String() string {
 func (*MouseMove) ProtoMessage() {}
 
 func (x *MouseMove) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[13]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -886,7 +996,7 @@ func (x *MouseMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MouseMove.ProtoReflect.Descriptor instead.
 func (*MouseMove) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{13}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MouseMove) GetTo() *Point {
@@ -911,7 +1021,7 @@ type Click struct {
 
 func (x *Click) Reset() {
 	*x = Click{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[14]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -923,7 +1033,7 @@ func (x *Click) String() string {
 func (*Click) ProtoMessage() {}
 
 func (x *Click) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[14]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -936,7 +1046,7 @@ func (x *Click) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Click.ProtoReflect.Descriptor instead.
 func (*Click) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{14}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Click) GetAt() *Point {
@@ -977,7 +1087,7 @@ type Drag struct {
 
 func (x *Drag) Reset() {
 	*x = Drag{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[15]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1099,7 @@ func (x *Drag) String() string {
 func (*Drag) ProtoMessage() {}
 
 func (x *Drag) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[15]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1112,7 @@ func (x *Drag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drag.ProtoReflect.Descriptor instead.
 func (*Drag) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{15}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Drag) GetPath() []*Point {
@@ -1023,7 +1133,7 @@ type ButtonPress struct {
 
 func (x *ButtonPress) Reset() {
 	*x = ButtonPress{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[16]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1145,7 @@ func (x *ButtonPress) String() string {
 func (*ButtonPress) ProtoMessage() {}
 
 func (x *ButtonPress) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[16]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1158,7 @@ func (x *ButtonPress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ButtonPress.ProtoReflect.Descriptor instead.
 func (*ButtonPress) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{16}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ButtonPress) GetButton() MouseButton {
@@ -1080,7 +1190,7 @@ type Scroll struct {
 
 func (x *Scroll) Reset() {
 	*x = Scroll{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[17]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1202,7 @@ func (x *Scroll) String() string {
 func (*Scroll) ProtoMessage() {}
 
 func (x *Scroll) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[17]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1215,7 @@ func (x *Scroll) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Scroll.ProtoReflect.Descriptor instead.
 func (*Scroll) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{17}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Scroll) GetAt() *Point {
@@ -1148,7 +1258,7 @@ type Key struct {
 
 func (x *Key) Reset() {
 	*x = Key{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[18]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1160,7 +1270,7 @@ func (x *Key) String() string {
 func (*Key) ProtoMessage() {}
 
 func (x *Key) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[18]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1173,7 +1283,7 @@ func (x *Key) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Key.ProtoReflect.Descriptor instead.
 func (*Key) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{18}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Key) GetChord() string {
@@ -1200,7 +1310,7 @@ type TypeText struct {
 
 func (x *TypeText) Reset() {
 	*x = TypeText{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[19]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1212,7 +1322,7 @@ func (x *TypeText) String() string {
 func (*TypeText) ProtoMessage() {}
 
 func (x *TypeText) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[19]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1225,7 +1335,7 @@ func (x *TypeText) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeText.ProtoReflect.Descriptor instead.
 func (*TypeText) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{19}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TypeText) GetText() string {
@@ -1245,7 +1355,7 @@ type Wait struct {
 
 func (x *Wait) Reset() {
 	*x = Wait{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[20]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1257,7 +1367,7 @@ func (x *Wait) String() string {
 func (*Wait) ProtoMessage() {}
 
 func (x *Wait) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[20]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1270,7 +1380,7 @@ func (x *Wait) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Wait.ProtoReflect.Descriptor instead.
 func (*Wait) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{20}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Wait) GetDuration() *durationpb.Duration {
@@ -1300,7 +1410,7 @@ type Action struct {
 
 func (x *Action) Reset() {
 	*x = Action{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[21]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1312,7 +1422,7 @@ func (x *Action) String() string {
 func (*Action) ProtoMessage() {}
 
 func (x *Action) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[21]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1325,7 +1435,7 @@ func (x *Action) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Action.ProtoReflect.Descriptor instead.
 func (*Action) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{21}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Action) GetAction() isAction_Action {
@@ -1473,7 +1583,7 @@ type PerformActionsRequest struct {
 
 func (x *PerformActionsRequest) Reset() {
 	*x = PerformActionsRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[22]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1485,7 +1595,7 @@ func (x *PerformActionsRequest) String() string {
 func (*PerformActionsRequest) ProtoMessage() {}
 
 func (x *PerformActionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[22]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1498,7 +1608,7 @@ func (x *PerformActionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PerformActionsRequest.ProtoReflect.Descriptor instead.
 func (*PerformActionsRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{22}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PerformActionsRequest) GetSessionId() string {
@@ -1541,7 +1651,7 @@ type PerformActionsResponse struct {
 
 func (x *PerformActionsResponse) Reset() {
 	*x = PerformActionsResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[23]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1553,7 +1663,7 @@ func (x *PerformActionsResponse) String() string {
 func (*PerformActionsResponse) ProtoMessage() {}
 
 func (x *PerformActionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[23]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1566,7 +1676,7 @@ func (x *PerformActionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PerformActionsResponse.ProtoReflect.Descriptor instead.
 func (*PerformActionsResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{23}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PerformActionsResponse) GetCursor() *Point {
@@ -1587,7 +1697,14 @@ var File_deskgrid_display_v1_display_proto protoreflect.FileDescriptor
 
 const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\n" +
-	"!deskgrid/display/v1/display.proto\x12\x13deskgrid.display.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd8\x01\n" +
+	"!deskgrid/display/v1/display.proto\x12\x13deskgrid.display.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"c\n" +
+	"\x11ConnectVNCRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
+	"\tview_only\x18\x02 \x01(\bR\bviewOnly\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\"(\n" +
+	"\x12ConnectVNCResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\xd8\x01\n" +
 	"\aDisplay\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
@@ -1695,7 +1812,7 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\x18MOUSE_BUTTON_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11MOUSE_BUTTON_LEFT\x10\x01\x12\x17\n" +
 	"\x13MOUSE_BUTTON_MIDDLE\x10\x02\x12\x16\n" +
-	"\x12MOUSE_BUTTON_RIGHT\x10\x032\x81\x06\n" +
+	"\x12MOUSE_BUTTON_RIGHT\x10\x032\xe4\x06\n" +
 	"\x0eDisplayService\x12f\n" +
 	"\rCreateDisplay\x12).deskgrid.display.v1.CreateDisplayRequest\x1a*.deskgrid.display.v1.CreateDisplayResponse\x12\x91\x01\n" +
 	"\n" +
@@ -1704,7 +1821,9 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\rDeleteDisplay\x12).deskgrid.display.v1.DeleteDisplayRequest\x1a*.deskgrid.display.v1.DeleteDisplayResponse\x12\x8b\x01\n" +
 	"\n" +
 	"Screenshot\x12&.deskgrid.display.v1.ScreenshotRequest\x1a'.deskgrid.display.v1.ScreenshotResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/sessions/{session_id}/screenshot\x12\x97\x01\n" +
-	"\x0ePerformActions\x12*.deskgrid.display.v1.PerformActionsRequest\x1a+.deskgrid.display.v1.PerformActionsResponse\",\x82\xd3\xe4\x93\x02&:\x01*\"!/v1/sessions/{session_id}/actionsBBZ@github.com/deskgrid/deskgrid/proto/deskgrid/display/v1;displayv1b\x06proto3"
+	"\x0ePerformActions\x12*.deskgrid.display.v1.PerformActionsRequest\x1a+.deskgrid.display.v1.PerformActionsResponse\",\x82\xd3\xe4\x93\x02&:\x01*\"!/v1/sessions/{session_id}/actions\x12a\n" +
+	"\n" +
+	"ConnectVNC\x12&.deskgrid.display.v1.ConnectVNCRequest\x1a'.deskgrid.display.v1.ConnectVNCResponse(\x010\x01BBZ@github.com/deskgrid/deskgrid/proto/deskgrid/display/v1;displayv1b\x06proto3"
 
 var (
 	file_deskgrid_display_v1_display_proto_rawDescOnce sync.Once
@@ -1719,77 +1838,81 @@ func file_deskgrid_display_v1_display_proto_rawDescGZIP() []byte {
 }
 
 var file_deskgrid_display_v1_display_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_deskgrid_display_v1_display_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_deskgrid_display_v1_display_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_deskgrid_display_v1_display_proto_goTypes = []any{
 	(ImageFormat)(0),               // 0: deskgrid.display.v1.ImageFormat
 	(MouseButton)(0),               // 1: deskgrid.display.v1.MouseButton
-	(*Display)(nil),                // 2: deskgrid.display.v1.Display
-	(*CreateDisplayRequest)(nil),   // 3: deskgrid.display.v1.CreateDisplayRequest
-	(*CreateDisplayResponse)(nil),  // 4: deskgrid.display.v1.CreateDisplayResponse
-	(*GetDisplayRequest)(nil),      // 5: deskgrid.display.v1.GetDisplayRequest
-	(*GetDisplayResponse)(nil),     // 6: deskgrid.display.v1.GetDisplayResponse
-	(*ListDisplaysRequest)(nil),    // 7: deskgrid.display.v1.ListDisplaysRequest
-	(*ListDisplaysResponse)(nil),   // 8: deskgrid.display.v1.ListDisplaysResponse
-	(*DeleteDisplayRequest)(nil),   // 9: deskgrid.display.v1.DeleteDisplayRequest
-	(*DeleteDisplayResponse)(nil),  // 10: deskgrid.display.v1.DeleteDisplayResponse
-	(*Rect)(nil),                   // 11: deskgrid.display.v1.Rect
-	(*ScreenshotRequest)(nil),      // 12: deskgrid.display.v1.ScreenshotRequest
-	(*ScreenshotResponse)(nil),     // 13: deskgrid.display.v1.ScreenshotResponse
-	(*Point)(nil),                  // 14: deskgrid.display.v1.Point
-	(*MouseMove)(nil),              // 15: deskgrid.display.v1.MouseMove
-	(*Click)(nil),                  // 16: deskgrid.display.v1.Click
-	(*Drag)(nil),                   // 17: deskgrid.display.v1.Drag
-	(*ButtonPress)(nil),            // 18: deskgrid.display.v1.ButtonPress
-	(*Scroll)(nil),                 // 19: deskgrid.display.v1.Scroll
-	(*Key)(nil),                    // 20: deskgrid.display.v1.Key
-	(*TypeText)(nil),               // 21: deskgrid.display.v1.TypeText
-	(*Wait)(nil),                   // 22: deskgrid.display.v1.Wait
-	(*Action)(nil),                 // 23: deskgrid.display.v1.Action
-	(*PerformActionsRequest)(nil),  // 24: deskgrid.display.v1.PerformActionsRequest
-	(*PerformActionsResponse)(nil), // 25: deskgrid.display.v1.PerformActionsResponse
-	(*timestamppb.Timestamp)(nil),  // 26: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 27: google.protobuf.Duration
+	(*ConnectVNCRequest)(nil),      // 2: deskgrid.display.v1.ConnectVNCRequest
+	(*ConnectVNCResponse)(nil),     // 3: deskgrid.display.v1.ConnectVNCResponse
+	(*Display)(nil),                // 4: deskgrid.display.v1.Display
+	(*CreateDisplayRequest)(nil),   // 5: deskgrid.display.v1.CreateDisplayRequest
+	(*CreateDisplayResponse)(nil),  // 6: deskgrid.display.v1.CreateDisplayResponse
+	(*GetDisplayRequest)(nil),      // 7: deskgrid.display.v1.GetDisplayRequest
+	(*GetDisplayResponse)(nil),     // 8: deskgrid.display.v1.GetDisplayResponse
+	(*ListDisplaysRequest)(nil),    // 9: deskgrid.display.v1.ListDisplaysRequest
+	(*ListDisplaysResponse)(nil),   // 10: deskgrid.display.v1.ListDisplaysResponse
+	(*DeleteDisplayRequest)(nil),   // 11: deskgrid.display.v1.DeleteDisplayRequest
+	(*DeleteDisplayResponse)(nil),  // 12: deskgrid.display.v1.DeleteDisplayResponse
+	(*Rect)(nil),                   // 13: deskgrid.display.v1.Rect
+	(*ScreenshotRequest)(nil),      // 14: deskgrid.display.v1.ScreenshotRequest
+	(*ScreenshotResponse)(nil),     // 15: deskgrid.display.v1.ScreenshotResponse
+	(*Point)(nil),                  // 16: deskgrid.display.v1.Point
+	(*MouseMove)(nil),              // 17: deskgrid.display.v1.MouseMove
+	(*Click)(nil),                  // 18: deskgrid.display.v1.Click
+	(*Drag)(nil),                   // 19: deskgrid.display.v1.Drag
+	(*ButtonPress)(nil),            // 20: deskgrid.display.v1.ButtonPress
+	(*Scroll)(nil),                 // 21: deskgrid.display.v1.Scroll
+	(*Key)(nil),                    // 22: deskgrid.display.v1.Key
+	(*TypeText)(nil),               // 23: deskgrid.display.v1.TypeText
+	(*Wait)(nil),                   // 24: deskgrid.display.v1.Wait
+	(*Action)(nil),                 // 25: deskgrid.display.v1.Action
+	(*PerformActionsRequest)(nil),  // 26: deskgrid.display.v1.PerformActionsRequest
+	(*PerformActionsResponse)(nil), // 27: deskgrid.display.v1.PerformActionsResponse
+	(*timestamppb.Timestamp)(nil),  // 28: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 29: google.protobuf.Duration
 }
 var file_deskgrid_display_v1_display_proto_depIdxs = []int32{
-	26, // 0: deskgrid.display.v1.Display.create_time:type_name -> google.protobuf.Timestamp
-	2,  // 1: deskgrid.display.v1.CreateDisplayResponse.display:type_name -> deskgrid.display.v1.Display
-	2,  // 2: deskgrid.display.v1.GetDisplayResponse.display:type_name -> deskgrid.display.v1.Display
-	2,  // 3: deskgrid.display.v1.ListDisplaysResponse.displays:type_name -> deskgrid.display.v1.Display
+	28, // 0: deskgrid.display.v1.Display.create_time:type_name -> google.protobuf.Timestamp
+	4,  // 1: deskgrid.display.v1.CreateDisplayResponse.display:type_name -> deskgrid.display.v1.Display
+	4,  // 2: deskgrid.display.v1.GetDisplayResponse.display:type_name -> deskgrid.display.v1.Display
+	4,  // 3: deskgrid.display.v1.ListDisplaysResponse.displays:type_name -> deskgrid.display.v1.Display
 	0,  // 4: deskgrid.display.v1.ScreenshotRequest.format:type_name -> deskgrid.display.v1.ImageFormat
-	11, // 5: deskgrid.display.v1.ScreenshotRequest.region:type_name -> deskgrid.display.v1.Rect
-	14, // 6: deskgrid.display.v1.MouseMove.to:type_name -> deskgrid.display.v1.Point
-	14, // 7: deskgrid.display.v1.Click.at:type_name -> deskgrid.display.v1.Point
+	13, // 5: deskgrid.display.v1.ScreenshotRequest.region:type_name -> deskgrid.display.v1.Rect
+	16, // 6: deskgrid.display.v1.MouseMove.to:type_name -> deskgrid.display.v1.Point
+	16, // 7: deskgrid.display.v1.Click.at:type_name -> deskgrid.display.v1.Point
 	1,  // 8: deskgrid.display.v1.Click.button:type_name -> deskgrid.display.v1.MouseButton
-	14, // 9: deskgrid.display.v1.Drag.path:type_name -> deskgrid.display.v1.Point
+	16, // 9: deskgrid.display.v1.Drag.path:type_name -> deskgrid.display.v1.Point
 	1,  // 10: deskgrid.display.v1.ButtonPress.button:type_name -> deskgrid.display.v1.MouseButton
-	14, // 11: deskgrid.display.v1.Scroll.at:type_name -> deskgrid.display.v1.Point
-	27, // 12: deskgrid.display.v1.Key.hold:type_name -> google.protobuf.Duration
-	27, // 13: deskgrid.display.v1.Wait.duration:type_name -> google.protobuf.Duration
-	15, // 14: deskgrid.display.v1.Action.mouse_move:type_name -> deskgrid.display.v1.MouseMove
-	16, // 15: deskgrid.display.v1.Action.click:type_name -> deskgrid.display.v1.Click
-	17, // 16: deskgrid.display.v1.Action.drag:type_name -> deskgrid.display.v1.Drag
-	18, // 17: deskgrid.display.v1.Action.button:type_name -> deskgrid.display.v1.ButtonPress
-	19, // 18: deskgrid.display.v1.Action.scroll:type_name -> deskgrid.display.v1.Scroll
-	20, // 19: deskgrid.display.v1.Action.key:type_name -> deskgrid.display.v1.Key
-	21, // 20: deskgrid.display.v1.Action.type:type_name -> deskgrid.display.v1.TypeText
-	22, // 21: deskgrid.display.v1.Action.wait:type_name -> deskgrid.display.v1.Wait
-	23, // 22: deskgrid.display.v1.PerformActionsRequest.actions:type_name -> deskgrid.display.v1.Action
-	14, // 23: deskgrid.display.v1.PerformActionsResponse.cursor:type_name -> deskgrid.display.v1.Point
-	13, // 24: deskgrid.display.v1.PerformActionsResponse.screenshot:type_name -> deskgrid.display.v1.ScreenshotResponse
-	3,  // 25: deskgrid.display.v1.DisplayService.CreateDisplay:input_type -> deskgrid.display.v1.CreateDisplayRequest
-	5,  // 26: deskgrid.display.v1.DisplayService.GetDisplay:input_type -> deskgrid.display.v1.GetDisplayRequest
-	7,  // 27: deskgrid.display.v1.DisplayService.ListDisplays:input_type -> deskgrid.display.v1.ListDisplaysRequest
-	9,  // 28: deskgrid.display.v1.DisplayService.DeleteDisplay:input_type -> deskgrid.display.v1.DeleteDisplayRequest
-	12, // 29: deskgrid.display.v1.DisplayService.Screenshot:input_type -> deskgrid.display.v1.ScreenshotRequest
-	24, // 30: deskgrid.display.v1.DisplayService.PerformActions:input_type -> deskgrid.display.v1.PerformActionsRequest
-	4,  // 31: deskgrid.display.v1.DisplayService.CreateDisplay:output_type -> deskgrid.display.v1.CreateDisplayResponse
-	6,  // 32: deskgrid.display.v1.DisplayService.GetDisplay:output_type -> deskgrid.display.v1.GetDisplayResponse
-	8,  // 33: deskgrid.display.v1.DisplayService.ListDisplays:output_type -> deskgrid.display.v1.ListDisplaysResponse
-	10, // 34: deskgrid.display.v1.DisplayService.DeleteDisplay:output_type -> deskgrid.display.v1.DeleteDisplayResponse
-	13, // 35: deskgrid.display.v1.DisplayService.Screenshot:output_type -> deskgrid.display.v1.ScreenshotResponse
-	25, // 36: deskgrid.display.v1.DisplayService.PerformActions:output_type -> deskgrid.display.v1.PerformActionsResponse
-	31, // [31:37] is the sub-list for method output_type
-	25, // [25:31] is the sub-list for method input_type
+	16, // 11: deskgrid.display.v1.Scroll.at:type_name -> deskgrid.display.v1.Point
+	29, // 12: deskgrid.display.v1.Key.hold:type_name -> google.protobuf.Duration
+	29, // 13: deskgrid.display.v1.Wait.duration:type_name -> google.protobuf.Duration
+	17, // 14: deskgrid.display.v1.Action.mouse_move:type_name -> deskgrid.display.v1.MouseMove
+	18, // 15: deskgrid.display.v1.Action.click:type_name -> deskgrid.display.v1.Click
+	19, // 16: deskgrid.display.v1.Action.drag:type_name -> deskgrid.display.v1.Drag
+	20, // 17: deskgrid.display.v1.Action.button:type_name -> deskgrid.display.v1.ButtonPress
+	21, // 18: deskgrid.display.v1.Action.scroll:type_name -> deskgrid.display.v1.Scroll
+	22, // 19: deskgrid.display.v1.Action.key:type_name -> deskgrid.display.v1.Key
+	23, // 20: deskgrid.display.v1.Action.type:type_name -> deskgrid.display.v1.TypeText
+	24, // 21: deskgrid.display.v1.Action.wait:type_name -> deskgrid.display.v1.Wait
+	25, // 22: deskgrid.display.v1.PerformActionsRequest.actions:type_name -> deskgrid.display.v1.Action
+	16, // 23: deskgrid.display.v1.PerformActionsResponse.cursor:type_name -> deskgrid.display.v1.Point
+	15, // 24: deskgrid.display.v1.PerformActionsResponse.screenshot:type_name -> deskgrid.display.v1.ScreenshotResponse
+	5,  // 25: deskgrid.display.v1.DisplayService.CreateDisplay:input_type -> deskgrid.display.v1.CreateDisplayRequest
+	7,  // 26: deskgrid.display.v1.DisplayService.GetDisplay:input_type -> deskgrid.display.v1.GetDisplayRequest
+	9,  // 27: deskgrid.display.v1.DisplayService.ListDisplays:input_type -> deskgrid.display.v1.ListDisplaysRequest
+	11, // 28: deskgrid.display.v1.DisplayService.DeleteDisplay:input_type -> deskgrid.display.v1.DeleteDisplayRequest
+	14, // 29: deskgrid.display.v1.DisplayService.Screenshot:input_type -> deskgrid.display.v1.ScreenshotRequest
+	26, // 30: deskgrid.display.v1.DisplayService.PerformActions:input_type -> deskgrid.display.v1.PerformActionsRequest
+	2,  // 31: deskgrid.display.v1.DisplayService.ConnectVNC:input_type -> deskgrid.display.v1.ConnectVNCRequest
+	6,  // 32: deskgrid.display.v1.DisplayService.CreateDisplay:output_type -> deskgrid.display.v1.CreateDisplayResponse
+	8,  // 33: deskgrid.display.v1.DisplayService.GetDisplay:output_type -> deskgrid.display.v1.GetDisplayResponse
+	10, // 34: deskgrid.display.v1.DisplayService.ListDisplays:output_type -> deskgrid.display.v1.ListDisplaysResponse
+	12, // 35: deskgrid.display.v1.DisplayService.DeleteDisplay:output_type -> deskgrid.display.v1.DeleteDisplayResponse
+	15, // 36: deskgrid.display.v1.DisplayService.Screenshot:output_type -> deskgrid.display.v1.ScreenshotResponse
+	27, // 37: deskgrid.display.v1.DisplayService.PerformActions:output_type -> deskgrid.display.v1.PerformActionsResponse
+	3,  // 38: deskgrid.display.v1.DisplayService.ConnectVNC:output_type -> deskgrid.display.v1.ConnectVNCResponse
+	32, // [32:39] is the sub-list for method output_type
+	25, // [25:32] is the sub-list for method input_type
 	25, // [25:25] is the sub-list for extension type_name
 	25, // [25:25] is the sub-list for extension extendee
 	0,  // [0:25] is the sub-list for field type_name
@@ -1800,7 +1923,7 @@ func file_deskgrid_display_v1_display_proto_init() {
 	if File_deskgrid_display_v1_display_proto != nil {
 		return
 	}
-	file_deskgrid_display_v1_display_proto_msgTypes[21].OneofWrappers = []any{
+	file_deskgrid_display_v1_display_proto_msgTypes[23].OneofWrappers = []any{
 		(*Action_MouseMove)(nil),
 		(*Action_Click)(nil),
 		(*Action_Drag)(nil),
@@ -1816,7 +1939,7 @@ func file_deskgrid_display_v1_display_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_deskgrid_display_v1_display_proto_rawDesc), len(file_deskgrid_display_v1_display_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   24,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

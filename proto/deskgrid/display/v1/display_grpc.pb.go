@@ -25,6 +25,7 @@ const (
 	DisplayService_DeleteDisplay_FullMethodName  = "/deskgrid.display.v1.DisplayService/DeleteDisplay"
 	DisplayService_Screenshot_FullMethodName     = "/deskgrid.display.v1.DisplayService/Screenshot"
 	DisplayService_PerformActions_FullMethodName = "/deskgrid.display.v1.DisplayService/PerformActions"
+	DisplayService_ConnectVNC_FullMethodName     = "/deskgrid.display.v1.DisplayService/ConnectVNC"
 )
 
 // DisplayServiceClient is the client API for DisplayService service.
@@ -49,6 +50,12 @@ type DisplayServiceClient interface {
 	// PerformActions sends input to the session's display, in order, and can
 	// return a screenshot taken once the screen has settled.
 	PerformActions(ctx context.Context, in *PerformActionsRequest, opts ...grpc.CallOption) (*PerformActionsResponse, error)
+	// ConnectVNC carries one RFB (VNC) connection to the session's display over
+	// gRPC, so a node needs only its gRPC port. The first client message names
+	// the session and the mode; after it, each message carries raw RFB bytes in
+	// order. The gateway serves it to browsers as a WebSocket at
+	// /v1/sessions/{session_id}/vnc.
+	ConnectVNC(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConnectVNCRequest, ConnectVNCResponse], error)
 }
 
 type displayServiceClient struct {
@@ -119,6 +126,19 @@ func (c *displayServiceClient) PerformActions(ctx context.Context, in *PerformAc
 	return out, nil
 }
 
+func (c *displayServiceClient) ConnectVNC(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConnectVNCRequest, ConnectVNCResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &DisplayService_ServiceDesc.Streams[0], DisplayService_ConnectVNC_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ConnectVNCRequest, ConnectVNCResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DisplayService_ConnectVNCClient = grpc.BidiStreamingClient[ConnectVNCRequest, ConnectVNCResponse]
+
 // DisplayServiceServer is the server API for DisplayService service.
 // All implementations must embed UnimplementedDisplayServiceServer
 // for forward compatibility.
@@ -141,6 +161,12 @@ type DisplayServiceServer interface {
 	// PerformActions sends input to the session's display, in order, and can
 	// return a screenshot taken once the screen has settled.
 	PerformActions(context.Context, *PerformActionsRequest) (*PerformActionsResponse, error)
+	// ConnectVNC carries one RFB (VNC) connection to the session's display over
+	// gRPC, so a node needs only its gRPC port. The first client message names
+	// the session and the mode; after it, each message carries raw RFB bytes in
+	// order. The gateway serves it to browsers as a WebSocket at
+	// /v1/sessions/{session_id}/vnc.
+	ConnectVNC(grpc.BidiStreamingServer[ConnectVNCRequest, ConnectVNCResponse]) error
 	mustEmbedUnimplementedDisplayServiceServer()
 }
 
@@ -168,6 +194,9 @@ func (UnimplementedDisplayServiceServer) Screenshot(context.Context, *Screenshot
 }
 func (UnimplementedDisplayServiceServer) PerformActions(context.Context, *PerformActionsRequest) (*PerformActionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PerformActions not implemented")
+}
+func (UnimplementedDisplayServiceServer) ConnectVNC(grpc.BidiStreamingServer[ConnectVNCRequest, ConnectVNCResponse]) error {
+	return status.Error(codes.Unimplemented, "method ConnectVNC not implemented")
 }
 func (UnimplementedDisplayServiceServer) mustEmbedUnimplementedDisplayServiceServer() {}
 func (UnimplementedDisplayServiceServer) testEmbeddedByValue()                        {}
@@ -298,6 +327,13 @@ func _DisplayService_PerformActions_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DisplayService_ConnectVNC_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(DisplayServiceServer).ConnectVNC(&grpc.GenericServerStream[ConnectVNCRequest, ConnectVNCResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DisplayService_ConnectVNCServer = grpc.BidiStreamingServer[ConnectVNCRequest, ConnectVNCResponse]
+
 // DisplayService_ServiceDesc is the grpc.ServiceDesc for DisplayService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -330,6 +366,13 @@ var DisplayService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _DisplayService_PerformActions_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ConnectVNC",
+			Handler:       _DisplayService_ConnectVNC_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "deskgrid/display/v1/display.proto",
 }
