@@ -36,8 +36,10 @@ type Event struct {
 	Tenant    string                 `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	SessionId string                 `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// Per-session sequence, assigned by the publisher; 0 when not ordered.
-	Sequence      int64      `protobuf:"varint,6,opt,name=sequence,proto3" json:"sequence,omitempty"`
-	Payload       *anypb.Any `protobuf:"bytes,7,opt,name=payload,proto3" json:"payload,omitempty"`
+	Sequence int64      `protobuf:"varint,6,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	Payload  *anypb.Any `protobuf:"bytes,7,opt,name=payload,proto3" json:"payload,omitempty"`
+	// The agent run the event belongs to, if any.
+	RunId         string `protobuf:"bytes,8,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -121,6 +123,13 @@ func (x *Event) GetPayload() *anypb.Any {
 	return nil
 }
 
+func (x *Event) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
 // SessionStateChanged is published on every session state transition
 // (type "session.state_changed.v1").
 type SessionStateChanged struct {
@@ -196,7 +205,7 @@ var File_deskgrid_events_v1_events_proto protoreflect.FileDescriptor
 
 const file_deskgrid_events_v1_events_proto_rawDesc = "" +
 	"\n" +
-	"\x1fdeskgrid/events/v1/events.proto\x12\x12deskgrid.events.v1\x1a!deskgrid/session/v1/session.proto\x1a\x19google/protobuf/any.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xde\x01\n" +
+	"\x1fdeskgrid/events/v1/events.proto\x12\x12deskgrid.events.v1\x1a!deskgrid/session/v1/session.proto\x1a\x19google/protobuf/any.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf5\x01\n" +
 	"\x05Event\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12.\n" +
@@ -205,7 +214,8 @@ const file_deskgrid_events_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x05 \x01(\tR\tsessionId\x12\x1a\n" +
 	"\bsequence\x18\x06 \x01(\x03R\bsequence\x12.\n" +
-	"\apayload\x18\a \x01(\v2\x14.google.protobuf.AnyR\apayload\"\xcf\x01\n" +
+	"\apayload\x18\a \x01(\v2\x14.google.protobuf.AnyR\apayload\x12\x15\n" +
+	"\x06run_id\x18\b \x01(\tR\x05runId\"\xcf\x01\n" +
 	"\x13SessionStateChanged\x125\n" +
 	"\x04from\x18\x01 \x01(\x0e2!.deskgrid.session.v1.SessionStateR\x04from\x121\n" +
 	"\x02to\x18\x02 \x01(\x0e2!.deskgrid.session.v1.SessionStateR\x02to\x12\x16\n" +

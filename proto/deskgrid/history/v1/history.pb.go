@@ -24,6 +24,131 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// EntryKind is what an entry records, derived from its event type.
+type EntryKind int32
+
+const (
+	EntryKind_ENTRY_KIND_UNSPECIFIED EntryKind = 0
+	// A session or run changed state ("session.*", "agent.run_state_changed.*").
+	EntryKind_ENTRY_KIND_LIFECYCLE EntryKind = 1
+	// A user or assistant message: text and thinking ("agent.message.*").
+	EntryKind_ENTRY_KIND_MESSAGE EntryKind = 2
+	// The model asked for a tool ("agent.tool_call.*").
+	EntryKind_ENTRY_KIND_TOOL_CALL EntryKind = 3
+	// What a tool returned ("agent.tool_result.*").
+	EntryKind_ENTRY_KIND_TOOL_RESULT EntryKind = 4
+	// A screenshot; its bytes are a blob ("agent.screenshot.*").
+	EntryKind_ENTRY_KIND_SCREENSHOT EntryKind = 5
+	// Tokens a provider call used ("agent.usage.*").
+	EntryKind_ENTRY_KIND_USAGE EntryKind = 6
+	// Any other event type.
+	EntryKind_ENTRY_KIND_OTHER EntryKind = 7
+)
+
+// Enum value maps for EntryKind.
+var (
+	EntryKind_name = map[int32]string{
+		0: "ENTRY_KIND_UNSPECIFIED",
+		1: "ENTRY_KIND_LIFECYCLE",
+		2: "ENTRY_KIND_MESSAGE",
+		3: "ENTRY_KIND_TOOL_CALL",
+		4: "ENTRY_KIND_TOOL_RESULT",
+		5: "ENTRY_KIND_SCREENSHOT",
+		6: "ENTRY_KIND_USAGE",
+		7: "ENTRY_KIND_OTHER",
+	}
+	EntryKind_value = map[string]int32{
+		"ENTRY_KIND_UNSPECIFIED": 0,
+		"ENTRY_KIND_LIFECYCLE":   1,
+		"ENTRY_KIND_MESSAGE":     2,
+		"ENTRY_KIND_TOOL_CALL":   3,
+		"ENTRY_KIND_TOOL_RESULT": 4,
+		"ENTRY_KIND_SCREENSHOT":  5,
+		"ENTRY_KIND_USAGE":       6,
+		"ENTRY_KIND_OTHER":       7,
+	}
+)
+
+func (x EntryKind) Enum() *EntryKind {
+	p := new(EntryKind)
+	*p = x
+	return p
+}
+
+func (x EntryKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EntryKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_deskgrid_history_v1_history_proto_enumTypes[0].Descriptor()
+}
+
+func (EntryKind) Type() protoreflect.EnumType {
+	return &file_deskgrid_history_v1_history_proto_enumTypes[0]
+}
+
+func (x EntryKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EntryKind.Descriptor instead.
+func (EntryKind) EnumDescriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{0}
+}
+
+// Role is who spoke a message.
+type Role int32
+
+const (
+	Role_ROLE_UNSPECIFIED Role = 0
+	Role_ROLE_USER        Role = 1
+	Role_ROLE_ASSISTANT   Role = 2
+	Role_ROLE_SYSTEM      Role = 3
+)
+
+// Enum value maps for Role.
+var (
+	Role_name = map[int32]string{
+		0: "ROLE_UNSPECIFIED",
+		1: "ROLE_USER",
+		2: "ROLE_ASSISTANT",
+		3: "ROLE_SYSTEM",
+	}
+	Role_value = map[string]int32{
+		"ROLE_UNSPECIFIED": 0,
+		"ROLE_USER":        1,
+		"ROLE_ASSISTANT":   2,
+		"ROLE_SYSTEM":      3,
+	}
+)
+
+func (x Role) Enum() *Role {
+	p := new(Role)
+	*p = x
+	return p
+}
+
+func (x Role) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Role) Descriptor() protoreflect.EnumDescriptor {
+	return file_deskgrid_history_v1_history_proto_enumTypes[1].Descriptor()
+}
+
+func (Role) Type() protoreflect.EnumType {
+	return &file_deskgrid_history_v1_history_proto_enumTypes[1]
+}
+
+func (x Role) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Role.Descriptor instead.
+func (Role) EnumDescriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{1}
+}
+
 // Entry is one recorded event.
 type Entry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -36,8 +161,13 @@ type Entry struct {
 	// Event type with version, such as "session.state_changed.v1".
 	Type string                 `protobuf:"bytes,5,opt,name=type,proto3" json:"type,omitempty"`
 	Time *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=time,proto3" json:"time,omitempty"`
-	// The event payload as JSON.
-	Data          *structpb.Struct `protobuf:"bytes,7,opt,name=data,proto3" json:"data,omitempty"`
+	// The event payload as JSON. A screenshot's bytes are replaced by
+	// "blobHash", the hash GetBlob takes.
+	Data   *structpb.Struct `protobuf:"bytes,7,opt,name=data,proto3" json:"data,omitempty"`
+	Kind   EntryKind        `protobuf:"varint,8,opt,name=kind,proto3,enum=deskgrid.history.v1.EntryKind" json:"kind,omitempty"`
+	Tenant string           `protobuf:"bytes,9,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// SHA-256 (hex) of the blob the entry refers to, such as a screenshot.
+	BlobHash      string `protobuf:"bytes,10,opt,name=blob_hash,json=blobHash,proto3" json:"blob_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -121,6 +251,426 @@ func (x *Entry) GetData() *structpb.Struct {
 	return nil
 }
 
+func (x *Entry) GetKind() EntryKind {
+	if x != nil {
+		return x.Kind
+	}
+	return EntryKind_ENTRY_KIND_UNSPECIFIED
+}
+
+func (x *Entry) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Entry) GetBlobHash() string {
+	if x != nil {
+		return x.BlobHash
+	}
+	return ""
+}
+
+// AgentMessage is the payload of an "agent.message.v1" event.
+type AgentMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	RunId string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Role  Role                   `protobuf:"varint,2,opt,name=role,proto3,enum=deskgrid.history.v1.Role" json:"role,omitempty"`
+	Text  string                 `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
+	// The model's reasoning, when the provider returns it.
+	Thinking      string `protobuf:"bytes,4,opt,name=thinking,proto3" json:"thinking,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentMessage) Reset() {
+	*x = AgentMessage{}
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentMessage) ProtoMessage() {}
+
+func (x *AgentMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentMessage.ProtoReflect.Descriptor instead.
+func (*AgentMessage) Descriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *AgentMessage) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *AgentMessage) GetRole() Role {
+	if x != nil {
+		return x.Role
+	}
+	return Role_ROLE_UNSPECIFIED
+}
+
+func (x *AgentMessage) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *AgentMessage) GetThinking() string {
+	if x != nil {
+		return x.Thinking
+	}
+	return ""
+}
+
+// AgentToolCall is the payload of an "agent.tool_call.v1" event.
+type AgentToolCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	RunId string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The provider's id of the call; the result carries the same.
+	CallId string `protobuf:"bytes,2,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	Tool   string `protobuf:"bytes,3,opt,name=tool,proto3" json:"tool,omitempty"`
+	// The tool input as JSON.
+	InputJson     string `protobuf:"bytes,4,opt,name=input_json,json=inputJson,proto3" json:"input_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentToolCall) Reset() {
+	*x = AgentToolCall{}
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentToolCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentToolCall) ProtoMessage() {}
+
+func (x *AgentToolCall) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentToolCall.ProtoReflect.Descriptor instead.
+func (*AgentToolCall) Descriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AgentToolCall) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *AgentToolCall) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *AgentToolCall) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *AgentToolCall) GetInputJson() string {
+	if x != nil {
+		return x.InputJson
+	}
+	return ""
+}
+
+// AgentToolResult is the payload of an "agent.tool_result.v1" event.
+type AgentToolResult struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	RunId  string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	CallId string                 `protobuf:"bytes,2,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	Tool   string                 `protobuf:"bytes,3,opt,name=tool,proto3" json:"tool,omitempty"`
+	// Result text, or the error.
+	Output        string `protobuf:"bytes,4,opt,name=output,proto3" json:"output,omitempty"`
+	IsError       bool   `protobuf:"varint,5,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentToolResult) Reset() {
+	*x = AgentToolResult{}
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentToolResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentToolResult) ProtoMessage() {}
+
+func (x *AgentToolResult) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentToolResult.ProtoReflect.Descriptor instead.
+func (*AgentToolResult) Descriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AgentToolResult) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *AgentToolResult) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *AgentToolResult) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *AgentToolResult) GetOutput() string {
+	if x != nil {
+		return x.Output
+	}
+	return ""
+}
+
+func (x *AgentToolResult) GetIsError() bool {
+	if x != nil {
+		return x.IsError
+	}
+	return false
+}
+
+// AgentScreenshot is the payload of an "agent.screenshot.v1" event. The
+// history keeps data once in its blob store and records its hash instead.
+type AgentScreenshot struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	RunId       string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	ContentType string                 `protobuf:"bytes,2,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	Data        []byte                 `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	Width       int32                  `protobuf:"varint,4,opt,name=width,proto3" json:"width,omitempty"`
+	Height      int32                  `protobuf:"varint,5,opt,name=height,proto3" json:"height,omitempty"`
+	// The tool call that took it, if any.
+	CallId        string `protobuf:"bytes,6,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentScreenshot) Reset() {
+	*x = AgentScreenshot{}
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentScreenshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentScreenshot) ProtoMessage() {}
+
+func (x *AgentScreenshot) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentScreenshot.ProtoReflect.Descriptor instead.
+func (*AgentScreenshot) Descriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *AgentScreenshot) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *AgentScreenshot) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *AgentScreenshot) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *AgentScreenshot) GetWidth() int32 {
+	if x != nil {
+		return x.Width
+	}
+	return 0
+}
+
+func (x *AgentScreenshot) GetHeight() int32 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
+func (x *AgentScreenshot) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+// AgentUsage is the payload of an "agent.usage.v1" event: one provider call.
+type AgentUsage struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	RunId            string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Provider         string                 `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
+	Model            string                 `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
+	InputTokens      int64                  `protobuf:"varint,4,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	OutputTokens     int64                  `protobuf:"varint,5,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	CacheReadTokens  int64                  `protobuf:"varint,6,opt,name=cache_read_tokens,json=cacheReadTokens,proto3" json:"cache_read_tokens,omitempty"`
+	CacheWriteTokens int64                  `protobuf:"varint,7,opt,name=cache_write_tokens,json=cacheWriteTokens,proto3" json:"cache_write_tokens,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *AgentUsage) Reset() {
+	*x = AgentUsage{}
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentUsage) ProtoMessage() {}
+
+func (x *AgentUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentUsage.ProtoReflect.Descriptor instead.
+func (*AgentUsage) Descriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *AgentUsage) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *AgentUsage) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *AgentUsage) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *AgentUsage) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *AgentUsage) GetOutputTokens() int64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *AgentUsage) GetCacheReadTokens() int64 {
+	if x != nil {
+		return x.CacheReadTokens
+	}
+	return 0
+}
+
+func (x *AgentUsage) GetCacheWriteTokens() int64 {
+	if x != nil {
+		return x.CacheWriteTokens
+	}
+	return 0
+}
+
 type ListSessionHistoryRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -131,13 +681,18 @@ type ListSessionHistoryRequest struct {
 	Types []string `protobuf:"bytes,4,rep,name=types,proto3" json:"types,omitempty"`
 	// Only entries after this sequence number.
 	AfterSequence int64 `protobuf:"varint,5,opt,name=after_sequence,json=afterSequence,proto3" json:"after_sequence,omitempty"`
+	// Only entries of these kinds; empty for all.
+	Kinds []EntryKind `protobuf:"varint,6,rep,packed,name=kinds,proto3,enum=deskgrid.history.v1.EntryKind" json:"kinds,omitempty"`
+	// Only entries at or after start_time and before end_time, when set.
+	StartTime     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	EndTime       *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListSessionHistoryRequest) Reset() {
 	*x = ListSessionHistoryRequest{}
-	mi := &file_deskgrid_history_v1_history_proto_msgTypes[1]
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -149,7 +704,7 @@ func (x *ListSessionHistoryRequest) String() string {
 func (*ListSessionHistoryRequest) ProtoMessage() {}
 
 func (x *ListSessionHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_history_v1_history_proto_msgTypes[1]
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -162,7 +717,7 @@ func (x *ListSessionHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionHistoryRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{1}
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListSessionHistoryRequest) GetSessionId() string {
@@ -200,6 +755,27 @@ func (x *ListSessionHistoryRequest) GetAfterSequence() int64 {
 	return 0
 }
 
+func (x *ListSessionHistoryRequest) GetKinds() []EntryKind {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
+func (x *ListSessionHistoryRequest) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *ListSessionHistoryRequest) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
 type ListSessionHistoryResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Entries       []*Entry               `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
@@ -210,7 +786,7 @@ type ListSessionHistoryResponse struct {
 
 func (x *ListSessionHistoryResponse) Reset() {
 	*x = ListSessionHistoryResponse{}
-	mi := &file_deskgrid_history_v1_history_proto_msgTypes[2]
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -222,7 +798,7 @@ func (x *ListSessionHistoryResponse) String() string {
 func (*ListSessionHistoryResponse) ProtoMessage() {}
 
 func (x *ListSessionHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_history_v1_history_proto_msgTypes[2]
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -235,7 +811,7 @@ func (x *ListSessionHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionHistoryResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{2}
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListSessionHistoryResponse) GetEntries() []*Entry {
@@ -252,11 +828,892 @@ func (x *ListSessionHistoryResponse) GetNextPageToken() string {
 	return ""
 }
 
+type ListRunEntriesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	RunId string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// 1 to 1000; 0 means 100.
+	PageSize      int32                  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string                 `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	Types         []string               `protobuf:"bytes,4,rep,name=types,proto3" json:"types,omitempty"`
+	AfterSequence int64                  `protobuf:"varint,5,opt,name=after_sequence,json=afterSequence,proto3" json:"after_sequence,omitempty"`
+	Kinds         []EntryKind            `protobuf:"varint,6,rep,packed,name=kinds,proto3,enum=deskgrid.history.v1.EntryKind" json:"kinds,omitempty"`
+	StartTime     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	EndTime       *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRunEntriesRequest) Reset() {
+	*x = ListRunEntriesRequest{}
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRunEntriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRunEntriesRequest) ProtoMessage() {}
+
+func (x *ListRunEntriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRunEntriesRequest.ProtoReflect.Descriptor instead.
+func (*ListRunEntriesRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ListRunEntriesRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ListRunEntriesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListRunEntriesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListRunEntriesRequest) GetTypes() []string {
+	if x != nil {
+		return x.Types
+	}
+	return nil
+}
+
+func (x *ListRunEntriesRequest) GetAfterSequence() int64 {
+	if x != nil {
+		return x.AfterSequence
+	}
+	return 0
+}
+
+func (x *ListRunEntriesRequest) GetKinds() []EntryKind {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
+func (x *ListRunEntriesRequest) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *ListRunEntriesRequest) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+type ListRunEntriesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*Entry               `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRunEntriesResponse) Reset() {
+	*x = ListRunEntriesResponse{}
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRunEntriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRunEntriesResponse) ProtoMessage() {}
+
+func (x *ListRunEntriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRunEntriesResponse.ProtoReflect.Descriptor instead.
+func (*ListRunEntriesResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ListRunEntriesResponse) GetEntries() []*Entry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *ListRunEntriesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type GetRunTranscriptRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRunTranscriptRequest) Reset() {
+	*x = GetRunTranscriptRequest{}
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRunTranscriptRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRunTranscriptRequest) ProtoMessage() {}
+
+func (x *GetRunTranscriptRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRunTranscriptRequest.ProtoReflect.Descriptor instead.
+func (*GetRunTranscriptRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *GetRunTranscriptRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+// RunUsage sums a run's usage entries.
+type RunUsage struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	InputTokens      int64                  `protobuf:"varint,1,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	OutputTokens     int64                  `protobuf:"varint,2,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	CacheReadTokens  int64                  `protobuf:"varint,3,opt,name=cache_read_tokens,json=cacheReadTokens,proto3" json:"cache_read_tokens,omitempty"`
+	CacheWriteTokens int64                  `protobuf:"varint,4,opt,name=cache_write_tokens,json=cacheWriteTokens,proto3" json:"cache_write_tokens,omitempty"`
+	// Provider calls counted.
+	Calls         int64 `protobuf:"varint,5,opt,name=calls,proto3" json:"calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunUsage) Reset() {
+	*x = RunUsage{}
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunUsage) ProtoMessage() {}
+
+func (x *RunUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunUsage.ProtoReflect.Descriptor instead.
+func (*RunUsage) Descriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RunUsage) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *RunUsage) GetOutputTokens() int64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *RunUsage) GetCacheReadTokens() int64 {
+	if x != nil {
+		return x.CacheReadTokens
+	}
+	return 0
+}
+
+func (x *RunUsage) GetCacheWriteTokens() int64 {
+	if x != nil {
+		return x.CacheWriteTokens
+	}
+	return 0
+}
+
+func (x *RunUsage) GetCalls() int64 {
+	if x != nil {
+		return x.Calls
+	}
+	return 0
+}
+
+type GetRunTranscriptResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RunId     string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	SessionId string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Messages, tool calls and results, screenshots, usage and the run's
+	// lifecycle, in sequence order.
+	Entries []*Entry  `protobuf:"bytes,3,rep,name=entries,proto3" json:"entries,omitempty"`
+	Usage   *RunUsage `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
+	// Set when the run has more entries than a transcript holds (10,000);
+	// ListRunEntries pages through all of them.
+	Truncated     bool `protobuf:"varint,5,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRunTranscriptResponse) Reset() {
+	*x = GetRunTranscriptResponse{}
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRunTranscriptResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRunTranscriptResponse) ProtoMessage() {}
+
+func (x *GetRunTranscriptResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRunTranscriptResponse.ProtoReflect.Descriptor instead.
+func (*GetRunTranscriptResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GetRunTranscriptResponse) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *GetRunTranscriptResponse) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *GetRunTranscriptResponse) GetEntries() []*Entry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *GetRunTranscriptResponse) GetUsage() *RunUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *GetRunTranscriptResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+type SearchHistoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Words that must all appear; punctuation is ignored.
+	Query string `protobuf:"bytes,1,opt,name=query,proto3" json:"query,omitempty"`
+	// Only this tenant's entries, when set.
+	Tenant string `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Only this session's entries, when set.
+	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// 1 to 1000; 0 means 100.
+	PageSize      int32  `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SearchHistoryRequest) Reset() {
+	*x = SearchHistoryRequest{}
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SearchHistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SearchHistoryRequest) ProtoMessage() {}
+
+func (x *SearchHistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SearchHistoryRequest.ProtoReflect.Descriptor instead.
+func (*SearchHistoryRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SearchHistoryRequest) GetQuery() string {
+	if x != nil {
+		return x.Query
+	}
+	return ""
+}
+
+func (x *SearchHistoryRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *SearchHistoryRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SearchHistoryRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *SearchHistoryRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type SearchHistoryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Matching entries, newest first.
+	Entries       []*Entry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	NextPageToken string   `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SearchHistoryResponse) Reset() {
+	*x = SearchHistoryResponse{}
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SearchHistoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SearchHistoryResponse) ProtoMessage() {}
+
+func (x *SearchHistoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SearchHistoryResponse.ProtoReflect.Descriptor instead.
+func (*SearchHistoryResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SearchHistoryResponse) GetEntries() []*Entry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *SearchHistoryResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type ExportSessionHistoryRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Put each screenshot's bytes back into its entry's data ("data", base64),
+	// so the export stands alone.
+	IncludeBlobs  bool `protobuf:"varint,2,opt,name=include_blobs,json=includeBlobs,proto3" json:"include_blobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportSessionHistoryRequest) Reset() {
+	*x = ExportSessionHistoryRequest{}
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportSessionHistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportSessionHistoryRequest) ProtoMessage() {}
+
+func (x *ExportSessionHistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportSessionHistoryRequest.ProtoReflect.Descriptor instead.
+func (*ExportSessionHistoryRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ExportSessionHistoryRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ExportSessionHistoryRequest) GetIncludeBlobs() bool {
+	if x != nil {
+		return x.IncludeBlobs
+	}
+	return false
+}
+
+type ExportSessionHistoryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The next bytes of the JSON Lines document; lines may span chunks.
+	Chunk         []byte `protobuf:"bytes,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportSessionHistoryResponse) Reset() {
+	*x = ExportSessionHistoryResponse{}
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportSessionHistoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportSessionHistoryResponse) ProtoMessage() {}
+
+func (x *ExportSessionHistoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportSessionHistoryResponse.ProtoReflect.Descriptor instead.
+func (*ExportSessionHistoryResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ExportSessionHistoryResponse) GetChunk() []byte {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
+type ImportSessionHistoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every line must belong to this session. Set in the first message.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The next bytes of the JSON Lines document.
+	Chunk         []byte `protobuf:"bytes,2,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportSessionHistoryRequest) Reset() {
+	*x = ImportSessionHistoryRequest{}
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportSessionHistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportSessionHistoryRequest) ProtoMessage() {}
+
+func (x *ImportSessionHistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportSessionHistoryRequest.ProtoReflect.Descriptor instead.
+func (*ImportSessionHistoryRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ImportSessionHistoryRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ImportSessionHistoryRequest) GetChunk() []byte {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
+type ImportSessionHistoryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Entries stored.
+	Imported int64 `protobuf:"varint,1,opt,name=imported,proto3" json:"imported,omitempty"`
+	// Entries skipped because their id was already stored.
+	Skipped       int64 `protobuf:"varint,2,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportSessionHistoryResponse) Reset() {
+	*x = ImportSessionHistoryResponse{}
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportSessionHistoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportSessionHistoryResponse) ProtoMessage() {}
+
+func (x *ImportSessionHistoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportSessionHistoryResponse.ProtoReflect.Descriptor instead.
+func (*ImportSessionHistoryResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ImportSessionHistoryResponse) GetImported() int64 {
+	if x != nil {
+		return x.Imported
+	}
+	return 0
+}
+
+func (x *ImportSessionHistoryResponse) GetSkipped() int64 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
+type DeleteSessionHistoryRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSessionHistoryRequest) Reset() {
+	*x = DeleteSessionHistoryRequest{}
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSessionHistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSessionHistoryRequest) ProtoMessage() {}
+
+func (x *DeleteSessionHistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSessionHistoryRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSessionHistoryRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *DeleteSessionHistoryRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type DeleteSessionHistoryResponse struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	DeletedEntries int64                  `protobuf:"varint,1,opt,name=deleted_entries,json=deletedEntries,proto3" json:"deleted_entries,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *DeleteSessionHistoryResponse) Reset() {
+	*x = DeleteSessionHistoryResponse{}
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSessionHistoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSessionHistoryResponse) ProtoMessage() {}
+
+func (x *DeleteSessionHistoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSessionHistoryResponse.ProtoReflect.Descriptor instead.
+func (*DeleteSessionHistoryResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *DeleteSessionHistoryResponse) GetDeletedEntries() int64 {
+	if x != nil {
+		return x.DeletedEntries
+	}
+	return 0
+}
+
+type GetBlobRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// SHA-256 of the bytes, 64 lowercase hex digits.
+	Hash          string `protobuf:"bytes,1,opt,name=hash,proto3" json:"hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBlobRequest) Reset() {
+	*x = GetBlobRequest{}
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBlobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBlobRequest) ProtoMessage() {}
+
+func (x *GetBlobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBlobRequest.ProtoReflect.Descriptor instead.
+func (*GetBlobRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *GetBlobRequest) GetHash() string {
+	if x != nil {
+		return x.Hash
+	}
+	return ""
+}
+
+type GetBlobResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sniffed from the bytes, such as "image/png".
+	ContentType   string `protobuf:"bytes,1,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBlobResponse) Reset() {
+	*x = GetBlobResponse{}
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBlobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBlobResponse) ProtoMessage() {}
+
+func (x *GetBlobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBlobResponse.ProtoReflect.Descriptor instead.
+func (*GetBlobResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *GetBlobResponse) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *GetBlobResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 var File_deskgrid_history_v1_history_proto protoreflect.FileDescriptor
 
 const file_deskgrid_history_v1_history_proto_rawDesc = "" +
 	"\n" +
-	"!deskgrid/history/v1/history.proto\x12\x13deskgrid.history.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xda\x01\n" +
+	"!deskgrid/history/v1/history.proto\x12\x13deskgrid.history.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc3\x02\n" +
 	"\x05Entry\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -265,7 +1722,44 @@ const file_deskgrid_history_v1_history_proto_rawDesc = "" +
 	"\bsequence\x18\x04 \x01(\x03R\bsequence\x12\x12\n" +
 	"\x04type\x18\x05 \x01(\tR\x04type\x12.\n" +
 	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12+\n" +
-	"\x04data\x18\a \x01(\v2\x17.google.protobuf.StructR\x04data\"\xb3\x01\n" +
+	"\x04data\x18\a \x01(\v2\x17.google.protobuf.StructR\x04data\x122\n" +
+	"\x04kind\x18\b \x01(\x0e2\x1e.deskgrid.history.v1.EntryKindR\x04kind\x12\x16\n" +
+	"\x06tenant\x18\t \x01(\tR\x06tenant\x12\x1b\n" +
+	"\tblob_hash\x18\n" +
+	" \x01(\tR\bblobHash\"\x84\x01\n" +
+	"\fAgentMessage\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12-\n" +
+	"\x04role\x18\x02 \x01(\x0e2\x19.deskgrid.history.v1.RoleR\x04role\x12\x12\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\x12\x1a\n" +
+	"\bthinking\x18\x04 \x01(\tR\bthinking\"r\n" +
+	"\rAgentToolCall\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
+	"\acall_id\x18\x02 \x01(\tR\x06callId\x12\x12\n" +
+	"\x04tool\x18\x03 \x01(\tR\x04tool\x12\x1d\n" +
+	"\n" +
+	"input_json\x18\x04 \x01(\tR\tinputJson\"\x88\x01\n" +
+	"\x0fAgentToolResult\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
+	"\acall_id\x18\x02 \x01(\tR\x06callId\x12\x12\n" +
+	"\x04tool\x18\x03 \x01(\tR\x04tool\x12\x16\n" +
+	"\x06output\x18\x04 \x01(\tR\x06output\x12\x19\n" +
+	"\bis_error\x18\x05 \x01(\bR\aisError\"\xa6\x01\n" +
+	"\x0fAgentScreenshot\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12!\n" +
+	"\fcontent_type\x18\x02 \x01(\tR\vcontentType\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\x12\x14\n" +
+	"\x05width\x18\x04 \x01(\x05R\x05width\x12\x16\n" +
+	"\x06height\x18\x05 \x01(\x05R\x06height\x12\x17\n" +
+	"\acall_id\x18\x06 \x01(\tR\x06callId\"\xf7\x01\n" +
+	"\n" +
+	"AgentUsage\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1a\n" +
+	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x14\n" +
+	"\x05model\x18\x03 \x01(\tR\x05model\x12!\n" +
+	"\finput_tokens\x18\x04 \x01(\x03R\vinputTokens\x12#\n" +
+	"\routput_tokens\x18\x05 \x01(\x03R\foutputTokens\x12*\n" +
+	"\x11cache_read_tokens\x18\x06 \x01(\x03R\x0fcacheReadTokens\x12,\n" +
+	"\x12cache_write_tokens\x18\a \x01(\x03R\x10cacheWriteTokens\"\xdb\x02\n" +
 	"\x19ListSessionHistoryRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
@@ -273,12 +1767,100 @@ const file_deskgrid_history_v1_history_proto_rawDesc = "" +
 	"\n" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x14\n" +
 	"\x05types\x18\x04 \x03(\tR\x05types\x12%\n" +
-	"\x0eafter_sequence\x18\x05 \x01(\x03R\rafterSequence\"z\n" +
+	"\x0eafter_sequence\x18\x05 \x01(\x03R\rafterSequence\x124\n" +
+	"\x05kinds\x18\x06 \x03(\x0e2\x1e.deskgrid.history.v1.EntryKindR\x05kinds\x129\n" +
+	"\n" +
+	"start_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"z\n" +
 	"\x1aListSessionHistoryResponse\x124\n" +
 	"\aentries\x18\x01 \x03(\v2\x1a.deskgrid.history.v1.EntryR\aentries\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xb3\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xcf\x02\n" +
+	"\x15ListRunEntriesRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x14\n" +
+	"\x05types\x18\x04 \x03(\tR\x05types\x12%\n" +
+	"\x0eafter_sequence\x18\x05 \x01(\x03R\rafterSequence\x124\n" +
+	"\x05kinds\x18\x06 \x03(\x0e2\x1e.deskgrid.history.v1.EntryKindR\x05kinds\x129\n" +
+	"\n" +
+	"start_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"v\n" +
+	"\x16ListRunEntriesResponse\x124\n" +
+	"\aentries\x18\x01 \x03(\v2\x1a.deskgrid.history.v1.EntryR\aentries\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"0\n" +
+	"\x17GetRunTranscriptRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\"\xc2\x01\n" +
+	"\bRunUsage\x12!\n" +
+	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12#\n" +
+	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\x12*\n" +
+	"\x11cache_read_tokens\x18\x03 \x01(\x03R\x0fcacheReadTokens\x12,\n" +
+	"\x12cache_write_tokens\x18\x04 \x01(\x03R\x10cacheWriteTokens\x12\x14\n" +
+	"\x05calls\x18\x05 \x01(\x03R\x05calls\"\xd9\x01\n" +
+	"\x18GetRunTranscriptResponse\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x124\n" +
+	"\aentries\x18\x03 \x03(\v2\x1a.deskgrid.history.v1.EntryR\aentries\x123\n" +
+	"\x05usage\x18\x04 \x01(\v2\x1d.deskgrid.history.v1.RunUsageR\x05usage\x12\x1c\n" +
+	"\ttruncated\x18\x05 \x01(\bR\ttruncated\"\x9f\x01\n" +
+	"\x14SearchHistoryRequest\x12\x14\n" +
+	"\x05query\x18\x01 \x01(\tR\x05query\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x1b\n" +
+	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"u\n" +
+	"\x15SearchHistoryResponse\x124\n" +
+	"\aentries\x18\x01 \x03(\v2\x1a.deskgrid.history.v1.EntryR\aentries\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"a\n" +
+	"\x1bExportSessionHistoryRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12#\n" +
+	"\rinclude_blobs\x18\x02 \x01(\bR\fincludeBlobs\"4\n" +
+	"\x1cExportSessionHistoryResponse\x12\x14\n" +
+	"\x05chunk\x18\x01 \x01(\fR\x05chunk\"R\n" +
+	"\x1bImportSessionHistoryRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05chunk\x18\x02 \x01(\fR\x05chunk\"T\n" +
+	"\x1cImportSessionHistoryResponse\x12\x1a\n" +
+	"\bimported\x18\x01 \x01(\x03R\bimported\x12\x18\n" +
+	"\askipped\x18\x02 \x01(\x03R\askipped\"<\n" +
+	"\x1bDeleteSessionHistoryRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"G\n" +
+	"\x1cDeleteSessionHistoryResponse\x12'\n" +
+	"\x0fdeleted_entries\x18\x01 \x01(\x03R\x0edeletedEntries\"$\n" +
+	"\x0eGetBlobRequest\x12\x12\n" +
+	"\x04hash\x18\x01 \x01(\tR\x04hash\"H\n" +
+	"\x0fGetBlobResponse\x12!\n" +
+	"\fcontent_type\x18\x01 \x01(\tR\vcontentType\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data*\xd6\x01\n" +
+	"\tEntryKind\x12\x1a\n" +
+	"\x16ENTRY_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14ENTRY_KIND_LIFECYCLE\x10\x01\x12\x16\n" +
+	"\x12ENTRY_KIND_MESSAGE\x10\x02\x12\x18\n" +
+	"\x14ENTRY_KIND_TOOL_CALL\x10\x03\x12\x1a\n" +
+	"\x16ENTRY_KIND_TOOL_RESULT\x10\x04\x12\x19\n" +
+	"\x15ENTRY_KIND_SCREENSHOT\x10\x05\x12\x14\n" +
+	"\x10ENTRY_KIND_USAGE\x10\x06\x12\x14\n" +
+	"\x10ENTRY_KIND_OTHER\x10\a*P\n" +
+	"\x04Role\x12\x14\n" +
+	"\x10ROLE_UNSPECIFIED\x10\x00\x12\r\n" +
+	"\tROLE_USER\x10\x01\x12\x12\n" +
+	"\x0eROLE_ASSISTANT\x10\x02\x12\x0f\n" +
+	"\vROLE_SYSTEM\x10\x032\xc9\t\n" +
 	"\x0eHistoryService\x12\xa0\x01\n" +
-	"\x12ListSessionHistory\x12..deskgrid.history.v1.ListSessionHistoryRequest\x1a/.deskgrid.history.v1.ListSessionHistoryResponse\")\x82\xd3\xe4\x93\x02#\x12!/v1/sessions/{session_id}/historyBBZ@github.com/deskgrid/deskgrid/proto/deskgrid/history/v1;historyv1b\x06proto3"
+	"\x12ListSessionHistory\x12..deskgrid.history.v1.ListSessionHistoryRequest\x1a/.deskgrid.history.v1.ListSessionHistoryResponse\")\x82\xd3\xe4\x93\x02#\x12!/v1/sessions/{session_id}/history\x12\x8c\x01\n" +
+	"\x0eListRunEntries\x12*.deskgrid.history.v1.ListRunEntriesRequest\x1a+.deskgrid.history.v1.ListRunEntriesResponse\"!\x82\xd3\xe4\x93\x02\x1b\x12\x19/v1/runs/{run_id}/entries\x12\x95\x01\n" +
+	"\x10GetRunTranscript\x12,.deskgrid.history.v1.GetRunTranscriptRequest\x1a-.deskgrid.history.v1.GetRunTranscriptResponse\"$\x82\xd3\xe4\x93\x02\x1e\x12\x1c/v1/runs/{run_id}/transcript\x12\x82\x01\n" +
+	"\rSearchHistory\x12).deskgrid.history.v1.SearchHistoryRequest\x1a*.deskgrid.history.v1.SearchHistoryResponse\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/history:search\x12\xaf\x01\n" +
+	"\x14ExportSessionHistory\x120.deskgrid.history.v1.ExportSessionHistoryRequest\x1a1.deskgrid.history.v1.ExportSessionHistoryResponse\"0\x82\xd3\xe4\x93\x02*\x12(/v1/sessions/{session_id}/history:export0\x01\x12\x9c\x01\n" +
+	"\x14ImportSessionHistory\x120.deskgrid.history.v1.ImportSessionHistoryRequest\x1a1.deskgrid.history.v1.ImportSessionHistoryResponse\"\x1d\x82\xd3\xe4\x93\x02\x17:\x01*\"\x12/v1/history:import(\x01\x12\xa6\x01\n" +
+	"\x14DeleteSessionHistory\x120.deskgrid.history.v1.DeleteSessionHistoryRequest\x1a1.deskgrid.history.v1.DeleteSessionHistoryResponse\")\x82\xd3\xe4\x93\x02#*!/v1/sessions/{session_id}/history\x12n\n" +
+	"\aGetBlob\x12#.deskgrid.history.v1.GetBlobRequest\x1a$.deskgrid.history.v1.GetBlobResponse\"\x18\x82\xd3\xe4\x93\x02\x12\x12\x10/v1/blobs/{hash}BBZ@github.com/deskgrid/deskgrid/proto/deskgrid/history/v1;historyv1b\x06proto3"
 
 var (
 	file_deskgrid_history_v1_history_proto_rawDescOnce sync.Once
@@ -292,25 +1874,74 @@ func file_deskgrid_history_v1_history_proto_rawDescGZIP() []byte {
 	return file_deskgrid_history_v1_history_proto_rawDescData
 }
 
-var file_deskgrid_history_v1_history_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_deskgrid_history_v1_history_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_deskgrid_history_v1_history_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_deskgrid_history_v1_history_proto_goTypes = []any{
-	(*Entry)(nil),                      // 0: deskgrid.history.v1.Entry
-	(*ListSessionHistoryRequest)(nil),  // 1: deskgrid.history.v1.ListSessionHistoryRequest
-	(*ListSessionHistoryResponse)(nil), // 2: deskgrid.history.v1.ListSessionHistoryResponse
-	(*timestamppb.Timestamp)(nil),      // 3: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),            // 4: google.protobuf.Struct
+	(EntryKind)(0),                       // 0: deskgrid.history.v1.EntryKind
+	(Role)(0),                            // 1: deskgrid.history.v1.Role
+	(*Entry)(nil),                        // 2: deskgrid.history.v1.Entry
+	(*AgentMessage)(nil),                 // 3: deskgrid.history.v1.AgentMessage
+	(*AgentToolCall)(nil),                // 4: deskgrid.history.v1.AgentToolCall
+	(*AgentToolResult)(nil),              // 5: deskgrid.history.v1.AgentToolResult
+	(*AgentScreenshot)(nil),              // 6: deskgrid.history.v1.AgentScreenshot
+	(*AgentUsage)(nil),                   // 7: deskgrid.history.v1.AgentUsage
+	(*ListSessionHistoryRequest)(nil),    // 8: deskgrid.history.v1.ListSessionHistoryRequest
+	(*ListSessionHistoryResponse)(nil),   // 9: deskgrid.history.v1.ListSessionHistoryResponse
+	(*ListRunEntriesRequest)(nil),        // 10: deskgrid.history.v1.ListRunEntriesRequest
+	(*ListRunEntriesResponse)(nil),       // 11: deskgrid.history.v1.ListRunEntriesResponse
+	(*GetRunTranscriptRequest)(nil),      // 12: deskgrid.history.v1.GetRunTranscriptRequest
+	(*RunUsage)(nil),                     // 13: deskgrid.history.v1.RunUsage
+	(*GetRunTranscriptResponse)(nil),     // 14: deskgrid.history.v1.GetRunTranscriptResponse
+	(*SearchHistoryRequest)(nil),         // 15: deskgrid.history.v1.SearchHistoryRequest
+	(*SearchHistoryResponse)(nil),        // 16: deskgrid.history.v1.SearchHistoryResponse
+	(*ExportSessionHistoryRequest)(nil),  // 17: deskgrid.history.v1.ExportSessionHistoryRequest
+	(*ExportSessionHistoryResponse)(nil), // 18: deskgrid.history.v1.ExportSessionHistoryResponse
+	(*ImportSessionHistoryRequest)(nil),  // 19: deskgrid.history.v1.ImportSessionHistoryRequest
+	(*ImportSessionHistoryResponse)(nil), // 20: deskgrid.history.v1.ImportSessionHistoryResponse
+	(*DeleteSessionHistoryRequest)(nil),  // 21: deskgrid.history.v1.DeleteSessionHistoryRequest
+	(*DeleteSessionHistoryResponse)(nil), // 22: deskgrid.history.v1.DeleteSessionHistoryResponse
+	(*GetBlobRequest)(nil),               // 23: deskgrid.history.v1.GetBlobRequest
+	(*GetBlobResponse)(nil),              // 24: deskgrid.history.v1.GetBlobResponse
+	(*timestamppb.Timestamp)(nil),        // 25: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),              // 26: google.protobuf.Struct
 }
 var file_deskgrid_history_v1_history_proto_depIdxs = []int32{
-	3, // 0: deskgrid.history.v1.Entry.time:type_name -> google.protobuf.Timestamp
-	4, // 1: deskgrid.history.v1.Entry.data:type_name -> google.protobuf.Struct
-	0, // 2: deskgrid.history.v1.ListSessionHistoryResponse.entries:type_name -> deskgrid.history.v1.Entry
-	1, // 3: deskgrid.history.v1.HistoryService.ListSessionHistory:input_type -> deskgrid.history.v1.ListSessionHistoryRequest
-	2, // 4: deskgrid.history.v1.HistoryService.ListSessionHistory:output_type -> deskgrid.history.v1.ListSessionHistoryResponse
-	4, // [4:5] is the sub-list for method output_type
-	3, // [3:4] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	25, // 0: deskgrid.history.v1.Entry.time:type_name -> google.protobuf.Timestamp
+	26, // 1: deskgrid.history.v1.Entry.data:type_name -> google.protobuf.Struct
+	0,  // 2: deskgrid.history.v1.Entry.kind:type_name -> deskgrid.history.v1.EntryKind
+	1,  // 3: deskgrid.history.v1.AgentMessage.role:type_name -> deskgrid.history.v1.Role
+	0,  // 4: deskgrid.history.v1.ListSessionHistoryRequest.kinds:type_name -> deskgrid.history.v1.EntryKind
+	25, // 5: deskgrid.history.v1.ListSessionHistoryRequest.start_time:type_name -> google.protobuf.Timestamp
+	25, // 6: deskgrid.history.v1.ListSessionHistoryRequest.end_time:type_name -> google.protobuf.Timestamp
+	2,  // 7: deskgrid.history.v1.ListSessionHistoryResponse.entries:type_name -> deskgrid.history.v1.Entry
+	0,  // 8: deskgrid.history.v1.ListRunEntriesRequest.kinds:type_name -> deskgrid.history.v1.EntryKind
+	25, // 9: deskgrid.history.v1.ListRunEntriesRequest.start_time:type_name -> google.protobuf.Timestamp
+	25, // 10: deskgrid.history.v1.ListRunEntriesRequest.end_time:type_name -> google.protobuf.Timestamp
+	2,  // 11: deskgrid.history.v1.ListRunEntriesResponse.entries:type_name -> deskgrid.history.v1.Entry
+	2,  // 12: deskgrid.history.v1.GetRunTranscriptResponse.entries:type_name -> deskgrid.history.v1.Entry
+	13, // 13: deskgrid.history.v1.GetRunTranscriptResponse.usage:type_name -> deskgrid.history.v1.RunUsage
+	2,  // 14: deskgrid.history.v1.SearchHistoryResponse.entries:type_name -> deskgrid.history.v1.Entry
+	8,  // 15: deskgrid.history.v1.HistoryService.ListSessionHistory:input_type -> deskgrid.history.v1.ListSessionHistoryRequest
+	10, // 16: deskgrid.history.v1.HistoryService.ListRunEntries:input_type -> deskgrid.history.v1.ListRunEntriesRequest
+	12, // 17: deskgrid.history.v1.HistoryService.GetRunTranscript:input_type -> deskgrid.history.v1.GetRunTranscriptRequest
+	15, // 18: deskgrid.history.v1.HistoryService.SearchHistory:input_type -> deskgrid.history.v1.SearchHistoryRequest
+	17, // 19: deskgrid.history.v1.HistoryService.ExportSessionHistory:input_type -> deskgrid.history.v1.ExportSessionHistoryRequest
+	19, // 20: deskgrid.history.v1.HistoryService.ImportSessionHistory:input_type -> deskgrid.history.v1.ImportSessionHistoryRequest
+	21, // 21: deskgrid.history.v1.HistoryService.DeleteSessionHistory:input_type -> deskgrid.history.v1.DeleteSessionHistoryRequest
+	23, // 22: deskgrid.history.v1.HistoryService.GetBlob:input_type -> deskgrid.history.v1.GetBlobRequest
+	9,  // 23: deskgrid.history.v1.HistoryService.ListSessionHistory:output_type -> deskgrid.history.v1.ListSessionHistoryResponse
+	11, // 24: deskgrid.history.v1.HistoryService.ListRunEntries:output_type -> deskgrid.history.v1.ListRunEntriesResponse
+	14, // 25: deskgrid.history.v1.HistoryService.GetRunTranscript:output_type -> deskgrid.history.v1.GetRunTranscriptResponse
+	16, // 26: deskgrid.history.v1.HistoryService.SearchHistory:output_type -> deskgrid.history.v1.SearchHistoryResponse
+	18, // 27: deskgrid.history.v1.HistoryService.ExportSessionHistory:output_type -> deskgrid.history.v1.ExportSessionHistoryResponse
+	20, // 28: deskgrid.history.v1.HistoryService.ImportSessionHistory:output_type -> deskgrid.history.v1.ImportSessionHistoryResponse
+	22, // 29: deskgrid.history.v1.HistoryService.DeleteSessionHistory:output_type -> deskgrid.history.v1.DeleteSessionHistoryResponse
+	24, // 30: deskgrid.history.v1.HistoryService.GetBlob:output_type -> deskgrid.history.v1.GetBlobResponse
+	23, // [23:31] is the sub-list for method output_type
+	15, // [15:23] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_deskgrid_history_v1_history_proto_init() }
@@ -323,13 +1954,14 @@ func file_deskgrid_history_v1_history_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_deskgrid_history_v1_history_proto_rawDesc), len(file_deskgrid_history_v1_history_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   3,
+			NumEnums:      2,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_deskgrid_history_v1_history_proto_goTypes,
 		DependencyIndexes: file_deskgrid_history_v1_history_proto_depIdxs,
+		EnumInfos:         file_deskgrid_history_v1_history_proto_enumTypes,
 		MessageInfos:      file_deskgrid_history_v1_history_proto_msgTypes,
 	}.Build()
 	File_deskgrid_history_v1_history_proto = out.File

@@ -19,7 +19,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	HistoryService_ListSessionHistory_FullMethodName = "/deskgrid.history.v1.HistoryService/ListSessionHistory"
+	HistoryService_ListSessionHistory_FullMethodName   = "/deskgrid.history.v1.HistoryService/ListSessionHistory"
+	HistoryService_ListRunEntries_FullMethodName       = "/deskgrid.history.v1.HistoryService/ListRunEntries"
+	HistoryService_GetRunTranscript_FullMethodName     = "/deskgrid.history.v1.HistoryService/GetRunTranscript"
+	HistoryService_SearchHistory_FullMethodName        = "/deskgrid.history.v1.HistoryService/SearchHistory"
+	HistoryService_ExportSessionHistory_FullMethodName = "/deskgrid.history.v1.HistoryService/ExportSessionHistory"
+	HistoryService_ImportSessionHistory_FullMethodName = "/deskgrid.history.v1.HistoryService/ImportSessionHistory"
+	HistoryService_DeleteSessionHistory_FullMethodName = "/deskgrid.history.v1.HistoryService/DeleteSessionHistory"
+	HistoryService_GetBlob_FullMethodName              = "/deskgrid.history.v1.HistoryService/GetBlob"
 )
 
 // HistoryServiceClient is the client API for HistoryService service.
@@ -29,7 +36,27 @@ const (
 // HistoryService keeps the durable log of what each session and run did.
 type HistoryServiceClient interface {
 	// ListSessionHistory pages through a session's entries in sequence order.
+	// A session with no entry at all is NotFound.
 	ListSessionHistory(ctx context.Context, in *ListSessionHistoryRequest, opts ...grpc.CallOption) (*ListSessionHistoryResponse, error)
+	// ListRunEntries pages through one agent run's entries in sequence order.
+	ListRunEntries(ctx context.Context, in *ListRunEntriesRequest, opts ...grpc.CallOption) (*ListRunEntriesResponse, error)
+	// GetRunTranscript returns a run's whole transcript: its messages, tool
+	// calls and results, screenshots and usage, in order, with usage totals.
+	GetRunTranscript(ctx context.Context, in *GetRunTranscriptRequest, opts ...grpc.CallOption) (*GetRunTranscriptResponse, error)
+	// SearchHistory finds entries whose text (messages, thinking, tool input
+	// and output) holds every word of a query, newest first.
+	SearchHistory(ctx context.Context, in *SearchHistoryRequest, opts ...grpc.CallOption) (*SearchHistoryResponse, error)
+	// ExportSessionHistory streams a session's entries as JSON Lines: one
+	// Entry in its JSON form per line, in sequence order, cut into chunks.
+	ExportSessionHistory(ctx context.Context, in *ExportSessionHistoryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportSessionHistoryResponse], error)
+	// ImportSessionHistory reads JSON Lines as written by ExportSessionHistory
+	// and stores them in one transaction: a malformed line stores nothing.
+	// Entries whose id is already stored are skipped.
+	ImportSessionHistory(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportSessionHistoryRequest, ImportSessionHistoryResponse], error)
+	// DeleteSessionHistory deletes every entry of a session.
+	DeleteSessionHistory(ctx context.Context, in *DeleteSessionHistoryRequest, opts ...grpc.CallOption) (*DeleteSessionHistoryResponse, error)
+	// GetBlob returns stored bytes, such as a screenshot, by their SHA-256.
+	GetBlob(ctx context.Context, in *GetBlobRequest, opts ...grpc.CallOption) (*GetBlobResponse, error)
 }
 
 type historyServiceClient struct {
@@ -50,6 +77,88 @@ func (c *historyServiceClient) ListSessionHistory(ctx context.Context, in *ListS
 	return out, nil
 }
 
+func (c *historyServiceClient) ListRunEntries(ctx context.Context, in *ListRunEntriesRequest, opts ...grpc.CallOption) (*ListRunEntriesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRunEntriesResponse)
+	err := c.cc.Invoke(ctx, HistoryService_ListRunEntries_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *historyServiceClient) GetRunTranscript(ctx context.Context, in *GetRunTranscriptRequest, opts ...grpc.CallOption) (*GetRunTranscriptResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetRunTranscriptResponse)
+	err := c.cc.Invoke(ctx, HistoryService_GetRunTranscript_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *historyServiceClient) SearchHistory(ctx context.Context, in *SearchHistoryRequest, opts ...grpc.CallOption) (*SearchHistoryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SearchHistoryResponse)
+	err := c.cc.Invoke(ctx, HistoryService_SearchHistory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *historyServiceClient) ExportSessionHistory(ctx context.Context, in *ExportSessionHistoryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportSessionHistoryResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &HistoryService_ServiceDesc.Streams[0], HistoryService_ExportSessionHistory_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExportSessionHistoryRequest, ExportSessionHistoryResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type HistoryService_ExportSessionHistoryClient = grpc.ServerStreamingClient[ExportSessionHistoryResponse]
+
+func (c *historyServiceClient) ImportSessionHistory(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportSessionHistoryRequest, ImportSessionHistoryResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &HistoryService_ServiceDesc.Streams[1], HistoryService_ImportSessionHistory_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ImportSessionHistoryRequest, ImportSessionHistoryResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type HistoryService_ImportSessionHistoryClient = grpc.ClientStreamingClient[ImportSessionHistoryRequest, ImportSessionHistoryResponse]
+
+func (c *historyServiceClient) DeleteSessionHistory(ctx context.Context, in *DeleteSessionHistoryRequest, opts ...grpc.CallOption) (*DeleteSessionHistoryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteSessionHistoryResponse)
+	err := c.cc.Invoke(ctx, HistoryService_DeleteSessionHistory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *historyServiceClient) GetBlob(ctx context.Context, in *GetBlobRequest, opts ...grpc.CallOption) (*GetBlobResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetBlobResponse)
+	err := c.cc.Invoke(ctx, HistoryService_GetBlob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // HistoryServiceServer is the server API for HistoryService service.
 // All implementations must embed UnimplementedHistoryServiceServer
 // for forward compatibility.
@@ -57,7 +166,27 @@ func (c *historyServiceClient) ListSessionHistory(ctx context.Context, in *ListS
 // HistoryService keeps the durable log of what each session and run did.
 type HistoryServiceServer interface {
 	// ListSessionHistory pages through a session's entries in sequence order.
+	// A session with no entry at all is NotFound.
 	ListSessionHistory(context.Context, *ListSessionHistoryRequest) (*ListSessionHistoryResponse, error)
+	// ListRunEntries pages through one agent run's entries in sequence order.
+	ListRunEntries(context.Context, *ListRunEntriesRequest) (*ListRunEntriesResponse, error)
+	// GetRunTranscript returns a run's whole transcript: its messages, tool
+	// calls and results, screenshots and usage, in order, with usage totals.
+	GetRunTranscript(context.Context, *GetRunTranscriptRequest) (*GetRunTranscriptResponse, error)
+	// SearchHistory finds entries whose text (messages, thinking, tool input
+	// and output) holds every word of a query, newest first.
+	SearchHistory(context.Context, *SearchHistoryRequest) (*SearchHistoryResponse, error)
+	// ExportSessionHistory streams a session's entries as JSON Lines: one
+	// Entry in its JSON form per line, in sequence order, cut into chunks.
+	ExportSessionHistory(*ExportSessionHistoryRequest, grpc.ServerStreamingServer[ExportSessionHistoryResponse]) error
+	// ImportSessionHistory reads JSON Lines as written by ExportSessionHistory
+	// and stores them in one transaction: a malformed line stores nothing.
+	// Entries whose id is already stored are skipped.
+	ImportSessionHistory(grpc.ClientStreamingServer[ImportSessionHistoryRequest, ImportSessionHistoryResponse]) error
+	// DeleteSessionHistory deletes every entry of a session.
+	DeleteSessionHistory(context.Context, *DeleteSessionHistoryRequest) (*DeleteSessionHistoryResponse, error)
+	// GetBlob returns stored bytes, such as a screenshot, by their SHA-256.
+	GetBlob(context.Context, *GetBlobRequest) (*GetBlobResponse, error)
 	mustEmbedUnimplementedHistoryServiceServer()
 }
 
@@ -70,6 +199,27 @@ type UnimplementedHistoryServiceServer struct{}
 
 func (UnimplementedHistoryServiceServer) ListSessionHistory(context.Context, *ListSessionHistoryRequest) (*ListSessionHistoryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListSessionHistory not implemented")
+}
+func (UnimplementedHistoryServiceServer) ListRunEntries(context.Context, *ListRunEntriesRequest) (*ListRunEntriesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRunEntries not implemented")
+}
+func (UnimplementedHistoryServiceServer) GetRunTranscript(context.Context, *GetRunTranscriptRequest) (*GetRunTranscriptResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetRunTranscript not implemented")
+}
+func (UnimplementedHistoryServiceServer) SearchHistory(context.Context, *SearchHistoryRequest) (*SearchHistoryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SearchHistory not implemented")
+}
+func (UnimplementedHistoryServiceServer) ExportSessionHistory(*ExportSessionHistoryRequest, grpc.ServerStreamingServer[ExportSessionHistoryResponse]) error {
+	return status.Error(codes.Unimplemented, "method ExportSessionHistory not implemented")
+}
+func (UnimplementedHistoryServiceServer) ImportSessionHistory(grpc.ClientStreamingServer[ImportSessionHistoryRequest, ImportSessionHistoryResponse]) error {
+	return status.Error(codes.Unimplemented, "method ImportSessionHistory not implemented")
+}
+func (UnimplementedHistoryServiceServer) DeleteSessionHistory(context.Context, *DeleteSessionHistoryRequest) (*DeleteSessionHistoryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteSessionHistory not implemented")
+}
+func (UnimplementedHistoryServiceServer) GetBlob(context.Context, *GetBlobRequest) (*GetBlobResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetBlob not implemented")
 }
 func (UnimplementedHistoryServiceServer) mustEmbedUnimplementedHistoryServiceServer() {}
 func (UnimplementedHistoryServiceServer) testEmbeddedByValue()                        {}
@@ -110,6 +260,114 @@ func _HistoryService_ListSessionHistory_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _HistoryService_ListRunEntries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRunEntriesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HistoryServiceServer).ListRunEntries(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HistoryService_ListRunEntries_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HistoryServiceServer).ListRunEntries(ctx, req.(*ListRunEntriesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _HistoryService_GetRunTranscript_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRunTranscriptRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HistoryServiceServer).GetRunTranscript(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HistoryService_GetRunTranscript_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HistoryServiceServer).GetRunTranscript(ctx, req.(*GetRunTranscriptRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _HistoryService_SearchHistory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SearchHistoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HistoryServiceServer).SearchHistory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HistoryService_SearchHistory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HistoryServiceServer).SearchHistory(ctx, req.(*SearchHistoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _HistoryService_ExportSessionHistory_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ExportSessionHistoryRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(HistoryServiceServer).ExportSessionHistory(m, &grpc.GenericServerStream[ExportSessionHistoryRequest, ExportSessionHistoryResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type HistoryService_ExportSessionHistoryServer = grpc.ServerStreamingServer[ExportSessionHistoryResponse]
+
+func _HistoryService_ImportSessionHistory_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(HistoryServiceServer).ImportSessionHistory(&grpc.GenericServerStream[ImportSessionHistoryRequest, ImportSessionHistoryResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type HistoryService_ImportSessionHistoryServer = grpc.ClientStreamingServer[ImportSessionHistoryRequest, ImportSessionHistoryResponse]
+
+func _HistoryService_DeleteSessionHistory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteSessionHistoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HistoryServiceServer).DeleteSessionHistory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HistoryService_DeleteSessionHistory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HistoryServiceServer).DeleteSessionHistory(ctx, req.(*DeleteSessionHistoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _HistoryService_GetBlob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetBlobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HistoryServiceServer).GetBlob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HistoryService_GetBlob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HistoryServiceServer).GetBlob(ctx, req.(*GetBlobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // HistoryService_ServiceDesc is the grpc.ServiceDesc for HistoryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -121,7 +379,38 @@ var HistoryService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "ListSessionHistory",
 			Handler:    _HistoryService_ListSessionHistory_Handler,
 		},
+		{
+			MethodName: "ListRunEntries",
+			Handler:    _HistoryService_ListRunEntries_Handler,
+		},
+		{
+			MethodName: "GetRunTranscript",
+			Handler:    _HistoryService_GetRunTranscript_Handler,
+		},
+		{
+			MethodName: "SearchHistory",
+			Handler:    _HistoryService_SearchHistory_Handler,
+		},
+		{
+			MethodName: "DeleteSessionHistory",
+			Handler:    _HistoryService_DeleteSessionHistory_Handler,
+		},
+		{
+			MethodName: "GetBlob",
+			Handler:    _HistoryService_GetBlob_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ExportSessionHistory",
+			Handler:       _HistoryService_ExportSessionHistory_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ImportSessionHistory",
+			Handler:       _HistoryService_ImportSessionHistory_Handler,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "deskgrid/history/v1/history.proto",
 }
