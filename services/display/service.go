@@ -33,7 +33,8 @@ type Config struct {
 	// RuntimeDir holds displays/<session_id>/ with each display's Xauthority
 	// file, meta record and server log.
 	RuntimeDir string
-	// XvfbPath is the X server binary.
+	// XvfbPath is the X server binary: Xtigervnc (an Xvfb with a VNC server
+	// built in, which ConnectVNC needs) or Xvfb (no live view).
 	XvfbPath string
 	// FirstDisplay is the lowest X display number used; numbers below it are
 	// left to the machine's own X servers.
@@ -73,7 +74,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		RuntimeDir:    "/run/deskgrid",
-		XvfbPath:      "Xvfb",
+		XvfbPath:      "Xtigervnc",
 		FirstDisplay:  100,
 		MaxDisplays:   1000,
 		WarmDisplays:  1,
@@ -149,6 +150,8 @@ type display struct {
 	finish   context.CancelFunc
 	stopping atomic.Bool
 	dead     atomic.Bool
+	// viewers counts the VNC viewers connected now.
+	viewers atomic.Int32
 	// label is the session id for the display's own goroutines' logs; a
 	// warm display gets its session after they started.
 	label atomic.Pointer[string]
@@ -182,6 +185,7 @@ const (
 	metaFile  = "display.json"
 	xauthFile = "Xauthority"
 	logFile   = "xvfb.log"
+	vncSocket = "vnc.sock"
 	wmLogFile = "wm.log"
 )
 
@@ -353,6 +357,8 @@ func (s *Service) launch(ctx context.Context, dir string, spec displaySpec) (_ *
 		FirstDisplay: s.cfg.FirstDisplay,
 		Displays:     s.cfg.MaxDisplays + s.cfg.WarmDisplays,
 		StopTimeout:  s.cfg.StopTimeout,
+		VNCSocket:    filepath.Join(dir, vncSocket),
+		DesktopName:  "deskgrid",
 	})
 	if err != nil {
 		if errors.Is(err, xserver.ErrNoFreeDisplay) {

@@ -1,4 +1,5 @@
-// Package xserver starts and stops private Xvfb servers and cleans up what a
+// Package xserver starts and stops private X servers (Xvfb, or Xtigervnc,
+// which is the same kind of virtual server with VNC built in) and cleans up what a
 // server leaves behind: its socket in /tmp/.X11-unix and its lock file.
 //
 // Display numbers are claimed with the X lock-file protocol before the server
@@ -61,6 +62,21 @@ type Options struct {
 	Displays     int
 	// StopTimeout bounds the wait after SIGTERM before SIGKILL.
 	StopTimeout time.Duration
+	// VNCSocket is the unix socket a VNC server (Xtigervnc) listens on for
+	// RFB; it is created with mode 0600. Ignored by Xvfb.
+	VNCSocket string
+	// DesktopName is what VNC viewers are told the desktop is called.
+	DesktopName string
+}
+
+// IsVNC reports whether binary is an X server with a built-in VNC server
+// (TigerVNC's Xtigervnc or Xvnc), judged by its name.
+func IsVNC(binary string) bool {
+	switch filepath.Base(binary) {
+	case "Xtigervnc", "Xvnc":
+		return true
+	}
+	return false
 }
 
 var errExitedEarly = errors.New("X server exited before it was ready")
@@ -119,7 +135,6 @@ func launch(ctx context.Context, num int, opts Options) (*Server, error) {
 		"-displayfd", "3",
 		// The number is claimed by our lock file; Xvfb must not fight over it.
 		"-nolock",
-		"-screen", "0", fmt.Sprintf("%dx%dx%d", opts.Width, opts.Height, opts.Depth),
 		// Only the filesystem socket: no TCP and no abstract socket, so access
 		// needs both the bind-mounted socket and the cookie.
 		"-nolisten", "tcp", "-nolisten", "local",
@@ -130,6 +145,32 @@ func launch(ctx context.Context, num int, opts Options) (*Server, error) {
 		// anything draws, and it compresses to almost nothing.
 		"-br",
 	}
+	if IsVNC(opts.Binary) {
+		args = append(args,
+			"-geometry", fmt.Sprintf("%dx%d", opts.Width, opts.Height),
+			"-depth", strconv.Itoa(opts.Depth),
+			// RFB only on a unix socket only its owner may open; no TCP port.
+			"-rfbport", "-1",
+			"-rfbunixmode", "0600",
+			// Clients reach the socket only through the display service,
+			// which authorises each viewer and enforces view-only itself.
+			"-SecurityTypes", "None",
+			"-AlwaysShared",
+			// The display's size is changed through the API, which knows it.
+			"-AcceptSetDesktopSize=0",
+		)
+		if opts.VNCSocket != "" {
+			// Relative to the server's working directory: a unix socket path
+			// is limited to 107 bytes, which a deep runtime directory and a
+			// long session id could pass.
+			args = append(args, "-rfbunixpath", filepath.Base(opts.VNCSocket))
+		}
+		if opts.DesktopName != "" {
+			args = append(args, "-desktop", opts.DesktopName)
+		}
+	} else {
+		args = append(args, "-screen", "0", fmt.Sprintf("%dx%dx%d", opts.Width, opts.Height, opts.Depth))
+	}
 	if opts.DPI > 0 {
 		args = append(args, "-dpi", strconv.Itoa(opts.DPI))
 	}
@@ -137,6 +178,9 @@ func launch(ctx context.Context, num int, opts Options) (*Server, error) {
 		args = append(args, "-extension", "GLX")
 	}
 	cmd := exec.Command(opts.Binary, args...)
+	if IsVNC(opts.Binary) && opts.VNCSocket != "" {
+		cmd.Dir = filepath.Dir(opts.VNCSocket)
+	}
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		// Its own group, so a terminal's signals do not reach it and a kill

@@ -3,10 +3,12 @@ package xserver
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -146,4 +148,57 @@ func TestKillLeftover(t *testing.T) {
 	if err := Kill(context.Background(), os.Getpid(), srv.Display, time.Second); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func TestXtigervncListensOnlyOnItsSocket(t *testing.T) {
+	opts := startOpts(t, testFirst+40, 10)
+	opts.Binary = "Xtigervnc"
+	opts.VNCSocket = filepath.Join(filepath.Dir(opts.AuthFile), "vnc.sock")
+	srv := start(t, opts)
+	fi, err := os.Stat(opts.VNCSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("VNC socket mode %v, want a 0600 socket", fi.Mode())
+	}
+	c, err := net.Dial("unix", opts.VNCSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	greeting := make([]byte, 12)
+	if _, err := io.ReadFull(c, greeting); err != nil || !strings.HasPrefix(string(greeting), "RFB 003.") {
+		t.Fatalf("greeting %q, %v", greeting, err)
+	}
+	// No TCP listener of its own: the server's sockets are all unix ones.
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inodes := socketInodes(t, srv.PID)
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) > 9 && inodes[f[9]] {
+			t.Fatalf("X server %d listens on TCP: %s", srv.PID, line)
+		}
+	}
+}
+
+// socketInodes lists the socket inodes pid holds open.
+func socketInodes(t *testing.T, pid int) map[string]bool {
+	t.Helper()
+	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, e := range ents {
+		l, err := os.Readlink(filepath.Join(dir, e.Name()))
+		if err == nil && strings.HasPrefix(l, "socket:[") {
+			out[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
+		}
+	}
+	return out
 }
