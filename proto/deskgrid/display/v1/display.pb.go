@@ -82,6 +82,9 @@ const (
 	MouseButton_MOUSE_BUTTON_LEFT        MouseButton = 1
 	MouseButton_MOUSE_BUTTON_MIDDLE      MouseButton = 2
 	MouseButton_MOUSE_BUTTON_RIGHT       MouseButton = 3
+	// The side buttons browsers take as history back and forward.
+	MouseButton_MOUSE_BUTTON_BACK    MouseButton = 4
+	MouseButton_MOUSE_BUTTON_FORWARD MouseButton = 5
 )
 
 // Enum value maps for MouseButton.
@@ -91,12 +94,16 @@ var (
 		1: "MOUSE_BUTTON_LEFT",
 		2: "MOUSE_BUTTON_MIDDLE",
 		3: "MOUSE_BUTTON_RIGHT",
+		4: "MOUSE_BUTTON_BACK",
+		5: "MOUSE_BUTTON_FORWARD",
 	}
 	MouseButton_value = map[string]int32{
 		"MOUSE_BUTTON_UNSPECIFIED": 0,
 		"MOUSE_BUTTON_LEFT":        1,
 		"MOUSE_BUTTON_MIDDLE":      2,
 		"MOUSE_BUTTON_RIGHT":       3,
+		"MOUSE_BUTTON_BACK":        4,
+		"MOUSE_BUTTON_FORWARD":     5,
 	}
 )
 
@@ -127,6 +134,253 @@ func (MouseButton) EnumDescriptor() ([]byte, []int) {
 	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{1}
 }
 
+type ResizeDisplayRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Width         int32                  `protobuf:"varint,2,opt,name=width,proto3" json:"width,omitempty"`
+	Height        int32                  `protobuf:"varint,3,opt,name=height,proto3" json:"height,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResizeDisplayRequest) Reset() {
+	*x = ResizeDisplayRequest{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResizeDisplayRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResizeDisplayRequest) ProtoMessage() {}
+
+func (x *ResizeDisplayRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResizeDisplayRequest.ProtoReflect.Descriptor instead.
+func (*ResizeDisplayRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ResizeDisplayRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ResizeDisplayRequest) GetWidth() int32 {
+	if x != nil {
+		return x.Width
+	}
+	return 0
+}
+
+func (x *ResizeDisplayRequest) GetHeight() int32 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
+type ResizeDisplayResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Display       *Display               `protobuf:"bytes,1,opt,name=display,proto3" json:"display,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResizeDisplayResponse) Reset() {
+	*x = ResizeDisplayResponse{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResizeDisplayResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResizeDisplayResponse) ProtoMessage() {}
+
+func (x *ResizeDisplayResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResizeDisplayResponse.ProtoReflect.Descriptor instead.
+func (*ResizeDisplayResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ResizeDisplayResponse) GetDisplay() *Display {
+	if x != nil {
+		return x.Display
+	}
+	return nil
+}
+
+// Size is a width and height in pixels.
+type Size struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Width         int32                  `protobuf:"varint,1,opt,name=width,proto3" json:"width,omitempty"`
+	Height        int32                  `protobuf:"varint,2,opt,name=height,proto3" json:"height,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Size) Reset() {
+	*x = Size{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Size) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Size) ProtoMessage() {}
+
+func (x *Size) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Size.ProtoReflect.Descriptor instead.
+func (*Size) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Size) GetWidth() int32 {
+	if x != nil {
+		return x.Width
+	}
+	return 0
+}
+
+func (x *Size) GetHeight() int32 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
+// Window is a top-level window open on a display.
+type Window struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// X window id.
+	Id uint32 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// _NET_WM_NAME, else WM_NAME.
+	Title string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	// WM_CLASS: the application class (such as "Chromium") and instance.
+	Class    string `protobuf:"bytes,3,opt,name=class,proto3" json:"class,omitempty"`
+	Instance string `protobuf:"bytes,4,opt,name=instance,proto3" json:"instance,omitempty"`
+	// Position and size on the screen, without the window manager's frame.
+	Geometry *Rect `protobuf:"bytes,5,opt,name=geometry,proto3" json:"geometry,omitempty"`
+	// The window has the input focus.
+	Focused       bool `protobuf:"varint,6,opt,name=focused,proto3" json:"focused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Window) Reset() {
+	*x = Window{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Window) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Window) ProtoMessage() {}
+
+func (x *Window) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Window.ProtoReflect.Descriptor instead.
+func (*Window) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Window) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Window) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *Window) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *Window) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
+}
+
+func (x *Window) GetGeometry() *Rect {
+	if x != nil {
+		return x.Geometry
+	}
+	return nil
+}
+
+func (x *Window) GetFocused() bool {
+	if x != nil {
+		return x.Focused
+	}
+	return false
+}
+
 // ConnectVNCRequest is one client-to-server message of a VNC connection.
 type ConnectVNCRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -142,7 +396,7 @@ type ConnectVNCRequest struct {
 
 func (x *ConnectVNCRequest) Reset() {
 	*x = ConnectVNCRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[0]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -154,7 +408,7 @@ func (x *ConnectVNCRequest) String() string {
 func (*ConnectVNCRequest) ProtoMessage() {}
 
 func (x *ConnectVNCRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[0]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -167,7 +421,7 @@ func (x *ConnectVNCRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectVNCRequest.ProtoReflect.Descriptor instead.
 func (*ConnectVNCRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{0}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ConnectVNCRequest) GetSessionId() string {
@@ -202,7 +456,7 @@ type ConnectVNCResponse struct {
 
 func (x *ConnectVNCResponse) Reset() {
 	*x = ConnectVNCResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[1]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -214,7 +468,7 @@ func (x *ConnectVNCResponse) String() string {
 func (*ConnectVNCResponse) ProtoMessage() {}
 
 func (x *ConnectVNCResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[1]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -227,7 +481,7 @@ func (x *ConnectVNCResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectVNCResponse.ProtoReflect.Descriptor instead.
 func (*ConnectVNCResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{1}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ConnectVNCResponse) GetData() []byte {
@@ -242,19 +496,21 @@ type Display struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// X display name on the node, such as ":101".
-	XDisplay      string                 `protobuf:"bytes,2,opt,name=x_display,json=xDisplay,proto3" json:"x_display,omitempty"`
-	Width         int32                  `protobuf:"varint,3,opt,name=width,proto3" json:"width,omitempty"`
-	Height        int32                  `protobuf:"varint,4,opt,name=height,proto3" json:"height,omitempty"`
-	Depth         int32                  `protobuf:"varint,5,opt,name=depth,proto3" json:"depth,omitempty"`
-	Dpi           int32                  `protobuf:"varint,6,opt,name=dpi,proto3" json:"dpi,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	XDisplay   string                 `protobuf:"bytes,2,opt,name=x_display,json=xDisplay,proto3" json:"x_display,omitempty"`
+	Width      int32                  `protobuf:"varint,3,opt,name=width,proto3" json:"width,omitempty"`
+	Height     int32                  `protobuf:"varint,4,opt,name=height,proto3" json:"height,omitempty"`
+	Depth      int32                  `protobuf:"varint,5,opt,name=depth,proto3" json:"depth,omitempty"`
+	Dpi        int32                  `protobuf:"varint,6,opt,name=dpi,proto3" json:"dpi,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// Top-level windows open now, bottom to top. Filled by GetDisplay only.
+	Windows       []*Window `protobuf:"bytes,8,rep,name=windows,proto3" json:"windows,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Display) Reset() {
 	*x = Display{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[2]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -266,7 +522,7 @@ func (x *Display) String() string {
 func (*Display) ProtoMessage() {}
 
 func (x *Display) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[2]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -279,7 +535,7 @@ func (x *Display) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Display.ProtoReflect.Descriptor instead.
 func (*Display) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{2}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Display) GetSessionId() string {
@@ -331,6 +587,13 @@ func (x *Display) GetCreateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Display) GetWindows() []*Window {
+	if x != nil {
+		return x.Windows
+	}
+	return nil
+}
+
 type CreateDisplayRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -344,7 +607,7 @@ type CreateDisplayRequest struct {
 
 func (x *CreateDisplayRequest) Reset() {
 	*x = CreateDisplayRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[3]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -356,7 +619,7 @@ func (x *CreateDisplayRequest) String() string {
 func (*CreateDisplayRequest) ProtoMessage() {}
 
 func (x *CreateDisplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[3]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -369,7 +632,7 @@ func (x *CreateDisplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDisplayRequest.ProtoReflect.Descriptor instead.
 func (*CreateDisplayRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{3}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateDisplayRequest) GetSessionId() string {
@@ -416,7 +679,7 @@ type CreateDisplayResponse struct {
 
 func (x *CreateDisplayResponse) Reset() {
 	*x = CreateDisplayResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[4]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -428,7 +691,7 @@ func (x *CreateDisplayResponse) String() string {
 func (*CreateDisplayResponse) ProtoMessage() {}
 
 func (x *CreateDisplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[4]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -441,7 +704,7 @@ func (x *CreateDisplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDisplayResponse.ProtoReflect.Descriptor instead.
 func (*CreateDisplayResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{4}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateDisplayResponse) GetDisplay() *Display {
@@ -460,7 +723,7 @@ type GetDisplayRequest struct {
 
 func (x *GetDisplayRequest) Reset() {
 	*x = GetDisplayRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[5]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -472,7 +735,7 @@ func (x *GetDisplayRequest) String() string {
 func (*GetDisplayRequest) ProtoMessage() {}
 
 func (x *GetDisplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[5]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -485,7 +748,7 @@ func (x *GetDisplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDisplayRequest.ProtoReflect.Descriptor instead.
 func (*GetDisplayRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{5}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetDisplayRequest) GetSessionId() string {
@@ -504,7 +767,7 @@ type GetDisplayResponse struct {
 
 func (x *GetDisplayResponse) Reset() {
 	*x = GetDisplayResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[6]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -516,7 +779,7 @@ func (x *GetDisplayResponse) String() string {
 func (*GetDisplayResponse) ProtoMessage() {}
 
 func (x *GetDisplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[6]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -529,7 +792,7 @@ func (x *GetDisplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDisplayResponse.ProtoReflect.Descriptor instead.
 func (*GetDisplayResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{6}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetDisplayResponse) GetDisplay() *Display {
@@ -547,7 +810,7 @@ type ListDisplaysRequest struct {
 
 func (x *ListDisplaysRequest) Reset() {
 	*x = ListDisplaysRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[7]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -559,7 +822,7 @@ func (x *ListDisplaysRequest) String() string {
 func (*ListDisplaysRequest) ProtoMessage() {}
 
 func (x *ListDisplaysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[7]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -572,7 +835,7 @@ func (x *ListDisplaysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDisplaysRequest.ProtoReflect.Descriptor instead.
 func (*ListDisplaysRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{7}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{11}
 }
 
 type ListDisplaysResponse struct {
@@ -584,7 +847,7 @@ type ListDisplaysResponse struct {
 
 func (x *ListDisplaysResponse) Reset() {
 	*x = ListDisplaysResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[8]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -596,7 +859,7 @@ func (x *ListDisplaysResponse) String() string {
 func (*ListDisplaysResponse) ProtoMessage() {}
 
 func (x *ListDisplaysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[8]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -609,7 +872,7 @@ func (x *ListDisplaysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDisplaysResponse.ProtoReflect.Descriptor instead.
 func (*ListDisplaysResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{8}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListDisplaysResponse) GetDisplays() []*Display {
@@ -628,7 +891,7 @@ type DeleteDisplayRequest struct {
 
 func (x *DeleteDisplayRequest) Reset() {
 	*x = DeleteDisplayRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[9]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -640,7 +903,7 @@ func (x *DeleteDisplayRequest) String() string {
 func (*DeleteDisplayRequest) ProtoMessage() {}
 
 func (x *DeleteDisplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[9]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -653,7 +916,7 @@ func (x *DeleteDisplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDisplayRequest.ProtoReflect.Descriptor instead.
 func (*DeleteDisplayRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{9}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeleteDisplayRequest) GetSessionId() string {
@@ -671,7 +934,7 @@ type DeleteDisplayResponse struct {
 
 func (x *DeleteDisplayResponse) Reset() {
 	*x = DeleteDisplayResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[10]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -683,7 +946,7 @@ func (x *DeleteDisplayResponse) String() string {
 func (*DeleteDisplayResponse) ProtoMessage() {}
 
 func (x *DeleteDisplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[10]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -696,7 +959,7 @@ func (x *DeleteDisplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDisplayResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDisplayResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{10}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{14}
 }
 
 // Rect is a region of the screen in pixels.
@@ -712,7 +975,7 @@ type Rect struct {
 
 func (x *Rect) Reset() {
 	*x = Rect{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[11]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -724,7 +987,7 @@ func (x *Rect) String() string {
 func (*Rect) ProtoMessage() {}
 
 func (x *Rect) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[11]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -737,7 +1000,7 @@ func (x *Rect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rect.ProtoReflect.Descriptor instead.
 func (*Rect) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{11}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Rect) GetX() int32 {
@@ -775,15 +1038,23 @@ type ScreenshotRequest struct {
 	Format ImageFormat `protobuf:"varint,2,opt,name=format,proto3,enum=deskgrid.display.v1.ImageFormat" json:"format,omitempty"`
 	// JPEG quality 1-100; 0 means 80.
 	Quality int32 `protobuf:"varint,3,opt,name=quality,proto3" json:"quality,omitempty"`
-	// Only this region; empty means the whole screen.
-	Region        *Rect `protobuf:"bytes,4,opt,name=region,proto3" json:"region,omitempty"`
+	// Only this region; empty means the whole screen. With scale_to, in the
+	// scaled coordinates.
+	Region *Rect `protobuf:"bytes,4,opt,name=region,proto3" json:"region,omitempty"`
+	// Scale the screen down to this size (each axis on its own, so the whole
+	// screen fills it), as computer-use models expect, such as 1024x768.
+	// Coordinates of PerformActions with the same scale_to map back to the
+	// screen pixel each scaled pixel was taken from.
+	ScaleTo *Size `protobuf:"bytes,5,opt,name=scale_to,json=scaleTo,proto3" json:"scale_to,omitempty"`
+	// Draw the mouse pointer into the image.
+	Cursor        bool `protobuf:"varint,6,opt,name=cursor,proto3" json:"cursor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScreenshotRequest) Reset() {
 	*x = ScreenshotRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[12]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -795,7 +1066,7 @@ func (x *ScreenshotRequest) String() string {
 func (*ScreenshotRequest) ProtoMessage() {}
 
 func (x *ScreenshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[12]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -808,7 +1079,7 @@ func (x *ScreenshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScreenshotRequest.ProtoReflect.Descriptor instead.
 func (*ScreenshotRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{12}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ScreenshotRequest) GetSessionId() string {
@@ -839,6 +1110,20 @@ func (x *ScreenshotRequest) GetRegion() *Rect {
 	return nil
 }
 
+func (x *ScreenshotRequest) GetScaleTo() *Size {
+	if x != nil {
+		return x.ScaleTo
+	}
+	return nil
+}
+
+func (x *ScreenshotRequest) GetCursor() bool {
+	if x != nil {
+		return x.Cursor
+	}
+	return false
+}
+
 type ScreenshotResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// MIME type of data, such as "image/png".
@@ -852,7 +1137,7 @@ type ScreenshotResponse struct {
 
 func (x *ScreenshotResponse) Reset() {
 	*x = ScreenshotResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[13]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -864,7 +1149,7 @@ func (x *ScreenshotResponse) String() string {
 func (*ScreenshotResponse) ProtoMessage() {}
 
 func (x *ScreenshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[13]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -877,7 +1162,7 @@ func (x *ScreenshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScreenshotResponse.ProtoReflect.Descriptor instead.
 func (*ScreenshotResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{13}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ScreenshotResponse) GetContentType() string {
@@ -919,7 +1204,7 @@ type Point struct {
 
 func (x *Point) Reset() {
 	*x = Point{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[14]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -931,7 +1216,7 @@ func (x *Point) String() string {
 func (*Point) ProtoMessage() {}
 
 func (x *Point) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[14]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -944,7 +1229,7 @@ func (x *Point) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Point.ProtoReflect.Descriptor instead.
 func (*Point) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{14}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Point) GetX() int32 {
@@ -971,7 +1256,7 @@ type MouseMove struct {
 
 func (x *MouseMove) Reset() {
 	*x = MouseMove{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[15]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -983,7 +1268,7 @@ func (x *MouseMove) String() string {
 func (*MouseMove) ProtoMessage() {}
 
 func (x *MouseMove) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[15]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -996,7 +1281,7 @@ func (x *MouseMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MouseMove.ProtoReflect.Descriptor instead.
 func (*MouseMove) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{15}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *MouseMove) GetTo() *Point {
@@ -1021,7 +1306,7 @@ type Click struct {
 
 func (x *Click) Reset() {
 	*x = Click{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[16]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1033,7 +1318,7 @@ func (x *Click) String() string {
 func (*Click) ProtoMessage() {}
 
 func (x *Click) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[16]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1046,7 +1331,7 @@ func (x *Click) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Click.ProtoReflect.Descriptor instead.
 func (*Click) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{16}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Click) GetAt() *Point {
@@ -1087,7 +1372,7 @@ type Drag struct {
 
 func (x *Drag) Reset() {
 	*x = Drag{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[17]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1384,7 @@ func (x *Drag) String() string {
 func (*Drag) ProtoMessage() {}
 
 func (x *Drag) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[17]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1397,7 @@ func (x *Drag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drag.ProtoReflect.Descriptor instead.
 func (*Drag) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{17}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Drag) GetPath() []*Point {
@@ -1133,7 +1418,7 @@ type ButtonPress struct {
 
 func (x *ButtonPress) Reset() {
 	*x = ButtonPress{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[18]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1430,7 @@ func (x *ButtonPress) String() string {
 func (*ButtonPress) ProtoMessage() {}
 
 func (x *ButtonPress) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[18]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1443,7 @@ func (x *ButtonPress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ButtonPress.ProtoReflect.Descriptor instead.
 func (*ButtonPress) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{18}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ButtonPress) GetButton() MouseButton {
@@ -1190,7 +1475,7 @@ type Scroll struct {
 
 func (x *Scroll) Reset() {
 	*x = Scroll{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[19]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1487,7 @@ func (x *Scroll) String() string {
 func (*Scroll) ProtoMessage() {}
 
 func (x *Scroll) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[19]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1500,7 @@ func (x *Scroll) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Scroll.ProtoReflect.Descriptor instead.
 func (*Scroll) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{19}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Scroll) GetAt() *Point {
@@ -1258,7 +1543,7 @@ type Key struct {
 
 func (x *Key) Reset() {
 	*x = Key{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[20]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1270,7 +1555,7 @@ func (x *Key) String() string {
 func (*Key) ProtoMessage() {}
 
 func (x *Key) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[20]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1283,7 +1568,7 @@ func (x *Key) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Key.ProtoReflect.Descriptor instead.
 func (*Key) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{20}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Key) GetChord() string {
@@ -1310,7 +1595,7 @@ type TypeText struct {
 
 func (x *TypeText) Reset() {
 	*x = TypeText{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[21]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1322,7 +1607,7 @@ func (x *TypeText) String() string {
 func (*TypeText) ProtoMessage() {}
 
 func (x *TypeText) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[21]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +1620,7 @@ func (x *TypeText) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeText.ProtoReflect.Descriptor instead.
 func (*TypeText) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{21}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *TypeText) GetText() string {
@@ -1355,7 +1640,7 @@ type Wait struct {
 
 func (x *Wait) Reset() {
 	*x = Wait{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[22]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +1652,7 @@ func (x *Wait) String() string {
 func (*Wait) ProtoMessage() {}
 
 func (x *Wait) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[22]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +1665,7 @@ func (x *Wait) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Wait.ProtoReflect.Descriptor instead.
 func (*Wait) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{22}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Wait) GetDuration() *durationpb.Duration {
@@ -1388,6 +1673,101 @@ func (x *Wait) GetDuration() *durationpb.Duration {
 		return x.Duration
 	}
 	return nil
+}
+
+// Zoom captures a region of the screen at full resolution and returns it
+// as an image in PerformActionsResponse.images.
+type Zoom struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// In scale_to coordinates when the request has scale_to.
+	Region *Rect `protobuf:"bytes,1,opt,name=region,proto3" json:"region,omitempty"`
+	// The image fits in this size, keeping the region's aspect ratio;
+	// unset means the request's scale_to, or else the region's own size.
+	Size          *Size `protobuf:"bytes,2,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Zoom) Reset() {
+	*x = Zoom{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Zoom) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Zoom) ProtoMessage() {}
+
+func (x *Zoom) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Zoom.ProtoReflect.Descriptor instead.
+func (*Zoom) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *Zoom) GetRegion() *Rect {
+	if x != nil {
+		return x.Region
+	}
+	return nil
+}
+
+func (x *Zoom) GetSize() *Size {
+	if x != nil {
+		return x.Size
+	}
+	return nil
+}
+
+// CursorPosition asks for nothing but the pointer position, which every
+// PerformActionsResponse carries.
+type CursorPosition struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CursorPosition) Reset() {
+	*x = CursorPosition{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CursorPosition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CursorPosition) ProtoMessage() {}
+
+func (x *CursorPosition) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CursorPosition.ProtoReflect.Descriptor instead.
+func (*CursorPosition) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{28}
 }
 
 // Action is one input step.
@@ -1403,6 +1783,8 @@ type Action struct {
 	//	*Action_Key
 	//	*Action_Type
 	//	*Action_Wait
+	//	*Action_Zoom
+	//	*Action_CursorPosition
 	Action        isAction_Action `protobuf_oneof:"action"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1410,7 +1792,7 @@ type Action struct {
 
 func (x *Action) Reset() {
 	*x = Action{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[23]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1422,7 +1804,7 @@ func (x *Action) String() string {
 func (*Action) ProtoMessage() {}
 
 func (x *Action) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[23]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1435,7 +1817,7 @@ func (x *Action) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Action.ProtoReflect.Descriptor instead.
 func (*Action) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{23}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Action) GetAction() isAction_Action {
@@ -1517,6 +1899,24 @@ func (x *Action) GetWait() *Wait {
 	return nil
 }
 
+func (x *Action) GetZoom() *Zoom {
+	if x != nil {
+		if x, ok := x.Action.(*Action_Zoom); ok {
+			return x.Zoom
+		}
+	}
+	return nil
+}
+
+func (x *Action) GetCursorPosition() *CursorPosition {
+	if x != nil {
+		if x, ok := x.Action.(*Action_CursorPosition); ok {
+			return x.CursorPosition
+		}
+	}
+	return nil
+}
+
 type isAction_Action interface {
 	isAction_Action()
 }
@@ -1553,6 +1953,14 @@ type Action_Wait struct {
 	Wait *Wait `protobuf:"bytes,8,opt,name=wait,proto3,oneof"`
 }
 
+type Action_Zoom struct {
+	Zoom *Zoom `protobuf:"bytes,9,opt,name=zoom,proto3,oneof"`
+}
+
+type Action_CursorPosition struct {
+	CursorPosition *CursorPosition `protobuf:"bytes,10,opt,name=cursor_position,json=cursorPosition,proto3,oneof"`
+}
+
 func (*Action_MouseMove) isAction_Action() {}
 
 func (*Action_Click) isAction_Action() {}
@@ -1569,6 +1977,10 @@ func (*Action_Type) isAction_Action() {}
 
 func (*Action_Wait) isAction_Action() {}
 
+func (*Action_Zoom) isAction_Action() {}
+
+func (*Action_CursorPosition) isAction_Action() {}
+
 type PerformActionsRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -1576,14 +1988,23 @@ type PerformActionsRequest struct {
 	// Return a screenshot after the actions, once the screen has settled.
 	Screenshot bool `protobuf:"varint,3,opt,name=screenshot,proto3" json:"screenshot,omitempty"`
 	// Fencing token of the caller's input lease, when leases are in use.
-	LeaseToken    int64 `protobuf:"varint,4,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LeaseToken int64 `protobuf:"varint,4,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	// Coordinates (of actions, cursor and images) are in this scaled space,
+	// as ScreenshotRequest.scale_to.
+	ScaleTo *Size `protobuf:"bytes,5,opt,name=scale_to,json=scaleTo,proto3" json:"scale_to,omitempty"`
+	// Encoding of the screenshot and zoom images; PNG by default.
+	ScreenshotFormat ImageFormat `protobuf:"varint,6,opt,name=screenshot_format,json=screenshotFormat,proto3,enum=deskgrid.display.v1.ImageFormat" json:"screenshot_format,omitempty"`
+	// JPEG quality 1-100; 0 means 80.
+	ScreenshotQuality int32 `protobuf:"varint,7,opt,name=screenshot_quality,json=screenshotQuality,proto3" json:"screenshot_quality,omitempty"`
+	// Draw the mouse pointer into the screenshot.
+	ScreenshotCursor bool `protobuf:"varint,8,opt,name=screenshot_cursor,json=screenshotCursor,proto3" json:"screenshot_cursor,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PerformActionsRequest) Reset() {
 	*x = PerformActionsRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[24]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1595,7 +2016,7 @@ func (x *PerformActionsRequest) String() string {
 func (*PerformActionsRequest) ProtoMessage() {}
 
 func (x *PerformActionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[24]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1608,7 +2029,7 @@ func (x *PerformActionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PerformActionsRequest.ProtoReflect.Descriptor instead.
 func (*PerformActionsRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{24}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PerformActionsRequest) GetSessionId() string {
@@ -1639,19 +2060,49 @@ func (x *PerformActionsRequest) GetLeaseToken() int64 {
 	return 0
 }
 
+func (x *PerformActionsRequest) GetScaleTo() *Size {
+	if x != nil {
+		return x.ScaleTo
+	}
+	return nil
+}
+
+func (x *PerformActionsRequest) GetScreenshotFormat() ImageFormat {
+	if x != nil {
+		return x.ScreenshotFormat
+	}
+	return ImageFormat_IMAGE_FORMAT_UNSPECIFIED
+}
+
+func (x *PerformActionsRequest) GetScreenshotQuality() int32 {
+	if x != nil {
+		return x.ScreenshotQuality
+	}
+	return 0
+}
+
+func (x *PerformActionsRequest) GetScreenshotCursor() bool {
+	if x != nil {
+		return x.ScreenshotCursor
+	}
+	return false
+}
+
 type PerformActionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Pointer position after the actions.
+	// Pointer position after the actions (in scale_to coordinates if set).
 	Cursor *Point `protobuf:"bytes,1,opt,name=cursor,proto3" json:"cursor,omitempty"`
 	// Present when the request asked for a screenshot.
-	Screenshot    *ScreenshotResponse `protobuf:"bytes,2,opt,name=screenshot,proto3" json:"screenshot,omitempty"`
+	Screenshot *ScreenshotResponse `protobuf:"bytes,2,opt,name=screenshot,proto3" json:"screenshot,omitempty"`
+	// One image per zoom action, in order.
+	Images        []*ScreenshotResponse `protobuf:"bytes,3,rep,name=images,proto3" json:"images,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PerformActionsResponse) Reset() {
 	*x = PerformActionsResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[25]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +2114,7 @@ func (x *PerformActionsResponse) String() string {
 func (*PerformActionsResponse) ProtoMessage() {}
 
 func (x *PerformActionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[25]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +2127,7 @@ func (x *PerformActionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PerformActionsResponse.ProtoReflect.Descriptor instead.
 func (*PerformActionsResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{25}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PerformActionsResponse) GetCursor() *Point {
@@ -1693,18 +2144,42 @@ func (x *PerformActionsResponse) GetScreenshot() *ScreenshotResponse {
 	return nil
 }
 
+func (x *PerformActionsResponse) GetImages() []*ScreenshotResponse {
+	if x != nil {
+		return x.Images
+	}
+	return nil
+}
+
 var File_deskgrid_display_v1_display_proto protoreflect.FileDescriptor
 
 const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\n" +
 	"!deskgrid/display/v1/display.proto\x12\x13deskgrid.display.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"c\n" +
+	"\x14ResizeDisplayRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05width\x18\x02 \x01(\x05R\x05width\x12\x16\n" +
+	"\x06height\x18\x03 \x01(\x05R\x06height\"O\n" +
+	"\x15ResizeDisplayResponse\x126\n" +
+	"\adisplay\x18\x01 \x01(\v2\x1c.deskgrid.display.v1.DisplayR\adisplay\"4\n" +
+	"\x04Size\x12\x14\n" +
+	"\x05width\x18\x01 \x01(\x05R\x05width\x12\x16\n" +
+	"\x06height\x18\x02 \x01(\x05R\x06height\"\xb1\x01\n" +
+	"\x06Window\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x14\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\x12\x14\n" +
+	"\x05class\x18\x03 \x01(\tR\x05class\x12\x1a\n" +
+	"\binstance\x18\x04 \x01(\tR\binstance\x125\n" +
+	"\bgeometry\x18\x05 \x01(\v2\x19.deskgrid.display.v1.RectR\bgeometry\x12\x18\n" +
+	"\afocused\x18\x06 \x01(\bR\afocused\"c\n" +
 	"\x11ConnectVNCRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
 	"\tview_only\x18\x02 \x01(\bR\bviewOnly\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\"(\n" +
 	"\x12ConnectVNCResponse\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"\xd8\x01\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\x8f\x02\n" +
 	"\aDisplay\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
@@ -1714,7 +2189,8 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\x05depth\x18\x05 \x01(\x05R\x05depth\x12\x10\n" +
 	"\x03dpi\x18\x06 \x01(\x05R\x03dpi\x12;\n" +
 	"\vcreate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"\x8b\x01\n" +
+	"createTime\x125\n" +
+	"\awindows\x18\b \x03(\v2\x1b.deskgrid.display.v1.WindowR\awindows\"\x8b\x01\n" +
 	"\x14CreateDisplayRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
@@ -1740,13 +2216,15 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\x01x\x18\x01 \x01(\x05R\x01x\x12\f\n" +
 	"\x01y\x18\x02 \x01(\x05R\x01y\x12\x14\n" +
 	"\x05width\x18\x03 \x01(\x05R\x05width\x12\x16\n" +
-	"\x06height\x18\x04 \x01(\x05R\x06height\"\xb9\x01\n" +
+	"\x06height\x18\x04 \x01(\x05R\x06height\"\x87\x02\n" +
 	"\x11ScreenshotRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x128\n" +
 	"\x06format\x18\x02 \x01(\x0e2 .deskgrid.display.v1.ImageFormatR\x06format\x12\x18\n" +
 	"\aquality\x18\x03 \x01(\x05R\aquality\x121\n" +
-	"\x06region\x18\x04 \x01(\v2\x19.deskgrid.display.v1.RectR\x06region\"y\n" +
+	"\x06region\x18\x04 \x01(\v2\x19.deskgrid.display.v1.RectR\x06region\x124\n" +
+	"\bscale_to\x18\x05 \x01(\v2\x19.deskgrid.display.v1.SizeR\ascaleTo\x12\x16\n" +
+	"\x06cursor\x18\x06 \x01(\bR\x06cursor\"y\n" +
 	"\x12ScreenshotResponse\x12!\n" +
 	"\fcontent_type\x18\x01 \x01(\tR\vcontentType\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x14\n" +
@@ -1778,7 +2256,11 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\bTypeText\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\"=\n" +
 	"\x04Wait\x125\n" +
-	"\bduration\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\bduration\"\xbf\x03\n" +
+	"\bduration\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\bduration\"h\n" +
+	"\x04Zoom\x121\n" +
+	"\x06region\x18\x01 \x01(\v2\x19.deskgrid.display.v1.RectR\x06region\x12-\n" +
+	"\x04size\x18\x02 \x01(\v2\x19.deskgrid.display.v1.SizeR\x04size\"\x10\n" +
+	"\x0eCursorPosition\"\xc0\x04\n" +
 	"\x06Action\x12?\n" +
 	"\n" +
 	"mouse_move\x18\x01 \x01(\v2\x1e.deskgrid.display.v1.MouseMoveH\x00R\tmouseMove\x122\n" +
@@ -1788,8 +2270,11 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\x06scroll\x18\x05 \x01(\v2\x1b.deskgrid.display.v1.ScrollH\x00R\x06scroll\x12,\n" +
 	"\x03key\x18\x06 \x01(\v2\x18.deskgrid.display.v1.KeyH\x00R\x03key\x123\n" +
 	"\x04type\x18\a \x01(\v2\x1d.deskgrid.display.v1.TypeTextH\x00R\x04type\x12/\n" +
-	"\x04wait\x18\b \x01(\v2\x19.deskgrid.display.v1.WaitH\x00R\x04waitB\b\n" +
-	"\x06action\"\xae\x01\n" +
+	"\x04wait\x18\b \x01(\v2\x19.deskgrid.display.v1.WaitH\x00R\x04wait\x12/\n" +
+	"\x04zoom\x18\t \x01(\v2\x19.deskgrid.display.v1.ZoomH\x00R\x04zoom\x12N\n" +
+	"\x0fcursor_position\x18\n" +
+	" \x01(\v2#.deskgrid.display.v1.CursorPositionH\x00R\x0ecursorPositionB\b\n" +
+	"\x06action\"\x8f\x03\n" +
 	"\x15PerformActionsRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x125\n" +
@@ -1798,21 +2283,28 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"screenshot\x18\x03 \x01(\bR\n" +
 	"screenshot\x12\x1f\n" +
 	"\vlease_token\x18\x04 \x01(\x03R\n" +
-	"leaseToken\"\x95\x01\n" +
+	"leaseToken\x124\n" +
+	"\bscale_to\x18\x05 \x01(\v2\x19.deskgrid.display.v1.SizeR\ascaleTo\x12M\n" +
+	"\x11screenshot_format\x18\x06 \x01(\x0e2 .deskgrid.display.v1.ImageFormatR\x10screenshotFormat\x12-\n" +
+	"\x12screenshot_quality\x18\a \x01(\x05R\x11screenshotQuality\x12+\n" +
+	"\x11screenshot_cursor\x18\b \x01(\bR\x10screenshotCursor\"\xd6\x01\n" +
 	"\x16PerformActionsResponse\x122\n" +
 	"\x06cursor\x18\x01 \x01(\v2\x1a.deskgrid.display.v1.PointR\x06cursor\x12G\n" +
 	"\n" +
 	"screenshot\x18\x02 \x01(\v2'.deskgrid.display.v1.ScreenshotResponseR\n" +
-	"screenshot*X\n" +
+	"screenshot\x12?\n" +
+	"\x06images\x18\x03 \x03(\v2'.deskgrid.display.v1.ScreenshotResponseR\x06images*X\n" +
 	"\vImageFormat\x12\x1c\n" +
 	"\x18IMAGE_FORMAT_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10IMAGE_FORMAT_PNG\x10\x01\x12\x15\n" +
-	"\x11IMAGE_FORMAT_JPEG\x10\x02*s\n" +
+	"\x11IMAGE_FORMAT_JPEG\x10\x02*\xa4\x01\n" +
 	"\vMouseButton\x12\x1c\n" +
 	"\x18MOUSE_BUTTON_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11MOUSE_BUTTON_LEFT\x10\x01\x12\x17\n" +
 	"\x13MOUSE_BUTTON_MIDDLE\x10\x02\x12\x16\n" +
-	"\x12MOUSE_BUTTON_RIGHT\x10\x032\xe4\x06\n" +
+	"\x12MOUSE_BUTTON_RIGHT\x10\x03\x12\x15\n" +
+	"\x11MOUSE_BUTTON_BACK\x10\x04\x12\x18\n" +
+	"\x14MOUSE_BUTTON_FORWARD\x10\x052\x82\b\n" +
 	"\x0eDisplayService\x12f\n" +
 	"\rCreateDisplay\x12).deskgrid.display.v1.CreateDisplayRequest\x1a*.deskgrid.display.v1.CreateDisplayResponse\x12\x91\x01\n" +
 	"\n" +
@@ -1823,7 +2315,8 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"Screenshot\x12&.deskgrid.display.v1.ScreenshotRequest\x1a'.deskgrid.display.v1.ScreenshotResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/sessions/{session_id}/screenshot\x12\x97\x01\n" +
 	"\x0ePerformActions\x12*.deskgrid.display.v1.PerformActionsRequest\x1a+.deskgrid.display.v1.PerformActionsResponse\",\x82\xd3\xe4\x93\x02&:\x01*\"!/v1/sessions/{session_id}/actions\x12a\n" +
 	"\n" +
-	"ConnectVNC\x12&.deskgrid.display.v1.ConnectVNCRequest\x1a'.deskgrid.display.v1.ConnectVNCResponse(\x010\x01BBZ@github.com/deskgrid/deskgrid/proto/deskgrid/display/v1;displayv1b\x06proto3"
+	"ConnectVNC\x12&.deskgrid.display.v1.ConnectVNCRequest\x1a'.deskgrid.display.v1.ConnectVNCResponse(\x010\x01\x12\x9b\x01\n" +
+	"\rResizeDisplay\x12).deskgrid.display.v1.ResizeDisplayRequest\x1a*.deskgrid.display.v1.ResizeDisplayResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/v1/sessions/{session_id}/display:resizeBBZ@github.com/deskgrid/deskgrid/proto/deskgrid/display/v1;displayv1b\x06proto3"
 
 var (
 	file_deskgrid_display_v1_display_proto_rawDescOnce sync.Once
@@ -1838,84 +2331,103 @@ func file_deskgrid_display_v1_display_proto_rawDescGZIP() []byte {
 }
 
 var file_deskgrid_display_v1_display_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_deskgrid_display_v1_display_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_deskgrid_display_v1_display_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_deskgrid_display_v1_display_proto_goTypes = []any{
 	(ImageFormat)(0),               // 0: deskgrid.display.v1.ImageFormat
 	(MouseButton)(0),               // 1: deskgrid.display.v1.MouseButton
-	(*ConnectVNCRequest)(nil),      // 2: deskgrid.display.v1.ConnectVNCRequest
-	(*ConnectVNCResponse)(nil),     // 3: deskgrid.display.v1.ConnectVNCResponse
-	(*Display)(nil),                // 4: deskgrid.display.v1.Display
-	(*CreateDisplayRequest)(nil),   // 5: deskgrid.display.v1.CreateDisplayRequest
-	(*CreateDisplayResponse)(nil),  // 6: deskgrid.display.v1.CreateDisplayResponse
-	(*GetDisplayRequest)(nil),      // 7: deskgrid.display.v1.GetDisplayRequest
-	(*GetDisplayResponse)(nil),     // 8: deskgrid.display.v1.GetDisplayResponse
-	(*ListDisplaysRequest)(nil),    // 9: deskgrid.display.v1.ListDisplaysRequest
-	(*ListDisplaysResponse)(nil),   // 10: deskgrid.display.v1.ListDisplaysResponse
-	(*DeleteDisplayRequest)(nil),   // 11: deskgrid.display.v1.DeleteDisplayRequest
-	(*DeleteDisplayResponse)(nil),  // 12: deskgrid.display.v1.DeleteDisplayResponse
-	(*Rect)(nil),                   // 13: deskgrid.display.v1.Rect
-	(*ScreenshotRequest)(nil),      // 14: deskgrid.display.v1.ScreenshotRequest
-	(*ScreenshotResponse)(nil),     // 15: deskgrid.display.v1.ScreenshotResponse
-	(*Point)(nil),                  // 16: deskgrid.display.v1.Point
-	(*MouseMove)(nil),              // 17: deskgrid.display.v1.MouseMove
-	(*Click)(nil),                  // 18: deskgrid.display.v1.Click
-	(*Drag)(nil),                   // 19: deskgrid.display.v1.Drag
-	(*ButtonPress)(nil),            // 20: deskgrid.display.v1.ButtonPress
-	(*Scroll)(nil),                 // 21: deskgrid.display.v1.Scroll
-	(*Key)(nil),                    // 22: deskgrid.display.v1.Key
-	(*TypeText)(nil),               // 23: deskgrid.display.v1.TypeText
-	(*Wait)(nil),                   // 24: deskgrid.display.v1.Wait
-	(*Action)(nil),                 // 25: deskgrid.display.v1.Action
-	(*PerformActionsRequest)(nil),  // 26: deskgrid.display.v1.PerformActionsRequest
-	(*PerformActionsResponse)(nil), // 27: deskgrid.display.v1.PerformActionsResponse
-	(*timestamppb.Timestamp)(nil),  // 28: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 29: google.protobuf.Duration
+	(*ResizeDisplayRequest)(nil),   // 2: deskgrid.display.v1.ResizeDisplayRequest
+	(*ResizeDisplayResponse)(nil),  // 3: deskgrid.display.v1.ResizeDisplayResponse
+	(*Size)(nil),                   // 4: deskgrid.display.v1.Size
+	(*Window)(nil),                 // 5: deskgrid.display.v1.Window
+	(*ConnectVNCRequest)(nil),      // 6: deskgrid.display.v1.ConnectVNCRequest
+	(*ConnectVNCResponse)(nil),     // 7: deskgrid.display.v1.ConnectVNCResponse
+	(*Display)(nil),                // 8: deskgrid.display.v1.Display
+	(*CreateDisplayRequest)(nil),   // 9: deskgrid.display.v1.CreateDisplayRequest
+	(*CreateDisplayResponse)(nil),  // 10: deskgrid.display.v1.CreateDisplayResponse
+	(*GetDisplayRequest)(nil),      // 11: deskgrid.display.v1.GetDisplayRequest
+	(*GetDisplayResponse)(nil),     // 12: deskgrid.display.v1.GetDisplayResponse
+	(*ListDisplaysRequest)(nil),    // 13: deskgrid.display.v1.ListDisplaysRequest
+	(*ListDisplaysResponse)(nil),   // 14: deskgrid.display.v1.ListDisplaysResponse
+	(*DeleteDisplayRequest)(nil),   // 15: deskgrid.display.v1.DeleteDisplayRequest
+	(*DeleteDisplayResponse)(nil),  // 16: deskgrid.display.v1.DeleteDisplayResponse
+	(*Rect)(nil),                   // 17: deskgrid.display.v1.Rect
+	(*ScreenshotRequest)(nil),      // 18: deskgrid.display.v1.ScreenshotRequest
+	(*ScreenshotResponse)(nil),     // 19: deskgrid.display.v1.ScreenshotResponse
+	(*Point)(nil),                  // 20: deskgrid.display.v1.Point
+	(*MouseMove)(nil),              // 21: deskgrid.display.v1.MouseMove
+	(*Click)(nil),                  // 22: deskgrid.display.v1.Click
+	(*Drag)(nil),                   // 23: deskgrid.display.v1.Drag
+	(*ButtonPress)(nil),            // 24: deskgrid.display.v1.ButtonPress
+	(*Scroll)(nil),                 // 25: deskgrid.display.v1.Scroll
+	(*Key)(nil),                    // 26: deskgrid.display.v1.Key
+	(*TypeText)(nil),               // 27: deskgrid.display.v1.TypeText
+	(*Wait)(nil),                   // 28: deskgrid.display.v1.Wait
+	(*Zoom)(nil),                   // 29: deskgrid.display.v1.Zoom
+	(*CursorPosition)(nil),         // 30: deskgrid.display.v1.CursorPosition
+	(*Action)(nil),                 // 31: deskgrid.display.v1.Action
+	(*PerformActionsRequest)(nil),  // 32: deskgrid.display.v1.PerformActionsRequest
+	(*PerformActionsResponse)(nil), // 33: deskgrid.display.v1.PerformActionsResponse
+	(*timestamppb.Timestamp)(nil),  // 34: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 35: google.protobuf.Duration
 }
 var file_deskgrid_display_v1_display_proto_depIdxs = []int32{
-	28, // 0: deskgrid.display.v1.Display.create_time:type_name -> google.protobuf.Timestamp
-	4,  // 1: deskgrid.display.v1.CreateDisplayResponse.display:type_name -> deskgrid.display.v1.Display
-	4,  // 2: deskgrid.display.v1.GetDisplayResponse.display:type_name -> deskgrid.display.v1.Display
-	4,  // 3: deskgrid.display.v1.ListDisplaysResponse.displays:type_name -> deskgrid.display.v1.Display
-	0,  // 4: deskgrid.display.v1.ScreenshotRequest.format:type_name -> deskgrid.display.v1.ImageFormat
-	13, // 5: deskgrid.display.v1.ScreenshotRequest.region:type_name -> deskgrid.display.v1.Rect
-	16, // 6: deskgrid.display.v1.MouseMove.to:type_name -> deskgrid.display.v1.Point
-	16, // 7: deskgrid.display.v1.Click.at:type_name -> deskgrid.display.v1.Point
-	1,  // 8: deskgrid.display.v1.Click.button:type_name -> deskgrid.display.v1.MouseButton
-	16, // 9: deskgrid.display.v1.Drag.path:type_name -> deskgrid.display.v1.Point
-	1,  // 10: deskgrid.display.v1.ButtonPress.button:type_name -> deskgrid.display.v1.MouseButton
-	16, // 11: deskgrid.display.v1.Scroll.at:type_name -> deskgrid.display.v1.Point
-	29, // 12: deskgrid.display.v1.Key.hold:type_name -> google.protobuf.Duration
-	29, // 13: deskgrid.display.v1.Wait.duration:type_name -> google.protobuf.Duration
-	17, // 14: deskgrid.display.v1.Action.mouse_move:type_name -> deskgrid.display.v1.MouseMove
-	18, // 15: deskgrid.display.v1.Action.click:type_name -> deskgrid.display.v1.Click
-	19, // 16: deskgrid.display.v1.Action.drag:type_name -> deskgrid.display.v1.Drag
-	20, // 17: deskgrid.display.v1.Action.button:type_name -> deskgrid.display.v1.ButtonPress
-	21, // 18: deskgrid.display.v1.Action.scroll:type_name -> deskgrid.display.v1.Scroll
-	22, // 19: deskgrid.display.v1.Action.key:type_name -> deskgrid.display.v1.Key
-	23, // 20: deskgrid.display.v1.Action.type:type_name -> deskgrid.display.v1.TypeText
-	24, // 21: deskgrid.display.v1.Action.wait:type_name -> deskgrid.display.v1.Wait
-	25, // 22: deskgrid.display.v1.PerformActionsRequest.actions:type_name -> deskgrid.display.v1.Action
-	16, // 23: deskgrid.display.v1.PerformActionsResponse.cursor:type_name -> deskgrid.display.v1.Point
-	15, // 24: deskgrid.display.v1.PerformActionsResponse.screenshot:type_name -> deskgrid.display.v1.ScreenshotResponse
-	5,  // 25: deskgrid.display.v1.DisplayService.CreateDisplay:input_type -> deskgrid.display.v1.CreateDisplayRequest
-	7,  // 26: deskgrid.display.v1.DisplayService.GetDisplay:input_type -> deskgrid.display.v1.GetDisplayRequest
-	9,  // 27: deskgrid.display.v1.DisplayService.ListDisplays:input_type -> deskgrid.display.v1.ListDisplaysRequest
-	11, // 28: deskgrid.display.v1.DisplayService.DeleteDisplay:input_type -> deskgrid.display.v1.DeleteDisplayRequest
-	14, // 29: deskgrid.display.v1.DisplayService.Screenshot:input_type -> deskgrid.display.v1.ScreenshotRequest
-	26, // 30: deskgrid.display.v1.DisplayService.PerformActions:input_type -> deskgrid.display.v1.PerformActionsRequest
-	2,  // 31: deskgrid.display.v1.DisplayService.ConnectVNC:input_type -> deskgrid.display.v1.ConnectVNCRequest
-	6,  // 32: deskgrid.display.v1.DisplayService.CreateDisplay:output_type -> deskgrid.display.v1.CreateDisplayResponse
-	8,  // 33: deskgrid.display.v1.DisplayService.GetDisplay:output_type -> deskgrid.display.v1.GetDisplayResponse
-	10, // 34: deskgrid.display.v1.DisplayService.ListDisplays:output_type -> deskgrid.display.v1.ListDisplaysResponse
-	12, // 35: deskgrid.display.v1.DisplayService.DeleteDisplay:output_type -> deskgrid.display.v1.DeleteDisplayResponse
-	15, // 36: deskgrid.display.v1.DisplayService.Screenshot:output_type -> deskgrid.display.v1.ScreenshotResponse
-	27, // 37: deskgrid.display.v1.DisplayService.PerformActions:output_type -> deskgrid.display.v1.PerformActionsResponse
-	3,  // 38: deskgrid.display.v1.DisplayService.ConnectVNC:output_type -> deskgrid.display.v1.ConnectVNCResponse
-	32, // [32:39] is the sub-list for method output_type
-	25, // [25:32] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	8,  // 0: deskgrid.display.v1.ResizeDisplayResponse.display:type_name -> deskgrid.display.v1.Display
+	17, // 1: deskgrid.display.v1.Window.geometry:type_name -> deskgrid.display.v1.Rect
+	34, // 2: deskgrid.display.v1.Display.create_time:type_name -> google.protobuf.Timestamp
+	5,  // 3: deskgrid.display.v1.Display.windows:type_name -> deskgrid.display.v1.Window
+	8,  // 4: deskgrid.display.v1.CreateDisplayResponse.display:type_name -> deskgrid.display.v1.Display
+	8,  // 5: deskgrid.display.v1.GetDisplayResponse.display:type_name -> deskgrid.display.v1.Display
+	8,  // 6: deskgrid.display.v1.ListDisplaysResponse.displays:type_name -> deskgrid.display.v1.Display
+	0,  // 7: deskgrid.display.v1.ScreenshotRequest.format:type_name -> deskgrid.display.v1.ImageFormat
+	17, // 8: deskgrid.display.v1.ScreenshotRequest.region:type_name -> deskgrid.display.v1.Rect
+	4,  // 9: deskgrid.display.v1.ScreenshotRequest.scale_to:type_name -> deskgrid.display.v1.Size
+	20, // 10: deskgrid.display.v1.MouseMove.to:type_name -> deskgrid.display.v1.Point
+	20, // 11: deskgrid.display.v1.Click.at:type_name -> deskgrid.display.v1.Point
+	1,  // 12: deskgrid.display.v1.Click.button:type_name -> deskgrid.display.v1.MouseButton
+	20, // 13: deskgrid.display.v1.Drag.path:type_name -> deskgrid.display.v1.Point
+	1,  // 14: deskgrid.display.v1.ButtonPress.button:type_name -> deskgrid.display.v1.MouseButton
+	20, // 15: deskgrid.display.v1.Scroll.at:type_name -> deskgrid.display.v1.Point
+	35, // 16: deskgrid.display.v1.Key.hold:type_name -> google.protobuf.Duration
+	35, // 17: deskgrid.display.v1.Wait.duration:type_name -> google.protobuf.Duration
+	17, // 18: deskgrid.display.v1.Zoom.region:type_name -> deskgrid.display.v1.Rect
+	4,  // 19: deskgrid.display.v1.Zoom.size:type_name -> deskgrid.display.v1.Size
+	21, // 20: deskgrid.display.v1.Action.mouse_move:type_name -> deskgrid.display.v1.MouseMove
+	22, // 21: deskgrid.display.v1.Action.click:type_name -> deskgrid.display.v1.Click
+	23, // 22: deskgrid.display.v1.Action.drag:type_name -> deskgrid.display.v1.Drag
+	24, // 23: deskgrid.display.v1.Action.button:type_name -> deskgrid.display.v1.ButtonPress
+	25, // 24: deskgrid.display.v1.Action.scroll:type_name -> deskgrid.display.v1.Scroll
+	26, // 25: deskgrid.display.v1.Action.key:type_name -> deskgrid.display.v1.Key
+	27, // 26: deskgrid.display.v1.Action.type:type_name -> deskgrid.display.v1.TypeText
+	28, // 27: deskgrid.display.v1.Action.wait:type_name -> deskgrid.display.v1.Wait
+	29, // 28: deskgrid.display.v1.Action.zoom:type_name -> deskgrid.display.v1.Zoom
+	30, // 29: deskgrid.display.v1.Action.cursor_position:type_name -> deskgrid.display.v1.CursorPosition
+	31, // 30: deskgrid.display.v1.PerformActionsRequest.actions:type_name -> deskgrid.display.v1.Action
+	4,  // 31: deskgrid.display.v1.PerformActionsRequest.scale_to:type_name -> deskgrid.display.v1.Size
+	0,  // 32: deskgrid.display.v1.PerformActionsRequest.screenshot_format:type_name -> deskgrid.display.v1.ImageFormat
+	20, // 33: deskgrid.display.v1.PerformActionsResponse.cursor:type_name -> deskgrid.display.v1.Point
+	19, // 34: deskgrid.display.v1.PerformActionsResponse.screenshot:type_name -> deskgrid.display.v1.ScreenshotResponse
+	19, // 35: deskgrid.display.v1.PerformActionsResponse.images:type_name -> deskgrid.display.v1.ScreenshotResponse
+	9,  // 36: deskgrid.display.v1.DisplayService.CreateDisplay:input_type -> deskgrid.display.v1.CreateDisplayRequest
+	11, // 37: deskgrid.display.v1.DisplayService.GetDisplay:input_type -> deskgrid.display.v1.GetDisplayRequest
+	13, // 38: deskgrid.display.v1.DisplayService.ListDisplays:input_type -> deskgrid.display.v1.ListDisplaysRequest
+	15, // 39: deskgrid.display.v1.DisplayService.DeleteDisplay:input_type -> deskgrid.display.v1.DeleteDisplayRequest
+	18, // 40: deskgrid.display.v1.DisplayService.Screenshot:input_type -> deskgrid.display.v1.ScreenshotRequest
+	32, // 41: deskgrid.display.v1.DisplayService.PerformActions:input_type -> deskgrid.display.v1.PerformActionsRequest
+	6,  // 42: deskgrid.display.v1.DisplayService.ConnectVNC:input_type -> deskgrid.display.v1.ConnectVNCRequest
+	2,  // 43: deskgrid.display.v1.DisplayService.ResizeDisplay:input_type -> deskgrid.display.v1.ResizeDisplayRequest
+	10, // 44: deskgrid.display.v1.DisplayService.CreateDisplay:output_type -> deskgrid.display.v1.CreateDisplayResponse
+	12, // 45: deskgrid.display.v1.DisplayService.GetDisplay:output_type -> deskgrid.display.v1.GetDisplayResponse
+	14, // 46: deskgrid.display.v1.DisplayService.ListDisplays:output_type -> deskgrid.display.v1.ListDisplaysResponse
+	16, // 47: deskgrid.display.v1.DisplayService.DeleteDisplay:output_type -> deskgrid.display.v1.DeleteDisplayResponse
+	19, // 48: deskgrid.display.v1.DisplayService.Screenshot:output_type -> deskgrid.display.v1.ScreenshotResponse
+	33, // 49: deskgrid.display.v1.DisplayService.PerformActions:output_type -> deskgrid.display.v1.PerformActionsResponse
+	7,  // 50: deskgrid.display.v1.DisplayService.ConnectVNC:output_type -> deskgrid.display.v1.ConnectVNCResponse
+	3,  // 51: deskgrid.display.v1.DisplayService.ResizeDisplay:output_type -> deskgrid.display.v1.ResizeDisplayResponse
+	44, // [44:52] is the sub-list for method output_type
+	36, // [36:44] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_deskgrid_display_v1_display_proto_init() }
@@ -1923,7 +2435,7 @@ func file_deskgrid_display_v1_display_proto_init() {
 	if File_deskgrid_display_v1_display_proto != nil {
 		return
 	}
-	file_deskgrid_display_v1_display_proto_msgTypes[23].OneofWrappers = []any{
+	file_deskgrid_display_v1_display_proto_msgTypes[29].OneofWrappers = []any{
 		(*Action_MouseMove)(nil),
 		(*Action_Click)(nil),
 		(*Action_Drag)(nil),
@@ -1932,6 +2444,8 @@ func file_deskgrid_display_v1_display_proto_init() {
 		(*Action_Key)(nil),
 		(*Action_Type)(nil),
 		(*Action_Wait)(nil),
+		(*Action_Zoom)(nil),
+		(*Action_CursorPosition)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1939,7 +2453,7 @@ func file_deskgrid_display_v1_display_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_deskgrid_display_v1_display_proto_rawDesc), len(file_deskgrid_display_v1_display_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   26,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

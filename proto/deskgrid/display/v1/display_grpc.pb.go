@@ -26,6 +26,7 @@ const (
 	DisplayService_Screenshot_FullMethodName     = "/deskgrid.display.v1.DisplayService/Screenshot"
 	DisplayService_PerformActions_FullMethodName = "/deskgrid.display.v1.DisplayService/PerformActions"
 	DisplayService_ConnectVNC_FullMethodName     = "/deskgrid.display.v1.DisplayService/ConnectVNC"
+	DisplayService_ResizeDisplay_FullMethodName  = "/deskgrid.display.v1.DisplayService/ResizeDisplay"
 )
 
 // DisplayServiceClient is the client API for DisplayService service.
@@ -56,6 +57,9 @@ type DisplayServiceClient interface {
 	// order. The gateway serves it to browsers as a WebSocket at
 	// /v1/sessions/{session_id}/vnc.
 	ConnectVNC(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConnectVNCRequest, ConnectVNCResponse], error)
+	// ResizeDisplay changes the size of a session's screen (RandR); windows
+	// stay open.
+	ResizeDisplay(ctx context.Context, in *ResizeDisplayRequest, opts ...grpc.CallOption) (*ResizeDisplayResponse, error)
 }
 
 type displayServiceClient struct {
@@ -139,6 +143,16 @@ func (c *displayServiceClient) ConnectVNC(ctx context.Context, opts ...grpc.Call
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type DisplayService_ConnectVNCClient = grpc.BidiStreamingClient[ConnectVNCRequest, ConnectVNCResponse]
 
+func (c *displayServiceClient) ResizeDisplay(ctx context.Context, in *ResizeDisplayRequest, opts ...grpc.CallOption) (*ResizeDisplayResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResizeDisplayResponse)
+	err := c.cc.Invoke(ctx, DisplayService_ResizeDisplay_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DisplayServiceServer is the server API for DisplayService service.
 // All implementations must embed UnimplementedDisplayServiceServer
 // for forward compatibility.
@@ -167,6 +181,9 @@ type DisplayServiceServer interface {
 	// order. The gateway serves it to browsers as a WebSocket at
 	// /v1/sessions/{session_id}/vnc.
 	ConnectVNC(grpc.BidiStreamingServer[ConnectVNCRequest, ConnectVNCResponse]) error
+	// ResizeDisplay changes the size of a session's screen (RandR); windows
+	// stay open.
+	ResizeDisplay(context.Context, *ResizeDisplayRequest) (*ResizeDisplayResponse, error)
 	mustEmbedUnimplementedDisplayServiceServer()
 }
 
@@ -197,6 +214,9 @@ func (UnimplementedDisplayServiceServer) PerformActions(context.Context, *Perfor
 }
 func (UnimplementedDisplayServiceServer) ConnectVNC(grpc.BidiStreamingServer[ConnectVNCRequest, ConnectVNCResponse]) error {
 	return status.Error(codes.Unimplemented, "method ConnectVNC not implemented")
+}
+func (UnimplementedDisplayServiceServer) ResizeDisplay(context.Context, *ResizeDisplayRequest) (*ResizeDisplayResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResizeDisplay not implemented")
 }
 func (UnimplementedDisplayServiceServer) mustEmbedUnimplementedDisplayServiceServer() {}
 func (UnimplementedDisplayServiceServer) testEmbeddedByValue()                        {}
@@ -334,6 +354,24 @@ func _DisplayService_ConnectVNC_Handler(srv interface{}, stream grpc.ServerStrea
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type DisplayService_ConnectVNCServer = grpc.BidiStreamingServer[ConnectVNCRequest, ConnectVNCResponse]
 
+func _DisplayService_ResizeDisplay_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResizeDisplayRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DisplayServiceServer).ResizeDisplay(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DisplayService_ResizeDisplay_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DisplayServiceServer).ResizeDisplay(ctx, req.(*ResizeDisplayRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DisplayService_ServiceDesc is the grpc.ServiceDesc for DisplayService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -364,6 +402,10 @@ var DisplayService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PerformActions",
 			Handler:    _DisplayService_PerformActions_Handler,
+		},
+		{
+			MethodName: "ResizeDisplay",
+			Handler:    _DisplayService_ResizeDisplay_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
