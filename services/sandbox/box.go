@@ -16,6 +16,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/deskgrid/deskgrid/services/sandbox/cgroup"
 	"github.com/deskgrid/deskgrid/services/sandbox/overlay"
 )
 
@@ -27,6 +28,14 @@ type box struct {
 	owner   *overlay.Owner // set for a workspace of an ordinary host user
 	driver  overlay.Driver
 	created time.Time
+	limits  Limits
+	cg      *cgroup.Group // nil on a node without cgroups
+
+	// pmu guards the started programs and the frozen flag.
+	pmu      sync.Mutex
+	procs    map[string]*proc
+	nextProc int
+	frozen   bool
 
 	// ready is closed when creation has finished, well or not.
 	ready chan struct{}
@@ -51,6 +60,7 @@ type meta struct {
 	Owner     *overlay.Owner `json:"owner,omitempty"`
 	Driver    string         `json:"driver"`
 	Created   time.Time      `json:"created"`
+	Limits    Limits         `json:"limits"`
 }
 
 const maxSessionID = 64
@@ -127,9 +137,19 @@ func (s *Service) workspaceLower(workspace string) (string, error) {
 	return real, nil
 }
 
-// createSandbox mounts a new sandbox. On any failure nothing of it remains.
+// createSandbox mounts a new sandbox with the default limits.
 func (s *Service) createSandbox(ctx context.Context, id, workspace string) (*box, error) {
+	return s.create(ctx, id, workspace, Limits{})
+}
+
+// create mounts a new sandbox and makes its cgroup. On any failure nothing
+// of it remains.
+func (s *Service) create(ctx context.Context, id, workspace string, req Limits) (*box, error) {
 	if err := validateSessionID(id); err != nil {
+		return nil, err
+	}
+	limits, err := s.limitsFor(req)
+	if err != nil {
 		return nil, err
 	}
 	lower, owner, err := s.lowerFor(workspace)
@@ -142,6 +162,8 @@ func (s *Service) createSandbox(ctx context.Context, id, workspace string) (*box
 		dir:     filepath.Join(s.sandboxesDir(), id),
 		lower:   lower,
 		owner:   owner,
+		limits:  limits,
+		procs:   map[string]*proc{},
 		created: time.Now().UTC(),
 		ready:   make(chan struct{}),
 		deleted: make(chan struct{}),
@@ -190,6 +212,11 @@ func (s *Service) build(ctx context.Context, b *box) (err error) {
 		if err == nil {
 			return
 		}
+		if b.cg != nil {
+			if cerr := b.cg.Delete(); cerr != nil {
+				s.log.ErrorContext(ctx, "remove cgroup after failed create", "session_id", b.id, "error", cerr)
+			}
+		}
 		// Whatever got mounted is unmounted first; files are removed only
 		// when no mount is left.
 		if terr := s.teardown(context.WithoutCancel(ctx), b.dir, b.driver); terr != nil {
@@ -225,7 +252,14 @@ func (s *Service) build(ctx context.Context, b *box) (err error) {
 		return fmt.Errorf("mount sandbox %s: %w", b.id, err)
 	}
 	b.driver = d
-	return writeMeta(b.dir, meta{SessionID: b.id, Lower: b.lower, Owner: b.owner, Driver: d.Name(), Created: b.created})
+	if s.cgroups != nil {
+		cg, err := s.cgroups.Create(b.id, b.limits.cgroup())
+		if err != nil {
+			return fmt.Errorf("sandbox %s: %w", b.id, err)
+		}
+		b.cg = cg
+	}
+	return writeMeta(b.dir, meta{SessionID: b.id, Lower: b.lower, Owner: b.owner, Driver: d.Name(), Created: b.created, Limits: b.limits})
 }
 
 func writeMeta(dir string, m meta) error {
@@ -340,8 +374,12 @@ func (s *Service) deleteSandbox(ctx context.Context, id string) error {
 	s.mu.Unlock()
 
 	b.cancel() // kills every running command
+	b.stopAll()
 	b.users.Wait()
 	err := s.teardown(ctx, b.dir, b.driver)
+	if err == nil && b.cg != nil {
+		err = b.cg.Delete()
+	}
 	s.mu.Lock()
 	if err != nil {
 		b.deleting = false // let a later delete retry
@@ -392,7 +430,25 @@ func (s *Service) removeLeftover(ctx context.Context, id string) error {
 		return nil
 	}
 	killTagged(dir)
+	if err := s.removeCgroup(id); err != nil {
+		return err
+	}
 	return s.teardown(ctx, dir, nil)
+}
+
+// removeCgroup kills what runs in a leftover cgroup of id and removes it.
+func (s *Service) removeCgroup(id string) error {
+	if s.cgroups == nil {
+		return nil
+	}
+	g, err := s.cgroups.Load(id)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return g.Delete()
 }
 
 // killTagged kills processes whose command line names dir: the bwrap of
@@ -455,6 +511,15 @@ func (s *Service) Reconcile(ctx context.Context, keep func(sessionID string) boo
 			ids[id] = true
 		}
 	}
+	if s.cgroups != nil {
+		groups, err := s.cgroups.List()
+		if err != nil {
+			return nil, fmt.Errorf("reconcile: %w", err)
+		}
+		for _, id := range groups {
+			ids[id] = true
+		}
+	}
 	var errs []error
 	for id := range ids {
 		s.mu.Lock()
@@ -477,6 +542,10 @@ func (s *Service) Reconcile(ctx context.Context, keep func(sessionID string) boo
 		}
 		dir := filepath.Join(s.sandboxesDir(), id)
 		killTagged(dir)
+		if cerr := s.removeCgroup(id); cerr != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", id, cerr))
+			continue
+		}
 		if terr := s.teardown(ctx, dir, nil); terr != nil {
 			errs = append(errs, fmt.Errorf("remove %s: %w", id, terr))
 			continue
@@ -519,8 +588,20 @@ func (s *Service) adopt(ctx context.Context, id string) error {
 		}
 		driver = d
 	}
+	var cg *cgroup.Group
+	if s.cgroups != nil {
+		// Its processes keep running in the group they were in; a sandbox
+		// without one (made by a node without cgroups) gets a fresh one.
+		if cg, err = s.cgroups.Load(id); errors.Is(err, fs.ErrNotExist) {
+			cg, err = s.cgroups.Create(id, m.Limits.cgroup())
+		}
+		if err != nil {
+			return err
+		}
+	}
 	kill, cancel := context.WithCancel(context.Background())
 	b := &box{id: id, dir: dir, lower: m.Lower, owner: m.Owner, driver: driver, created: m.Created,
+		limits: m.Limits, cg: cg, procs: map[string]*proc{}, frozen: cg != nil && cg.Frozen(),
 		ready: make(chan struct{}), ok: true, deleted: make(chan struct{}), kill: kill, cancel: cancel}
 	close(b.ready)
 	s.mu.Lock()

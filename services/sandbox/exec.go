@@ -96,62 +96,15 @@ func (s *Service) exec(ctx context.Context, req *sandboxv1.ExecRequest, send fun
 		return nil, err
 	}
 	defer release()
-
-	if cwd != "." {
-		r, err := s.root(b)
-		if err != nil {
-			return nil, err
-		}
-		real, err := r.Resolve(cwd)
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil, coded(codes.InvalidArgument, "cwd %q does not exist in the sandbox", req.GetCwd())
-			}
-			return nil, err
-		}
-		if st, err := os.Stat(filepath.Join(b.merged(), real)); err != nil || !st.IsDir() {
-			return nil, coded(codes.InvalidArgument, "cwd %q is not a directory", req.GetCwd())
-		}
-		cwd = real
+	if b.isFrozen() {
+		return nil, coded(codes.FailedPrecondition, "session %q's sandbox is frozen; thaw it (resume the session) first", b.id)
 	}
 
-	spec := jail.Spec{
-		Bwrap:    s.cfg.BwrapPath,
-		HomeDir:  b.merged(),
-		Argv:     req.GetArgv(),
-		Cwd:      path.Join(jail.Home, cwd),
-		Etc:      s.cfg.Etc,
-		Hostname: "sandbox",
-		Stdin:    req.GetStdin(),
-		Binds: []jail.Bind{
-			{Src: filepath.Join(s.etcDir, "passwd"), Dest: "/etc/passwd"},
-			{Src: filepath.Join(s.etcDir, "group"), Dest: "/etc/group"},
-		},
+	spec, err := s.jailSpec(b, req.GetArgv(), req.GetEnv(), cwd, req.GetCwd())
+	if err != nil {
+		return nil, err
 	}
-	var env []string
-	if s.display != nil {
-		if disp, xauth, ok := s.display(b.id); ok {
-			sock, n, err := jail.HostSocket(s.cfg.X11SocketDir, disp)
-			if err != nil {
-				return nil, err
-			}
-			if _, err := os.Stat(sock); err != nil {
-				return nil, coded(codes.FailedPrecondition, "session %q's display %s has no X socket on this node: %v", b.id, disp, err)
-			}
-			if xauth != "" {
-				if _, err := os.Stat(xauth); err != nil {
-					return nil, coded(codes.FailedPrecondition, "session %q's X authority file is missing: %v", b.id, err)
-				}
-			}
-			spec.Binds = append(spec.Binds, jail.Bind{Src: sock, Dest: "/tmp/.X11-unix/X" + n, Writable: true})
-			env = append(env, "DISPLAY=:"+n)
-			if xauth != "" {
-				spec.Binds = append(spec.Binds, jail.Bind{Src: xauth, Dest: xauthInSandbox})
-				env = append(env, "XAUTHORITY="+xauthInSandbox)
-			}
-		}
-	}
-	spec.Env = append(env, req.GetEnv()...)
+	spec.Stdin = req.GetStdin()
 
 	// The command ends with the call, on timeout, or when the sandbox is deleted.
 	runCtx, cancel := context.WithCancelCause(ctx)
@@ -180,4 +133,68 @@ func (s *Service) exec(ctx context.Context, req *sandboxv1.ExecRequest, send fun
 		return nil, err
 	}
 	return &sandboxv1.ExecExit{ExitCode: int32(exit.Code), Signal: exit.Signal, TimedOut: exit.TimedOut}, nil
+}
+
+// jailSpec is how a command runs in b: its home, accounts, display and
+// cgroup. cwd is checked relative to the home; asked is what the caller wrote.
+func (s *Service) jailSpec(b *box, argv, extraEnv []string, cwd, asked string) (jail.Spec, error) {
+	if cwd != "." {
+		r, err := s.root(b)
+		if err != nil {
+			return jail.Spec{}, err
+		}
+		real, err := r.Resolve(cwd)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return jail.Spec{}, coded(codes.InvalidArgument, "cwd %q does not exist in the sandbox", asked)
+			}
+			return jail.Spec{}, err
+		}
+		if st, err := os.Stat(filepath.Join(b.merged(), real)); err != nil || !st.IsDir() {
+			return jail.Spec{}, coded(codes.InvalidArgument, "cwd %q is not a directory", asked)
+		}
+		cwd = real
+	}
+
+	spec := jail.Spec{
+		Bwrap:    s.cfg.BwrapPath,
+		HomeDir:  b.merged(),
+		Argv:     argv,
+		Cwd:      path.Join(jail.Home, cwd),
+		Etc:      s.cfg.Etc,
+		Hostname: "sandbox",
+		Binds: []jail.Bind{
+			{Src: filepath.Join(s.etcDir, "passwd"), Dest: "/etc/passwd"},
+			{Src: filepath.Join(s.etcDir, "group"), Dest: "/etc/group"},
+		},
+	}
+	var env []string
+	if s.display != nil {
+		if disp, xauth, ok := s.display(b.id); ok {
+			sock, n, err := jail.HostSocket(s.cfg.X11SocketDir, disp)
+			if err != nil {
+				return jail.Spec{}, err
+			}
+			if _, err := os.Stat(sock); err != nil {
+				return jail.Spec{}, coded(codes.FailedPrecondition, "session %q's display %s has no X socket on this node: %v", b.id, disp, err)
+			}
+			if xauth != "" {
+				if _, err := os.Stat(xauth); err != nil {
+					return jail.Spec{}, coded(codes.FailedPrecondition, "session %q's X authority file is missing: %v", b.id, err)
+				}
+			}
+			spec.Binds = append(spec.Binds, jail.Bind{Src: sock, Dest: "/tmp/.X11-unix/X" + n, Writable: true})
+			env = append(env, "DISPLAY=:"+n)
+			if xauth != "" {
+				spec.Binds = append(spec.Binds, jail.Bind{Src: xauth, Dest: xauthInSandbox})
+				env = append(env, "XAUTHORITY="+xauthInSandbox)
+			}
+		}
+	}
+	spec.Env = append(env, extraEnv...)
+	if b.cg != nil {
+		spec.Place = b.cg.Command
+	}
+	return spec, nil
+
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -31,9 +32,14 @@ type harness struct {
 	cfg    Config
 }
 
+var testGroups atomic.Int64
+
 func testConfig(t testing.TB) Config {
 	cfg := DefaultConfig()
 	cfg.Root = filepath.Join(t.TempDir(), "sandbox")
+	// A parent per test: Reconcile in one test must not see another's groups.
+	cfg.CgroupParent = fmt.Sprintf("deskgrid/test-%d-%d", os.Getpid(), testGroups.Add(1))
+	cfg.Cgroups = CgroupsRequired
 	return cfg
 }
 
@@ -66,6 +72,16 @@ func newHarness(t testing.TB, cfg Config, deps Deps) *harness {
 			t.Errorf("Close: %v", err)
 		}
 		assertNothingLeft(t, svc.cfg.Root)
+		if svc.cgroups != nil {
+			if ids, err := svc.cgroups.List(); err != nil || len(ids) > 0 {
+				t.Errorf("cgroups left: %v %v", ids, err)
+			}
+			for _, c := range []string{"memory", "pids", "freezer"} {
+				if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", c, svc.cgroups.Parent)); err == nil {
+					t.Errorf("cgroup parent %s left in %s", svc.cgroups.Parent, c)
+				}
+			}
+		}
 	})
 	return &harness{svc: svc, client: sandboxv1.NewSandboxServiceClient(conn), cfg: svc.cfg}
 }

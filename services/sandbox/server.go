@@ -24,13 +24,21 @@ type server struct {
 }
 
 func (b *box) proto() *sandboxv1.Sandbox {
-	return &sandboxv1.Sandbox{
+	out := &sandboxv1.Sandbox{
 		SessionId:  b.id,
 		LowerDir:   b.lower,
 		RootDir:    b.merged(),
 		Driver:     b.driver.Name(),
 		CreateTime: timestamppb.New(b.created),
+		Frozen:     b.isFrozen(),
 	}
+	if b.cg != nil {
+		out.Limits = b.limits.proto()
+		out.Cgroup = b.cg.Version()
+	} else {
+		out.Limits = (&Limits{DiskBytes: b.limits.DiskBytes}).proto()
+	}
+	return out
 }
 
 // toStatus maps an error to a status a caller can act on; errors without a
@@ -67,7 +75,9 @@ func (s *Service) toStatus(ctx context.Context, op string, err error) error {
 }
 
 func (g *server) CreateSandbox(ctx context.Context, req *sandboxv1.CreateSandboxRequest) (*sandboxv1.CreateSandboxResponse, error) {
-	b, err := g.s.createSandbox(ctx, req.GetSessionId(), req.GetWorkspace())
+	b, err := g.s.create(ctx, req.GetSessionId(), req.GetWorkspace(), Limits{
+		MemoryBytes: req.GetMemoryBytes(), CPUMillis: req.GetCpuMillis(), Pids: req.GetPids(), DiskBytes: req.GetDiskBytes(),
+	})
 	if err != nil {
 		return nil, g.s.toStatus(ctx, "create sandbox", err)
 	}
@@ -79,7 +89,9 @@ func (g *server) GetSandbox(ctx context.Context, req *sandboxv1.GetSandboxReques
 	if err != nil {
 		return nil, g.s.toStatus(ctx, "get sandbox", err)
 	}
-	return &sandboxv1.GetSandboxResponse{Sandbox: b.proto()}, nil
+	sb := b.proto()
+	sb.Usage = g.s.usage(b)
+	return &sandboxv1.GetSandboxResponse{Sandbox: sb}, nil
 }
 
 func (g *server) ListSandboxes(ctx context.Context, _ *sandboxv1.ListSandboxesRequest) (*sandboxv1.ListSandboxesResponse, error) {
@@ -139,4 +151,42 @@ func (g *server) ListFiles(ctx context.Context, req *sandboxv1.ListFilesRequest)
 		})
 	}
 	return &sandboxv1.ListFilesResponse{Files: out}, nil
+}
+
+func (g *server) StartProcess(ctx context.Context, req *sandboxv1.StartProcessRequest) (*sandboxv1.StartProcessResponse, error) {
+	p, err := g.s.startProcess(ctx, req)
+	if err != nil {
+		return nil, g.s.toStatus(ctx, "start process", err)
+	}
+	return &sandboxv1.StartProcessResponse{Process: p}, nil
+}
+
+func (g *server) StopProcess(ctx context.Context, req *sandboxv1.StopProcessRequest) (*sandboxv1.StopProcessResponse, error) {
+	p, err := g.s.stopProcess(ctx, req.GetSessionId(), req.GetProcessId())
+	if err != nil {
+		return nil, g.s.toStatus(ctx, "stop process", err)
+	}
+	return &sandboxv1.StopProcessResponse{Process: p}, nil
+}
+
+func (g *server) ListProcesses(ctx context.Context, req *sandboxv1.ListProcessesRequest) (*sandboxv1.ListProcessesResponse, error) {
+	ps, err := g.s.listProcesses(req.GetSessionId())
+	if err != nil {
+		return nil, g.s.toStatus(ctx, "list processes", err)
+	}
+	return &sandboxv1.ListProcessesResponse{Processes: ps}, nil
+}
+
+func (g *server) FreezeSandbox(ctx context.Context, req *sandboxv1.FreezeSandboxRequest) (*sandboxv1.FreezeSandboxResponse, error) {
+	if err := g.s.freeze(ctx, req.GetSessionId(), true); err != nil {
+		return nil, g.s.toStatus(ctx, "freeze sandbox", err)
+	}
+	return &sandboxv1.FreezeSandboxResponse{}, nil
+}
+
+func (g *server) ThawSandbox(ctx context.Context, req *sandboxv1.ThawSandboxRequest) (*sandboxv1.ThawSandboxResponse, error) {
+	if err := g.s.freeze(ctx, req.GetSessionId(), false); err != nil {
+		return nil, g.s.toStatus(ctx, "thaw sandbox", err)
+	}
+	return &sandboxv1.ThawSandboxResponse{}, nil
 }

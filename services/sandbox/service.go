@@ -12,12 +12,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/sandbox/cgroup"
 	"github.com/deskgrid/deskgrid/services/sandbox/jail"
 	"github.com/deskgrid/deskgrid/services/sandbox/overlay"
 )
@@ -56,7 +58,24 @@ type Config struct {
 	X11SocketDir string
 	// Etc lists the host /etc entries a sandbox sees; nil means jail.DefaultEtc.
 	Etc []string
+	// Cgroups is "auto" (limits when the node has a usable cgroup
+	// hierarchy, a warning when not), "required" or "off".
+	Cgroups string
+	// CgroupParent is the group, below the cgroup root, holding one group
+	// per sandbox named for its session.
+	CgroupParent string
+	// Limits apply when a request names none; MaxLimits bound what a
+	// request may ask for (zero: no bound).
+	Limits    Limits
+	MaxLimits Limits
 }
+
+// Values accepted in Config.Cgroups.
+const (
+	CgroupsAuto     = "auto"
+	CgroupsRequired = "required"
+	CgroupsOff      = "off"
+)
 
 // DefaultConfig returns the configuration used when nothing is set.
 func DefaultConfig() Config {
@@ -70,6 +89,10 @@ func DefaultConfig() Config {
 		ExecChunkBytes:    32 << 10,
 		MaxFileBytes:      64 << 20,
 		X11SocketDir:      "/tmp/.X11-unix",
+		Cgroups:           CgroupsAuto,
+		CgroupParent:      cgroup.DefaultParent,
+		Limits:            Limits{MemoryBytes: 2 << 30, CPUMillis: 1000, Pids: 512},
+		MaxLimits:         Limits{MemoryBytes: 16 << 30, CPUMillis: int64(runtime.NumCPU()) * 1000, Pids: 8192},
 	}
 }
 
@@ -91,7 +114,8 @@ type Service struct {
 	log     *slog.Logger
 	drivers overlay.Chain
 	display func(string) (string, string, bool)
-	etcDir  string // synthetic passwd and group for sandboxes
+	etcDir  string            // synthetic passwd and group for sandboxes
+	cgroups *cgroup.Hierarchy // nil: no limits on this node
 
 	mu     sync.Mutex
 	boxes  map[string]*box
@@ -128,6 +152,15 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	if cfg.X11SocketDir == "" {
 		cfg.X11SocketDir = def.X11SocketDir
+	}
+	if cfg.Cgroups == "" {
+		cfg.Cgroups = def.Cgroups
+	}
+	if cfg.Limits == (Limits{}) {
+		cfg.Limits = def.Limits
+	}
+	if cfg.MaxLimits == (Limits{}) {
+		cfg.MaxLimits = def.MaxLimits
 	}
 	root, err := filepath.Abs(cfg.Root)
 	if err != nil {
@@ -186,6 +219,24 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	if err := writeEtc(s.etcDir); err != nil {
 		return nil, err
+	}
+	switch cfg.Cgroups {
+	case CgroupsOff:
+	case CgroupsAuto, CgroupsRequired:
+		h, err := cgroup.Detect(cfg.CgroupParent)
+		if err == nil {
+			err = h.Check()
+		}
+		switch {
+		case err == nil:
+			s.cgroups = &h
+		case cfg.Cgroups == CgroupsRequired:
+			return nil, fmt.Errorf("sandbox cgroups: %w", err)
+		default:
+			s.log.WarnContext(ctx, "no usable cgroups: sandboxes run without memory, CPU and pids limits", "error", err)
+		}
+	default:
+		return nil, fmt.Errorf("unknown cgroups setting %q: want %q, %q or %q", cfg.Cgroups, CgroupsAuto, CgroupsRequired, CgroupsOff)
 	}
 	if _, err := exec.LookPath(cfg.BwrapPath); err != nil {
 		// Sandboxes still work for files; Exec reports the missing program.
@@ -246,6 +297,9 @@ func (s *Service) Close(ctx context.Context) error {
 		if err := s.deleteSandbox(ctx, id); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if s.cgroups != nil && len(errs) == 0 {
+		s.cgroups.RemoveParent() // only when empty: another node may share it
 	}
 	return errors.Join(errs...)
 }

@@ -65,6 +65,10 @@ type Spec struct {
 	// Hostname inside the sandbox.
 	Hostname string
 	Stdin    []byte
+	// Place, when set, starts bwrap inside the session's control group: it
+	// wraps cmd and returns the start function to use instead of cmd.Start,
+	// and done, called once the command has been waited for.
+	Place func(cmd *exec.Cmd) (start func() error, done func())
 }
 
 // Stream tells stdout from stderr.
@@ -212,19 +216,10 @@ func Run(ctx context.Context, spec Spec, timeout time.Duration, chunkSize int, o
 	if err != nil {
 		return Exit{}, err
 	}
-	bin := spec.Bwrap
-	if bin == "" {
-		bin = "bwrap"
-	}
 	if chunkSize <= 0 {
 		chunkSize = 32 << 10
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = []string{}
-	cmd.Dir = "/"
-	// Its own process group: a terminal's signals to the node agent must not
-	// reach the sandbox.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd := command(spec, args)
 	if len(spec.Stdin) > 0 {
 		cmd.Stdin = bytes.NewReader(spec.Stdin)
 	}
@@ -236,7 +231,9 @@ func Run(ctx context.Context, spec Spec, timeout time.Duration, chunkSize int, o
 	if err != nil {
 		return Exit{}, err
 	}
-	if err := cmd.Start(); err != nil {
+	start, done := place(spec, cmd)
+	defer done()
+	if err := start(); err != nil {
 		return Exit{}, fmt.Errorf("%w: %w", ErrNoBwrap, err)
 	}
 	runCtx, cancel := context.WithTimeoutCause(ctx, timeout, ErrTimeout)
@@ -280,6 +277,44 @@ func Run(ctx context.Context, spec Spec, timeout time.Duration, chunkSize int, o
 	killed := !stopKill() // the kill already ran
 	cause := context.Cause(runCtx)
 
+	exit, err := exitOf(waitErr)
+	if err != nil {
+		return exit, err
+	}
+	if killed && errors.Is(cause, ErrTimeout) {
+		exit.TimedOut = true
+	}
+	if outErr != nil {
+		return exit, outErr
+	}
+	if killed && !exit.TimedOut {
+		return exit, fmt.Errorf("command stopped: %w", cause)
+	}
+	return exit, nil
+}
+
+func command(spec Spec, args []string) *exec.Cmd {
+	bin := spec.Bwrap
+	if bin == "" {
+		bin = "bwrap"
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = []string{}
+	cmd.Dir = "/"
+	// Its own process group: a terminal's signals to the node agent must not
+	// reach the sandbox.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return cmd
+}
+
+func place(spec Spec, cmd *exec.Cmd) (start func() error, done func()) {
+	if spec.Place == nil {
+		return cmd.Start, func() {}
+	}
+	return spec.Place(cmd)
+}
+
+func exitOf(waitErr error) (Exit, error) {
 	exit := Exit{}
 	var ee *exec.ExitError
 	switch {
@@ -295,16 +330,59 @@ func Run(ctx context.Context, spec Spec, timeout time.Duration, chunkSize int, o
 	default:
 		return exit, fmt.Errorf("wait for bwrap: %w", waitErr)
 	}
-	if killed && errors.Is(cause, ErrTimeout) {
-		exit.TimedOut = true
-	}
-	if outErr != nil {
-		return exit, outErr
-	}
-	if killed && !exit.TimedOut {
-		return exit, fmt.Errorf("command stopped: %w", cause)
-	}
 	return exit, nil
+}
+
+// Proc is a command started by Spawn that runs on its own.
+type Proc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	exit Exit
+	err  error
+}
+
+// Spawn starts the command without waiting for it; its output goes to out
+// (nil discards it). It ends when killed, or when the caller's process ends
+// (--die-with-parent).
+func Spawn(spec Spec, out *os.File) (*Proc, error) {
+	args, err := Args(spec)
+	if err != nil {
+		return nil, err
+	}
+	cmd := command(spec, args)
+	if out != nil {
+		cmd.Stdout, cmd.Stderr = out, out
+	}
+	start, placed := place(spec, cmd)
+	if err := start(); err != nil {
+		placed()
+		return nil, fmt.Errorf("%w: %w", ErrNoBwrap, err)
+	}
+	p := &Proc{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		defer placed()
+		p.exit, p.err = exitOf(cmd.Wait())
+	}()
+	return p, nil
+}
+
+// Pid is bwrap's process id on the host.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Done is closed when the command has ended.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Exit is how the command ended; valid once Done is closed.
+func (p *Proc) Exit() (Exit, error) {
+	<-p.done
+	return p.exit, p.err
+}
+
+// Kill kills the command and everything it started; it does not wait.
+func (p *Proc) Kill() {
+	// Through a pidfd: a late kill cannot hit a reused pid.
+	_ = p.cmd.Process.Kill()
 }
 
 // HostSocket returns the host's X socket for display ":N" or ":N.S".

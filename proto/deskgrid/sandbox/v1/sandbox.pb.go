@@ -24,6 +24,109 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ProcessState says whether a started program still runs.
+type ProcessState int32
+
+const (
+	ProcessState_PROCESS_STATE_UNSPECIFIED ProcessState = 0
+	ProcessState_PROCESS_STATE_RUNNING     ProcessState = 1
+	ProcessState_PROCESS_STATE_EXITED      ProcessState = 2
+)
+
+// Enum value maps for ProcessState.
+var (
+	ProcessState_name = map[int32]string{
+		0: "PROCESS_STATE_UNSPECIFIED",
+		1: "PROCESS_STATE_RUNNING",
+		2: "PROCESS_STATE_EXITED",
+	}
+	ProcessState_value = map[string]int32{
+		"PROCESS_STATE_UNSPECIFIED": 0,
+		"PROCESS_STATE_RUNNING":     1,
+		"PROCESS_STATE_EXITED":      2,
+	}
+)
+
+func (x ProcessState) Enum() *ProcessState {
+	p := new(ProcessState)
+	*p = x
+	return p
+}
+
+func (x ProcessState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ProcessState) Descriptor() protoreflect.EnumDescriptor {
+	return file_deskgrid_sandbox_v1_sandbox_proto_enumTypes[0].Descriptor()
+}
+
+func (ProcessState) Type() protoreflect.EnumType {
+	return &file_deskgrid_sandbox_v1_sandbox_proto_enumTypes[0]
+}
+
+func (x ProcessState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ProcessState.Descriptor instead.
+func (ProcessState) EnumDescriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{0}
+}
+
+// ChangeKind is what happened to a path.
+type ChangeKind int32
+
+const (
+	ChangeKind_CHANGE_KIND_UNSPECIFIED ChangeKind = 0
+	ChangeKind_CHANGE_KIND_ADDED       ChangeKind = 1
+	ChangeKind_CHANGE_KIND_MODIFIED    ChangeKind = 2
+	ChangeKind_CHANGE_KIND_DELETED     ChangeKind = 3
+)
+
+// Enum value maps for ChangeKind.
+var (
+	ChangeKind_name = map[int32]string{
+		0: "CHANGE_KIND_UNSPECIFIED",
+		1: "CHANGE_KIND_ADDED",
+		2: "CHANGE_KIND_MODIFIED",
+		3: "CHANGE_KIND_DELETED",
+	}
+	ChangeKind_value = map[string]int32{
+		"CHANGE_KIND_UNSPECIFIED": 0,
+		"CHANGE_KIND_ADDED":       1,
+		"CHANGE_KIND_MODIFIED":    2,
+		"CHANGE_KIND_DELETED":     3,
+	}
+)
+
+func (x ChangeKind) Enum() *ChangeKind {
+	p := new(ChangeKind)
+	*p = x
+	return p
+}
+
+func (x ChangeKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ChangeKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_deskgrid_sandbox_v1_sandbox_proto_enumTypes[1].Descriptor()
+}
+
+func (ChangeKind) Type() protoreflect.EnumType {
+	return &file_deskgrid_sandbox_v1_sandbox_proto_enumTypes[1]
+}
+
+func (x ChangeKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ChangeKind.Descriptor instead.
+func (ChangeKind) EnumDescriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{1}
+}
+
 // Sandbox is a session's isolated filesystem and process space on a node.
 type Sandbox struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -33,8 +136,17 @@ type Sandbox struct {
 	// Path of the merged view on the node.
 	RootDir string `protobuf:"bytes,3,opt,name=root_dir,json=rootDir,proto3" json:"root_dir,omitempty"`
 	// Overlay driver in use, such as "overlayfs".
-	Driver        string                 `protobuf:"bytes,4,opt,name=driver,proto3" json:"driver,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	Driver     string                 `protobuf:"bytes,4,opt,name=driver,proto3" json:"driver,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// Limits in force; zero means unlimited.
+	Limits *SandboxLimits `protobuf:"bytes,6,opt,name=limits,proto3" json:"limits,omitempty"`
+	// Control group version holding the sandbox's processes ("v1", "v2"),
+	// empty when the node runs without cgroups (and without limits).
+	Cgroup string `protobuf:"bytes,7,opt,name=cgroup,proto3" json:"cgroup,omitempty"`
+	// Whether FreezeSandbox froze it.
+	Frozen bool `protobuf:"varint,8,opt,name=frozen,proto3" json:"frozen,omitempty"`
+	// Resource use, filled by GetSandbox.
+	Usage         *SandboxUsage `protobuf:"bytes,9,opt,name=usage,proto3" json:"usage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -104,6 +216,174 @@ func (x *Sandbox) GetCreateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Sandbox) GetLimits() *SandboxLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *Sandbox) GetCgroup() string {
+	if x != nil {
+		return x.Cgroup
+	}
+	return ""
+}
+
+func (x *Sandbox) GetFrozen() bool {
+	if x != nil {
+		return x.Frozen
+	}
+	return false
+}
+
+func (x *Sandbox) GetUsage() *SandboxUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+// SandboxLimits bound a sandbox's resources.
+type SandboxLimits struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	MemoryBytes int64                  `protobuf:"varint,1,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// CPU time per second: 1000 is one core.
+	CpuMillis     int64 `protobuf:"varint,2,opt,name=cpu_millis,json=cpuMillis,proto3" json:"cpu_millis,omitempty"`
+	Pids          int64 `protobuf:"varint,3,opt,name=pids,proto3" json:"pids,omitempty"`
+	DiskBytes     int64 `protobuf:"varint,4,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxLimits) Reset() {
+	*x = SandboxLimits{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxLimits) ProtoMessage() {}
+
+func (x *SandboxLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxLimits.ProtoReflect.Descriptor instead.
+func (*SandboxLimits) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SandboxLimits) GetMemoryBytes() int64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *SandboxLimits) GetCpuMillis() int64 {
+	if x != nil {
+		return x.CpuMillis
+	}
+	return 0
+}
+
+func (x *SandboxLimits) GetPids() int64 {
+	if x != nil {
+		return x.Pids
+	}
+	return 0
+}
+
+func (x *SandboxLimits) GetDiskBytes() int64 {
+	if x != nil {
+		return x.DiskBytes
+	}
+	return 0
+}
+
+// SandboxUsage is what a sandbox's processes have used.
+type SandboxUsage struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	CpuNanos    uint64                 `protobuf:"varint,1,opt,name=cpu_nanos,json=cpuNanos,proto3" json:"cpu_nanos,omitempty"`
+	MemoryBytes uint64                 `protobuf:"varint,2,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	Pids        uint64                 `protobuf:"varint,3,opt,name=pids,proto3" json:"pids,omitempty"`
+	// Processes the kernel killed for going over the memory limit.
+	OomKills      uint64 `protobuf:"varint,4,opt,name=oom_kills,json=oomKills,proto3" json:"oom_kills,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxUsage) Reset() {
+	*x = SandboxUsage{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxUsage) ProtoMessage() {}
+
+func (x *SandboxUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxUsage.ProtoReflect.Descriptor instead.
+func (*SandboxUsage) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SandboxUsage) GetCpuNanos() uint64 {
+	if x != nil {
+		return x.CpuNanos
+	}
+	return 0
+}
+
+func (x *SandboxUsage) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *SandboxUsage) GetPids() uint64 {
+	if x != nil {
+		return x.Pids
+	}
+	return 0
+}
+
+func (x *SandboxUsage) GetOomKills() uint64 {
+	if x != nil {
+		return x.OomKills
+	}
+	return 0
+}
+
 type CreateSandboxRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -119,7 +399,7 @@ type CreateSandboxRequest struct {
 
 func (x *CreateSandboxRequest) Reset() {
 	*x = CreateSandboxRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[1]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -131,7 +411,7 @@ func (x *CreateSandboxRequest) String() string {
 func (*CreateSandboxRequest) ProtoMessage() {}
 
 func (x *CreateSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[1]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -144,7 +424,7 @@ func (x *CreateSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSandboxRequest.ProtoReflect.Descriptor instead.
 func (*CreateSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{1}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CreateSandboxRequest) GetSessionId() string {
@@ -198,7 +478,7 @@ type CreateSandboxResponse struct {
 
 func (x *CreateSandboxResponse) Reset() {
 	*x = CreateSandboxResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[2]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -210,7 +490,7 @@ func (x *CreateSandboxResponse) String() string {
 func (*CreateSandboxResponse) ProtoMessage() {}
 
 func (x *CreateSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[2]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -223,7 +503,7 @@ func (x *CreateSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSandboxResponse.ProtoReflect.Descriptor instead.
 func (*CreateSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{2}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateSandboxResponse) GetSandbox() *Sandbox {
@@ -242,7 +522,7 @@ type GetSandboxRequest struct {
 
 func (x *GetSandboxRequest) Reset() {
 	*x = GetSandboxRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[3]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -254,7 +534,7 @@ func (x *GetSandboxRequest) String() string {
 func (*GetSandboxRequest) ProtoMessage() {}
 
 func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[3]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -267,7 +547,7 @@ func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxRequest.ProtoReflect.Descriptor instead.
 func (*GetSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetSandboxRequest) GetSessionId() string {
@@ -286,7 +566,7 @@ type GetSandboxResponse struct {
 
 func (x *GetSandboxResponse) Reset() {
 	*x = GetSandboxResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[4]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -298,7 +578,7 @@ func (x *GetSandboxResponse) String() string {
 func (*GetSandboxResponse) ProtoMessage() {}
 
 func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[4]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -311,7 +591,7 @@ func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxResponse.ProtoReflect.Descriptor instead.
 func (*GetSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetSandboxResponse) GetSandbox() *Sandbox {
@@ -329,7 +609,7 @@ type ListSandboxesRequest struct {
 
 func (x *ListSandboxesRequest) Reset() {
 	*x = ListSandboxesRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[5]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -341,7 +621,7 @@ func (x *ListSandboxesRequest) String() string {
 func (*ListSandboxesRequest) ProtoMessage() {}
 
 func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[5]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -354,7 +634,7 @@ func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesRequest.ProtoReflect.Descriptor instead.
 func (*ListSandboxesRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
 }
 
 type ListSandboxesResponse struct {
@@ -366,7 +646,7 @@ type ListSandboxesResponse struct {
 
 func (x *ListSandboxesResponse) Reset() {
 	*x = ListSandboxesResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[6]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -378,7 +658,7 @@ func (x *ListSandboxesResponse) String() string {
 func (*ListSandboxesResponse) ProtoMessage() {}
 
 func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[6]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -391,7 +671,7 @@ func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesResponse.ProtoReflect.Descriptor instead.
 func (*ListSandboxesResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{6}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListSandboxesResponse) GetSandboxes() []*Sandbox {
@@ -410,7 +690,7 @@ type DeleteSandboxRequest struct {
 
 func (x *DeleteSandboxRequest) Reset() {
 	*x = DeleteSandboxRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[7]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -422,7 +702,7 @@ func (x *DeleteSandboxRequest) String() string {
 func (*DeleteSandboxRequest) ProtoMessage() {}
 
 func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[7]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -435,7 +715,7 @@ func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeleteSandboxRequest) GetSessionId() string {
@@ -453,7 +733,7 @@ type DeleteSandboxResponse struct {
 
 func (x *DeleteSandboxResponse) Reset() {
 	*x = DeleteSandboxResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[8]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -465,7 +745,7 @@ func (x *DeleteSandboxResponse) String() string {
 func (*DeleteSandboxResponse) ProtoMessage() {}
 
 func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[8]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -478,7 +758,7 @@ func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{8}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
 }
 
 type ExecRequest struct {
@@ -500,7 +780,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -512,7 +792,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -525,7 +805,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ExecRequest) GetSessionId() string {
@@ -583,7 +863,7 @@ type ExecExit struct {
 
 func (x *ExecExit) Reset() {
 	*x = ExecExit{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -595,7 +875,7 @@ func (x *ExecExit) String() string {
 func (*ExecExit) ProtoMessage() {}
 
 func (x *ExecExit) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -608,7 +888,7 @@ func (x *ExecExit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecExit.ProtoReflect.Descriptor instead.
 func (*ExecExit) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExecExit) GetExitCode() int32 {
@@ -646,7 +926,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -658,7 +938,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -671,7 +951,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExecResponse) GetOutput() isExecResponse_Output {
@@ -741,7 +1021,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +1033,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +1046,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReadFileRequest) GetSessionId() string {
@@ -793,7 +1073,7 @@ type ReadFileResponse struct {
 
 func (x *ReadFileResponse) Reset() {
 	*x = ReadFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -805,7 +1085,7 @@ func (x *ReadFileResponse) String() string {
 func (*ReadFileResponse) ProtoMessage() {}
 
 func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -818,7 +1098,7 @@ func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReadFileResponse) GetContent() []byte {
@@ -848,7 +1128,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -860,7 +1140,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -873,7 +1153,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WriteFileRequest) GetSessionId() string {
@@ -912,7 +1192,7 @@ type WriteFileResponse struct {
 
 func (x *WriteFileResponse) Reset() {
 	*x = WriteFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1204,7 @@ func (x *WriteFileResponse) String() string {
 func (*WriteFileResponse) ProtoMessage() {}
 
 func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1217,7 @@ func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileResponse.ProtoReflect.Descriptor instead.
 func (*WriteFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
 }
 
 type ListFilesRequest struct {
@@ -951,7 +1231,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -963,7 +1243,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -976,7 +1256,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListFilesRequest) GetSessionId() string {
@@ -1007,7 +1287,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1019,7 +1299,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1032,7 +1312,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FileInfo) GetName() string {
@@ -1079,7 +1359,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +1371,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +1384,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListFilesResponse) GetFiles() []*FileInfo {
@@ -1114,11 +1394,1095 @@ func (x *ListFilesResponse) GetFiles() []*FileInfo {
 	return nil
 }
 
+type StartProcessRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Program and arguments; argv[0] is looked up in the sandbox's PATH.
+	Argv []string `protobuf:"bytes,2,rep,name=argv,proto3" json:"argv,omitempty"`
+	// Extra environment, "KEY=value".
+	Env []string `protobuf:"bytes,3,rep,name=env,proto3" json:"env,omitempty"`
+	// Working directory inside the sandbox; empty for its home.
+	Cwd           string `protobuf:"bytes,4,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartProcessRequest) Reset() {
+	*x = StartProcessRequest{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartProcessRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartProcessRequest) ProtoMessage() {}
+
+func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartProcessRequest.ProtoReflect.Descriptor instead.
+func (*StartProcessRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *StartProcessRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *StartProcessRequest) GetArgv() []string {
+	if x != nil {
+		return x.Argv
+	}
+	return nil
+}
+
+func (x *StartProcessRequest) GetEnv() []string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *StartProcessRequest) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+// Process is a program StartProcess started.
+type Process struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ProcessId string                 `protobuf:"bytes,1,opt,name=process_id,json=processId,proto3" json:"process_id,omitempty"`
+	Argv      []string               `protobuf:"bytes,2,rep,name=argv,proto3" json:"argv,omitempty"`
+	// Host process id of its sandbox.
+	Pid   int64        `protobuf:"varint,3,opt,name=pid,proto3" json:"pid,omitempty"`
+	State ProcessState `protobuf:"varint,4,opt,name=state,proto3,enum=deskgrid.sandbox.v1.ProcessState" json:"state,omitempty"`
+	// How it ended, once EXITED.
+	Exit          *ExecExit              `protobuf:"bytes,5,opt,name=exit,proto3" json:"exit,omitempty"`
+	StartTime     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Process) Reset() {
+	*x = Process{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Process) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Process) ProtoMessage() {}
+
+func (x *Process) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Process.ProtoReflect.Descriptor instead.
+func (*Process) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *Process) GetProcessId() string {
+	if x != nil {
+		return x.ProcessId
+	}
+	return ""
+}
+
+func (x *Process) GetArgv() []string {
+	if x != nil {
+		return x.Argv
+	}
+	return nil
+}
+
+func (x *Process) GetPid() int64 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *Process) GetState() ProcessState {
+	if x != nil {
+		return x.State
+	}
+	return ProcessState_PROCESS_STATE_UNSPECIFIED
+}
+
+func (x *Process) GetExit() *ExecExit {
+	if x != nil {
+		return x.Exit
+	}
+	return nil
+}
+
+func (x *Process) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+type StartProcessResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Process       *Process               `protobuf:"bytes,1,opt,name=process,proto3" json:"process,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartProcessResponse) Reset() {
+	*x = StartProcessResponse{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartProcessResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartProcessResponse) ProtoMessage() {}
+
+func (x *StartProcessResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartProcessResponse.ProtoReflect.Descriptor instead.
+func (*StartProcessResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *StartProcessResponse) GetProcess() *Process {
+	if x != nil {
+		return x.Process
+	}
+	return nil
+}
+
+type StopProcessRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	ProcessId     string                 `protobuf:"bytes,2,opt,name=process_id,json=processId,proto3" json:"process_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StopProcessRequest) Reset() {
+	*x = StopProcessRequest{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StopProcessRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StopProcessRequest) ProtoMessage() {}
+
+func (x *StopProcessRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StopProcessRequest.ProtoReflect.Descriptor instead.
+func (*StopProcessRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *StopProcessRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *StopProcessRequest) GetProcessId() string {
+	if x != nil {
+		return x.ProcessId
+	}
+	return ""
+}
+
+type StopProcessResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Process       *Process               `protobuf:"bytes,1,opt,name=process,proto3" json:"process,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StopProcessResponse) Reset() {
+	*x = StopProcessResponse{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StopProcessResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StopProcessResponse) ProtoMessage() {}
+
+func (x *StopProcessResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StopProcessResponse.ProtoReflect.Descriptor instead.
+func (*StopProcessResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *StopProcessResponse) GetProcess() *Process {
+	if x != nil {
+		return x.Process
+	}
+	return nil
+}
+
+type ListProcessesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListProcessesRequest) Reset() {
+	*x = ListProcessesRequest{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListProcessesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListProcessesRequest) ProtoMessage() {}
+
+func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListProcessesRequest.ProtoReflect.Descriptor instead.
+func (*ListProcessesRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ListProcessesRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type ListProcessesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Processes     []*Process             `protobuf:"bytes,1,rep,name=processes,proto3" json:"processes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListProcessesResponse) Reset() {
+	*x = ListProcessesResponse{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListProcessesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListProcessesResponse) ProtoMessage() {}
+
+func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListProcessesResponse.ProtoReflect.Descriptor instead.
+func (*ListProcessesResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListProcessesResponse) GetProcesses() []*Process {
+	if x != nil {
+		return x.Processes
+	}
+	return nil
+}
+
+type FreezeSandboxRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FreezeSandboxRequest) Reset() {
+	*x = FreezeSandboxRequest{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FreezeSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FreezeSandboxRequest) ProtoMessage() {}
+
+func (x *FreezeSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FreezeSandboxRequest.ProtoReflect.Descriptor instead.
+func (*FreezeSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *FreezeSandboxRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type FreezeSandboxResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FreezeSandboxResponse) Reset() {
+	*x = FreezeSandboxResponse{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FreezeSandboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FreezeSandboxResponse) ProtoMessage() {}
+
+func (x *FreezeSandboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FreezeSandboxResponse.ProtoReflect.Descriptor instead.
+func (*FreezeSandboxResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
+}
+
+type ThawSandboxRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ThawSandboxRequest) Reset() {
+	*x = ThawSandboxRequest{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ThawSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ThawSandboxRequest) ProtoMessage() {}
+
+func (x *ThawSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ThawSandboxRequest.ProtoReflect.Descriptor instead.
+func (*ThawSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ThawSandboxRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type ThawSandboxResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ThawSandboxResponse) Reset() {
+	*x = ThawSandboxResponse{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ThawSandboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ThawSandboxResponse) ProtoMessage() {}
+
+func (x *ThawSandboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ThawSandboxResponse.ProtoReflect.Descriptor instead.
+func (*ThawSandboxResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
+}
+
+// Change is one path the session changed.
+type Change struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Path relative to the sandbox root.
+	Path  string     `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Kind  ChangeKind `protobuf:"varint,2,opt,name=kind,proto3,enum=deskgrid.sandbox.v1.ChangeKind" json:"kind,omitempty"`
+	IsDir bool       `protobuf:"varint,3,opt,name=is_dir,json=isDir,proto3" json:"is_dir,omitempty"`
+	// Size in the sandbox; zero when deleted.
+	Size          int64 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Change) Reset() {
+	*x = Change{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Change) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Change) ProtoMessage() {}
+
+func (x *Change) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Change.ProtoReflect.Descriptor instead.
+func (*Change) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *Change) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Change) GetKind() ChangeKind {
+	if x != nil {
+		return x.Kind
+	}
+	return ChangeKind_CHANGE_KIND_UNSPECIFIED
+}
+
+func (x *Change) GetIsDir() bool {
+	if x != nil {
+		return x.IsDir
+	}
+	return false
+}
+
+func (x *Change) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+type ListChangesRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Only changes at or beneath this path; empty for all.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListChangesRequest) Reset() {
+	*x = ListChangesRequest{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListChangesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListChangesRequest) ProtoMessage() {}
+
+func (x *ListChangesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListChangesRequest.ProtoReflect.Descriptor instead.
+func (*ListChangesRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ListChangesRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ListChangesRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+type ListChangesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Changes       []*Change              `protobuf:"bytes,1,rep,name=changes,proto3" json:"changes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListChangesResponse) Reset() {
+	*x = ListChangesResponse{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListChangesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListChangesResponse) ProtoMessage() {}
+
+func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListChangesResponse.ProtoReflect.Descriptor instead.
+func (*ListChangesResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ListChangesResponse) GetChanges() []*Change {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+type DiffFileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiffFileRequest) Reset() {
+	*x = DiffFileRequest{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiffFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiffFileRequest) ProtoMessage() {}
+
+func (x *DiffFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiffFileRequest.ProtoReflect.Descriptor instead.
+func (*DiffFileRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *DiffFileRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *DiffFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+type DiffFileResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Change *Change                `protobuf:"bytes,1,opt,name=change,proto3" json:"change,omitempty"`
+	// Unified diff, empty for a binary file.
+	Diff string `protobuf:"bytes,2,opt,name=diff,proto3" json:"diff,omitempty"`
+	// True when either side is not text.
+	Binary        bool `protobuf:"varint,3,opt,name=binary,proto3" json:"binary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiffFileResponse) Reset() {
+	*x = DiffFileResponse{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiffFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiffFileResponse) ProtoMessage() {}
+
+func (x *DiffFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiffFileResponse.ProtoReflect.Descriptor instead.
+func (*DiffFileResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *DiffFileResponse) GetChange() *Change {
+	if x != nil {
+		return x.Change
+	}
+	return nil
+}
+
+func (x *DiffFileResponse) GetDiff() string {
+	if x != nil {
+		return x.Diff
+	}
+	return ""
+}
+
+func (x *DiffFileResponse) GetBinary() bool {
+	if x != nil {
+		return x.Binary
+	}
+	return false
+}
+
+type ApplyChangesRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Paths to apply (a directory covers what is beneath it); empty applies all.
+	Paths         []string `protobuf:"bytes,2,rep,name=paths,proto3" json:"paths,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyChangesRequest) Reset() {
+	*x = ApplyChangesRequest{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyChangesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyChangesRequest) ProtoMessage() {}
+
+func (x *ApplyChangesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyChangesRequest.ProtoReflect.Descriptor instead.
+func (*ApplyChangesRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ApplyChangesRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ApplyChangesRequest) GetPaths() []string {
+	if x != nil {
+		return x.Paths
+	}
+	return nil
+}
+
+// Conflict is a change not applied because the workspace changed too.
+type Conflict struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Conflict) Reset() {
+	*x = Conflict{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Conflict) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Conflict) ProtoMessage() {}
+
+func (x *Conflict) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Conflict.ProtoReflect.Descriptor instead.
+func (*Conflict) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *Conflict) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Conflict) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type ApplyChangesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Paths written to or removed from the workspace.
+	Applied       []string    `protobuf:"bytes,1,rep,name=applied,proto3" json:"applied,omitempty"`
+	Conflicts     []*Conflict `protobuf:"bytes,2,rep,name=conflicts,proto3" json:"conflicts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyChangesResponse) Reset() {
+	*x = ApplyChangesResponse{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyChangesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyChangesResponse) ProtoMessage() {}
+
+func (x *ApplyChangesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyChangesResponse.ProtoReflect.Descriptor instead.
+func (*ApplyChangesResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ApplyChangesResponse) GetApplied() []string {
+	if x != nil {
+		return x.Applied
+	}
+	return nil
+}
+
+func (x *ApplyChangesResponse) GetConflicts() []*Conflict {
+	if x != nil {
+		return x.Conflicts
+	}
+	return nil
+}
+
+type DiscardChangesRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Paths to discard (a directory covers what is beneath it); empty discards all.
+	Paths         []string `protobuf:"bytes,2,rep,name=paths,proto3" json:"paths,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiscardChangesRequest) Reset() {
+	*x = DiscardChangesRequest{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiscardChangesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiscardChangesRequest) ProtoMessage() {}
+
+func (x *DiscardChangesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiscardChangesRequest.ProtoReflect.Descriptor instead.
+func (*DiscardChangesRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *DiscardChangesRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *DiscardChangesRequest) GetPaths() []string {
+	if x != nil {
+		return x.Paths
+	}
+	return nil
+}
+
+type DiscardChangesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Discarded     []string               `protobuf:"bytes,1,rep,name=discarded,proto3" json:"discarded,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiscardChangesResponse) Reset() {
+	*x = DiscardChangesResponse{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiscardChangesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiscardChangesResponse) ProtoMessage() {}
+
+func (x *DiscardChangesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiscardChangesResponse.ProtoReflect.Descriptor instead.
+func (*DiscardChangesResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *DiscardChangesResponse) GetDiscarded() []string {
+	if x != nil {
+		return x.Discarded
+	}
+	return nil
+}
+
 var File_deskgrid_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
-	"!deskgrid/sandbox/v1/sandbox.proto\x12\x13deskgrid.sandbox.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb5\x01\n" +
+	"!deskgrid/sandbox/v1/sandbox.proto\x12\x13deskgrid.sandbox.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xda\x02\n" +
 	"\aSandbox\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
@@ -1126,7 +2490,23 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\broot_dir\x18\x03 \x01(\tR\arootDir\x12\x16\n" +
 	"\x06driver\x18\x04 \x01(\tR\x06driver\x12;\n" +
 	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"\xc8\x01\n" +
+	"createTime\x12:\n" +
+	"\x06limits\x18\x06 \x01(\v2\".deskgrid.sandbox.v1.SandboxLimitsR\x06limits\x12\x16\n" +
+	"\x06cgroup\x18\a \x01(\tR\x06cgroup\x12\x16\n" +
+	"\x06frozen\x18\b \x01(\bR\x06frozen\x127\n" +
+	"\x05usage\x18\t \x01(\v2!.deskgrid.sandbox.v1.SandboxUsageR\x05usage\"\x84\x01\n" +
+	"\rSandboxLimits\x12!\n" +
+	"\fmemory_bytes\x18\x01 \x01(\x03R\vmemoryBytes\x12\x1d\n" +
+	"\n" +
+	"cpu_millis\x18\x02 \x01(\x03R\tcpuMillis\x12\x12\n" +
+	"\x04pids\x18\x03 \x01(\x03R\x04pids\x12\x1d\n" +
+	"\n" +
+	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\x7f\n" +
+	"\fSandboxUsage\x12\x1b\n" +
+	"\tcpu_nanos\x18\x01 \x01(\x04R\bcpuNanos\x12!\n" +
+	"\fmemory_bytes\x18\x02 \x01(\x04R\vmemoryBytes\x12\x12\n" +
+	"\x04pids\x18\x03 \x01(\x04R\x04pids\x12\x1b\n" +
+	"\toom_kills\x18\x04 \x01(\x04R\boomKills\"\xc8\x01\n" +
 	"\x14CreateSandboxRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1c\n" +
@@ -1194,7 +2574,89 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\vmodify_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"modifyTime\"H\n" +
 	"\x11ListFilesResponse\x123\n" +
-	"\x05files\x18\x01 \x03(\v2\x1d.deskgrid.sandbox.v1.FileInfoR\x05files2\xf3\a\n" +
+	"\x05files\x18\x01 \x03(\v2\x1d.deskgrid.sandbox.v1.FileInfoR\x05files\"l\n" +
+	"\x13StartProcessRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04argv\x18\x02 \x03(\tR\x04argv\x12\x10\n" +
+	"\x03env\x18\x03 \x03(\tR\x03env\x12\x10\n" +
+	"\x03cwd\x18\x04 \x01(\tR\x03cwd\"\xf5\x01\n" +
+	"\aProcess\x12\x1d\n" +
+	"\n" +
+	"process_id\x18\x01 \x01(\tR\tprocessId\x12\x12\n" +
+	"\x04argv\x18\x02 \x03(\tR\x04argv\x12\x10\n" +
+	"\x03pid\x18\x03 \x01(\x03R\x03pid\x127\n" +
+	"\x05state\x18\x04 \x01(\x0e2!.deskgrid.sandbox.v1.ProcessStateR\x05state\x121\n" +
+	"\x04exit\x18\x05 \x01(\v2\x1d.deskgrid.sandbox.v1.ExecExitR\x04exit\x129\n" +
+	"\n" +
+	"start_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\"N\n" +
+	"\x14StartProcessResponse\x126\n" +
+	"\aprocess\x18\x01 \x01(\v2\x1c.deskgrid.sandbox.v1.ProcessR\aprocess\"R\n" +
+	"\x12StopProcessRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
+	"\n" +
+	"process_id\x18\x02 \x01(\tR\tprocessId\"M\n" +
+	"\x13StopProcessResponse\x126\n" +
+	"\aprocess\x18\x01 \x01(\v2\x1c.deskgrid.sandbox.v1.ProcessR\aprocess\"5\n" +
+	"\x14ListProcessesRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"S\n" +
+	"\x15ListProcessesResponse\x12:\n" +
+	"\tprocesses\x18\x01 \x03(\v2\x1c.deskgrid.sandbox.v1.ProcessR\tprocesses\"5\n" +
+	"\x14FreezeSandboxRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\x17\n" +
+	"\x15FreezeSandboxResponse\"3\n" +
+	"\x12ThawSandboxRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\x15\n" +
+	"\x13ThawSandboxResponse\"|\n" +
+	"\x06Change\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x123\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x1f.deskgrid.sandbox.v1.ChangeKindR\x04kind\x12\x15\n" +
+	"\x06is_dir\x18\x03 \x01(\bR\x05isDir\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\"G\n" +
+	"\x12ListChangesRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"L\n" +
+	"\x13ListChangesResponse\x125\n" +
+	"\achanges\x18\x01 \x03(\v2\x1b.deskgrid.sandbox.v1.ChangeR\achanges\"D\n" +
+	"\x0fDiffFileRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"s\n" +
+	"\x10DiffFileResponse\x123\n" +
+	"\x06change\x18\x01 \x01(\v2\x1b.deskgrid.sandbox.v1.ChangeR\x06change\x12\x12\n" +
+	"\x04diff\x18\x02 \x01(\tR\x04diff\x12\x16\n" +
+	"\x06binary\x18\x03 \x01(\bR\x06binary\"J\n" +
+	"\x13ApplyChangesRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05paths\x18\x02 \x03(\tR\x05paths\"6\n" +
+	"\bConflict\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"m\n" +
+	"\x14ApplyChangesResponse\x12\x18\n" +
+	"\aapplied\x18\x01 \x03(\tR\aapplied\x12;\n" +
+	"\tconflicts\x18\x02 \x03(\v2\x1d.deskgrid.sandbox.v1.ConflictR\tconflicts\"L\n" +
+	"\x15DiscardChangesRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05paths\x18\x02 \x03(\tR\x05paths\"6\n" +
+	"\x16DiscardChangesResponse\x12\x1c\n" +
+	"\tdiscarded\x18\x01 \x03(\tR\tdiscarded*b\n" +
+	"\fProcessState\x12\x1d\n" +
+	"\x19PROCESS_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15PROCESS_STATE_RUNNING\x10\x01\x12\x18\n" +
+	"\x14PROCESS_STATE_EXITED\x10\x02*s\n" +
+	"\n" +
+	"ChangeKind\x12\x1b\n" +
+	"\x17CHANGE_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11CHANGE_KIND_ADDED\x10\x01\x12\x18\n" +
+	"\x14CHANGE_KIND_MODIFIED\x10\x02\x12\x17\n" +
+	"\x13CHANGE_KIND_DELETED\x10\x032\xee\x10\n" +
 	"\x0eSandboxService\x12f\n" +
 	"\rCreateSandbox\x12).deskgrid.sandbox.v1.CreateSandboxRequest\x1a*.deskgrid.sandbox.v1.CreateSandboxResponse\x12\x91\x01\n" +
 	"\n" +
@@ -1204,7 +2666,16 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x04Exec\x12 .deskgrid.sandbox.v1.ExecRequest\x1a!.deskgrid.sandbox.v1.ExecResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/sessions/{session_id}:exec0\x01\x12\x85\x01\n" +
 	"\bReadFile\x12$.deskgrid.sandbox.v1.ReadFileRequest\x1a%.deskgrid.sandbox.v1.ReadFileResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/sessions/{session_id}/files:read\x12\x8c\x01\n" +
 	"\tWriteFile\x12%.deskgrid.sandbox.v1.WriteFileRequest\x1a&.deskgrid.sandbox.v1.WriteFileResponse\"0\x82\xd3\xe4\x93\x02*:\x01*\"%/v1/sessions/{session_id}/files:write\x12\x83\x01\n" +
-	"\tListFiles\x12%.deskgrid.sandbox.v1.ListFilesRequest\x1a&.deskgrid.sandbox.v1.ListFilesResponse\"'\x82\xd3\xe4\x93\x02!\x12\x1f/v1/sessions/{session_id}/filesBBZ@github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1;sandboxv1b\x06proto3"
+	"\tListFiles\x12%.deskgrid.sandbox.v1.ListFilesRequest\x1a&.deskgrid.sandbox.v1.ListFilesResponse\"'\x82\xd3\xe4\x93\x02!\x12\x1f/v1/sessions/{session_id}/files\x12c\n" +
+	"\fStartProcess\x12(.deskgrid.sandbox.v1.StartProcessRequest\x1a).deskgrid.sandbox.v1.StartProcessResponse\x12`\n" +
+	"\vStopProcess\x12'.deskgrid.sandbox.v1.StopProcessRequest\x1a(.deskgrid.sandbox.v1.StopProcessResponse\x12\x93\x01\n" +
+	"\rListProcesses\x12).deskgrid.sandbox.v1.ListProcessesRequest\x1a*.deskgrid.sandbox.v1.ListProcessesResponse\"+\x82\xd3\xe4\x93\x02%\x12#/v1/sessions/{session_id}/processes\x12f\n" +
+	"\rFreezeSandbox\x12).deskgrid.sandbox.v1.FreezeSandboxRequest\x1a*.deskgrid.sandbox.v1.FreezeSandboxResponse\x12`\n" +
+	"\vThawSandbox\x12'.deskgrid.sandbox.v1.ThawSandboxRequest\x1a(.deskgrid.sandbox.v1.ThawSandboxResponse\x12\x8b\x01\n" +
+	"\vListChanges\x12'.deskgrid.sandbox.v1.ListChangesRequest\x1a(.deskgrid.sandbox.v1.ListChangesResponse\")\x82\xd3\xe4\x93\x02#\x12!/v1/sessions/{session_id}/changes\x12\x87\x01\n" +
+	"\bDiffFile\x12$.deskgrid.sandbox.v1.DiffFileRequest\x1a%.deskgrid.sandbox.v1.DiffFileResponse\".\x82\xd3\xe4\x93\x02(\x12&/v1/sessions/{session_id}/changes:diff\x12\x97\x01\n" +
+	"\fApplyChanges\x12(.deskgrid.sandbox.v1.ApplyChangesRequest\x1a).deskgrid.sandbox.v1.ApplyChangesResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\"'/v1/sessions/{session_id}/changes:apply\x12\x9f\x01\n" +
+	"\x0eDiscardChanges\x12*.deskgrid.sandbox.v1.DiscardChangesRequest\x1a+.deskgrid.sandbox.v1.DiscardChangesResponse\"4\x82\xd3\xe4\x93\x02.:\x01*\")/v1/sessions/{session_id}/changes:discardBBZ@github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1;sandboxv1b\x06proto3"
 
 var (
 	file_deskgrid_sandbox_v1_sandbox_proto_rawDescOnce sync.Once
@@ -1218,60 +2689,116 @@ func file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescData
 }
 
-var file_deskgrid_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_deskgrid_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_deskgrid_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_deskgrid_sandbox_v1_sandbox_proto_goTypes = []any{
-	(*Sandbox)(nil),               // 0: deskgrid.sandbox.v1.Sandbox
-	(*CreateSandboxRequest)(nil),  // 1: deskgrid.sandbox.v1.CreateSandboxRequest
-	(*CreateSandboxResponse)(nil), // 2: deskgrid.sandbox.v1.CreateSandboxResponse
-	(*GetSandboxRequest)(nil),     // 3: deskgrid.sandbox.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),    // 4: deskgrid.sandbox.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),  // 5: deskgrid.sandbox.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil), // 6: deskgrid.sandbox.v1.ListSandboxesResponse
-	(*DeleteSandboxRequest)(nil),  // 7: deskgrid.sandbox.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil), // 8: deskgrid.sandbox.v1.DeleteSandboxResponse
-	(*ExecRequest)(nil),           // 9: deskgrid.sandbox.v1.ExecRequest
-	(*ExecExit)(nil),              // 10: deskgrid.sandbox.v1.ExecExit
-	(*ExecResponse)(nil),          // 11: deskgrid.sandbox.v1.ExecResponse
-	(*ReadFileRequest)(nil),       // 12: deskgrid.sandbox.v1.ReadFileRequest
-	(*ReadFileResponse)(nil),      // 13: deskgrid.sandbox.v1.ReadFileResponse
-	(*WriteFileRequest)(nil),      // 14: deskgrid.sandbox.v1.WriteFileRequest
-	(*WriteFileResponse)(nil),     // 15: deskgrid.sandbox.v1.WriteFileResponse
-	(*ListFilesRequest)(nil),      // 16: deskgrid.sandbox.v1.ListFilesRequest
-	(*FileInfo)(nil),              // 17: deskgrid.sandbox.v1.FileInfo
-	(*ListFilesResponse)(nil),     // 18: deskgrid.sandbox.v1.ListFilesResponse
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
+	(ProcessState)(0),              // 0: deskgrid.sandbox.v1.ProcessState
+	(ChangeKind)(0),                // 1: deskgrid.sandbox.v1.ChangeKind
+	(*Sandbox)(nil),                // 2: deskgrid.sandbox.v1.Sandbox
+	(*SandboxLimits)(nil),          // 3: deskgrid.sandbox.v1.SandboxLimits
+	(*SandboxUsage)(nil),           // 4: deskgrid.sandbox.v1.SandboxUsage
+	(*CreateSandboxRequest)(nil),   // 5: deskgrid.sandbox.v1.CreateSandboxRequest
+	(*CreateSandboxResponse)(nil),  // 6: deskgrid.sandbox.v1.CreateSandboxResponse
+	(*GetSandboxRequest)(nil),      // 7: deskgrid.sandbox.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),     // 8: deskgrid.sandbox.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),   // 9: deskgrid.sandbox.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),  // 10: deskgrid.sandbox.v1.ListSandboxesResponse
+	(*DeleteSandboxRequest)(nil),   // 11: deskgrid.sandbox.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil),  // 12: deskgrid.sandbox.v1.DeleteSandboxResponse
+	(*ExecRequest)(nil),            // 13: deskgrid.sandbox.v1.ExecRequest
+	(*ExecExit)(nil),               // 14: deskgrid.sandbox.v1.ExecExit
+	(*ExecResponse)(nil),           // 15: deskgrid.sandbox.v1.ExecResponse
+	(*ReadFileRequest)(nil),        // 16: deskgrid.sandbox.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),       // 17: deskgrid.sandbox.v1.ReadFileResponse
+	(*WriteFileRequest)(nil),       // 18: deskgrid.sandbox.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),      // 19: deskgrid.sandbox.v1.WriteFileResponse
+	(*ListFilesRequest)(nil),       // 20: deskgrid.sandbox.v1.ListFilesRequest
+	(*FileInfo)(nil),               // 21: deskgrid.sandbox.v1.FileInfo
+	(*ListFilesResponse)(nil),      // 22: deskgrid.sandbox.v1.ListFilesResponse
+	(*StartProcessRequest)(nil),    // 23: deskgrid.sandbox.v1.StartProcessRequest
+	(*Process)(nil),                // 24: deskgrid.sandbox.v1.Process
+	(*StartProcessResponse)(nil),   // 25: deskgrid.sandbox.v1.StartProcessResponse
+	(*StopProcessRequest)(nil),     // 26: deskgrid.sandbox.v1.StopProcessRequest
+	(*StopProcessResponse)(nil),    // 27: deskgrid.sandbox.v1.StopProcessResponse
+	(*ListProcessesRequest)(nil),   // 28: deskgrid.sandbox.v1.ListProcessesRequest
+	(*ListProcessesResponse)(nil),  // 29: deskgrid.sandbox.v1.ListProcessesResponse
+	(*FreezeSandboxRequest)(nil),   // 30: deskgrid.sandbox.v1.FreezeSandboxRequest
+	(*FreezeSandboxResponse)(nil),  // 31: deskgrid.sandbox.v1.FreezeSandboxResponse
+	(*ThawSandboxRequest)(nil),     // 32: deskgrid.sandbox.v1.ThawSandboxRequest
+	(*ThawSandboxResponse)(nil),    // 33: deskgrid.sandbox.v1.ThawSandboxResponse
+	(*Change)(nil),                 // 34: deskgrid.sandbox.v1.Change
+	(*ListChangesRequest)(nil),     // 35: deskgrid.sandbox.v1.ListChangesRequest
+	(*ListChangesResponse)(nil),    // 36: deskgrid.sandbox.v1.ListChangesResponse
+	(*DiffFileRequest)(nil),        // 37: deskgrid.sandbox.v1.DiffFileRequest
+	(*DiffFileResponse)(nil),       // 38: deskgrid.sandbox.v1.DiffFileResponse
+	(*ApplyChangesRequest)(nil),    // 39: deskgrid.sandbox.v1.ApplyChangesRequest
+	(*Conflict)(nil),               // 40: deskgrid.sandbox.v1.Conflict
+	(*ApplyChangesResponse)(nil),   // 41: deskgrid.sandbox.v1.ApplyChangesResponse
+	(*DiscardChangesRequest)(nil),  // 42: deskgrid.sandbox.v1.DiscardChangesRequest
+	(*DiscardChangesResponse)(nil), // 43: deskgrid.sandbox.v1.DiscardChangesResponse
+	(*timestamppb.Timestamp)(nil),  // 44: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 45: google.protobuf.Duration
 }
 var file_deskgrid_sandbox_v1_sandbox_proto_depIdxs = []int32{
-	19, // 0: deskgrid.sandbox.v1.Sandbox.create_time:type_name -> google.protobuf.Timestamp
-	0,  // 1: deskgrid.sandbox.v1.CreateSandboxResponse.sandbox:type_name -> deskgrid.sandbox.v1.Sandbox
-	0,  // 2: deskgrid.sandbox.v1.GetSandboxResponse.sandbox:type_name -> deskgrid.sandbox.v1.Sandbox
-	0,  // 3: deskgrid.sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> deskgrid.sandbox.v1.Sandbox
-	20, // 4: deskgrid.sandbox.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
-	10, // 5: deskgrid.sandbox.v1.ExecResponse.exit:type_name -> deskgrid.sandbox.v1.ExecExit
-	19, // 6: deskgrid.sandbox.v1.FileInfo.modify_time:type_name -> google.protobuf.Timestamp
-	17, // 7: deskgrid.sandbox.v1.ListFilesResponse.files:type_name -> deskgrid.sandbox.v1.FileInfo
-	1,  // 8: deskgrid.sandbox.v1.SandboxService.CreateSandbox:input_type -> deskgrid.sandbox.v1.CreateSandboxRequest
-	3,  // 9: deskgrid.sandbox.v1.SandboxService.GetSandbox:input_type -> deskgrid.sandbox.v1.GetSandboxRequest
-	5,  // 10: deskgrid.sandbox.v1.SandboxService.ListSandboxes:input_type -> deskgrid.sandbox.v1.ListSandboxesRequest
-	7,  // 11: deskgrid.sandbox.v1.SandboxService.DeleteSandbox:input_type -> deskgrid.sandbox.v1.DeleteSandboxRequest
-	9,  // 12: deskgrid.sandbox.v1.SandboxService.Exec:input_type -> deskgrid.sandbox.v1.ExecRequest
-	12, // 13: deskgrid.sandbox.v1.SandboxService.ReadFile:input_type -> deskgrid.sandbox.v1.ReadFileRequest
-	14, // 14: deskgrid.sandbox.v1.SandboxService.WriteFile:input_type -> deskgrid.sandbox.v1.WriteFileRequest
-	16, // 15: deskgrid.sandbox.v1.SandboxService.ListFiles:input_type -> deskgrid.sandbox.v1.ListFilesRequest
-	2,  // 16: deskgrid.sandbox.v1.SandboxService.CreateSandbox:output_type -> deskgrid.sandbox.v1.CreateSandboxResponse
-	4,  // 17: deskgrid.sandbox.v1.SandboxService.GetSandbox:output_type -> deskgrid.sandbox.v1.GetSandboxResponse
-	6,  // 18: deskgrid.sandbox.v1.SandboxService.ListSandboxes:output_type -> deskgrid.sandbox.v1.ListSandboxesResponse
-	8,  // 19: deskgrid.sandbox.v1.SandboxService.DeleteSandbox:output_type -> deskgrid.sandbox.v1.DeleteSandboxResponse
-	11, // 20: deskgrid.sandbox.v1.SandboxService.Exec:output_type -> deskgrid.sandbox.v1.ExecResponse
-	13, // 21: deskgrid.sandbox.v1.SandboxService.ReadFile:output_type -> deskgrid.sandbox.v1.ReadFileResponse
-	15, // 22: deskgrid.sandbox.v1.SandboxService.WriteFile:output_type -> deskgrid.sandbox.v1.WriteFileResponse
-	18, // 23: deskgrid.sandbox.v1.SandboxService.ListFiles:output_type -> deskgrid.sandbox.v1.ListFilesResponse
-	16, // [16:24] is the sub-list for method output_type
-	8,  // [8:16] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	44, // 0: deskgrid.sandbox.v1.Sandbox.create_time:type_name -> google.protobuf.Timestamp
+	3,  // 1: deskgrid.sandbox.v1.Sandbox.limits:type_name -> deskgrid.sandbox.v1.SandboxLimits
+	4,  // 2: deskgrid.sandbox.v1.Sandbox.usage:type_name -> deskgrid.sandbox.v1.SandboxUsage
+	2,  // 3: deskgrid.sandbox.v1.CreateSandboxResponse.sandbox:type_name -> deskgrid.sandbox.v1.Sandbox
+	2,  // 4: deskgrid.sandbox.v1.GetSandboxResponse.sandbox:type_name -> deskgrid.sandbox.v1.Sandbox
+	2,  // 5: deskgrid.sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> deskgrid.sandbox.v1.Sandbox
+	45, // 6: deskgrid.sandbox.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
+	14, // 7: deskgrid.sandbox.v1.ExecResponse.exit:type_name -> deskgrid.sandbox.v1.ExecExit
+	44, // 8: deskgrid.sandbox.v1.FileInfo.modify_time:type_name -> google.protobuf.Timestamp
+	21, // 9: deskgrid.sandbox.v1.ListFilesResponse.files:type_name -> deskgrid.sandbox.v1.FileInfo
+	0,  // 10: deskgrid.sandbox.v1.Process.state:type_name -> deskgrid.sandbox.v1.ProcessState
+	14, // 11: deskgrid.sandbox.v1.Process.exit:type_name -> deskgrid.sandbox.v1.ExecExit
+	44, // 12: deskgrid.sandbox.v1.Process.start_time:type_name -> google.protobuf.Timestamp
+	24, // 13: deskgrid.sandbox.v1.StartProcessResponse.process:type_name -> deskgrid.sandbox.v1.Process
+	24, // 14: deskgrid.sandbox.v1.StopProcessResponse.process:type_name -> deskgrid.sandbox.v1.Process
+	24, // 15: deskgrid.sandbox.v1.ListProcessesResponse.processes:type_name -> deskgrid.sandbox.v1.Process
+	1,  // 16: deskgrid.sandbox.v1.Change.kind:type_name -> deskgrid.sandbox.v1.ChangeKind
+	34, // 17: deskgrid.sandbox.v1.ListChangesResponse.changes:type_name -> deskgrid.sandbox.v1.Change
+	34, // 18: deskgrid.sandbox.v1.DiffFileResponse.change:type_name -> deskgrid.sandbox.v1.Change
+	40, // 19: deskgrid.sandbox.v1.ApplyChangesResponse.conflicts:type_name -> deskgrid.sandbox.v1.Conflict
+	5,  // 20: deskgrid.sandbox.v1.SandboxService.CreateSandbox:input_type -> deskgrid.sandbox.v1.CreateSandboxRequest
+	7,  // 21: deskgrid.sandbox.v1.SandboxService.GetSandbox:input_type -> deskgrid.sandbox.v1.GetSandboxRequest
+	9,  // 22: deskgrid.sandbox.v1.SandboxService.ListSandboxes:input_type -> deskgrid.sandbox.v1.ListSandboxesRequest
+	11, // 23: deskgrid.sandbox.v1.SandboxService.DeleteSandbox:input_type -> deskgrid.sandbox.v1.DeleteSandboxRequest
+	13, // 24: deskgrid.sandbox.v1.SandboxService.Exec:input_type -> deskgrid.sandbox.v1.ExecRequest
+	16, // 25: deskgrid.sandbox.v1.SandboxService.ReadFile:input_type -> deskgrid.sandbox.v1.ReadFileRequest
+	18, // 26: deskgrid.sandbox.v1.SandboxService.WriteFile:input_type -> deskgrid.sandbox.v1.WriteFileRequest
+	20, // 27: deskgrid.sandbox.v1.SandboxService.ListFiles:input_type -> deskgrid.sandbox.v1.ListFilesRequest
+	23, // 28: deskgrid.sandbox.v1.SandboxService.StartProcess:input_type -> deskgrid.sandbox.v1.StartProcessRequest
+	26, // 29: deskgrid.sandbox.v1.SandboxService.StopProcess:input_type -> deskgrid.sandbox.v1.StopProcessRequest
+	28, // 30: deskgrid.sandbox.v1.SandboxService.ListProcesses:input_type -> deskgrid.sandbox.v1.ListProcessesRequest
+	30, // 31: deskgrid.sandbox.v1.SandboxService.FreezeSandbox:input_type -> deskgrid.sandbox.v1.FreezeSandboxRequest
+	32, // 32: deskgrid.sandbox.v1.SandboxService.ThawSandbox:input_type -> deskgrid.sandbox.v1.ThawSandboxRequest
+	35, // 33: deskgrid.sandbox.v1.SandboxService.ListChanges:input_type -> deskgrid.sandbox.v1.ListChangesRequest
+	37, // 34: deskgrid.sandbox.v1.SandboxService.DiffFile:input_type -> deskgrid.sandbox.v1.DiffFileRequest
+	39, // 35: deskgrid.sandbox.v1.SandboxService.ApplyChanges:input_type -> deskgrid.sandbox.v1.ApplyChangesRequest
+	42, // 36: deskgrid.sandbox.v1.SandboxService.DiscardChanges:input_type -> deskgrid.sandbox.v1.DiscardChangesRequest
+	6,  // 37: deskgrid.sandbox.v1.SandboxService.CreateSandbox:output_type -> deskgrid.sandbox.v1.CreateSandboxResponse
+	8,  // 38: deskgrid.sandbox.v1.SandboxService.GetSandbox:output_type -> deskgrid.sandbox.v1.GetSandboxResponse
+	10, // 39: deskgrid.sandbox.v1.SandboxService.ListSandboxes:output_type -> deskgrid.sandbox.v1.ListSandboxesResponse
+	12, // 40: deskgrid.sandbox.v1.SandboxService.DeleteSandbox:output_type -> deskgrid.sandbox.v1.DeleteSandboxResponse
+	15, // 41: deskgrid.sandbox.v1.SandboxService.Exec:output_type -> deskgrid.sandbox.v1.ExecResponse
+	17, // 42: deskgrid.sandbox.v1.SandboxService.ReadFile:output_type -> deskgrid.sandbox.v1.ReadFileResponse
+	19, // 43: deskgrid.sandbox.v1.SandboxService.WriteFile:output_type -> deskgrid.sandbox.v1.WriteFileResponse
+	22, // 44: deskgrid.sandbox.v1.SandboxService.ListFiles:output_type -> deskgrid.sandbox.v1.ListFilesResponse
+	25, // 45: deskgrid.sandbox.v1.SandboxService.StartProcess:output_type -> deskgrid.sandbox.v1.StartProcessResponse
+	27, // 46: deskgrid.sandbox.v1.SandboxService.StopProcess:output_type -> deskgrid.sandbox.v1.StopProcessResponse
+	29, // 47: deskgrid.sandbox.v1.SandboxService.ListProcesses:output_type -> deskgrid.sandbox.v1.ListProcessesResponse
+	31, // 48: deskgrid.sandbox.v1.SandboxService.FreezeSandbox:output_type -> deskgrid.sandbox.v1.FreezeSandboxResponse
+	33, // 49: deskgrid.sandbox.v1.SandboxService.ThawSandbox:output_type -> deskgrid.sandbox.v1.ThawSandboxResponse
+	36, // 50: deskgrid.sandbox.v1.SandboxService.ListChanges:output_type -> deskgrid.sandbox.v1.ListChangesResponse
+	38, // 51: deskgrid.sandbox.v1.SandboxService.DiffFile:output_type -> deskgrid.sandbox.v1.DiffFileResponse
+	41, // 52: deskgrid.sandbox.v1.SandboxService.ApplyChanges:output_type -> deskgrid.sandbox.v1.ApplyChangesResponse
+	43, // 53: deskgrid.sandbox.v1.SandboxService.DiscardChanges:output_type -> deskgrid.sandbox.v1.DiscardChangesResponse
+	37, // [37:54] is the sub-list for method output_type
+	20, // [20:37] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_deskgrid_sandbox_v1_sandbox_proto_init() }
@@ -1279,7 +2806,7 @@ func file_deskgrid_sandbox_v1_sandbox_proto_init() {
 	if File_deskgrid_sandbox_v1_sandbox_proto != nil {
 		return
 	}
-	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[11].OneofWrappers = []any{
+	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[13].OneofWrappers = []any{
 		(*ExecResponse_Stdout)(nil),
 		(*ExecResponse_Stderr)(nil),
 		(*ExecResponse_Exit)(nil),
@@ -1289,13 +2816,14 @@ func file_deskgrid_sandbox_v1_sandbox_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_deskgrid_sandbox_v1_sandbox_proto_rawDesc), len(file_deskgrid_sandbox_v1_sandbox_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   19,
+			NumEnums:      2,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_deskgrid_sandbox_v1_sandbox_proto_goTypes,
 		DependencyIndexes: file_deskgrid_sandbox_v1_sandbox_proto_depIdxs,
+		EnumInfos:         file_deskgrid_sandbox_v1_sandbox_proto_enumTypes,
 		MessageInfos:      file_deskgrid_sandbox_v1_sandbox_proto_msgTypes,
 	}.Build()
 	File_deskgrid_sandbox_v1_sandbox_proto = out.File

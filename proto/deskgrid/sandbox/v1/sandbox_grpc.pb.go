@@ -19,14 +19,23 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	SandboxService_CreateSandbox_FullMethodName = "/deskgrid.sandbox.v1.SandboxService/CreateSandbox"
-	SandboxService_GetSandbox_FullMethodName    = "/deskgrid.sandbox.v1.SandboxService/GetSandbox"
-	SandboxService_ListSandboxes_FullMethodName = "/deskgrid.sandbox.v1.SandboxService/ListSandboxes"
-	SandboxService_DeleteSandbox_FullMethodName = "/deskgrid.sandbox.v1.SandboxService/DeleteSandbox"
-	SandboxService_Exec_FullMethodName          = "/deskgrid.sandbox.v1.SandboxService/Exec"
-	SandboxService_ReadFile_FullMethodName      = "/deskgrid.sandbox.v1.SandboxService/ReadFile"
-	SandboxService_WriteFile_FullMethodName     = "/deskgrid.sandbox.v1.SandboxService/WriteFile"
-	SandboxService_ListFiles_FullMethodName     = "/deskgrid.sandbox.v1.SandboxService/ListFiles"
+	SandboxService_CreateSandbox_FullMethodName  = "/deskgrid.sandbox.v1.SandboxService/CreateSandbox"
+	SandboxService_GetSandbox_FullMethodName     = "/deskgrid.sandbox.v1.SandboxService/GetSandbox"
+	SandboxService_ListSandboxes_FullMethodName  = "/deskgrid.sandbox.v1.SandboxService/ListSandboxes"
+	SandboxService_DeleteSandbox_FullMethodName  = "/deskgrid.sandbox.v1.SandboxService/DeleteSandbox"
+	SandboxService_Exec_FullMethodName           = "/deskgrid.sandbox.v1.SandboxService/Exec"
+	SandboxService_ReadFile_FullMethodName       = "/deskgrid.sandbox.v1.SandboxService/ReadFile"
+	SandboxService_WriteFile_FullMethodName      = "/deskgrid.sandbox.v1.SandboxService/WriteFile"
+	SandboxService_ListFiles_FullMethodName      = "/deskgrid.sandbox.v1.SandboxService/ListFiles"
+	SandboxService_StartProcess_FullMethodName   = "/deskgrid.sandbox.v1.SandboxService/StartProcess"
+	SandboxService_StopProcess_FullMethodName    = "/deskgrid.sandbox.v1.SandboxService/StopProcess"
+	SandboxService_ListProcesses_FullMethodName  = "/deskgrid.sandbox.v1.SandboxService/ListProcesses"
+	SandboxService_FreezeSandbox_FullMethodName  = "/deskgrid.sandbox.v1.SandboxService/FreezeSandbox"
+	SandboxService_ThawSandbox_FullMethodName    = "/deskgrid.sandbox.v1.SandboxService/ThawSandbox"
+	SandboxService_ListChanges_FullMethodName    = "/deskgrid.sandbox.v1.SandboxService/ListChanges"
+	SandboxService_DiffFile_FullMethodName       = "/deskgrid.sandbox.v1.SandboxService/DiffFile"
+	SandboxService_ApplyChanges_FullMethodName   = "/deskgrid.sandbox.v1.SandboxService/ApplyChanges"
+	SandboxService_DiscardChanges_FullMethodName = "/deskgrid.sandbox.v1.SandboxService/DiscardChanges"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -53,6 +62,31 @@ type SandboxServiceClient interface {
 	WriteFile(ctx context.Context, in *WriteFileRequest, opts ...grpc.CallOption) (*WriteFileResponse, error)
 	// ListFiles lists a directory beneath the sandbox root.
 	ListFiles(ctx context.Context, in *ListFilesRequest, opts ...grpc.CallOption) (*ListFilesResponse, error)
+	// StartProcess starts a program that keeps running after the call returns
+	// (a desktop's autostart programs), inside the sandbox and on the
+	// session's display. It is stopped by StopProcess or DeleteSandbox.
+	StartProcess(ctx context.Context, in *StartProcessRequest, opts ...grpc.CallOption) (*StartProcessResponse, error)
+	// StopProcess kills a started program and everything it started.
+	StopProcess(ctx context.Context, in *StopProcessRequest, opts ...grpc.CallOption) (*StopProcessResponse, error)
+	// ListProcesses lists the programs StartProcess started, running or ended.
+	ListProcesses(ctx context.Context, in *ListProcessesRequest, opts ...grpc.CallOption) (*ListProcessesResponse, error)
+	// FreezeSandbox stops every process of the sandbox where it is (cgroup
+	// freezer), keeping its memory; ThawSandbox resumes them. Used by Suspend.
+	FreezeSandbox(ctx context.Context, in *FreezeSandboxRequest, opts ...grpc.CallOption) (*FreezeSandboxResponse, error)
+	// ThawSandbox resumes a frozen sandbox.
+	ThawSandbox(ctx context.Context, in *ThawSandboxRequest, opts ...grpc.CallOption) (*ThawSandboxResponse, error)
+	// ListChanges lists what the session added, modified and deleted compared
+	// with its lower layer.
+	ListChanges(ctx context.Context, in *ListChangesRequest, opts ...grpc.CallOption) (*ListChangesResponse, error)
+	// DiffFile returns a unified diff of one changed file against the lower layer.
+	DiffFile(ctx context.Context, in *DiffFileRequest, opts ...grpc.CallOption) (*DiffFileResponse, error)
+	// ApplyChanges writes all or some changes into the workspace folder, each
+	// file atomically; a file that changed in the workspace since the sandbox
+	// was created is not touched and is reported as a conflict.
+	ApplyChanges(ctx context.Context, in *ApplyChangesRequest, opts ...grpc.CallOption) (*ApplyChangesResponse, error)
+	// DiscardChanges drops all or some changes, so the lower layer shows
+	// through again. Refused while processes run in the sandbox.
+	DiscardChanges(ctx context.Context, in *DiscardChangesRequest, opts ...grpc.CallOption) (*DiscardChangesResponse, error)
 }
 
 type sandboxServiceClient struct {
@@ -152,6 +186,96 @@ func (c *sandboxServiceClient) ListFiles(ctx context.Context, in *ListFilesReque
 	return out, nil
 }
 
+func (c *sandboxServiceClient) StartProcess(ctx context.Context, in *StartProcessRequest, opts ...grpc.CallOption) (*StartProcessResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartProcessResponse)
+	err := c.cc.Invoke(ctx, SandboxService_StartProcess_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) StopProcess(ctx context.Context, in *StopProcessRequest, opts ...grpc.CallOption) (*StopProcessResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StopProcessResponse)
+	err := c.cc.Invoke(ctx, SandboxService_StopProcess_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ListProcesses(ctx context.Context, in *ListProcessesRequest, opts ...grpc.CallOption) (*ListProcessesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListProcessesResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ListProcesses_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) FreezeSandbox(ctx context.Context, in *FreezeSandboxRequest, opts ...grpc.CallOption) (*FreezeSandboxResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FreezeSandboxResponse)
+	err := c.cc.Invoke(ctx, SandboxService_FreezeSandbox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ThawSandbox(ctx context.Context, in *ThawSandboxRequest, opts ...grpc.CallOption) (*ThawSandboxResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ThawSandboxResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ThawSandbox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ListChanges(ctx context.Context, in *ListChangesRequest, opts ...grpc.CallOption) (*ListChangesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListChangesResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ListChanges_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) DiffFile(ctx context.Context, in *DiffFileRequest, opts ...grpc.CallOption) (*DiffFileResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DiffFileResponse)
+	err := c.cc.Invoke(ctx, SandboxService_DiffFile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ApplyChanges(ctx context.Context, in *ApplyChangesRequest, opts ...grpc.CallOption) (*ApplyChangesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApplyChangesResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ApplyChanges_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) DiscardChanges(ctx context.Context, in *DiscardChangesRequest, opts ...grpc.CallOption) (*DiscardChangesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DiscardChangesResponse)
+	err := c.cc.Invoke(ctx, SandboxService_DiscardChanges_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SandboxServiceServer is the server API for SandboxService service.
 // All implementations must embed UnimplementedSandboxServiceServer
 // for forward compatibility.
@@ -176,6 +300,31 @@ type SandboxServiceServer interface {
 	WriteFile(context.Context, *WriteFileRequest) (*WriteFileResponse, error)
 	// ListFiles lists a directory beneath the sandbox root.
 	ListFiles(context.Context, *ListFilesRequest) (*ListFilesResponse, error)
+	// StartProcess starts a program that keeps running after the call returns
+	// (a desktop's autostart programs), inside the sandbox and on the
+	// session's display. It is stopped by StopProcess or DeleteSandbox.
+	StartProcess(context.Context, *StartProcessRequest) (*StartProcessResponse, error)
+	// StopProcess kills a started program and everything it started.
+	StopProcess(context.Context, *StopProcessRequest) (*StopProcessResponse, error)
+	// ListProcesses lists the programs StartProcess started, running or ended.
+	ListProcesses(context.Context, *ListProcessesRequest) (*ListProcessesResponse, error)
+	// FreezeSandbox stops every process of the sandbox where it is (cgroup
+	// freezer), keeping its memory; ThawSandbox resumes them. Used by Suspend.
+	FreezeSandbox(context.Context, *FreezeSandboxRequest) (*FreezeSandboxResponse, error)
+	// ThawSandbox resumes a frozen sandbox.
+	ThawSandbox(context.Context, *ThawSandboxRequest) (*ThawSandboxResponse, error)
+	// ListChanges lists what the session added, modified and deleted compared
+	// with its lower layer.
+	ListChanges(context.Context, *ListChangesRequest) (*ListChangesResponse, error)
+	// DiffFile returns a unified diff of one changed file against the lower layer.
+	DiffFile(context.Context, *DiffFileRequest) (*DiffFileResponse, error)
+	// ApplyChanges writes all or some changes into the workspace folder, each
+	// file atomically; a file that changed in the workspace since the sandbox
+	// was created is not touched and is reported as a conflict.
+	ApplyChanges(context.Context, *ApplyChangesRequest) (*ApplyChangesResponse, error)
+	// DiscardChanges drops all or some changes, so the lower layer shows
+	// through again. Refused while processes run in the sandbox.
+	DiscardChanges(context.Context, *DiscardChangesRequest) (*DiscardChangesResponse, error)
 	mustEmbedUnimplementedSandboxServiceServer()
 }
 
@@ -209,6 +358,33 @@ func (UnimplementedSandboxServiceServer) WriteFile(context.Context, *WriteFileRe
 }
 func (UnimplementedSandboxServiceServer) ListFiles(context.Context, *ListFilesRequest) (*ListFilesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListFiles not implemented")
+}
+func (UnimplementedSandboxServiceServer) StartProcess(context.Context, *StartProcessRequest) (*StartProcessResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartProcess not implemented")
+}
+func (UnimplementedSandboxServiceServer) StopProcess(context.Context, *StopProcessRequest) (*StopProcessResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StopProcess not implemented")
+}
+func (UnimplementedSandboxServiceServer) ListProcesses(context.Context, *ListProcessesRequest) (*ListProcessesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListProcesses not implemented")
+}
+func (UnimplementedSandboxServiceServer) FreezeSandbox(context.Context, *FreezeSandboxRequest) (*FreezeSandboxResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FreezeSandbox not implemented")
+}
+func (UnimplementedSandboxServiceServer) ThawSandbox(context.Context, *ThawSandboxRequest) (*ThawSandboxResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ThawSandbox not implemented")
+}
+func (UnimplementedSandboxServiceServer) ListChanges(context.Context, *ListChangesRequest) (*ListChangesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListChanges not implemented")
+}
+func (UnimplementedSandboxServiceServer) DiffFile(context.Context, *DiffFileRequest) (*DiffFileResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DiffFile not implemented")
+}
+func (UnimplementedSandboxServiceServer) ApplyChanges(context.Context, *ApplyChangesRequest) (*ApplyChangesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ApplyChanges not implemented")
+}
+func (UnimplementedSandboxServiceServer) DiscardChanges(context.Context, *DiscardChangesRequest) (*DiscardChangesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DiscardChanges not implemented")
 }
 func (UnimplementedSandboxServiceServer) mustEmbedUnimplementedSandboxServiceServer() {}
 func (UnimplementedSandboxServiceServer) testEmbeddedByValue()                        {}
@@ -368,6 +544,168 @@ func _SandboxService_ListFiles_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SandboxService_StartProcess_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartProcessRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).StartProcess(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_StartProcess_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).StartProcess(ctx, req.(*StartProcessRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_StopProcess_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StopProcessRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).StopProcess(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_StopProcess_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).StopProcess(ctx, req.(*StopProcessRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ListProcesses_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListProcessesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ListProcesses(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ListProcesses_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ListProcesses(ctx, req.(*ListProcessesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_FreezeSandbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FreezeSandboxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).FreezeSandbox(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_FreezeSandbox_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).FreezeSandbox(ctx, req.(*FreezeSandboxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ThawSandbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ThawSandboxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ThawSandbox(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ThawSandbox_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ThawSandbox(ctx, req.(*ThawSandboxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ListChanges_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListChangesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ListChanges(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ListChanges_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ListChanges(ctx, req.(*ListChangesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_DiffFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DiffFileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).DiffFile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_DiffFile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).DiffFile(ctx, req.(*DiffFileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ApplyChanges_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApplyChangesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ApplyChanges(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ApplyChanges_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ApplyChanges(ctx, req.(*ApplyChangesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_DiscardChanges_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DiscardChangesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).DiscardChanges(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_DiscardChanges_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).DiscardChanges(ctx, req.(*DiscardChangesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SandboxService_ServiceDesc is the grpc.ServiceDesc for SandboxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -402,6 +740,42 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListFiles",
 			Handler:    _SandboxService_ListFiles_Handler,
+		},
+		{
+			MethodName: "StartProcess",
+			Handler:    _SandboxService_StartProcess_Handler,
+		},
+		{
+			MethodName: "StopProcess",
+			Handler:    _SandboxService_StopProcess_Handler,
+		},
+		{
+			MethodName: "ListProcesses",
+			Handler:    _SandboxService_ListProcesses_Handler,
+		},
+		{
+			MethodName: "FreezeSandbox",
+			Handler:    _SandboxService_FreezeSandbox_Handler,
+		},
+		{
+			MethodName: "ThawSandbox",
+			Handler:    _SandboxService_ThawSandbox_Handler,
+		},
+		{
+			MethodName: "ListChanges",
+			Handler:    _SandboxService_ListChanges_Handler,
+		},
+		{
+			MethodName: "DiffFile",
+			Handler:    _SandboxService_DiffFile_Handler,
+		},
+		{
+			MethodName: "ApplyChanges",
+			Handler:    _SandboxService_ApplyChanges_Handler,
+		},
+		{
+			MethodName: "DiscardChanges",
+			Handler:    _SandboxService_DiscardChanges_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,207 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/sandbox/cgroup"
+	"github.com/deskgrid/deskgrid/services/sandbox/jail"
+)
+
+// proc is a program started to run on its own, such as a desktop's
+// autostart program. Each has its own bwrap; all share the sandbox's cgroup.
+type proc struct {
+	id      string
+	argv    []string
+	started time.Time
+	p       *jail.Proc
+}
+
+func (p *proc) proto() *sandboxv1.Process {
+	out := &sandboxv1.Process{
+		ProcessId: p.id,
+		Argv:      p.argv,
+		Pid:       int64(p.p.Pid()),
+		State:     sandboxv1.ProcessState_PROCESS_STATE_RUNNING,
+		StartTime: timestamppb.New(p.started),
+	}
+	select {
+	case <-p.p.Done():
+		out.State = sandboxv1.ProcessState_PROCESS_STATE_EXITED
+		exit, _ := p.p.Exit()
+		out.Exit = &sandboxv1.ExecExit{ExitCode: int32(exit.Code), Signal: exit.Signal}
+	default:
+	}
+	return out
+}
+
+// maxProcs bounds the started programs a sandbox remembers, running or not.
+const maxProcs = 256
+
+func (s *Service) startProcess(ctx context.Context, req *sandboxv1.StartProcessRequest) (*sandboxv1.Process, error) {
+	if err := validateSessionID(req.GetSessionId()); err != nil {
+		return nil, err
+	}
+	if err := validateArgv(req.GetArgv()); err != nil {
+		return nil, err
+	}
+	if err := jail.ValidateEnv(req.GetEnv()); err != nil {
+		return nil, coded(codes.InvalidArgument, "%v", err)
+	}
+	cwd, err := execCwd(req.GetCwd())
+	if err != nil {
+		return nil, err
+	}
+	b, release, err := s.acquire(req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	spec, err := s.jailSpec(b, req.GetArgv(), req.GetEnv(), cwd, req.GetCwd())
+	if err != nil {
+		return nil, err
+	}
+
+	b.pmu.Lock()
+	defer b.pmu.Unlock()
+	if b.frozen {
+		return nil, coded(codes.FailedPrecondition, "session %q's sandbox is frozen; thaw it first", b.id)
+	}
+	if len(b.procs) >= maxProcs {
+		b.forgetEnded()
+		if len(b.procs) >= maxProcs {
+			return nil, coded(codes.ResourceExhausted, "session %q already runs %d started programs", b.id, len(b.procs))
+		}
+	}
+	jp, err := jail.Spawn(spec, nil)
+	if err != nil {
+		return nil, fmt.Errorf("start process: %w", err)
+	}
+	b.nextProc++
+	p := &proc{id: fmt.Sprintf("p%d", b.nextProc), argv: req.GetArgv(), started: time.Now().UTC(), p: jp}
+	b.procs[p.id] = p
+	s.log.InfoContext(ctx, "process started", "session_id", b.id, "process_id", p.id, "argv0", p.argv[0], "pid", jp.Pid())
+	return p.proto(), nil
+}
+
+// forgetEnded drops ended programs; pmu is held.
+func (b *box) forgetEnded() {
+	for id, p := range b.procs {
+		select {
+		case <-p.p.Done():
+			delete(b.procs, id)
+		default:
+		}
+	}
+}
+
+func (s *Service) stopProcess(ctx context.Context, id, processID string) (*sandboxv1.Process, error) {
+	b, release, err := s.acquire(id)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	b.pmu.Lock()
+	p := b.procs[processID]
+	frozen := b.frozen
+	b.pmu.Unlock()
+	if p == nil {
+		return nil, coded(codes.NotFound, "session %q has no process %q", id, processID)
+	}
+	if frozen {
+		// A frozen process cannot die before it is thawed.
+		return nil, coded(codes.FailedPrecondition, "session %q's sandbox is frozen; thaw it first", id)
+	}
+	p.p.Kill()
+	select {
+	case <-p.p.Done():
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return p.proto(), nil
+}
+
+func (s *Service) listProcesses(id string) ([]*sandboxv1.Process, error) {
+	b, err := s.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	b.pmu.Lock()
+	defer b.pmu.Unlock()
+	out := make([]*sandboxv1.Process, 0, len(b.procs))
+	for _, p := range b.procs {
+		out = append(out, p.proto())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetStartTime().AsTime().Before(out[j].GetStartTime().AsTime()) })
+	return out, nil
+}
+
+// stopAll kills every process of the sandbox, started programs and
+// commands alike, and waits for the started programs to end.
+func (b *box) stopAll() {
+	b.pmu.Lock()
+	defer b.pmu.Unlock()
+	if b.cg != nil {
+		// Also what escaped its bwrap's process tree (a double fork cannot
+		// leave its cgroup); thaws a frozen sandbox once everything is dead.
+		_ = b.cg.Kill(5 * time.Second)
+		b.frozen = false
+	}
+	for _, p := range b.procs {
+		p.p.Kill()
+	}
+	for _, p := range b.procs {
+		<-p.p.Done()
+	}
+}
+
+func (b *box) isFrozen() bool {
+	b.pmu.Lock()
+	defer b.pmu.Unlock()
+	return b.frozen
+}
+
+func (s *Service) freeze(ctx context.Context, id string, freeze bool) error {
+	b, release, err := s.acquire(id)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if b.cg == nil {
+		return coded(codes.FailedPrecondition, "this node runs sandboxes without cgroups: session %q cannot be frozen", id)
+	}
+	b.pmu.Lock()
+	defer b.pmu.Unlock()
+	if freeze {
+		err = b.cg.Freeze()
+	} else {
+		err = b.cg.Thaw()
+	}
+	if err != nil {
+		return fmt.Errorf("session %s: %w", id, err)
+	}
+	b.frozen = freeze
+	s.log.InfoContext(ctx, "sandbox frozen state changed", "session_id", id, "frozen", freeze)
+	return nil
+}
+
+func (s *Service) usage(b *box) *sandboxv1.SandboxUsage {
+	if b.cg == nil {
+		return nil
+	}
+	u, err := b.cg.Usage()
+	if err != nil {
+		return nil
+	}
+	return usageProto(u)
+}
+
+func usageProto(u cgroup.Usage) *sandboxv1.SandboxUsage {
+	return &sandboxv1.SandboxUsage{CpuNanos: u.CPUNanos, MemoryBytes: u.MemoryBytes, Pids: u.Pids, OomKills: u.OOMKills}
+}

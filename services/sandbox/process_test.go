@@ -1,0 +1,232 @@
+package sandbox
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+)
+
+// fakeDisplay makes an X socket for display :77 and returns the lookup a
+// Service uses to find it.
+func fakeDisplay(t *testing.T, cfg *Config) func(string) (string, string, bool) {
+	dir := t.TempDir()
+	l, err := net.Listen("unix", filepath.Join(dir, "X77"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	cfg.X11SocketDir = dir
+	return func(string) (string, string, bool) { return ":77", "", true }
+}
+
+func alive(pid int64) bool { return unix.Kill(int(pid), 0) == nil }
+
+func TestStartedProcessesOutliveTheCallAndDieWithTheSandbox(t *testing.T) {
+	cfg := testConfig(t)
+	h := newHarness(t, cfg, Deps{DisplayLookup: fakeDisplay(t, &cfg)})
+	h.svc.cfg.X11SocketDir = cfg.X11SocketDir
+	sb := h.create(t, "auto", "")
+	ctx := context.Background()
+
+	start := func(script string) *sandboxv1.Process {
+		t.Helper()
+		resp, err := h.client.StartProcess(ctx, &sandboxv1.StartProcessRequest{SessionId: "auto", Argv: []string{"sh", "-c", script}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetProcess()
+	}
+	a := start(`echo "$DISPLAY" > display.txt; test -S /tmp/.X11-unix/X77 && echo socket >> display.txt; exec sleep 1000`)
+	b := start(`exec sleep 1001`)
+	waitFor(t, "the program to write", func() bool {
+		data, _ := os.ReadFile(filepath.Join(sb.GetRootDir(), "display.txt"))
+		return string(data) == ":77\nsocket\n"
+	})
+	list, err := h.client.ListProcesses(ctx, &sandboxv1.ListProcessesRequest{SessionId: "auto"})
+	if err != nil || len(list.GetProcesses()) != 2 {
+		t.Fatalf("ListProcesses = %v, %v", list, err)
+	}
+	for _, p := range list.GetProcesses() {
+		if p.GetState() != sandboxv1.ProcessState_PROCESS_STATE_RUNNING || !alive(p.GetPid()) {
+			t.Fatalf("process %v not running", p)
+		}
+	}
+	stopped, err := h.client.StopProcess(ctx, &sandboxv1.StopProcessRequest{SessionId: "auto", ProcessId: a.GetProcessId()})
+	if err != nil || stopped.GetProcess().GetState() != sandboxv1.ProcessState_PROCESS_STATE_EXITED {
+		t.Fatalf("StopProcess = %v, %v", stopped, err)
+	}
+	_, err = h.client.StopProcess(ctx, &sandboxv1.StopProcessRequest{SessionId: "auto", ProcessId: "p99"})
+	wantCode(t, err, codes.NotFound)
+	if !alive(b.GetPid()) {
+		t.Fatal("the other program died too")
+	}
+	if _, err := h.client.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SessionId: "auto"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "programs to die with the sandbox", func() bool { return len(hostProcessesWith("sleep\x001001")) == 0 })
+	if ids, _ := h.svc.cgroups.List(); len(ids) != 0 {
+		t.Fatalf("cgroups left after delete: %v", ids)
+	}
+}
+
+func TestLimitsFromRequestAndDefaults(t *testing.T) {
+	h := newHarness(t, testConfig(t), Deps{})
+	ctx := context.Background()
+	resp, err := h.client.CreateSandbox(ctx, &sandboxv1.CreateSandboxRequest{SessionId: "lim", MemoryBytes: 256 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := resp.GetSandbox().GetLimits()
+	if got.GetMemoryBytes() != 256<<20 || got.GetCpuMillis() != 1000 || got.GetPids() != 512 || resp.GetSandbox().GetCgroup() != "v1" && resp.GetSandbox().GetCgroup() != "v2" {
+		t.Fatalf("sandbox %v", resp.GetSandbox())
+	}
+	limit, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", h.svc.cgroups.Parent, "lim", "memory.limit_in_bytes"))
+	if err == nil && strings.TrimSpace(string(limit)) != "268435456" {
+		t.Fatalf("memory.limit_in_bytes = %s", limit)
+	}
+	_, err = h.client.CreateSandbox(ctx, &sandboxv1.CreateSandboxRequest{SessionId: "big", Pids: 1 << 40})
+	wantCode(t, err, codes.InvalidArgument)
+	_, err = h.client.CreateSandbox(ctx, &sandboxv1.CreateSandboxRequest{SessionId: "neg", CpuMillis: -1})
+	wantCode(t, err, codes.InvalidArgument)
+}
+
+func (h *harness) usage(t *testing.T, id string) *sandboxv1.SandboxUsage {
+	t.Helper()
+	resp, err := h.client.GetSandbox(context.Background(), &sandboxv1.GetSandboxRequest{SessionId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetSandbox().GetUsage()
+}
+
+func TestForkBombStaysInsideItsPidsLimit(t *testing.T) {
+	h := newHarness(t, testConfig(t), Deps{})
+	ctx := context.Background()
+	if _, err := h.client.CreateSandbox(ctx, &sandboxv1.CreateSandboxRequest{SessionId: "bomb", Pids: 64}); err != nil {
+		t.Fatal(err)
+	}
+	h.create(t, "bystander", "")
+	var wg sync.WaitGroup
+	var res execResult
+	var err error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		res, err = h.exec(t, &sandboxv1.ExecRequest{SessionId: "bomb", Argv: []string{"sh", "-c", "b() { b | b & }; b; exec sleep 1000"}, Timeout: durationpb.New(3 * time.Second)})
+	}()
+	waitFor(t, "the bomb to hit its limit", func() bool { return h.usage(t, "bomb").GetPids() >= 60 })
+	// The node and the other sandbox keep working while it rages.
+	if got := h.mustExec(t, "bystander", "echo", "fine"); got.stdout != "fine\n" {
+		t.Fatalf("bystander exec: %+v", got)
+	}
+	if u := h.usage(t, "bomb"); u.GetPids() > 64 {
+		t.Fatalf("bomb has %d pids, limit 64", u.GetPids())
+	}
+	wg.Wait()
+	if err != nil || !res.exit.GetTimedOut() {
+		t.Fatalf("bomb exec: %+v %v", res.exit, err)
+	}
+	waitFor(t, "the bomb to be gone", func() bool { return h.usage(t, "bomb").GetPids() == 0 })
+}
+
+func TestMemoryHogIsKilledInsideItsCgroup(t *testing.T) {
+	h := newHarness(t, testConfig(t), Deps{})
+	ctx := context.Background()
+	if _, err := h.client.CreateSandbox(ctx, &sandboxv1.CreateSandboxRequest{SessionId: "hog", MemoryBytes: 64 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := h.exec(t, &sandboxv1.ExecRequest{SessionId: "hog", Argv: []string{"python3", "-c", "a = []\nwhile True: a.append(bytearray(1 << 20))"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.exit.GetExitCode() != 137 && res.exit.GetSignal() != "killed" {
+		t.Fatalf("hog exit %+v, want killed", res.exit)
+	}
+	if u := h.usage(t, "hog"); u.GetOomKills() < 1 {
+		t.Fatalf("usage %+v: no OOM kill recorded", u)
+	}
+	if got := h.mustExec(t, "hog", "echo", "still here"); got.stdout != "still here\n" {
+		t.Fatalf("exec after OOM: %+v", got)
+	}
+}
+
+func TestBusyLoopIsHeldToItsCPUQuota(t *testing.T) {
+	h := newHarness(t, testConfig(t), Deps{})
+	ctx := context.Background()
+	if _, err := h.client.CreateSandbox(ctx, &sandboxv1.CreateSandboxRequest{SessionId: "spin", CpuMillis: 200}); err != nil {
+		t.Fatal(err)
+	}
+	before := h.usage(t, "spin").GetCpuNanos()
+	t0 := time.Now()
+	// Two spinning loops would use two cores unchecked.
+	res, err := h.exec(t, &sandboxv1.ExecRequest{SessionId: "spin", Argv: []string{"sh", "-c", "while :; do :; done & while :; do :; done"}, Timeout: durationpb.New(1500 * time.Millisecond)})
+	elapsed := time.Since(t0)
+	if err != nil || !res.exit.GetTimedOut() {
+		t.Fatalf("spin: %+v %v", res.exit, err)
+	}
+	used := time.Duration(h.usage(t, "spin").GetCpuNanos() - before)
+	// The quota is 0.2 of a core; allow for a period's overrun at each end.
+	if share := used.Seconds() / elapsed.Seconds(); share > 0.4 {
+		t.Fatalf("used %s of CPU in %s (%.2f cores); quota is 0.2", used, elapsed, share)
+	}
+	if used < 50*time.Millisecond {
+		t.Fatalf("used only %s of CPU: the loop did not run", used)
+	}
+}
+
+func TestFreezeStopsAndThawResumes(t *testing.T) {
+	h := newHarness(t, testConfig(t), Deps{})
+	sb := h.create(t, "ice", "")
+	ctx := context.Background()
+	counter := filepath.Join(sb.GetRootDir(), "counter")
+	read := func() string { data, _ := os.ReadFile(counter); return string(data) }
+	if _, err := h.client.StartProcess(ctx, &sandboxv1.StartProcessRequest{SessionId: "ice", Argv: []string{"sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > counter.tmp; mv counter.tmp counter; sleep 0.01; done"}}); err != nil {
+		t.Fatal(err)
+	}
+	first := ""
+	waitFor(t, "the counter to advance", func() bool {
+		v := read()
+		if first == "" {
+			first = v
+		}
+		return v != "" && v != first
+	})
+	if _, err := h.client.FreezeSandbox(ctx, &sandboxv1.FreezeSandboxRequest{SessionId: "ice"}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := h.client.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SessionId: "ice"})
+	if !got.GetSandbox().GetFrozen() {
+		t.Fatal("GetSandbox does not say frozen")
+	}
+	frozenAt := read()
+	// Over several of the loop's periods, nothing moves.
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if v := read(); v != frozenAt {
+			t.Fatalf("counter moved while frozen: %s -> %s", frozenAt, v)
+		}
+	}
+	_, err := h.exec(t, &sandboxv1.ExecRequest{SessionId: "ice", Argv: []string{"true"}})
+	wantCode(t, err, codes.FailedPrecondition)
+	if _, err := h.client.ThawSandbox(ctx, &sandboxv1.ThawSandboxRequest{SessionId: "ice"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the counter to resume", func() bool { return read() != frozenAt })
+	// Deleting a frozen sandbox works too.
+	if _, err := h.client.FreezeSandbox(ctx, &sandboxv1.FreezeSandboxRequest{SessionId: "ice"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SessionId: "ice"}); err != nil {
+		t.Fatal(err)
+	}
+}
