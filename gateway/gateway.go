@@ -1,5 +1,6 @@
 // Package gateway serves deskgrid's public API as REST/JSON through
-// grpc-gateway, with health, readiness, metrics and the OpenAPI document.
+// grpc-gateway, with health, readiness, metrics and the OpenAPI document, the
+// live view of a desktop as RFB over WebSocket, and the web page.
 package gateway
 
 import (
@@ -10,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -34,11 +36,26 @@ type Config struct {
 	MaxBodyBytes int64
 	// ReadyTimeout bounds each backend health check made by /readyz.
 	ReadyTimeout time.Duration
+	// AllowedOrigins are the browser origins, besides the gateway's own host,
+	// that may open a VNC WebSocket: full origins ("https://app.example.com")
+	// or host patterns ("*.example.com", path.Match syntax).
+	AllowedOrigins []string
+	// VNCConnectTimeout bounds the wait for a display's first RFB bytes
+	// before the WebSocket upgrade is refused with 504.
+	VNCConnectTimeout time.Duration
+	// VNCMaxMessageBytes bounds one WebSocket message from a viewer (a
+	// clipboard paste is the largest); larger ones close the connection.
+	VNCMaxMessageBytes int64
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{MaxBodyBytes: 16 << 20, ReadyTimeout: 2 * time.Second}
+	return Config{
+		MaxBodyBytes:       16 << 20,
+		ReadyTimeout:       2 * time.Second,
+		VNCConnectTimeout:  10 * time.Second,
+		VNCMaxMessageBytes: 1 << 20,
+	}
 }
 
 // Backends are the gRPC connections the gateway forwards to.
@@ -57,6 +74,12 @@ type Deps struct {
 	Backends Backends
 	// Metrics serves /metrics; nil leaves it out.
 	Metrics http.Handler
+	// AuthorizeVNC decides whether a request may watch a session's desktop
+	// and whether it may only watch (viewOnly forces view-only; a viewer may
+	// also ask for it with ?view_only=true). An error refuses the upgrade:
+	// 401 when it wraps ErrUnauthenticated, 403 otherwise. Nil allows every
+	// request and lets the viewer choose.
+	AuthorizeVNC func(r *http.Request, sessionID string) (viewOnly bool, err error)
 }
 
 // Gateway is the REST front.
@@ -65,6 +88,15 @@ type Gateway struct {
 	logger  *slog.Logger
 	deps    Deps
 	handler http.Handler
+	web     *web
+
+	// base outlives requests: VNC bridges run on hijacked connections that
+	// http.Server.Shutdown does not track, so Close ends them through it.
+	base       context.Context
+	cancelBase context.CancelFunc
+	mu         sync.Mutex
+	closed     bool
+	bridges    sync.WaitGroup
 }
 
 type acceptKey struct{}
@@ -105,10 +137,21 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: register %s: %w", r.name, err)
 		}
 	}
-	g := &Gateway{cfg: cfg, logger: deps.Logger, deps: deps}
+	def := DefaultConfig()
+	if cfg.VNCConnectTimeout <= 0 {
+		cfg.VNCConnectTimeout = def.VNCConnectTimeout
+	}
+	if cfg.VNCMaxMessageBytes <= 0 {
+		cfg.VNCMaxMessageBytes = def.VNCMaxMessageBytes
+	}
+	g := &Gateway{cfg: cfg, logger: deps.Logger, deps: deps, web: newWeb()}
+	g.base, g.cancelBase = context.WithCancel(context.WithoutCancel(ctx))
 
 	root := http.NewServeMux()
 	root.Handle("/v1/", g.limitBody(mux))
+	root.HandleFunc("GET /v1/sessions/{session_id}/vnc", g.vnc)
+	root.HandleFunc("GET /v1", g.index)
+	root.HandleFunc("GET /v1/{$}", g.index)
 	root.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
@@ -121,15 +164,18 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Gateway, error) {
 	if deps.Metrics != nil {
 		root.Handle("GET /metrics", deps.Metrics)
 	}
-	root.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{
-			"service": "deskgrid",
-			"api":     "/v1/sessions",
-			"openapi": "/openapi.json",
-			"health":  "/healthz",
-			"ready":   "/readyz",
-		})
+	root.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		if wantsJSONIndex(r) {
+			g.index(w, r)
+			return
+		}
+		g.web.page(w, r, "index.html")
 	})
+	root.HandleFunc("GET /sessions/{session_id}", func(w http.ResponseWriter, r *http.Request) {
+		g.web.viewer(w, r)
+	})
+	root.Handle("GET /static/", g.web.static())
+	root.Handle("GET /novnc/", g.web.novnc())
 	root.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]any{"code": 5, "message": "no such path: " + r.URL.Path})
 	})
@@ -141,6 +187,47 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Gateway, error) {
 
 // Handler is the gateway's HTTP handler.
 func (g *Gateway) Handler() http.Handler { return g.handler }
+
+// Close ends every live VNC connection and waits for them; call it after the
+// HTTP server's Shutdown, which does not see upgraded connections.
+func (g *Gateway) Close(ctx context.Context) error {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+	g.cancelBase()
+	done := make(chan struct{})
+	go func() {
+		g.bridges.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("gateway: VNC connections still closing: %w", ctx.Err())
+	}
+}
+
+// index is the JSON map of the API, for clients that ask for JSON at / and
+// for everyone at /v1.
+func (g *Gateway) index(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{
+		"service": "deskgrid",
+		"api":     "/v1/sessions",
+		"vnc":     "/v1/sessions/{session_id}/vnc",
+		"openapi": "/openapi.json",
+		"health":  "/healthz",
+		"ready":   "/readyz",
+		"web":     "/",
+	})
+}
+
+// wantsJSONIndex keeps / a JSON document for API clients (curl -H 'Accept:
+// application/json') while browsers, which ask for text/html, get the page.
+func wantsJSONIndex(r *http.Request) bool {
+	a := r.Header.Get("Accept")
+	return strings.Contains(a, "application/json") && !strings.Contains(a, "text/html")
+}
 
 func (g *Gateway) limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

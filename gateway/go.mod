@@ -3,6 +3,7 @@ module github.com/deskgrid/deskgrid/gateway
 go 1.26.0
 
 require (
+	github.com/coder/websocket v1.8.15
 	github.com/deskgrid/deskgrid/proto v0.0.0
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0
 	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.70.0

@@ -1,0 +1,490 @@
+package gateway
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http/httptest"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
+)
+
+// vncDisplay is a display service whose ConnectVNC behaves as the node's
+// does: the first message names the session, an unknown one is NotFound
+// before any byte, then RFB bytes are relayed both ways to a VNC server (here
+// an in-process RFB server on a pipe), and deleting the display ends the
+// relay with NotFound.
+type vncDisplay struct {
+	display
+
+	fb fakeFramebuffer
+
+	mu       sync.Mutex
+	firsts   []*displayv1.ConnectVNCRequest
+	servers  map[string][]*rfbServer
+	deleted  map[string]chan struct{}
+	firstSig chan struct{}
+	ended    chan string // session id of each ConnectVNC that returned
+
+	// flood and sink are the sessions of the backpressure tests.
+	floodTotal int64
+	floodSent  atomic.Int64
+	sinkGot    atomic.Int64
+	sinkGo     chan struct{}
+}
+
+func newVNCDisplay(fb fakeFramebuffer) *vncDisplay {
+	return &vncDisplay{
+		fb:       fb,
+		servers:  map[string][]*rfbServer{},
+		deleted:  map[string]chan struct{}{"s-1": make(chan struct{})},
+		firstSig: make(chan struct{}, 100),
+		ended:    make(chan string, 100),
+		sinkGo:   make(chan struct{}),
+	}
+}
+
+// deleteDisplay ends every viewer of the session as deleting a display does.
+func (d *vncDisplay) deleteDisplay(sessionID string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	close(d.deleted[sessionID])
+	delete(d.deleted, sessionID)
+}
+
+func (d *vncDisplay) lastFirst() *displayv1.ConnectVNCRequest {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.firsts[len(d.firsts)-1]
+}
+
+func (d *vncDisplay) server(sessionID string) *rfbServer {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.servers[sessionID]
+	return s[len(s)-1]
+}
+
+func (d *vncDisplay) ConnectVNC(stream displayv1.DisplayService_ConnectVNCServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return status.Error(codes.InvalidArgument, "the first message must name the session")
+		}
+		return err
+	}
+	id := first.GetSessionId()
+	defer func() { d.ended <- id }()
+	d.mu.Lock()
+	d.firsts = append(d.firsts, first)
+	gone, ok := d.deleted[id]
+	d.mu.Unlock()
+	d.firstSig <- struct{}{}
+	switch id {
+	case "flood":
+		return d.flood(stream)
+	case "sink":
+		return d.sink(stream)
+	}
+	if !ok {
+		return status.Errorf(codes.NotFound, "no display for session %s", id)
+	}
+
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	viewer, vncSide := net.Pipe()
+	srv := &rfbServer{fb: d.fb, got: make(chan rfbMessage, 1000)}
+	d.mu.Lock()
+	d.servers[id] = append(d.servers[id], srv)
+	d.mu.Unlock()
+	go func() {
+		_ = srv.serve(vncSide)
+		vncSide.Close()
+	}()
+	defer context.AfterFunc(ctx, func() { viewer.Close() })()
+	go func() {
+		select {
+		case <-gone:
+			viewer.Close()
+		case <-ctx.Done():
+		}
+	}()
+	go func() {
+		data := first.GetData()
+		for {
+			if len(data) > 0 {
+				if _, err := viewer.Write(data); err != nil {
+					cancel()
+					return
+				}
+			}
+			m, err := stream.Recv()
+			if err != nil {
+				cancel()
+				return
+			}
+			data = m.GetData()
+		}
+	}()
+	buf := make([]byte, 64<<10)
+	for {
+		n, rerr := viewer.Read(buf)
+		if n > 0 {
+			if err := stream.Send(&displayv1.ConnectVNCResponse{Data: append([]byte(nil), buf[:n]...)}); err != nil {
+				return err
+			}
+		}
+		if rerr != nil {
+			break
+		}
+	}
+	select {
+	case <-gone:
+		return status.Errorf(codes.NotFound, "the display of session %s was deleted", id)
+	default:
+	}
+	if err := stream.Context().Err(); err != nil {
+		return status.FromContextError(err).Err()
+	}
+	return nil
+}
+
+// flood sends a counted byte pattern as fast as the stream takes it.
+func (d *vncDisplay) flood(stream displayv1.DisplayService_ConnectVNCServer) error {
+	chunk := make([]byte, 32<<10)
+	for sent := int64(0); sent < d.floodTotal; {
+		for i := range chunk {
+			chunk[i] = byte((sent + int64(i)) % 251)
+		}
+		if err := stream.Send(&displayv1.ConnectVNCResponse{Data: chunk}); err != nil {
+			return err
+		}
+		sent += int64(len(chunk))
+		d.floodSent.Store(sent)
+	}
+	return nil
+}
+
+// sink greets (a VNC server speaks first), then reads nothing until told.
+func (d *vncDisplay) sink(stream displayv1.DisplayService_ConnectVNCServer) error {
+	if err := stream.Send(&displayv1.ConnectVNCResponse{Data: []byte("RFB 003.008\n")}); err != nil {
+		return err
+	}
+	select {
+	case <-d.sinkGo:
+	case <-stream.Context().Done():
+		return stream.Context().Err()
+	}
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		d.sinkGot.Add(int64(len(m.GetData())))
+	}
+}
+
+// fakeFramebuffer is the one picture the fake RFB server shows: a single colour.
+type fakeFramebuffer struct {
+	Width, Height int
+	R, G, B       uint8
+	Name          string
+}
+
+// rfbMessage is one client-to-server RFB message the fake received.
+type rfbMessage struct {
+	Type byte
+	Body []byte
+}
+
+// rfbServer speaks the server side of RFB 3.8 (RFC 6143) with security type
+// None and Raw encoding: the handshake, and one full framebuffer update on
+// the first update request. It decodes every message a viewer may send
+// unasked, so a misframed byte anywhere fails the handshake or the parse.
+type rfbServer struct {
+	fb  fakeFramebuffer
+	got chan rfbMessage
+}
+
+type pixelFormat struct {
+	bpp, depth, bigEndian, trueColour byte
+	rMax, gMax, bMax                  uint16
+	rShift, gShift, bShift            byte
+}
+
+func (pf pixelFormat) bytes() []byte {
+	b := make([]byte, 16)
+	b[0], b[1], b[2], b[3] = pf.bpp, pf.depth, pf.bigEndian, pf.trueColour
+	binary.BigEndian.PutUint16(b[4:], pf.rMax)
+	binary.BigEndian.PutUint16(b[6:], pf.gMax)
+	binary.BigEndian.PutUint16(b[8:], pf.bMax)
+	b[10], b[11], b[12] = pf.rShift, pf.gShift, pf.bShift
+	return b
+}
+
+func parsePixelFormat(b []byte) pixelFormat {
+	return pixelFormat{
+		bpp: b[0], depth: b[1], bigEndian: b[2], trueColour: b[3],
+		rMax: binary.BigEndian.Uint16(b[4:]), gMax: binary.BigEndian.Uint16(b[6:]), bMax: binary.BigEndian.Uint16(b[8:]),
+		rShift: b[10], gShift: b[11], bShift: b[12],
+	}
+}
+
+func (pf pixelFormat) encode(r, g, b uint8) ([]byte, error) {
+	if pf.trueColour == 0 || (pf.bpp != 8 && pf.bpp != 16 && pf.bpp != 32) {
+		return nil, fmt.Errorf("pixel format %+v is not supported by the fake", pf)
+	}
+	v := uint32(r)*uint32(pf.rMax)/255<<pf.rShift | uint32(g)*uint32(pf.gMax)/255<<pf.gShift | uint32(b)*uint32(pf.bMax)/255<<pf.bShift
+	out := make([]byte, pf.bpp/8)
+	switch {
+	case pf.bpp == 8:
+		out[0] = byte(v)
+	case pf.bpp == 16 && pf.bigEndian != 0:
+		binary.BigEndian.PutUint16(out, uint16(v))
+	case pf.bpp == 16:
+		binary.LittleEndian.PutUint16(out, uint16(v))
+	case pf.bigEndian != 0:
+		binary.BigEndian.PutUint32(out, v)
+	default:
+		binary.LittleEndian.PutUint32(out, v)
+	}
+	return out, nil
+}
+
+func (s *rfbServer) serve(c io.ReadWriter) error {
+	if _, err := io.WriteString(c, "RFB 003.008\n"); err != nil {
+		return err
+	}
+	version := make([]byte, 12)
+	if _, err := io.ReadFull(c, version); err != nil {
+		return err
+	}
+	if string(version) != "RFB 003.008\n" {
+		return fmt.Errorf("client version %q", version)
+	}
+	if _, err := c.Write([]byte{1, 1}); err != nil { // one security type: None
+		return err
+	}
+	choice := make([]byte, 1)
+	if _, err := io.ReadFull(c, choice); err != nil {
+		return err
+	}
+	if choice[0] != 1 {
+		return fmt.Errorf("client chose security type %d", choice[0])
+	}
+	if _, err := c.Write([]byte{0, 0, 0, 0}); err != nil { // SecurityResult OK
+		return err
+	}
+	if _, err := io.ReadFull(c, choice); err != nil { // ClientInit shared flag
+		return err
+	}
+	pf := pixelFormat{bpp: 32, depth: 24, trueColour: 1, rMax: 255, gMax: 255, bMax: 255, rShift: 16, gShift: 8}
+	init := binary.BigEndian.AppendUint16(nil, uint16(s.fb.Width))
+	init = binary.BigEndian.AppendUint16(init, uint16(s.fb.Height))
+	init = append(init, pf.bytes()...)
+	init = binary.BigEndian.AppendUint32(init, uint32(len(s.fb.Name)))
+	init = append(init, s.fb.Name...)
+	if _, err := c.Write(init); err != nil {
+		return err
+	}
+
+	sent := false
+	for {
+		typ := make([]byte, 1)
+		if _, err := io.ReadFull(c, typ); err != nil {
+			return err
+		}
+		var body []byte
+		read := func(n int) error {
+			b := make([]byte, n)
+			if _, err := io.ReadFull(c, b); err != nil {
+				return err
+			}
+			body = append(body, b...)
+			return nil
+		}
+		var err error
+		switch typ[0] {
+		case 0: // SetPixelFormat
+			if err = read(19); err == nil {
+				pf = parsePixelFormat(body[3:])
+			}
+		case 2: // SetEncodings
+			if err = read(3); err == nil {
+				err = read(4 * int(binary.BigEndian.Uint16(body[1:])))
+			}
+		case 3: // FramebufferUpdateRequest
+			if err = read(9); err == nil && !sent {
+				err = s.sendFramebuffer(c, pf)
+				sent = true
+			}
+		case 4: // KeyEvent
+			err = read(7)
+		case 5: // PointerEvent
+			err = read(5)
+		case 6: // ClientCutText
+			if err = read(7); err == nil {
+				err = read(int(binary.BigEndian.Uint32(body[3:])))
+			}
+		default:
+			return fmt.Errorf("unexpected client message type %d", typ[0])
+		}
+		if err != nil {
+			return err
+		}
+		select {
+		case s.got <- rfbMessage{Type: typ[0], Body: body}:
+		default: // a viewer asking for updates forever must not block the fake
+		}
+	}
+}
+
+func (s *rfbServer) sendFramebuffer(c io.Writer, pf pixelFormat) error {
+	px, err := pf.encode(s.fb.R, s.fb.G, s.fb.B)
+	if err != nil {
+		return err
+	}
+	msg := []byte{0, 0, 0, 1} // FramebufferUpdate, one rectangle
+	msg = binary.BigEndian.AppendUint16(msg, 0)
+	msg = binary.BigEndian.AppendUint16(msg, 0)
+	msg = binary.BigEndian.AppendUint16(msg, uint16(s.fb.Width))
+	msg = binary.BigEndian.AppendUint16(msg, uint16(s.fb.Height))
+	msg = binary.BigEndian.AppendUint32(msg, 0) // Raw
+	for range s.fb.Width * s.fb.Height {
+		msg = append(msg, px...)
+	}
+	_, err = c.Write(msg)
+	return err
+}
+
+// sessions is an in-memory session service for the page.
+type sessions struct {
+	sessionv1.UnimplementedSessionServiceServer
+	mu   sync.Mutex
+	byID map[string]*sessionv1.Session
+	next int
+}
+
+func newSessions(ids ...string) *sessions {
+	s := &sessions{byID: map[string]*sessionv1.Session{}, next: len(ids) + 1}
+	for _, id := range ids {
+		s.byID[id] = s.newSession(id)
+	}
+	return s
+}
+
+func (s *sessions) newSession(id string) *sessionv1.Session {
+	w, h := int32(320), int32(200)
+	return &sessionv1.Session{Id: id, State: sessionv1.SessionState_SESSION_STATE_RUNNING,
+		Display: &sessionv1.DisplaySpec{Width: &w, Height: &h}, CreateTime: timestamppb.Now()}
+}
+
+func (s *sessions) CreateSession(context.Context, *sessionv1.CreateSessionRequest) (*sessionv1.CreateSessionResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := fmt.Sprintf("s-%d", s.next)
+	s.next++
+	s.byID[id] = s.newSession(id)
+	return &sessionv1.CreateSessionResponse{Session: s.byID[id]}, nil
+}
+
+func (s *sessions) GetSession(_ context.Context, r *sessionv1.GetSessionRequest) (*sessionv1.GetSessionResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if x, ok := s.byID[r.GetSessionId()]; ok {
+		return &sessionv1.GetSessionResponse{Session: x}, nil
+	}
+	return nil, status.Errorf(codes.NotFound, "session %s not found", r.GetSessionId())
+}
+
+func (s *sessions) ListSessions(context.Context, *sessionv1.ListSessionsRequest) (*sessionv1.ListSessionsResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*sessionv1.Session
+	for _, x := range s.byID {
+		out = append(out, x)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetId() < out[j].GetId() })
+	return &sessionv1.ListSessionsResponse{Sessions: out}, nil
+}
+
+func (s *sessions) DeleteSession(_ context.Context, r *sessionv1.DeleteSessionRequest) (*sessionv1.DeleteSessionResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x, ok := s.byID[r.GetSessionId()]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "session %s not found", r.GetSessionId())
+	}
+	delete(s.byID, r.GetSessionId())
+	return &sessionv1.DeleteSessionResponse{Session: x}, nil
+}
+
+func (s *sessions) has(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.byID[id]
+	return ok
+}
+
+// harness is a gateway on a real listener in front of the fakes.
+type harness struct {
+	gw       *Gateway
+	srv      *httptest.Server
+	display  *vncDisplay
+	sessions *sessions
+}
+
+func newHarness(t *testing.T, cfg Config, deps Deps) *harness {
+	t.Helper()
+	h := &harness{
+		display:  newVNCDisplay(fakeFramebuffer{Width: 64, Height: 48, R: 0x12, G: 0xa0, B: 0x63, Name: "fake desktop"}),
+		sessions: newSessions("s-1"),
+	}
+	grpcSrv := grpc.NewServer()
+	displayv1.RegisterDisplayServiceServer(grpcSrv, h.display)
+	sessionv1.RegisterSessionServiceServer(grpcSrv, h.sessions)
+	healthpb.RegisterHealthServer(grpcSrv, health.NewServer())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = grpcSrv.Serve(lis) }()
+	t.Cleanup(grpcSrv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	deps.Backends = Backends{Session: conn, Node: conn, Agent: conn, History: conn}
+	h.gw, err = New(context.Background(), cfg, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.srv = httptest.NewServer(h.gw.Handler())
+	t.Cleanup(func() {
+		if err := h.gw.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+		h.srv.Close()
+	})
+	return h
+}
