@@ -1,6 +1,8 @@
 // Package history is deskgrid's history service: the durable log of every
-// event a session produced, fed from the JetStream event stream and served
-// as pages of a session's entries.
+// event a session produced, fed from the JetStream event stream, with
+// screenshots kept once in a blob store; served as pages of a session's or
+// run's entries, run transcripts, full-text search and JSON Lines export and
+// import, and trimmed by per-tenant retention.
 package history
 
 import (
@@ -14,7 +16,9 @@ import (
 	"google.golang.org/grpc"
 
 	historyv1 "github.com/deskgrid/deskgrid/proto/deskgrid/history/v1"
+	"github.com/deskgrid/deskgrid/services/history/blob"
 	"github.com/deskgrid/deskgrid/services/history/ingest"
+	"github.com/deskgrid/deskgrid/services/history/retention"
 	"github.com/deskgrid/deskgrid/services/history/store"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 )
@@ -41,6 +45,25 @@ type Config struct {
 	// service creates if it is missing. Defaults 1 and 0 (no age limit).
 	StreamReplicas int
 	StreamMaxAge   time.Duration
+
+	// BlobDir is the directory screenshots are kept in when Deps.Blobs is
+	// nil. Empty, with no Deps.Blobs, keeps them inline in their entries.
+	BlobDir string
+	// RetentionMaxAge deletes entries older than this; 0 keeps them.
+	RetentionMaxAge time.Duration
+	// RetentionMaxEntriesPerTenant deletes a tenant's oldest entries beyond
+	// this many; 0 keeps them all.
+	RetentionMaxEntriesPerTenant int64
+	// RetentionTenants overrides the two limits above per tenant; a zero
+	// field of an override takes the default.
+	RetentionTenants map[string]retention.Policy
+	// SweepInterval is how often retention runs and unreferenced blobs are
+	// collected. Default 5m; negative never.
+	SweepInterval time.Duration
+	// BlobGrace spares blobs younger than this from collection. Default 1h.
+	BlobGrace time.Duration
+	// MaxImportBytes bounds one ImportSessionHistory stream. Default 256 MiB.
+	MaxImportBytes int64
 }
 
 // DefaultConfig returns the defaults.
@@ -54,6 +77,9 @@ func DefaultConfig() Config {
 		AckWait:        ic.AckWait,
 		RetryDelay:     ic.RetryDelay,
 		StreamReplicas: 1,
+		SweepInterval:  5 * time.Minute,
+		BlobGrace:      time.Hour,
+		MaxImportBytes: 256 << 20,
 	}
 }
 
@@ -63,15 +89,24 @@ type Deps struct {
 	Logger *slog.Logger
 	Store  store.Store
 	JS     jetstream.JetStream
+	// Blobs keeps screenshots, such as in an object store; nil uses
+	// Config.BlobDir.
+	Blobs blob.Store
 }
 
 // Service ingests events and serves historyv1.HistoryService.
 type Service struct {
 	historyv1.UnimplementedHistoryServiceServer
 
+	cfg    Config
 	log    *slog.Logger
 	store  store.Store
+	blobs  blob.Store
 	ingest *ingest.Ingester
+	sweep  *retention.Sweeper
+	// stopSweep ends the sweeper; sweepDone closes when it has.
+	stopSweep context.CancelFunc
+	sweepDone chan struct{}
 }
 
 // New makes sure the event stream exists and starts ingesting from it. ctx
@@ -83,6 +118,27 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	log := deps.Logger
 	if log == nil {
 		log = slog.Default()
+	}
+	d := DefaultConfig()
+	if cfg.SweepInterval == 0 {
+		cfg.SweepInterval = d.SweepInterval
+	}
+	if cfg.BlobGrace <= 0 {
+		cfg.BlobGrace = d.BlobGrace
+	}
+	if cfg.MaxImportBytes <= 0 {
+		cfg.MaxImportBytes = d.MaxImportBytes
+	}
+	blobs := deps.Blobs
+	if blobs == nil && cfg.BlobDir != "" {
+		dir, err := blob.OpenDir(cfg.BlobDir)
+		if err != nil {
+			return nil, fmt.Errorf("history: %w", err)
+		}
+		blobs = dir
+	}
+	if blobs == nil {
+		log.Warn("history has no blob store: screenshots stay inline in their entries")
 	}
 	if _, err := events.EnsureStream(ctx, deps.JS, events.StreamConfig(cfg.StreamReplicas, cfg.StreamMaxAge)); err != nil {
 		return nil, fmt.Errorf("history: %w", err)
@@ -96,12 +152,28 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		MaxAckPending: cfg.MaxAckPending,
 		AckWait:       cfg.AckWait,
 		RetryDelay:    cfg.RetryDelay,
-	}, deps.JS, deps.Store, log)
+	}, deps.JS, deps.Store, blobs, log)
 	if err != nil {
 		return nil, fmt.Errorf("history: %w", err)
 	}
 	log.Info("history ingesting", "durable", cfg.Durable, "stream", events.StreamName)
-	return &Service{log: log, store: deps.Store, ingest: in}, nil
+	s := &Service{cfg: cfg, log: log, store: deps.Store, blobs: blobs, ingest: in, sweepDone: make(chan struct{})}
+	s.sweep = retention.New(retention.Config{
+		Default:   retention.Policy{MaxAge: cfg.RetentionMaxAge, MaxEntries: cfg.RetentionMaxEntriesPerTenant},
+		Tenants:   cfg.RetentionTenants,
+		BlobGrace: cfg.BlobGrace,
+	}, deps.Store, blobs, log.With("component", "history.retention"))
+	sweepCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopSweep = stop
+	if cfg.SweepInterval > 0 {
+		go func() {
+			defer close(s.sweepDone)
+			s.sweep.Run(sweepCtx, cfg.SweepInterval)
+		}()
+	} else {
+		close(s.sweepDone)
+	}
+	return s, nil
 }
 
 // Register registers the gRPC service.
@@ -112,8 +184,21 @@ func (s *Service) Register(r grpc.ServiceRegistrar) {
 // IngestStats reports what ingestion has done so far.
 func (s *Service) IngestStats() ingest.Stats { return s.ingest.Stats() }
 
+// Sweep applies retention and collects unreferenced blobs now, as the
+// background sweeper does every SweepInterval.
+func (s *Service) Sweep(ctx context.Context) (retention.Result, error) {
+	return s.sweep.Sweep(ctx, time.Now())
+}
+
 // Close stops ingestion, storing what was already delivered unless ctx ends
-// first. It does not close the store.
+// first, and the sweeper. It does not close the store.
 func (s *Service) Close(ctx context.Context) error {
-	return s.ingest.Close(ctx)
+	s.stopSweep()
+	err := s.ingest.Close(ctx)
+	select {
+	case <-s.sweepDone:
+	case <-ctx.Done():
+		return errors.Join(err, fmt.Errorf("history: close: %w", ctx.Err()))
+	}
+	return err
 }

@@ -387,7 +387,7 @@ func TestListSessionHistoryValidation(t *testing.T) {
 		{"next page", &historyv1.ListSessionHistoryRequest{SessionId: "s1", PageSize: 5, PageToken: tok}, codes.OK, 5},
 		{"after sequence", &historyv1.ListSessionHistoryRequest{SessionId: "s1", AfterSequence: first.GetEntries()[4].GetSequence()}, codes.OK, 7},
 		{"type filter", &historyv1.ListSessionHistoryRequest{SessionId: "s1", Types: []string{"other.v1"}}, codes.OK, 0},
-		{"unknown session", &historyv1.ListSessionHistoryRequest{SessionId: "nobody"}, codes.OK, 0},
+		{"unknown session", &historyv1.ListSessionHistoryRequest{SessionId: "nobody"}, codes.NotFound, 0},
 		{"no session", &historyv1.ListSessionHistoryRequest{}, codes.InvalidArgument, 0},
 		{"negative page size", &historyv1.ListSessionHistoryRequest{SessionId: "s1", PageSize: -1}, codes.InvalidArgument, 0},
 		{"page size too big", &historyv1.ListSessionHistoryRequest{SessionId: "s1", PageSize: 1001}, codes.InvalidArgument, 0},

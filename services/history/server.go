@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -15,60 +16,231 @@ import (
 	"github.com/deskgrid/deskgrid/services/history/store"
 )
 
+// maxTranscriptEntries bounds what GetRunTranscript returns at once.
+const maxTranscriptEntries = 10_000
+
+// listFilter is what ListSessionHistory and ListRunEntries share.
+type listFilter interface {
+	GetPageSize() int32
+	GetPageToken() string
+	GetTypes() []string
+	GetAfterSequence() int64
+	GetKinds() []historyv1.EntryKind
+	GetStartTime() *timestamppb.Timestamp
+	GetEndTime() *timestamppb.Timestamp
+}
+
+// query checks a list request's filters and turns them into a store query.
+func query(req listFilter) (store.Query, error) {
+	size, err := checkPageSize(req.GetPageSize())
+	if err != nil {
+		return store.Query{}, err
+	}
+	if req.GetAfterSequence() < 0 {
+		return store.Query{}, status.Error(codes.InvalidArgument, "after_sequence must not be negative")
+	}
+	kinds, err := storeKinds(req.GetKinds())
+	if err != nil {
+		return store.Query{}, err
+	}
+	q := store.Query{
+		Types:         req.GetTypes(),
+		Kinds:         kinds,
+		AfterSequence: req.GetAfterSequence(),
+		PageSize:      size,
+		PageToken:     req.GetPageToken(),
+	}
+	for _, t := range []struct {
+		name string
+		ts   *timestamppb.Timestamp
+		dst  *time.Time
+	}{{"start_time", req.GetStartTime(), &q.Since}, {"end_time", req.GetEndTime(), &q.Until}} {
+		if t.ts == nil {
+			continue
+		}
+		if err := t.ts.CheckValid(); err != nil {
+			return store.Query{}, status.Errorf(codes.InvalidArgument, "%s is not a valid time: %v", t.name, err)
+		}
+		*t.dst = t.ts.AsTime()
+	}
+	if !q.Since.IsZero() && !q.Until.IsZero() && !q.Until.After(q.Since) {
+		return store.Query{}, status.Error(codes.InvalidArgument, "end_time must be after start_time")
+	}
+	return q, nil
+}
+
+func checkPageSize(n int32) (int, error) {
+	size := int(n)
+	switch {
+	case size == 0:
+		return store.DefaultPageSize, nil
+	case size < 0 || size > store.MaxPageSize:
+		return 0, status.Errorf(codes.InvalidArgument, "page_size must be between 1 and %d (0 means %d), got %d", store.MaxPageSize, store.DefaultPageSize, size)
+	}
+	return size, nil
+}
+
+func storeKinds(kinds []historyv1.EntryKind) ([]store.Kind, error) {
+	out := make([]store.Kind, 0, len(kinds))
+	for _, k := range kinds {
+		if k <= historyv1.EntryKind_ENTRY_KIND_UNSPECIFIED || k > historyv1.EntryKind_ENTRY_KIND_OTHER {
+			return nil, status.Errorf(codes.InvalidArgument, "kinds: %v is not an entry kind", k)
+		}
+		out = append(out, store.Kind(k))
+	}
+	return out, nil
+}
+
+// storeError turns a store error into a status, once, at the edge.
+func (s *Service) storeError(ctx context.Context, err error, what string) error {
+	switch {
+	case errors.Is(err, store.ErrInvalidPageToken):
+		return status.Error(codes.InvalidArgument, "page_token is not valid for this query: pass the token of the previous page with the same filters")
+	case errors.Is(err, store.ErrInvalidQuery), errors.Is(err, store.ErrNotFound):
+		code := codes.InvalidArgument
+		if errors.Is(err, store.ErrNotFound) {
+			code = codes.NotFound
+		}
+		return status.Error(code, err.Error())
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	default:
+		s.log.ErrorContext(ctx, what, "err", err)
+		return status.Error(codes.Unavailable, "history is unavailable; retry later")
+	}
+}
+
 // ListSessionHistory implements historyv1.HistoryServiceServer.
 func (s *Service) ListSessionHistory(ctx context.Context, req *historyv1.ListSessionHistoryRequest) (*historyv1.ListSessionHistoryResponse, error) {
 	if req.GetSessionId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "session_id is required")
 	}
-	size := int(req.GetPageSize())
-	switch {
-	case size == 0:
-		size = store.DefaultPageSize
-	case size < 0 || size > store.MaxPageSize:
-		return nil, status.Errorf(codes.InvalidArgument, "page_size must be between 1 and %d (0 means %d), got %d", store.MaxPageSize, store.DefaultPageSize, size)
+	q, err := query(req)
+	if err != nil {
+		return nil, err
 	}
-	if req.GetAfterSequence() < 0 {
-		return nil, status.Error(codes.InvalidArgument, "after_sequence must not be negative")
+	q.SessionID = req.GetSessionId()
+	entries, next, err := s.store.List(ctx, q)
+	if err != nil {
+		return nil, s.storeError(ctx, err, "listing history")
 	}
-	entries, next, err := s.store.List(ctx, store.Query{
-		SessionID:     req.GetSessionId(),
-		Types:         req.GetTypes(),
-		AfterSequence: req.GetAfterSequence(),
-		PageSize:      size,
-		PageToken:     req.GetPageToken(),
-	})
-	switch {
-	case errors.Is(err, store.ErrInvalidPageToken):
-		return nil, status.Error(codes.InvalidArgument, "page_token is not valid for this query: pass the token of the previous page with the same session_id, types and after_sequence")
-	case errors.Is(err, store.ErrInvalidQuery):
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	case ctx.Err() != nil:
-		return nil, status.FromContextError(ctx.Err()).Err()
-	case err != nil:
-		s.log.ErrorContext(ctx, "listing history", "session_id", req.GetSessionId(), "err", err)
-		return nil, status.Error(codes.Unavailable, "history is unavailable; retry later")
+	return &historyv1.ListSessionHistoryResponse{Entries: s.toProtos(ctx, entries), NextPageToken: next}, nil
+}
+
+// ListRunEntries implements historyv1.HistoryServiceServer.
+func (s *Service) ListRunEntries(ctx context.Context, req *historyv1.ListRunEntriesRequest) (*historyv1.ListRunEntriesResponse, error) {
+	if req.GetRunId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "run_id is required")
 	}
-	resp := &historyv1.ListSessionHistoryResponse{
-		Entries:       make([]*historyv1.Entry, 0, len(entries)),
-		NextPageToken: next,
+	q, err := query(req)
+	if err != nil {
+		return nil, err
 	}
-	for _, e := range entries {
-		data, err := dataStruct(e.Data)
+	q.RunID = req.GetRunId()
+	entries, next, err := s.store.List(ctx, q)
+	if err != nil {
+		return nil, s.storeError(ctx, err, "listing run entries")
+	}
+	return &historyv1.ListRunEntriesResponse{Entries: s.toProtos(ctx, entries), NextPageToken: next}, nil
+}
+
+// GetRunTranscript implements historyv1.HistoryServiceServer.
+func (s *Service) GetRunTranscript(ctx context.Context, req *historyv1.GetRunTranscriptRequest) (*historyv1.GetRunTranscriptResponse, error) {
+	if req.GetRunId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "run_id is required")
+	}
+	resp := &historyv1.GetRunTranscriptResponse{RunId: req.GetRunId(), Usage: &historyv1.RunUsage{}}
+	q := store.Query{RunID: req.GetRunId(), PageSize: store.MaxPageSize}
+	for {
+		entries, next, err := s.store.List(ctx, q)
 		if err != nil {
-			// Keep the entry; a broken payload should not hide the rest.
-			s.log.WarnContext(ctx, "entry data is not a JSON object", "id", e.ID, "err", err)
+			return nil, s.storeError(ctx, err, "reading a transcript")
 		}
-		resp.Entries = append(resp.Entries, &historyv1.Entry{
-			Id:        e.ID,
-			SessionId: e.SessionID,
-			RunId:     e.RunID,
-			Sequence:  e.Sequence,
-			Type:      e.Type,
-			Time:      timestamppb.New(e.Time),
-			Data:      data,
-		})
+		for _, e := range entries {
+			if len(resp.Entries) == maxTranscriptEntries {
+				resp.Truncated = true
+				return resp, nil
+			}
+			if resp.SessionId == "" {
+				resp.SessionId = e.SessionID
+			}
+			if e.Kind == store.KindUsage {
+				addUsage(resp.Usage, e.Data)
+			}
+			resp.Entries = append(resp.Entries, s.toProto(ctx, e))
+		}
+		if next == "" {
+			return resp, nil
+		}
+		q.PageToken = next
 	}
-	return resp, nil
+}
+
+// SearchHistory implements historyv1.HistoryServiceServer.
+func (s *Service) SearchHistory(ctx context.Context, req *historyv1.SearchHistoryRequest) (*historyv1.SearchHistoryResponse, error) {
+	if req.GetQuery() == "" {
+		return nil, status.Error(codes.InvalidArgument, "query is required")
+	}
+	size, err := checkPageSize(req.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	entries, next, err := s.store.Search(ctx, store.SearchQuery{
+		Text:      req.GetQuery(),
+		Tenant:    req.GetTenant(),
+		SessionID: req.GetSessionId(),
+		PageSize:  size,
+		PageToken: req.GetPageToken(),
+	})
+	if err != nil {
+		return nil, s.storeError(ctx, err, "searching history")
+	}
+	return &historyv1.SearchHistoryResponse{Entries: s.toProtos(ctx, entries), NextPageToken: next}, nil
+}
+
+// DeleteSessionHistory implements historyv1.HistoryServiceServer. The blobs
+// only its entries referred to go at the next sweep.
+func (s *Service) DeleteSessionHistory(ctx context.Context, req *historyv1.DeleteSessionHistoryRequest) (*historyv1.DeleteSessionHistoryResponse, error) {
+	if req.GetSessionId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "session_id is required")
+	}
+	n, err := s.store.DeleteSession(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, s.storeError(ctx, err, "deleting history")
+	}
+	if n == 0 {
+		return nil, status.Errorf(codes.NotFound, "no history for session %q", req.GetSessionId())
+	}
+	s.log.InfoContext(ctx, "history deleted", "session_id", req.GetSessionId(), "entries", n)
+	return &historyv1.DeleteSessionHistoryResponse{DeletedEntries: n}, nil
+}
+
+func (s *Service) toProtos(ctx context.Context, entries []store.Entry) []*historyv1.Entry {
+	out := make([]*historyv1.Entry, 0, len(entries))
+	for _, e := range entries {
+		out = append(out, s.toProto(ctx, e))
+	}
+	return out
+}
+
+func (s *Service) toProto(ctx context.Context, e store.Entry) *historyv1.Entry {
+	data, err := dataStruct(e.Data)
+	if err != nil {
+		// Keep the entry; a broken payload should not hide the rest.
+		s.log.WarnContext(ctx, "entry data is not a JSON object", "id", e.ID, "err", err)
+	}
+	return &historyv1.Entry{
+		Id:        e.ID,
+		SessionId: e.SessionID,
+		RunId:     e.RunID,
+		Sequence:  e.Sequence,
+		Type:      e.Type,
+		Time:      timestamppb.New(e.Time),
+		Data:      data,
+		Kind:      historyv1.EntryKind(e.Kind),
+		Tenant:    e.Tenant,
+		BlobHash:  e.BlobHash,
+	}
 }
 
 // dataStruct turns stored JSON text into a Struct; empty text is no data.

@@ -27,12 +27,16 @@ import (
 
 	// Registers the event payload types, so payloads become readable JSON.
 	eventsv1 "github.com/deskgrid/deskgrid/proto/deskgrid/events/v1"
+	_ "github.com/deskgrid/deskgrid/proto/deskgrid/history/v1"
+	"github.com/deskgrid/deskgrid/services/history/blob"
+	"github.com/deskgrid/deskgrid/services/history/payload"
 	"github.com/deskgrid/deskgrid/services/history/store"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 )
 
 // HeaderRunID is the NATS header that, when set, names the agent run an
-// event belongs to. A payload with a top-level run_id field names it too.
+// event belongs to. The envelope's run_id names it first; a payload with a
+// top-level run_id field names it last.
 const HeaderRunID = "Deskgrid-Run-Id"
 
 // Config tunes ingestion. Zero values take the defaults.
@@ -106,6 +110,7 @@ type Stats struct {
 type Ingester struct {
 	cfg    Config
 	store  store.Store
+	blobs  blob.Store
 	log    *slog.Logger
 	nc     *nats.Conn
 	iter   jetstream.MessagesContext
@@ -117,8 +122,9 @@ type Ingester struct {
 }
 
 // Start creates or updates the durable consumer on the event stream (which
-// must exist) and starts ingesting. It stops on Close or when ctx ends.
-func Start(ctx context.Context, cfg Config, js jetstream.JetStream, st store.Store, logger *slog.Logger) (*Ingester, error) {
+// must exist) and starts ingesting. Screenshots go to blobs; with blobs nil
+// they stay inline in their entries. It stops on Close or when ctx ends.
+func Start(ctx context.Context, cfg Config, js jetstream.JetStream, st store.Store, blobs blob.Store, logger *slog.Logger) (*Ingester, error) {
 	cfg = cfg.withDefaults()
 	if logger == nil {
 		logger = slog.Default()
@@ -145,6 +151,7 @@ func Start(ctx context.Context, cfg Config, js jetstream.JetStream, st store.Sto
 	in := &Ingester{
 		cfg:    cfg,
 		store:  st,
+		blobs:  blobs,
 		log:    logger.With("component", "history.ingest", "durable", cfg.Durable),
 		nc:     js.Conn(),
 		iter:   iter,
@@ -266,7 +273,18 @@ func (in *Ingester) process(ctx context.Context, batch []jetstream.Msg) {
 	if len(entries) == 0 {
 		return
 	}
-	n, err := in.store.Append(ctx, entries)
+	// Blobs are written before the entries that refer to them commit; a
+	// blob whose entry never commits is collected later.
+	var err error
+	for i := range entries {
+		if err = payload.Prepare(ctx, &entries[i], in.blobs); err != nil {
+			break
+		}
+	}
+	n := 0
+	if err == nil {
+		n, err = in.store.Append(ctx, entries)
+	}
 	if err != nil {
 		in.failures.Add(1)
 		if ctx.Err() != nil {
@@ -307,6 +325,9 @@ func toEntry(ctx context.Context, m jetstream.Msg) (store.Entry, error) {
 	data, runID := payloadJSON(ev.GetPayload())
 	if h := m.Headers().Get(HeaderRunID); h != "" && !strings.ContainsRune(h, 0) {
 		runID = h
+	}
+	if r := ev.GetRunId(); r != "" && !strings.ContainsRune(r, 0) {
+		runID = r
 	}
 	t := meta.Timestamp
 	if ev.GetTime() != nil && ev.GetTime().IsValid() {

@@ -6,9 +6,11 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/pressly/goose/v3"
 )
@@ -27,9 +29,17 @@ type dialect struct {
 	placeholder func(n int) string
 	// timeDest returns a scan destination and how to read the time from it.
 	timeDest func() (any, func() time.Time)
+	// timeArg is how a time is passed as a parameter.
+	timeArg func(time.Time) any
 	// insertRows inserts entries in tx, skipping ids already stored, and
 	// returns how many it inserted.
 	insertRows func(ctx context.Context, tx *sql.Tx, entries []Entry) (int64, error)
+	// searchFrom is the FROM clause of a search; its entries table is "e".
+	searchFrom string
+	// searchMatch is the condition that the text matches the parameter p,
+	// and searchPK the expression of the row's pk to order and page by.
+	searchMatch func(p string) string
+	searchPK    string
 }
 
 // SQL is a Store over database/sql.
@@ -70,16 +80,28 @@ func (s *SQL) DB() *sql.DB { return s.db }
 // Close closes the database.
 func (s *SQL) Close() error { return s.db.Close() }
 
-const columns = "id, session_id, run_id, sequence, type, time, tenant, data"
+// columns are those inserted; selectColumns those read back.
+const (
+	columns       = "id, session_id, run_id, sequence, type, kind, time, tenant, data, text, blob_hash"
+	selectColumns = "e.pk, e.id, e.session_id, e.run_id, e.sequence, e.type, e.kind, e.time, e.tenant, e.data, e.blob_hash"
+)
 
 // Append implements Store.
 func (s *SQL) Append(ctx context.Context, entries []Entry) (int, error) {
 	if len(entries) == 0 {
 		return 0, nil
 	}
+	cloned := false
 	for i, e := range entries {
 		if e.ID == "" || e.SessionID == "" {
 			return 0, fmt.Errorf("%w: entry %d has no id or session", ErrInvalidQuery, i)
+		}
+		if e.Kind == KindUnspecified {
+			if !cloned {
+				// The caller's slice stays as it was.
+				entries, cloned = slices.Clone(entries), true
+			}
+			entries[i].Kind = KindOf(e.Type)
 		}
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -97,23 +119,48 @@ func (s *SQL) Append(ctx context.Context, entries []Entry) (int, error) {
 	return int(inserted), nil
 }
 
+func pageSize(n int) int {
+	switch {
+	case n <= 0:
+		return DefaultPageSize
+	case n > MaxPageSize:
+		return MaxPageSize
+	}
+	return n
+}
+
+// args collects query parameters and hands out their placeholders.
+type args struct {
+	d    dialect
+	vals []any
+}
+
+func (a *args) add(v any) string {
+	a.vals = append(a.vals, v)
+	return a.d.placeholder(len(a.vals))
+}
+
 // List implements Store.
 func (s *SQL) List(ctx context.Context, q Query) ([]Entry, string, error) {
-	if q.SessionID == "" {
-		return nil, "", fmt.Errorf("%w: session id is required", ErrInvalidQuery)
+	if (q.SessionID == "") == (q.RunID == "") {
+		return nil, "", fmt.Errorf("%w: exactly one of session id and run id is required", ErrInvalidQuery)
 	}
 	if q.AfterSequence < 0 {
 		return nil, "", fmt.Errorf("%w: after sequence is negative", ErrInvalidQuery)
 	}
-	size := q.PageSize
-	switch {
-	case size <= 0:
-		size = DefaultPageSize
-	case size > MaxPageSize:
-		size = MaxPageSize
+	if !q.Since.IsZero() && !q.Until.IsZero() && !q.Until.After(q.Since) {
+		return nil, "", fmt.Errorf("%w: the end of the time range is not after its start", ErrInvalidQuery)
 	}
+	size := pageSize(q.PageSize)
 	types := normalizeTypes(q.Types)
-	hash := queryHash(q.SessionID, types, q.AfterSequence)
+	kinds := slices.Clone(q.Kinds)
+	slices.Sort(kinds)
+	kinds = slices.Compact(kinds)
+	parts := []string{q.SessionID, q.RunID, strconv.FormatInt(q.AfterSequence, 10), timeKey(q.Since), timeKey(q.Until)}
+	for _, k := range kinds {
+		parts = append(parts, "k"+strconv.Itoa(int(k)))
+	}
+	hash := queryHash(append(parts, types...)...)
 	after := q.AfterSequence
 	if q.PageToken != "" {
 		seq, err := decodeToken(q.PageToken, hash)
@@ -123,41 +170,56 @@ func (s *SQL) List(ctx context.Context, q Query) ([]Entry, string, error) {
 		after = seq
 	}
 
+	a := &args{d: s.d}
 	var b strings.Builder
-	args := []any{q.SessionID, after}
-	b.WriteString("SELECT " + columns + " FROM history_entries WHERE session_id = " + s.d.placeholder(1) + " AND sequence > " + s.d.placeholder(2))
+	owner, ownerCol := q.SessionID, "session_id"
+	if q.RunID != "" {
+		owner, ownerCol = q.RunID, "run_id"
+	}
+	b.WriteString("SELECT " + selectColumns + " FROM history_entries e WHERE e." + ownerCol + " = " + a.add(owner))
+	b.WriteString(" AND e.sequence > " + a.add(after))
 	if len(types) > 0 {
-		b.WriteString(" AND type IN (")
+		b.WriteString(" AND e.type IN (")
 		for i, t := range types {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			args = append(args, t)
-			b.WriteString(s.d.placeholder(len(args)))
+			b.WriteString(a.add(t))
 		}
 		b.WriteByte(')')
 	}
+	if len(kinds) > 0 {
+		b.WriteString(" AND e.kind IN (")
+		for i, k := range kinds {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(a.add(int64(k)))
+		}
+		b.WriteByte(')')
+	}
+	if !q.Since.IsZero() {
+		b.WriteString(" AND e.time >= " + a.add(s.d.timeArg(q.Since)))
+	}
+	if !q.Until.IsZero() {
+		b.WriteString(" AND e.time < " + a.add(s.d.timeArg(q.Until)))
+	}
 	// One more than the page tells whether another page follows.
-	args = append(args, size+1)
-	b.WriteString(" ORDER BY sequence LIMIT " + s.d.placeholder(len(args)))
+	b.WriteString(" ORDER BY e.sequence LIMIT " + a.add(size+1))
 
-	rows, err := s.db.QueryContext(ctx, b.String(), args...)
+	out, err := s.query(ctx, b.String(), a.vals, size+1)
 	if err != nil {
 		return nil, "", fmt.Errorf("store: list: %w", err)
 	}
-	defer rows.Close()
-	out := make([]Entry, 0, min(size+1, 256))
-	for rows.Next() {
-		var e Entry
-		dest, get := s.d.timeDest()
-		if err := rows.Scan(&e.ID, &e.SessionID, &e.RunID, &e.Sequence, &e.Type, dest, &e.Tenant, &e.Data); err != nil {
+	if len(out) == 0 && q.PageToken == "" {
+		var one int
+		err := s.db.QueryRowContext(ctx, "SELECT 1 FROM history_entries WHERE "+ownerCol+" = "+s.d.placeholder(1)+" LIMIT 1", owner).Scan(&one)
+		switch {
+		case err == sql.ErrNoRows:
+			return nil, "", fmt.Errorf("%w: no entries for %s %q", ErrNotFound, strings.TrimSuffix(ownerCol, "_id"), owner)
+		case err != nil:
 			return nil, "", fmt.Errorf("store: list: %w", err)
 		}
-		e.Time = get()
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, "", fmt.Errorf("store: list: %w", err)
 	}
 	next := ""
 	if len(out) > size {
@@ -165,6 +227,173 @@ func (s *SQL) List(ctx context.Context, q Query) ([]Entry, string, error) {
 		next = encodeToken(out[size-1].Sequence, hash)
 	}
 	return out, next, nil
+}
+
+// query runs a select of selectColumns; pks receives each row's pk if set.
+func (s *SQL) query(ctx context.Context, query string, args []any, capHint int, pks ...*[]int64) ([]Entry, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make([]Entry, 0, min(capHint, 256))
+	for rows.Next() {
+		var e Entry
+		var pk int64
+		dest, get := s.d.timeDest()
+		if err := rows.Scan(&pk, &e.ID, &e.SessionID, &e.RunID, &e.Sequence, &e.Type, &e.Kind, dest, &e.Tenant, &e.Data, &e.BlobHash); err != nil {
+			return nil, err
+		}
+		e.Time = get()
+		out = append(out, e)
+		if len(pks) > 0 {
+			*pks[0] = append(*pks[0], pk)
+		}
+	}
+	return out, rows.Err()
+}
+
+func timeKey(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return strconv.FormatInt(t.UnixNano(), 10)
+}
+
+// searchWords splits a query into the words both databases index: runs of
+// letters and digits. Punctuation and search operators are not passed on,
+// so no query is a syntax error.
+func searchWords(text string) []string {
+	words := strings.FieldsFunc(text, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
+	if len(words) > 32 {
+		words = words[:32]
+	}
+	return words
+}
+
+// Search implements Store.
+func (s *SQL) Search(ctx context.Context, q SearchQuery) ([]Entry, string, error) {
+	words := searchWords(q.Text)
+	if len(words) == 0 {
+		return nil, "", fmt.Errorf("%w: the search query has no words", ErrInvalidQuery)
+	}
+	size := pageSize(q.PageSize)
+	hash := queryHash(append([]string{q.Tenant, q.SessionID}, words...)...)
+	a := &args{d: s.d}
+	var b strings.Builder
+	b.WriteString("SELECT " + selectColumns + " FROM " + s.d.searchFrom + " WHERE " + s.d.searchMatch(a.add(s.matchText(words))))
+	if q.Tenant != "" {
+		b.WriteString(" AND e.tenant = " + a.add(q.Tenant))
+	}
+	if q.SessionID != "" {
+		b.WriteString(" AND e.session_id = " + a.add(q.SessionID))
+	}
+	if q.PageToken != "" {
+		pk, err := decodeToken(q.PageToken, hash)
+		if err != nil {
+			return nil, "", err
+		}
+		b.WriteString(" AND " + s.d.searchPK + " < " + a.add(pk))
+	}
+	b.WriteString(" ORDER BY " + s.d.searchPK + " DESC LIMIT " + a.add(size+1))
+	var pks []int64
+	out, err := s.query(ctx, b.String(), a.vals, size+1, &pks)
+	if err != nil {
+		return nil, "", fmt.Errorf("store: search: %w", err)
+	}
+	next := ""
+	if len(out) > size {
+		out = out[:size]
+		next = encodeToken(pks[size-1], hash)
+	}
+	return out, next, nil
+}
+
+// matchText is the words as the dialect's query: quoted FTS5 terms, which
+// it ANDs, or plain words for plainto_tsquery, which ANDs them too.
+func (s *SQL) matchText(words []string) string {
+	if s.d.name != "sqlite" {
+		return strings.Join(words, " ")
+	}
+	var b strings.Builder
+	for i, w := range words {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(`"` + w + `"`)
+	}
+	return b.String()
+}
+
+// DeleteSession implements Store.
+func (s *SQL) DeleteSession(ctx context.Context, sessionID string) (int64, error) {
+	if sessionID == "" {
+		return 0, fmt.Errorf("%w: session id is required", ErrInvalidQuery)
+	}
+	res, err := s.db.ExecContext(ctx, "DELETE FROM history_entries WHERE session_id = "+s.d.placeholder(1), sessionID)
+	if err != nil {
+		return 0, fmt.Errorf("store: delete session %s: %w", sessionID, err)
+	}
+	return res.RowsAffected()
+}
+
+// Tenants implements Store.
+func (s *SQL) Tenants(ctx context.Context) ([]TenantUsage, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT tenant, count(*) FROM history_entries GROUP BY tenant ORDER BY tenant")
+	if err != nil {
+		return nil, fmt.Errorf("store: tenants: %w", err)
+	}
+	defer rows.Close()
+	var out []TenantUsage
+	for rows.Next() {
+		var u TenantUsage
+		if err := rows.Scan(&u.Tenant, &u.Entries); err != nil {
+			return nil, fmt.Errorf("store: tenants: %w", err)
+		}
+		out = append(out, u)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: tenants: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteBefore implements Store.
+func (s *SQL) DeleteBefore(ctx context.Context, tenant string, cutoff time.Time, limit int) (int64, error) {
+	p := s.d.placeholder
+	res, err := s.db.ExecContext(ctx, "DELETE FROM history_entries WHERE pk IN (SELECT pk FROM history_entries WHERE tenant = "+p(1)+" AND time < "+p(2)+" LIMIT "+p(3)+")",
+		tenant, s.d.timeArg(cutoff), max(limit, 1))
+	if err != nil {
+		return 0, fmt.Errorf("store: delete %s entries before %s: %w", tenant, cutoff.Format(time.RFC3339), err)
+	}
+	return res.RowsAffected()
+}
+
+// DeleteOldest implements Store.
+func (s *SQL) DeleteOldest(ctx context.Context, tenant string, keep int64, limit int) (int64, error) {
+	p := s.d.placeholder
+	res, err := s.db.ExecContext(ctx, "DELETE FROM history_entries WHERE pk IN (SELECT pk FROM history_entries WHERE tenant = "+p(1)+" ORDER BY time DESC, pk DESC LIMIT "+p(2)+" OFFSET "+p(3)+")",
+		tenant, max(limit, 1), max(keep, 0))
+	if err != nil {
+		return 0, fmt.Errorf("store: trim %s to %d entries: %w", tenant, keep, err)
+	}
+	return res.RowsAffected()
+}
+
+// BlobReferenced implements Store.
+func (s *SQL) BlobReferenced(ctx context.Context, hash string) (bool, error) {
+	if hash == "" {
+		return false, nil
+	}
+	var one int
+	err := s.db.QueryRowContext(ctx, "SELECT 1 FROM history_entries WHERE blob_hash = "+s.d.placeholder(1)+" AND blob_hash <> '' LIMIT 1", hash).Scan(&one)
+	switch {
+	case err == sql.ErrNoRows:
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("store: blob %s: %w", hash, err)
+	}
+	return true, nil
 }
 
 func questionMark(int) string { return "?" }

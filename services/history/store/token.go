@@ -23,23 +23,18 @@ func normalizeTypes(types []string) []string {
 }
 
 // queryHash binds a page token to the filters it was issued for.
-func queryHash(sessionID string, types []string, after int64) uint64 {
+func queryHash(parts ...string) uint64 {
 	h := fnv.New64a()
-	write := func(s string) {
+	for _, s := range parts {
 		// Length prefixes keep ("ab","c") apart from ("a","bc").
 		h.Write([]byte(strconv.Itoa(len(s))))
 		h.Write([]byte{':'})
 		h.Write([]byte(s))
 	}
-	write(sessionID)
-	write(strconv.FormatInt(after, 10))
-	for _, t := range types {
-		write(t)
-	}
 	return h.Sum64()
 }
 
-// encodeToken makes the opaque token for the page after lastSeq.
+// encodeToken makes the opaque token for the page after position lastSeq.
 func encodeToken(lastSeq int64, hash uint64) string {
 	b := make([]byte, 0, 1+binary.MaxVarintLen64+8)
 	b = append(b, tokenVersion)
