@@ -10,6 +10,7 @@ import (
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/display/capture"
+	"github.com/deskgrid/deskgrid/services/display/scale"
 	"github.com/deskgrid/deskgrid/services/display/xinput"
 )
 
@@ -36,6 +37,7 @@ type step struct {
 	holdFor  time.Duration
 	text     []xproto.Keysym
 	duration time.Duration
+	zoom     shotSpec
 }
 
 type point struct{ x, y int }
@@ -50,23 +52,48 @@ func (s *Service) PerformActions(ctx context.Context, req *displayv1.PerformActi
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	steps, err := s.plan(req.GetActions(), d.width, d.height)
+	w, h := d.size()
+	m, err := validateScale(req.GetScaleTo(), w, h)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	format, err := validateFormat(req.GetScreenshotFormat(), req.GetScreenshotQuality())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	out := shotOptions{format: format, quality: int(req.GetScreenshotQuality()), cursor: req.GetScreenshotCursor()}
+	steps, err := s.plan(req.GetActions(), m, out)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
 	if req.GetLeaseToken() < 0 {
 		return nil, s.toStatus(ctx, invalidf("lease_token %d is negative", req.GetLeaseToken()))
 	}
-	resp, err := s.perform(ctx, d, steps, req.GetScreenshot(), req.GetLeaseToken())
+	var shot *shotSpec
+	if req.GetScreenshot() {
+		spec, _ := validateRegion(nil, m)
+		spec.format, spec.quality, spec.cursor = out.format, out.quality, out.cursor
+		shot = &spec
+	}
+	resp, err := s.perform(ctx, d, steps, shot, m, req.GetLeaseToken())
 	if err != nil {
 		return nil, s.toStatus(ctx, d.explain(err))
 	}
 	return resp, nil
 }
 
+// shotOptions are how a request wants its images.
+type shotOptions struct {
+	format  capture.Format
+	quality int
+	cursor  bool
+}
+
 // plan validates every action before any reaches X, so a bad request does
-// nothing at all.
-func (s *Service) plan(actions []*displayv1.Action, w, h int) ([]step, error) {
+// nothing at all. Coordinates are in m's scaled space and come out as
+// screen pixels.
+func (s *Service) plan(actions []*displayv1.Action, m scale.Mapping, out shotOptions) ([]step, error) {
+	w, h := m.W, m.H
 	if len(actions) == 0 {
 		return nil, invalidf("actions is empty")
 	}
@@ -81,6 +108,7 @@ func (s *Service) plan(actions []*displayv1.Action, w, h int) ([]step, error) {
 		if x < 0 || y < 0 || x >= w || y >= h {
 			return nil, invalidf("action %d: %s (%d,%d) is outside the %dx%d screen", i, what, x, y, w, h)
 		}
+		x, y = m.ToScreen(x, y)
 		return &point{x, y}, nil
 	}
 	button := func(i int, b displayv1.MouseButton) (byte, error) {
@@ -91,6 +119,10 @@ func (s *Service) plan(actions []*displayv1.Action, w, h int) ([]step, error) {
 			return xinput.ButtonMiddle, nil
 		case displayv1.MouseButton_MOUSE_BUTTON_RIGHT:
 			return xinput.ButtonRight, nil
+		case displayv1.MouseButton_MOUSE_BUTTON_BACK:
+			return xinput.ButtonBack, nil
+		case displayv1.MouseButton_MOUSE_BUTTON_FORWARD:
+			return xinput.ButtonForward, nil
 		}
 		return 0, invalidf("action %d: unknown mouse button %d", i, b)
 	}
@@ -200,6 +232,33 @@ func (s *Service) plan(actions []*displayv1.Action, w, h int) ([]step, error) {
 			}
 			st.duration = wd.AsDuration()
 			waited += st.duration
+		case *displayv1.Action_Zoom:
+			st.kind = "zoom"
+			z := act.Zoom
+			if z.GetRegion() == nil || z.GetRegion().GetWidth() <= 0 || z.GetRegion().GetHeight() <= 0 {
+				return nil, invalidf("action %d: zoom needs a region with a width and height", i)
+			}
+			spec, err := validateRegion(z.GetRegion(), m)
+			if err != nil {
+				return nil, invalidf("action %d: zoom: %v", i, err)
+			}
+			// Full resolution: the region's screen pixels, fitted into the
+			// asked size (or the scaled space, or left as they are).
+			bw, bh := spec.rect.Width, spec.rect.Height
+			if m.Scaled() {
+				bw, bh = m.W, m.H
+			}
+			if sz := z.GetSize(); sz != nil && (sz.GetWidth() != 0 || sz.GetHeight() != 0) {
+				if sz.GetWidth() <= 0 || sz.GetHeight() <= 0 || sz.GetWidth() > maxWidth || sz.GetHeight() > maxHeight {
+					return nil, invalidf("action %d: zoom size %dx%d is outside 1x1-%dx%d", i, sz.GetWidth(), sz.GetHeight(), maxWidth, maxHeight)
+				}
+				bw, bh = int(sz.GetWidth()), int(sz.GetHeight())
+			}
+			spec.outW, spec.outH = scale.Fit(spec.rect.Width, spec.rect.Height, bw, bh)
+			spec.format, spec.quality, spec.cursor = out.format, out.quality, out.cursor
+			st.zoom = spec
+		case *displayv1.Action_CursorPosition:
+			st.kind = "cursor_position"
 		default:
 			return nil, invalidf("action %d is empty", i)
 		}
@@ -221,7 +280,7 @@ func abs(v int) int {
 	return v
 }
 
-func (s *Service) perform(ctx context.Context, d *display, steps []step, shot bool, token int64) (*displayv1.PerformActionsResponse, error) {
+func (s *Service) perform(ctx context.Context, d *display, steps []step, shot *shotSpec, m scale.Mapping, token int64) (*displayv1.PerformActionsResponse, error) {
 	// Deleting the display ends a long wait or text at once.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -238,9 +297,22 @@ func (s *Service) perform(ctx context.Context, d *display, steps []step, shot bo
 		return nil, err
 	}
 	in := d.input
+	resp := &displayv1.PerformActionsResponse{}
 	for _, st := range steps {
 		if err := ctx.Err(); err != nil {
 			return nil, err
+		}
+		if st.kind == "zoom" {
+			// The image shows the effect of the input before it.
+			if err := in.Sync(); err != nil {
+				return nil, err
+			}
+			img, err := s.screenshot(d, st.zoom)
+			if err != nil {
+				return nil, err
+			}
+			resp.Images = append(resp.Images, img)
+			continue
 		}
 		if err := s.run(ctx, in, st); err != nil {
 			return nil, err
@@ -254,12 +326,13 @@ func (s *Service) perform(ctx context.Context, d *display, steps []step, shot bo
 	if err != nil {
 		return nil, err
 	}
-	resp := &displayv1.PerformActionsResponse{Cursor: &displayv1.Point{X: int32(x), Y: int32(y)}}
-	if shot {
+	x, y = m.ToScaled(x, y)
+	resp.Cursor = &displayv1.Point{X: int32(x), Y: int32(y)}
+	if shot != nil {
 		if _, err := d.watch.WaitSettled(ctx, done, s.cfg.SettleQuiet, s.cfg.SettleTimeout); err != nil {
 			return nil, err
 		}
-		if resp.Screenshot, err = s.screenshot(d, capture.Rect{}, capture.PNG, 0); err != nil {
+		if resp.Screenshot, err = s.screenshot(d, *shot); err != nil {
 			return nil, err
 		}
 	}
@@ -292,6 +365,8 @@ func (s *Service) run(ctx context.Context, in *xinput.Injector, st step) error {
 		in.Button(xinput.ButtonLeft, false)
 	case "button":
 		in.Button(st.button, st.down)
+	case "cursor_position":
+		// The response carries the pointer position.
 	case "scroll":
 		if st.at != nil {
 			in.Move(st.at.x, st.at.y)

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/deskgrid/deskgrid/proto v0.0.0
 	github.com/jezek/xgb v1.1.1
+	golang.org/x/image v0.47.0
 	golang.org/x/sys v0.49.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12

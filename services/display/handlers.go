@@ -3,6 +3,7 @@ package display
 import (
 	"context"
 	"errors"
+	"image"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -10,6 +11,7 @@ import (
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/display/capture"
+	"github.com/deskgrid/deskgrid/services/display/scale"
 )
 
 // CreateDisplay starts a session's X server.
@@ -71,18 +73,35 @@ func (s *Service) Screenshot(ctx context.Context, req *displayv1.ScreenshotReque
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	rect, err := validateRegion(req.GetRegion(), d.width, d.height)
+	w, h := d.size()
+	m, err := validateScale(req.GetScaleTo(), w, h)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	resp, err := s.screenshot(d, rect, format, int(req.GetQuality()))
+	spec, err := validateRegion(req.GetRegion(), m)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	spec.format, spec.quality, spec.cursor = format, int(req.GetQuality()), req.GetCursor()
+	resp, err := s.screenshot(d, spec)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
 	return resp, nil
 }
 
-func (s *Service) screenshot(d *display, rect capture.Rect, format capture.Format, quality int) (*displayv1.ScreenshotResponse, error) {
+// shotSpec is a validated screenshot request.
+type shotSpec struct {
+	// rect is the screen region grabbed, in screen pixels.
+	rect capture.Rect
+	// outW, outH scale the grab to this size; 0 keeps its own.
+	outW, outH int
+	format     capture.Format
+	quality    int
+	cursor     bool
+}
+
+func (s *Service) screenshot(d *display, spec shotSpec) (*displayv1.ScreenshotResponse, error) {
 	if err := d.usable(); err != nil {
 		return nil, err
 	}
@@ -97,6 +116,10 @@ func (s *Service) screenshot(d *display, rect capture.Rect, format capture.Forma
 			d.shared = sh
 		}
 	}
+	rect := spec.rect
+	if rect.Width == 0 || rect.Height == 0 {
+		rect = capture.Rect{Width: d.screen.Width, Height: d.screen.Height}
+	}
 	var f *capture.Frame
 	var err error
 	if d.shared != nil {
@@ -107,7 +130,34 @@ func (s *Service) screenshot(d *display, rect capture.Rect, format capture.Forma
 	if err != nil {
 		return nil, d.explain(err)
 	}
-	return s.encode(f, format, quality)
+	scaled := spec.outW > 0 && (spec.outW != f.Width() || spec.outH != f.Height())
+	if !scaled && !(spec.cursor && d.cursorOK) {
+		return s.encode(f, spec.format, spec.quality)
+	}
+	img, err := f.RGBA()
+	if err != nil {
+		return nil, err
+	}
+	if spec.cursor && d.cursorOK {
+		cur, err := capture.CursorOf(d.conn)
+		if err != nil {
+			return nil, d.explain(err)
+		}
+		cur.Draw(img, image.Pt(rect.X, rect.Y))
+	}
+	if scaled {
+		img = scale.Image(img, spec.outW, spec.outH)
+	}
+	data, err := s.encoder.EncodeImage(img, spec.format, spec.quality)
+	if err != nil {
+		return nil, err
+	}
+	return &displayv1.ScreenshotResponse{
+		ContentType: spec.format.ContentType(),
+		Data:        data,
+		Width:       int32(img.Rect.Dx()),
+		Height:      int32(img.Rect.Dy()),
+	}, nil
 }
 
 func (s *Service) encode(f *capture.Frame, format capture.Format, quality int) (*displayv1.ScreenshotResponse, error) {
@@ -124,11 +174,12 @@ func (s *Service) encode(f *capture.Frame, format capture.Format, quality int) (
 }
 
 func (d *display) proto() *displayv1.Display {
+	w, h := d.size()
 	return &displayv1.Display{
 		SessionId:  d.sessionID,
 		XDisplay:   d.xDisplay(),
-		Width:      int32(d.width),
-		Height:     int32(d.height),
+		Width:      int32(w),
+		Height:     int32(h),
 		Depth:      int32(d.depth),
 		Dpi:        int32(d.dpi),
 		CreateTime: timestamppb.New(d.created),

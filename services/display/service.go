@@ -119,6 +119,8 @@ type entry struct {
 // display is a running X server and this service's connection to it.
 type display struct {
 	sessionID string
+	// sizeMu guards width and height, which ResizeDisplay changes.
+	sizeMu    sync.Mutex
 	width     int
 	height    int
 	depth     int
@@ -144,6 +146,8 @@ type display struct {
 	shotMu   sync.Mutex
 	shared   *capture.Shared
 	noShared bool
+	// cursorOK: the server has XFIXES, for the cursor overlay.
+	cursorOK bool
 	// done ends work in flight on the display (waits, typing) when it is
 	// being stopped.
 	done     context.Context
@@ -155,6 +159,12 @@ type display struct {
 	// label is the session id for the display's own goroutines' logs; a
 	// warm display gets its session after they started.
 	label atomic.Pointer[string]
+}
+
+func (d *display) size() (int, int) {
+	d.sizeMu.Lock()
+	defer d.sizeMu.Unlock()
+	return d.width, d.height
 }
 
 func (d *display) setOwner(sessionID string) { d.label.Store(&sessionID) }
@@ -413,6 +423,8 @@ func (s *Service) launch(ctx context.Context, dir string, spec displaySpec) (_ *
 		}
 		d.wm = wm
 	}
+	// The cursor overlay needs XFIXES; screenshots go on without it.
+	d.cursorOK = capture.InitCursor(conn) == nil
 	d.conn, d.screen, d.input, d.watch = conn, screen, input, watch
 	d.done, d.finish = context.WithCancel(context.Background())
 	d.events = make(chan struct{})
@@ -483,9 +495,10 @@ func (s *Service) readEvents(d *display) {
 }
 
 func (d *display) meta() meta {
+	w, h := d.size()
 	return meta{
 		SessionID: d.sessionID, Display: d.server.Display, PID: d.server.PID,
-		Width: d.width, Height: d.height, Depth: d.depth, DPI: d.dpi, CreateTime: d.created,
+		Width: w, Height: h, Depth: d.depth, DPI: d.dpi, CreateTime: d.created,
 	}
 }
 

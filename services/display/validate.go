@@ -3,6 +3,7 @@ package display
 import (
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/display/capture"
+	"github.com/deskgrid/deskgrid/services/display/scale"
 )
 
 const (
@@ -75,15 +76,40 @@ func validateFormat(f displayv1.ImageFormat, quality int32) (capture.Format, err
 	return 0, invalidf("unknown image format %d", f)
 }
 
-// validateRegion checks r lies inside a w x h screen; nil or all zero means
-// the whole screen.
-func validateRegion(r *displayv1.Rect, w, h int) (capture.Rect, error) {
+// validateScale checks a scale_to for a w x h screen; unset means none.
+func validateScale(sz *displayv1.Size, w, h int) (scale.Mapping, error) {
+	if sz == nil || (sz.GetWidth() == 0 && sz.GetHeight() == 0) {
+		return scale.Identity(w, h), nil
+	}
+	m, err := scale.New(w, h, int(sz.GetWidth()), int(sz.GetHeight()))
+	if err != nil {
+		return m, invalidf("%v", err)
+	}
+	return m, nil
+}
+
+// validateRegion checks r lies inside the (scaled) space of m and returns
+// the screen region to grab and the size to deliver it at; nil or all zero
+// means the whole screen.
+func validateRegion(r *displayv1.Rect, m scale.Mapping) (shotSpec, error) {
+	var spec shotSpec
+	if m.Scaled() {
+		spec.outW, spec.outH = m.W, m.H
+	}
 	if r == nil || (r.GetX() == 0 && r.GetY() == 0 && r.GetWidth() == 0 && r.GetHeight() == 0) {
-		return capture.Rect{Width: w, Height: h}, nil
+		spec.rect = capture.Rect{Width: m.ScreenW, Height: m.ScreenH}
+		return spec, nil
 	}
 	x, y, rw, rh := int(r.GetX()), int(r.GetY()), int(r.GetWidth()), int(r.GetHeight())
-	if x < 0 || y < 0 || rw <= 0 || rh <= 0 || x+rw > w || y+rh > h {
-		return capture.Rect{}, invalidf("region %dx%d+%d+%d is not inside the %dx%d screen", rw, rh, x, y, w, h)
+	if x < 0 || y < 0 || rw <= 0 || rh <= 0 || x+rw > m.W || y+rh > m.H {
+		return spec, invalidf("region %dx%d+%d+%d is not inside the %dx%d screen", rw, rh, x, y, m.W, m.H)
 	}
-	return capture.Rect{X: x, Y: y, Width: rw, Height: rh}, nil
+	if !m.Scaled() {
+		spec.rect = capture.Rect{X: x, Y: y, Width: rw, Height: rh}
+		return spec, nil
+	}
+	sx, sy, sw, sh := m.RectToScreen(x, y, rw, rh)
+	spec.rect = capture.Rect{X: sx, Y: sy, Width: sw, Height: sh}
+	spec.outW, spec.outH = rw, rh
+	return spec, nil
 }

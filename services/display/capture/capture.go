@@ -239,19 +239,42 @@ func (e *Encoder) Encode(f *Frame, ft Format, quality int) ([]byte, error) {
 		}
 		return buf.Bytes(), nil
 	}
-	var row func(y int, dst []byte)
-	if f.bgrx() {
-		stride := f.width * 4
-		row = func(y int, dst []byte) { subRowBGRX(dst, f.data[y*stride:(y+1)*stride]) }
-	} else {
+	if !f.bgrx() {
 		img, err := f.RGBA()
 		if err != nil {
 			return nil, err
 		}
-		row = func(y int, dst []byte) { subRowRGBA(dst, img.Pix[y*img.Stride:y*img.Stride+f.width*4]) }
+		return e.EncodeImage(img, ft, quality)
 	}
+	stride := f.width * 4
+	row := func(y int, dst []byte) { subRowBGRX(dst, f.data[y*stride:(y+1)*stride]) }
 	buf.Grow(f.width * f.height / 32)
 	if err := e.png.write(&buf, f.width, f.height, row); err != nil {
+		return nil, fmt.Errorf("encode PNG: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// EncodeImage writes an opaque image in format ft, as Encode does.
+func (e *Encoder) EncodeImage(img *image.RGBA, ft Format, quality int) ([]byte, error) {
+	var buf bytes.Buffer
+	w, h := img.Rect.Dx(), img.Rect.Dy()
+	if ft == JPEG {
+		if quality <= 0 {
+			quality = DefaultJPEGQuality
+		}
+		buf.Grow(w * h / 8)
+		if err := jpeg.Encode(&buf, img, &jpeg.Options{Quality: quality}); err != nil {
+			return nil, fmt.Errorf("encode JPEG: %w", err)
+		}
+		return buf.Bytes(), nil
+	}
+	row := func(y int, dst []byte) {
+		off := img.PixOffset(img.Rect.Min.X, img.Rect.Min.Y+y)
+		subRowRGBA(dst, img.Pix[off:off+w*4])
+	}
+	buf.Grow(w * h / 32)
+	if err := e.png.write(&buf, w, h, row); err != nil {
 		return nil, fmt.Errorf("encode PNG: %w", err)
 	}
 	return buf.Bytes(), nil

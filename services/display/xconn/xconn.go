@@ -18,7 +18,9 @@ import (
 
 	"github.com/jezek/xgb"
 	"github.com/jezek/xgb/damage"
+	"github.com/jezek/xgb/randr"
 	"github.com/jezek/xgb/shm"
+	"github.com/jezek/xgb/xfixes"
 	"github.com/jezek/xgb/xproto"
 	"github.com/jezek/xgb/xtest"
 
@@ -78,9 +80,12 @@ var extensions = []struct {
 	{"DAMAGE", damage.Init, false},
 	// Screenshots fall back to plain GetImage without it.
 	{"MIT-SHM", shm.Init, true},
+	// Cursor in screenshots, and the size of the screen after a resize.
+	{"XFIXES", xfixes.Init, true},
+	{"RANDR", randr.Init, true},
 }
 
-// initExtensions makes XTEST, DAMAGE and (if present) MIT-SHM usable on c. Callers hold extMu.
+// initExtensions makes XTEST, DAMAGE and (if present) MIT-SHM, XFIXES and RANDR usable on c. Callers hold extMu.
 func initExtensions(c *xgb.Conn) error {
 	for _, ext := range extensions {
 		reply, err := xproto.QueryExtension(c, uint16(len(ext.name)), ext.name).Reply()

@@ -20,6 +20,8 @@ const (
 	ButtonWheelDown  byte = 5
 	ButtonWheelLeft  byte = 6
 	ButtonWheelRight byte = 7
+	ButtonBack       byte = 8
+	ButtonForward    byte = 9
 )
 
 // Injector sends input to one X server. Its methods are not meant to be
