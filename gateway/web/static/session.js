@@ -23,7 +23,7 @@ async function explain() {
   try {
     const res = await fetch('/v1/sessions/' + encodeURIComponent(id), { headers: { Accept: 'application/json' } });
     const data = await res.json();
-    if (!res.ok) return data.message || `session ${id}: ${res.status}`;
+    if (!res.ok) return 'disconnected: ' + (data.message || `session ${id}: ${res.status}`);
     const s = (data.state || '').replace('SESSION_STATE_', '').toLowerCase();
     return `disconnected (session is ${s})`;
   } catch {
@@ -46,8 +46,8 @@ function connect() {
   conn.addEventListener('securityfailure', (e) => setState('failed', 'refused: ' + (e.detail.reason || 'security failure')));
   conn.addEventListener('disconnect', async (e) => {
     if (rfb !== conn) return;
-    if (e.detail.clean) setState('disconnected');
-    else setState('failed', await explain());
+    const why = await explain();
+    if (rfb === conn) setState(e.detail.clean ? 'disconnected' : 'failed', why);
   });
   rfb = conn;
   window.deskgridRFB = conn;
