@@ -31,6 +31,13 @@ type box struct {
 	limits  Limits
 	cg      *cgroup.Group // nil on a node without cgroups
 
+	// layer is held for reading by every call using the mounted layer, and
+	// for writing while DiscardChanges remounts it.
+	layer sync.RWMutex
+	// applied records, per path, the lower's ctime after ApplyChanges wrote
+	// it, so that the sandbox's own apply is not taken for a conflict.
+	applied map[string]int64
+
 	// pmu guards the started programs and the frozen flag.
 	pmu      sync.Mutex
 	procs    map[string]*proc
@@ -320,7 +327,10 @@ func (s *Service) acquire(id string) (*box, func(), error) {
 		return nil, nil, coded(codes.NotFound, "session %q's sandbox is being deleted", id)
 	}
 	b.users.Add(1)
-	return b, b.users.Done, nil
+	s.mu.Unlock()
+	b.layer.RLock()
+	s.mu.Lock()
+	return b, func() { b.layer.RUnlock(); b.users.Done() }, nil
 }
 
 func (s *Service) list() []*box {

@@ -3,6 +3,7 @@ module github.com/deskgrid/deskgrid/services/sandbox
 go 1.26.0
 
 require (
+	github.com/aymanbagabas/go-udiff v0.4.1
 	github.com/containerd/cgroups/v3 v3.1.3
 	github.com/deskgrid/deskgrid/proto v0.0.0-00010101000000-000000000000
 	github.com/opencontainers/runtime-spec v1.3.0

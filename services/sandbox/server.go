@@ -190,3 +190,39 @@ func (g *server) ThawSandbox(ctx context.Context, req *sandboxv1.ThawSandboxRequ
 	}
 	return &sandboxv1.ThawSandboxResponse{}, nil
 }
+
+func (g *server) ListChanges(ctx context.Context, req *sandboxv1.ListChangesRequest) (*sandboxv1.ListChangesResponse, error) {
+	list, err := g.s.listChanges(req.GetSessionId(), req.GetPath())
+	if err != nil {
+		return nil, g.s.toStatus(ctx, "list changes", err)
+	}
+	out := make([]*sandboxv1.Change, 0, len(list))
+	for _, c := range list {
+		out = append(out, changeProto(c))
+	}
+	return &sandboxv1.ListChangesResponse{Changes: out}, nil
+}
+
+func (g *server) DiffFile(ctx context.Context, req *sandboxv1.DiffFileRequest) (*sandboxv1.DiffFileResponse, error) {
+	resp, err := g.s.diffFile(req.GetSessionId(), req.GetPath())
+	if err != nil {
+		return nil, g.s.toStatus(ctx, "diff file", err)
+	}
+	return resp, nil
+}
+
+func (g *server) ApplyChanges(ctx context.Context, req *sandboxv1.ApplyChangesRequest) (*sandboxv1.ApplyChangesResponse, error) {
+	applied, conflicts, err := g.s.applyChanges(req.GetSessionId(), req.GetPaths())
+	if err != nil {
+		return nil, g.s.toStatus(ctx, "apply changes", err)
+	}
+	return &sandboxv1.ApplyChangesResponse{Applied: applied, Conflicts: conflicts}, nil
+}
+
+func (g *server) DiscardChanges(ctx context.Context, req *sandboxv1.DiscardChangesRequest) (*sandboxv1.DiscardChangesResponse, error) {
+	discarded, err := g.s.discardChanges(ctx, req.GetSessionId(), req.GetPaths())
+	if err != nil {
+		return nil, g.s.toStatus(ctx, "discard changes", err)
+	}
+	return &sandboxv1.DiscardChangesResponse{Discarded: discarded}, nil
+}

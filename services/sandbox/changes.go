@@ -1,0 +1,357 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/sandbox/changes"
+	"github.com/deskgrid/deskgrid/services/sandbox/fsroot"
+	"github.com/deskgrid/deskgrid/services/sandbox/overlay"
+)
+
+func (b *box) upper() string { return filepath.Join(b.dir, "upper") }
+
+func changeProto(c changes.Change) *sandboxv1.Change {
+	return &sandboxv1.Change{Path: c.Path, Kind: sandboxv1.ChangeKind(c.Kind), IsDir: c.IsDir, Size: c.Size}
+}
+
+func cleanSelection(paths []string) ([]string, error) {
+	out := make([]string, 0, len(paths))
+	for _, p := range paths {
+		c, err := fsroot.Clean(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func selected(sel []string, p string) bool {
+	if len(sel) == 0 {
+		return true
+	}
+	for _, s := range sel {
+		if changes.Covers(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Service) listChanges(id, prefix string) ([]changes.Change, error) {
+	clean, err := fsroot.Clean(prefix)
+	if err != nil {
+		return nil, err
+	}
+	b, release, err := s.acquire(id)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return changes.List(b.upper(), b.lower, clean)
+}
+
+func (s *Service) diffFile(id, p string) (*sandboxv1.DiffFileResponse, error) {
+	clean, err := fsroot.Clean(p)
+	if err != nil {
+		return nil, err
+	}
+	if clean == "." || clean == "" {
+		return nil, coded(codes.InvalidArgument, "path is required")
+	}
+	b, release, err := s.acquire(id)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	list, err := changes.List(b.upper(), b.lower, clean)
+	if err != nil {
+		return nil, err
+	}
+	var ch *changes.Change
+	for i := range list {
+		if list[i].Path == clean {
+			ch = &list[i]
+		}
+	}
+	if ch == nil {
+		return nil, coded(codes.NotFound, "%s has no change in session %q", clean, id)
+	}
+	out := &sandboxv1.DiffFileResponse{Change: changeProto(*ch)}
+	if ch.IsDir {
+		return out, nil
+	}
+	var old, new []byte
+	if ch.Kind != changes.Added {
+		lroot, err := os.OpenRoot(b.lower)
+		if err != nil {
+			return nil, err
+		}
+		defer lroot.Close()
+		if old, err = readBounded(lroot, clean, s.cfg.MaxFileBytes); err != nil {
+			return nil, err
+		}
+	}
+	if ch.Kind != changes.Deleted {
+		r, err := s.root(b)
+		if err != nil {
+			return nil, err
+		}
+		if new, _, err = r.ReadFile(clean, s.cfg.MaxFileBytes); err != nil {
+			return nil, err
+		}
+	}
+	out.Diff, out.Binary = changes.Diff(clean, old, new)
+	return out, nil
+}
+
+func readBounded(r *os.Root, p string, max int64) ([]byte, error) {
+	fi, err := r.Lstat(p)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, nil
+	}
+	if fi.Size() > max {
+		return nil, fmt.Errorf("%w: %s is %d bytes, over the limit of %d", fsroot.ErrTooLarge, p, fi.Size(), max)
+	}
+	return r.ReadFile(p)
+}
+
+func ctimeOf(fi fs.FileInfo) int64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Ctim.Nano()
+	}
+	return 0
+}
+
+// applyChanges copies the selected changes into the workspace (the lower
+// layer). A lower path whose inode changed (ctime) since the sandbox was
+// created, other than by an earlier apply, is a conflict and is skipped.
+func (s *Service) applyChanges(id string, paths []string) (applied []string, conflicts []*sandboxv1.Conflict, err error) {
+	sel, err := cleanSelection(paths)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, release, err := s.acquire(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer release()
+	if b.lower == s.cfg.BaseDir {
+		return nil, nil, coded(codes.FailedPrecondition, "session %q works on the node's base, not a workspace: there is nothing to apply changes to", id)
+	}
+	list, err := changes.List(b.upper(), b.lower, "")
+	if err != nil {
+		return nil, nil, err
+	}
+	lroot, err := os.OpenRoot(b.lower)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open workspace: %w", err)
+	}
+	defer lroot.Close()
+	b.pmu.Lock()
+	defer b.pmu.Unlock()
+	if b.applied == nil {
+		b.applied = map[string]int64{}
+	}
+	created := b.created.UnixNano()
+	for _, c := range list {
+		if !selected(sel, c.Path) {
+			continue
+		}
+		if fi, err := lroot.Lstat(c.Path); err == nil {
+			since := max(created, b.applied[c.Path])
+			if c.Kind == changes.Added && !fi.IsDir() || ctimeOf(fi) > since && !(c.IsDir && fi.IsDir()) {
+				conflicts = append(conflicts, &sandboxv1.Conflict{Path: c.Path, Reason: "changed in the workspace since the session started"})
+				continue
+			}
+		} else if c.Kind != changes.Added && !errors.Is(err, fs.ErrNotExist) {
+			return applied, conflicts, err
+		} else if c.Kind == changes.Modified {
+			conflicts = append(conflicts, &sandboxv1.Conflict{Path: c.Path, Reason: "deleted in the workspace since the session started"})
+			continue
+		}
+		if err := s.applyOne(b, lroot, c); err != nil {
+			conflicts = append(conflicts, &sandboxv1.Conflict{Path: c.Path, Reason: err.Error()})
+			continue
+		}
+		if fi, err := lroot.Lstat(c.Path); err == nil {
+			b.applied[c.Path] = ctimeOf(fi)
+		}
+		applied = append(applied, c.Path)
+	}
+	return applied, conflicts, nil
+}
+
+func (s *Service) applyOne(b *box, lroot *os.Root, c changes.Change) error {
+	if c.Kind == changes.Deleted {
+		return lroot.RemoveAll(c.Path)
+	}
+	src := filepath.Join(b.upper(), c.Path)
+	fi, err := os.Lstat(src)
+	if err != nil {
+		return err
+	}
+	chown := func(p string) error {
+		if b.owner == nil {
+			return nil
+		}
+		return lroot.Lchown(p, b.owner.UID, b.owner.GID)
+	}
+	if fi.IsDir() {
+		if c.Kind == changes.Modified {
+			if err := lroot.Remove(c.Path); err != nil {
+				return err
+			}
+		}
+		if err := lroot.Mkdir(c.Path, fi.Mode().Perm()); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		return chown(c.Path)
+	}
+	// Written beside its target and renamed over it: a reader of the
+	// workspace sees the old file or the new one, never half of it.
+	tmp := path.Join(path.Dir(c.Path), fmt.Sprintf(".deskgrid-apply-%d", time.Now().UnixNano()))
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		target, err := os.Readlink(src)
+		if err != nil {
+			return err
+		}
+		if err := lroot.Symlink(target, tmp); err != nil {
+			return err
+		}
+	case fi.Mode().IsRegular():
+		data, err := os.ReadFile(src)
+		if err != nil {
+			return err
+		}
+		f, err := lroot.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
+		if err != nil {
+			return err
+		}
+		_, werr := f.Write(data)
+		if werr == nil {
+			werr = f.Chmod(fi.Mode().Perm())
+		}
+		if werr == nil {
+			werr = f.Sync()
+		}
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr != nil {
+			_ = lroot.Remove(tmp)
+			return werr
+		}
+	default:
+		return fmt.Errorf("%s is not a regular file, directory or symlink", c.Path)
+	}
+	if err := chown(tmp); err != nil {
+		_ = lroot.Remove(tmp)
+		return err
+	}
+	if err := lroot.Rename(tmp, c.Path); err != nil {
+		_ = lroot.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// discardChanges drops the selected changes from the upper layer. Editing
+// an upper layer under a live mount is undefined, so the layer is
+// unmounted, edited and mounted again, which needs the sandbox idle: no
+// call using it and no process running in it.
+func (s *Service) discardChanges(ctx context.Context, id string, paths []string) ([]string, error) {
+	sel, err := cleanSelection(paths)
+	if err != nil {
+		return nil, err
+	}
+	b, err := s.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	if !b.layer.TryLock() {
+		return nil, coded(codes.FailedPrecondition, "session %q has commands or file calls running; discard changes when it is idle", id)
+	}
+	defer b.layer.Unlock()
+	s.mu.Lock()
+	deleting := b.deleting
+	s.mu.Unlock()
+	if deleting {
+		return nil, coded(codes.NotFound, "session %q's sandbox is being deleted", id)
+	}
+	if n := b.running(); n > 0 {
+		return nil, coded(codes.FailedPrecondition, "session %q has %d processes running; stop them before discarding changes", id, n)
+	}
+	list, err := changes.List(b.upper(), b.lower, "")
+	if err != nil {
+		return nil, err
+	}
+	var drop []changes.Change
+	for _, c := range list {
+		if selected(sel, c.Path) {
+			if c.Opaque {
+				return nil, coded(codes.FailedPrecondition, "%s was deleted together with its replaced directory %s; discard that directory instead", c.Path, path.Dir(c.Path))
+			}
+			drop = append(drop, c)
+		}
+	}
+	if len(drop) == 0 {
+		return nil, nil
+	}
+	if err := b.driver.Unmount(ctx, b.merged()); err != nil {
+		return nil, err
+	}
+	var out []string
+	var rmErr error
+	for _, c := range drop {
+		p := filepath.Join(b.upper(), c.Path)
+		err := os.RemoveAll(p)
+		if _, werr := os.Lstat(filepath.Join(filepath.Dir(p), ".wh."+filepath.Base(p))); werr == nil && err == nil {
+			err = os.Remove(filepath.Join(filepath.Dir(p), ".wh."+filepath.Base(p)))
+		}
+		if err != nil {
+			rmErr = err
+			break
+		}
+		out = append(out, c.Path)
+	}
+	if err := b.driver.Mount(ctx, overlay.Layers{Lower: b.lower, Upper: b.upper(), Work: filepath.Join(b.dir, "work"), Merged: b.merged(), Owner: b.owner}); err != nil {
+		return out, fmt.Errorf("remount session %s after discarding changes: %w", id, err)
+	}
+	return out, rmErr
+}
+
+// running counts the sandbox's live processes.
+func (b *box) running() int {
+	if b.cg != nil {
+		if pids, err := b.cg.Pids(); err == nil {
+			return len(pids)
+		}
+	}
+	b.pmu.Lock()
+	defer b.pmu.Unlock()
+	n := 0
+	for _, p := range b.procs {
+		select {
+		case <-p.p.Done():
+		default:
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,281 @@
+// Package changes reads what a session changed from its overlay's upper
+// layer: files added, modified and deleted (whiteouts and opaque
+// directories, in the kernel's format and in fuse-overlayfs's), diffs of
+// text files against the lower layer, and applies changes to the lower
+// layer file by file.
+package changes
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"unicode/utf8"
+
+	udiff "github.com/aymanbagabas/go-udiff"
+	"golang.org/x/sys/unix"
+)
+
+// Kind is what happened to a path.
+type Kind int
+
+const (
+	Added Kind = iota + 1
+	Modified
+	Deleted
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Added:
+		return "added"
+	case Modified:
+		return "modified"
+	case Deleted:
+		return "deleted"
+	}
+	return "unknown"
+}
+
+// Change is one changed path, relative to the layer roots, slash-separated.
+type Change struct {
+	Path  string
+	Kind  Kind
+	IsDir bool
+	Size  int64
+	// Opaque is set on a deletion implied by an opaque directory (no
+	// whiteout of its own in the upper layer).
+	Opaque bool
+}
+
+// Whiteout and opaque markers: the kernel uses a 0/0 character device and
+// the trusted.overlay.opaque xattr; fuse-overlayfs, where it cannot make
+// devices, uses ".wh."-prefixed files and user.fuseoverlayfs.opaque or a
+// ".wh..wh..opq" file.
+const (
+	whPrefix  = ".wh."
+	whOpaque  = ".wh..wh..opq"
+	whOpaque2 = ".wh..opq" // what some fuse-overlayfs versions write
+	xattrOpq  = "trusted.overlay.opaque"
+	xattrFOpq = "user.fuseoverlayfs.opaque"
+)
+
+func isWhiteout(fi fs.FileInfo) bool {
+	if fi.Mode()&fs.ModeCharDevice == 0 {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Rdev == 0
+}
+
+func isOpaque(dir string) bool {
+	buf := make([]byte, 4)
+	for _, x := range []string{xattrOpq, xattrFOpq, "user.overlay.opaque"} {
+		if n, err := unix.Lgetxattr(dir, x, buf); err == nil && n > 0 && buf[0] == 'y' {
+			return true
+		}
+	}
+	for _, m := range []string{whOpaque, whOpaque2} {
+		if _, err := os.Lstat(filepath.Join(dir, m)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// List returns the changes of upper over lower at or beneath prefix
+// (empty for all), sorted by path.
+func List(upper, lower, prefix string) ([]Change, error) {
+	var out []Change
+	if err := walk(upper, lower, ".", &out); err != nil {
+		return nil, err
+	}
+	if prefix != "" && prefix != "." {
+		kept := out[:0]
+		for _, c := range out {
+			if Covers(prefix, c.Path) {
+				kept = append(kept, c)
+			}
+		}
+		out = kept
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
+}
+
+// Covers reports whether selecting sel selects p: p is sel or beneath it.
+func Covers(sel, p string) bool {
+	sel = strings.Trim(sel, "/")
+	return sel == "" || sel == "." || p == sel || strings.HasPrefix(p, sel+"/")
+}
+
+func walk(upper, lower, rel string, out *[]Change) error {
+	udir := filepath.Join(upper, rel)
+	entries, err := os.ReadDir(udir)
+	if err != nil {
+		return fmt.Errorf("read upper layer: %w", err)
+	}
+	opaque := rel != "." && isOpaque(udir)
+	names := map[string]bool{}
+	for _, e := range entries {
+		name := e.Name()
+		if name == whOpaque || name == whOpaque2 {
+			continue
+		}
+		p := path.Join(rel, name)
+		fi, err := e.Info()
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return err
+		}
+		if strings.HasPrefix(name, whPrefix) && fi.Mode().IsRegular() {
+			p = path.Join(rel, strings.TrimPrefix(name, whPrefix))
+			names[path.Base(p)] = true
+			*out = append(*out, deleted(lower, p, false))
+			continue
+		}
+		names[name] = true
+		if isWhiteout(fi) {
+			*out = append(*out, deleted(lower, p, false))
+			continue
+		}
+		lfi, lerr := os.Lstat(filepath.Join(lower, p))
+		inLower := lerr == nil
+		switch {
+		case fi.IsDir():
+			switch {
+			case !inLower || !lfi.IsDir():
+				kind := Added
+				if inLower {
+					kind = Modified
+				}
+				*out = append(*out, Change{Path: p, Kind: kind, IsDir: true})
+				if err := addAll(upper, p, out); err != nil {
+					return err
+				}
+			default:
+				if err := walk(upper, lower, p, out); err != nil {
+					return err
+				}
+			}
+		case !inLower:
+			*out = append(*out, Change{Path: p, Kind: Added, Size: fi.Size()})
+		default:
+			if lfi.IsDir() || !same(filepath.Join(upper, p), filepath.Join(lower, p), fi, lfi) {
+				*out = append(*out, Change{Path: p, Kind: Modified, Size: fi.Size()})
+			}
+		}
+	}
+	if opaque {
+		lentries, err := os.ReadDir(filepath.Join(lower, rel))
+		if err == nil {
+			for _, e := range lentries {
+				if !names[e.Name()] {
+					c := deleted(lower, path.Join(rel, e.Name()), true)
+					*out = append(*out, c)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func deleted(lower, p string, opaque bool) Change {
+	lfi, err := os.Lstat(filepath.Join(lower, p))
+	return Change{Path: p, Kind: Deleted, IsDir: err == nil && lfi.IsDir(), Opaque: opaque}
+}
+
+// addAll reports everything beneath an added directory as added.
+func addAll(upper, rel string, out *[]Change) error {
+	entries, err := os.ReadDir(filepath.Join(upper, rel))
+	if err != nil {
+		return fmt.Errorf("read upper layer: %w", err)
+	}
+	for _, e := range entries {
+		if e.Name() == whOpaque || e.Name() == whOpaque2 || strings.HasPrefix(e.Name(), whPrefix) {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		if isWhiteout(fi) {
+			continue
+		}
+		p := path.Join(rel, e.Name())
+		if fi.IsDir() {
+			*out = append(*out, Change{Path: p, Kind: Added, IsDir: true})
+			if err := addAll(upper, p, out); err != nil {
+				return err
+			}
+			continue
+		}
+		*out = append(*out, Change{Path: p, Kind: Added, Size: fi.Size()})
+	}
+	return nil
+}
+
+// same reports whether a copied-up file still equals its lower original:
+// a copy-up happens on open for writing or on a metadata change, even when
+// nothing was written.
+func same(u, l string, ufi, lfi fs.FileInfo) bool {
+	if ufi.Mode() != lfi.Mode() || ufi.Size() != lfi.Size() {
+		return false
+	}
+	if ufi.Mode()&fs.ModeSymlink != 0 {
+		a, err1 := os.Readlink(u)
+		b, err2 := os.Readlink(l)
+		return err1 == nil && err2 == nil && a == b
+	}
+	if !ufi.Mode().IsRegular() {
+		return false
+	}
+	fa, err := os.Open(u)
+	if err != nil {
+		return false
+	}
+	defer fa.Close()
+	fb, err := os.Open(l)
+	if err != nil {
+		return false
+	}
+	defer fb.Close()
+	ba, bb := make([]byte, 64<<10), make([]byte, 64<<10)
+	for {
+		na, ea := io.ReadFull(fa, ba)
+		nb, eb := io.ReadFull(fb, bb)
+		if na != nb || !bytes.Equal(ba[:na], bb[:nb]) {
+			return false
+		}
+		if ea != nil || eb != nil {
+			return (ea == io.EOF || ea == io.ErrUnexpectedEOF) && (eb == io.EOF || eb == io.ErrUnexpectedEOF)
+		}
+	}
+}
+
+// Binary reports whether data does not look like text.
+func Binary(data []byte) bool {
+	head := data
+	if len(head) > 8000 {
+		head = head[:8000]
+	}
+	return bytes.IndexByte(head, 0) >= 0 || !utf8.Valid(head)
+}
+
+// Diff returns a unified diff from old to new labelled with p, or
+// binary=true and no diff when either side is not text.
+func Diff(p string, old, new []byte) (diff string, binary bool) {
+	if Binary(old) || Binary(new) {
+		return "", true
+	}
+	return udiff.Unified("a/"+p, "b/"+p, string(old), string(new)), false
+}
