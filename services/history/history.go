@@ -56,7 +56,7 @@ type Config struct {
 	RetentionMaxEntriesPerTenant int64
 	// RetentionTenants overrides the two limits above per tenant; a zero
 	// field of an override takes the default.
-	RetentionTenants map[string]retention.Policy
+	RetentionTenants map[string]RetentionPolicy
 	// SweepInterval is how often retention runs and unreferenced blobs are
 	// collected. Default 5m; negative never.
 	SweepInterval time.Duration
@@ -65,6 +65,9 @@ type Config struct {
 	// MaxImportBytes bounds one ImportSessionHistory stream. Default 256 MiB.
 	MaxImportBytes int64
 }
+
+// RetentionPolicy is how much history a tenant keeps.
+type RetentionPolicy = retention.Policy
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {

@@ -139,4 +139,3 @@ func decodeBase64(s string) ([]byte, error) {
 	}
 	return base64.RawStdEncoding.DecodeString(s)
 }
-
