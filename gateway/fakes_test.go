@@ -34,6 +34,9 @@ type vncDisplay struct {
 	display
 
 	fb fakeFramebuffer
+	// upstream maps a session to a real VNC server's unix socket; other
+	// sessions get the in-process RFB server.
+	upstream map[string]string
 
 	mu       sync.Mutex
 	firsts   []*displayv1.ConnectVNCRequest
@@ -52,6 +55,7 @@ type vncDisplay struct {
 func newVNCDisplay(fb fakeFramebuffer) *vncDisplay {
 	return &vncDisplay{
 		fb:       fb,
+		upstream: map[string]string{},
 		servers:  map[string][]*rfbServer{},
 		deleted:  map[string]chan struct{}{"s-1": make(chan struct{})},
 		firstSig: make(chan struct{}, 100),
@@ -94,6 +98,7 @@ func (d *vncDisplay) ConnectVNC(stream displayv1.DisplayService_ConnectVNCServer
 	d.mu.Lock()
 	d.firsts = append(d.firsts, first)
 	gone, ok := d.deleted[id]
+	sock, isReal := d.upstream[id]
 	d.mu.Unlock()
 	d.firstSig <- struct{}{}
 	switch id {
@@ -102,21 +107,30 @@ func (d *vncDisplay) ConnectVNC(stream displayv1.DisplayService_ConnectVNCServer
 	case "sink":
 		return d.sink(stream)
 	}
-	if !ok {
+	if !ok && !isReal {
 		return status.Errorf(codes.NotFound, "no display for session %s", id)
 	}
 
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	viewer, vncSide := net.Pipe()
-	srv := &rfbServer{fb: d.fb, got: make(chan rfbMessage, 1000)}
-	d.mu.Lock()
-	d.servers[id] = append(d.servers[id], srv)
-	d.mu.Unlock()
-	go func() {
-		_ = srv.serve(vncSide)
-		vncSide.Close()
-	}()
+	var viewer net.Conn
+	if isReal {
+		if viewer, err = net.Dial("unix", sock); err != nil {
+			return status.Errorf(codes.Unavailable, "connect to the VNC server of session %s: %v", id, err)
+		}
+		defer viewer.Close()
+	} else {
+		var vncSide net.Conn
+		viewer, vncSide = net.Pipe()
+		srv := &rfbServer{fb: d.fb, got: make(chan rfbMessage, 1000)}
+		d.mu.Lock()
+		d.servers[id] = append(d.servers[id], srv)
+		d.mu.Unlock()
+		go func() {
+			_ = srv.serve(vncSide)
+			vncSide.Close()
+		}()
+	}
 	defer context.AfterFunc(ctx, func() { viewer.Close() })()
 	go func() {
 		select {
