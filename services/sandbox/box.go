@@ -30,6 +30,8 @@ type box struct {
 	created time.Time
 	limits  Limits
 	cg      *cgroup.Group // nil on a node without cgroups
+	// fromSnapshot is the snapshot the layer was created from, if any.
+	fromSnapshot string
 
 	// layer is held for reading by every call using the mounted layer, and
 	// for writing while DiscardChanges remounts it.
@@ -146,14 +148,19 @@ func (s *Service) workspaceLower(workspace string) (string, error) {
 
 // createSandbox mounts a new sandbox with the default limits.
 func (s *Service) createSandbox(ctx context.Context, id, workspace string) (*box, error) {
-	return s.create(ctx, id, workspace, Limits{})
+	return s.create(ctx, id, workspace, Limits{}, "")
 }
 
 // create mounts a new sandbox and makes its cgroup. On any failure nothing
 // of it remains.
-func (s *Service) create(ctx context.Context, id, workspace string, req Limits) (*box, error) {
+func (s *Service) create(ctx context.Context, id, workspace string, req Limits, snapshotID string) (*box, error) {
 	if err := validateSessionID(id); err != nil {
 		return nil, err
+	}
+	if snapshotID != "" {
+		if err := validateSnapshotID(snapshotID); err != nil {
+			return nil, err
+		}
 	}
 	limits, err := s.limitsFor(req)
 	if err != nil {
@@ -165,17 +172,18 @@ func (s *Service) create(ctx context.Context, id, workspace string, req Limits) 
 	}
 	kill, cancel := context.WithCancel(context.Background())
 	b := &box{
-		id:      id,
-		dir:     filepath.Join(s.sandboxesDir(), id),
-		lower:   lower,
-		owner:   owner,
-		limits:  limits,
-		procs:   map[string]*proc{},
-		created: time.Now().UTC(),
-		ready:   make(chan struct{}),
-		deleted: make(chan struct{}),
-		kill:    kill,
-		cancel:  cancel,
+		id:           id,
+		dir:          filepath.Join(s.sandboxesDir(), id),
+		lower:        lower,
+		owner:        owner,
+		limits:       limits,
+		procs:        map[string]*proc{},
+		created:      time.Now().UTC(),
+		ready:        make(chan struct{}),
+		deleted:      make(chan struct{}),
+		kill:         kill,
+		cancel:       cancel,
+		fromSnapshot: snapshotID,
 	}
 	s.mu.Lock()
 	switch {
@@ -240,6 +248,11 @@ func (s *Service) build(ctx context.Context, b *box) (err error) {
 	for _, d := range []string{layers.Upper, layers.Work, layers.Merged} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return fmt.Errorf("create sandbox dir: %w", err)
+		}
+	}
+	if b.fromSnapshot != "" {
+		if err := s.extractSnapshot(b.fromSnapshot, b.lower, layers.Upper); err != nil {
+			return err
 		}
 	}
 	if b.owner != nil {

@@ -16,7 +16,6 @@ import (
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/sandbox/changes"
 	"github.com/deskgrid/deskgrid/services/sandbox/fsroot"
-	"github.com/deskgrid/deskgrid/services/sandbox/overlay"
 )
 
 func (b *box) upper() string { return filepath.Join(b.dir, "upper") }
@@ -280,29 +279,22 @@ func (s *Service) discardChanges(ctx context.Context, id string, paths []string)
 	if err != nil {
 		return nil, err
 	}
-	b, err := s.lookup(id)
+	b, unlock, err := s.exclusive(id, "discard changes")
 	if err != nil {
 		return nil, err
 	}
-	if !b.layer.TryLock() {
-		return nil, coded(codes.FailedPrecondition, "session %q has commands or file calls running; discard changes when it is idle", id)
-	}
-	defer b.layer.Unlock()
-	s.mu.Lock()
-	deleting := b.deleting
-	s.mu.Unlock()
-	if deleting {
-		return nil, coded(codes.NotFound, "session %q's sandbox is being deleted", id)
-	}
-	if n := b.running(); n > 0 {
-		return nil, coded(codes.FailedPrecondition, "session %q has %d processes running; stop them before discarding changes", id, n)
-	}
+	defer unlock()
 	list, err := changes.List(b.upper(), b.lower, "")
 	if err != nil {
 		return nil, err
 	}
 	var drop []changes.Change
 	for _, c := range list {
+		if c.Opaque && selected(sel, path.Dir(c.Path)) {
+			// The whole replaced directory goes: the lower one shows again.
+			drop = append(drop, changes.Change{Path: path.Dir(c.Path), IsDir: true})
+			continue
+		}
 		if selected(sel, c.Path) {
 			if c.Opaque {
 				return nil, coded(codes.FailedPrecondition, "%s was deleted together with its replaced directory %s; discard that directory instead", c.Path, path.Dir(c.Path))
@@ -320,6 +312,9 @@ func (s *Service) discardChanges(ctx context.Context, id string, paths []string)
 	var rmErr error
 	for _, c := range drop {
 		p := filepath.Join(b.upper(), c.Path)
+		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) && c.Kind == 0 {
+			continue // a replaced directory already dropped
+		}
 		err := os.RemoveAll(p)
 		if _, werr := os.Lstat(filepath.Join(filepath.Dir(p), ".wh."+filepath.Base(p))); werr == nil && err == nil {
 			err = os.Remove(filepath.Join(filepath.Dir(p), ".wh."+filepath.Base(p)))
@@ -330,8 +325,8 @@ func (s *Service) discardChanges(ctx context.Context, id string, paths []string)
 		}
 		out = append(out, c.Path)
 	}
-	if err := b.driver.Mount(ctx, overlay.Layers{Lower: b.lower, Upper: b.upper(), Work: filepath.Join(b.dir, "work"), Merged: b.merged(), Owner: b.owner}); err != nil {
-		return out, fmt.Errorf("remount session %s after discarding changes: %w", id, err)
+	if err := s.remount(ctx, b); err != nil {
+		return out, err
 	}
 	return out, rmErr
 }

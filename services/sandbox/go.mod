@@ -6,6 +6,7 @@ require (
 	github.com/aymanbagabas/go-udiff v0.4.1
 	github.com/containerd/cgroups/v3 v3.1.3
 	github.com/deskgrid/deskgrid/proto v0.0.0-00010101000000-000000000000
+	github.com/klauspost/compress v1.18.0
 	github.com/opencontainers/runtime-spec v1.3.0
 	golang.org/x/sys v0.49.0
 	google.golang.org/grpc v1.85.0

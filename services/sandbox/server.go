@@ -77,7 +77,7 @@ func (s *Service) toStatus(ctx context.Context, op string, err error) error {
 func (g *server) CreateSandbox(ctx context.Context, req *sandboxv1.CreateSandboxRequest) (*sandboxv1.CreateSandboxResponse, error) {
 	b, err := g.s.create(ctx, req.GetSessionId(), req.GetWorkspace(), Limits{
 		MemoryBytes: req.GetMemoryBytes(), CPUMillis: req.GetCpuMillis(), Pids: req.GetPids(), DiskBytes: req.GetDiskBytes(),
-	})
+	}, req.GetSnapshotId())
 	if err != nil {
 		return nil, g.s.toStatus(ctx, "create sandbox", err)
 	}
@@ -225,4 +225,38 @@ func (g *server) DiscardChanges(ctx context.Context, req *sandboxv1.DiscardChang
 		return nil, g.s.toStatus(ctx, "discard changes", err)
 	}
 	return &sandboxv1.DiscardChangesResponse{Discarded: discarded}, nil
+}
+
+func (g *server) CreateSnapshot(ctx context.Context, req *sandboxv1.CreateSnapshotRequest) (*sandboxv1.CreateSnapshotResponse, error) {
+	m, err := g.s.createSnapshot(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, g.s.toStatus(ctx, "create snapshot", err)
+	}
+	return &sandboxv1.CreateSnapshotResponse{Snapshot: m.proto()}, nil
+}
+
+func (g *server) ListSnapshots(ctx context.Context, req *sandboxv1.ListSnapshotsRequest) (*sandboxv1.ListSnapshotsResponse, error) {
+	list, err := g.s.listSnapshots(req.GetSessionId())
+	if err != nil {
+		return nil, g.s.toStatus(ctx, "list snapshots", err)
+	}
+	out := make([]*sandboxv1.Snapshot, 0, len(list))
+	for _, m := range list {
+		out = append(out, m.proto())
+	}
+	return &sandboxv1.ListSnapshotsResponse{Snapshots: out}, nil
+}
+
+func (g *server) RestoreSnapshot(ctx context.Context, req *sandboxv1.RestoreSnapshotRequest) (*sandboxv1.RestoreSnapshotResponse, error) {
+	if err := g.s.restoreSnapshot(ctx, req.GetSessionId(), req.GetSnapshotId()); err != nil {
+		return nil, g.s.toStatus(ctx, "restore snapshot", err)
+	}
+	return &sandboxv1.RestoreSnapshotResponse{}, nil
+}
+
+func (g *server) DeleteSnapshot(ctx context.Context, req *sandboxv1.DeleteSnapshotRequest) (*sandboxv1.DeleteSnapshotResponse, error) {
+	if err := g.s.deleteSnapshot(ctx, req.GetSessionId(), req.GetSnapshotId()); err != nil {
+		return nil, g.s.toStatus(ctx, "delete snapshot", err)
+	}
+	return &sandboxv1.DeleteSnapshotResponse{}, nil
 }

@@ -19,23 +19,35 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	SandboxService_CreateSandbox_FullMethodName  = "/deskgrid.sandbox.v1.SandboxService/CreateSandbox"
-	SandboxService_GetSandbox_FullMethodName     = "/deskgrid.sandbox.v1.SandboxService/GetSandbox"
-	SandboxService_ListSandboxes_FullMethodName  = "/deskgrid.sandbox.v1.SandboxService/ListSandboxes"
-	SandboxService_DeleteSandbox_FullMethodName  = "/deskgrid.sandbox.v1.SandboxService/DeleteSandbox"
-	SandboxService_Exec_FullMethodName           = "/deskgrid.sandbox.v1.SandboxService/Exec"
-	SandboxService_ReadFile_FullMethodName       = "/deskgrid.sandbox.v1.SandboxService/ReadFile"
-	SandboxService_WriteFile_FullMethodName      = "/deskgrid.sandbox.v1.SandboxService/WriteFile"
-	SandboxService_ListFiles_FullMethodName      = "/deskgrid.sandbox.v1.SandboxService/ListFiles"
-	SandboxService_StartProcess_FullMethodName   = "/deskgrid.sandbox.v1.SandboxService/StartProcess"
-	SandboxService_StopProcess_FullMethodName    = "/deskgrid.sandbox.v1.SandboxService/StopProcess"
-	SandboxService_ListProcesses_FullMethodName  = "/deskgrid.sandbox.v1.SandboxService/ListProcesses"
-	SandboxService_FreezeSandbox_FullMethodName  = "/deskgrid.sandbox.v1.SandboxService/FreezeSandbox"
-	SandboxService_ThawSandbox_FullMethodName    = "/deskgrid.sandbox.v1.SandboxService/ThawSandbox"
-	SandboxService_ListChanges_FullMethodName    = "/deskgrid.sandbox.v1.SandboxService/ListChanges"
-	SandboxService_DiffFile_FullMethodName       = "/deskgrid.sandbox.v1.SandboxService/DiffFile"
-	SandboxService_ApplyChanges_FullMethodName   = "/deskgrid.sandbox.v1.SandboxService/ApplyChanges"
-	SandboxService_DiscardChanges_FullMethodName = "/deskgrid.sandbox.v1.SandboxService/DiscardChanges"
+	SandboxService_CreateSandbox_FullMethodName   = "/deskgrid.sandbox.v1.SandboxService/CreateSandbox"
+	SandboxService_GetSandbox_FullMethodName      = "/deskgrid.sandbox.v1.SandboxService/GetSandbox"
+	SandboxService_ListSandboxes_FullMethodName   = "/deskgrid.sandbox.v1.SandboxService/ListSandboxes"
+	SandboxService_DeleteSandbox_FullMethodName   = "/deskgrid.sandbox.v1.SandboxService/DeleteSandbox"
+	SandboxService_Exec_FullMethodName            = "/deskgrid.sandbox.v1.SandboxService/Exec"
+	SandboxService_ReadFile_FullMethodName        = "/deskgrid.sandbox.v1.SandboxService/ReadFile"
+	SandboxService_WriteFile_FullMethodName       = "/deskgrid.sandbox.v1.SandboxService/WriteFile"
+	SandboxService_ListFiles_FullMethodName       = "/deskgrid.sandbox.v1.SandboxService/ListFiles"
+	SandboxService_StartProcess_FullMethodName    = "/deskgrid.sandbox.v1.SandboxService/StartProcess"
+	SandboxService_StopProcess_FullMethodName     = "/deskgrid.sandbox.v1.SandboxService/StopProcess"
+	SandboxService_ListProcesses_FullMethodName   = "/deskgrid.sandbox.v1.SandboxService/ListProcesses"
+	SandboxService_FreezeSandbox_FullMethodName   = "/deskgrid.sandbox.v1.SandboxService/FreezeSandbox"
+	SandboxService_ThawSandbox_FullMethodName     = "/deskgrid.sandbox.v1.SandboxService/ThawSandbox"
+	SandboxService_ListChanges_FullMethodName     = "/deskgrid.sandbox.v1.SandboxService/ListChanges"
+	SandboxService_DiffFile_FullMethodName        = "/deskgrid.sandbox.v1.SandboxService/DiffFile"
+	SandboxService_ApplyChanges_FullMethodName    = "/deskgrid.sandbox.v1.SandboxService/ApplyChanges"
+	SandboxService_DiscardChanges_FullMethodName  = "/deskgrid.sandbox.v1.SandboxService/DiscardChanges"
+	SandboxService_CreateSnapshot_FullMethodName  = "/deskgrid.sandbox.v1.SandboxService/CreateSnapshot"
+	SandboxService_ListSnapshots_FullMethodName   = "/deskgrid.sandbox.v1.SandboxService/ListSnapshots"
+	SandboxService_RestoreSnapshot_FullMethodName = "/deskgrid.sandbox.v1.SandboxService/RestoreSnapshot"
+	SandboxService_DeleteSnapshot_FullMethodName  = "/deskgrid.sandbox.v1.SandboxService/DeleteSnapshot"
+	SandboxService_RunShell_FullMethodName        = "/deskgrid.sandbox.v1.SandboxService/RunShell"
+	SandboxService_RestartShell_FullMethodName    = "/deskgrid.sandbox.v1.SandboxService/RestartShell"
+	SandboxService_UploadFile_FullMethodName      = "/deskgrid.sandbox.v1.SandboxService/UploadFile"
+	SandboxService_DownloadFile_FullMethodName    = "/deskgrid.sandbox.v1.SandboxService/DownloadFile"
+	SandboxService_StatFile_FullMethodName        = "/deskgrid.sandbox.v1.SandboxService/StatFile"
+	SandboxService_MakeDirectory_FullMethodName   = "/deskgrid.sandbox.v1.SandboxService/MakeDirectory"
+	SandboxService_MoveFile_FullMethodName        = "/deskgrid.sandbox.v1.SandboxService/MoveFile"
+	SandboxService_DeleteFile_FullMethodName      = "/deskgrid.sandbox.v1.SandboxService/DeleteFile"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -87,6 +99,34 @@ type SandboxServiceClient interface {
 	// DiscardChanges drops all or some changes, so the lower layer shows
 	// through again. Refused while processes run in the sandbox.
 	DiscardChanges(ctx context.Context, in *DiscardChangesRequest, opts ...grpc.CallOption) (*DiscardChangesResponse, error)
+	// CreateSnapshot saves the session's writable layer as a compressed archive.
+	CreateSnapshot(ctx context.Context, in *CreateSnapshotRequest, opts ...grpc.CallOption) (*CreateSnapshotResponse, error)
+	// ListSnapshots lists the snapshots this node holds for a session.
+	ListSnapshots(ctx context.Context, in *ListSnapshotsRequest, opts ...grpc.CallOption) (*ListSnapshotsResponse, error)
+	// RestoreSnapshot replaces a session's writable layer with a snapshot's,
+	// which may come from another session over the same lower layer. Refused
+	// while processes run in the sandbox.
+	RestoreSnapshot(ctx context.Context, in *RestoreSnapshotRequest, opts ...grpc.CallOption) (*RestoreSnapshotResponse, error)
+	// DeleteSnapshot removes a snapshot.
+	DeleteSnapshot(ctx context.Context, in *DeleteSnapshotRequest, opts ...grpc.CallOption) (*DeleteSnapshotResponse, error)
+	// RunShell runs a command in the session's persistent shell: the working
+	// directory, variables and functions carry over from call to call.
+	RunShell(ctx context.Context, in *RunShellRequest, opts ...grpc.CallOption) (*RunShellResponse, error)
+	// RestartShell ends the session's shell; the next RunShell starts afresh.
+	RestartShell(ctx context.Context, in *RestartShellRequest, opts ...grpc.CallOption) (*RestartShellResponse, error)
+	// UploadFile writes a file of any size: the first message names it, the
+	// rest carry its content. The file appears whole or not at all.
+	UploadFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadFileRequest, UploadFileResponse], error)
+	// DownloadFile streams a file: its description first, then its content.
+	DownloadFile(ctx context.Context, in *DownloadFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DownloadFileResponse], error)
+	// StatFile describes one path.
+	StatFile(ctx context.Context, in *StatFileRequest, opts ...grpc.CallOption) (*StatFileResponse, error)
+	// MakeDirectory creates a directory.
+	MakeDirectory(ctx context.Context, in *MakeDirectoryRequest, opts ...grpc.CallOption) (*MakeDirectoryResponse, error)
+	// MoveFile renames a file or directory.
+	MoveFile(ctx context.Context, in *MoveFileRequest, opts ...grpc.CallOption) (*MoveFileResponse, error)
+	// DeleteFile removes a file, or a directory (recursively when asked).
+	DeleteFile(ctx context.Context, in *DeleteFileRequest, opts ...grpc.CallOption) (*DeleteFileResponse, error)
 }
 
 type sandboxServiceClient struct {
@@ -276,6 +316,138 @@ func (c *sandboxServiceClient) DiscardChanges(ctx context.Context, in *DiscardCh
 	return out, nil
 }
 
+func (c *sandboxServiceClient) CreateSnapshot(ctx context.Context, in *CreateSnapshotRequest, opts ...grpc.CallOption) (*CreateSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateSnapshotResponse)
+	err := c.cc.Invoke(ctx, SandboxService_CreateSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ListSnapshots(ctx context.Context, in *ListSnapshotsRequest, opts ...grpc.CallOption) (*ListSnapshotsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSnapshotsResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ListSnapshots_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) RestoreSnapshot(ctx context.Context, in *RestoreSnapshotRequest, opts ...grpc.CallOption) (*RestoreSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RestoreSnapshotResponse)
+	err := c.cc.Invoke(ctx, SandboxService_RestoreSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) DeleteSnapshot(ctx context.Context, in *DeleteSnapshotRequest, opts ...grpc.CallOption) (*DeleteSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteSnapshotResponse)
+	err := c.cc.Invoke(ctx, SandboxService_DeleteSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) RunShell(ctx context.Context, in *RunShellRequest, opts ...grpc.CallOption) (*RunShellResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RunShellResponse)
+	err := c.cc.Invoke(ctx, SandboxService_RunShell_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) RestartShell(ctx context.Context, in *RestartShellRequest, opts ...grpc.CallOption) (*RestartShellResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RestartShellResponse)
+	err := c.cc.Invoke(ctx, SandboxService_RestartShell_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) UploadFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadFileRequest, UploadFileResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[1], SandboxService_UploadFile_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[UploadFileRequest, UploadFileResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_UploadFileClient = grpc.ClientStreamingClient[UploadFileRequest, UploadFileResponse]
+
+func (c *sandboxServiceClient) DownloadFile(ctx context.Context, in *DownloadFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DownloadFileResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[2], SandboxService_DownloadFile_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[DownloadFileRequest, DownloadFileResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_DownloadFileClient = grpc.ServerStreamingClient[DownloadFileResponse]
+
+func (c *sandboxServiceClient) StatFile(ctx context.Context, in *StatFileRequest, opts ...grpc.CallOption) (*StatFileResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatFileResponse)
+	err := c.cc.Invoke(ctx, SandboxService_StatFile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) MakeDirectory(ctx context.Context, in *MakeDirectoryRequest, opts ...grpc.CallOption) (*MakeDirectoryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MakeDirectoryResponse)
+	err := c.cc.Invoke(ctx, SandboxService_MakeDirectory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) MoveFile(ctx context.Context, in *MoveFileRequest, opts ...grpc.CallOption) (*MoveFileResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MoveFileResponse)
+	err := c.cc.Invoke(ctx, SandboxService_MoveFile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) DeleteFile(ctx context.Context, in *DeleteFileRequest, opts ...grpc.CallOption) (*DeleteFileResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteFileResponse)
+	err := c.cc.Invoke(ctx, SandboxService_DeleteFile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SandboxServiceServer is the server API for SandboxService service.
 // All implementations must embed UnimplementedSandboxServiceServer
 // for forward compatibility.
@@ -325,6 +497,34 @@ type SandboxServiceServer interface {
 	// DiscardChanges drops all or some changes, so the lower layer shows
 	// through again. Refused while processes run in the sandbox.
 	DiscardChanges(context.Context, *DiscardChangesRequest) (*DiscardChangesResponse, error)
+	// CreateSnapshot saves the session's writable layer as a compressed archive.
+	CreateSnapshot(context.Context, *CreateSnapshotRequest) (*CreateSnapshotResponse, error)
+	// ListSnapshots lists the snapshots this node holds for a session.
+	ListSnapshots(context.Context, *ListSnapshotsRequest) (*ListSnapshotsResponse, error)
+	// RestoreSnapshot replaces a session's writable layer with a snapshot's,
+	// which may come from another session over the same lower layer. Refused
+	// while processes run in the sandbox.
+	RestoreSnapshot(context.Context, *RestoreSnapshotRequest) (*RestoreSnapshotResponse, error)
+	// DeleteSnapshot removes a snapshot.
+	DeleteSnapshot(context.Context, *DeleteSnapshotRequest) (*DeleteSnapshotResponse, error)
+	// RunShell runs a command in the session's persistent shell: the working
+	// directory, variables and functions carry over from call to call.
+	RunShell(context.Context, *RunShellRequest) (*RunShellResponse, error)
+	// RestartShell ends the session's shell; the next RunShell starts afresh.
+	RestartShell(context.Context, *RestartShellRequest) (*RestartShellResponse, error)
+	// UploadFile writes a file of any size: the first message names it, the
+	// rest carry its content. The file appears whole or not at all.
+	UploadFile(grpc.ClientStreamingServer[UploadFileRequest, UploadFileResponse]) error
+	// DownloadFile streams a file: its description first, then its content.
+	DownloadFile(*DownloadFileRequest, grpc.ServerStreamingServer[DownloadFileResponse]) error
+	// StatFile describes one path.
+	StatFile(context.Context, *StatFileRequest) (*StatFileResponse, error)
+	// MakeDirectory creates a directory.
+	MakeDirectory(context.Context, *MakeDirectoryRequest) (*MakeDirectoryResponse, error)
+	// MoveFile renames a file or directory.
+	MoveFile(context.Context, *MoveFileRequest) (*MoveFileResponse, error)
+	// DeleteFile removes a file, or a directory (recursively when asked).
+	DeleteFile(context.Context, *DeleteFileRequest) (*DeleteFileResponse, error)
 	mustEmbedUnimplementedSandboxServiceServer()
 }
 
@@ -385,6 +585,42 @@ func (UnimplementedSandboxServiceServer) ApplyChanges(context.Context, *ApplyCha
 }
 func (UnimplementedSandboxServiceServer) DiscardChanges(context.Context, *DiscardChangesRequest) (*DiscardChangesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DiscardChanges not implemented")
+}
+func (UnimplementedSandboxServiceServer) CreateSnapshot(context.Context, *CreateSnapshotRequest) (*CreateSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateSnapshot not implemented")
+}
+func (UnimplementedSandboxServiceServer) ListSnapshots(context.Context, *ListSnapshotsRequest) (*ListSnapshotsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSnapshots not implemented")
+}
+func (UnimplementedSandboxServiceServer) RestoreSnapshot(context.Context, *RestoreSnapshotRequest) (*RestoreSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RestoreSnapshot not implemented")
+}
+func (UnimplementedSandboxServiceServer) DeleteSnapshot(context.Context, *DeleteSnapshotRequest) (*DeleteSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteSnapshot not implemented")
+}
+func (UnimplementedSandboxServiceServer) RunShell(context.Context, *RunShellRequest) (*RunShellResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RunShell not implemented")
+}
+func (UnimplementedSandboxServiceServer) RestartShell(context.Context, *RestartShellRequest) (*RestartShellResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RestartShell not implemented")
+}
+func (UnimplementedSandboxServiceServer) UploadFile(grpc.ClientStreamingServer[UploadFileRequest, UploadFileResponse]) error {
+	return status.Error(codes.Unimplemented, "method UploadFile not implemented")
+}
+func (UnimplementedSandboxServiceServer) DownloadFile(*DownloadFileRequest, grpc.ServerStreamingServer[DownloadFileResponse]) error {
+	return status.Error(codes.Unimplemented, "method DownloadFile not implemented")
+}
+func (UnimplementedSandboxServiceServer) StatFile(context.Context, *StatFileRequest) (*StatFileResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StatFile not implemented")
+}
+func (UnimplementedSandboxServiceServer) MakeDirectory(context.Context, *MakeDirectoryRequest) (*MakeDirectoryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MakeDirectory not implemented")
+}
+func (UnimplementedSandboxServiceServer) MoveFile(context.Context, *MoveFileRequest) (*MoveFileResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MoveFile not implemented")
+}
+func (UnimplementedSandboxServiceServer) DeleteFile(context.Context, *DeleteFileRequest) (*DeleteFileResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteFile not implemented")
 }
 func (UnimplementedSandboxServiceServer) mustEmbedUnimplementedSandboxServiceServer() {}
 func (UnimplementedSandboxServiceServer) testEmbeddedByValue()                        {}
@@ -706,6 +942,204 @@ func _SandboxService_DiscardChanges_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SandboxService_CreateSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).CreateSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_CreateSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).CreateSnapshot(ctx, req.(*CreateSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ListSnapshots_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSnapshotsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ListSnapshots(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ListSnapshots_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ListSnapshots(ctx, req.(*ListSnapshotsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_RestoreSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RestoreSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).RestoreSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_RestoreSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).RestoreSnapshot(ctx, req.(*RestoreSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_DeleteSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).DeleteSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_DeleteSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).DeleteSnapshot(ctx, req.(*DeleteSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_RunShell_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RunShellRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).RunShell(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_RunShell_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).RunShell(ctx, req.(*RunShellRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_RestartShell_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RestartShellRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).RestartShell(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_RestartShell_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).RestartShell(ctx, req.(*RestartShellRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_UploadFile_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(SandboxServiceServer).UploadFile(&grpc.GenericServerStream[UploadFileRequest, UploadFileResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_UploadFileServer = grpc.ClientStreamingServer[UploadFileRequest, UploadFileResponse]
+
+func _SandboxService_DownloadFile_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(DownloadFileRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SandboxServiceServer).DownloadFile(m, &grpc.GenericServerStream[DownloadFileRequest, DownloadFileResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_DownloadFileServer = grpc.ServerStreamingServer[DownloadFileResponse]
+
+func _SandboxService_StatFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StatFileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).StatFile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_StatFile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).StatFile(ctx, req.(*StatFileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_MakeDirectory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MakeDirectoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).MakeDirectory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_MakeDirectory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).MakeDirectory(ctx, req.(*MakeDirectoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_MoveFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MoveFileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).MoveFile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_MoveFile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).MoveFile(ctx, req.(*MoveFileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_DeleteFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteFileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).DeleteFile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_DeleteFile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).DeleteFile(ctx, req.(*DeleteFileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SandboxService_ServiceDesc is the grpc.ServiceDesc for SandboxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -777,11 +1211,61 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "DiscardChanges",
 			Handler:    _SandboxService_DiscardChanges_Handler,
 		},
+		{
+			MethodName: "CreateSnapshot",
+			Handler:    _SandboxService_CreateSnapshot_Handler,
+		},
+		{
+			MethodName: "ListSnapshots",
+			Handler:    _SandboxService_ListSnapshots_Handler,
+		},
+		{
+			MethodName: "RestoreSnapshot",
+			Handler:    _SandboxService_RestoreSnapshot_Handler,
+		},
+		{
+			MethodName: "DeleteSnapshot",
+			Handler:    _SandboxService_DeleteSnapshot_Handler,
+		},
+		{
+			MethodName: "RunShell",
+			Handler:    _SandboxService_RunShell_Handler,
+		},
+		{
+			MethodName: "RestartShell",
+			Handler:    _SandboxService_RestartShell_Handler,
+		},
+		{
+			MethodName: "StatFile",
+			Handler:    _SandboxService_StatFile_Handler,
+		},
+		{
+			MethodName: "MakeDirectory",
+			Handler:    _SandboxService_MakeDirectory_Handler,
+		},
+		{
+			MethodName: "MoveFile",
+			Handler:    _SandboxService_MoveFile_Handler,
+		},
+		{
+			MethodName: "DeleteFile",
+			Handler:    _SandboxService_DeleteFile_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Exec",
 			Handler:       _SandboxService_Exec_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "UploadFile",
+			Handler:       _SandboxService_UploadFile_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "DownloadFile",
+			Handler:       _SandboxService_DownloadFile_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -1,0 +1,288 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/sandbox/overlay"
+	"github.com/deskgrid/deskgrid/services/sandbox/snapshot"
+)
+
+// snapshotMeta is stored beside each archive as <id>.json.
+type snapshotMeta struct {
+	ID        string    `json:"snapshot_id"`
+	SessionID string    `json:"session_id"`
+	Lower     string    `json:"lower"`
+	Size      int64     `json:"size_bytes"`
+	SHA256    string    `json:"sha256"`
+	Created   time.Time `json:"created"`
+}
+
+func (m snapshotMeta) proto() *sandboxv1.Snapshot {
+	return &sandboxv1.Snapshot{SnapshotId: m.ID, SessionId: m.SessionID, LowerDir: m.Lower, SizeBytes: m.Size, Sha256: m.SHA256, CreateTime: timestamppb.New(m.Created)}
+}
+
+func (s *Service) snapshotsDir() string { return filepath.Join(s.cfg.Root, "snapshots") }
+
+func validateSnapshotID(id string) error {
+	rest, ok := strings.CutPrefix(id, "snap-")
+	if !ok || len(rest) != 24 || strings.Trim(rest, "0123456789abcdef") != "" {
+		return coded(codes.InvalidArgument, "snapshot_id %q is not a snapshot id (snap- and 24 hex digits)", id)
+	}
+	return nil
+}
+
+func (s *Service) readSnapshot(id string) (snapshotMeta, error) {
+	var m snapshotMeta
+	if err := validateSnapshotID(id); err != nil {
+		return m, err
+	}
+	data, err := os.ReadFile(filepath.Join(s.snapshotsDir(), id+".json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return m, coded(codes.NotFound, "snapshot %q does not exist on this node", id)
+	}
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return m, fmt.Errorf("snapshot %s: %w", id, err)
+	}
+	return m, nil
+}
+
+// createSnapshot archives a sandbox's upper layer. Its processes are frozen
+// meanwhile (when they are not already) so the archive is one moment's.
+func (s *Service) createSnapshot(ctx context.Context, id string) (snapshotMeta, error) {
+	b, release, err := s.acquire(id)
+	if err != nil {
+		return snapshotMeta{}, err
+	}
+	defer release()
+	if b.cg != nil {
+		b.pmu.Lock()
+		if !b.frozen {
+			if err := b.cg.Freeze(); err != nil {
+				b.pmu.Unlock()
+				return snapshotMeta{}, err
+			}
+			defer func() { _ = b.cg.Thaw() }()
+		}
+		b.pmu.Unlock()
+	}
+	if err := os.MkdirAll(s.snapshotsDir(), 0o700); err != nil {
+		return snapshotMeta{}, err
+	}
+	var raw [12]byte
+	_, _ = rand.Read(raw[:])
+	m := snapshotMeta{ID: "snap-" + hex.EncodeToString(raw[:]), SessionID: id, Lower: b.lower, Created: time.Now().UTC()}
+	archive := filepath.Join(s.snapshotsDir(), m.ID+".tar.zst")
+	tmp := archive + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return m, err
+	}
+	defer os.Remove(tmp) // gone after the rename; cleans up a failure
+	h := sha256.New()
+	cw := &countWriter{w: io.MultiWriter(f, h)}
+	err = snapshot.Write(cw, b.upper())
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return m, fmt.Errorf("snapshot session %s: %w", id, err)
+	}
+	m.Size, m.SHA256 = cw.n, hex.EncodeToString(h.Sum(nil))
+	if err := os.Rename(tmp, archive); err != nil {
+		return m, err
+	}
+	data, _ := json.MarshalIndent(m, "", "  ")
+	if err := os.WriteFile(filepath.Join(s.snapshotsDir(), m.ID+".json.tmp"), data, 0o600); err != nil {
+		_ = os.Remove(archive)
+		return m, err
+	}
+	if err := os.Rename(filepath.Join(s.snapshotsDir(), m.ID+".json.tmp"), filepath.Join(s.snapshotsDir(), m.ID+".json")); err != nil {
+		_ = os.Remove(archive)
+		return m, err
+	}
+	s.log.InfoContext(ctx, "snapshot created", "session_id", id, "snapshot_id", m.ID, "bytes", m.Size)
+	return m, nil
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (s *Service) listSnapshots(sessionID string) ([]snapshotMeta, error) {
+	if sessionID != "-" {
+		if err := validateSessionID(sessionID); err != nil {
+			return nil, err
+		}
+	}
+	entries, err := os.ReadDir(s.snapshotsDir())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []snapshotMeta
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok {
+			continue
+		}
+		m, err := s.readSnapshot(id)
+		if err != nil {
+			continue
+		}
+		if sessionID == "-" || m.SessionID == sessionID {
+			out = append(out, m)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
+	return out, nil
+}
+
+func (s *Service) deleteSnapshot(ctx context.Context, sessionID, id string) error {
+	m, err := s.readSnapshot(id)
+	if err != nil {
+		return err
+	}
+	if sessionID != "-" && m.SessionID != sessionID {
+		return coded(codes.NotFound, "session %q has no snapshot %q", sessionID, id)
+	}
+	if err := os.Remove(filepath.Join(s.snapshotsDir(), id+".json")); err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(s.snapshotsDir(), id+".tar.zst")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	s.log.InfoContext(ctx, "snapshot deleted", "snapshot_id", id)
+	return nil
+}
+
+// extractSnapshot checks a snapshot against a lower layer and unpacks it
+// into an empty upper dir, verifying its checksum as it reads.
+func (s *Service) extractSnapshot(id, lower, upper string) error {
+	m, err := s.readSnapshot(id)
+	if err != nil {
+		return err
+	}
+	if m.Lower != lower {
+		return coded(codes.FailedPrecondition, "snapshot %q was taken over %s, not %s", id, m.Lower, lower)
+	}
+	f, err := os.Open(filepath.Join(s.snapshotsDir(), id+".tar.zst"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if err := snapshot.Extract(io.TeeReader(f, h), upper); err != nil {
+		return fmt.Errorf("restore snapshot %s: %w", id, err)
+	}
+	_, _ = io.Copy(h, f) // the tail after the compressed stream's end, if any
+	if got := hex.EncodeToString(h.Sum(nil)); got != m.SHA256 {
+		return coded(codes.DataLoss, "snapshot %q is corrupt: checksum %s, recorded %s", id, got, m.SHA256)
+	}
+	return nil
+}
+
+// restoreSnapshot replaces a sandbox's upper layer with a snapshot's; as
+// with discarding changes, the layer is unmounted while it is replaced.
+func (s *Service) restoreSnapshot(ctx context.Context, sessionID, id string) error {
+	if _, err := s.readSnapshot(id); err != nil {
+		return err
+	}
+	b, unlock, err := s.exclusive(sessionID, "restore a snapshot")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := b.driver.Unmount(ctx, b.merged()); err != nil {
+		return err
+	}
+	fresh := b.upper() + ".restore"
+	_ = os.RemoveAll(fresh)
+	err = os.Mkdir(fresh, 0o755)
+	if err == nil {
+		err = s.extractSnapshot(id, b.lower, fresh)
+	}
+	if err == nil {
+		err = os.RemoveAll(b.upper())
+	}
+	if err == nil {
+		err = os.Rename(fresh, b.upper())
+	}
+	if err == nil {
+		// The work dir may hold state of the old layer.
+		err = os.RemoveAll(filepath.Join(b.dir, "work"))
+		if err == nil {
+			err = os.Mkdir(filepath.Join(b.dir, "work"), 0o755)
+		}
+	}
+	_ = os.RemoveAll(fresh)
+	if merr := s.remount(ctx, b); merr != nil {
+		return errors.Join(err, merr)
+	}
+	if err == nil {
+		s.log.InfoContext(ctx, "snapshot restored", "session_id", sessionID, "snapshot_id", id)
+	}
+	return err
+}
+
+func (s *Service) remount(ctx context.Context, b *box) error {
+	if err := b.driver.Mount(ctx, overlay.Layers{Lower: b.lower, Upper: b.upper(), Work: filepath.Join(b.dir, "work"), Merged: b.merged(), Owner: b.owner}); err != nil {
+		return fmt.Errorf("remount session %s: %w", b.id, err)
+	}
+	return nil
+}
+
+// exclusive returns a sandbox no call is using and no process runs in,
+// held so until unlock.
+func (s *Service) exclusive(id, what string) (*box, func(), error) {
+	b, err := s.lookup(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !b.layer.TryLock() {
+		return nil, nil, coded(codes.FailedPrecondition, "session %q has commands or file calls running; %s when it is idle", id, what)
+	}
+	s.mu.Lock()
+	deleting := b.deleting
+	s.mu.Unlock()
+	if deleting {
+		b.layer.Unlock()
+		return nil, nil, coded(codes.NotFound, "session %q's sandbox is being deleted", id)
+	}
+	if n := b.running(); n > 0 {
+		b.layer.Unlock()
+		return nil, nil, coded(codes.FailedPrecondition, "session %q has %d processes running; stop them to %s", id, n, what)
+	}
+	return b, b.layer.Unlock, nil
+}
