@@ -106,6 +106,9 @@ func (d *vncDisplay) ConnectVNC(stream displayv1.DisplayService_ConnectVNCServer
 		return d.flood(stream)
 	case "sink":
 		return d.sink(stream)
+	case "silent": // a VNC server that never speaks
+		<-stream.Context().Done()
+		return stream.Context().Err()
 	}
 	if !ok && !isReal {
 		return status.Errorf(codes.NotFound, "no display for session %s", id)

@@ -76,13 +76,14 @@ func (g *Gateway) vnc(w http.ResponseWriter, r *http.Request) {
 	g.mu.Unlock()
 	defer g.bridges.Done()
 
-	// The request context ends when this handler returns; after the upgrade
-	// the connection is hijacked and only this context, tied to the gateway's
-	// lifetime, ends the bridge.
-	ctx, cancel := context.WithCancel(g.base)
+	// The bridge's own context: the request's ends when this handler
+	// returns, and after the upgrade it no longer follows the client.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	defer cancel()
 	stop := context.AfterFunc(r.Context(), cancel)
 	defer stop()
+	stopBase := context.AfterFunc(g.base, cancel)
+	defer stopBase()
 
 	stream, first, err := g.openVNC(ctx, sessionID, viewOnly)
 	if err != nil {
@@ -93,6 +94,10 @@ func (g *Gateway) vnc(w http.ResponseWriter, r *http.Request) {
 	}
 	// Hijacked from here on: the request context no longer follows the client.
 	stop()
+	if !stopBase() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"code": int(codes.Unavailable), "message": "the gateway is shutting down"})
+		return
+	}
 
 	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		Subprotocols: []string{"binary"},
@@ -106,6 +111,11 @@ func (g *Gateway) vnc(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	conn.SetReadLimit(g.cfg.VNCMaxMessageBytes)
+	// Closing the gateway tells the viewer why; the viewer's answer to the
+	// close frame ends the read pump, which ends the rest.
+	defer context.AfterFunc(g.base, func() {
+		_ = conn.Close(websocket.StatusGoingAway, "the gateway is shutting down")
+	})()
 	start := time.Now()
 	g.logger.InfoContext(ctx, "vnc: viewer connected", "session_id", sessionID, "view_only", viewOnly, "remote", r.RemoteAddr)
 

@@ -293,6 +293,21 @@ func TestVNCUpgradeRefused(t *testing.T) {
 	})
 }
 
+func TestVNCDisplayThatNeverAnswers(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.VNCConnectTimeout = 50 * time.Millisecond
+	h := newHarness(t, cfg, Deps{})
+	_, resp, err := dialVNC(t, h, "/v1/sessions/silent/vnc", nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusGatewayTimeout {
+		t.Fatalf("upgrade: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(body), "the display of session silent did not answer within 50ms") {
+		t.Fatalf("body %s", body)
+	}
+	waitEnded(t, h.display, "silent")
+}
+
 func TestVNCViewOnly(t *testing.T) {
 	allow := func(viewOnly bool) func(*http.Request, string) (bool, error) {
 		return func(*http.Request, string) (bool, error) { return viewOnly, nil }
@@ -442,13 +457,23 @@ func TestCloseEndsLiveVNC(t *testing.T) {
 	if _, _, err := c.Read(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	// A viewer reads all the time, so it answers the close frame at once.
+	readErr := make(chan error, 1)
+	go func() {
+		for {
+			if _, _, err := c.Read(context.Background()); err != nil {
+				readErr <- err
+				return
+			}
+		}
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := h.gw.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := c.Read(context.Background()); err == nil {
-		t.Fatal("the connection outlived the gateway")
+	if err := <-readErr; websocket.CloseStatus(err) != websocket.StatusGoingAway {
+		t.Fatalf("read after Close: %v, want a going-away close", err)
 	}
 	waitEnded(t, h.display, "s-1")
 	_, resp, err := dialVNC(t, h, "/v1/sessions/s-1/vnc", nil)
