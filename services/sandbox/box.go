@@ -40,6 +40,10 @@ type box struct {
 	// it, so that the sandbox's own apply is not taken for a conflict.
 	applied map[string]int64
 
+	// shellMu serialises the persistent shell's calls.
+	shellMu sync.Mutex
+	shell   *shell
+
 	// pmu guards the started programs and the frozen flag.
 	pmu      sync.Mutex
 	procs    map[string]*proc

@@ -79,7 +79,7 @@ func (s *Service) startProcess(ctx context.Context, req *sandboxv1.StartProcessR
 			return nil, coded(codes.ResourceExhausted, "session %q already runs %d started programs", b.id, len(b.procs))
 		}
 	}
-	jp, err := jail.Spawn(spec, nil)
+	jp, err := jail.Spawn(spec, nil, nil)
 	if err != nil {
 		return nil, fmt.Errorf("start process: %w", err)
 	}
@@ -159,6 +159,7 @@ func (b *box) stopAll() {
 	for _, p := range b.procs {
 		<-p.p.Done()
 	}
+	b.stopShell()
 }
 
 func (b *box) isFrozen() bool {

@@ -260,3 +260,18 @@ func (g *server) DeleteSnapshot(ctx context.Context, req *sandboxv1.DeleteSnapsh
 	}
 	return &sandboxv1.DeleteSnapshotResponse{}, nil
 }
+
+func (g *server) RunShell(ctx context.Context, req *sandboxv1.RunShellRequest) (*sandboxv1.RunShellResponse, error) {
+	res, err := g.s.runShell(ctx, req)
+	if err != nil {
+		return nil, g.s.toStatus(ctx, "run shell", err)
+	}
+	return &sandboxv1.RunShellResponse{Output: res.output, ExitCode: int32(res.exitCode), TimedOut: res.timedOut, Truncated: res.truncated}, nil
+}
+
+func (g *server) RestartShell(ctx context.Context, req *sandboxv1.RestartShellRequest) (*sandboxv1.RestartShellResponse, error) {
+	if err := g.s.restartShell(req.GetSessionId()); err != nil {
+		return nil, g.s.toStatus(ctx, "restart shell", err)
+	}
+	return &sandboxv1.RestartShellResponse{}, nil
+}

@@ -341,10 +341,10 @@ type Proc struct {
 	err  error
 }
 
-// Spawn starts the command without waiting for it; its output goes to out
-// (nil discards it). It ends when killed, or when the caller's process ends
-// (--die-with-parent).
-func Spawn(spec Spec, out *os.File) (*Proc, error) {
+// Spawn starts the command without waiting for it; it reads stdin and its
+// output goes to out (nil: nothing to read, output discarded). It ends when
+// killed, or when the caller's process ends (--die-with-parent).
+func Spawn(spec Spec, stdin, out *os.File) (*Proc, error) {
 	args, err := Args(spec)
 	if err != nil {
 		return nil, err
@@ -352,6 +352,9 @@ func Spawn(spec Spec, out *os.File) (*Proc, error) {
 	cmd := command(spec, args)
 	if out != nil {
 		cmd.Stdout, cmd.Stderr = out, out
+	}
+	if stdin != nil {
+		cmd.Stdin = stdin
 	}
 	start, placed := place(spec, cmd)
 	if err := start(); err != nil {

@@ -1,0 +1,68 @@
+package sandbox
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+)
+
+func TestPersistentShell(t *testing.T) {
+	h := newHarness(t, testConfig(t), Deps{})
+	h.create(t, "sh", "")
+	ctx := context.Background()
+	run := func(cmd string, timeout time.Duration) *sandboxv1.RunShellResponse {
+		t.Helper()
+		req := &sandboxv1.RunShellRequest{SessionId: "sh", Command: cmd}
+		if timeout > 0 {
+			req.Timeout = durationpb.New(timeout)
+		}
+		resp, err := h.client.RunShell(ctx, req)
+		if err != nil {
+			t.Fatalf("RunShell(%q): %v", cmd, err)
+		}
+		return resp
+	}
+	for _, tc := range []struct {
+		cmd, out string
+		code     int32
+	}{
+		{"cd /tmp; X=5; f() { echo hi; }", "", 0},
+		{"pwd; echo $X; f", "/tmp\n5\nhi\n", 0},
+		{"echo out; echo err >&2; false", "out\nerr\n", 1},
+		{"printf 'no newline'", "no newline", 0},
+		{"echo 'unterminated", "", 2},
+		{"echo still $X", "still 5\n", 0},
+		{"cat", "", 0}, // stdin is not the shell's
+		{"exit 7", "", 7},
+		{"echo fresh ${X:-unset}", "fresh unset\n", 0},
+	} {
+		got := run(tc.cmd, 0)
+		if tc.cmd == "echo 'unterminated" {
+			got.Output = nil // bash's message wording varies
+		}
+		if string(got.GetOutput()) != tc.out || got.GetExitCode() != tc.code || got.GetTimedOut() {
+			t.Fatalf("%q: got %q exit %d timed out %v; want %q exit %d", tc.cmd, got.GetOutput(), got.GetExitCode(), got.GetTimedOut(), tc.out, tc.code)
+		}
+	}
+	run("Y=1", 0)
+	if got := run("echo before; sleep 100", 300*time.Millisecond); !got.GetTimedOut() || string(got.GetOutput()) != "before\n" {
+		t.Fatalf("timeout: %v", got)
+	}
+	if got := run("echo ${Y:-restarted}", 0); string(got.GetOutput()) != "restarted\n" {
+		t.Fatalf("after timeout: %q", got.GetOutput())
+	}
+	run("Z=1", 0)
+	if _, err := h.client.RestartShell(ctx, &sandboxv1.RestartShellRequest{SessionId: "sh"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := run("echo ${Z:-restarted}", 0); string(got.GetOutput()) != "restarted\n" {
+		t.Fatalf("after restart: %q", got.GetOutput())
+	}
+	if got := run("head -c 3000000 /dev/zero | tr '\\0' a; echo; echo done", 0); !got.GetTruncated() || len(got.GetOutput()) != maxShellOutput || got.GetExitCode() != 0 {
+		t.Fatalf("big output: %d bytes, truncated %v, exit %d", len(got.GetOutput()), got.GetTruncated(), got.GetExitCode())
+	}
+}
