@@ -470,7 +470,7 @@ type harness struct {
 	sessions *sessions
 }
 
-func newHarness(t *testing.T, cfg Config, deps Deps) *harness {
+func newHarness(t testing.TB, cfg Config, deps Deps) *harness {
 	t.Helper()
 	h := &harness{
 		display:  newVNCDisplay(fakeFramebuffer{Width: 64, Height: 48, R: 0x12, G: 0xa0, B: 0x63, Name: "fake desktop"}),

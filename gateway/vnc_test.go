@@ -481,3 +481,28 @@ func TestCloseEndsLiveVNC(t *testing.T) {
 		t.Fatalf("a new connection after Close: %v", err)
 	}
 }
+
+// BenchmarkVNCRelay measures RFB bytes from the node to a viewer through the
+// gateway (gRPC stream in, WebSocket out).
+func BenchmarkVNCRelay(b *testing.B) {
+	h := newHarness(b, DefaultConfig(), Deps{})
+	const chunk = 32 << 10
+	h.display.floodTotal = int64(b.N) * chunk
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, wsURL(h, "/v1/sessions/flood/vnc"), &websocket.DialOptions{HTTPHeader: http.Header{"Origin": {h.srv.URL}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.CloseNow()
+	c.SetReadLimit(1 << 20)
+	b.SetBytes(chunk)
+	b.ResetTimer()
+	for got := int64(0); got < h.display.floodTotal; {
+		_, data, err := c.Read(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		got += int64(len(data))
+	}
+}
