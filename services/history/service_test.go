@@ -398,7 +398,10 @@ func TestNewRPCValidation(t *testing.T) {
 		call func() error
 		code codes.Code
 	}{
-		{"run entries", func() error { _, err := c.ListRunEntries(ctx, &historyv1.ListRunEntriesRequest{RunId: "run-1"}); return err }, codes.OK},
+		{"run entries", func() error {
+			_, err := c.ListRunEntries(ctx, &historyv1.ListRunEntriesRequest{RunId: "run-1"})
+			return err
+		}, codes.OK},
 		{"run entries next page", func() error {
 			_, err := c.ListRunEntries(ctx, &historyv1.ListRunEntriesRequest{RunId: "run-1", PageSize: 2, PageToken: first.GetNextPageToken()})
 			return err
@@ -408,7 +411,10 @@ func TestNewRPCValidation(t *testing.T) {
 			return err
 		}, codes.InvalidArgument},
 		{"no run", func() error { _, err := c.ListRunEntries(ctx, &historyv1.ListRunEntriesRequest{}); return err }, codes.InvalidArgument},
-		{"unknown run", func() error { _, err := c.ListRunEntries(ctx, &historyv1.ListRunEntriesRequest{RunId: "nope"}); return err }, codes.NotFound},
+		{"unknown run", func() error {
+			_, err := c.ListRunEntries(ctx, &historyv1.ListRunEntriesRequest{RunId: "nope"})
+			return err
+		}, codes.NotFound},
 		{"unspecified kind", func() error {
 			_, err := c.ListRunEntries(ctx, &historyv1.ListRunEntriesRequest{RunId: "run-1", Kinds: []historyv1.EntryKind{0}})
 			return err
@@ -431,7 +437,10 @@ func TestNewRPCValidation(t *testing.T) {
 			return err
 		}, codes.NotFound},
 		{"search without query", func() error { _, err := c.SearchHistory(ctx, &historyv1.SearchHistoryRequest{}); return err }, codes.InvalidArgument},
-		{"search of punctuation", func() error { _, err := c.SearchHistory(ctx, &historyv1.SearchHistoryRequest{Query: "*&^"}); return err }, codes.InvalidArgument},
+		{"search of punctuation", func() error {
+			_, err := c.SearchHistory(ctx, &historyv1.SearchHistoryRequest{Query: "*&^"})
+			return err
+		}, codes.InvalidArgument},
 		{"search page size", func() error {
 			_, err := c.SearchHistory(ctx, &historyv1.SearchHistoryRequest{Query: "x", PageSize: 1001})
 			return err
@@ -440,8 +449,14 @@ func TestNewRPCValidation(t *testing.T) {
 			_, err := c.SearchHistory(ctx, &historyv1.SearchHistoryRequest{Query: "x", PageToken: "zz"})
 			return err
 		}, codes.InvalidArgument},
-		{"delete no session", func() error { _, err := c.DeleteSessionHistory(ctx, &historyv1.DeleteSessionHistoryRequest{}); return err }, codes.InvalidArgument},
-		{"blob bad hash", func() error { _, err := c.GetBlob(ctx, &historyv1.GetBlobRequest{Hash: "../../etc/passwd"}); return err }, codes.InvalidArgument},
+		{"delete no session", func() error {
+			_, err := c.DeleteSessionHistory(ctx, &historyv1.DeleteSessionHistoryRequest{})
+			return err
+		}, codes.InvalidArgument},
+		{"blob bad hash", func() error {
+			_, err := c.GetBlob(ctx, &historyv1.GetBlobRequest{Hash: "../../etc/passwd"})
+			return err
+		}, codes.InvalidArgument},
 		{"blob upper case", func() error {
 			_, err := c.GetBlob(ctx, &historyv1.GetBlobRequest{Hash: strings.ToUpper(blob.Hash(png))})
 			return err

@@ -159,6 +159,10 @@ func TestSearch(t *testing.T) {
 			textEntry("b1", "s3", "beta", "login page loaded", 4),
 			textEntry("n1", "s1", "acme", "", 5),
 			textEntry("u1", "s1", "acme", "Überprüfung der Straße", 6),
+			// Ids with punctuation, quotes and words the query also holds.
+			textEntry("p1", "sess-1/a", `we"ird`, "login from a strange place", 7),
+			textEntry("p2", "sess-1/ab", `we"ird`, "login again", 8),
+			textEntry("p3", "login", "ird", "login by name", 9),
 		}
 		if _, err := s.Append(ctx, batch); err != nil {
 			t.Fatal(err)
@@ -168,13 +172,18 @@ func TestSearch(t *testing.T) {
 			q    store.SearchQuery
 			want []string
 		}{
-			{"one word, newest first", store.SearchQuery{Text: "login"}, []string{"b1", "a2", "a1"}},
+			{"one word, newest first", store.SearchQuery{Text: "login"}, []string{"p3", "p2", "p1", "b1", "a2", "a1"}},
+			{"session with punctuation", store.SearchQuery{Text: "login", SessionID: "sess-1/a"}, []string{"p1"}},
+			{"tenant with a quote", store.SearchQuery{Text: "login", Tenant: `we"ird`}, []string{"p2", "p1"}},
+			{"tenant of punctuation only", store.SearchQuery{Text: "login", Tenant: `"`}, nil},
+			{"words are not found in ids", store.SearchQuery{Text: "sess"}, nil},
+			{"session named like a word", store.SearchQuery{Text: "name", SessionID: "login"}, []string{"p3"}},
 			{"case and stemming", store.SearchQuery{Text: "CLICK"}, []string{"a3", "a1"}},
 			{"all words", store.SearchQuery{Text: "login button"}, []string{"a1"}},
 			{"tenant", store.SearchQuery{Text: "login", Tenant: "acme"}, []string{"a2", "a1"}},
 			{"session", store.SearchQuery{Text: "login", SessionID: "s3"}, []string{"b1"}},
 			{"tenant and session", store.SearchQuery{Text: "login", Tenant: "beta", SessionID: "s1"}, nil},
-			{"paged", store.SearchQuery{Text: "login", PageSize: 1}, []string{"b1", "a2", "a1"}},
+			{"paged", store.SearchQuery{Text: "login", PageSize: 1}, []string{"p3", "p2", "p1", "b1", "a2", "a1"}},
 			{"punctuation and operators ignored", store.SearchQuery{Text: `"login" (password*) -`}, []string{"a2"}},
 			{"no match", store.SearchQuery{Text: "zebra"}, nil},
 			{"non-ASCII", store.SearchQuery{Text: "straße"}, []string{"u1"}},
@@ -200,7 +209,7 @@ func TestSearch(t *testing.T) {
 		if n, err := s.DeleteSession(ctx, "s1"); err != nil || n != 4 {
 			t.Fatalf("delete s1 = %d, %v", n, err)
 		}
-		if got := searchIDs(t, s, store.SearchQuery{Text: "login"}); fmt.Sprint(got) != "[b1]" {
+		if got := searchIDs(t, s, store.SearchQuery{Text: "login"}); fmt.Sprint(got) != "[p3 p2 p1 b1]" {
 			t.Fatalf("after delete: %v", got)
 		}
 	})

@@ -281,7 +281,7 @@ func (s *SQL) Search(ctx context.Context, q SearchQuery) ([]Entry, string, error
 	hash := queryHash(append([]string{q.Tenant, q.SessionID}, words...)...)
 	a := &args{d: s.d}
 	var b strings.Builder
-	b.WriteString("SELECT " + selectColumns + " FROM " + s.d.searchFrom + " WHERE " + s.d.searchMatch(a.add(s.matchText(words))))
+	b.WriteString("SELECT " + selectColumns + " FROM " + s.d.searchFrom + " WHERE " + s.d.searchMatch(a.add(s.matchText(words, q.Tenant, q.SessionID))))
 	if q.Tenant != "" {
 		b.WriteString(" AND e.tenant = " + a.add(q.Tenant))
 	}
@@ -309,18 +309,29 @@ func (s *SQL) Search(ctx context.Context, q SearchQuery) ([]Entry, string, error
 	return out, next, nil
 }
 
-// matchText is the words as the dialect's query: quoted FTS5 terms, which
-// it ANDs, or plain words for plainto_tsquery, which ANDs them too.
-func (s *SQL) matchText(words []string) string {
+// matchText is the words as the dialect's query: for FTS5, quoted terms,
+// which it ANDs, in the text column, and the tenant and session as phrases
+// in theirs so that the index narrows to them (the exact comparison is
+// still made on the row); for PostgreSQL, plain words for plainto_tsquery,
+// which ANDs them too.
+func (s *SQL) matchText(words []string, tenant, session string) string {
 	if s.d.name != "sqlite" {
 		return strings.Join(words, " ")
 	}
 	var b strings.Builder
+	b.WriteString("text : (")
 	for i, w := range words {
 		if i > 0 {
 			b.WriteByte(' ')
 		}
 		b.WriteString(`"` + w + `"`)
+	}
+	b.WriteByte(')')
+	for _, f := range []struct{ col, v string }{{"tenant", tenant}, {"session_id", session}} {
+		if len(searchWords(f.v)) == 0 {
+			continue
+		}
+		b.WriteString(" AND " + f.col + ` : "` + strings.ReplaceAll(f.v, `"`, `""`) + `"`)
 	}
 	return b.String()
 }
