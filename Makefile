@@ -1,6 +1,6 @@
 # deskgrid — see README.md.
 SHELL := /bin/bash
-MODULES := proto services/platform services/session services/display services/sandbox services/agent services/history gateway cmd/deskgrid
+MODULES := proto services/platform services/session services/display services/sandbox services/agent services/history gateway cmd/deskgrid sdk examples
 BIN := $(CURDIR)/.bin
 GO_TEST_FLAGS ?= -race -count=1 -timeout 15m
 
