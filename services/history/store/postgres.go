@@ -22,7 +22,8 @@ var postgresDialect = dialect{
 	timeArg:     func(t time.Time) any { return t.UTC() },
 	insertRows:  postgresInsert,
 	searchFrom:  "history_entries e",
-	searchMatch: func(p string) string { return "e.text_tsv @@ plainto_tsquery('english', " + p + ")" },
+	// The text condition lets PostgreSQL use the partial GIN index.
+	searchMatch: func(p string) string { return "e.text != '' AND e.text_tsv @@ plainto_tsquery('english', " + p + ")" },
 	searchPK:    "e.pk",
 }
 

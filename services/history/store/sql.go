@@ -177,6 +177,10 @@ func (s *SQL) List(ctx context.Context, q Query) ([]Entry, string, error) {
 		owner, ownerCol = q.RunID, "run_id"
 	}
 	b.WriteString("SELECT " + selectColumns + " FROM history_entries e WHERE e." + ownerCol + " = " + a.add(owner))
+	if q.RunID != "" {
+		// Lets the database use the partial index of entries with a run.
+		b.WriteString(" AND e.run_id != ''")
+	}
 	b.WriteString(" AND e.sequence > " + a.add(after))
 	if len(types) > 0 {
 		b.WriteString(" AND e.type IN (")
@@ -213,7 +217,7 @@ func (s *SQL) List(ctx context.Context, q Query) ([]Entry, string, error) {
 	}
 	if len(out) == 0 && q.PageToken == "" {
 		var one int
-		err := s.db.QueryRowContext(ctx, "SELECT 1 FROM history_entries WHERE "+ownerCol+" = "+s.d.placeholder(1)+" LIMIT 1", owner).Scan(&one)
+		err := s.db.QueryRowContext(ctx, "SELECT 1 FROM history_entries WHERE "+ownerCol+" = "+s.d.placeholder(1)+" AND "+ownerCol+" != '' LIMIT 1", owner).Scan(&one)
 		switch {
 		case err == sql.ErrNoRows:
 			return nil, "", fmt.Errorf("%w: no entries for %s %q", ErrNotFound, strings.TrimSuffix(ownerCol, "_id"), owner)
@@ -397,7 +401,7 @@ func (s *SQL) BlobReferenced(ctx context.Context, hash string) (bool, error) {
 		return false, nil
 	}
 	var one int
-	err := s.db.QueryRowContext(ctx, "SELECT 1 FROM history_entries WHERE blob_hash = "+s.d.placeholder(1)+" AND blob_hash <> '' LIMIT 1", hash).Scan(&one)
+	err := s.db.QueryRowContext(ctx, "SELECT 1 FROM history_entries WHERE blob_hash = "+s.d.placeholder(1)+" AND blob_hash != '' LIMIT 1", hash).Scan(&one)
 	switch {
 	case err == sql.ErrNoRows:
 		return false, nil
