@@ -138,9 +138,8 @@ func New(addr string, opts ...Option) (*Client, error) {
 		grpc.WithDefaultServiceConfig(serviceConfig(o.retries)),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
 	}
-	if o.apiKey != "" {
-		dial = append(dial, grpc.WithPerRPCCredentials(bearer{key: o.apiKey, secure: o.tls != nil}))
-	}
+	// Always installed, so WithCallAPIKey works on a client made without a key.
+	dial = append(dial, grpc.WithPerRPCCredentials(bearer{key: o.apiKey, secure: o.tls != nil}))
 	conn, err := grpc.NewClient(addr, append(dial, o.dial...)...)
 	if err != nil {
 		return nil, fmt.Errorf("deskgrid: connect %s: %w", addr, err)
@@ -166,8 +165,24 @@ type bearer struct {
 	secure bool
 }
 
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + b.key}, nil
+func (b bearer) GetRequestMetadata(ctx context.Context, _ ...string) (map[string]string, error) {
+	key := b.key
+	if k, ok := ctx.Value(callKey{}).(string); ok {
+		key = k
+	}
+	if key == "" {
+		return nil, nil
+	}
+	return map[string]string{"authorization": "Bearer " + key}, nil
+}
+
+type callKey struct{}
+
+// WithCallAPIKey makes calls made with the returned context use key instead
+// of the client's own, for a client shared by several callers (a proxy or an
+// MCP endpoint that serves many tenants).
+func WithCallAPIKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, callKey{}, key)
 }
 
 // RequireTransportSecurity is false so a key can be used on a loopback

@@ -1,0 +1,328 @@
+// Package mcpserver exposes deskgrid to MCP hosts (Claude Desktop, IDEs,
+// agent frameworks) as Model Context Protocol tools: create, list and delete
+// sessions, take screenshots (as image content), act on the desktop, run
+// commands, read and write files, and start agent runs.
+//
+// The same server runs over stdio (`deskgrid mcp`) and over streamable HTTP
+// at the gateway's /mcp, where each MCP session uses the API key of the
+// request that opened it.
+package mcpserver
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	deskgrid "github.com/deskgrid/deskgrid/sdk"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// New returns an MCP server whose tools call deskgrid through c. Calls carry
+// apiKey when it is not empty.
+func New(c *deskgrid.Client, apiKey, version string) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "deskgrid", Title: "deskgrid desktops", Version: version}, nil)
+	t := &tools{c: c, key: apiKey}
+	mcp.AddTool(s, &mcp.Tool{Name: "create_session", Description: "Create an isolated Linux desktop session and wait until it answers. Returns its id."}, t.createSession)
+	mcp.AddTool(s, &mcp.Tool{Name: "list_sessions", Description: "List desktop sessions with their state."}, t.listSessions)
+	mcp.AddTool(s, &mcp.Tool{Name: "delete_session", Description: "Stop a session and free everything it used."}, t.deleteSession)
+	mcp.AddTool(s, &mcp.Tool{Name: "screenshot", Description: "Take a PNG screenshot of a session's screen."}, t.screenshot)
+	mcp.AddTool(s, &mcp.Tool{Name: "click", Description: "Click at pixel (x, y) of a session's screen; button left (default), right or middle; clicks 1-3."}, t.click)
+	mcp.AddTool(s, &mcp.Tool{Name: "move_mouse", Description: "Move the pointer to pixel (x, y)."}, t.moveMouse)
+	mcp.AddTool(s, &mcp.Tool{Name: "type_text", Description: "Type text (any Unicode) into the focused window."}, t.typeText)
+	mcp.AddTool(s, &mcp.Tool{Name: "press_key", Description: "Press a key chord in xdotool names, such as Return, ctrl+c, ctrl+shift+t."}, t.pressKey)
+	mcp.AddTool(s, &mcp.Tool{Name: "scroll", Description: "Scroll at (x, y): positive dy scrolls down, negative up, in wheel clicks."}, t.scroll)
+	mcp.AddTool(s, &mcp.Tool{Name: "run_command", Description: "Run a shell command in the session's sandbox (its home is the working directory) and return its output and exit code."}, t.runCommand)
+	mcp.AddTool(s, &mcp.Tool{Name: "read_file", Description: "Read a file from the session's home (path relative to it)."}, t.readFile)
+	mcp.AddTool(s, &mcp.Tool{Name: "write_file", Description: "Create or replace a file in the session's home (path relative to it)."}, t.writeFile)
+	mcp.AddTool(s, &mcp.Tool{Name: "start_run", Description: "Start an agent run on a session: deskgrid drives the desktop with the given provider and model until the task is done."}, t.startRun)
+	return s
+}
+
+// HTTPHandler serves the tools over streamable HTTP. Each MCP session uses
+// the bearer key of the request that opened it.
+func HTTPHandler(c *deskgrid.Client, version string) http.Handler {
+	return mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		return New(c, strings.TrimSpace(key), version)
+	}, nil)
+}
+
+// ServeStdio serves the tools on standard input and output until ctx ends or
+// the host closes the stream.
+func ServeStdio(ctx context.Context, c *deskgrid.Client, apiKey, version string) error {
+	return New(c, apiKey, version).Run(ctx, &mcp.StdioTransport{})
+}
+
+type tools struct {
+	c   *deskgrid.Client
+	key string
+}
+
+func (t *tools) ctx(ctx context.Context) context.Context {
+	if t.key != "" {
+		ctx = deskgrid.WithCallAPIKey(ctx, t.key)
+	}
+	return ctx
+}
+
+func (t *tools) session(ctx context.Context, id string) (*deskgrid.Session, error) {
+	if id == "" {
+		return nil, fmt.Errorf("session_id is required")
+	}
+	return t.c.Sessions.Get(t.ctx(ctx), id)
+}
+
+// SessionInfo is what the tools say about a session.
+type SessionInfo struct {
+	ID     string `json:"id"`
+	State  string `json:"state"`
+	Width  int32  `json:"width"`
+	Height int32  `json:"height"`
+	Reason string `json:"reason,omitempty"`
+}
+
+func info(s *deskgrid.Session) SessionInfo {
+	return SessionInfo{
+		ID:     s.GetId(),
+		State:  strings.ToLower(strings.TrimPrefix(s.GetState().String(), "SESSION_STATE_")),
+		Width:  s.GetDisplay().GetWidth(),
+		Height: s.GetDisplay().GetHeight(),
+		Reason: s.GetStateReason(),
+	}
+}
+
+type createIn struct {
+	Width  int `json:"width,omitempty" jsonschema:"screen width in pixels (default 1280)"`
+	Height int `json:"height,omitempty" jsonschema:"screen height in pixels (default 800)"`
+	// Lifetime in minutes; 0 for the server default.
+	TTLMinutes int               `json:"ttl_minutes,omitempty" jsonschema:"lifetime in minutes (default: server's)"`
+	Labels     map[string]string `json:"labels,omitempty" jsonschema:"labels to find the session by"`
+}
+
+func (t *tools) createSession(ctx context.Context, _ *mcp.CallToolRequest, in createIn) (*mcp.CallToolResult, SessionInfo, error) {
+	s, err := t.c.Sessions.Create(t.ctx(ctx), deskgrid.CreateOptions{Width: in.Width, Height: in.Height, TTL: time.Duration(in.TTLMinutes) * time.Minute, Labels: in.Labels})
+	if err != nil {
+		return nil, SessionInfo{}, err
+	}
+	return nil, info(s), nil
+}
+
+type listOut struct {
+	Sessions []SessionInfo `json:"sessions"`
+}
+
+func (t *tools) listSessions(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, listOut, error) {
+	out := listOut{Sessions: []SessionInfo{}}
+	for s, err := range t.c.Sessions.List(t.ctx(ctx), deskgrid.ListOptions{}) {
+		if err != nil {
+			return nil, listOut{}, err
+		}
+		out.Sessions = append(out.Sessions, info(s))
+	}
+	return nil, out, nil
+}
+
+type sessionIn struct {
+	SessionID string `json:"session_id" jsonschema:"the session's id"`
+}
+
+func (t *tools) deleteSession(ctx context.Context, _ *mcp.CallToolRequest, in sessionIn) (*mcp.CallToolResult, SessionInfo, error) {
+	if in.SessionID == "" {
+		return nil, SessionInfo{}, fmt.Errorf("session_id is required")
+	}
+	if err := t.c.Sessions.Delete(t.ctx(ctx), in.SessionID); err != nil {
+		return nil, SessionInfo{}, err
+	}
+	s, err := t.c.Sessions.Get(t.ctx(ctx), in.SessionID)
+	if err != nil {
+		return nil, SessionInfo{}, err
+	}
+	return nil, info(s), nil
+}
+
+func (t *tools) screenshot(ctx context.Context, _ *mcp.CallToolRequest, in sessionIn) (*mcp.CallToolResult, any, error) {
+	s, err := t.session(ctx, in.SessionID)
+	if err != nil {
+		return nil, nil, err
+	}
+	png, err := s.Screenshot(t.ctx(ctx))
+	if err != nil {
+		return nil, nil, err
+	}
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.ImageContent{Data: png, MIMEType: "image/png"}}}, nil, nil
+}
+
+type clickIn struct {
+	SessionID string `json:"session_id"`
+	X         int    `json:"x" jsonschema:"pixel column"`
+	Y         int    `json:"y" jsonschema:"pixel row"`
+	Button    string `json:"button,omitempty" jsonschema:"left, right or middle"`
+	Clicks    int    `json:"clicks,omitempty" jsonschema:"1 to 3"`
+}
+
+type done struct {
+	OK bool `json:"ok"`
+}
+
+func (t *tools) act(ctx context.Context, id string, a *displayv1.Action) (*mcp.CallToolResult, done, error) {
+	s, err := t.session(ctx, id)
+	if err != nil {
+		return nil, done{}, err
+	}
+	if _, err := s.Act(t.ctx(ctx), a); err != nil {
+		return nil, done{}, err
+	}
+	return nil, done{OK: true}, nil
+}
+
+func (t *tools) click(ctx context.Context, _ *mcp.CallToolRequest, in clickIn) (*mcp.CallToolResult, done, error) {
+	b := displayv1.MouseButton_MOUSE_BUTTON_LEFT
+	switch in.Button {
+	case "", "left":
+	case "right":
+		b = displayv1.MouseButton_MOUSE_BUTTON_RIGHT
+	case "middle":
+		b = displayv1.MouseButton_MOUSE_BUTTON_MIDDLE
+	default:
+		return nil, done{}, fmt.Errorf("button %q: want left, right or middle", in.Button)
+	}
+	clicks := in.Clicks
+	if clicks == 0 {
+		clicks = 1
+	}
+	return t.act(ctx, in.SessionID, &displayv1.Action{Action: &displayv1.Action_Click{Click: &displayv1.Click{
+		At: &displayv1.Point{X: int32(in.X), Y: int32(in.Y)}, Button: b, Clicks: int32(clicks),
+	}}})
+}
+
+type pointIn struct {
+	SessionID string `json:"session_id"`
+	X         int    `json:"x"`
+	Y         int    `json:"y"`
+}
+
+func (t *tools) moveMouse(ctx context.Context, _ *mcp.CallToolRequest, in pointIn) (*mcp.CallToolResult, done, error) {
+	return t.act(ctx, in.SessionID, &displayv1.Action{Action: &displayv1.Action_MouseMove{MouseMove: &displayv1.MouseMove{To: &displayv1.Point{X: int32(in.X), Y: int32(in.Y)}}}})
+}
+
+type textIn struct {
+	SessionID string `json:"session_id"`
+	Text      string `json:"text"`
+}
+
+func (t *tools) typeText(ctx context.Context, _ *mcp.CallToolRequest, in textIn) (*mcp.CallToolResult, done, error) {
+	return t.act(ctx, in.SessionID, &displayv1.Action{Action: &displayv1.Action_Type{Type: &displayv1.TypeText{Text: in.Text}}})
+}
+
+type keyIn struct {
+	SessionID string `json:"session_id"`
+	Chord     string `json:"chord" jsonschema:"xdotool key names joined by +, such as ctrl+shift+t"`
+}
+
+func (t *tools) pressKey(ctx context.Context, _ *mcp.CallToolRequest, in keyIn) (*mcp.CallToolResult, done, error) {
+	return t.act(ctx, in.SessionID, &displayv1.Action{Action: &displayv1.Action_Key{Key: &displayv1.Key{Chord: in.Chord}}})
+}
+
+type scrollIn struct {
+	SessionID string `json:"session_id"`
+	X         int    `json:"x"`
+	Y         int    `json:"y"`
+	DY        int    `json:"dy" jsonschema:"wheel clicks; positive scrolls down"`
+}
+
+func (t *tools) scroll(ctx context.Context, _ *mcp.CallToolRequest, in scrollIn) (*mcp.CallToolResult, done, error) {
+	return t.act(ctx, in.SessionID, &displayv1.Action{Action: &displayv1.Action_Scroll{Scroll: &displayv1.Scroll{At: &displayv1.Point{X: int32(in.X), Y: int32(in.Y)}, DeltaY: int32(in.DY)}}})
+}
+
+type commandIn struct {
+	SessionID      string `json:"session_id"`
+	Command        string `json:"command" jsonschema:"a shell command, run with sh -c"`
+	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"kill it after this long (default 60)"`
+}
+
+type commandOut struct {
+	Stdout   string `json:"stdout"`
+	Stderr   string `json:"stderr"`
+	ExitCode int    `json:"exit_code"`
+	TimedOut bool   `json:"timed_out,omitempty"`
+}
+
+func (t *tools) runCommand(ctx context.Context, _ *mcp.CallToolRequest, in commandIn) (*mcp.CallToolResult, commandOut, error) {
+	s, err := t.session(ctx, in.SessionID)
+	if err != nil {
+		return nil, commandOut{}, err
+	}
+	req := &sandboxv1.ExecRequest{Argv: []string{"sh", "-c", in.Command}}
+	if in.TimeoutSeconds > 0 {
+		req.Timeout = durationpb.New(time.Duration(in.TimeoutSeconds) * time.Second)
+	}
+	res, err := s.ExecWith(t.ctx(ctx), req)
+	if err != nil {
+		return nil, commandOut{}, err
+	}
+	return nil, commandOut{Stdout: string(res.Stdout), Stderr: string(res.Stderr), ExitCode: res.ExitCode, TimedOut: res.TimedOut}, nil
+}
+
+type pathIn struct {
+	SessionID string `json:"session_id"`
+	Path      string `json:"path" jsonschema:"path relative to the session's home"`
+}
+
+type fileOut struct {
+	Content string `json:"content"`
+}
+
+func (t *tools) readFile(ctx context.Context, _ *mcp.CallToolRequest, in pathIn) (*mcp.CallToolResult, fileOut, error) {
+	s, err := t.session(ctx, in.SessionID)
+	if err != nil {
+		return nil, fileOut{}, err
+	}
+	b, err := s.Files().Read(t.ctx(ctx), in.Path)
+	if err != nil {
+		return nil, fileOut{}, err
+	}
+	return nil, fileOut{Content: string(b)}, nil
+}
+
+type writeIn struct {
+	SessionID string `json:"session_id"`
+	Path      string `json:"path"`
+	Content   string `json:"content"`
+}
+
+func (t *tools) writeFile(ctx context.Context, _ *mcp.CallToolRequest, in writeIn) (*mcp.CallToolResult, done, error) {
+	s, err := t.session(ctx, in.SessionID)
+	if err != nil {
+		return nil, done{}, err
+	}
+	if err := s.Files().Write(t.ctx(ctx), in.Path, []byte(in.Content), 0); err != nil {
+		return nil, done{}, err
+	}
+	return nil, done{OK: true}, nil
+}
+
+type runIn struct {
+	SessionID string `json:"session_id"`
+	Prompt    string `json:"prompt" jsonschema:"the task"`
+	Provider  string `json:"provider" jsonschema:"anthropic, openai or gemini"`
+	Model     string `json:"model,omitempty"`
+}
+
+type runOut struct {
+	RunID string `json:"run_id"`
+	State string `json:"state"`
+}
+
+func (t *tools) startRun(ctx context.Context, _ *mcp.CallToolRequest, in runIn) (*mcp.CallToolResult, runOut, error) {
+	r, err := t.c.Runs.Create(t.ctx(ctx), in.SessionID, in.Prompt, deskgrid.RunOptions{Provider: in.Provider, Model: in.Model})
+	if err != nil {
+		return nil, runOut{}, err
+	}
+	return nil, runOut{RunID: r.GetId(), State: strings.ToLower(strings.TrimPrefix(r.GetState().String(), "RUN_STATE_"))}, nil
+}
