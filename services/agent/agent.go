@@ -1,63 +1,209 @@
 // Package agent serves agent runs: an LLM-driven loop over a session's
-// display and sandbox.
+// display and sandbox, on the provider and model each run chooses.
 //
-// This version registers the API and validates requests; the loop itself and
-// its providers are not wired yet, so every run request that passes
-// validation is answered with codes.Unimplemented.
+// A run streams its events (text, thinking, tool calls, screenshots, usage,
+// state) with sequence numbers; readers resume from any number, recent
+// events come from memory and older ones from the event stream. Runs take
+// the session's input lease, so several agents on one desktop take turns.
 package agent
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"log/slog"
+	"sync"
+	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/agent/lease"
+	"github.com/deskgrid/deskgrid/services/agent/provider"
+	"github.com/deskgrid/deskgrid/services/agent/runlog"
+	"github.com/deskgrid/deskgrid/services/agent/store"
+	"github.com/deskgrid/deskgrid/services/platform/events"
 )
 
 // Config configures the agent service.
-type Config struct{}
+type Config struct {
+	// DefaultProvider is used when a run names none.
+	DefaultProvider string
+	// DefaultModels per provider name, used when a run names no model.
+	DefaultModels map[string]string
+	// APIKeys per provider, used when a run brings no key of its own.
+	APIKeys map[string]string
+	// BaseURLs per provider, used when a run names none.
+	BaseURLs map[string]string
+	// AnthropicPlatform: "" (the API), "bedrock" or "vertex", with
+	// CloudRegion and CloudProject for those (Vertex also serves Gemini).
+	AnthropicPlatform string
+	CloudRegion       string
+	CloudProject      string
+
+	MaxSteps        int
+	MaxOutputTokens int
+	KeepScreenshots int
+	ApprovalTimeout time.Duration
+	// InputLeaseTTL is the lease a run holds, renewed while it runs.
+	InputLeaseTTL time.Duration
+	// Retries of a transient provider error, with exponential backoff from RetryBackoff.
+	Retries      int
+	RetryBackoff time.Duration
+	BashTimeout  time.Duration
+	// EventRing is how many recent events of a run stay in memory.
+	EventRing int
+	// FinishedRunTTL is how long a finished run's events stay in memory.
+	FinishedRunTTL time.Duration
+}
 
 // DefaultConfig returns the defaults.
-func DefaultConfig() Config { return Config{} }
+func DefaultConfig() Config {
+	return Config{
+		DefaultProvider: "anthropic",
+		DefaultModels: map[string]string{
+			"anthropic": "claude-sonnet-4-5",
+			"openai":    "computer-use-preview",
+			"gemini":    "gemini-2.5-computer-use-preview-10-2025",
+		},
+		MaxSteps:        50,
+		MaxOutputTokens: 4096,
+		KeepScreenshots: 3,
+		ApprovalTimeout: 10 * time.Minute,
+		InputLeaseTTL:   30 * time.Second,
+		Retries:         5,
+		RetryBackoff:    500 * time.Millisecond,
+		BashTimeout:     2 * time.Minute,
+		EventRing:       4096,
+		FinishedRunTTL:  10 * time.Minute,
+	}
+}
 
 // Deps are what the agent service uses.
 type Deps struct {
 	Logger *slog.Logger
+	// Display and Sandbox reach the session's node.
+	Display displayv1.DisplayServiceClient
+	Sandbox sandboxv1.SandboxServiceClient
+	// Store keeps runs; nil keeps them in memory.
+	Store store.Store
+	// Publisher makes run events durable; nil keeps them in memory only.
+	Publisher events.Publisher
+	// JetStream replays events older than the in-memory ring; nil: none.
+	JetStream jetstream.JetStream
+	// Leases grants input leases; nil uses an in-memory table.
+	Leases lease.Manager
+	// NewProvider builds a run's provider; nil uses provider.New.
+	NewProvider func(ctx context.Context, cfg provider.Config) (provider.Provider, error)
 }
 
 // Service implements agentv1.AgentServiceServer.
 type Service struct {
 	agentv1.UnimplementedAgentServiceServer
-	logger *slog.Logger
+	cfg      Config
+	deps     Deps
+	logger   *slog.Logger
+	store    store.Store
+	leases   lease.Manager
+	replayer runlog.Replayer
+
+	ctx    context.Context
+	stop   context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	runs   map[string]*run
+	closed bool
 }
 
 // New returns the agent service.
-func New(_ context.Context, _ Config, deps Deps) (*Service, error) {
+func New(_ context.Context, cfg Config, deps Deps) (*Service, error) {
+	def := DefaultConfig()
+	if cfg.DefaultProvider == "" {
+		cfg.DefaultProvider = def.DefaultProvider
+	}
+	if cfg.DefaultModels == nil {
+		cfg.DefaultModels = def.DefaultModels
+	}
+	if cfg.MaxSteps <= 0 {
+		cfg.MaxSteps = def.MaxSteps
+	}
+	if cfg.MaxOutputTokens <= 0 {
+		cfg.MaxOutputTokens = def.MaxOutputTokens
+	}
+	if cfg.KeepScreenshots <= 0 {
+		cfg.KeepScreenshots = def.KeepScreenshots
+	}
+	if cfg.ApprovalTimeout <= 0 {
+		cfg.ApprovalTimeout = def.ApprovalTimeout
+	}
+	if cfg.InputLeaseTTL <= 0 {
+		cfg.InputLeaseTTL = def.InputLeaseTTL
+	}
+	if cfg.RetryBackoff <= 0 {
+		cfg.RetryBackoff = def.RetryBackoff
+	}
+	if cfg.EventRing <= 0 {
+		cfg.EventRing = def.EventRing
+	}
+	if cfg.FinishedRunTTL <= 0 {
+		cfg.FinishedRunTTL = def.FinishedRunTTL
+	}
 	l := deps.Logger
 	if l == nil {
 		l = slog.Default()
 	}
-	return &Service{logger: l}, nil
+	s := &Service{cfg: cfg, deps: deps, logger: l, store: deps.Store, leases: deps.Leases, runs: map[string]*run{}}
+	if s.store == nil {
+		s.store = store.NewMemory()
+	}
+	if s.leases == nil {
+		s.leases = lease.NewMemory(nil)
+	}
+	if deps.NewProvider == nil {
+		s.deps.NewProvider = func(ctx context.Context, c provider.Config) (provider.Provider, error) { return provider.New(ctx, c) }
+	}
+	if deps.JetStream != nil {
+		s.replayer = runlog.JetStreamReplayer{JS: deps.JetStream}
+	}
+	s.ctx, s.stop = context.WithCancel(context.Background())
+	return s, nil
 }
 
 // Register adds the service to r.
 func (s *Service) Register(r grpc.ServiceRegistrar) { agentv1.RegisterAgentServiceServer(r, s) }
 
-// Close stops the service.
-func (s *Service) Close(context.Context) error { return nil }
-
-var errNoRuns = status.Error(codes.Unimplemented, "agent runs are not available in this deskgrid version")
-
-// CreateRun validates the request; runs are not executed yet.
-func (s *Service) CreateRun(_ context.Context, req *agentv1.CreateRunRequest) (*agentv1.CreateRunResponse, error) {
-	if req.GetSessionId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "session_id is required")
+// Close cancels every run still going, waits for them to record their end
+// and for their events to reach the event stream.
+func (s *Service) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	runs := make([]*run, 0, len(s.runs))
+	for _, r := range s.runs {
+		runs = append(runs, r)
 	}
-	if req.GetPrompt() == "" {
-		return nil, status.Error(codes.InvalidArgument, "prompt is required")
+	s.mu.Unlock()
+	s.stop()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	return nil, errNoRuns
+	for _, r := range runs {
+		r.log.Finish()
+		if err := r.log.Flush(ctx); err != nil {
+			s.logger.Warn("run events not all stored", "run", r.id, "err", err)
+		}
+	}
+	return nil
+}
+
+func newRunID() string {
+	var b [10]byte
+	_, _ = rand.Read(b[:])
+	return "run-" + hex.EncodeToString(b[:])
 }

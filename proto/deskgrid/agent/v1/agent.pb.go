@@ -10,6 +10,7 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -94,15 +95,21 @@ type Run struct {
 	State       RunState               `protobuf:"varint,4,opt,name=state,proto3,enum=deskgrid.agent.v1.RunState" json:"state,omitempty"`
 	StateReason string                 `protobuf:"bytes,5,opt,name=state_reason,json=stateReason,proto3" json:"state_reason,omitempty"`
 	// Provider name: "anthropic", "openai" or "gemini".
-	Provider      string                 `protobuf:"bytes,6,opt,name=provider,proto3" json:"provider,omitempty"`
-	Model         string                 `protobuf:"bytes,7,opt,name=model,proto3" json:"model,omitempty"`
-	Prompt        string                 `protobuf:"bytes,8,opt,name=prompt,proto3" json:"prompt,omitempty"`
-	MaxSteps      int32                  `protobuf:"varint,9,opt,name=max_steps,json=maxSteps,proto3" json:"max_steps,omitempty"`
-	Steps         int32                  `protobuf:"varint,10,opt,name=steps,proto3" json:"steps,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Provider   string                 `protobuf:"bytes,6,opt,name=provider,proto3" json:"provider,omitempty"`
+	Model      string                 `protobuf:"bytes,7,opt,name=model,proto3" json:"model,omitempty"`
+	Prompt     string                 `protobuf:"bytes,8,opt,name=prompt,proto3" json:"prompt,omitempty"`
+	MaxSteps   int32                  `protobuf:"varint,9,opt,name=max_steps,json=maxSteps,proto3" json:"max_steps,omitempty"`
+	Steps      int32                  `protobuf:"varint,10,opt,name=steps,proto3" json:"steps,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	Options    *RunOptions            `protobuf:"bytes,13,opt,name=options,proto3" json:"options,omitempty"`
+	// Why the model last stopped ("end_turn", "max_tokens", "tool_use", ...).
+	StopReason string `protobuf:"bytes,14,opt,name=stop_reason,json=stopReason,proto3" json:"stop_reason,omitempty"`
+	Usage      *Usage `protobuf:"bytes,15,opt,name=usage,proto3" json:"usage,omitempty"`
+	// The tool call waiting for approval, in WAITING_APPROVAL.
+	PendingToolCall *ToolCall `protobuf:"bytes,16,opt,name=pending_tool_call,json=pendingToolCall,proto3" json:"pending_tool_call,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Run) Reset() {
@@ -219,6 +226,325 @@ func (x *Run) GetUpdateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Run) GetOptions() *RunOptions {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+func (x *Run) GetStopReason() string {
+	if x != nil {
+		return x.StopReason
+	}
+	return ""
+}
+
+func (x *Run) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *Run) GetPendingToolCall() *ToolCall {
+	if x != nil {
+		return x.PendingToolCall
+	}
+	return nil
+}
+
+// RunOptions tune a run's loop.
+type RunOptions struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// System prompt put before the conversation.
+	SystemPrompt string `protobuf:"bytes,1,opt,name=system_prompt,json=systemPrompt,proto3" json:"system_prompt,omitempty"`
+	// Most output tokens per model turn; 0 means 4096.
+	MaxOutputTokens int32 `protobuf:"varint,2,opt,name=max_output_tokens,json=maxOutputTokens,proto3" json:"max_output_tokens,omitempty"`
+	// Stop the run FAILED when input plus output tokens exceed this; 0 means no budget.
+	TokenBudget int64 `protobuf:"varint,3,opt,name=token_budget,json=tokenBudget,proto3" json:"token_budget,omitempty"`
+	// Screenshots kept in the model's context; older ones are elided. 0 means 3.
+	KeepScreenshots int32 `protobuf:"varint,4,opt,name=keep_screenshots,json=keepScreenshots,proto3" json:"keep_screenshots,omitempty"`
+	// Tools ("computer", "bash", "str_replace_based_edit_tool") whose calls wait for approval.
+	ApprovalTools []string `protobuf:"bytes,5,rep,name=approval_tools,json=approvalTools,proto3" json:"approval_tools,omitempty"`
+	// Acknowledge the provider's safety checks without asking. By default a
+	// tool call that carries safety checks waits for ApproveStep.
+	AutoAcknowledgeSafetyChecks bool `protobuf:"varint,6,opt,name=auto_acknowledge_safety_checks,json=autoAcknowledgeSafetyChecks,proto3" json:"auto_acknowledge_safety_checks,omitempty"`
+	// How long a step waits for approval before the run fails; 0 means 10 minutes.
+	ApprovalTimeout *durationpb.Duration `protobuf:"bytes,7,opt,name=approval_timeout,json=approvalTimeout,proto3" json:"approval_timeout,omitempty"`
+	// Anthropic computer tool version: "computer_20250124" (default) or "computer_20251124".
+	ComputerTool string `protobuf:"bytes,8,opt,name=computer_tool,json=computerTool,proto3" json:"computer_tool,omitempty"`
+	// Extended thinking budget in tokens, where the provider supports it; 0 disables it.
+	ThinkingBudget int32 `protobuf:"varint,9,opt,name=thinking_budget,json=thinkingBudget,proto3" json:"thinking_budget,omitempty"`
+	// Size of the screenshots the model sees; 0 uses the provider's default.
+	ScreenWidth  int32 `protobuf:"varint,10,opt,name=screen_width,json=screenWidth,proto3" json:"screen_width,omitempty"`
+	ScreenHeight int32 `protobuf:"varint,11,opt,name=screen_height,json=screenHeight,proto3" json:"screen_height,omitempty"`
+	// Do not take the session's input lease (observers and tests of the lease itself).
+	SkipInputLease bool `protobuf:"varint,12,opt,name=skip_input_lease,json=skipInputLease,proto3" json:"skip_input_lease,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RunOptions) Reset() {
+	*x = RunOptions{}
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunOptions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunOptions) ProtoMessage() {}
+
+func (x *RunOptions) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunOptions.ProtoReflect.Descriptor instead.
+func (*RunOptions) Descriptor() ([]byte, []int) {
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RunOptions) GetSystemPrompt() string {
+	if x != nil {
+		return x.SystemPrompt
+	}
+	return ""
+}
+
+func (x *RunOptions) GetMaxOutputTokens() int32 {
+	if x != nil {
+		return x.MaxOutputTokens
+	}
+	return 0
+}
+
+func (x *RunOptions) GetTokenBudget() int64 {
+	if x != nil {
+		return x.TokenBudget
+	}
+	return 0
+}
+
+func (x *RunOptions) GetKeepScreenshots() int32 {
+	if x != nil {
+		return x.KeepScreenshots
+	}
+	return 0
+}
+
+func (x *RunOptions) GetApprovalTools() []string {
+	if x != nil {
+		return x.ApprovalTools
+	}
+	return nil
+}
+
+func (x *RunOptions) GetAutoAcknowledgeSafetyChecks() bool {
+	if x != nil {
+		return x.AutoAcknowledgeSafetyChecks
+	}
+	return false
+}
+
+func (x *RunOptions) GetApprovalTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.ApprovalTimeout
+	}
+	return nil
+}
+
+func (x *RunOptions) GetComputerTool() string {
+	if x != nil {
+		return x.ComputerTool
+	}
+	return ""
+}
+
+func (x *RunOptions) GetThinkingBudget() int32 {
+	if x != nil {
+		return x.ThinkingBudget
+	}
+	return 0
+}
+
+func (x *RunOptions) GetScreenWidth() int32 {
+	if x != nil {
+		return x.ScreenWidth
+	}
+	return 0
+}
+
+func (x *RunOptions) GetScreenHeight() int32 {
+	if x != nil {
+		return x.ScreenHeight
+	}
+	return 0
+}
+
+func (x *RunOptions) GetSkipInputLease() bool {
+	if x != nil {
+		return x.SkipInputLease
+	}
+	return false
+}
+
+// Usage counts the tokens a run used.
+type Usage struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	InputTokens      int64                  `protobuf:"varint,1,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	OutputTokens     int64                  `protobuf:"varint,2,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	CacheReadTokens  int64                  `protobuf:"varint,3,opt,name=cache_read_tokens,json=cacheReadTokens,proto3" json:"cache_read_tokens,omitempty"`
+	CacheWriteTokens int64                  `protobuf:"varint,4,opt,name=cache_write_tokens,json=cacheWriteTokens,proto3" json:"cache_write_tokens,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Usage) Reset() {
+	*x = Usage{}
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Usage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Usage) ProtoMessage() {}
+
+func (x *Usage) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Usage.ProtoReflect.Descriptor instead.
+func (*Usage) Descriptor() ([]byte, []int) {
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Usage) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *Usage) GetOutputTokens() int64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *Usage) GetCacheReadTokens() int64 {
+	if x != nil {
+		return x.CacheReadTokens
+	}
+	return 0
+}
+
+func (x *Usage) GetCacheWriteTokens() int64 {
+	if x != nil {
+		return x.CacheWriteTokens
+	}
+	return 0
+}
+
+// ScreenshotRef describes a screenshot a run took, without its pixels.
+type ScreenshotRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ToolCallId    string                 `protobuf:"bytes,1,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	ContentType   string                 `protobuf:"bytes,2,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	Width         int32                  `protobuf:"varint,3,opt,name=width,proto3" json:"width,omitempty"`
+	Height        int32                  `protobuf:"varint,4,opt,name=height,proto3" json:"height,omitempty"`
+	SizeBytes     int64                  `protobuf:"varint,5,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScreenshotRef) Reset() {
+	*x = ScreenshotRef{}
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScreenshotRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScreenshotRef) ProtoMessage() {}
+
+func (x *ScreenshotRef) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScreenshotRef.ProtoReflect.Descriptor instead.
+func (*ScreenshotRef) Descriptor() ([]byte, []int) {
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ScreenshotRef) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
+func (x *ScreenshotRef) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *ScreenshotRef) GetWidth() int32 {
+	if x != nil {
+		return x.Width
+	}
+	return 0
+}
+
+func (x *ScreenshotRef) GetHeight() int32 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
+func (x *ScreenshotRef) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
 type CreateRunRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -230,14 +556,15 @@ type CreateRunRequest struct {
 	// Provider API key for this run only; never stored in clear, logged or returned.
 	ApiKey string `protobuf:"bytes,6,opt,name=api_key,json=apiKey,proto3" json:"api_key,omitempty"`
 	// Provider base URL, for proxies and compatible gateways.
-	BaseUrl       string `protobuf:"bytes,7,opt,name=base_url,json=baseUrl,proto3" json:"base_url,omitempty"`
+	BaseUrl       string      `protobuf:"bytes,7,opt,name=base_url,json=baseUrl,proto3" json:"base_url,omitempty"`
+	Options       *RunOptions `protobuf:"bytes,8,opt,name=options,proto3" json:"options,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateRunRequest) Reset() {
 	*x = CreateRunRequest{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -249,7 +576,7 @@ func (x *CreateRunRequest) String() string {
 func (*CreateRunRequest) ProtoMessage() {}
 
 func (x *CreateRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -262,7 +589,7 @@ func (x *CreateRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRunRequest.ProtoReflect.Descriptor instead.
 func (*CreateRunRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateRunRequest) GetSessionId() string {
@@ -314,6 +641,13 @@ func (x *CreateRunRequest) GetBaseUrl() string {
 	return ""
 }
 
+func (x *CreateRunRequest) GetOptions() *RunOptions {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
 type CreateRunResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Run           *Run                   `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
@@ -323,7 +657,7 @@ type CreateRunResponse struct {
 
 func (x *CreateRunResponse) Reset() {
 	*x = CreateRunResponse{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -335,7 +669,7 @@ func (x *CreateRunResponse) String() string {
 func (*CreateRunResponse) ProtoMessage() {}
 
 func (x *CreateRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -348,7 +682,7 @@ func (x *CreateRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRunResponse.ProtoReflect.Descriptor instead.
 func (*CreateRunResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateRunResponse) GetRun() *Run {
@@ -367,7 +701,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -379,7 +713,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -392,7 +726,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetRunRequest) GetRunId() string {
@@ -411,7 +745,7 @@ type GetRunResponse struct {
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -423,7 +757,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -436,7 +770,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetRunResponse) GetRun() *Run {
@@ -457,7 +791,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -469,7 +803,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -482,7 +816,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListRunsRequest) GetSessionId() string {
@@ -516,7 +850,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -528,7 +862,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -541,7 +875,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListRunsResponse) GetRuns() []*Run {
@@ -567,7 +901,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -579,7 +913,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -592,7 +926,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CancelRunRequest) GetRunId() string {
@@ -611,7 +945,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -623,7 +957,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -636,7 +970,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CancelRunResponse) GetRun() *Run {
@@ -657,7 +991,7 @@ type StreamRunEventsRequest struct {
 
 func (x *StreamRunEventsRequest) Reset() {
 	*x = StreamRunEventsRequest{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -669,7 +1003,7 @@ func (x *StreamRunEventsRequest) String() string {
 func (*StreamRunEventsRequest) ProtoMessage() {}
 
 func (x *StreamRunEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -682,7 +1016,7 @@ func (x *StreamRunEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRunEventsRequest.ProtoReflect.Descriptor instead.
 func (*StreamRunEventsRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StreamRunEventsRequest) GetRunId() string {
@@ -710,14 +1044,21 @@ type RunEvent struct {
 	//	*RunEvent_ThinkingDelta
 	//	*RunEvent_ToolCall
 	//	*RunEvent_State
-	Event         isRunEvent_Event `protobuf_oneof:"event"`
+	//	*RunEvent_Usage
+	//	*RunEvent_Screenshot
+	//	*RunEvent_UserMessage
+	Event isRunEvent_Event `protobuf_oneof:"event"`
+	RunId string           `protobuf:"bytes,7,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// With state: why the run is there; with tool_call: the step it belongs to.
+	Reason        string `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`
+	Step          int32  `protobuf:"varint,12,opt,name=step,proto3" json:"step,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunEvent) Reset() {
 	*x = RunEvent{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -729,7 +1070,7 @@ func (x *RunEvent) String() string {
 func (*RunEvent) ProtoMessage() {}
 
 func (x *RunEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -742,7 +1083,7 @@ func (x *RunEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunEvent.ProtoReflect.Descriptor instead.
 func (*RunEvent) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RunEvent) GetSequence() int64 {
@@ -802,6 +1143,54 @@ func (x *RunEvent) GetState() RunState {
 	return RunState_RUN_STATE_UNSPECIFIED
 }
 
+func (x *RunEvent) GetUsage() *Usage {
+	if x != nil {
+		if x, ok := x.Event.(*RunEvent_Usage); ok {
+			return x.Usage
+		}
+	}
+	return nil
+}
+
+func (x *RunEvent) GetScreenshot() *ScreenshotRef {
+	if x != nil {
+		if x, ok := x.Event.(*RunEvent_Screenshot); ok {
+			return x.Screenshot
+		}
+	}
+	return nil
+}
+
+func (x *RunEvent) GetUserMessage() string {
+	if x != nil {
+		if x, ok := x.Event.(*RunEvent_UserMessage); ok {
+			return x.UserMessage
+		}
+	}
+	return ""
+}
+
+func (x *RunEvent) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *RunEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RunEvent) GetStep() int32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
 type isRunEvent_Event interface {
 	isRunEvent_Event()
 }
@@ -822,6 +1211,19 @@ type RunEvent_State struct {
 	State RunState `protobuf:"varint,6,opt,name=state,proto3,enum=deskgrid.agent.v1.RunState,oneof"`
 }
 
+type RunEvent_Usage struct {
+	Usage *Usage `protobuf:"bytes,8,opt,name=usage,proto3,oneof"`
+}
+
+type RunEvent_Screenshot struct {
+	Screenshot *ScreenshotRef `protobuf:"bytes,9,opt,name=screenshot,proto3,oneof"`
+}
+
+type RunEvent_UserMessage struct {
+	// A user message added to the conversation.
+	UserMessage string `protobuf:"bytes,11,opt,name=user_message,json=userMessage,proto3,oneof"`
+}
+
 func (*RunEvent_TextDelta) isRunEvent_Event() {}
 
 func (*RunEvent_ThinkingDelta) isRunEvent_Event() {}
@@ -829,6 +1231,12 @@ func (*RunEvent_ThinkingDelta) isRunEvent_Event() {}
 func (*RunEvent_ToolCall) isRunEvent_Event() {}
 
 func (*RunEvent_State) isRunEvent_Event() {}
+
+func (*RunEvent_Usage) isRunEvent_Event() {}
+
+func (*RunEvent_Screenshot) isRunEvent_Event() {}
+
+func (*RunEvent_UserMessage) isRunEvent_Event() {}
 
 // ToolCall is a tool the model used and what came of it.
 type ToolCall struct {
@@ -838,16 +1246,18 @@ type ToolCall struct {
 	// The tool input as JSON.
 	InputJson string `protobuf:"bytes,3,opt,name=input_json,json=inputJson,proto3" json:"input_json,omitempty"`
 	// Result text, or the error.
-	Output        string `protobuf:"bytes,4,opt,name=output,proto3" json:"output,omitempty"`
-	IsError       bool   `protobuf:"varint,5,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
-	Finished      bool   `protobuf:"varint,6,opt,name=finished,proto3" json:"finished,omitempty"`
+	Output   string `protobuf:"bytes,4,opt,name=output,proto3" json:"output,omitempty"`
+	IsError  bool   `protobuf:"varint,5,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
+	Finished bool   `protobuf:"varint,6,opt,name=finished,proto3" json:"finished,omitempty"`
+	// Safety checks the provider raised about this call.
+	SafetyChecks  []string `protobuf:"bytes,7,rep,name=safety_checks,json=safetyChecks,proto3" json:"safety_checks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -859,7 +1269,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -872,7 +1282,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ToolCall) GetId() string {
@@ -917,6 +1327,13 @@ func (x *ToolCall) GetFinished() bool {
 	return false
 }
 
+func (x *ToolCall) GetSafetyChecks() []string {
+	if x != nil {
+		return x.SafetyChecks
+	}
+	return nil
+}
+
 type StreamRunEventsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Event         *RunEvent              `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
@@ -926,7 +1343,7 @@ type StreamRunEventsResponse struct {
 
 func (x *StreamRunEventsResponse) Reset() {
 	*x = StreamRunEventsResponse{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -938,7 +1355,7 @@ func (x *StreamRunEventsResponse) String() string {
 func (*StreamRunEventsResponse) ProtoMessage() {}
 
 func (x *StreamRunEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -951,7 +1368,7 @@ func (x *StreamRunEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRunEventsResponse.ProtoReflect.Descriptor instead.
 func (*StreamRunEventsResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StreamRunEventsResponse) GetEvent() *RunEvent {
@@ -961,11 +1378,702 @@ func (x *StreamRunEventsResponse) GetEvent() *RunEvent {
 	return nil
 }
 
+type SendMessageRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Text          string                 `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendMessageRequest) Reset() {
+	*x = SendMessageRequest{}
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendMessageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendMessageRequest) ProtoMessage() {}
+
+func (x *SendMessageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendMessageRequest.ProtoReflect.Descriptor instead.
+func (*SendMessageRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SendMessageRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *SendMessageRequest) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+type SendMessageResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Run           *Run                   `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendMessageResponse) Reset() {
+	*x = SendMessageResponse{}
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendMessageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendMessageResponse) ProtoMessage() {}
+
+func (x *SendMessageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendMessageResponse.ProtoReflect.Descriptor instead.
+func (*SendMessageResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SendMessageResponse) GetRun() *Run {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+type ApproveStepRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	RunId string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The pending tool call; empty means whichever is pending.
+	ToolCallId    string `protobuf:"bytes,2,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveStepRequest) Reset() {
+	*x = ApproveStepRequest{}
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveStepRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveStepRequest) ProtoMessage() {}
+
+func (x *ApproveStepRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveStepRequest.ProtoReflect.Descriptor instead.
+func (*ApproveStepRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ApproveStepRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ApproveStepRequest) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
+type ApproveStepResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Run           *Run                   `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveStepResponse) Reset() {
+	*x = ApproveStepResponse{}
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveStepResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveStepResponse) ProtoMessage() {}
+
+func (x *ApproveStepResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveStepResponse.ProtoReflect.Descriptor instead.
+func (*ApproveStepResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ApproveStepResponse) GetRun() *Run {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+type RejectStepRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	RunId      string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	ToolCallId string                 `protobuf:"bytes,2,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	// Told to the model as the tool's error.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RejectStepRequest) Reset() {
+	*x = RejectStepRequest{}
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejectStepRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejectStepRequest) ProtoMessage() {}
+
+func (x *RejectStepRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejectStepRequest.ProtoReflect.Descriptor instead.
+func (*RejectStepRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RejectStepRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *RejectStepRequest) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
+func (x *RejectStepRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RejectStepResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Run           *Run                   `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RejectStepResponse) Reset() {
+	*x = RejectStepResponse{}
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejectStepResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejectStepResponse) ProtoMessage() {}
+
+func (x *RejectStepResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejectStepResponse.ProtoReflect.Descriptor instead.
+func (*RejectStepResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RejectStepResponse) GetRun() *Run {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+// InputLease is the right to send input to a session's display.
+type InputLease struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Holder    string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	// Fencing token for PerformActionsRequest.lease_token; grows with every grant.
+	Token         int64                  `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InputLease) Reset() {
+	*x = InputLease{}
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InputLease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InputLease) ProtoMessage() {}
+
+func (x *InputLease) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InputLease.ProtoReflect.Descriptor instead.
+func (*InputLease) Descriptor() ([]byte, []int) {
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *InputLease) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *InputLease) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *InputLease) GetToken() int64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *InputLease) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
+type AcquireInputLeaseRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Who asks: a run id, a user name.
+	Holder string `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	// 0 means 30 seconds.
+	Ttl *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// Give up waiting after this long; 0 means wait for the call's deadline.
+	Wait          *durationpb.Duration `protobuf:"bytes,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireInputLeaseRequest) Reset() {
+	*x = AcquireInputLeaseRequest{}
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireInputLeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireInputLeaseRequest) ProtoMessage() {}
+
+func (x *AcquireInputLeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireInputLeaseRequest.ProtoReflect.Descriptor instead.
+func (*AcquireInputLeaseRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *AcquireInputLeaseRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *AcquireInputLeaseRequest) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *AcquireInputLeaseRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+func (x *AcquireInputLeaseRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
+type AcquireInputLeaseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lease         *InputLease            `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireInputLeaseResponse) Reset() {
+	*x = AcquireInputLeaseResponse{}
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireInputLeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireInputLeaseResponse) ProtoMessage() {}
+
+func (x *AcquireInputLeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireInputLeaseResponse.ProtoReflect.Descriptor instead.
+func (*AcquireInputLeaseResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *AcquireInputLeaseResponse) GetLease() *InputLease {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+type RenewInputLeaseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Holder        string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	Token         int64                  `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	Ttl           *durationpb.Duration   `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewInputLeaseRequest) Reset() {
+	*x = RenewInputLeaseRequest{}
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewInputLeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewInputLeaseRequest) ProtoMessage() {}
+
+func (x *RenewInputLeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewInputLeaseRequest.ProtoReflect.Descriptor instead.
+func (*RenewInputLeaseRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *RenewInputLeaseRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *RenewInputLeaseRequest) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *RenewInputLeaseRequest) GetToken() int64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *RenewInputLeaseRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+type RenewInputLeaseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lease         *InputLease            `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewInputLeaseResponse) Reset() {
+	*x = RenewInputLeaseResponse{}
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewInputLeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewInputLeaseResponse) ProtoMessage() {}
+
+func (x *RenewInputLeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewInputLeaseResponse.ProtoReflect.Descriptor instead.
+func (*RenewInputLeaseResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *RenewInputLeaseResponse) GetLease() *InputLease {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+type ReleaseInputLeaseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Holder        string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	Token         int64                  `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseInputLeaseRequest) Reset() {
+	*x = ReleaseInputLeaseRequest{}
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseInputLeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseInputLeaseRequest) ProtoMessage() {}
+
+func (x *ReleaseInputLeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseInputLeaseRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseInputLeaseRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ReleaseInputLeaseRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ReleaseInputLeaseRequest) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *ReleaseInputLeaseRequest) GetToken() int64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+type ReleaseInputLeaseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseInputLeaseResponse) Reset() {
+	*x = ReleaseInputLeaseResponse{}
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseInputLeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseInputLeaseResponse) ProtoMessage() {}
+
+func (x *ReleaseInputLeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseInputLeaseResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseInputLeaseResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+}
+
 var File_deskgrid_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x1ddeskgrid/agent/v1/agent.proto\x12\x11deskgrid.agent.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x99\x03\n" +
+	"\x1ddeskgrid/agent/v1/agent.proto\x12\x11deskgrid.agent.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xec\x04\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -982,7 +2090,40 @@ const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\xcc\x01\n" +
+	"updateTime\x127\n" +
+	"\aoptions\x18\r \x01(\v2\x1d.deskgrid.agent.v1.RunOptionsR\aoptions\x12\x1f\n" +
+	"\vstop_reason\x18\x0e \x01(\tR\n" +
+	"stopReason\x12.\n" +
+	"\x05usage\x18\x0f \x01(\v2\x18.deskgrid.agent.v1.UsageR\x05usage\x12G\n" +
+	"\x11pending_tool_call\x18\x10 \x01(\v2\x1b.deskgrid.agent.v1.ToolCallR\x0fpendingToolCall\"\x9d\x04\n" +
+	"\n" +
+	"RunOptions\x12#\n" +
+	"\rsystem_prompt\x18\x01 \x01(\tR\fsystemPrompt\x12*\n" +
+	"\x11max_output_tokens\x18\x02 \x01(\x05R\x0fmaxOutputTokens\x12!\n" +
+	"\ftoken_budget\x18\x03 \x01(\x03R\vtokenBudget\x12)\n" +
+	"\x10keep_screenshots\x18\x04 \x01(\x05R\x0fkeepScreenshots\x12%\n" +
+	"\x0eapproval_tools\x18\x05 \x03(\tR\rapprovalTools\x12C\n" +
+	"\x1eauto_acknowledge_safety_checks\x18\x06 \x01(\bR\x1bautoAcknowledgeSafetyChecks\x12D\n" +
+	"\x10approval_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0fapprovalTimeout\x12#\n" +
+	"\rcomputer_tool\x18\b \x01(\tR\fcomputerTool\x12'\n" +
+	"\x0fthinking_budget\x18\t \x01(\x05R\x0ethinkingBudget\x12!\n" +
+	"\fscreen_width\x18\n" +
+	" \x01(\x05R\vscreenWidth\x12#\n" +
+	"\rscreen_height\x18\v \x01(\x05R\fscreenHeight\x12(\n" +
+	"\x10skip_input_lease\x18\f \x01(\bR\x0eskipInputLease\"\xa9\x01\n" +
+	"\x05Usage\x12!\n" +
+	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12#\n" +
+	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\x12*\n" +
+	"\x11cache_read_tokens\x18\x03 \x01(\x03R\x0fcacheReadTokens\x12,\n" +
+	"\x12cache_write_tokens\x18\x04 \x01(\x03R\x10cacheWriteTokens\"\xa1\x01\n" +
+	"\rScreenshotRef\x12 \n" +
+	"\ftool_call_id\x18\x01 \x01(\tR\n" +
+	"toolCallId\x12!\n" +
+	"\fcontent_type\x18\x02 \x01(\tR\vcontentType\x12\x14\n" +
+	"\x05width\x18\x03 \x01(\x05R\x05width\x12\x16\n" +
+	"\x06height\x18\x04 \x01(\x05R\x06height\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x05 \x01(\x03R\tsizeBytes\"\x85\x02\n" +
 	"\x10CreateRunRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
@@ -991,7 +2132,8 @@ const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"\x05model\x18\x04 \x01(\tR\x05model\x12\x1b\n" +
 	"\tmax_steps\x18\x05 \x01(\x05R\bmaxSteps\x12\x17\n" +
 	"\aapi_key\x18\x06 \x01(\tR\x06apiKey\x12\x19\n" +
-	"\bbase_url\x18\a \x01(\tR\abaseUrl\"=\n" +
+	"\bbase_url\x18\a \x01(\tR\abaseUrl\x127\n" +
+	"\aoptions\x18\b \x01(\v2\x1d.deskgrid.agent.v1.RunOptionsR\aoptions\"=\n" +
 	"\x11CreateRunResponse\x12(\n" +
 	"\x03run\x18\x01 \x01(\v2\x16.deskgrid.agent.v1.RunR\x03run\"&\n" +
 	"\rGetRunRequest\x12\x15\n" +
@@ -1013,7 +2155,7 @@ const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"\x03run\x18\x01 \x01(\v2\x16.deskgrid.agent.v1.RunR\x03run\"V\n" +
 	"\x16StreamRunEventsRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12%\n" +
-	"\x0eafter_sequence\x18\x02 \x01(\x03R\rafterSequence\"\x9a\x02\n" +
+	"\x0eafter_sequence\x18\x02 \x01(\x03R\rafterSequence\"\xf8\x03\n" +
 	"\bRunEvent\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x03R\bsequence\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1f\n" +
@@ -1021,8 +2163,17 @@ const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"text_delta\x18\x03 \x01(\tH\x00R\ttextDelta\x12'\n" +
 	"\x0ethinking_delta\x18\x04 \x01(\tH\x00R\rthinkingDelta\x12:\n" +
 	"\ttool_call\x18\x05 \x01(\v2\x1b.deskgrid.agent.v1.ToolCallH\x00R\btoolCall\x123\n" +
-	"\x05state\x18\x06 \x01(\x0e2\x1b.deskgrid.agent.v1.RunStateH\x00R\x05stateB\a\n" +
-	"\x05event\"\x9c\x01\n" +
+	"\x05state\x18\x06 \x01(\x0e2\x1b.deskgrid.agent.v1.RunStateH\x00R\x05state\x120\n" +
+	"\x05usage\x18\b \x01(\v2\x18.deskgrid.agent.v1.UsageH\x00R\x05usage\x12B\n" +
+	"\n" +
+	"screenshot\x18\t \x01(\v2 .deskgrid.agent.v1.ScreenshotRefH\x00R\n" +
+	"screenshot\x12#\n" +
+	"\fuser_message\x18\v \x01(\tH\x00R\vuserMessage\x12\x15\n" +
+	"\x06run_id\x18\a \x01(\tR\x05runId\x12\x16\n" +
+	"\x06reason\x18\n" +
+	" \x01(\tR\x06reason\x12\x12\n" +
+	"\x04step\x18\f \x01(\x05R\x04stepB\a\n" +
+	"\x05event\"\xc1\x01\n" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04tool\x18\x02 \x01(\tR\x04tool\x12\x1d\n" +
@@ -1030,9 +2181,58 @@ const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"input_json\x18\x03 \x01(\tR\tinputJson\x12\x16\n" +
 	"\x06output\x18\x04 \x01(\tR\x06output\x12\x19\n" +
 	"\bis_error\x18\x05 \x01(\bR\aisError\x12\x1a\n" +
-	"\bfinished\x18\x06 \x01(\bR\bfinished\"L\n" +
+	"\bfinished\x18\x06 \x01(\bR\bfinished\x12#\n" +
+	"\rsafety_checks\x18\a \x03(\tR\fsafetyChecks\"L\n" +
 	"\x17StreamRunEventsResponse\x121\n" +
-	"\x05event\x18\x01 \x01(\v2\x1b.deskgrid.agent.v1.RunEventR\x05event*\xba\x01\n" +
+	"\x05event\x18\x01 \x01(\v2\x1b.deskgrid.agent.v1.RunEventR\x05event\"?\n" +
+	"\x12SendMessageRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\"?\n" +
+	"\x13SendMessageResponse\x12(\n" +
+	"\x03run\x18\x01 \x01(\v2\x16.deskgrid.agent.v1.RunR\x03run\"M\n" +
+	"\x12ApproveStepRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12 \n" +
+	"\ftool_call_id\x18\x02 \x01(\tR\n" +
+	"toolCallId\"?\n" +
+	"\x13ApproveStepResponse\x12(\n" +
+	"\x03run\x18\x01 \x01(\v2\x16.deskgrid.agent.v1.RunR\x03run\"d\n" +
+	"\x11RejectStepRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12 \n" +
+	"\ftool_call_id\x18\x02 \x01(\tR\n" +
+	"toolCallId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\">\n" +
+	"\x12RejectStepResponse\x12(\n" +
+	"\x03run\x18\x01 \x01(\v2\x16.deskgrid.agent.v1.RunR\x03run\"\x96\x01\n" +
+	"\n" +
+	"InputLease\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
+	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x03R\x05token\x12;\n" +
+	"\vexpire_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\"\xad\x01\n" +
+	"\x18AcquireInputLeaseRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
+	"\x06holder\x18\x02 \x01(\tR\x06holder\x12+\n" +
+	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12-\n" +
+	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"P\n" +
+	"\x19AcquireInputLeaseResponse\x123\n" +
+	"\x05lease\x18\x01 \x01(\v2\x1d.deskgrid.agent.v1.InputLeaseR\x05lease\"\x92\x01\n" +
+	"\x16RenewInputLeaseRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
+	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x03R\x05token\x12+\n" +
+	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"N\n" +
+	"\x17RenewInputLeaseResponse\x123\n" +
+	"\x05lease\x18\x01 \x01(\v2\x1d.deskgrid.agent.v1.InputLeaseR\x05lease\"g\n" +
+	"\x18ReleaseInputLeaseRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
+	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x03R\x05token\"\x1b\n" +
+	"\x19ReleaseInputLeaseResponse*\xba\x01\n" +
 	"\bRunState\x12\x19\n" +
 	"\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10RUN_STATE_QUEUED\x10\x01\x12\x15\n" +
@@ -1040,13 +2240,20 @@ const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"\x1aRUN_STATE_WAITING_APPROVAL\x10\x03\x12\x17\n" +
 	"\x13RUN_STATE_SUCCEEDED\x10\x04\x12\x14\n" +
 	"\x10RUN_STATE_FAILED\x10\x05\x12\x17\n" +
-	"\x13RUN_STATE_CANCELLED\x10\x062\x95\x05\n" +
+	"\x13RUN_STATE_CANCELLED\x10\x062\xbf\f\n" +
 	"\fAgentService\x12\x86\x01\n" +
 	"\tCreateRun\x12#.deskgrid.agent.v1.CreateRunRequest\x1a$.deskgrid.agent.v1.CreateRunResponse\".\x82\xd3\xe4\x93\x02(:\x01*b\x03run\"\x1e/v1/sessions/{session_id}/runs\x12m\n" +
 	"\x06GetRun\x12 .deskgrid.agent.v1.GetRunRequest\x1a!.deskgrid.agent.v1.GetRunResponse\"\x1e\x82\xd3\xe4\x93\x02\x18b\x03run\x12\x11/v1/runs/{run_id}\x12{\n" +
 	"\bListRuns\x12\".deskgrid.agent.v1.ListRunsRequest\x1a#.deskgrid.agent.v1.ListRunsResponse\"&\x82\xd3\xe4\x93\x02 \x12\x1e/v1/sessions/{session_id}/runs\x12\x80\x01\n" +
 	"\tCancelRun\x12#.deskgrid.agent.v1.CancelRunRequest\x1a$.deskgrid.agent.v1.CancelRunResponse\"(\x82\xd3\xe4\x93\x02\":\x01*b\x03run\"\x18/v1/runs/{run_id}:cancel\x12\x8c\x01\n" +
-	"\x0fStreamRunEvents\x12).deskgrid.agent.v1.StreamRunEventsRequest\x1a*.deskgrid.agent.v1.StreamRunEventsResponse\" \x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/runs/{run_id}/events0\x01B>Z<github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1;agentv1b\x06proto3"
+	"\x0fStreamRunEvents\x12).deskgrid.agent.v1.StreamRunEventsRequest\x1a*.deskgrid.agent.v1.StreamRunEventsResponse\" \x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/runs/{run_id}/events0\x01\x12\x8b\x01\n" +
+	"\vSendMessage\x12%.deskgrid.agent.v1.SendMessageRequest\x1a&.deskgrid.agent.v1.SendMessageResponse\"-\x82\xd3\xe4\x93\x02':\x01*b\x03run\"\x1d/v1/runs/{run_id}:sendMessage\x12\x8b\x01\n" +
+	"\vApproveStep\x12%.deskgrid.agent.v1.ApproveStepRequest\x1a&.deskgrid.agent.v1.ApproveStepResponse\"-\x82\xd3\xe4\x93\x02':\x01*b\x03run\"\x1d/v1/runs/{run_id}:approveStep\x12\x87\x01\n" +
+	"\n" +
+	"RejectStep\x12$.deskgrid.agent.v1.RejectStepRequest\x1a%.deskgrid.agent.v1.RejectStepResponse\",\x82\xd3\xe4\x93\x02&:\x01*b\x03run\"\x1c/v1/runs/{run_id}:rejectStep\x12\xae\x01\n" +
+	"\x11AcquireInputLease\x12+.deskgrid.agent.v1.AcquireInputLeaseRequest\x1a,.deskgrid.agent.v1.AcquireInputLeaseResponse\">\x82\xd3\xe4\x93\x028:\x01*b\x05lease\",/v1/sessions/{session_id}/inputLease:acquire\x12\xa6\x01\n" +
+	"\x0fRenewInputLease\x12).deskgrid.agent.v1.RenewInputLeaseRequest\x1a*.deskgrid.agent.v1.RenewInputLeaseResponse\"<\x82\xd3\xe4\x93\x026:\x01*b\x05lease\"*/v1/sessions/{session_id}/inputLease:renew\x12\xa7\x01\n" +
+	"\x11ReleaseInputLease\x12+.deskgrid.agent.v1.ReleaseInputLeaseRequest\x1a,.deskgrid.agent.v1.ReleaseInputLeaseResponse\"7\x82\xd3\xe4\x93\x021:\x01*\",/v1/sessions/{session_id}/inputLease:releaseB>Z<github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1;agentv1b\x06proto3"
 
 var (
 	file_deskgrid_agent_v1_agent_proto_rawDescOnce sync.Once
@@ -1061,51 +2268,96 @@ func file_deskgrid_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_deskgrid_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_deskgrid_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_deskgrid_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_deskgrid_agent_v1_agent_proto_goTypes = []any{
-	(RunState)(0),                   // 0: deskgrid.agent.v1.RunState
-	(*Run)(nil),                     // 1: deskgrid.agent.v1.Run
-	(*CreateRunRequest)(nil),        // 2: deskgrid.agent.v1.CreateRunRequest
-	(*CreateRunResponse)(nil),       // 3: deskgrid.agent.v1.CreateRunResponse
-	(*GetRunRequest)(nil),           // 4: deskgrid.agent.v1.GetRunRequest
-	(*GetRunResponse)(nil),          // 5: deskgrid.agent.v1.GetRunResponse
-	(*ListRunsRequest)(nil),         // 6: deskgrid.agent.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),        // 7: deskgrid.agent.v1.ListRunsResponse
-	(*CancelRunRequest)(nil),        // 8: deskgrid.agent.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),       // 9: deskgrid.agent.v1.CancelRunResponse
-	(*StreamRunEventsRequest)(nil),  // 10: deskgrid.agent.v1.StreamRunEventsRequest
-	(*RunEvent)(nil),                // 11: deskgrid.agent.v1.RunEvent
-	(*ToolCall)(nil),                // 12: deskgrid.agent.v1.ToolCall
-	(*StreamRunEventsResponse)(nil), // 13: deskgrid.agent.v1.StreamRunEventsResponse
-	(*timestamppb.Timestamp)(nil),   // 14: google.protobuf.Timestamp
+	(RunState)(0),                     // 0: deskgrid.agent.v1.RunState
+	(*Run)(nil),                       // 1: deskgrid.agent.v1.Run
+	(*RunOptions)(nil),                // 2: deskgrid.agent.v1.RunOptions
+	(*Usage)(nil),                     // 3: deskgrid.agent.v1.Usage
+	(*ScreenshotRef)(nil),             // 4: deskgrid.agent.v1.ScreenshotRef
+	(*CreateRunRequest)(nil),          // 5: deskgrid.agent.v1.CreateRunRequest
+	(*CreateRunResponse)(nil),         // 6: deskgrid.agent.v1.CreateRunResponse
+	(*GetRunRequest)(nil),             // 7: deskgrid.agent.v1.GetRunRequest
+	(*GetRunResponse)(nil),            // 8: deskgrid.agent.v1.GetRunResponse
+	(*ListRunsRequest)(nil),           // 9: deskgrid.agent.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),          // 10: deskgrid.agent.v1.ListRunsResponse
+	(*CancelRunRequest)(nil),          // 11: deskgrid.agent.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),         // 12: deskgrid.agent.v1.CancelRunResponse
+	(*StreamRunEventsRequest)(nil),    // 13: deskgrid.agent.v1.StreamRunEventsRequest
+	(*RunEvent)(nil),                  // 14: deskgrid.agent.v1.RunEvent
+	(*ToolCall)(nil),                  // 15: deskgrid.agent.v1.ToolCall
+	(*StreamRunEventsResponse)(nil),   // 16: deskgrid.agent.v1.StreamRunEventsResponse
+	(*SendMessageRequest)(nil),        // 17: deskgrid.agent.v1.SendMessageRequest
+	(*SendMessageResponse)(nil),       // 18: deskgrid.agent.v1.SendMessageResponse
+	(*ApproveStepRequest)(nil),        // 19: deskgrid.agent.v1.ApproveStepRequest
+	(*ApproveStepResponse)(nil),       // 20: deskgrid.agent.v1.ApproveStepResponse
+	(*RejectStepRequest)(nil),         // 21: deskgrid.agent.v1.RejectStepRequest
+	(*RejectStepResponse)(nil),        // 22: deskgrid.agent.v1.RejectStepResponse
+	(*InputLease)(nil),                // 23: deskgrid.agent.v1.InputLease
+	(*AcquireInputLeaseRequest)(nil),  // 24: deskgrid.agent.v1.AcquireInputLeaseRequest
+	(*AcquireInputLeaseResponse)(nil), // 25: deskgrid.agent.v1.AcquireInputLeaseResponse
+	(*RenewInputLeaseRequest)(nil),    // 26: deskgrid.agent.v1.RenewInputLeaseRequest
+	(*RenewInputLeaseResponse)(nil),   // 27: deskgrid.agent.v1.RenewInputLeaseResponse
+	(*ReleaseInputLeaseRequest)(nil),  // 28: deskgrid.agent.v1.ReleaseInputLeaseRequest
+	(*ReleaseInputLeaseResponse)(nil), // 29: deskgrid.agent.v1.ReleaseInputLeaseResponse
+	(*timestamppb.Timestamp)(nil),     // 30: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 31: google.protobuf.Duration
 }
 var file_deskgrid_agent_v1_agent_proto_depIdxs = []int32{
 	0,  // 0: deskgrid.agent.v1.Run.state:type_name -> deskgrid.agent.v1.RunState
-	14, // 1: deskgrid.agent.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	14, // 2: deskgrid.agent.v1.Run.update_time:type_name -> google.protobuf.Timestamp
-	1,  // 3: deskgrid.agent.v1.CreateRunResponse.run:type_name -> deskgrid.agent.v1.Run
-	1,  // 4: deskgrid.agent.v1.GetRunResponse.run:type_name -> deskgrid.agent.v1.Run
-	1,  // 5: deskgrid.agent.v1.ListRunsResponse.runs:type_name -> deskgrid.agent.v1.Run
-	1,  // 6: deskgrid.agent.v1.CancelRunResponse.run:type_name -> deskgrid.agent.v1.Run
-	14, // 7: deskgrid.agent.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
-	12, // 8: deskgrid.agent.v1.RunEvent.tool_call:type_name -> deskgrid.agent.v1.ToolCall
-	0,  // 9: deskgrid.agent.v1.RunEvent.state:type_name -> deskgrid.agent.v1.RunState
-	11, // 10: deskgrid.agent.v1.StreamRunEventsResponse.event:type_name -> deskgrid.agent.v1.RunEvent
-	2,  // 11: deskgrid.agent.v1.AgentService.CreateRun:input_type -> deskgrid.agent.v1.CreateRunRequest
-	4,  // 12: deskgrid.agent.v1.AgentService.GetRun:input_type -> deskgrid.agent.v1.GetRunRequest
-	6,  // 13: deskgrid.agent.v1.AgentService.ListRuns:input_type -> deskgrid.agent.v1.ListRunsRequest
-	8,  // 14: deskgrid.agent.v1.AgentService.CancelRun:input_type -> deskgrid.agent.v1.CancelRunRequest
-	10, // 15: deskgrid.agent.v1.AgentService.StreamRunEvents:input_type -> deskgrid.agent.v1.StreamRunEventsRequest
-	3,  // 16: deskgrid.agent.v1.AgentService.CreateRun:output_type -> deskgrid.agent.v1.CreateRunResponse
-	5,  // 17: deskgrid.agent.v1.AgentService.GetRun:output_type -> deskgrid.agent.v1.GetRunResponse
-	7,  // 18: deskgrid.agent.v1.AgentService.ListRuns:output_type -> deskgrid.agent.v1.ListRunsResponse
-	9,  // 19: deskgrid.agent.v1.AgentService.CancelRun:output_type -> deskgrid.agent.v1.CancelRunResponse
-	13, // 20: deskgrid.agent.v1.AgentService.StreamRunEvents:output_type -> deskgrid.agent.v1.StreamRunEventsResponse
-	16, // [16:21] is the sub-list for method output_type
-	11, // [11:16] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	30, // 1: deskgrid.agent.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	30, // 2: deskgrid.agent.v1.Run.update_time:type_name -> google.protobuf.Timestamp
+	2,  // 3: deskgrid.agent.v1.Run.options:type_name -> deskgrid.agent.v1.RunOptions
+	3,  // 4: deskgrid.agent.v1.Run.usage:type_name -> deskgrid.agent.v1.Usage
+	15, // 5: deskgrid.agent.v1.Run.pending_tool_call:type_name -> deskgrid.agent.v1.ToolCall
+	31, // 6: deskgrid.agent.v1.RunOptions.approval_timeout:type_name -> google.protobuf.Duration
+	2,  // 7: deskgrid.agent.v1.CreateRunRequest.options:type_name -> deskgrid.agent.v1.RunOptions
+	1,  // 8: deskgrid.agent.v1.CreateRunResponse.run:type_name -> deskgrid.agent.v1.Run
+	1,  // 9: deskgrid.agent.v1.GetRunResponse.run:type_name -> deskgrid.agent.v1.Run
+	1,  // 10: deskgrid.agent.v1.ListRunsResponse.runs:type_name -> deskgrid.agent.v1.Run
+	1,  // 11: deskgrid.agent.v1.CancelRunResponse.run:type_name -> deskgrid.agent.v1.Run
+	30, // 12: deskgrid.agent.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
+	15, // 13: deskgrid.agent.v1.RunEvent.tool_call:type_name -> deskgrid.agent.v1.ToolCall
+	0,  // 14: deskgrid.agent.v1.RunEvent.state:type_name -> deskgrid.agent.v1.RunState
+	3,  // 15: deskgrid.agent.v1.RunEvent.usage:type_name -> deskgrid.agent.v1.Usage
+	4,  // 16: deskgrid.agent.v1.RunEvent.screenshot:type_name -> deskgrid.agent.v1.ScreenshotRef
+	14, // 17: deskgrid.agent.v1.StreamRunEventsResponse.event:type_name -> deskgrid.agent.v1.RunEvent
+	1,  // 18: deskgrid.agent.v1.SendMessageResponse.run:type_name -> deskgrid.agent.v1.Run
+	1,  // 19: deskgrid.agent.v1.ApproveStepResponse.run:type_name -> deskgrid.agent.v1.Run
+	1,  // 20: deskgrid.agent.v1.RejectStepResponse.run:type_name -> deskgrid.agent.v1.Run
+	30, // 21: deskgrid.agent.v1.InputLease.expire_time:type_name -> google.protobuf.Timestamp
+	31, // 22: deskgrid.agent.v1.AcquireInputLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	31, // 23: deskgrid.agent.v1.AcquireInputLeaseRequest.wait:type_name -> google.protobuf.Duration
+	23, // 24: deskgrid.agent.v1.AcquireInputLeaseResponse.lease:type_name -> deskgrid.agent.v1.InputLease
+	31, // 25: deskgrid.agent.v1.RenewInputLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	23, // 26: deskgrid.agent.v1.RenewInputLeaseResponse.lease:type_name -> deskgrid.agent.v1.InputLease
+	5,  // 27: deskgrid.agent.v1.AgentService.CreateRun:input_type -> deskgrid.agent.v1.CreateRunRequest
+	7,  // 28: deskgrid.agent.v1.AgentService.GetRun:input_type -> deskgrid.agent.v1.GetRunRequest
+	9,  // 29: deskgrid.agent.v1.AgentService.ListRuns:input_type -> deskgrid.agent.v1.ListRunsRequest
+	11, // 30: deskgrid.agent.v1.AgentService.CancelRun:input_type -> deskgrid.agent.v1.CancelRunRequest
+	13, // 31: deskgrid.agent.v1.AgentService.StreamRunEvents:input_type -> deskgrid.agent.v1.StreamRunEventsRequest
+	17, // 32: deskgrid.agent.v1.AgentService.SendMessage:input_type -> deskgrid.agent.v1.SendMessageRequest
+	19, // 33: deskgrid.agent.v1.AgentService.ApproveStep:input_type -> deskgrid.agent.v1.ApproveStepRequest
+	21, // 34: deskgrid.agent.v1.AgentService.RejectStep:input_type -> deskgrid.agent.v1.RejectStepRequest
+	24, // 35: deskgrid.agent.v1.AgentService.AcquireInputLease:input_type -> deskgrid.agent.v1.AcquireInputLeaseRequest
+	26, // 36: deskgrid.agent.v1.AgentService.RenewInputLease:input_type -> deskgrid.agent.v1.RenewInputLeaseRequest
+	28, // 37: deskgrid.agent.v1.AgentService.ReleaseInputLease:input_type -> deskgrid.agent.v1.ReleaseInputLeaseRequest
+	6,  // 38: deskgrid.agent.v1.AgentService.CreateRun:output_type -> deskgrid.agent.v1.CreateRunResponse
+	8,  // 39: deskgrid.agent.v1.AgentService.GetRun:output_type -> deskgrid.agent.v1.GetRunResponse
+	10, // 40: deskgrid.agent.v1.AgentService.ListRuns:output_type -> deskgrid.agent.v1.ListRunsResponse
+	12, // 41: deskgrid.agent.v1.AgentService.CancelRun:output_type -> deskgrid.agent.v1.CancelRunResponse
+	16, // 42: deskgrid.agent.v1.AgentService.StreamRunEvents:output_type -> deskgrid.agent.v1.StreamRunEventsResponse
+	18, // 43: deskgrid.agent.v1.AgentService.SendMessage:output_type -> deskgrid.agent.v1.SendMessageResponse
+	20, // 44: deskgrid.agent.v1.AgentService.ApproveStep:output_type -> deskgrid.agent.v1.ApproveStepResponse
+	22, // 45: deskgrid.agent.v1.AgentService.RejectStep:output_type -> deskgrid.agent.v1.RejectStepResponse
+	25, // 46: deskgrid.agent.v1.AgentService.AcquireInputLease:output_type -> deskgrid.agent.v1.AcquireInputLeaseResponse
+	27, // 47: deskgrid.agent.v1.AgentService.RenewInputLease:output_type -> deskgrid.agent.v1.RenewInputLeaseResponse
+	29, // 48: deskgrid.agent.v1.AgentService.ReleaseInputLease:output_type -> deskgrid.agent.v1.ReleaseInputLeaseResponse
+	38, // [38:49] is the sub-list for method output_type
+	27, // [27:38] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_deskgrid_agent_v1_agent_proto_init() }
@@ -1113,11 +2365,14 @@ func file_deskgrid_agent_v1_agent_proto_init() {
 	if File_deskgrid_agent_v1_agent_proto != nil {
 		return
 	}
-	file_deskgrid_agent_v1_agent_proto_msgTypes[10].OneofWrappers = []any{
+	file_deskgrid_agent_v1_agent_proto_msgTypes[13].OneofWrappers = []any{
 		(*RunEvent_TextDelta)(nil),
 		(*RunEvent_ThinkingDelta)(nil),
 		(*RunEvent_ToolCall)(nil),
 		(*RunEvent_State)(nil),
+		(*RunEvent_Usage)(nil),
+		(*RunEvent_Screenshot)(nil),
+		(*RunEvent_UserMessage)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1125,7 +2380,7 @@ func file_deskgrid_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_deskgrid_agent_v1_agent_proto_rawDesc), len(file_deskgrid_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

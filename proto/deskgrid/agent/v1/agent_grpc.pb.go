@@ -19,11 +19,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AgentService_CreateRun_FullMethodName       = "/deskgrid.agent.v1.AgentService/CreateRun"
-	AgentService_GetRun_FullMethodName          = "/deskgrid.agent.v1.AgentService/GetRun"
-	AgentService_ListRuns_FullMethodName        = "/deskgrid.agent.v1.AgentService/ListRuns"
-	AgentService_CancelRun_FullMethodName       = "/deskgrid.agent.v1.AgentService/CancelRun"
-	AgentService_StreamRunEvents_FullMethodName = "/deskgrid.agent.v1.AgentService/StreamRunEvents"
+	AgentService_CreateRun_FullMethodName         = "/deskgrid.agent.v1.AgentService/CreateRun"
+	AgentService_GetRun_FullMethodName            = "/deskgrid.agent.v1.AgentService/GetRun"
+	AgentService_ListRuns_FullMethodName          = "/deskgrid.agent.v1.AgentService/ListRuns"
+	AgentService_CancelRun_FullMethodName         = "/deskgrid.agent.v1.AgentService/CancelRun"
+	AgentService_StreamRunEvents_FullMethodName   = "/deskgrid.agent.v1.AgentService/StreamRunEvents"
+	AgentService_SendMessage_FullMethodName       = "/deskgrid.agent.v1.AgentService/SendMessage"
+	AgentService_ApproveStep_FullMethodName       = "/deskgrid.agent.v1.AgentService/ApproveStep"
+	AgentService_RejectStep_FullMethodName        = "/deskgrid.agent.v1.AgentService/RejectStep"
+	AgentService_AcquireInputLease_FullMethodName = "/deskgrid.agent.v1.AgentService/AcquireInputLease"
+	AgentService_RenewInputLease_FullMethodName   = "/deskgrid.agent.v1.AgentService/RenewInputLease"
+	AgentService_ReleaseInputLease_FullMethodName = "/deskgrid.agent.v1.AgentService/ReleaseInputLease"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -42,6 +48,18 @@ type AgentServiceClient interface {
 	CancelRun(ctx context.Context, in *CancelRunRequest, opts ...grpc.CallOption) (*CancelRunResponse, error)
 	// StreamRunEvents streams a run's events from a sequence number on.
 	StreamRunEvents(ctx context.Context, in *StreamRunEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamRunEventsResponse], error)
+	// SendMessage continues a run's conversation with another user message.
+	SendMessage(ctx context.Context, in *SendMessageRequest, opts ...grpc.CallOption) (*SendMessageResponse, error)
+	// ApproveStep lets a run waiting for approval perform the pending tool call.
+	ApproveStep(ctx context.Context, in *ApproveStepRequest, opts ...grpc.CallOption) (*ApproveStepResponse, error)
+	// RejectStep refuses the pending tool call; the model is told why.
+	RejectStep(ctx context.Context, in *RejectStepRequest, opts ...grpc.CallOption) (*RejectStepResponse, error)
+	// AcquireInputLease waits in a FIFO queue for the session's input lease.
+	AcquireInputLease(ctx context.Context, in *AcquireInputLeaseRequest, opts ...grpc.CallOption) (*AcquireInputLeaseResponse, error)
+	// RenewInputLease extends a lease its holder still has.
+	RenewInputLease(ctx context.Context, in *RenewInputLeaseRequest, opts ...grpc.CallOption) (*RenewInputLeaseResponse, error)
+	// ReleaseInputLease hands the lease to the next waiter.
+	ReleaseInputLease(ctx context.Context, in *ReleaseInputLeaseRequest, opts ...grpc.CallOption) (*ReleaseInputLeaseResponse, error)
 }
 
 type agentServiceClient struct {
@@ -111,6 +129,66 @@ func (c *agentServiceClient) StreamRunEvents(ctx context.Context, in *StreamRunE
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentService_StreamRunEventsClient = grpc.ServerStreamingClient[StreamRunEventsResponse]
 
+func (c *agentServiceClient) SendMessage(ctx context.Context, in *SendMessageRequest, opts ...grpc.CallOption) (*SendMessageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SendMessageResponse)
+	err := c.cc.Invoke(ctx, AgentService_SendMessage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) ApproveStep(ctx context.Context, in *ApproveStepRequest, opts ...grpc.CallOption) (*ApproveStepResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApproveStepResponse)
+	err := c.cc.Invoke(ctx, AgentService_ApproveStep_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) RejectStep(ctx context.Context, in *RejectStepRequest, opts ...grpc.CallOption) (*RejectStepResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RejectStepResponse)
+	err := c.cc.Invoke(ctx, AgentService_RejectStep_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) AcquireInputLease(ctx context.Context, in *AcquireInputLeaseRequest, opts ...grpc.CallOption) (*AcquireInputLeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AcquireInputLeaseResponse)
+	err := c.cc.Invoke(ctx, AgentService_AcquireInputLease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) RenewInputLease(ctx context.Context, in *RenewInputLeaseRequest, opts ...grpc.CallOption) (*RenewInputLeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenewInputLeaseResponse)
+	err := c.cc.Invoke(ctx, AgentService_RenewInputLease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) ReleaseInputLease(ctx context.Context, in *ReleaseInputLeaseRequest, opts ...grpc.CallOption) (*ReleaseInputLeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseInputLeaseResponse)
+	err := c.cc.Invoke(ctx, AgentService_ReleaseInputLease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -127,6 +205,18 @@ type AgentServiceServer interface {
 	CancelRun(context.Context, *CancelRunRequest) (*CancelRunResponse, error)
 	// StreamRunEvents streams a run's events from a sequence number on.
 	StreamRunEvents(*StreamRunEventsRequest, grpc.ServerStreamingServer[StreamRunEventsResponse]) error
+	// SendMessage continues a run's conversation with another user message.
+	SendMessage(context.Context, *SendMessageRequest) (*SendMessageResponse, error)
+	// ApproveStep lets a run waiting for approval perform the pending tool call.
+	ApproveStep(context.Context, *ApproveStepRequest) (*ApproveStepResponse, error)
+	// RejectStep refuses the pending tool call; the model is told why.
+	RejectStep(context.Context, *RejectStepRequest) (*RejectStepResponse, error)
+	// AcquireInputLease waits in a FIFO queue for the session's input lease.
+	AcquireInputLease(context.Context, *AcquireInputLeaseRequest) (*AcquireInputLeaseResponse, error)
+	// RenewInputLease extends a lease its holder still has.
+	RenewInputLease(context.Context, *RenewInputLeaseRequest) (*RenewInputLeaseResponse, error)
+	// ReleaseInputLease hands the lease to the next waiter.
+	ReleaseInputLease(context.Context, *ReleaseInputLeaseRequest) (*ReleaseInputLeaseResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -151,6 +241,24 @@ func (UnimplementedAgentServiceServer) CancelRun(context.Context, *CancelRunRequ
 }
 func (UnimplementedAgentServiceServer) StreamRunEvents(*StreamRunEventsRequest, grpc.ServerStreamingServer[StreamRunEventsResponse]) error {
 	return status.Error(codes.Unimplemented, "method StreamRunEvents not implemented")
+}
+func (UnimplementedAgentServiceServer) SendMessage(context.Context, *SendMessageRequest) (*SendMessageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SendMessage not implemented")
+}
+func (UnimplementedAgentServiceServer) ApproveStep(context.Context, *ApproveStepRequest) (*ApproveStepResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ApproveStep not implemented")
+}
+func (UnimplementedAgentServiceServer) RejectStep(context.Context, *RejectStepRequest) (*RejectStepResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RejectStep not implemented")
+}
+func (UnimplementedAgentServiceServer) AcquireInputLease(context.Context, *AcquireInputLeaseRequest) (*AcquireInputLeaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AcquireInputLease not implemented")
+}
+func (UnimplementedAgentServiceServer) RenewInputLease(context.Context, *RenewInputLeaseRequest) (*RenewInputLeaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RenewInputLease not implemented")
+}
+func (UnimplementedAgentServiceServer) ReleaseInputLease(context.Context, *ReleaseInputLeaseRequest) (*ReleaseInputLeaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseInputLease not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -256,6 +364,114 @@ func _AgentService_StreamRunEvents_Handler(srv interface{}, stream grpc.ServerSt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentService_StreamRunEventsServer = grpc.ServerStreamingServer[StreamRunEventsResponse]
 
+func _AgentService_SendMessage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SendMessageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).SendMessage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_SendMessage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).SendMessage(ctx, req.(*SendMessageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_ApproveStep_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApproveStepRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ApproveStep(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ApproveStep_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ApproveStep(ctx, req.(*ApproveStepRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_RejectStep_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RejectStepRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).RejectStep(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_RejectStep_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).RejectStep(ctx, req.(*RejectStepRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_AcquireInputLease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcquireInputLeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).AcquireInputLease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_AcquireInputLease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).AcquireInputLease(ctx, req.(*AcquireInputLeaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_RenewInputLease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewInputLeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).RenewInputLease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_RenewInputLease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).RenewInputLease(ctx, req.(*RenewInputLeaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_ReleaseInputLease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseInputLeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ReleaseInputLease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ReleaseInputLease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ReleaseInputLease(ctx, req.(*ReleaseInputLeaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -278,6 +494,30 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelRun",
 			Handler:    _AgentService_CancelRun_Handler,
+		},
+		{
+			MethodName: "SendMessage",
+			Handler:    _AgentService_SendMessage_Handler,
+		},
+		{
+			MethodName: "ApproveStep",
+			Handler:    _AgentService_ApproveStep_Handler,
+		},
+		{
+			MethodName: "RejectStep",
+			Handler:    _AgentService_RejectStep_Handler,
+		},
+		{
+			MethodName: "AcquireInputLease",
+			Handler:    _AgentService_AcquireInputLease_Handler,
+		},
+		{
+			MethodName: "RenewInputLease",
+			Handler:    _AgentService_RenewInputLease_Handler,
+		},
+		{
+			MethodName: "ReleaseInputLease",
+			Handler:    _AgentService_ReleaseInputLease_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,449 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
+	"github.com/deskgrid/deskgrid/services/agent/lease"
+	"github.com/deskgrid/deskgrid/services/agent/provider"
+	"github.com/deskgrid/deskgrid/services/agent/runlog"
+	"github.com/deskgrid/deskgrid/services/agent/store"
+	"github.com/deskgrid/deskgrid/services/agent/tools"
+)
+
+func (s *Service) sink() runlog.Sink {
+	if s.deps.Publisher == nil {
+		return nil
+	}
+	return runlog.PublisherSink{Publisher: s.deps.Publisher}
+}
+
+// CreateRun starts an agent loop on a session.
+func (s *Service) CreateRun(ctx context.Context, req *agentv1.CreateRunRequest) (*agentv1.CreateRunResponse, error) {
+	if req.GetSessionId() == "" || strings.ContainsAny(req.GetSessionId(), ".*> ") {
+		return nil, status.Error(codes.InvalidArgument, "session_id is required and may not contain '.', '*', '>' or spaces")
+	}
+	if req.GetPrompt() == "" {
+		return nil, status.Error(codes.InvalidArgument, "prompt is required")
+	}
+	if req.GetMaxSteps() < 0 {
+		return nil, status.Error(codes.InvalidArgument, "max_steps must not be negative")
+	}
+	if t := req.GetOptions().GetComputerTool(); t != "" && t != provider.Computer20250124 && t != provider.Computer20251124 {
+		return nil, status.Errorf(codes.InvalidArgument, "options.computer_tool must be %s or %s", provider.Computer20250124, provider.Computer20251124)
+	}
+	if s.deps.Display == nil || s.deps.Sandbox == nil {
+		return nil, status.Error(codes.FailedPrecondition, "this deskgrid has no display or sandbox service for agent runs")
+	}
+	name := req.GetProvider()
+	if name == "" {
+		name = s.cfg.DefaultProvider
+	}
+	if name == "google" {
+		name = "gemini"
+	}
+	model := req.GetModel()
+	if model == "" {
+		model = s.cfg.DefaultModels[name]
+	}
+	pcfg := provider.Config{Name: name, APIKey: req.GetApiKey(), BaseURL: req.GetBaseUrl()}
+	if pcfg.APIKey == "" {
+		pcfg.APIKey = s.cfg.APIKeys[name]
+	}
+	if pcfg.BaseURL == "" {
+		pcfg.BaseURL = s.cfg.BaseURLs[name]
+	}
+	if name == "anthropic" {
+		pcfg.Platform, pcfg.Region, pcfg.Project = s.cfg.AnthropicPlatform, s.cfg.CloudRegion, s.cfg.CloudProject
+	}
+	prov, err := s.deps.NewProvider(ctx, pcfg)
+	if err != nil {
+		if errors.Is(err, provider.ErrUnknownProvider) {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		return nil, status.Errorf(codes.InvalidArgument, "provider %s: %v", name, err)
+	}
+	if model == "" {
+		return nil, status.Errorf(codes.InvalidArgument, "model is required for provider %s", name)
+	}
+	maxSteps := req.GetMaxSteps()
+	if maxSteps == 0 {
+		maxSteps = int32(s.cfg.MaxSteps)
+	}
+	now := timestamppb.Now()
+	opts := req.GetOptions()
+	if opts == nil {
+		opts = &agentv1.RunOptions{}
+	}
+	rec := &agentv1.Run{
+		Id: newRunID(), SessionId: req.GetSessionId(), State: agentv1.RunState_RUN_STATE_QUEUED,
+		Provider: name, Model: model, Prompt: req.GetPrompt(), MaxSteps: maxSteps,
+		CreateTime: now, UpdateTime: now, Options: opts, Usage: &agentv1.Usage{},
+	}
+	if err := s.store.Create(ctx, rec); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "store run: %v", err)
+	}
+	r := s.newRun(rec, prov, 0)
+	r.conv = []provider.Message{provider.UserText(req.GetPrompt())}
+	r.log.Append(&agentv1.RunEvent{Event: &agentv1.RunEvent_State{State: agentv1.RunState_RUN_STATE_QUEUED}})
+	r.log.Append(&agentv1.RunEvent{Event: &agentv1.RunEvent_UserMessage{UserMessage: req.GetPrompt()}})
+	if err := s.admit(r); err != nil {
+		return nil, err
+	}
+	r.start()
+	return &agentv1.CreateRunResponse{Run: rec}, nil
+}
+
+func (s *Service) newRun(rec *agentv1.Run, prov provider.Provider, seq int64) *run {
+	r := &run{id: rec.GetId(), svc: s, prov: prov, rec: proto.Clone(rec).(*agentv1.Run)}
+	r.log = runlog.New(rec.GetSessionId(), rec.GetId(), seq, s.cfg.EventRing, 0, s.sink(), s.replayer)
+	r.exec = &tools.Executor{
+		Display: s.deps.Display, Sandbox: s.deps.Sandbox, SessionID: rec.GetSessionId(), BashTimeout: s.cfg.BashTimeout,
+		LeaseToken: func() int64 {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return r.lease.Token
+		},
+	}
+	if prov != nil && prov.Name() == "gemini" {
+		r.exec.Scale.Normalized = true
+	}
+	return r
+}
+
+func (s *Service) admit(r *run) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return status.Error(codes.Unavailable, "the agent service is shutting down")
+	}
+	s.runs[r.id] = r
+	return nil
+}
+
+// forgetLater drops a finished run's in-memory state after a while; its
+// record stays in the store and its events in the event stream.
+func (s *Service) forgetLater(r *run) {
+	time.AfterFunc(s.cfg.FinishedRunTTL, func() {
+		r.mu.Lock()
+		st := r.rec.GetState()
+		r.mu.Unlock()
+		if !terminal(st) {
+			return
+		}
+		s.mu.Lock()
+		if s.runs[r.id] == r {
+			delete(s.runs, r.id)
+		}
+		s.mu.Unlock()
+	})
+}
+
+func (s *Service) live(id string) *run {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.runs[id]
+}
+
+func (s *Service) getRun(ctx context.Context, id string) (*agentv1.Run, error) {
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "run_id is required")
+	}
+	if r := s.live(id); r != nil {
+		return r.snapshot(), nil
+	}
+	rec, err := s.store.Get(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, status.Errorf(codes.NotFound, "run %s not found", id)
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "read run %s: %v", id, err)
+	}
+	return rec, nil
+}
+
+// GetRun returns one run.
+func (s *Service) GetRun(ctx context.Context, req *agentv1.GetRunRequest) (*agentv1.GetRunResponse, error) {
+	rec, err := s.getRun(ctx, req.GetRunId())
+	if err != nil {
+		return nil, err
+	}
+	return &agentv1.GetRunResponse{Run: rec}, nil
+}
+
+// ListRuns lists a session's runs, newest first.
+func (s *Service) ListRuns(ctx context.Context, req *agentv1.ListRunsRequest) (*agentv1.ListRunsResponse, error) {
+	if req.GetSessionId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "session_id is required")
+	}
+	if req.GetPageSize() < 0 || req.GetPageSize() > 1000 {
+		return nil, status.Error(codes.InvalidArgument, "page_size must be between 0 and 1000")
+	}
+	runs, next, err := s.store.List(ctx, req.GetSessionId(), int(req.GetPageSize()), req.GetPageToken())
+	if errors.Is(err, store.ErrInvalidPageToken) {
+		return nil, status.Error(codes.InvalidArgument, "page_token is not valid")
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "list runs: %v", err)
+	}
+	for i, rec := range runs {
+		if r := s.live(rec.GetId()); r != nil {
+			runs[i] = r.snapshot()
+		}
+	}
+	return &agentv1.ListRunsResponse{Runs: runs, NextPageToken: next}, nil
+}
+
+// CancelRun stops a run: the provider call and the running tool.
+func (s *Service) CancelRun(ctx context.Context, req *agentv1.CancelRunRequest) (*agentv1.CancelRunResponse, error) {
+	rec, err := s.getRun(ctx, req.GetRunId())
+	if err != nil {
+		return nil, err
+	}
+	r := s.live(rec.GetId())
+	if r == nil || terminal(rec.GetState()) {
+		return &agentv1.CancelRunResponse{Run: rec}, nil
+	}
+	r.mu.Lock()
+	cancel, done := r.cancel, r.done
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	return &agentv1.CancelRunResponse{Run: r.snapshot()}, nil
+}
+
+// SendMessage continues a run's conversation.
+func (s *Service) SendMessage(ctx context.Context, req *agentv1.SendMessageRequest) (*agentv1.SendMessageResponse, error) {
+	if strings.TrimSpace(req.GetText()) == "" {
+		return nil, status.Error(codes.InvalidArgument, "text is required")
+	}
+	rec, err := s.getRun(ctx, req.GetRunId())
+	if err != nil {
+		return nil, err
+	}
+	r := s.live(rec.GetId())
+	if r == nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "run %s is no longer loaded in this agent service; start a new run", rec.GetId())
+	}
+	r.mu.Lock()
+	if !terminal(r.rec.GetState()) {
+		// Delivered with the next tool results, or when the model stops.
+		r.inbox = append(r.inbox, req.GetText())
+		r.mu.Unlock()
+		r.log.Append(&agentv1.RunEvent{Event: &agentv1.RunEvent_UserMessage{UserMessage: req.GetText()}})
+		return &agentv1.SendMessageResponse{Run: r.snapshot()}, nil
+	}
+	done := r.done
+	r.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+	r.mu.Lock()
+	r.conv = append(r.conv, provider.UserText(req.GetText()))
+	r.rec.State = agentv1.RunState_RUN_STATE_QUEUED
+	r.rec.StateReason = ""
+	r.rec.Steps = 0
+	r.mu.Unlock()
+	r.log.Reopen(s.sink())
+	r.log.Append(&agentv1.RunEvent{Event: &agentv1.RunEvent_UserMessage{UserMessage: req.GetText()}})
+	r.start()
+	return &agentv1.SendMessageResponse{Run: r.snapshot()}, nil
+}
+
+func (s *Service) decide(ctx context.Context, runID, callID string, d decision) (*agentv1.Run, error) {
+	rec, err := s.getRun(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	r := s.live(rec.GetId())
+	if r == nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "run %s is not waiting for approval", runID)
+	}
+	r.mu.Lock()
+	ch, pending := r.decision, r.rec.GetPendingToolCall()
+	if ch == nil || pending == nil || r.rec.GetState() != agentv1.RunState_RUN_STATE_WAITING_APPROVAL {
+		r.mu.Unlock()
+		return nil, status.Errorf(codes.FailedPrecondition, "run %s is not waiting for approval", runID)
+	}
+	if callID != "" && callID != pending.GetId() {
+		r.mu.Unlock()
+		return nil, status.Errorf(codes.FailedPrecondition, "the pending tool call is %s, not %s", pending.GetId(), callID)
+	}
+	d.callID = pending.GetId()
+	select {
+	case ch <- d:
+	default:
+		r.mu.Unlock()
+		return nil, status.Errorf(codes.FailedPrecondition, "tool call %s was already decided", pending.GetId())
+	}
+	r.mu.Unlock()
+	// Answer once the run has moved on, so the caller sees the new state.
+	deadline := time.NewTimer(5 * time.Second)
+	defer deadline.Stop()
+	for {
+		snap := r.snapshot()
+		if snap.GetState() != agentv1.RunState_RUN_STATE_WAITING_APPROVAL || snap.GetPendingToolCall().GetId() != d.callID {
+			return snap, nil
+		}
+		select {
+		case <-deadline.C:
+			return snap, nil
+		case <-ctx.Done():
+			return snap, nil
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// ApproveStep lets the pending tool call run.
+func (s *Service) ApproveStep(ctx context.Context, req *agentv1.ApproveStepRequest) (*agentv1.ApproveStepResponse, error) {
+	rec, err := s.decide(ctx, req.GetRunId(), req.GetToolCallId(), decision{ok: true})
+	if err != nil {
+		return nil, err
+	}
+	return &agentv1.ApproveStepResponse{Run: rec}, nil
+}
+
+// RejectStep refuses the pending tool call.
+func (s *Service) RejectStep(ctx context.Context, req *agentv1.RejectStepRequest) (*agentv1.RejectStepResponse, error) {
+	rec, err := s.decide(ctx, req.GetRunId(), req.GetToolCallId(), decision{reason: req.GetReason()})
+	if err != nil {
+		return nil, err
+	}
+	return &agentv1.RejectStepResponse{Run: rec}, nil
+}
+
+// StreamRunEvents streams a run's events after a sequence number, live
+// until the run finishes.
+func (s *Service) StreamRunEvents(req *agentv1.StreamRunEventsRequest, stream grpc.ServerStreamingServer[agentv1.StreamRunEventsResponse]) error {
+	ctx := stream.Context()
+	if req.GetAfterSequence() < 0 {
+		return status.Error(codes.InvalidArgument, "after_sequence must not be negative")
+	}
+	rec, err := s.getRun(ctx, req.GetRunId())
+	if err != nil {
+		return err
+	}
+	send := func(ev *agentv1.RunEvent) error {
+		return stream.Send(&agentv1.StreamRunEventsResponse{Event: ev})
+	}
+	if r := s.live(rec.GetId()); r != nil {
+		err := r.log.Read(ctx, req.GetAfterSequence(), send)
+		return streamErr(ctx, err)
+	}
+	// Not in this process: the event stream has the run's events.
+	if s.replayer == nil {
+		return status.Errorf(codes.OutOfRange, "the events of run %s are no longer kept", rec.GetId())
+	}
+	err = s.replayer.Replay(ctx, rec.GetSessionId(), rec.GetId(), req.GetAfterSequence(), 0, send)
+	return streamErr(ctx, err)
+}
+
+func streamErr(ctx context.Context, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	case errors.Is(err, runlog.ErrGone):
+		return status.Error(codes.OutOfRange, err.Error())
+	case status.Code(err) != codes.Unknown:
+		return err
+	default:
+		return status.Errorf(codes.Unavailable, "stream run events: %v", err)
+	}
+}
+
+func leaseProto(l lease.Lease) *agentv1.InputLease {
+	return &agentv1.InputLease{SessionId: l.SessionID, Holder: l.Holder, Token: l.Token, ExpireTime: timestamppb.New(l.Expires)}
+}
+
+func leaseErr(err error) error {
+	switch {
+	case errors.Is(err, lease.ErrInvalid):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, lease.ErrNotHolder):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	default:
+		return status.Errorf(codes.Unavailable, "input lease: %v", err)
+	}
+}
+
+func checkTTL(d interface{ AsDuration() time.Duration }, name string) (time.Duration, error) {
+	if d == nil {
+		return 0, nil
+	}
+	v := d.AsDuration()
+	if v < 0 || v > time.Hour {
+		return 0, status.Errorf(codes.InvalidArgument, "%s must be between 0 and 1h", name)
+	}
+	return v, nil
+}
+
+// AcquireInputLease waits for the session's input lease.
+func (s *Service) AcquireInputLease(ctx context.Context, req *agentv1.AcquireInputLeaseRequest) (*agentv1.AcquireInputLeaseResponse, error) {
+	ttl, err := checkTTL(req.GetTtl(), "ttl")
+	if err != nil {
+		return nil, err
+	}
+	wait, err := checkTTL(req.GetWait(), "wait")
+	if err != nil {
+		return nil, err
+	}
+	if wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, wait)
+		defer cancel()
+	}
+	l, err := s.leases.Acquire(ctx, req.GetSessionId(), req.GetHolder(), ttl)
+	if err != nil {
+		return nil, leaseErr(err)
+	}
+	return &agentv1.AcquireInputLeaseResponse{Lease: leaseProto(l)}, nil
+}
+
+// RenewInputLease extends a held lease.
+func (s *Service) RenewInputLease(ctx context.Context, req *agentv1.RenewInputLeaseRequest) (*agentv1.RenewInputLeaseResponse, error) {
+	ttl, err := checkTTL(req.GetTtl(), "ttl")
+	if err != nil {
+		return nil, err
+	}
+	l, err := s.leases.Renew(ctx, req.GetSessionId(), req.GetHolder(), req.GetToken(), ttl)
+	if err != nil {
+		return nil, leaseErr(err)
+	}
+	return &agentv1.RenewInputLeaseResponse{Lease: leaseProto(l)}, nil
+}
+
+// ReleaseInputLease gives a lease up.
+func (s *Service) ReleaseInputLease(ctx context.Context, req *agentv1.ReleaseInputLeaseRequest) (*agentv1.ReleaseInputLeaseResponse, error) {
+	if req.GetSessionId() == "" || req.GetHolder() == "" {
+		return nil, status.Error(codes.InvalidArgument, "session_id and holder are required")
+	}
+	if err := s.leases.Release(ctx, req.GetSessionId(), req.GetHolder(), req.GetToken()); err != nil {
+		return nil, leaseErr(err)
+	}
+	return &agentv1.ReleaseInputLeaseResponse{}, nil
+}
+
+var _ = fmt.Sprintf

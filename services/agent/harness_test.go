@@ -1,0 +1,242 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"image"
+	"image/png"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/agent/provider"
+)
+
+// fakeNode is a display and sandbox service that records what it is asked
+// and keeps files in memory; it fences input by lease token like the display.
+type fakeNode struct {
+	displayv1.UnimplementedDisplayServiceServer
+	sandboxv1.UnimplementedSandboxServiceServer
+	mu      sync.Mutex
+	actions []*displayv1.Action
+	tokens  []int64
+	execs   [][]string
+	files   map[string][]byte
+	png     []byte
+	token   int64
+	block   chan struct{} // when set, Exec waits for it or the call's end
+}
+
+func newFakeNode() *fakeNode {
+	img := image.NewRGBA(image.Rect(0, 0, 1280, 800))
+	var b bytes.Buffer
+	_ = png.Encode(&b, img)
+	return &fakeNode{files: map[string][]byte{}, png: b.Bytes()}
+}
+
+func (f *fakeNode) GetDisplay(_ context.Context, req *displayv1.GetDisplayRequest) (*displayv1.GetDisplayResponse, error) {
+	return &displayv1.GetDisplayResponse{Display: &displayv1.Display{SessionId: req.GetSessionId(), Width: 1280, Height: 800}}, nil
+}
+
+func (f *fakeNode) shot() *displayv1.ScreenshotResponse {
+	return &displayv1.ScreenshotResponse{ContentType: "image/png", Data: f.png, Width: 1280, Height: 800}
+}
+
+func (f *fakeNode) Screenshot(context.Context, *displayv1.ScreenshotRequest) (*displayv1.ScreenshotResponse, error) {
+	return f.shot(), nil
+}
+
+func (f *fakeNode) PerformActions(_ context.Context, req *displayv1.PerformActionsRequest) (*displayv1.PerformActionsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if req.GetLeaseToken() < f.token || (f.token > 0 && req.GetLeaseToken() == 0) {
+		return nil, status.Errorf(codes.FailedPrecondition, "input lease token %d is older than %d", req.GetLeaseToken(), f.token)
+	}
+	f.token = req.GetLeaseToken()
+	f.tokens = append(f.tokens, req.GetLeaseToken())
+	f.actions = append(f.actions, req.GetActions()...)
+	resp := &displayv1.PerformActionsResponse{Cursor: &displayv1.Point{X: 10, Y: 20}}
+	if req.GetScreenshot() {
+		resp.Screenshot = f.shot()
+	}
+	return resp, nil
+}
+
+func (f *fakeNode) Exec(req *sandboxv1.ExecRequest, stream grpc.ServerStreamingServer[sandboxv1.ExecResponse]) error {
+	f.mu.Lock()
+	f.execs = append(f.execs, req.GetArgv())
+	block := f.block
+	f.mu.Unlock()
+	if block != nil {
+		select {
+		case <-block:
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		}
+	}
+	out := "ran: " + req.GetArgv()[len(req.GetArgv())-1] + "\n"
+	if err := stream.Send(&sandboxv1.ExecResponse{Output: &sandboxv1.ExecResponse_Stdout{Stdout: []byte(out)}}); err != nil {
+		return err
+	}
+	return stream.Send(&sandboxv1.ExecResponse{Output: &sandboxv1.ExecResponse_Exit{Exit: &sandboxv1.ExecExit{}}})
+}
+
+func (f *fakeNode) ReadFile(_ context.Context, req *sandboxv1.ReadFileRequest) (*sandboxv1.ReadFileResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, ok := f.files[req.GetPath()]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "%s: no such file", req.GetPath())
+	}
+	return &sandboxv1.ReadFileResponse{Content: b}, nil
+}
+
+func (f *fakeNode) WriteFile(_ context.Context, req *sandboxv1.WriteFileRequest) (*sandboxv1.WriteFileResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.files[req.GetPath()] = append([]byte(nil), req.GetContent()...)
+	return &sandboxv1.WriteFileResponse{}, nil
+}
+
+func (f *fakeNode) file(p string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return string(f.files[p])
+}
+
+// startNode serves f over a loopback gRPC server and returns a connection.
+func startNode(t testing.TB, f *fakeNode) *grpc.ClientConn {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	displayv1.RegisterDisplayServiceServer(srv, f)
+	sandboxv1.RegisterSandboxServiceServer(srv, f)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// scripted is a provider answering with a fixed list of turns.
+type scripted struct {
+	mu    sync.Mutex
+	turns []func(req provider.Request) (*provider.Response, error)
+	reqs  []provider.Request
+	block chan struct{}
+}
+
+func (p *scripted) Name() string                     { return "scripted" }
+func (p *scripted) DefaultScreen(w, h int) (int, int) { return w, h }
+func (p *scripted) Turn(ctx context.Context, req provider.Request, onDelta func(provider.Delta)) (*provider.Response, error) {
+	p.mu.Lock()
+	p.reqs = append(p.reqs, req)
+	i := len(p.reqs) - 1
+	block := p.block
+	p.mu.Unlock()
+	if block != nil {
+		select {
+		case <-block:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if i >= len(p.turns) {
+		return &provider.Response{Message: provider.Message{Role: provider.RoleAssistant, Blocks: []provider.Block{{Kind: provider.BlockText, Text: "done"}}}, StopReason: "end_turn"}, nil
+	}
+	resp, err := p.turns[i](req)
+	if resp != nil {
+		onDelta(provider.Delta{Kind: provider.DeltaText, Text: resp.Message.Text()})
+	}
+	return resp, err
+}
+
+func toolTurn(calls ...*provider.ToolCall) func(provider.Request) (*provider.Response, error) {
+	return func(provider.Request) (*provider.Response, error) {
+		m := provider.Message{Role: provider.RoleAssistant}
+		for _, c := range calls {
+			m.Blocks = append(m.Blocks, provider.Block{Kind: provider.BlockToolCall, ToolCall: c})
+		}
+		return &provider.Response{Message: m, StopReason: "tool_use", Usage: provider.Usage{InputTokens: 100, OutputTokens: 10}}, nil
+	}
+}
+
+type harness struct {
+	svc    *Service
+	node   *fakeNode
+	client agentv1.AgentServiceClient
+}
+
+func newHarness(t testing.TB, cfg Config, newProv func(context.Context, provider.Config) (provider.Provider, error), mut ...func(*Deps)) *harness {
+	node := newFakeNode()
+	conn := startNode(t, node)
+	deps := Deps{Display: displayv1.NewDisplayServiceClient(conn), Sandbox: sandboxv1.NewSandboxServiceClient(conn), NewProvider: newProv}
+	for _, m := range mut {
+		m(&deps)
+	}
+	svc, err := New(context.Background(), cfg, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	svc.Register(srv)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Stop()
+		_ = svc.Close(ctx)
+	})
+	conn2, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn2.Close() })
+	return &harness{svc: svc, node: node, client: agentv1.NewAgentServiceClient(conn2)}
+}
+
+func fixed(p provider.Provider) func(context.Context, provider.Config) (provider.Provider, error) {
+	return func(context.Context, provider.Config) (provider.Provider, error) { return p, nil }
+}
+
+// waitState polls GetRun until the run is in one of states.
+func waitState(t testing.TB, c agentv1.AgentServiceClient, id string, states ...agentv1.RunState) *agentv1.Run {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, err := c.GetRun(context.Background(), &agentv1.GetRunRequest{RunId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range states {
+			if r.GetRun().GetState() == s {
+				return r.GetRun()
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s is %v (%s), want %v", id, r.GetRun().GetState(), r.GetRun().GetStateReason(), states)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func durationMs(ms int) *durationpb.Duration { return durationpb.New(time.Duration(ms) * time.Millisecond) }

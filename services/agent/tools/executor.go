@@ -1,0 +1,247 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"image"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/agent/provider"
+)
+
+// Executor runs one run's tool calls on its session.
+type Executor struct {
+	Display   displayv1.DisplayServiceClient
+	Sandbox   sandboxv1.SandboxServiceClient
+	SessionID string
+	// Scale maps model coordinates to the display; DisplayW/H are filled
+	// from the display on first use when zero.
+	Scale Scale
+	// LeaseToken returns the fencing token for input; nil sends none.
+	LeaseToken func() int64
+	// BashTimeout bounds one command; 0 means 2 minutes.
+	BashTimeout time.Duration
+	// MaxOutput bounds the text returned to the model; 0 means 32 KiB.
+	MaxOutput int
+
+	mu   sync.Mutex
+	undo map[string][][]byte
+}
+
+// Result is what a tool call produced.
+type Result struct {
+	Text    string
+	Image   *provider.Image
+	IsError bool
+	// Width and Height of Image.
+	Width, Height int
+}
+
+// ErrStaleLease is returned when the display refused input for an old lease.
+var ErrStaleLease = errors.New("input lease lost")
+
+// Run executes call. Errors the model can correct come back as an error
+// Result; a returned error means the run cannot go on (cancelled, lease lost).
+func (e *Executor) Run(ctx context.Context, call *provider.ToolCall) (Result, error) {
+	var (
+		r   Result
+		err error
+	)
+	switch call.Name {
+	case provider.ToolComputer:
+		r, err = e.computer(ctx, call)
+	case provider.ToolBash:
+		r, err = e.bash(ctx, call.Input)
+	case provider.ToolEditor:
+		r, err = e.edit(ctx, call.Input)
+	default:
+		return Result{Text: fmt.Sprintf("unknown tool %q", call.Name), IsError: true}, nil
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return Result{}, ctx.Err()
+		}
+		if status.Code(err) == codes.FailedPrecondition && strings.Contains(err.Error(), "lease") {
+			return Result{}, fmt.Errorf("%w: %v", ErrStaleLease, status.Convert(err).Message())
+		}
+		if s, ok := status.FromError(err); ok {
+			return Result{Text: s.Message(), IsError: true}, nil
+		}
+		return Result{Text: err.Error(), IsError: true}, nil
+	}
+	if max := e.maxOutput(); len(r.Text) > max {
+		r.Text = r.Text[:max] + "\n[output truncated]"
+	}
+	return r, nil
+}
+
+func (e *Executor) maxOutput() int {
+	if e.MaxOutput > 0 {
+		return e.MaxOutput
+	}
+	return 32 << 10
+}
+
+func (e *Executor) ensureSize(ctx context.Context) error {
+	if e.Scale.DisplayW > 0 {
+		return nil
+	}
+	d, err := e.Display.GetDisplay(ctx, &displayv1.GetDisplayRequest{SessionId: e.SessionID})
+	if err != nil {
+		return err
+	}
+	e.Scale.DisplayW, e.Scale.DisplayH = int(d.GetDisplay().GetWidth()), int(d.GetDisplay().GetHeight())
+	if e.Scale.ModelW == 0 {
+		e.Scale.ModelW, e.Scale.ModelH = e.Scale.DisplayW, e.Scale.DisplayH
+	}
+	return nil
+}
+
+// DisplaySize returns the display's size, asking the display once.
+func (e *Executor) DisplaySize(ctx context.Context) (int, int, error) {
+	if err := e.ensureSize(ctx); err != nil {
+		return 0, 0, err
+	}
+	return e.Scale.DisplayW, e.Scale.DisplayH, nil
+}
+
+func (e *Executor) computer(ctx context.Context, call *provider.ToolCall) (Result, error) {
+	if err := e.ensureSize(ctx); err != nil {
+		return Result{}, err
+	}
+	plan, err := Decode(call, e.Scale)
+	if err != nil {
+		return Result{Text: err.Error(), IsError: true}, nil
+	}
+	var shot *displayv1.ScreenshotResponse
+	var cursor *displayv1.Point
+	if len(plan.Actions) > 0 || plan.CursorOnly {
+		req := &displayv1.PerformActionsRequest{SessionId: e.SessionID, Actions: plan.Actions, Screenshot: plan.Screenshot && plan.Zoom == nil}
+		if e.LeaseToken != nil {
+			req.LeaseToken = e.LeaseToken()
+		}
+		resp, err := e.Display.PerformActions(ctx, req)
+		if err != nil {
+			return Result{}, err
+		}
+		shot, cursor = resp.GetScreenshot(), resp.GetCursor()
+	}
+	if plan.CursorOnly {
+		x, y := e.Scale.ToModel(cursor)
+		return Result{Text: fmt.Sprintf("X=%d,Y=%d", x, y)}, nil
+	}
+	if shot == nil || len(shot.GetData()) == 0 {
+		shot, err = e.Display.Screenshot(ctx, &displayv1.ScreenshotRequest{SessionId: e.SessionID, Format: displayv1.ImageFormat_IMAGE_FORMAT_PNG})
+		if err != nil {
+			return Result{}, err
+		}
+	}
+	return e.screenshotResult(shot, plan.Zoom)
+}
+
+// Screenshot returns the screen as the model sees it.
+func (e *Executor) Screenshot(ctx context.Context) (Result, error) {
+	if err := e.ensureSize(ctx); err != nil {
+		return Result{}, err
+	}
+	shot, err := e.Display.Screenshot(ctx, &displayv1.ScreenshotRequest{SessionId: e.SessionID, Format: displayv1.ImageFormat_IMAGE_FORMAT_PNG})
+	if err != nil {
+		return Result{}, err
+	}
+	return e.screenshotResult(shot, nil)
+}
+
+func (e *Executor) screenshotResult(shot *displayv1.ScreenshotResponse, zoom *displayv1.Rect) (Result, error) {
+	w, h := e.Scale.ModelW, e.Scale.ModelH
+	if w == 0 {
+		w, h = int(shot.GetWidth()), int(shot.GetHeight())
+	}
+	data := shot.GetData()
+	if zoom != nil || int(shot.GetWidth()) != w || int(shot.GetHeight()) != h {
+		var crop *image.Rectangle
+		if zoom != nil {
+			r := image.Rect(int(zoom.X), int(zoom.Y), int(zoom.X+zoom.Width), int(zoom.Y+zoom.Height))
+			crop = &r
+		}
+		var err error
+		if data, err = scalePNG(data, crop, w, h); err != nil {
+			return Result{Text: err.Error(), IsError: true}, nil
+		}
+	}
+	ct := shot.GetContentType()
+	if ct == "" {
+		ct = "image/png"
+	}
+	return Result{Image: &provider.Image{MediaType: ct, Data: data}, Width: w, Height: h}, nil
+}
+
+type bashInput struct {
+	Command string `json:"command"`
+	Restart bool   `json:"restart"`
+}
+
+func (e *Executor) bash(ctx context.Context, raw json.RawMessage) (Result, error) {
+	var in bashInput
+	if err := json.Unmarshal(raw, &in); err != nil {
+		return Result{Text: "bash input is not valid JSON", IsError: true}, nil
+	}
+	if in.Restart {
+		return Result{Text: "tool has been restarted."}, nil
+	}
+	if strings.TrimSpace(in.Command) == "" {
+		return Result{Text: "command is required", IsError: true}, nil
+	}
+	timeout := e.BashTimeout
+	if timeout <= 0 {
+		timeout = 2 * time.Minute
+	}
+	stream, err := e.Sandbox.Exec(ctx, &sandboxv1.ExecRequest{SessionId: e.SessionID, Argv: []string{"bash", "-lc", in.Command}, Timeout: durationpb.New(timeout)})
+	if err != nil {
+		return Result{}, err
+	}
+	var out strings.Builder
+	var exit *sandboxv1.ExecExit
+	for {
+		m, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return Result{}, err
+		}
+		switch o := m.GetOutput().(type) {
+		case *sandboxv1.ExecResponse_Stdout:
+			if out.Len() < e.maxOutput()+1 {
+				out.Write(o.Stdout)
+			}
+		case *sandboxv1.ExecResponse_Stderr:
+			if out.Len() < e.maxOutput()+1 {
+				out.Write(o.Stderr)
+			}
+		case *sandboxv1.ExecResponse_Exit:
+			exit = o.Exit
+		}
+	}
+	r := Result{Text: out.String()}
+	switch {
+	case exit == nil:
+	case exit.GetTimedOut():
+		r.Text += fmt.Sprintf("\n[timed out after %s]", timeout)
+		r.IsError = true
+	case exit.GetExitCode() != 0:
+		r.Text += fmt.Sprintf("\n[exit code %d]", exit.GetExitCode())
+		r.IsError = true
+	}
+	return r, nil
+}
