@@ -3,9 +3,11 @@ package history_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -470,5 +472,74 @@ func TestNewRPCValidation(t *testing.T) {
 				t.Fatalf("code %v (%v); want %v", status.Code(err), err, tc.code)
 			}
 		})
+	}
+}
+
+// TestSweeperRunsInBackground checks that the sweeper applies retention by
+// itself every SweepInterval, and stops with the service.
+func TestSweeperRunsInBackground(t *testing.T) {
+	e := newEnv(t)
+	st := storetest.SQLite(t)
+	cfg := testConfig()
+	cfg.SweepInterval = 20 * time.Millisecond
+	cfg.RetentionMaxEntriesPerTenant = 3
+	svc := startService(t, e, st, cfg)
+	publish(t, e, "s1", 10)
+	waitFor(t, "the sweeper to trim the tenant to 3 entries", func() bool {
+		rows, _ := storetest.Count(t, st)
+		return svc.IngestStats().Stored == 10 && rows == 3
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := svc.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// failingBlobs refuses the first puts, as an object store that is down.
+type failingBlobs struct {
+	blob.Store
+	mu    sync.Mutex
+	fails int
+}
+
+func (f *failingBlobs) Put(ctx context.Context, data []byte) (string, error) {
+	f.mu.Lock()
+	fail := f.fails > 0
+	if fail {
+		f.fails--
+	}
+	f.mu.Unlock()
+	if fail {
+		return "", errors.New("object store unavailable")
+	}
+	return f.Store.Put(ctx, data)
+}
+
+// TestBlobStoreFailureRedelivers checks that a screenshot whose bytes could
+// not be kept is not acknowledged: it comes back and is stored later.
+func TestBlobStoreFailureRedelivers(t *testing.T) {
+	e := newEnv(t)
+	st := storetest.SQLite(t)
+	dir, err := blob.OpenDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	blobs := &failingBlobs{Store: dir, fails: 2}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	svc, err := history.New(ctx, testConfig(), history.Deps{Logger: testLogger(t), Store: st, JS: e.js, Blobs: blobs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Close(context.Background()) })
+	publishRun(t, e, "acme", "s1", "r1", "agent.screenshot.v1", &historyv1.AgentScreenshot{Data: png})
+	waitCount(t, st, 1)
+	if got := svc.IngestStats().StoreFailures; got != 2 {
+		t.Errorf("%d failures; want 2", got)
+	}
+	got, err := client(t, svc).GetBlob(ctx, &historyv1.GetBlobRequest{Hash: blob.Hash(png)})
+	if err != nil || !bytes.Equal(got.GetData(), png) {
+		t.Fatalf("blob: %v", err)
 	}
 }

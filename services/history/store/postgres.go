@@ -19,9 +19,9 @@ var postgresDialect = dialect{
 		var t time.Time
 		return &t, func() time.Time { return t.UTC() }
 	},
-	timeArg:     func(t time.Time) any { return t.UTC() },
-	insertRows:  postgresInsert,
-	searchFrom:  "history_entries e",
+	timeArg:    func(t time.Time) any { return t.UTC() },
+	insertRows: postgresInsert,
+	searchFrom: "history_entries e",
 	// The text condition lets PostgreSQL use the partial GIN index.
 	searchMatch: func(p string) string { return "e.text != '' AND e.text_tsv @@ plainto_tsquery('english', " + p + ")" },
 	searchPK:    "e.pk",
