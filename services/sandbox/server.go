@@ -3,8 +3,10 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"io"
 	"io/fs"
 	"sort"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -67,8 +69,12 @@ func (s *Service) toStatus(ctx context.Context, op string, err error) error {
 			return status.Errorf(codes.NotFound, "%s does not exist in the sandbox", pe.Path)
 		}
 		return status.Error(codes.NotFound, "no such file in the sandbox")
+	case errors.Is(err, syscall.ENOTEMPTY):
+		return status.Error(codes.FailedPrecondition, err.Error()+": the directory is not empty; ask for a recursive delete")
 	case errors.Is(err, fs.ErrExist):
 		return status.Error(codes.AlreadyExists, err.Error())
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return status.Error(codes.ResourceExhausted, op+": the session's disk is full; free space or ask for a larger disk_bytes")
 	}
 	s.log.ErrorContext(ctx, "sandbox call failed", "op", op, "error", err)
 	return status.Errorf(codes.Internal, "%s failed on the node; see its logs", op)
@@ -142,13 +148,7 @@ func (g *server) ListFiles(ctx context.Context, req *sandboxv1.ListFilesRequest)
 	}
 	out := make([]*sandboxv1.FileInfo, 0, len(infos))
 	for _, fi := range infos {
-		out = append(out, &sandboxv1.FileInfo{
-			Name:       fi.Name(),
-			Size:       fi.Size(),
-			Mode:       uint32(fi.Mode().Perm()),
-			IsDir:      fi.IsDir(),
-			ModifyTime: timestamppb.New(fi.ModTime().UTC().Truncate(time.Microsecond)),
-		})
+		out = append(out, fileInfo(fi))
 	}
 	return &sandboxv1.ListFilesResponse{Files: out}, nil
 }
@@ -274,4 +274,85 @@ func (g *server) RestartShell(ctx context.Context, req *sandboxv1.RestartShellRe
 		return nil, g.s.toStatus(ctx, "restart shell", err)
 	}
 	return &sandboxv1.RestartShellResponse{}, nil
+}
+
+func fileInfo(fi fs.FileInfo) *sandboxv1.FileInfo {
+	return &sandboxv1.FileInfo{
+		Name:       fi.Name(),
+		Size:       fi.Size(),
+		Mode:       uint32(fi.Mode().Perm()),
+		IsDir:      fi.IsDir(),
+		ModifyTime: timestamppb.New(fi.ModTime().UTC().Truncate(time.Microsecond)),
+	}
+}
+
+func (g *server) UploadFile(stream grpc.ClientStreamingServer[sandboxv1.UploadFileRequest, sandboxv1.UploadFileResponse]) error {
+	ctx := stream.Context()
+	first, err := stream.Recv()
+	if err != nil {
+		return g.s.toStatus(ctx, "upload file", err)
+	}
+	hdr := first.GetHeader()
+	if hdr == nil {
+		return status.Error(codes.InvalidArgument, "the first upload message must be the header naming the file")
+	}
+	fi, err := g.s.upload(hdr.GetSessionId(), hdr.GetPath(), fs.FileMode(hdr.GetMode()), func() ([]byte, error) {
+		msg, err := stream.Recv()
+		if err != nil {
+			return nil, err
+		}
+		if msg.GetHeader() != nil {
+			return nil, coded(codes.InvalidArgument, "only the first upload message may be a header")
+		}
+		return msg.GetChunk(), nil
+	})
+	if err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			err = coded(codes.Canceled, "upload ended early")
+		}
+		return g.s.toStatus(ctx, "upload file", err)
+	}
+	return stream.SendAndClose(&sandboxv1.UploadFileResponse{File: fileInfo(fi)})
+}
+
+func (g *server) DownloadFile(req *sandboxv1.DownloadFileRequest, stream grpc.ServerStreamingServer[sandboxv1.DownloadFileResponse]) error {
+	ctx := stream.Context()
+	err := g.s.download(req.GetSessionId(), req.GetPath(), func(fi fs.FileInfo) error {
+		return stream.Send(&sandboxv1.DownloadFileResponse{Data: &sandboxv1.DownloadFileResponse_Info{Info: fileInfo(fi)}})
+	}, func(p []byte) error {
+		return stream.Send(&sandboxv1.DownloadFileResponse{Data: &sandboxv1.DownloadFileResponse_Chunk{Chunk: p}})
+	})
+	if err != nil {
+		return g.s.toStatus(ctx, "download file", err)
+	}
+	return nil
+}
+
+func (g *server) StatFile(ctx context.Context, req *sandboxv1.StatFileRequest) (*sandboxv1.StatFileResponse, error) {
+	fi, err := g.s.statFile(req.GetSessionId(), req.GetPath())
+	if err != nil {
+		return nil, g.s.toStatus(ctx, "stat file", err)
+	}
+	return &sandboxv1.StatFileResponse{File: fileInfo(fi)}, nil
+}
+
+func (g *server) MakeDirectory(ctx context.Context, req *sandboxv1.MakeDirectoryRequest) (*sandboxv1.MakeDirectoryResponse, error) {
+	if err := g.s.makeDirectory(req.GetSessionId(), req.GetPath(), fs.FileMode(req.GetMode()), req.GetParents()); err != nil {
+		return nil, g.s.toStatus(ctx, "make directory", err)
+	}
+	return &sandboxv1.MakeDirectoryResponse{}, nil
+}
+
+func (g *server) MoveFile(ctx context.Context, req *sandboxv1.MoveFileRequest) (*sandboxv1.MoveFileResponse, error) {
+	if err := g.s.moveFile(req.GetSessionId(), req.GetFromPath(), req.GetToPath(), req.GetOverwrite()); err != nil {
+		return nil, g.s.toStatus(ctx, "move file", err)
+	}
+	return &sandboxv1.MoveFileResponse{}, nil
+}
+
+func (g *server) DeleteFile(ctx context.Context, req *sandboxv1.DeleteFileRequest) (*sandboxv1.DeleteFileResponse, error) {
+	if err := g.s.deleteFile(req.GetSessionId(), req.GetPath(), req.GetRecursive()); err != nil {
+		return nil, g.s.toStatus(ctx, "delete file", err)
+	}
+	return &sandboxv1.DeleteFileResponse{}, nil
 }

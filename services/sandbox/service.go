@@ -54,6 +54,8 @@ type Config struct {
 	ExecChunkBytes int
 	// MaxFileBytes bounds ReadFile and WriteFile.
 	MaxFileBytes int64
+	// MaxUploadBytes bounds one UploadFile.
+	MaxUploadBytes int64
 	// X11SocketDir is where the host's X servers put their sockets.
 	X11SocketDir string
 	// Etc lists the host /etc entries a sandbox sees; nil means jail.DefaultEtc.
@@ -88,6 +90,7 @@ func DefaultConfig() Config {
 		MaxExecTimeout:    time.Hour,
 		ExecChunkBytes:    32 << 10,
 		MaxFileBytes:      64 << 20,
+		MaxUploadBytes:    8 << 30,
 		X11SocketDir:      "/tmp/.X11-unix",
 		Cgroups:           CgroupsAuto,
 		CgroupParent:      cgroup.DefaultParent,
@@ -149,6 +152,9 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	if cfg.MaxFileBytes <= 0 {
 		cfg.MaxFileBytes = def.MaxFileBytes
+	}
+	if cfg.MaxUploadBytes <= 0 {
+		cfg.MaxUploadBytes = def.MaxUploadBytes
 	}
 	if cfg.X11SocketDir == "" {
 		cfg.X11SocketDir = def.X11SocketDir

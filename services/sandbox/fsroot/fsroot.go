@@ -184,43 +184,235 @@ func (r *Root) WriteFile(p string, data []byte, perm fs.FileMode) error {
 	if clean == "." {
 		return fmt.Errorf("%w: a file path is required", ErrInvalidPath)
 	}
-	perm &= fs.ModePerm
-	root, err := r.open()
+	w, err := r.Create(clean, perm)
 	if err != nil {
 		return err
 	}
-	defer root.Close()
+	if _, err := w.Write(data); err != nil {
+		w.Abort()
+		return fmt.Errorf("write %s: %w", clean, err)
+	}
+	return w.Commit()
+}
+
+// Writer is a file being written: it appears at its path, whole, on
+// Commit, and not at all on Abort.
+type Writer struct {
+	root     *os.Root
+	f        *os.File
+	tmp      string
+	path     string
+	perm     fs.FileMode
+	finished bool
+}
+
+// Create starts writing a regular file that creates or atomically replaces
+// p, creating missing parent directories. A symlink at p is replaced, never
+// followed. Call Commit or Abort.
+func (r *Root) Create(p string, perm fs.FileMode) (*Writer, error) {
+	clean, err := Clean(p)
+	if err != nil {
+		return nil, err
+	}
+	if clean == "." {
+		return nil, fmt.Errorf("%w: a file path is required", ErrInvalidPath)
+	}
+	perm &= fs.ModePerm
+	root, err := r.open()
+	if err != nil {
+		return nil, err
+	}
 	dir, name := filepath.Split(clean)
 	if dir != "" {
 		if err := root.MkdirAll(dir, 0o755); err != nil {
-			return classify(err)
+			root.Close()
+			return nil, classify(err)
 		}
 	}
 	if st, err := root.Lstat(clean); err == nil && st.IsDir() {
-		return fmt.Errorf("%w: %s is a directory", ErrNotRegular, clean)
+		root.Close()
+		return nil, fmt.Errorf("%w: %s is a directory", ErrNotRegular, clean)
 	}
 	var suffix [6]byte
 	_, _ = rand.Read(suffix[:])
 	tmp := filepath.Join(dir, "."+name+".deskgrid-"+hex.EncodeToString(suffix[:]))
 	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 	if err != nil {
-		return classify(err)
+		root.Close()
+		return nil, classify(err)
 	}
-	_, werr := f.Write(data)
-	if werr == nil {
-		werr = f.Chmod(perm) // the umask must not narrow the requested mode
+	return &Writer{root: root, f: f, tmp: tmp, path: clean, perm: perm}, nil
+}
+
+// Write appends to the file.
+func (w *Writer) Write(p []byte) (int, error) { return w.f.Write(p) }
+
+// Commit puts the file in place.
+func (w *Writer) Commit() error {
+	if w.finished {
+		return errors.New("file already committed or aborted")
 	}
-	if cerr := f.Close(); werr == nil {
+	w.finished = true
+	defer w.root.Close()
+	werr := w.f.Chmod(w.perm) // the umask must not narrow the requested mode
+	if cerr := w.f.Close(); werr == nil {
 		werr = cerr
 	}
 	if werr == nil {
-		werr = classify(root.Rename(tmp, clean))
+		werr = classify(w.root.Rename(w.tmp, w.path))
 	}
 	if werr != nil {
-		_ = root.Remove(tmp)
-		return fmt.Errorf("write %s: %w", clean, werr)
+		_ = w.root.Remove(w.tmp)
+		return fmt.Errorf("write %s: %w", w.path, werr)
 	}
 	return nil
+}
+
+// Abort drops the file; it is a no-op after Commit.
+func (w *Writer) Abort() {
+	if w.finished {
+		return
+	}
+	w.finished = true
+	_ = w.f.Close()
+	_ = w.root.Remove(w.tmp)
+	_ = w.root.Close()
+}
+
+// Open opens a regular file for reading.
+func (r *Root) Open(p string) (*os.File, fs.FileInfo, error) {
+	clean, err := Clean(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	root, err := r.open()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer root.Close()
+	f, err := root.OpenFile(clean, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, classify(err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("stat %s: %w", clean, err)
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, nil, fmt.Errorf("%w: %s is %s", ErrNotRegular, clean, describe(st.Mode()))
+	}
+	return f, st, nil
+}
+
+// Stat describes p without following a final symlink.
+func (r *Root) Stat(p string) (fs.FileInfo, error) {
+	clean, err := Clean(p)
+	if err != nil {
+		return nil, err
+	}
+	root, err := r.open()
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	st, err := root.Lstat(clean)
+	return st, classify(err)
+}
+
+// Mkdir creates a directory; with parents, missing parents too, and an
+// existing directory is not an error.
+func (r *Root) Mkdir(p string, perm fs.FileMode, parents bool) error {
+	clean, err := Clean(p)
+	if err != nil {
+		return err
+	}
+	if clean == "." {
+		if parents {
+			return nil
+		}
+		return fmt.Errorf("%w: the root exists", fs.ErrExist)
+	}
+	root, err := r.open()
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	if parents {
+		return classify(root.MkdirAll(clean, perm&fs.ModePerm))
+	}
+	if err := root.Mkdir(clean, perm&fs.ModePerm); err != nil {
+		return classify(err)
+	}
+	return classify(root.Chmod(clean, perm&fs.ModePerm))
+}
+
+// Rename moves from to to. Without overwrite an existing to is refused
+// (fs.ErrExist), atomically (renameat2 RENAME_NOREPLACE).
+func (r *Root) Rename(from, to string, overwrite bool) error {
+	cf, err := Clean(from)
+	if err != nil {
+		return err
+	}
+	ct, err := Clean(to)
+	if err != nil {
+		return err
+	}
+	if cf == "." || ct == "." {
+		return fmt.Errorf("%w: the root cannot be moved or replaced", ErrInvalidPath)
+	}
+	root, err := r.open()
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	openDir := func(p string) (*os.File, error) {
+		f, err := root.OpenFile(p, os.O_RDONLY|unix.O_DIRECTORY, 0)
+		return f, classify(err)
+	}
+	fd, err := openDir(filepath.Dir(cf))
+	if err != nil {
+		return err
+	}
+	defer fd.Close()
+	td, err := openDir(filepath.Dir(ct))
+	if err != nil {
+		return err
+	}
+	defer td.Close()
+	var flags uint
+	if !overwrite {
+		flags = unix.RENAME_NOREPLACE
+	}
+	if err := unix.Renameat2(int(fd.Fd()), filepath.Base(cf), int(td.Fd()), filepath.Base(ct), flags); err != nil {
+		return classify(&fs.PathError{Op: "rename", Path: cf, Err: err})
+	}
+	return nil
+}
+
+// Remove removes a file or an empty directory; with recursive, a
+// directory and everything beneath it.
+func (r *Root) Remove(p string, recursive bool) error {
+	clean, err := Clean(p)
+	if err != nil {
+		return err
+	}
+	if clean == "." {
+		return fmt.Errorf("%w: the root cannot be removed", ErrInvalidPath)
+	}
+	root, err := r.open()
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	if _, err := root.Lstat(clean); err != nil {
+		return classify(err)
+	}
+	if recursive {
+		return classify(root.RemoveAll(clean))
+	}
+	return classify(root.Remove(clean))
 }
 
 // List returns a directory's entries sorted by name; symlinks are described,
