@@ -141,7 +141,7 @@ type scripted struct {
 	block chan struct{}
 }
 
-func (p *scripted) Name() string                     { return "scripted" }
+func (p *scripted) Name() string                      { return "scripted" }
 func (p *scripted) DefaultScreen(w, h int) (int, int) { return w, h }
 func (p *scripted) Turn(ctx context.Context, req provider.Request, onDelta func(provider.Delta)) (*provider.Response, error) {
 	p.mu.Lock()
@@ -239,4 +239,6 @@ func waitState(t testing.TB, c agentv1.AgentServiceClient, id string, states ...
 	}
 }
 
-func durationMs(ms int) *durationpb.Duration { return durationpb.New(time.Duration(ms) * time.Millisecond) }
+func durationMs(ms int) *durationpb.Duration {
+	return durationpb.New(time.Duration(ms) * time.Millisecond)
+}
