@@ -1,0 +1,404 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/deskgrid/deskgrid/services/session/placement"
+)
+
+func redisURL() string {
+	if u := os.Getenv("DESKGRID_TEST_REDIS_URL"); u != "" {
+		return u
+	}
+	return "redis://127.0.0.1:6379/0"
+}
+
+// newRegistry returns a registry under a prefix of its own, removed after the test.
+func newRegistry(t testing.TB) (*Registry, *redis.Client) {
+	t.Helper()
+	opt, err := redis.ParseURL(redisURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	prefix := "dgtest:" + hex.EncodeToString(b[:]) + ":"
+	t.Cleanup(func() {
+		ctx := context.Background()
+		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		var ks []string
+		for iter.Next(ctx) {
+			ks = append(ks, iter.Val())
+		}
+		if len(ks) > 0 {
+			rdb.Del(ctx, ks...)
+		}
+		rdb.Close()
+	})
+	return NewRegistry(rdb, prefix), rdb
+}
+
+func addNode(t testing.TB, reg *Registry, id string, capSessions int64, labels map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := reg.Register(ctx, NodeInfo{ID: id, Address: "127.0.0.1:1" + id,
+		Capacity: placement.Capacity{Sessions: capSessions, CPUMillis: 64000, MemoryBytes: 64 << 30}, Labels: labels}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Heartbeat(ctx, id, "boot", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Two placers (as two session-service replicas) placing 200 sessions at once
+// on three nodes of 20 never overfill one; the rest are refused.
+func TestConcurrentPlacementNeverOverfills(t *testing.T) {
+	reg, _ := newRegistry(t)
+	for _, id := range []string{"n1", "n2", "n3"} {
+		addNode(t, reg, id, 20, nil)
+	}
+	placers := []*Placer{NewPlacer(reg, PlacerConfig{Seed: 1}), NewPlacer(reg, PlacerConfig{Seed: 2})}
+	ctx := context.Background()
+	var ok, full atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 200)
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := placers[i%2].Place(ctx, placement.Request{SessionID: fmt.Sprintf("s%03d", i), Tenant: "t"})
+			switch {
+			case err == nil:
+				ok.Add(1)
+			case errors.Is(err, placement.ErrNoCapacity):
+				full.Add(1)
+			default:
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if ok.Load() != 60 || full.Load() != 140 {
+		t.Fatalf("placed %d, refused %d; want 60 and 140", ok.Load(), full.Load())
+	}
+	snap, err := reg.Snapshot(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range snap {
+		held, _ := reg.Assigned(ctx, n.ID)
+		if n.Used.Sessions != 20 || len(held) != 20 {
+			t.Fatalf("node %s: used %d, holds %d; want 20", n.ID, n.Used.Sessions, len(held))
+		}
+	}
+}
+
+func TestPlaceReleaseAndMap(t *testing.T) {
+	reg, _ := newRegistry(t)
+	ctx := context.Background()
+	addNode(t, reg, "a", 1, map[string]string{"region": "eu"})
+	addNode(t, reg, "b", 1, map[string]string{"region": "us"})
+	p := NewPlacer(reg, PlacerConfig{Seed: 7})
+
+	n, err := p.Place(ctx, placement.Request{SessionID: "s1", NodeSelector: map[string]string{"region": "us"}})
+	if err != nil || n.ID != "b" || n.Address != "127.0.0.1:1b" {
+		t.Fatalf("Place = %+v, %v; want node b", n, err)
+	}
+	// Placing again is the same placement, not a second one.
+	if again, err := p.Place(ctx, placement.Request{SessionID: "s1"}); err != nil || again.ID != "b" {
+		t.Fatalf("Place again = %+v, %v", again, err)
+	}
+	if _, err := p.Place(ctx, placement.Request{SessionID: "s2", NodeSelector: map[string]string{"region": "us"}}); !errors.Is(err, placement.ErrNoCapacity) {
+		t.Fatalf("second on a full node: %v, want ErrNoCapacity", err)
+	}
+	if _, err := p.Place(ctx, placement.Request{SessionID: "s2", NodeSelector: map[string]string{"gpu": "true"}}); !errors.Is(err, placement.ErrNoMatchingNode) {
+		t.Fatalf("selector nothing matches: %v, want ErrNoMatchingNode", err)
+	}
+	a, err := reg.Lookup(ctx, "s1")
+	if err != nil || a.NodeID != "b" || a.Generation <= 0 {
+		t.Fatalf("Lookup = %+v, %v", a, err)
+	}
+	if addr, err := reg.Resolve(ctx, "s1"); err != nil || addr != "127.0.0.1:1b" {
+		t.Fatalf("Resolve = %q, %v", addr, err)
+	}
+	if _, err := reg.Resolve(ctx, "nope"); !errors.Is(err, ErrSessionNotPlaced) {
+		t.Fatalf("Resolve unknown: %v", err)
+	}
+	// A release naming another node frees nothing.
+	if err := p.Release(ctx, "a", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Lookup(ctx, "s1"); err != nil {
+		t.Fatalf("release on the wrong node freed the session: %v", err)
+	}
+	if err := p.Release(ctx, "b", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release(ctx, "b", "s1"); err != nil {
+		t.Fatalf("second release: %v", err)
+	}
+	snap, _ := reg.Snapshot(ctx, "")
+	for _, n := range snap {
+		if n.Used != (placement.Capacity{}) {
+			t.Fatalf("node %s still uses %+v after release", n.ID, n.Used)
+		}
+	}
+	// A newer placement gets a higher generation.
+	if _, err := p.Place(ctx, placement.Request{SessionID: "s1", NodeSelector: map[string]string{"region": "us"}}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := reg.Lookup(ctx, "s1"); b.Generation <= a.Generation {
+		t.Fatalf("generation %d after %d", b.Generation, a.Generation)
+	}
+}
+
+func TestReserveChecksResources(t *testing.T) {
+	reg, _ := newRegistry(t)
+	ctx := context.Background()
+	if err := reg.Register(ctx, NodeInfo{ID: "n", Address: "x:1", Capacity: placement.Capacity{Sessions: 10, CPUMillis: 1000, MemoryBytes: 1 << 30}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Reserve(ctx, "n", placement.Request{SessionID: "s0"}); !errors.As(err, new(*RefusedError)) {
+		t.Fatalf("reserve before the first heartbeat: %v, want refused", err)
+	}
+	if _, err := reg.Heartbeat(ctx, "n", "b", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		sid     string
+		cpu     int64
+		mem     int64
+		wantErr error
+	}{
+		{"s1", 600, 1 << 29, nil},
+		{"s2", 600, 0, placement.ErrNoCapacity},
+		{"s3", 400, 1 << 29, nil},
+		{"s4", 0, 1, placement.ErrNoCapacity},
+		{"s5", 0, 0, nil},
+	}
+	for _, tt := range tests {
+		_, err := reg.Reserve(ctx, "n", placement.Request{SessionID: tt.sid, Resources: placement.Resources{CPUMillis: tt.cpu, MemoryBytes: tt.mem}})
+		if !errors.Is(err, tt.wantErr) {
+			t.Fatalf("reserve %s: %v, want %v", tt.sid, err, tt.wantErr)
+		}
+	}
+	if err := reg.SetDraining(ctx, "n", true); err != nil {
+		t.Fatal(err)
+	}
+	var refused *RefusedError
+	if _, err := reg.Reserve(ctx, "n", placement.Request{SessionID: "s6"}); !errors.As(err, &refused) || refused.Reason != "draining" {
+		t.Fatalf("reserve on a draining node: %v", err)
+	}
+	if err := reg.SetDraining(ctx, "missing", true); !errors.Is(err, ErrNodeNotFound) {
+		t.Fatalf("drain unknown node: %v", err)
+	}
+}
+
+func TestDrainSkipsNode(t *testing.T) {
+	reg, _ := newRegistry(t)
+	ctx := context.Background()
+	addNode(t, reg, "a", 100, nil)
+	addNode(t, reg, "b", 100, nil)
+	if err := reg.SetDraining(ctx, "a", true); err != nil {
+		t.Fatal(err)
+	}
+	p := NewPlacer(reg, PlacerConfig{Seed: 3, SnapshotMaxAge: -1})
+	for i := range 20 {
+		n, err := p.Place(ctx, placement.Request{SessionID: fmt.Sprint("s", i)})
+		if err != nil || n.ID != "b" {
+			t.Fatalf("Place = %+v, %v; want b while a drains", n, err)
+		}
+	}
+	if err := reg.SetDraining(ctx, "a", false); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := p.Place(ctx, placement.Request{SessionID: "after"}); err != nil || n.ID != "a" {
+		t.Fatalf("after undrain Place = %+v, %v; want the emptier a", n, err)
+	}
+}
+
+// A member heartbeats; when it stops, the watcher reports its node and its
+// sessions are released; when it comes back it reconciles against the map.
+func TestMemberWatcherAndRejoin(t *testing.T) {
+	reg, _ := newRegistry(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	var kept []map[string]bool
+	reconcile := func(_ context.Context, keep map[string]bool) error {
+		mu.Lock()
+		defer mu.Unlock()
+		kept = append(kept, keep)
+		return nil
+	}
+	cfg := MemberConfig{Node: NodeInfo{ID: "n1", Address: "127.0.0.1:9", Capacity: placement.Capacity{Sessions: 5}},
+		Interval: 50 * time.Millisecond, TTL: 300 * time.Millisecond}
+	m, err := Join(ctx, reg, cfg, nil, reconcile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewPlacer(reg, PlacerConfig{Seed: 1})
+	if _, err := p.Place(ctx, placement.Request{SessionID: "s1"}); err != nil {
+		t.Fatal(err)
+	}
+	lostCh := make(chan string, 10)
+	w := Watch(reg, 50*time.Millisecond, nil, func(_ context.Context, id string) error {
+		select {
+		case lostCh <- id:
+		default:
+		}
+		return nil
+	})
+	t.Cleanup(func() { _ = w.Close(context.Background()) })
+
+	// Alive for several TTLs: never reported.
+	waitFor(t, "several heartbeats", func() bool {
+		n, _ := reg.Node(ctx, "n1")
+		return n.Alive
+	})
+	if err := m.Close(ctx, false); err != nil { // as a kill: no leave
+		t.Fatal(err)
+	}
+	select {
+	case id := <-lostCh:
+		if id != "n1" {
+			t.Fatalf("lost %q", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("dead node not reported")
+	}
+	waitFor(t, "the dead node's sessions released", func() bool {
+		held, _ := reg.Assigned(ctx, "n1")
+		return len(held) == 0
+	})
+	if _, err := p.Place(ctx, placement.Request{SessionID: "s2"}); !errors.Is(err, placement.ErrNoMatchingNode) {
+		t.Fatalf("placing on a dead node: %v", err)
+	}
+
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Back again: it reconciles with nothing to keep.
+	m2, err := Join(ctx, reg, cfg, nil, reconcile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m2.Close(context.Background(), true) })
+	mu.Lock()
+	if len(kept) != 2 || len(kept[0]) != 0 || len(kept[1]) != 0 {
+		t.Fatalf("reconciles: %v", kept)
+	}
+	mu.Unlock()
+	if _, err := p.Place(ctx, placement.Request{SessionID: "s3"}); err != nil {
+		t.Fatal(err)
+	}
+	// A node restarted while the map keeps a session keeps that one.
+	m2.Close(ctx, false)
+	m3, err := Join(ctx, reg, cfg, nil, reconcile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m3.Close(context.Background(), true) })
+	mu.Lock()
+	last := kept[len(kept)-1]
+	mu.Unlock()
+	if !last["s3"] || len(last) != 1 {
+		t.Fatalf("restart kept %v, want s3", last)
+	}
+}
+
+// A node whose heartbeat lapsed while its process kept running learns so at
+// its next heartbeat and reconciles.
+func TestMemberReconcilesAfterLapse(t *testing.T) {
+	reg, rdb := newRegistry(t)
+	ctx := context.Background()
+	calls := make(chan map[string]bool, 10)
+	cfg := MemberConfig{Node: NodeInfo{ID: "n1", Address: "127.0.0.1:9", Capacity: placement.Capacity{Sessions: 5}},
+		Interval: 50 * time.Millisecond, TTL: 2 * time.Second}
+	m, err := Join(ctx, reg, cfg, nil, func(_ context.Context, keep map[string]bool) error {
+		calls <- keep
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close(context.Background(), true) })
+	<-calls
+	rdb.Del(ctx, reg.k.alive("n1")) // as if it had expired during a partition
+	select {
+	case <-calls:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reconcile after the heartbeat lapsed")
+	}
+}
+
+func TestSnapshotTenantCounts(t *testing.T) {
+	reg, _ := newRegistry(t)
+	ctx := context.Background()
+	addNode(t, reg, "a", 10, nil)
+	addNode(t, reg, "b", 10, nil)
+	p := NewPlacer(reg, PlacerConfig{Seed: 5, TenantAntiAffinity: true, K: -1})
+	// With anti-affinity, one tenant's sessions alternate between the nodes
+	// even though another tenant loads them.
+	for i := range 6 {
+		if _, err := p.Place(ctx, placement.Request{SessionID: fmt.Sprint("x", i), Tenant: "acme"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap, _ := reg.Snapshot(ctx, "acme")
+	got := []int64{snap[0].TenantSessions, snap[1].TenantSessions}
+	if !slices.Equal(got, []int64{3, 3}) {
+		t.Fatalf("tenant spread %v", got)
+	}
+}
+
+// BenchmarkPlaceRedis100 is a placement over 100 registered nodes including
+// the Redis round trips (snapshot and reservation); p99-ns per placement.
+func BenchmarkPlaceRedis100(b *testing.B) {
+	reg, _ := newRegistry(b)
+	ctx := context.Background()
+	for i := range 100 {
+		addNode(b, reg, fmt.Sprintf("n%03d", i), 1<<30, map[string]string{"region": []string{"eu", "us"}[i%2]})
+	}
+	p := NewPlacer(reg, PlacerConfig{Seed: 1})
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		t0 := time.Now()
+		if _, err := p.Place(ctx, placement.Request{SessionID: fmt.Sprint("s", i), NodeSelector: map[string]string{"region": "eu"}}); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
+}

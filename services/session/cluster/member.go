@@ -1,0 +1,216 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// MemberConfig is how a node takes part in the cluster.
+type MemberConfig struct {
+	Node NodeInfo
+	// Interval between heartbeats (1 s when zero); TTL after which a silent
+	// node is gone (3 s when zero).
+	Interval time.Duration
+	TTL      time.Duration
+}
+
+// Member keeps a node registered and alive. Whenever it (re)joins — at
+// start, or after its heartbeat expired because it was stopped, partitioned
+// or killed — it calls Reconcile with the sessions the map still gives it,
+// before the node is announced alive again, so the node removes everything
+// else.
+type Member struct {
+	reg       *Registry
+	cfg       MemberConfig
+	log       *slog.Logger
+	reconcile func(ctx context.Context, keep map[string]bool) error
+	bootID    string
+
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+// Join registers the node, reconciles, sends the first heartbeat and keeps
+// heartbeating until Close. reconcile receives the sessions to keep.
+func Join(ctx context.Context, reg *Registry, cfg MemberConfig, logger *slog.Logger, reconcile func(ctx context.Context, keep map[string]bool) error) (*Member, error) {
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.TTL <= 0 {
+		cfg.TTL = 3 * time.Second
+	}
+	if cfg.TTL <= cfg.Interval {
+		return nil, fmt.Errorf("cluster: heartbeat TTL %s must be longer than the interval %s", cfg.TTL, cfg.Interval)
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	m := &Member{reg: reg, cfg: cfg, log: logger.With("node", cfg.Node.ID), reconcile: reconcile,
+		bootID: hex.EncodeToString(b[:]), stop: make(chan struct{}), done: make(chan struct{})}
+	if err := reg.Register(ctx, cfg.Node); err != nil {
+		return nil, err
+	}
+	// A restarted node may still look alive from its previous life; that
+	// life's sessions are gone with its processes unless the map keeps them.
+	if err := m.rejoin(ctx); err != nil {
+		return nil, err
+	}
+	go m.loop()
+	return m, nil
+}
+
+func (m *Member) rejoin(ctx context.Context) error {
+	keep, err := m.reg.Assigned(ctx, m.cfg.Node.ID)
+	if err != nil {
+		return err
+	}
+	if m.reconcile != nil {
+		if err := m.reconcile(ctx, keep); err != nil {
+			return fmt.Errorf("reconcile node %s: %w", m.cfg.Node.ID, err)
+		}
+	}
+	_, err = m.reg.Heartbeat(ctx, m.cfg.Node.ID, m.bootID, m.cfg.TTL)
+	return err
+}
+
+func (m *Member) loop() {
+	defer close(m.done)
+	t := time.NewTicker(m.cfg.Interval)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Interval)
+		rejoined, err := m.reg.Heartbeat(ctx, m.cfg.Node.ID, m.bootID, m.cfg.TTL)
+		if err == nil && rejoined {
+			// Declared gone meanwhile: its sessions were marked lost and
+			// released; take down what is no longer ours. Registration is
+			// refreshed too, in case it expired.
+			m.log.Warn("heartbeat had expired; reconciling with the session map")
+			err = m.reg.Register(ctx, m.cfg.Node)
+			if err == nil {
+				err = m.rejoin(ctx)
+			}
+		}
+		cancel()
+		switch {
+		case err != nil && !failing:
+			m.log.Warn("cluster heartbeat failing", "err", err)
+			failing = true
+		case err == nil && failing:
+			m.log.Info("cluster heartbeat recovered")
+			failing = false
+		}
+	}
+}
+
+// Close stops heartbeating and, when leave is set, ends the heartbeat at
+// once so the control plane declares the node's sessions lost without
+// waiting for the TTL.
+func (m *Member) Close(ctx context.Context, leave bool) error {
+	m.once.Do(func() { close(m.stop) })
+	select {
+	case <-m.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if leave {
+		return m.reg.Leave(ctx, m.cfg.Node.ID)
+	}
+	return nil
+}
+
+// Watcher finds nodes whose heartbeat expired while they still hold
+// sessions, and hands each to Lost (such as session.Service's
+// MarkNodeSessionsLost, which releases the sessions, so a node is reported
+// until its sessions are all released). Every replica may run one: Lost
+// must be idempotent.
+type Watcher struct {
+	reg      *Registry
+	interval time.Duration
+	lost     func(ctx context.Context, nodeID string) error
+	log      *slog.Logger
+
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+// Watch checks every interval (500 ms when zero) until Close.
+func Watch(reg *Registry, interval time.Duration, logger *slog.Logger, lost func(ctx context.Context, nodeID string) error) *Watcher {
+	if interval <= 0 {
+		interval = 500 * time.Millisecond
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	w := &Watcher{reg: reg, interval: interval, lost: lost, log: logger, stop: make(chan struct{}), done: make(chan struct{})}
+	go w.loop()
+	return w
+}
+
+func (w *Watcher) loop() {
+	defer close(w.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-w.stop
+		cancel()
+	}()
+	t := time.NewTicker(w.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := w.Check(ctx); err != nil && ctx.Err() == nil {
+			w.log.Warn("check node heartbeats", "err", err)
+		}
+	}
+}
+
+// Check runs one pass.
+func (w *Watcher) Check(ctx context.Context) error {
+	dead, err := w.reg.DeadWithSessions(ctx)
+	if err != nil {
+		return err
+	}
+	for _, id := range dead {
+		if err := w.lost(ctx, id); err != nil {
+			w.log.Warn("mark sessions of a dead node lost", "node", id, "err", err)
+			continue
+		}
+		// Whatever the records did not account for (a placement whose
+		// create died before writing the node) is released too, so the
+		// node stops being reported.
+		if err := w.reg.ReleaseNode(ctx, id); err != nil {
+			w.log.Warn("release sessions of a dead node", "node", id, "err", err)
+		}
+	}
+	return nil
+}
+
+// Close stops the watcher.
+func (w *Watcher) Close(ctx context.Context) error {
+	w.once.Do(func() { close(w.stop) })
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

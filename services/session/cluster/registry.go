@@ -1,0 +1,303 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/deskgrid/deskgrid/services/session/placement"
+)
+
+// Registry reads and writes the cluster state in Redis. It is safe for
+// concurrent use.
+type Registry struct {
+	rdb redis.UniversalClient
+	k   keys
+}
+
+// NewRegistry uses rdb with keys under prefix (DefaultPrefix when empty).
+func NewRegistry(rdb redis.UniversalClient, prefix string) *Registry {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return &Registry{rdb: rdb, k: keys(prefix)}
+}
+
+// Prefix is the prefix of every key the registry uses.
+func (r *Registry) Prefix() string { return string(r.k) }
+
+// NodeInfo is what a node registers.
+type NodeInfo struct {
+	ID string
+	// Address the node's display and sandbox gRPC services are reached at.
+	Address  string
+	Capacity placement.Capacity
+	Labels   map[string]string
+}
+
+// nodeInfoTTL: a node that stops heartbeating is forgotten after this long.
+const nodeInfoTTL = 24 * time.Hour
+
+// Register records (or updates) a node's address, capacity and labels. It
+// does not make the node alive: the first Heartbeat does.
+func (r *Registry) Register(ctx context.Context, n NodeInfo) error {
+	if n.ID == "" || n.Address == "" || n.Capacity.Sessions <= 0 {
+		return fmt.Errorf("register node: id, address and a session capacity above zero are required")
+	}
+	labels, err := json.Marshal(n.Labels)
+	if err != nil {
+		return err
+	}
+	_, err = r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, r.k.node(n.ID), map[string]any{
+			"address":  n.Address,
+			"sessions": n.Capacity.Sessions,
+			"cpu":      n.Capacity.CPUMillis,
+			"mem":      n.Capacity.MemoryBytes,
+			"labels":   string(labels),
+		})
+		p.Expire(ctx, r.k.node(n.ID), nodeInfoTTL)
+		p.SAdd(ctx, r.k.nodes(), n.ID)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("register node %s: %w", n.ID, err)
+	}
+	return nil
+}
+
+// Heartbeat renews node id's liveness for ttl. rejoined is true when the
+// heartbeat had expired (or this is the first): the control plane may have
+// declared the node's sessions lost, so the node must reconcile.
+func (r *Registry) Heartbeat(ctx context.Context, id, bootID string, ttl time.Duration) (rejoined bool, err error) {
+	n, err := heartbeatScript.Run(ctx, r.rdb, []string{r.k.alive(id)}, ttl.Milliseconds(), bootID).Int()
+	if err != nil {
+		return false, fmt.Errorf("heartbeat of node %s: %w", id, err)
+	}
+	// Keep the registration from expiring while the node lives.
+	r.rdb.Expire(ctx, r.k.node(id), nodeInfoTTL)
+	return n == 1, nil
+}
+
+// Leave ends node id's heartbeat at once, as when it shuts down: its
+// sessions are declared lost without waiting for the TTL.
+func (r *Registry) Leave(ctx context.Context, id string) error {
+	return r.rdb.Del(ctx, r.k.alive(id)).Err()
+}
+
+// SetDraining marks node id as draining (no new sessions) or not.
+func (r *Registry) SetDraining(ctx context.Context, id string, draining bool) error {
+	ok, err := r.rdb.SIsMember(ctx, r.k.nodes(), id).Result()
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("node %q: %w", id, ErrNodeNotFound)
+	}
+	if draining {
+		return r.rdb.SAdd(ctx, r.k.draining(), id).Err()
+	}
+	return r.rdb.SRem(ctx, r.k.draining(), id).Err()
+}
+
+// Snapshot returns every registered node, with its liveness, drain flag and
+// usage, sorted by id; TenantSessions counts tenant's sessions (when tenant
+// is not empty). One round trip for the ids, one for the rest.
+func (r *Registry) Snapshot(ctx context.Context, tenant string) ([]placement.NodeState, error) {
+	f, err := snapshotScript.Run(ctx, r.rdb, nil, string(r.k), tenant).StringSlice()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read nodes: %w", err)
+	}
+	const width = 12
+	out := make([]placement.NodeState, 0, len(f)/width)
+	for i := 0; i+width <= len(f); i += width {
+		r := f[i : i+width]
+		if r[1] == "" {
+			continue // registration expired; Forget cleans the id up
+		}
+		n := placement.NodeState{
+			ID:       r[0],
+			Address:  r[1],
+			Capacity: placement.Capacity{Sessions: atoi(r[2]), CPUMillis: atoi(r[3]), MemoryBytes: atoi(r[4])},
+			Alive:    r[6] == "1",
+			Draining: r[7] == "1",
+			Used:     placement.Capacity{Sessions: atoi(r[8]), CPUMillis: atoi(r[9]), MemoryBytes: atoi(r[10])},
+		}
+		if l := r[5]; l != "" && l != "null" {
+			_ = json.Unmarshal([]byte(l), &n.Labels)
+		}
+		n.TenantSessions = atoi(r[11])
+		out = append(out, n)
+	}
+	slices.SortFunc(out, func(a, b placement.NodeState) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// Node returns one node's state.
+func (r *Registry) Node(ctx context.Context, id string) (placement.NodeState, error) {
+	all, err := r.Snapshot(ctx, "")
+	if err != nil {
+		return placement.NodeState{}, err
+	}
+	for _, n := range all {
+		if n.ID == id {
+			return n, nil
+		}
+	}
+	return placement.NodeState{}, fmt.Errorf("node %q: %w", id, ErrNodeNotFound)
+}
+
+// Forget removes a node that is gone for good from the registry. Its
+// sessions must have been released first.
+func (r *Registry) Forget(ctx context.Context, id string) error {
+	_, err := r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.SRem(ctx, r.k.nodes(), id)
+		p.SRem(ctx, r.k.draining(), id)
+		p.Del(ctx, r.k.node(id), r.k.alive(id), r.k.used(id), r.k.tenants(id), r.k.sessions(id))
+		return nil
+	})
+	return err
+}
+
+// Reserve atomically places sessionID on node id if the node is alive, not
+// draining and has room for the ask, and returns the generation of the
+// placement. A session already on id returns its generation again.
+func (r *Registry) Reserve(ctx context.Context, id string, req placement.Request) (int64, error) {
+	res, err := reserveScript.Run(ctx, r.rdb, nil, string(r.k), id, req.SessionID,
+		req.Resources.CPUMillis, req.Resources.MemoryBytes, req.Tenant).StringSlice()
+	if err != nil {
+		return 0, fmt.Errorf("reserve on node %s: %w", id, err)
+	}
+	switch res[0] {
+	case "ok":
+		return atoi(res[1]), nil
+	case "elsewhere":
+		return 0, &PlacedElsewhereError{Node: res[1]}
+	case "full":
+		return 0, fmt.Errorf("node %s has no room for the %s asked: %w", id, res[1], placement.ErrNoCapacity)
+	default:
+		return 0, &RefusedError{Node: id, Reason: res[0]}
+	}
+}
+
+// Release gives back what sessionID reserved on node id (on whichever node
+// it is when id is empty). Releasing what is not held succeeds.
+func (r *Registry) Release(ctx context.Context, id, sessionID string) error {
+	if err := releaseScript.Run(ctx, r.rdb, nil, string(r.k), id, sessionID).Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("release session %s: %w", sessionID, err)
+	}
+	return nil
+}
+
+// ReleaseNode releases every session the map gives node id.
+func (r *Registry) ReleaseNode(ctx context.Context, id string) error {
+	held, err := r.Assigned(ctx, id)
+	if err != nil {
+		return err
+	}
+	for sid := range held {
+		if err := r.Release(ctx, id, sid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Lookup returns the session-map entry of sessionID.
+func (r *Registry) Lookup(ctx context.Context, sessionID string) (Assignment, error) {
+	v, err := r.rdb.HGet(ctx, r.k.smap(), sessionID).Result()
+	if errors.Is(err, redis.Nil) {
+		return Assignment{}, fmt.Errorf("session %s: %w", sessionID, ErrSessionNotPlaced)
+	}
+	if err != nil {
+		return Assignment{}, fmt.Errorf("look up session %s: %w", sessionID, err)
+	}
+	a, ok := parseAssignment(sessionID, v)
+	if !ok {
+		return Assignment{}, fmt.Errorf("session %s: malformed map entry %q", sessionID, v)
+	}
+	return a, nil
+}
+
+// Resolve returns the gRPC address of the node sessionID runs on, in one
+// round trip; ErrSessionNotPlaced when the map has no entry.
+func (r *Registry) Resolve(ctx context.Context, sessionID string) (string, error) {
+	res, err := resolveScript.Run(ctx, r.rdb, nil, string(r.k), sessionID).StringSlice()
+	if errors.Is(err, redis.Nil) {
+		return "", fmt.Errorf("session %s: %w", sessionID, ErrSessionNotPlaced)
+	}
+	if err != nil {
+		return "", fmt.Errorf("look up session %s: %w", sessionID, err)
+	}
+	if len(res) == 0 || res[0] == "" {
+		return "", fmt.Errorf("session %s: its node %v is no longer registered: %w", sessionID, res, ErrNodeNotFound)
+	}
+	return res[0], nil
+}
+
+// Assigned returns the sessions the map gives node id: what the node keeps
+// when it reconciles.
+func (r *Registry) Assigned(ctx context.Context, id string) (map[string]bool, error) {
+	ids, err := r.rdb.SMembers(ctx, r.k.sessions(id)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("sessions of node %s: %w", id, err)
+	}
+	out := make(map[string]bool, len(ids))
+	for _, s := range ids {
+		out[s] = true
+	}
+	return out, nil
+}
+
+// DeadWithSessions returns the nodes whose heartbeat expired while the map
+// still gives them sessions.
+func (r *Registry) DeadWithSessions(ctx context.Context) ([]string, error) {
+	ids, err := r.rdb.SMembers(ctx, r.k.nodes()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	alive := make([]*redis.IntCmd, len(ids))
+	held := make([]*redis.IntCmd, len(ids))
+	_, err = r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			alive[i] = p.Exists(ctx, r.k.alive(id))
+			held[i] = p.SCard(ctx, r.k.sessions(id))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read node heartbeats: %w", err)
+	}
+	var dead []string
+	for i, id := range ids {
+		if alive[i].Val() == 0 && held[i].Val() > 0 {
+			dead = append(dead, id)
+		}
+	}
+	slices.Sort(dead)
+	return dead, nil
+}
+
+// PlacedElsewhereError: the session already holds a placement on another node.
+type PlacedElsewhereError struct{ Node string }
+
+func (e *PlacedElsewhereError) Error() string {
+	return "session is already placed on node " + e.Node
+}
+
+// RefusedError: the node cannot take sessions now (dead, draining, unknown).
+type RefusedError struct{ Node, Reason string }
+
+func (e *RefusedError) Error() string { return "node " + e.Node + " refused the session: " + e.Reason }
+
+func atoi(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
