@@ -60,12 +60,12 @@ func DefaultConfig() Config {
 
 // Backends are the gRPC connections the gateway forwards to.
 type Backends struct {
-	Session *grpc.ClientConn
-	// Node serves display and sandbox calls. Sessions run on one local node
-	// in this version; calls are routed by session once nodes are many.
-	Node    *grpc.ClientConn
-	Agent   *grpc.ClientConn
-	History *grpc.ClientConn
+	Session grpc.ClientConnInterface
+	// Node serves display and sandbox calls: the one node's connection, or a
+	// router that sends each call to the node its session runs on.
+	Node    grpc.ClientConnInterface
+	Agent   grpc.ClientConnInterface
+	History grpc.ClientConnInterface
 }
 
 // Deps are what the gateway uses.
@@ -74,6 +74,8 @@ type Deps struct {
 	Backends Backends
 	// Metrics serves /metrics; nil leaves it out.
 	Metrics http.Handler
+	// MCP serves the Model Context Protocol endpoint at /mcp; nil leaves it out.
+	MCP http.Handler
 	// AuthorizeVNC decides whether a request may watch a session's desktop
 	// and whether it may only watch (viewOnly forces view-only; a viewer may
 	// also ask for it with ?view_only=true). An error refuses the upgrade:
@@ -121,20 +123,25 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Gateway, error) {
 		runtime.WithForwardResponseRewriter(rawImages),
 		runtime.WithRoutingErrorHandler(routingError),
 	)
-	regs := []struct {
-		name string
-		fn   func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error
-		conn *grpc.ClientConn
-	}{
-		{"session", sessionv1.RegisterSessionServiceHandler, b.Session},
-		{"display", displayv1.RegisterDisplayServiceHandler, b.Node},
-		{"sandbox", sandboxv1.RegisterSandboxServiceHandler, b.Node},
-		{"agent", agentv1.RegisterAgentServiceHandler, b.Agent},
-		{"history", historyv1.RegisterHistoryServiceHandler, b.History},
-	}
-	for _, r := range regs {
-		if err := r.fn(ctx, mux, r.conn); err != nil {
-			return nil, fmt.Errorf("gateway: register %s: %w", r.name, err)
+	for name, register := range map[string]func() error{
+		"session": func() error {
+			return sessionv1.RegisterSessionServiceHandlerClient(ctx, mux, sessionv1.NewSessionServiceClient(b.Session))
+		},
+		"display": func() error {
+			return displayv1.RegisterDisplayServiceHandlerClient(ctx, mux, displayv1.NewDisplayServiceClient(b.Node))
+		},
+		"sandbox": func() error {
+			return sandboxv1.RegisterSandboxServiceHandlerClient(ctx, mux, sandboxv1.NewSandboxServiceClient(b.Node))
+		},
+		"agent": func() error {
+			return agentv1.RegisterAgentServiceHandlerClient(ctx, mux, agentv1.NewAgentServiceClient(b.Agent))
+		},
+		"history": func() error {
+			return historyv1.RegisterHistoryServiceHandlerClient(ctx, mux, historyv1.NewHistoryServiceClient(b.History))
+		},
+	} {
+		if err := register(); err != nil {
+			return nil, fmt.Errorf("gateway: register %s: %w", name, err)
 		}
 	}
 	def := DefaultConfig()
@@ -157,6 +164,10 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Gateway, error) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	root.HandleFunc("GET /readyz", g.ready)
+	if deps.MCP != nil {
+		root.Handle("/mcp", g.limitBody(deps.MCP))
+		root.Handle("/mcp/", g.limitBody(deps.MCP))
+	}
 	root.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openapi.Document)
@@ -247,10 +258,16 @@ func (g *Gateway) limitBody(next http.Handler) http.Handler {
 // ready answers 200 when every backend's health service says SERVING.
 func (g *Gateway) ready(w http.ResponseWriter, r *http.Request) {
 	b := g.deps.Backends
-	conns := map[string]*grpc.ClientConn{"session": b.Session, "node": b.Node, "agent": b.Agent, "history": b.History}
+	conns := map[string]grpc.ClientConnInterface{"session": b.Session, "node": b.Node, "agent": b.Agent, "history": b.History}
 	report := map[string]string{}
 	ok := true
 	for name, conn := range conns {
+		if _, direct := conn.(*grpc.ClientConn); !direct {
+			// A router has no single server to ask; its nodes report through
+			// the node registry.
+			report[name] = "routed"
+			continue
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), g.cfg.ReadyTimeout)
 		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
 		cancel()

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
@@ -35,6 +36,7 @@ import (
 
 // Client talks to one deskgrid deployment.
 type Client struct {
+	// conn is the connection New made, closed by Close.
 	conn *grpc.ClientConn
 
 	session sessionv1.SessionServiceClient
@@ -138,14 +140,24 @@ func New(addr string, opts ...Option) (*Client, error) {
 		grpc.WithDefaultServiceConfig(serviceConfig(o.retries)),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
 	}
-	// Always installed, so WithCallAPIKey works on a client made without a key.
-	dial = append(dial, grpc.WithPerRPCCredentials(bearer{key: o.apiKey, secure: o.tls != nil}))
 	conn, err := grpc.NewClient(addr, append(dial, o.dial...)...)
 	if err != nil {
 		return nil, fmt.Errorf("deskgrid: connect %s: %w", addr, err)
 	}
+	c := newClient(keyConn{cc: conn, key: o.apiKey})
+	c.conn = conn
+	return c, nil
+}
+
+// NewWithConn makes a client over a connection the caller owns (Close then
+// does nothing), such as one that routes each service to its own backend.
+// Keys go in per call with WithCallAPIKey.
+func NewWithConn(conn grpc.ClientConnInterface) *Client {
+	return newClient(keyConn{cc: conn})
+}
+
+func newClient(conn grpc.ClientConnInterface) *Client {
 	c := &Client{
-		conn:    conn,
 		session: sessionv1.NewSessionServiceClient(conn),
 		display: displayv1.NewDisplayServiceClient(conn),
 		sandbox: sandboxv1.NewSandboxServiceClient(conn),
@@ -154,26 +166,41 @@ func New(addr string, opts ...Option) (*Client, error) {
 	}
 	c.Sessions = &Sessions{c: c}
 	c.Runs = &Runs{c: c}
-	return c, nil
+	return c
 }
 
-// Close releases the connection.
-func (c *Client) Close() error { return c.conn.Close() }
-
-type bearer struct {
-	key    string
-	secure bool
+// Close releases the connection New made.
+func (c *Client) Close() error {
+	if c.conn == nil {
+		return nil
+	}
+	return c.conn.Close()
 }
 
-func (b bearer) GetRequestMetadata(ctx context.Context, _ ...string) (map[string]string, error) {
-	key := b.key
-	if k, ok := ctx.Value(callKey{}).(string); ok {
-		key = k
+// keyConn adds "authorization: Bearer <key>" to every call: the key of the
+// call's context (WithCallAPIKey) or else the client's own.
+type keyConn struct {
+	cc  grpc.ClientConnInterface
+	key string
+}
+
+func (k keyConn) with(ctx context.Context) context.Context {
+	key := k.key
+	if v, ok := ctx.Value(callKey{}).(string); ok {
+		key = v
 	}
 	if key == "" {
-		return nil, nil
+		return ctx
 	}
-	return map[string]string{"authorization": "Bearer " + key}, nil
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+key)
+}
+
+func (k keyConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	return k.cc.Invoke(k.with(ctx), method, args, reply, opts...)
+}
+
+func (k keyConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return k.cc.NewStream(k.with(ctx), desc, method, opts...)
 }
 
 type callKey struct{}
@@ -184,10 +211,6 @@ type callKey struct{}
 func WithCallAPIKey(ctx context.Context, key string) context.Context {
 	return context.WithValue(ctx, callKey{}, key)
 }
-
-// RequireTransportSecurity is false so a key can be used on a loopback
-// deployment without TLS; use WithTLS anywhere else.
-func (b bearer) RequireTransportSecurity() bool { return false }
 
 // Error is a failed call: the gRPC code and the server's message.
 type Error struct {

@@ -27,6 +27,7 @@ Usage:
   deskgrid sessions get <id>               show one session
   deskgrid sessions delete <id>            stop a session and free what it used
   deskgrid screenshot <id> -o shot.png     save a screenshot of a session's desktop
+  deskgrid mcp                             serve deskgrid's tools to an MCP host over stdio
   deskgrid version
 
 Every flag can also be set with DESKGRID_<FLAG> (for example DESKGRID_HTTP_ADDR=:8080).
@@ -61,6 +62,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runSessions(ctx, rest, stdout, stderr)
 	case "screenshot":
 		return runScreenshot(ctx, rest, stdout, stderr)
+	case "mcp":
+		return runMCP(ctx, rest, stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "deskgrid", version)
 		return nil

@@ -11,10 +11,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/deskgrid/deskgrid/gateway"
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	deskgrid "github.com/deskgrid/deskgrid/sdk"
+	"github.com/deskgrid/deskgrid/sdk/mcpserver"
 	"github.com/deskgrid/deskgrid/services/agent"
 	"github.com/deskgrid/deskgrid/services/display"
 	"github.com/deskgrid/deskgrid/services/history"
@@ -213,7 +217,7 @@ func (s *setup) startGateway(ctx context.Context) (string, error) {
 	var b gateway.Backends
 	for _, x := range []struct {
 		addr string
-		dst  **grpc.ClientConn
+		dst  *grpc.ClientConnInterface
 	}{{s.cfg.SessionAddr, &b.Session}, {s.cfg.NodeAddr, &b.Node}, {s.cfg.AgentAddr, &b.Agent}, {s.cfg.HistoryAddr, &b.History}} {
 		c, err := get(x.addr)
 		if err != nil {
@@ -221,7 +225,17 @@ func (s *setup) startGateway(ctx context.Context) (string, error) {
 		}
 		*x.dst = c
 	}
-	g, err := gateway.New(ctx, gateway.DefaultConfig(), gateway.Deps{Logger: s.logger.With("component", "gateway"), Backends: b, Metrics: s.tel.Metrics})
+	// The MCP endpoint drives deskgrid through the Go SDK over the same backends.
+	client := deskgrid.NewWithConn(serviceConns{
+		"deskgrid.session.v1.": b.Session, "deskgrid.display.v1.": b.Node, "deskgrid.sandbox.v1.": b.Node,
+		"deskgrid.agent.v1.": b.Agent, "deskgrid.history.v1.": b.History,
+	})
+	g, err := gateway.New(ctx, gateway.DefaultConfig(), gateway.Deps{
+		Logger:   s.logger.With("component", "gateway"),
+		Backends: b,
+		Metrics:  s.tel.Metrics,
+		MCP:      mcpserver.HTTPHandler(client, version),
+	})
 	if err != nil {
 		return "", err
 	}
@@ -229,10 +243,42 @@ func (s *setup) startGateway(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// Live viewers hold upgraded connections that the HTTP server's Shutdown
+	// does not see; the gateway ends them first.
+	s.closers.add("gateway", g.Close)
 	go func() {
 		if err := hs.Serve(lis); err != nil && !strings.Contains(err.Error(), "Server closed") {
 			s.logger.Error("HTTP server", "err", err)
 		}
 	}()
 	return lis.Addr().String(), nil
+}
+
+// serviceConns sends each call to the connection of its service, chosen by
+// the full method name's package prefix.
+type serviceConns map[string]grpc.ClientConnInterface
+
+func (m serviceConns) pick(method string) (grpc.ClientConnInterface, error) {
+	for prefix, cc := range m {
+		if strings.HasPrefix(strings.TrimPrefix(method, "/"), prefix) {
+			return cc, nil
+		}
+	}
+	return nil, status.Errorf(codes.Unimplemented, "no backend serves %s", method)
+}
+
+func (m serviceConns) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	cc, err := m.pick(method)
+	if err != nil {
+		return err
+	}
+	return cc.Invoke(ctx, method, args, reply, opts...)
+}
+
+func (m serviceConns) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	cc, err := m.pick(method)
+	if err != nil {
+		return nil, err
+	}
+	return cc.NewStream(ctx, desc, method, opts...)
 }

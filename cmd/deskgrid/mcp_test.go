@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// An MCP host reaches deskgrid both ways: `deskgrid mcp` over stdio and the
+// gateway's /mcp over streamable HTTP.
+func TestEndToEndMCP(t *testing.T) {
+	p := startUp(t, t.TempDir(), t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	transports := map[string]mcp.Transport{
+		"stdio": &mcp.CommandTransport{Command: exec.Command(deskgridBinary(t), "mcp", "-addr", p.grpc)},
+		"http":  &mcp.StreamableClientTransport{Endpoint: p.httpURL + "/mcp"},
+	}
+	for name, tr := range transports {
+		t.Run(name, func(t *testing.T) {
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil).Connect(ctx, tr, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "create_session", Arguments: map[string]any{"width": 320, "height": 240}})
+			if err != nil || res.IsError {
+				t.Fatalf("create_session: %v %v", err, res)
+			}
+			var s struct {
+				ID    string `json:"id"`
+				State string `json:"state"`
+			}
+			b, _ := json.Marshal(res.StructuredContent)
+			if err := json.Unmarshal(b, &s); err != nil || s.State != "running" {
+				t.Fatalf("created %s", b)
+			}
+			res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "screenshot", Arguments: map[string]any{"session_id": s.ID}})
+			if err != nil || res.IsError {
+				t.Fatalf("screenshot: %v %v", err, res)
+			}
+			if img, ok := res.Content[0].(*mcp.ImageContent); !ok || len(img.Data) == 0 {
+				t.Fatalf("screenshot content %T", res.Content[0])
+			}
+			res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_session", Arguments: map[string]any{"session_id": s.ID}})
+			if err != nil || res.IsError {
+				t.Fatalf("delete_session: %v %v", err, res)
+			}
+		})
+	}
+}
