@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/deskgrid/deskgrid/services/sandbox/cgroup"
+	"github.com/deskgrid/deskgrid/services/sandbox/disk"
 	"github.com/deskgrid/deskgrid/services/sandbox/overlay"
 )
 
@@ -30,6 +31,8 @@ type box struct {
 	created time.Time
 	limits  Limits
 	cg      *cgroup.Group // nil on a node without cgroups
+	// disk is the backing of a size-limited layer ("ext4", "tmpfs"), or empty.
+	disk string
 	// fromSnapshot is the snapshot the layer was created from, if any.
 	fromSnapshot string
 
@@ -74,6 +77,7 @@ type meta struct {
 	Driver    string         `json:"driver"`
 	Created   time.Time      `json:"created"`
 	Limits    Limits         `json:"limits"`
+	Disk      string         `json:"disk,omitempty"`
 }
 
 const maxSessionID = 64
@@ -242,10 +246,20 @@ func (s *Service) build(ctx context.Context, b *box) (err error) {
 			s.log.ErrorContext(ctx, "clean up after failed create", "session_id", b.id, "error", terr)
 		}
 	}()
+	if b.limits.DiskBytes > 0 {
+		dd := filepath.Join(b.dir, "disk")
+		if err := os.Mkdir(dd, 0o755); err != nil {
+			return fmt.Errorf("create sandbox dir: %w", err)
+		}
+		if err := s.disk.Create(ctx, dd, filepath.Join(b.dir, "disk.img"), b.limits.DiskBytes); err != nil {
+			return fmt.Errorf("sandbox %s disk: %w", b.id, err)
+		}
+		b.disk = s.disk.Kind
+	}
 	layers := overlay.Layers{
 		Lower:  b.lower,
-		Upper:  filepath.Join(b.dir, "upper"),
-		Work:   filepath.Join(b.dir, "work"),
+		Upper:  b.upper(),
+		Work:   b.work(),
 		Merged: b.merged(),
 	}
 	layers.Owner = b.owner
@@ -283,7 +297,7 @@ func (s *Service) build(ctx context.Context, b *box) (err error) {
 		}
 		b.cg = cg
 	}
-	return writeMeta(b.dir, meta{SessionID: b.id, Lower: b.lower, Owner: b.owner, Driver: d.Name(), Created: b.created, Limits: b.limits})
+	return writeMeta(b.dir, meta{SessionID: b.id, Lower: b.lower, Owner: b.owner, Driver: d.Name(), Created: b.created, Limits: b.limits, Disk: b.disk})
 }
 
 func writeMeta(dir string, m meta) error {
@@ -608,8 +622,18 @@ func (s *Service) adopt(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	lb := &box{dir: dir, disk: m.Disk}
+	if !mounted && m.Disk != "" {
+		if ok, err := overlay.IsMounted(lb.layerDir()); err != nil {
+			return err
+		} else if !ok {
+			if err := (disk.Backing{Kind: m.Disk, Mkfs: s.disk.Mkfs, Mount: s.disk.Mount}).Remount(ctx, lb.layerDir(), filepath.Join(dir, "disk.img")); err != nil {
+				return err
+			}
+		}
+	}
 	if !mounted {
-		d, err := s.drivers.Mount(ctx, overlay.Layers{Lower: m.Lower, Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work"), Merged: merged, Owner: m.Owner})
+		d, err := s.drivers.Mount(ctx, overlay.Layers{Lower: m.Lower, Upper: lb.upper(), Work: lb.work(), Merged: merged, Owner: m.Owner})
 		if err != nil {
 			return err
 		}
@@ -628,7 +652,7 @@ func (s *Service) adopt(ctx context.Context, id string) error {
 	}
 	kill, cancel := context.WithCancel(context.Background())
 	b := &box{id: id, dir: dir, lower: m.Lower, owner: m.Owner, driver: driver, created: m.Created,
-		limits: m.Limits, cg: cg, procs: map[string]*proc{}, frozen: cg != nil && cg.Frozen(),
+		limits: m.Limits, cg: cg, disk: m.Disk, procs: map[string]*proc{}, frozen: cg != nil && cg.Frozen(),
 		ready: make(chan struct{}), ok: true, deleted: make(chan struct{}), kill: kill, cancel: cancel}
 	close(b.ready)
 	s.mu.Lock()

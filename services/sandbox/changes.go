@@ -18,7 +18,17 @@ import (
 	"github.com/deskgrid/deskgrid/services/sandbox/fsroot"
 )
 
-func (b *box) upper() string { return filepath.Join(b.dir, "upper") }
+// layerDir holds the upper and work dirs: the sandbox dir, or the
+// size-limited filesystem mounted in it.
+func (b *box) layerDir() string {
+	if b.disk != "" {
+		return filepath.Join(b.dir, "disk")
+	}
+	return b.dir
+}
+
+func (b *box) upper() string { return filepath.Join(b.layerDir(), "upper") }
+func (b *box) work() string  { return filepath.Join(b.layerDir(), "work") }
 
 func changeProto(c changes.Change) *sandboxv1.Change {
 	return &sandboxv1.Change{Path: c.Path, Kind: sandboxv1.ChangeKind(c.Kind), IsDir: c.IsDir, Size: c.Size}

@@ -33,6 +33,7 @@ func (b *box) proto() *sandboxv1.Sandbox {
 		Driver:     b.driver.Name(),
 		CreateTime: timestamppb.New(b.created),
 		Frozen:     b.isFrozen(),
+		Disk:       b.disk,
 	}
 	if b.cg != nil {
 		out.Limits = b.limits.proto()

@@ -20,6 +20,7 @@ import (
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/sandbox/cgroup"
+	"github.com/deskgrid/deskgrid/services/sandbox/disk"
 	"github.com/deskgrid/deskgrid/services/sandbox/jail"
 	"github.com/deskgrid/deskgrid/services/sandbox/overlay"
 )
@@ -66,6 +67,12 @@ type Config struct {
 	// CgroupParent is the group, below the cgroup root, holding one group
 	// per sandbox named for its session.
 	CgroupParent string
+	// DiskBacking holds a layer with a disk_bytes limit: "auto" (ext4 when
+	// mkfs.ext4 and mount are installed, else tmpfs), "ext4" or "tmpfs".
+	DiskBacking string
+	// MkfsPath and MountPath name the helpers of the ext4 backing.
+	MkfsPath  string
+	MountPath string
 	// Limits apply when a request names none; MaxLimits bound what a
 	// request may ask for (zero: no bound).
 	Limits    Limits
@@ -93,6 +100,9 @@ func DefaultConfig() Config {
 		MaxUploadBytes:    8 << 30,
 		X11SocketDir:      "/tmp/.X11-unix",
 		Cgroups:           CgroupsAuto,
+		DiskBacking:       "auto",
+		MkfsPath:          "mkfs.ext4",
+		MountPath:         "mount",
 		CgroupParent:      cgroup.DefaultParent,
 		Limits:            Limits{MemoryBytes: 2 << 30, CPUMillis: 1000, Pids: 512},
 		MaxLimits:         Limits{MemoryBytes: 16 << 30, CPUMillis: int64(runtime.NumCPU()) * 1000, Pids: 8192},
@@ -119,6 +129,7 @@ type Service struct {
 	display func(string) (string, string, bool)
 	etcDir  string            // synthetic passwd and group for sandboxes
 	cgroups *cgroup.Hierarchy // nil: no limits on this node
+	disk    disk.Backing
 
 	mu     sync.Mutex
 	boxes  map[string]*box
@@ -225,6 +236,14 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	if err := writeEtc(s.etcDir); err != nil {
 		return nil, err
+	}
+	switch cfg.DiskBacking {
+	case "", "auto":
+		s.disk = disk.Choose(cfg.MkfsPath, cfg.MountPath)
+	case disk.Ext4, disk.Tmpfs:
+		s.disk = disk.Backing{Kind: cfg.DiskBacking, Mkfs: cfg.MkfsPath, Mount: cfg.MountPath}
+	default:
+		return nil, fmt.Errorf("unknown disk backing %q: want auto, ext4 or tmpfs", cfg.DiskBacking)
 	}
 	switch cfg.Cgroups {
 	case CgroupsOff:

@@ -241,9 +241,9 @@ func (s *Service) restoreSnapshot(ctx context.Context, sessionID, id string) err
 	}
 	if err == nil {
 		// The work dir may hold state of the old layer.
-		err = os.RemoveAll(filepath.Join(b.dir, "work"))
+		err = os.RemoveAll(b.work())
 		if err == nil {
-			err = os.Mkdir(filepath.Join(b.dir, "work"), 0o755)
+			err = os.Mkdir(b.work(), 0o755)
 		}
 	}
 	_ = os.RemoveAll(fresh)
@@ -257,7 +257,7 @@ func (s *Service) restoreSnapshot(ctx context.Context, sessionID, id string) err
 }
 
 func (s *Service) remount(ctx context.Context, b *box) error {
-	if err := b.driver.Mount(ctx, overlay.Layers{Lower: b.lower, Upper: b.upper(), Work: filepath.Join(b.dir, "work"), Merged: b.merged(), Owner: b.owner}); err != nil {
+	if err := b.driver.Mount(ctx, overlay.Layers{Lower: b.lower, Upper: b.upper(), Work: b.work(), Merged: b.merged(), Owner: b.owner}); err != nil {
 		return fmt.Errorf("remount session %s: %w", b.id, err)
 	}
 	return nil

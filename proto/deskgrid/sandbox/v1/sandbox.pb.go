@@ -146,7 +146,10 @@ type Sandbox struct {
 	// Whether FreezeSandbox froze it.
 	Frozen bool `protobuf:"varint,8,opt,name=frozen,proto3" json:"frozen,omitempty"`
 	// Resource use, filled by GetSandbox.
-	Usage         *SandboxUsage `protobuf:"bytes,9,opt,name=usage,proto3" json:"usage,omitempty"`
+	Usage *SandboxUsage `protobuf:"bytes,9,opt,name=usage,proto3" json:"usage,omitempty"`
+	// What holds the writable layer when limits.disk_bytes is set: "ext4"
+	// (a loop-mounted image) or "tmpfs"; empty when the layer is unbounded.
+	Disk          string `protobuf:"bytes,10,opt,name=disk,proto3" json:"disk,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -242,6 +245,13 @@ func (x *Sandbox) GetUsage() *SandboxUsage {
 		return x.Usage
 	}
 	return nil
+}
+
+func (x *Sandbox) GetDisk() string {
+	if x != nil {
+		return x.Disk
+	}
+	return ""
 }
 
 // SandboxLimits bound a sandbox's resources.
@@ -3875,7 +3885,7 @@ var File_deskgrid_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
-	"!deskgrid/sandbox/v1/sandbox.proto\x12\x13deskgrid.sandbox.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xda\x02\n" +
+	"!deskgrid/sandbox/v1/sandbox.proto\x12\x13deskgrid.sandbox.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xee\x02\n" +
 	"\aSandbox\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
@@ -3887,7 +3897,9 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x06limits\x18\x06 \x01(\v2\".deskgrid.sandbox.v1.SandboxLimitsR\x06limits\x12\x16\n" +
 	"\x06cgroup\x18\a \x01(\tR\x06cgroup\x12\x16\n" +
 	"\x06frozen\x18\b \x01(\bR\x06frozen\x127\n" +
-	"\x05usage\x18\t \x01(\v2!.deskgrid.sandbox.v1.SandboxUsageR\x05usage\"\x84\x01\n" +
+	"\x05usage\x18\t \x01(\v2!.deskgrid.sandbox.v1.SandboxUsageR\x05usage\x12\x12\n" +
+	"\x04disk\x18\n" +
+	" \x01(\tR\x04disk\"\x84\x01\n" +
 	"\rSandboxLimits\x12!\n" +
 	"\fmemory_bytes\x18\x01 \x01(\x03R\vmemoryBytes\x12\x1d\n" +
 	"\n" +

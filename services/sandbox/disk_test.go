@@ -1,0 +1,50 @@
+package sandbox
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+)
+
+func TestDiskQuota(t *testing.T) {
+	for _, backing := range []string{"ext4", "tmpfs"} {
+		t.Run(backing, func(t *testing.T) {
+			cfg := testConfig(t)
+			cfg.DiskBacking = backing
+			h := newHarness(t, cfg, Deps{})
+			ctx := context.Background()
+			resp, err := h.client.CreateSandbox(ctx, &sandboxv1.CreateSandboxRequest{SessionId: "full", DiskBytes: 16 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.GetSandbox().GetDisk() != backing || resp.GetSandbox().GetLimits().GetDiskBytes() != 16<<20 {
+				t.Fatalf("sandbox %v", resp.GetSandbox())
+			}
+			_, err = h.upload(t, "full", "big", make([]byte, 32<<20), 1<<20)
+			wantCode(t, err, codes.ResourceExhausted)
+			if !strings.Contains(err.Error(), "disk is full") {
+				t.Fatalf("error %q does not say the disk is full", err)
+			}
+			res := h.mustExec(t, "full", "sh", "-c", "head -c 33554432 /dev/zero > f")
+			if res.exit.GetExitCode() == 0 || !strings.Contains(res.stderr, "No space left") {
+				t.Fatalf("filling by exec: %+v", res)
+			}
+			// Room again once the file is gone.
+			if res := h.mustExec(t, "full", "sh", "-c", "rm f && echo ok > small && cat small"); res.stdout != "ok\n" {
+				t.Fatalf("after freeing: %+v", res)
+			}
+			if _, err := h.client.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SessionId: "full"}); err != nil {
+				t.Fatal(err)
+			}
+			out, _ := exec.Command("losetup", "-a").CombinedOutput()
+			if strings.Contains(string(out), h.cfg.Root) {
+				t.Fatalf("loop device left: %s", out)
+			}
+		})
+	}
+}
