@@ -152,6 +152,62 @@ func (SuspendMode) EnumDescriptor() ([]byte, []int) {
 	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{1}
 }
 
+// NodeState says whether a node takes sessions.
+type NodeState int32
+
+const (
+	NodeState_NODE_STATE_UNSPECIFIED NodeState = 0
+	// READY: heartbeating and taking new sessions.
+	NodeState_NODE_STATE_READY NodeState = 1
+	// DRAINING: heartbeating; its sessions run on, new ones go elsewhere.
+	NodeState_NODE_STATE_DRAINING NodeState = 2
+	// DOWN: its heartbeat expired; its sessions are LOST.
+	NodeState_NODE_STATE_DOWN NodeState = 3
+)
+
+// Enum value maps for NodeState.
+var (
+	NodeState_name = map[int32]string{
+		0: "NODE_STATE_UNSPECIFIED",
+		1: "NODE_STATE_READY",
+		2: "NODE_STATE_DRAINING",
+		3: "NODE_STATE_DOWN",
+	}
+	NodeState_value = map[string]int32{
+		"NODE_STATE_UNSPECIFIED": 0,
+		"NODE_STATE_READY":       1,
+		"NODE_STATE_DRAINING":    2,
+		"NODE_STATE_DOWN":        3,
+	}
+)
+
+func (x NodeState) Enum() *NodeState {
+	p := new(NodeState)
+	*p = x
+	return p
+}
+
+func (x NodeState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (NodeState) Descriptor() protoreflect.EnumDescriptor {
+	return file_deskgrid_session_v1_session_proto_enumTypes[2].Descriptor()
+}
+
+func (NodeState) Type() protoreflect.EnumType {
+	return &file_deskgrid_session_v1_session_proto_enumTypes[2]
+}
+
+func (x NodeState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use NodeState.Descriptor instead.
+func (NodeState) EnumDescriptor() ([]byte, []int) {
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{2}
+}
+
 // DisplaySpec is the desktop a session asks for.
 type DisplaySpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1313,6 +1369,499 @@ func (x *KeepaliveSessionResponse) GetSession() *Session {
 	return nil
 }
 
+// NodeResources is an amount of what placement accounts for; zero CPU or
+// memory capacity means the node does not limit it.
+type NodeResources struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sessions      int64                  `protobuf:"varint,1,opt,name=sessions,proto3" json:"sessions,omitempty"`
+	CpuMillis     int64                  `protobuf:"varint,2,opt,name=cpu_millis,json=cpuMillis,proto3" json:"cpu_millis,omitempty"`
+	MemoryBytes   int64                  `protobuf:"varint,3,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeResources) Reset() {
+	*x = NodeResources{}
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeResources) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeResources) ProtoMessage() {}
+
+func (x *NodeResources) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeResources.ProtoReflect.Descriptor instead.
+func (*NodeResources) Descriptor() ([]byte, []int) {
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *NodeResources) GetSessions() int64 {
+	if x != nil {
+		return x.Sessions
+	}
+	return 0
+}
+
+func (x *NodeResources) GetCpuMillis() int64 {
+	if x != nil {
+		return x.CpuMillis
+	}
+	return 0
+}
+
+func (x *NodeResources) GetMemoryBytes() int64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+// Node is a machine that runs sessions' displays and sandboxes.
+type Node struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// gRPC address of its display and sandbox services.
+	Address  string            `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	State    NodeState         `protobuf:"varint,3,opt,name=state,proto3,enum=deskgrid.session.v1.NodeState" json:"state,omitempty"`
+	Labels   map[string]string `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Capacity *NodeResources    `protobuf:"bytes,5,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// What the sessions placed on it reserve.
+	Used          *NodeResources `protobuf:"bytes,6,opt,name=used,proto3" json:"used,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Node) Reset() {
+	*x = Node{}
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Node) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Node) ProtoMessage() {}
+
+func (x *Node) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Node.ProtoReflect.Descriptor instead.
+func (*Node) Descriptor() ([]byte, []int) {
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *Node) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Node) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *Node) GetState() NodeState {
+	if x != nil {
+		return x.State
+	}
+	return NodeState_NODE_STATE_UNSPECIFIED
+}
+
+func (x *Node) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *Node) GetCapacity() *NodeResources {
+	if x != nil {
+		return x.Capacity
+	}
+	return nil
+}
+
+func (x *Node) GetUsed() *NodeResources {
+	if x != nil {
+		return x.Used
+	}
+	return nil
+}
+
+type ListNodesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNodesRequest) Reset() {
+	*x = ListNodesRequest{}
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNodesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNodesRequest) ProtoMessage() {}
+
+func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
+func (*ListNodesRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{21}
+}
+
+type ListNodesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nodes         []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNodesResponse) Reset() {
+	*x = ListNodesResponse{}
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNodesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNodesResponse) ProtoMessage() {}
+
+func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
+func (*ListNodesResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ListNodesResponse) GetNodes() []*Node {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+type GetNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetNodeRequest) Reset() {
+	*x = GetNodeRequest{}
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetNodeRequest) ProtoMessage() {}
+
+func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetNodeRequest.ProtoReflect.Descriptor instead.
+func (*GetNodeRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *GetNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type GetNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetNodeResponse) Reset() {
+	*x = GetNodeResponse{}
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetNodeResponse) ProtoMessage() {}
+
+func (x *GetNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetNodeResponse.ProtoReflect.Descriptor instead.
+func (*GetNodeResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *GetNodeResponse) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+type DrainNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainNodeRequest) Reset() {
+	*x = DrainNodeRequest{}
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainNodeRequest) ProtoMessage() {}
+
+func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
+func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *DrainNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type DrainNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainNodeResponse) Reset() {
+	*x = DrainNodeResponse{}
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainNodeResponse) ProtoMessage() {}
+
+func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
+func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *DrainNodeResponse) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+type UndrainNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UndrainNodeRequest) Reset() {
+	*x = UndrainNodeRequest{}
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UndrainNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UndrainNodeRequest) ProtoMessage() {}
+
+func (x *UndrainNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UndrainNodeRequest.ProtoReflect.Descriptor instead.
+func (*UndrainNodeRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *UndrainNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type UndrainNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UndrainNodeResponse) Reset() {
+	*x = UndrainNodeResponse{}
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UndrainNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UndrainNodeResponse) ProtoMessage() {}
+
+func (x *UndrainNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UndrainNodeResponse.ProtoReflect.Descriptor instead.
+func (*UndrainNodeResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *UndrainNodeResponse) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
 var File_deskgrid_session_v1_session_proto protoreflect.FileDescriptor
 
 const file_deskgrid_session_v1_session_proto_rawDesc = "" +
@@ -1426,7 +1975,37 @@ const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"R\n" +
 	"\x18KeepaliveSessionResponse\x126\n" +
-	"\asession\x18\x01 \x01(\v2\x1c.deskgrid.session.v1.SessionR\asession*\xbf\x02\n" +
+	"\asession\x18\x01 \x01(\v2\x1c.deskgrid.session.v1.SessionR\asession\"m\n" +
+	"\rNodeResources\x12\x1a\n" +
+	"\bsessions\x18\x01 \x01(\x03R\bsessions\x12\x1d\n" +
+	"\n" +
+	"cpu_millis\x18\x02 \x01(\x03R\tcpuMillis\x12!\n" +
+	"\fmemory_bytes\x18\x03 \x01(\x03R\vmemoryBytes\"\xd8\x02\n" +
+	"\x04Node\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x124\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x1e.deskgrid.session.v1.NodeStateR\x05state\x12=\n" +
+	"\x06labels\x18\x04 \x03(\v2%.deskgrid.session.v1.Node.LabelsEntryR\x06labels\x12>\n" +
+	"\bcapacity\x18\x05 \x01(\v2\".deskgrid.session.v1.NodeResourcesR\bcapacity\x126\n" +
+	"\x04used\x18\x06 \x01(\v2\".deskgrid.session.v1.NodeResourcesR\x04used\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x12\n" +
+	"\x10ListNodesRequest\"D\n" +
+	"\x11ListNodesResponse\x12/\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x19.deskgrid.session.v1.NodeR\x05nodes\")\n" +
+	"\x0eGetNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"@\n" +
+	"\x0fGetNodeResponse\x12-\n" +
+	"\x04node\x18\x01 \x01(\v2\x19.deskgrid.session.v1.NodeR\x04node\"+\n" +
+	"\x10DrainNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"B\n" +
+	"\x11DrainNodeResponse\x12-\n" +
+	"\x04node\x18\x01 \x01(\v2\x19.deskgrid.session.v1.NodeR\x04node\"-\n" +
+	"\x12UndrainNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"D\n" +
+	"\x13UndrainNodeResponse\x12-\n" +
+	"\x04node\x18\x01 \x01(\v2\x19.deskgrid.session.v1.NodeR\x04node*\xbf\x02\n" +
 	"\fSessionState\x12\x1d\n" +
 	"\x19SESSION_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15SESSION_STATE_PENDING\x10\x01\x12\x1a\n" +
@@ -1443,7 +2022,12 @@ const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"\vSuspendMode\x12\x1c\n" +
 	"\x18SUSPEND_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13SUSPEND_MODE_FREEZE\x10\x01\x12\x1a\n" +
-	"\x16SUSPEND_MODE_HIBERNATE\x10\x022\xb5\t\n" +
+	"\x16SUSPEND_MODE_HIBERNATE\x10\x02*k\n" +
+	"\tNodeState\x12\x1a\n" +
+	"\x16NODE_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10NODE_STATE_READY\x10\x01\x12\x17\n" +
+	"\x13NODE_STATE_DRAINING\x10\x02\x12\x13\n" +
+	"\x0fNODE_STATE_DOWN\x10\x032\xb5\t\n" +
 	"\x0eSessionService\x12\x88\x01\n" +
 	"\rCreateSession\x12).deskgrid.session.v1.CreateSessionRequest\x1a*.deskgrid.session.v1.CreateSessionResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*b\asession\"\f/v1/sessions\x12\x89\x01\n" +
 	"\n" +
@@ -1453,7 +2037,12 @@ const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"\fWatchSession\x12(.deskgrid.session.v1.WatchSessionRequest\x1a).deskgrid.session.v1.WatchSessionResponse\"'\x82\xd3\xe4\x93\x02!\x12\x1f/v1/sessions/{session_id}:watch0\x01\x12\xa0\x01\n" +
 	"\x0eSuspendSession\x12*.deskgrid.session.v1.SuspendSessionRequest\x1a+.deskgrid.session.v1.SuspendSessionResponse\"5\x82\xd3\xe4\x93\x02/:\x01*b\asession\"!/v1/sessions/{session_id}:suspend\x12\x9c\x01\n" +
 	"\rResumeSession\x12).deskgrid.session.v1.ResumeSessionRequest\x1a*.deskgrid.session.v1.ResumeSessionResponse\"4\x82\xd3\xe4\x93\x02.:\x01*b\asession\" /v1/sessions/{session_id}:resume\x12\xa8\x01\n" +
-	"\x10KeepaliveSession\x12,.deskgrid.session.v1.KeepaliveSessionRequest\x1a-.deskgrid.session.v1.KeepaliveSessionResponse\"7\x82\xd3\xe4\x93\x021:\x01*b\asession\"#/v1/sessions/{session_id}:keepaliveBBZ@github.com/deskgrid/deskgrid/proto/deskgrid/session/v1;sessionv1b\x06proto3"
+	"\x10KeepaliveSession\x12,.deskgrid.session.v1.KeepaliveSessionRequest\x1a-.deskgrid.session.v1.KeepaliveSessionResponse\"7\x82\xd3\xe4\x93\x021:\x01*b\asession\"#/v1/sessions/{session_id}:keepalive2\x8f\x04\n" +
+	"\vNodeService\x12m\n" +
+	"\tListNodes\x12%.deskgrid.session.v1.ListNodesRequest\x1a&.deskgrid.session.v1.ListNodesResponse\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/v1/nodes\x12w\n" +
+	"\aGetNode\x12#.deskgrid.session.v1.GetNodeRequest\x1a$.deskgrid.session.v1.GetNodeResponse\"!\x82\xd3\xe4\x93\x02\x1bb\x04node\x12\x13/v1/nodes/{node_id}\x12\x86\x01\n" +
+	"\tDrainNode\x12%.deskgrid.session.v1.DrainNodeRequest\x1a&.deskgrid.session.v1.DrainNodeResponse\"*\x82\xd3\xe4\x93\x02$:\x01*b\x04node\"\x19/v1/nodes/{node_id}:drain\x12\x8e\x01\n" +
+	"\vUndrainNode\x12'.deskgrid.session.v1.UndrainNodeRequest\x1a(.deskgrid.session.v1.UndrainNodeResponse\",\x82\xd3\xe4\x93\x02&:\x01*b\x04node\"\x1b/v1/nodes/{node_id}:undrainBBZ@github.com/deskgrid/deskgrid/proto/deskgrid/session/v1;sessionv1b\x06proto3"
 
 var (
 	file_deskgrid_session_v1_session_proto_rawDescOnce sync.Once
@@ -1467,88 +2056,116 @@ func file_deskgrid_session_v1_session_proto_rawDescGZIP() []byte {
 	return file_deskgrid_session_v1_session_proto_rawDescData
 }
 
-var file_deskgrid_session_v1_session_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_deskgrid_session_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_deskgrid_session_v1_session_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_deskgrid_session_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_deskgrid_session_v1_session_proto_goTypes = []any{
 	(SessionState)(0),                // 0: deskgrid.session.v1.SessionState
 	(SuspendMode)(0),                 // 1: deskgrid.session.v1.SuspendMode
-	(*DisplaySpec)(nil),              // 2: deskgrid.session.v1.DisplaySpec
-	(*ResourceLimits)(nil),           // 3: deskgrid.session.v1.ResourceLimits
-	(*Session)(nil),                  // 4: deskgrid.session.v1.Session
-	(*CreateSessionRequest)(nil),     // 5: deskgrid.session.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),    // 6: deskgrid.session.v1.CreateSessionResponse
-	(*GetSessionRequest)(nil),        // 7: deskgrid.session.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),       // 8: deskgrid.session.v1.GetSessionResponse
-	(*ListSessionsRequest)(nil),      // 9: deskgrid.session.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),     // 10: deskgrid.session.v1.ListSessionsResponse
-	(*DeleteSessionRequest)(nil),     // 11: deskgrid.session.v1.DeleteSessionRequest
-	(*DeleteSessionResponse)(nil),    // 12: deskgrid.session.v1.DeleteSessionResponse
-	(*WatchSessionRequest)(nil),      // 13: deskgrid.session.v1.WatchSessionRequest
-	(*WatchSessionResponse)(nil),     // 14: deskgrid.session.v1.WatchSessionResponse
-	(*SuspendSessionRequest)(nil),    // 15: deskgrid.session.v1.SuspendSessionRequest
-	(*SuspendSessionResponse)(nil),   // 16: deskgrid.session.v1.SuspendSessionResponse
-	(*ResumeSessionRequest)(nil),     // 17: deskgrid.session.v1.ResumeSessionRequest
-	(*ResumeSessionResponse)(nil),    // 18: deskgrid.session.v1.ResumeSessionResponse
-	(*KeepaliveSessionRequest)(nil),  // 19: deskgrid.session.v1.KeepaliveSessionRequest
-	(*KeepaliveSessionResponse)(nil), // 20: deskgrid.session.v1.KeepaliveSessionResponse
-	nil,                              // 21: deskgrid.session.v1.Session.LabelsEntry
-	nil,                              // 22: deskgrid.session.v1.Session.NodeSelectorEntry
-	nil,                              // 23: deskgrid.session.v1.CreateSessionRequest.LabelsEntry
-	nil,                              // 24: deskgrid.session.v1.CreateSessionRequest.NodeSelectorEntry
-	nil,                              // 25: deskgrid.session.v1.ListSessionsRequest.LabelsEntry
-	(*durationpb.Duration)(nil),      // 26: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 27: google.protobuf.Timestamp
+	(NodeState)(0),                   // 2: deskgrid.session.v1.NodeState
+	(*DisplaySpec)(nil),              // 3: deskgrid.session.v1.DisplaySpec
+	(*ResourceLimits)(nil),           // 4: deskgrid.session.v1.ResourceLimits
+	(*Session)(nil),                  // 5: deskgrid.session.v1.Session
+	(*CreateSessionRequest)(nil),     // 6: deskgrid.session.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),    // 7: deskgrid.session.v1.CreateSessionResponse
+	(*GetSessionRequest)(nil),        // 8: deskgrid.session.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),       // 9: deskgrid.session.v1.GetSessionResponse
+	(*ListSessionsRequest)(nil),      // 10: deskgrid.session.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),     // 11: deskgrid.session.v1.ListSessionsResponse
+	(*DeleteSessionRequest)(nil),     // 12: deskgrid.session.v1.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil),    // 13: deskgrid.session.v1.DeleteSessionResponse
+	(*WatchSessionRequest)(nil),      // 14: deskgrid.session.v1.WatchSessionRequest
+	(*WatchSessionResponse)(nil),     // 15: deskgrid.session.v1.WatchSessionResponse
+	(*SuspendSessionRequest)(nil),    // 16: deskgrid.session.v1.SuspendSessionRequest
+	(*SuspendSessionResponse)(nil),   // 17: deskgrid.session.v1.SuspendSessionResponse
+	(*ResumeSessionRequest)(nil),     // 18: deskgrid.session.v1.ResumeSessionRequest
+	(*ResumeSessionResponse)(nil),    // 19: deskgrid.session.v1.ResumeSessionResponse
+	(*KeepaliveSessionRequest)(nil),  // 20: deskgrid.session.v1.KeepaliveSessionRequest
+	(*KeepaliveSessionResponse)(nil), // 21: deskgrid.session.v1.KeepaliveSessionResponse
+	(*NodeResources)(nil),            // 22: deskgrid.session.v1.NodeResources
+	(*Node)(nil),                     // 23: deskgrid.session.v1.Node
+	(*ListNodesRequest)(nil),         // 24: deskgrid.session.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),        // 25: deskgrid.session.v1.ListNodesResponse
+	(*GetNodeRequest)(nil),           // 26: deskgrid.session.v1.GetNodeRequest
+	(*GetNodeResponse)(nil),          // 27: deskgrid.session.v1.GetNodeResponse
+	(*DrainNodeRequest)(nil),         // 28: deskgrid.session.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),        // 29: deskgrid.session.v1.DrainNodeResponse
+	(*UndrainNodeRequest)(nil),       // 30: deskgrid.session.v1.UndrainNodeRequest
+	(*UndrainNodeResponse)(nil),      // 31: deskgrid.session.v1.UndrainNodeResponse
+	nil,                              // 32: deskgrid.session.v1.Session.LabelsEntry
+	nil,                              // 33: deskgrid.session.v1.Session.NodeSelectorEntry
+	nil,                              // 34: deskgrid.session.v1.CreateSessionRequest.LabelsEntry
+	nil,                              // 35: deskgrid.session.v1.CreateSessionRequest.NodeSelectorEntry
+	nil,                              // 36: deskgrid.session.v1.ListSessionsRequest.LabelsEntry
+	nil,                              // 37: deskgrid.session.v1.Node.LabelsEntry
+	(*durationpb.Duration)(nil),      // 38: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 39: google.protobuf.Timestamp
 }
 var file_deskgrid_session_v1_session_proto_depIdxs = []int32{
 	0,  // 0: deskgrid.session.v1.Session.state:type_name -> deskgrid.session.v1.SessionState
-	2,  // 1: deskgrid.session.v1.Session.display:type_name -> deskgrid.session.v1.DisplaySpec
-	3,  // 2: deskgrid.session.v1.Session.limits:type_name -> deskgrid.session.v1.ResourceLimits
-	21, // 3: deskgrid.session.v1.Session.labels:type_name -> deskgrid.session.v1.Session.LabelsEntry
-	22, // 4: deskgrid.session.v1.Session.node_selector:type_name -> deskgrid.session.v1.Session.NodeSelectorEntry
-	26, // 5: deskgrid.session.v1.Session.ttl:type_name -> google.protobuf.Duration
-	26, // 6: deskgrid.session.v1.Session.idle_timeout:type_name -> google.protobuf.Duration
-	27, // 7: deskgrid.session.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	27, // 8: deskgrid.session.v1.Session.update_time:type_name -> google.protobuf.Timestamp
-	27, // 9: deskgrid.session.v1.Session.expire_time:type_name -> google.protobuf.Timestamp
-	27, // 10: deskgrid.session.v1.Session.last_active_time:type_name -> google.protobuf.Timestamp
-	2,  // 11: deskgrid.session.v1.CreateSessionRequest.display:type_name -> deskgrid.session.v1.DisplaySpec
-	3,  // 12: deskgrid.session.v1.CreateSessionRequest.limits:type_name -> deskgrid.session.v1.ResourceLimits
-	23, // 13: deskgrid.session.v1.CreateSessionRequest.labels:type_name -> deskgrid.session.v1.CreateSessionRequest.LabelsEntry
-	24, // 14: deskgrid.session.v1.CreateSessionRequest.node_selector:type_name -> deskgrid.session.v1.CreateSessionRequest.NodeSelectorEntry
-	26, // 15: deskgrid.session.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	26, // 16: deskgrid.session.v1.CreateSessionRequest.idle_timeout:type_name -> google.protobuf.Duration
-	4,  // 17: deskgrid.session.v1.CreateSessionResponse.session:type_name -> deskgrid.session.v1.Session
-	4,  // 18: deskgrid.session.v1.GetSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	3,  // 1: deskgrid.session.v1.Session.display:type_name -> deskgrid.session.v1.DisplaySpec
+	4,  // 2: deskgrid.session.v1.Session.limits:type_name -> deskgrid.session.v1.ResourceLimits
+	32, // 3: deskgrid.session.v1.Session.labels:type_name -> deskgrid.session.v1.Session.LabelsEntry
+	33, // 4: deskgrid.session.v1.Session.node_selector:type_name -> deskgrid.session.v1.Session.NodeSelectorEntry
+	38, // 5: deskgrid.session.v1.Session.ttl:type_name -> google.protobuf.Duration
+	38, // 6: deskgrid.session.v1.Session.idle_timeout:type_name -> google.protobuf.Duration
+	39, // 7: deskgrid.session.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	39, // 8: deskgrid.session.v1.Session.update_time:type_name -> google.protobuf.Timestamp
+	39, // 9: deskgrid.session.v1.Session.expire_time:type_name -> google.protobuf.Timestamp
+	39, // 10: deskgrid.session.v1.Session.last_active_time:type_name -> google.protobuf.Timestamp
+	3,  // 11: deskgrid.session.v1.CreateSessionRequest.display:type_name -> deskgrid.session.v1.DisplaySpec
+	4,  // 12: deskgrid.session.v1.CreateSessionRequest.limits:type_name -> deskgrid.session.v1.ResourceLimits
+	34, // 13: deskgrid.session.v1.CreateSessionRequest.labels:type_name -> deskgrid.session.v1.CreateSessionRequest.LabelsEntry
+	35, // 14: deskgrid.session.v1.CreateSessionRequest.node_selector:type_name -> deskgrid.session.v1.CreateSessionRequest.NodeSelectorEntry
+	38, // 15: deskgrid.session.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	38, // 16: deskgrid.session.v1.CreateSessionRequest.idle_timeout:type_name -> google.protobuf.Duration
+	5,  // 17: deskgrid.session.v1.CreateSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	5,  // 18: deskgrid.session.v1.GetSessionResponse.session:type_name -> deskgrid.session.v1.Session
 	0,  // 19: deskgrid.session.v1.ListSessionsRequest.states:type_name -> deskgrid.session.v1.SessionState
-	25, // 20: deskgrid.session.v1.ListSessionsRequest.labels:type_name -> deskgrid.session.v1.ListSessionsRequest.LabelsEntry
-	4,  // 21: deskgrid.session.v1.ListSessionsResponse.sessions:type_name -> deskgrid.session.v1.Session
-	4,  // 22: deskgrid.session.v1.DeleteSessionResponse.session:type_name -> deskgrid.session.v1.Session
-	4,  // 23: deskgrid.session.v1.WatchSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	36, // 20: deskgrid.session.v1.ListSessionsRequest.labels:type_name -> deskgrid.session.v1.ListSessionsRequest.LabelsEntry
+	5,  // 21: deskgrid.session.v1.ListSessionsResponse.sessions:type_name -> deskgrid.session.v1.Session
+	5,  // 22: deskgrid.session.v1.DeleteSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	5,  // 23: deskgrid.session.v1.WatchSessionResponse.session:type_name -> deskgrid.session.v1.Session
 	1,  // 24: deskgrid.session.v1.SuspendSessionRequest.mode:type_name -> deskgrid.session.v1.SuspendMode
-	4,  // 25: deskgrid.session.v1.SuspendSessionResponse.session:type_name -> deskgrid.session.v1.Session
-	4,  // 26: deskgrid.session.v1.ResumeSessionResponse.session:type_name -> deskgrid.session.v1.Session
-	4,  // 27: deskgrid.session.v1.KeepaliveSessionResponse.session:type_name -> deskgrid.session.v1.Session
-	5,  // 28: deskgrid.session.v1.SessionService.CreateSession:input_type -> deskgrid.session.v1.CreateSessionRequest
-	7,  // 29: deskgrid.session.v1.SessionService.GetSession:input_type -> deskgrid.session.v1.GetSessionRequest
-	9,  // 30: deskgrid.session.v1.SessionService.ListSessions:input_type -> deskgrid.session.v1.ListSessionsRequest
-	11, // 31: deskgrid.session.v1.SessionService.DeleteSession:input_type -> deskgrid.session.v1.DeleteSessionRequest
-	13, // 32: deskgrid.session.v1.SessionService.WatchSession:input_type -> deskgrid.session.v1.WatchSessionRequest
-	15, // 33: deskgrid.session.v1.SessionService.SuspendSession:input_type -> deskgrid.session.v1.SuspendSessionRequest
-	17, // 34: deskgrid.session.v1.SessionService.ResumeSession:input_type -> deskgrid.session.v1.ResumeSessionRequest
-	19, // 35: deskgrid.session.v1.SessionService.KeepaliveSession:input_type -> deskgrid.session.v1.KeepaliveSessionRequest
-	6,  // 36: deskgrid.session.v1.SessionService.CreateSession:output_type -> deskgrid.session.v1.CreateSessionResponse
-	8,  // 37: deskgrid.session.v1.SessionService.GetSession:output_type -> deskgrid.session.v1.GetSessionResponse
-	10, // 38: deskgrid.session.v1.SessionService.ListSessions:output_type -> deskgrid.session.v1.ListSessionsResponse
-	12, // 39: deskgrid.session.v1.SessionService.DeleteSession:output_type -> deskgrid.session.v1.DeleteSessionResponse
-	14, // 40: deskgrid.session.v1.SessionService.WatchSession:output_type -> deskgrid.session.v1.WatchSessionResponse
-	16, // 41: deskgrid.session.v1.SessionService.SuspendSession:output_type -> deskgrid.session.v1.SuspendSessionResponse
-	18, // 42: deskgrid.session.v1.SessionService.ResumeSession:output_type -> deskgrid.session.v1.ResumeSessionResponse
-	20, // 43: deskgrid.session.v1.SessionService.KeepaliveSession:output_type -> deskgrid.session.v1.KeepaliveSessionResponse
-	36, // [36:44] is the sub-list for method output_type
-	28, // [28:36] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	5,  // 25: deskgrid.session.v1.SuspendSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	5,  // 26: deskgrid.session.v1.ResumeSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	5,  // 27: deskgrid.session.v1.KeepaliveSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	2,  // 28: deskgrid.session.v1.Node.state:type_name -> deskgrid.session.v1.NodeState
+	37, // 29: deskgrid.session.v1.Node.labels:type_name -> deskgrid.session.v1.Node.LabelsEntry
+	22, // 30: deskgrid.session.v1.Node.capacity:type_name -> deskgrid.session.v1.NodeResources
+	22, // 31: deskgrid.session.v1.Node.used:type_name -> deskgrid.session.v1.NodeResources
+	23, // 32: deskgrid.session.v1.ListNodesResponse.nodes:type_name -> deskgrid.session.v1.Node
+	23, // 33: deskgrid.session.v1.GetNodeResponse.node:type_name -> deskgrid.session.v1.Node
+	23, // 34: deskgrid.session.v1.DrainNodeResponse.node:type_name -> deskgrid.session.v1.Node
+	23, // 35: deskgrid.session.v1.UndrainNodeResponse.node:type_name -> deskgrid.session.v1.Node
+	6,  // 36: deskgrid.session.v1.SessionService.CreateSession:input_type -> deskgrid.session.v1.CreateSessionRequest
+	8,  // 37: deskgrid.session.v1.SessionService.GetSession:input_type -> deskgrid.session.v1.GetSessionRequest
+	10, // 38: deskgrid.session.v1.SessionService.ListSessions:input_type -> deskgrid.session.v1.ListSessionsRequest
+	12, // 39: deskgrid.session.v1.SessionService.DeleteSession:input_type -> deskgrid.session.v1.DeleteSessionRequest
+	14, // 40: deskgrid.session.v1.SessionService.WatchSession:input_type -> deskgrid.session.v1.WatchSessionRequest
+	16, // 41: deskgrid.session.v1.SessionService.SuspendSession:input_type -> deskgrid.session.v1.SuspendSessionRequest
+	18, // 42: deskgrid.session.v1.SessionService.ResumeSession:input_type -> deskgrid.session.v1.ResumeSessionRequest
+	20, // 43: deskgrid.session.v1.SessionService.KeepaliveSession:input_type -> deskgrid.session.v1.KeepaliveSessionRequest
+	24, // 44: deskgrid.session.v1.NodeService.ListNodes:input_type -> deskgrid.session.v1.ListNodesRequest
+	26, // 45: deskgrid.session.v1.NodeService.GetNode:input_type -> deskgrid.session.v1.GetNodeRequest
+	28, // 46: deskgrid.session.v1.NodeService.DrainNode:input_type -> deskgrid.session.v1.DrainNodeRequest
+	30, // 47: deskgrid.session.v1.NodeService.UndrainNode:input_type -> deskgrid.session.v1.UndrainNodeRequest
+	7,  // 48: deskgrid.session.v1.SessionService.CreateSession:output_type -> deskgrid.session.v1.CreateSessionResponse
+	9,  // 49: deskgrid.session.v1.SessionService.GetSession:output_type -> deskgrid.session.v1.GetSessionResponse
+	11, // 50: deskgrid.session.v1.SessionService.ListSessions:output_type -> deskgrid.session.v1.ListSessionsResponse
+	13, // 51: deskgrid.session.v1.SessionService.DeleteSession:output_type -> deskgrid.session.v1.DeleteSessionResponse
+	15, // 52: deskgrid.session.v1.SessionService.WatchSession:output_type -> deskgrid.session.v1.WatchSessionResponse
+	17, // 53: deskgrid.session.v1.SessionService.SuspendSession:output_type -> deskgrid.session.v1.SuspendSessionResponse
+	19, // 54: deskgrid.session.v1.SessionService.ResumeSession:output_type -> deskgrid.session.v1.ResumeSessionResponse
+	21, // 55: deskgrid.session.v1.SessionService.KeepaliveSession:output_type -> deskgrid.session.v1.KeepaliveSessionResponse
+	25, // 56: deskgrid.session.v1.NodeService.ListNodes:output_type -> deskgrid.session.v1.ListNodesResponse
+	27, // 57: deskgrid.session.v1.NodeService.GetNode:output_type -> deskgrid.session.v1.GetNodeResponse
+	29, // 58: deskgrid.session.v1.NodeService.DrainNode:output_type -> deskgrid.session.v1.DrainNodeResponse
+	31, // 59: deskgrid.session.v1.NodeService.UndrainNode:output_type -> deskgrid.session.v1.UndrainNodeResponse
+	48, // [48:60] is the sub-list for method output_type
+	36, // [36:48] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_deskgrid_session_v1_session_proto_init() }
@@ -1562,10 +2179,10 @@ func file_deskgrid_session_v1_session_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_deskgrid_session_v1_session_proto_rawDesc), len(file_deskgrid_session_v1_session_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   24,
+			NumEnums:      3,
+			NumMessages:   35,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_deskgrid_session_v1_session_proto_goTypes,
 		DependencyIndexes: file_deskgrid_session_v1_session_proto_depIdxs,
