@@ -195,6 +195,7 @@ func (s *Service) jailSpec(b *box, argv, extraEnv []string, cwd, asked string) (
 	if b.cg != nil {
 		spec.Place = b.cg.Command
 	}
+	spec.Seccomp = s.seccomp
 	return spec, nil
 
 }

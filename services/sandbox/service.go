@@ -73,6 +73,8 @@ type Config struct {
 	// MkfsPath and MountPath name the helpers of the ext4 backing.
 	MkfsPath  string
 	MountPath string
+	// NoSeccomp turns off the seccomp filter of sandboxed programs.
+	NoSeccomp bool
 	// Limits apply when a request names none; MaxLimits bound what a
 	// request may ask for (zero: no bound).
 	Limits    Limits
@@ -130,6 +132,7 @@ type Service struct {
 	etcDir  string            // synthetic passwd and group for sandboxes
 	cgroups *cgroup.Hierarchy // nil: no limits on this node
 	disk    disk.Backing
+	seccomp []byte // compiled filter; nil when off
 
 	mu     sync.Mutex
 	boxes  map[string]*box
@@ -236,6 +239,11 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	if err := writeEtc(s.etcDir); err != nil {
 		return nil, err
+	}
+	if !cfg.NoSeccomp {
+		if s.seccomp, err = jail.SeccompFilter(); err != nil {
+			return nil, fmt.Errorf("sandbox seccomp filter: %w (set NoSeccomp to run without)", err)
+		}
 	}
 	switch cfg.DiskBacking {
 	case "", "auto":

@@ -69,6 +69,9 @@ type Spec struct {
 	// wraps cmd and returns the start function to use instead of cmd.Start,
 	// and done, called once the command has been waited for.
 	Place func(cmd *exec.Cmd) (start func() error, done func())
+	// Seccomp, when set, is a compiled filter (SeccompFilter) bwrap installs
+	// before running the program.
+	Seccomp []byte
 }
 
 // Stream tells stdout from stderr.
@@ -198,6 +201,9 @@ func Args(spec Spec) ([]string, error) {
 	for _, k := range order {
 		a = append(a, "--setenv", k, env[k])
 	}
+	if len(spec.Seccomp) > 0 {
+		a = append(a, "--seccomp", fmt.Sprint(seccompFD))
+	}
 	a = append(a, "--chdir", cwd, "--")
 	return append(a, spec.Argv...), nil
 }
@@ -219,7 +225,11 @@ func Run(ctx context.Context, spec Spec, timeout time.Duration, chunkSize int, o
 	if chunkSize <= 0 {
 		chunkSize = 32 << 10
 	}
-	cmd := command(spec, args)
+	cmd, release, err := command(spec, args)
+	if err != nil {
+		return Exit{}, err
+	}
+	defer release()
 	if len(spec.Stdin) > 0 {
 		cmd.Stdin = bytes.NewReader(spec.Stdin)
 	}
@@ -293,7 +303,11 @@ func Run(ctx context.Context, spec Spec, timeout time.Duration, chunkSize int, o
 	return exit, nil
 }
 
-func command(spec Spec, args []string) *exec.Cmd {
+// seccompFD is where bwrap finds the filter: the first of ExtraFiles.
+const seccompFD = 3
+
+// command builds bwrap's command; release closes what it opened for it.
+func command(spec Spec, args []string) (*exec.Cmd, func(), error) {
 	bin := spec.Bwrap
 	if bin == "" {
 		bin = "bwrap"
@@ -304,7 +318,24 @@ func command(spec Spec, args []string) *exec.Cmd {
 	// Its own process group: a terminal's signals to the node agent must not
 	// reach the sandbox.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	return cmd
+	if len(spec.Seccomp) == 0 {
+		return cmd, func() {}, nil
+	}
+	// A pipe holds the few hundred bytes of the filter; bwrap reads to EOF.
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("seccomp pipe: %w", err)
+	}
+	_, err = w.Write(spec.Seccomp)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		r.Close()
+		return nil, nil, fmt.Errorf("seccomp pipe: %w", err)
+	}
+	cmd.ExtraFiles = []*os.File{r}
+	return cmd, func() { r.Close() }, nil
 }
 
 func place(spec Spec, cmd *exec.Cmd) (start func() error, done func()) {
@@ -349,7 +380,11 @@ func Spawn(spec Spec, stdin, out *os.File) (*Proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := command(spec, args)
+	cmd, release, err := command(spec, args)
+	if err != nil {
+		return nil, err
+	}
+	defer release() // bwrap has its own copy once started
 	if out != nil {
 		cmd.Stdout, cmd.Stderr = out, out
 	}
