@@ -102,7 +102,8 @@ type Stats struct {
 	// Rejected is the number of messages that are not valid events; they are
 	// terminated so they do not block the stream.
 	Rejected uint64
-	// StoreFailures is the number of batches the store refused.
+	// StoreFailures is the number of batches the store or the blob store
+	// refused.
 	StoreFailures uint64
 }
 

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
@@ -25,6 +26,11 @@ var postgresDialect = dialect{
 	// The text condition lets PostgreSQL use the partial GIN index.
 	searchMatch: func(p string) string { return "e.text != '' AND e.text_tsv @@ plainto_tsquery('english', " + p + ")" },
 	searchPK:    "e.pk",
+	// The best plan depends on the values: how common the words are, how
+	// selective the tenant or session. A cached generic plan, which a
+	// prepared statement falls back to after a few runs, can be a hundred
+	// times slower, so each search is planned with its own values.
+	searchOpts: []any{pgx.QueryExecModeDescribeExec},
 }
 
 // postgresInsert sends a chunk as one array per column: one statement of

@@ -40,6 +40,8 @@ type dialect struct {
 	// and searchPK the expression of the row's pk to order and page by.
 	searchMatch func(p string) string
 	searchPK    string
+	// searchOpts lead a search's arguments: driver options for it.
+	searchOpts []any
 }
 
 // SQL is a Store over database/sql.
@@ -301,7 +303,7 @@ func (s *SQL) Search(ctx context.Context, q SearchQuery) ([]Entry, string, error
 	}
 	b.WriteString(" ORDER BY " + s.d.searchPK + " DESC LIMIT " + a.add(size+1))
 	var pks []int64
-	out, err := s.query(ctx, b.String(), a.vals, size+1, &pks)
+	out, err := s.query(ctx, b.String(), append(slices.Clip(s.d.searchOpts), a.vals...), size+1, &pks)
 	if err != nil {
 		return nil, "", fmt.Errorf("store: search: %w", err)
 	}
