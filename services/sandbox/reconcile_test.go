@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
@@ -11,8 +12,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/sandbox/cgroup"
 	"github.com/deskgrid/deskgrid/services/sandbox/jail"
 )
+
+func cgroupLimits() cgroup.Limits { return cgroup.Limits{Pids: 8} }
 
 // A crashed node agent leaves mounts and running commands; Reconcile in the
 // next process kills the commands and removes the rest, for either driver.
@@ -161,3 +165,35 @@ func TestNewRefusesBadConfig(t *testing.T) {
 }
 
 func statusCode(err error) codes.Code { return status.Code(err) }
+
+// A crashed node leaves started programs in their cgroups, and cgroups
+// whose sandbox dir is already gone; Reconcile kills and removes both.
+func TestReconcileRemovesLeftoverCgroups(t *testing.T) {
+	cfg := testConfig(t)
+	ctx := context.Background()
+	scrubOnCleanup(t, cfg.Root)
+	crashed, err := New(ctx, cfg, Deps{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := crashed.createSandbox(ctx, "orphan", ""); err != nil {
+		t.Fatal(err)
+	}
+	p, err := crashed.startProcess(ctx, &sandboxv1.StartProcessRequest{SessionId: "orphan", Argv: []string{"sleep", "2718"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := crashed.cgroups.Create("dirless", cgroupLimits()); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, cfg, Deps{})
+	removed, err := h.svc.Reconcile(ctx, nil)
+	slices.Sort(removed)
+	if err != nil || !slices.Equal(removed, []string{"dirless", "orphan"}) {
+		t.Fatalf("Reconcile = %v, %v", removed, err)
+	}
+	waitFor(t, "the started program to die", func() bool { return !alive(p.GetPid()) })
+	if ids, err := h.svc.cgroups.List(); err != nil || len(ids) != 0 {
+		t.Fatalf("cgroups left: %v %v", ids, err)
+	}
+}

@@ -15,6 +15,7 @@ func testHierarchy(t *testing.T) Hierarchy {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(h.RemoveParent)
 	return h
 }
 
