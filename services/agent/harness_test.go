@@ -108,6 +108,17 @@ func (f *fakeNode) WriteFile(_ context.Context, req *sandboxv1.WriteFileRequest)
 	return &sandboxv1.WriteFileResponse{}, nil
 }
 
+// shellCommands are the commands run through Exec or the persistent shell.
+func (f *fakeNode) shellCommands() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, argv := range f.execs {
+		out = append(out, argv[len(argv)-1])
+	}
+	return out
+}
+
 func (f *fakeNode) file(p string) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
