@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"net"
+	"os/exec"
 	"os"
 	"path/filepath"
 	"strings"
@@ -233,4 +234,45 @@ func TestFreezeStopsAndThawResumes(t *testing.T) {
 	if _, err := h.client.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SessionId: "ice"}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// startXvfb starts a real X server and returns its display, ":N".
+func startXvfb(t *testing.T) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cmd := exec.Command("Xvfb", "-displayfd", "3", "-nolisten", "tcp", "-screen", "0", "320x200x24")
+	cmd.ExtraFiles = []*os.File{w}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	buf := make([]byte, 16)
+	n, err := r.Read(buf)
+	if err != nil {
+		t.Fatalf("Xvfb display: %v", err)
+	}
+	n2 := strings.TrimSpace(string(buf[:n]))
+	waitFor(t, "the X socket", func() bool {
+		_, err := os.Stat("/tmp/.X11-unix/X" + n2)
+		return err == nil
+	})
+	return ":" + n2
+}
+
+func TestStartedProgramDrawsOnTheSessionsDisplay(t *testing.T) {
+	disp := startXvfb(t)
+	h := newHarness(t, testConfig(t), Deps{DisplayLookup: func(string) (string, string, bool) { return disp, "", true }})
+	sb := h.create(t, "gui", "")
+	if _, err := h.client.StartProcess(context.Background(), &sandboxv1.StartProcessRequest{SessionId: "gui", Argv: []string{"sh", "-c", "xdpyinfo > info.txt; exec sleep 1000"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the X client to describe the display", func() bool {
+		data, _ := os.ReadFile(filepath.Join(sb.GetRootDir(), "info.txt"))
+		return strings.Contains(string(data), "dimensions:    320x200 pixels")
+	})
 }
