@@ -27,7 +27,7 @@ const (
 	corpusSessions = 10_000
 	corpusTenants  = 100
 	corpusVocab    = 20_000
-	corpusVersion  = "v1"
+	corpusVersion  = "v2"
 	corpusBatch    = 20_000
 )
 
@@ -99,18 +99,59 @@ func markComplete(ctx context.Context, db *sql.DB) error {
 	return err
 }
 
-func loadCorpus(ctx context.Context, b *testing.B, s *store.SQL) {
+// loadCorpus appends the corpus with the full-text index set aside and
+// builds that index once at the end, which is several times faster than
+// growing it row by row. The index's own definition is read back from the
+// database, so the corpus is indexed as the migrations say.
+func loadCorpus(ctx context.Context, b *testing.B, s *store.SQL, dialect string) {
 	start := time.Now()
+	db := s.DB()
+	var restore []string
+	switch dialect {
+	case "sqlite":
+		var trigger string
+		if err := db.QueryRowContext(ctx, "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'history_entries_text_insert'").Scan(&trigger); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, "DROP TRIGGER history_entries_text_insert"); err != nil {
+			b.Fatal(err)
+		}
+		// Every corpus entry has text, so a rebuild indexes what the
+		// trigger would have.
+		restore = []string{"INSERT INTO history_text (history_text) VALUES ('rebuild')", trigger}
+	case "postgres":
+		var index string
+		if err := db.QueryRowContext(ctx, "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() AND indexname = 'history_entries_text_tsv'").Scan(&index); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, "DROP INDEX history_entries_text_tsv"); err != nil {
+			b.Fatal(err)
+		}
+		restore = []string{"SET maintenance_work_mem = '256MB'", index, "VACUUM ANALYZE history_entries"}
+	}
 	if err := corpusEntries(func(batch []store.Entry) error {
 		_, err := s.Append(ctx, batch)
 		return err
 	}); err != nil {
 		b.Fatal(err)
 	}
-	if err := markComplete(ctx, s.DB()); err != nil {
+	loaded := time.Since(start)
+	// One connection, so a SET applies to the statements after it.
+	conn, err := db.Conn(ctx)
+	if err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("built the %d-entry corpus in %v", corpusSize, time.Since(start).Round(time.Millisecond))
+	defer conn.Close()
+	for _, q := range restore {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			b.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := markComplete(ctx, db); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("built the %d-entry corpus in %v (rows %v, full-text index %v)", corpusSize,
+		time.Since(start).Round(time.Millisecond), loaded.Round(time.Millisecond), (time.Since(start) - loaded).Round(time.Millisecond))
 }
 
 // corpus opens the cached corpus of a database, building it on first use.
@@ -147,7 +188,7 @@ func openCorpus(b *testing.B, db string) *store.SQL {
 			if s, err = store.OpenSQLite(ctx, path); err != nil {
 				b.Fatal(err)
 			}
-			loadCorpus(ctx, b, s)
+			loadCorpus(ctx, b, s, db)
 		}
 	case "postgres":
 		schema := "history_bench_search_" + corpusVersion
@@ -177,10 +218,7 @@ func openCorpus(b *testing.B, db string) *store.SQL {
 			if s, err = store.OpenPostgres(ctx, u.String()); err != nil {
 				b.Fatal(err)
 			}
-			loadCorpus(ctx, b, s)
-			if _, err := s.DB().ExecContext(ctx, "VACUUM ANALYZE history_entries"); err != nil {
-				b.Fatal(err)
-			}
+			loadCorpus(ctx, b, s, db)
 		}
 	}
 	corpus.stores[db] = s
