@@ -2,9 +2,10 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"net"
-	"os/exec"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -236,32 +237,26 @@ func TestFreezeStopsAndThawResumes(t *testing.T) {
 	}
 }
 
-// startXvfb starts a real X server and returns its display, ":N".
+// startXvfb starts a real X server and returns its display, ":N". The
+// number is derived from the test process's pid, away from the low
+// numbers other X servers on the machine take.
 func startXvfb(t *testing.T) string {
 	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	cmd := exec.Command("Xvfb", "-displayfd", "3", "-nolisten", "tcp", "-screen", "0", "320x200x24")
-	cmd.ExtraFiles = []*os.File{w}
+	n := fmt.Sprint(6000 + os.Getpid()%3000)
+	cmd := exec.Command("Xvfb", ":"+n, "-nolisten", "tcp", "-screen", "0", "320x200x24")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	w.Close()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	buf := make([]byte, 16)
-	n, err := r.Read(buf)
-	if err != nil {
-		t.Fatalf("Xvfb display: %v", err)
-	}
-	n2 := strings.TrimSpace(string(buf[:n]))
-	waitFor(t, "the X socket", func() bool {
-		_, err := os.Stat("/tmp/.X11-unix/X" + n2)
+	// SIGTERM: Xvfb then removes its socket and lock for the next one.
+	t.Cleanup(func() { _ = cmd.Process.Signal(unix.SIGTERM); _ = cmd.Wait() })
+	waitFor(t, "the X socket to answer", func() bool {
+		c, err := net.Dial("unix", "/tmp/.X11-unix/X"+n)
+		if err == nil {
+			c.Close()
+		}
 		return err == nil
 	})
-	return ":" + n2
+	return ":" + n
 }
 
 func TestStartedProgramDrawsOnTheSessionsDisplay(t *testing.T) {
