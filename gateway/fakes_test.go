@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -19,9 +20,12 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	historyv1 "github.com/deskgrid/deskgrid/proto/deskgrid/history/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 )
 
@@ -62,6 +66,13 @@ func newVNCDisplay(fb fakeFramebuffer) *vncDisplay {
 		ended:    make(chan string, 100),
 		sinkGo:   make(chan struct{}),
 	}
+}
+
+// addDisplay gives a new session a desktop.
+func (d *vncDisplay) addDisplay(sessionID string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.deleted[sessionID] = make(chan struct{})
 }
 
 // deleteDisplay ends every viewer of the session as deleting a display does.
@@ -393,42 +404,89 @@ func (s *rfbServer) sendFramebuffer(c io.Writer, pf pixelFormat) error {
 	return err
 }
 
-// sessions is an in-memory session service for the page.
+// sessions is an in-memory session service: records with a generation that
+// grows on every change, and watchers that see each change.
 type sessions struct {
 	sessionv1.UnimplementedSessionServiceServer
-	mu   sync.Mutex
-	byID map[string]*sessionv1.Session
-	next int
+	mu      sync.Mutex
+	byID    map[string]*sessionv1.Session
+	next    int
+	changed chan struct{}
+	created []*sessionv1.CreateSessionRequest
+	// onCreate gives a new session its display.
+	onCreate func(id string)
+	history  *fakeHistory
 }
 
 func newSessions(ids ...string) *sessions {
-	s := &sessions{byID: map[string]*sessionv1.Session{}, next: len(ids) + 1}
+	s := &sessions{byID: map[string]*sessionv1.Session{}, next: len(ids) + 1, changed: make(chan struct{})}
 	for _, id := range ids {
-		s.byID[id] = s.newSession(id)
+		s.byID[id] = s.newSession(id, &sessionv1.CreateSessionRequest{})
 	}
 	return s
 }
 
-func (s *sessions) newSession(id string) *sessionv1.Session {
+func (s *sessions) newSession(id string, r *sessionv1.CreateSessionRequest) *sessionv1.Session {
 	w, h := int32(320), int32(200)
-	return &sessionv1.Session{Id: id, State: sessionv1.SessionState_SESSION_STATE_RUNNING,
-		Display: &sessionv1.DisplaySpec{Width: &w, Height: &h}, CreateTime: timestamppb.Now()}
+	d := &sessionv1.DisplaySpec{Width: &w, Height: &h}
+	if r.GetDisplay() != nil {
+		d = proto.Clone(r.GetDisplay()).(*sessionv1.DisplaySpec)
+	}
+	now := time.Now()
+	x := &sessionv1.Session{Id: id, State: sessionv1.SessionState_SESSION_STATE_RUNNING, Tenant: "default",
+		Display: d, Limits: r.GetLimits(), Labels: r.GetLabels(), Autostart: r.GetAutostart(),
+		Ttl: r.GetTtl(), IdleTimeout: r.GetIdleTimeout(), NodeId: "node-1", XDisplay: ":101",
+		CreateTime: timestamppb.New(now), UpdateTime: timestamppb.New(now), LastActiveTime: timestamppb.New(now), Generation: 1}
+	if ttl := r.GetTtl(); ttl != nil && ttl.AsDuration() > 0 {
+		x.ExpireTime = timestamppb.New(now.Add(ttl.AsDuration()))
+	}
+	return x
 }
 
-func (s *sessions) CreateSession(context.Context, *sessionv1.CreateSessionRequest) (*sessionv1.CreateSessionResponse, error) {
+// bump records a change: watchers wake and see the new generation.
+func (s *sessions) bump(x *sessionv1.Session) {
+	x.Generation++
+	x.UpdateTime = timestamppb.Now()
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+func (s *sessions) CreateSession(_ context.Context, r *sessionv1.CreateSessionRequest) (*sessionv1.CreateSessionResponse, error) {
+	if d := r.GetDisplay(); d != nil && ((d.Width != nil && (d.GetWidth() < 64 || d.GetWidth() > 7680)) || (d.Height != nil && (d.GetHeight() < 64 || d.GetHeight() > 4320))) {
+		return nil, status.Error(codes.InvalidArgument, "display width must be 64 to 7680 and height 64 to 4320")
+	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	id := fmt.Sprintf("s-%d", s.next)
 	s.next++
-	s.byID[id] = s.newSession(id)
-	return &sessionv1.CreateSessionResponse{Session: s.byID[id]}, nil
+	s.created = append(s.created, r)
+	x := s.newSession(id, r)
+	s.byID[id] = x
+	reply := proto.Clone(x).(*sessionv1.Session)
+	onCreate, h := s.onCreate, s.history
+	s.mu.Unlock()
+	if onCreate != nil {
+		onCreate(id)
+	}
+	if h != nil {
+		h.recordSession(reply)
+	}
+	return &sessionv1.CreateSessionResponse{Session: reply}, nil
+}
+
+func (s *sessions) lastCreated() *sessionv1.CreateSessionRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.created) == 0 {
+		return nil
+	}
+	return s.created[len(s.created)-1]
 }
 
 func (s *sessions) GetSession(_ context.Context, r *sessionv1.GetSessionRequest) (*sessionv1.GetSessionResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if x, ok := s.byID[r.GetSessionId()]; ok {
-		return &sessionv1.GetSessionResponse{Session: x}, nil
+		return &sessionv1.GetSessionResponse{Session: proto.Clone(x).(*sessionv1.Session)}, nil
 	}
 	return nil, status.Errorf(codes.NotFound, "session %s not found", r.GetSessionId())
 }
@@ -438,7 +496,7 @@ func (s *sessions) ListSessions(context.Context, *sessionv1.ListSessionsRequest)
 	defer s.mu.Unlock()
 	var out []*sessionv1.Session
 	for _, x := range s.byID {
-		out = append(out, x)
+		out = append(out, proto.Clone(x).(*sessionv1.Session))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].GetId() < out[j].GetId() })
 	return &sessionv1.ListSessionsResponse{Sessions: out}, nil
@@ -452,7 +510,51 @@ func (s *sessions) DeleteSession(_ context.Context, r *sessionv1.DeleteSessionRe
 		return nil, status.Errorf(codes.NotFound, "session %s not found", r.GetSessionId())
 	}
 	delete(s.byID, r.GetSessionId())
-	return &sessionv1.DeleteSessionResponse{Session: x}, nil
+	x.State = sessionv1.SessionState_SESSION_STATE_STOPPED
+	x.StateReason = "deleted"
+	s.bump(x)
+	return &sessionv1.DeleteSessionResponse{Session: proto.Clone(x).(*sessionv1.Session)}, nil
+}
+
+// setState moves a session as its state machine would.
+func (s *sessions) setState(id string, st sessionv1.SessionState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x := s.byID[id]
+	x.State = st
+	s.bump(x)
+}
+
+// WatchSession sends the session as it is, then each change, until it is
+// stopped (deleted) or the caller leaves.
+func (s *sessions) WatchSession(r *sessionv1.WatchSessionRequest, stream sessionv1.SessionService_WatchSessionServer) error {
+	s.mu.Lock()
+	x, ok := s.byID[r.GetSessionId()]
+	s.mu.Unlock()
+	if !ok {
+		return status.Errorf(codes.NotFound, "session %s not found", r.GetSessionId())
+	}
+	sent := int64(0)
+	for {
+		s.mu.Lock()
+		cur := proto.Clone(x).(*sessionv1.Session)
+		changed := s.changed
+		s.mu.Unlock()
+		if cur.GetGeneration() > sent {
+			if err := stream.Send(&sessionv1.WatchSessionResponse{Session: cur}); err != nil {
+				return err
+			}
+			sent = cur.GetGeneration()
+		}
+		if cur.GetState() == sessionv1.SessionState_SESSION_STATE_STOPPED {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-stream.Context().Done():
+			return status.FromContextError(stream.Context().Err()).Err()
+		}
+	}
 }
 
 func (s *sessions) has(id string) bool {
@@ -468,6 +570,8 @@ type harness struct {
 	srv      *httptest.Server
 	display  *vncDisplay
 	sessions *sessions
+	agent    *fakeAgent
+	history  *fakeHistory
 }
 
 func newHarness(t testing.TB, cfg Config, deps Deps) *harness {
@@ -475,10 +579,17 @@ func newHarness(t testing.TB, cfg Config, deps Deps) *harness {
 	h := &harness{
 		display:  newVNCDisplay(fakeFramebuffer{Width: 64, Height: 48, R: 0x12, G: 0xa0, B: 0x63, Name: "fake desktop"}),
 		sessions: newSessions("s-1"),
+		history:  newFakeHistory(),
 	}
+	h.agent = newFakeAgent(h.history)
+	h.sessions.history = h.history
+	h.sessions.onCreate = h.display.addDisplay
 	grpcSrv := grpc.NewServer()
 	displayv1.RegisterDisplayServiceServer(grpcSrv, h.display)
 	sessionv1.RegisterSessionServiceServer(grpcSrv, h.sessions)
+	sessionv1.RegisterNodeServiceServer(grpcSrv, fakeNodes{sessions: h.sessions})
+	agentv1.RegisterAgentServiceServer(grpcSrv, h.agent)
+	historyv1.RegisterHistoryServiceServer(grpcSrv, h.history)
 	healthpb.RegisterHealthServer(grpcSrv, health.NewServer())
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -46,6 +46,12 @@ type Config struct {
 	// VNCMaxMessageBytes bounds one WebSocket message from a viewer (a
 	// clipboard paste is the largest); larger ones close the connection.
 	VNCMaxMessageBytes int64
+	// SSEHeartbeat is how often an idle event stream sends a comment, so
+	// proxies and browsers keep the connection.
+	SSEHeartbeat time.Duration
+	// SSEWriteTimeout bounds one write to an event-stream client; a client
+	// that reads nothing for this long is dropped and resumes later.
+	SSEWriteTimeout time.Duration
 }
 
 // DefaultConfig returns the defaults.
@@ -55,6 +61,8 @@ func DefaultConfig() Config {
 		ReadyTimeout:       2 * time.Second,
 		VNCConnectTimeout:  10 * time.Second,
 		VNCMaxMessageBytes: 1 << 20,
+		SSEHeartbeat:       15 * time.Second,
+		SSEWriteTimeout:    time.Minute,
 	}
 }
 
@@ -127,6 +135,9 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Gateway, error) {
 		"session": func() error {
 			return sessionv1.RegisterSessionServiceHandlerClient(ctx, mux, sessionv1.NewSessionServiceClient(b.Session))
 		},
+		"node": func() error {
+			return sessionv1.RegisterNodeServiceHandlerClient(ctx, mux, sessionv1.NewNodeServiceClient(b.Session))
+		},
 		"display": func() error {
 			return displayv1.RegisterDisplayServiceHandlerClient(ctx, mux, displayv1.NewDisplayServiceClient(b.Node))
 		},
@@ -151,11 +162,17 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Gateway, error) {
 	if cfg.VNCMaxMessageBytes <= 0 {
 		cfg.VNCMaxMessageBytes = def.VNCMaxMessageBytes
 	}
+	if cfg.SSEHeartbeat <= 0 {
+		cfg.SSEHeartbeat = def.SSEHeartbeat
+	}
+	if cfg.SSEWriteTimeout <= 0 {
+		cfg.SSEWriteTimeout = def.SSEWriteTimeout
+	}
 	g := &Gateway{cfg: cfg, logger: deps.Logger, deps: deps, web: newWeb()}
 	g.base, g.cancelBase = context.WithCancel(context.WithoutCancel(ctx))
 
 	root := http.NewServeMux()
-	root.Handle("/v1/", g.limitBody(mux))
+	root.Handle("/v1/", g.sseRoutes(mux, g.limitBody(mux)))
 	root.HandleFunc("GET /v1/sessions/{session_id}/vnc", g.vnc)
 	root.HandleFunc("GET /v1", g.index)
 	root.HandleFunc("GET /v1/{$}", g.index)
@@ -226,6 +243,7 @@ func (g *Gateway) index(w http.ResponseWriter, _ *http.Request) {
 		"service": "deskgrid",
 		"api":     "/v1/sessions",
 		"vnc":     "/v1/sessions/{session_id}/vnc",
+		"events":  "/v1/runs/{run_id}/events and /v1/sessions/{session_id}:watch (server-sent events with Accept: text/event-stream)",
 		"openapi": "/openapi.json",
 		"health":  "/healthz",
 		"ready":   "/readyz",
@@ -250,7 +268,11 @@ func (g *Gateway) limitBody(next http.Handler) http.Handler {
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes)
-		ctx := context.WithValue(r.Context(), acceptKey{}, r.Header.Get("Accept"))
+		ctx, cancel := context.WithCancel(context.WithValue(r.Context(), acceptKey{}, r.Header.Get("Accept")))
+		defer cancel()
+		// A streamed reply (newline-delimited JSON) would otherwise hold the
+		// HTTP server's Shutdown until its deadline.
+		defer context.AfterFunc(g.base, cancel)()
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
