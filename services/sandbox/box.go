@@ -353,14 +353,14 @@ func (s *Service) acquire(id string) (*box, func(), error) {
 		return nil, nil, err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if b.deleting || s.boxes[id] != b {
+		s.mu.Unlock()
 		return nil, nil, coded(codes.NotFound, "session %q's sandbox is being deleted", id)
 	}
 	b.users.Add(1)
 	s.mu.Unlock()
+	// Waits out a DiscardChanges or RestoreSnapshot remounting the layer.
 	b.layer.RLock()
-	s.mu.Lock()
 	return b, func() { b.layer.RUnlock(); b.users.Done() }, nil
 }
 
