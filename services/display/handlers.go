@@ -3,6 +3,7 @@ package display
 import (
 	"context"
 	"errors"
+	"fmt"
 	"image"
 
 	"google.golang.org/grpc/codes"
@@ -36,7 +37,14 @@ func (s *Service) GetDisplay(ctx context.Context, req *displayv1.GetDisplayReque
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	return &displayv1.GetDisplayResponse{Display: d.proto()}, nil
+	if err := d.usable(); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	out := d.proto()
+	if out.Windows, err = d.protoWindows(); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &displayv1.GetDisplayResponse{Display: out}, nil
 }
 
 // ListDisplays lists the displays this node runs.
@@ -107,6 +115,7 @@ func (s *Service) screenshot(d *display, spec shotSpec) (*displayv1.ScreenshotRe
 	}
 	d.shotMu.Lock()
 	defer d.shotMu.Unlock()
+	d.followSize()
 	if d.shared == nil && !d.noShared {
 		sh, err := capture.NewShared(d.conn, d.screen)
 		if err != nil {
@@ -119,6 +128,10 @@ func (s *Service) screenshot(d *display, spec shotSpec) (*displayv1.ScreenshotRe
 	rect := spec.rect
 	if rect.Width == 0 || rect.Height == 0 {
 		rect = capture.Rect{Width: d.screen.Width, Height: d.screen.Height}
+	}
+	if rect.X+rect.Width > d.screen.Width || rect.Y+rect.Height > d.screen.Height {
+		return nil, fmt.Errorf("the screen of session %s is %dx%d now, resized while the request was on its way; ask again: %w",
+			d.sessionID, d.screen.Width, d.screen.Height, errResized)
 	}
 	var f *capture.Frame
 	var err error
@@ -160,6 +173,21 @@ func (s *Service) screenshot(d *display, spec shotSpec) (*displayv1.ScreenshotRe
 	}, nil
 }
 
+// followSize brings the capture state to the screen's size after a resize:
+// the shared-memory segment is sized for one screen, so a new one is made
+// at the next grab. Callers hold shotMu.
+func (d *display) followSize() {
+	w, h := d.size()
+	if w == d.screen.Width && h == d.screen.Height {
+		return
+	}
+	d.screen.Width, d.screen.Height = w, h
+	if d.shared != nil {
+		_ = d.shared.Release()
+		d.shared = nil
+	}
+}
+
 func (s *Service) encode(f *capture.Frame, format capture.Format, quality int) (*displayv1.ScreenshotResponse, error) {
 	data, err := s.encoder.Encode(f, format, quality)
 	if err != nil {
@@ -181,7 +209,7 @@ func (d *display) proto() *displayv1.Display {
 		Width:      int32(w),
 		Height:     int32(h),
 		Depth:      int32(d.depth),
-		Dpi:        int32(d.dpi),
+		Dpi:        int32(d.screenDPI),
 		CreateTime: timestamppb.New(d.created),
 	}
 }
@@ -199,8 +227,10 @@ func (s *Service) toStatus(ctx context.Context, err error) error {
 		return status.Error(codes.AlreadyExists, err.Error())
 	case errors.Is(err, errExhausted):
 		return status.Error(codes.ResourceExhausted, err.Error())
-	case errors.Is(err, errGone), errors.Is(err, errStaleLease):
+	case errors.Is(err, errGone), errors.Is(err, errStaleLease), errors.Is(err, errCannotResize):
 		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, errResized):
+		return status.Error(codes.Aborted, err.Error())
 	case errors.Is(err, errClosed):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):

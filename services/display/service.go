@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -22,6 +23,8 @@ import (
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/display/capture"
+	"github.com/deskgrid/deskgrid/services/display/resize"
+	"github.com/deskgrid/deskgrid/services/display/windows"
 	"github.com/deskgrid/deskgrid/services/display/xauthority"
 	"github.com/deskgrid/deskgrid/services/display/xconn"
 	"github.com/deskgrid/deskgrid/services/display/xinput"
@@ -119,12 +122,18 @@ type entry struct {
 // display is a running X server and this service's connection to it.
 type display struct {
 	sessionID string
-	// sizeMu guards width and height, which ResizeDisplay changes.
+	// sizeMu guards width and height, which ResizeDisplay (or a program on
+	// the display, with RandR) changes. sizeStale is set when the server
+	// reports a change: the next size() reads the size again.
 	sizeMu    sync.Mutex
 	width     int
 	height    int
+	sizeStale atomic.Bool
 	depth     int
+	// dpi is what create asked for (0: the server's default); screenDPI is
+	// what the server reports, which a resize keeps.
 	dpi       int
+	screenDPI int
 	created   time.Time
 	dir       string
 	xauthPath string
@@ -134,6 +143,8 @@ type display struct {
 	screen    capture.Screen
 	input     *xinput.Injector
 	watch     *capture.Watcher
+	windows   *windows.Lister
+	root      xproto.Window
 	// events ends when conn closes.
 	events chan struct{}
 
@@ -161,10 +172,31 @@ type display struct {
 	label atomic.Pointer[string]
 }
 
+// size is the screen's size now.
 func (d *display) size() (int, int) {
 	d.sizeMu.Lock()
 	defer d.sizeMu.Unlock()
+	// Cleared before reading, so a change reported meanwhile is read next
+	// time. The read happens here, not in the event reader, which must never
+	// wait for a reply.
+	if d.sizeStale.CompareAndSwap(true, false) {
+		if w, h, err := resize.Size(d.conn, d.root); err == nil && (w != d.width || h != d.height) {
+			d.width, d.height = w, h
+			// Best effort: the record only helps clean up after a crash.
+			_ = writeMeta(d.dir, d.metaLocked())
+		}
+	}
 	return d.width, d.height
+}
+
+// screenDPI is the horizontal resolution the server reports for its
+// screen, rounded.
+func screenDPI(c *xgb.Conn) int {
+	root := xproto.Setup(c).DefaultScreen(c)
+	if root.WidthInMillimeters == 0 {
+		return 96
+	}
+	return int(math.Round(float64(root.WidthInPixels) * 25.4 / float64(root.WidthInMillimeters)))
 }
 
 func (d *display) setOwner(sessionID string) { d.label.Store(&sessionID) }
@@ -267,6 +299,8 @@ var (
 	errExhausted     = errors.New("no capacity")
 	errGone          = errors.New("display lost")
 	errStaleLease    = errors.New("stale input lease")
+	errCannotResize  = errors.New("the X server cannot take this size")
+	errResized       = errors.New("screen resized")
 )
 
 // invalidError is a request the caller must change.
@@ -393,7 +427,7 @@ func (s *Service) launch(ctx context.Context, dir string, spec displaySpec) (_ *
 		server:    srv,
 	}
 	d.setOwner(spec.sessionID)
-	if err := writeMeta(dir, d.meta()); err != nil {
+	if err := writeMeta(dir, d.metaLocked()); err != nil {
 		return nil, err
 	}
 	conn, err := xconn.Dial(ctx, srv.Display, cookie)
@@ -415,6 +449,21 @@ func (s *Service) launch(ctx context.Context, dir string, spec displaySpec) (_ *
 		conn.Close()
 		return nil, err
 	}
+	lister, err := windows.New(conn, screen.Root)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	d.screenDPI = spec.dpi
+	if d.screenDPI == 0 {
+		d.screenDPI = screenDPI(conn)
+	}
+	// A program on the display may resize it too (xrandr); the size is
+	// read again when the server says it changed.
+	if err := resize.Watch(conn, screen.Root); err != nil {
+		conn.Close()
+		return nil, err
+	}
 	if len(s.cfg.WindowManager) > 0 {
 		wm, err := xserver.StartClient(srv.Display, xauthPath, filepath.Join(dir, wmLogFile), s.cfg.WindowManager, s.cfg.StopTimeout)
 		if err != nil {
@@ -425,7 +474,8 @@ func (s *Service) launch(ctx context.Context, dir string, spec displaySpec) (_ *
 	}
 	// The cursor overlay needs XFIXES; screenshots go on without it.
 	d.cursorOK = capture.InitCursor(conn) == nil
-	d.conn, d.screen, d.input, d.watch = conn, screen, input, watch
+	d.conn, d.screen, d.input, d.watch, d.windows = conn, screen, input, watch, lister
+	d.root = screen.Root
 	d.done, d.finish = context.WithCancel(context.Background())
 	d.events = make(chan struct{})
 	go s.readEvents(d)
@@ -488,6 +538,10 @@ func (s *Service) readEvents(d *display) {
 		if d.watch.Handle(ev) {
 			continue
 		}
+		if resize.IsChange(ev) {
+			d.sizeStale.Store(true)
+			continue
+		}
 		if m, ok := ev.(xproto.MappingNotifyEvent); ok && m.Request == xproto.MappingKeyboard {
 			d.input.MappingChanged()
 		}
@@ -495,10 +549,17 @@ func (s *Service) readEvents(d *display) {
 }
 
 func (d *display) meta() meta {
-	w, h := d.size()
+	d.size()
+	d.sizeMu.Lock()
+	defer d.sizeMu.Unlock()
+	return d.metaLocked()
+}
+
+// metaLocked is meta for a caller holding sizeMu.
+func (d *display) metaLocked() meta {
 	return meta{
 		SessionID: d.sessionID, Display: d.server.Display, PID: d.server.PID,
-		Width: w, Height: h, Depth: d.depth, DPI: d.dpi, CreateTime: d.created,
+		Width: d.width, Height: d.height, Depth: d.depth, DPI: d.dpi, CreateTime: d.created,
 	}
 }
 

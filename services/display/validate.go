@@ -50,17 +50,27 @@ func (s *Service) validateCreate(req *displayv1.CreateDisplayRequest) (displaySp
 	if spec.depth == 0 {
 		spec.depth = 24
 	}
+	if err := validateSize(spec.width, spec.height); err != nil {
+		return spec, err
+	}
 	switch {
-	case spec.width < minSize || spec.width > maxWidth:
-		return spec, invalidf("width %d is outside %d-%d", spec.width, minSize, maxWidth)
-	case spec.height < minSize || spec.height > maxHeight:
-		return spec, invalidf("height %d is outside %d-%d", spec.height, minSize, maxHeight)
 	case spec.depth != 16 && spec.depth != 24:
 		return spec, invalidf("depth %d is not supported; use 16 or 24", spec.depth)
 	case spec.dpi < 0 || spec.dpi > maxDPI:
 		return spec, invalidf("dpi %d is outside 0-%d", spec.dpi, maxDPI)
 	}
 	return spec, nil
+}
+
+// validateSize checks a screen size; create and resize take the same.
+func validateSize(w, h int) error {
+	switch {
+	case w < minSize || w > maxWidth:
+		return invalidf("width %d is outside %d-%d", w, minSize, maxWidth)
+	case h < minSize || h > maxHeight:
+		return invalidf("height %d is outside %d-%d", h, minSize, maxHeight)
+	}
+	return nil
 }
 
 func validateFormat(f displayv1.ImageFormat, quality int32) (capture.Format, error) {

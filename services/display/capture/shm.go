@@ -86,3 +86,14 @@ func (sh *Shared) Close() error {
 	sh.mem = nil
 	return err
 }
+
+// Release detaches the segment on both sides while the connection stays
+// open, as when the screen changes size and a segment of the new size
+// replaces it; the kernel frees it then.
+func (sh *Shared) Release() error {
+	if sh.mem == nil {
+		return nil
+	}
+	shm.Detach(sh.c, sh.seg)
+	return sh.Close()
+}

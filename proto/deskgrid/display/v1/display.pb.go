@@ -304,7 +304,10 @@ type Window struct {
 	// Position and size on the screen, without the window manager's frame.
 	Geometry *Rect `protobuf:"bytes,5,opt,name=geometry,proto3" json:"geometry,omitempty"`
 	// The window has the input focus.
-	Focused       bool `protobuf:"varint,6,opt,name=focused,proto3" json:"focused,omitempty"`
+	Focused bool `protobuf:"varint,6,opt,name=focused,proto3" json:"focused,omitempty"`
+	// The window is shown (viewable): false for a minimised (iconic) window
+	// or one the application has hidden.
+	Mapped        bool `protobuf:"varint,7,opt,name=mapped,proto3" json:"mapped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -377,6 +380,13 @@ func (x *Window) GetGeometry() *Rect {
 func (x *Window) GetFocused() bool {
 	if x != nil {
 		return x.Focused
+	}
+	return false
+}
+
+func (x *Window) GetMapped() bool {
+	if x != nil {
+		return x.Mapped
 	}
 	return false
 }
@@ -496,10 +506,12 @@ type Display struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// X display name on the node, such as ":101".
-	XDisplay   string                 `protobuf:"bytes,2,opt,name=x_display,json=xDisplay,proto3" json:"x_display,omitempty"`
-	Width      int32                  `protobuf:"varint,3,opt,name=width,proto3" json:"width,omitempty"`
-	Height     int32                  `protobuf:"varint,4,opt,name=height,proto3" json:"height,omitempty"`
-	Depth      int32                  `protobuf:"varint,5,opt,name=depth,proto3" json:"depth,omitempty"`
+	XDisplay string `protobuf:"bytes,2,opt,name=x_display,json=xDisplay,proto3" json:"x_display,omitempty"`
+	Width    int32  `protobuf:"varint,3,opt,name=width,proto3" json:"width,omitempty"`
+	Height   int32  `protobuf:"varint,4,opt,name=height,proto3" json:"height,omitempty"`
+	Depth    int32  `protobuf:"varint,5,opt,name=depth,proto3" json:"depth,omitempty"`
+	// Dots per inch the X server reports: the one asked for at create, else
+	// the server's default (96). It stays the same across a resize.
 	Dpi        int32                  `protobuf:"varint,6,opt,name=dpi,proto3" json:"dpi,omitempty"`
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// Top-level windows open now, bottom to top. Filled by GetDisplay only.
@@ -2165,14 +2177,15 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\adisplay\x18\x01 \x01(\v2\x1c.deskgrid.display.v1.DisplayR\adisplay\"4\n" +
 	"\x04Size\x12\x14\n" +
 	"\x05width\x18\x01 \x01(\x05R\x05width\x12\x16\n" +
-	"\x06height\x18\x02 \x01(\x05R\x06height\"\xb1\x01\n" +
+	"\x06height\x18\x02 \x01(\x05R\x06height\"\xc9\x01\n" +
 	"\x06Window\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12\x14\n" +
 	"\x05class\x18\x03 \x01(\tR\x05class\x12\x1a\n" +
 	"\binstance\x18\x04 \x01(\tR\binstance\x125\n" +
 	"\bgeometry\x18\x05 \x01(\v2\x19.deskgrid.display.v1.RectR\bgeometry\x12\x18\n" +
-	"\afocused\x18\x06 \x01(\bR\afocused\"c\n" +
+	"\afocused\x18\x06 \x01(\bR\afocused\x12\x16\n" +
+	"\x06mapped\x18\a \x01(\bR\x06mapped\"c\n" +
 	"\x11ConnectVNCRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +

@@ -58,7 +58,9 @@ type DisplayServiceClient interface {
 	// /v1/sessions/{session_id}/vnc.
 	ConnectVNC(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConnectVNCRequest, ConnectVNCResponse], error)
 	// ResizeDisplay changes the size of a session's screen (RandR); windows
-	// stay open.
+	// stay open, screenshots, scaling and input bounds follow the new size,
+	// and VNC viewers that support it are sent the new size. A size the X
+	// server cannot take is FailedPrecondition.
 	ResizeDisplay(ctx context.Context, in *ResizeDisplayRequest, opts ...grpc.CallOption) (*ResizeDisplayResponse, error)
 }
 
@@ -182,7 +184,9 @@ type DisplayServiceServer interface {
 	// /v1/sessions/{session_id}/vnc.
 	ConnectVNC(grpc.BidiStreamingServer[ConnectVNCRequest, ConnectVNCResponse]) error
 	// ResizeDisplay changes the size of a session's screen (RandR); windows
-	// stay open.
+	// stay open, screenshots, scaling and input bounds follow the new size,
+	// and VNC viewers that support it are sent the new size. A size the X
+	// server cannot take is FailedPrecondition.
 	ResizeDisplay(context.Context, *ResizeDisplayRequest) (*ResizeDisplayResponse, error)
 	mustEmbedUnimplementedDisplayServiceServer()
 }
