@@ -171,11 +171,32 @@ func (w *Watcher) loop() {
 	}()
 	t := time.NewTicker(w.interval)
 	defer t.Stop()
+	// After Redis was unreachable (or restarted), heartbeat keys may have
+	// expired while nodes could not renew them: only trust an expiry once
+	// Redis has answered for long enough that live nodes have heartbeated.
+	grace := 3 * w.interval
+	reachableSince := time.Now()
+	failing := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if err := w.reg.rdb.Ping(ctx).Err(); err != nil {
+			if ctx.Err() == nil && !failing {
+				w.log.Warn("check node heartbeats: Redis unreachable", "err", err)
+			}
+			failing = true
+			continue
+		}
+		if failing {
+			failing = false
+			reachableSince = time.Now()
+			w.log.Info("Redis reachable again; trusting heartbeats after a grace period", "grace", grace)
+		}
+		if time.Since(reachableSince) < grace {
+			continue
 		}
 		if err := w.Check(ctx); err != nil && ctx.Err() == nil {
 			w.log.Warn("check node heartbeats", "err", err)
