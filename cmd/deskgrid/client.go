@@ -93,6 +93,8 @@ func runSessions(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fs.StringVar(&states, "state", "", "only these states, comma-separated (running,stopped,...)")
 		fs.StringVar(&labels, "labels", "", "only sessions with these labels, k=v,k2=v2")
 	case "get", "delete":
+	case "watch", "suspend", "resume", "keepalive":
+		return runSessionVerb(ctx, sub, args, stdout, stderr)
 	default:
 		return usageError("sessions: unknown subcommand %q", sub)
 	}
@@ -290,6 +292,9 @@ func splitList(s string) []string {
 
 // rpcError turns a gRPC status into a short message a person can act on.
 func rpcError(err error) error {
+	if err == nil {
+		return nil
+	}
 	if st, ok := status.FromError(err); ok {
 		return fmt.Errorf("%s: %s", strings.ToLower(st.Code().String()), st.Message())
 	}

@@ -27,7 +27,17 @@ Usage:
   deskgrid sessions get <id>               show one session
   deskgrid sessions delete <id>            stop a session and free what it used
   deskgrid screenshot <id> -o shot.png     save a screenshot of a session's desktop
+  deskgrid sessions watch|suspend|resume|keepalive <id>
+  deskgrid exec <id> [--] <command> [args]  run a command in a session's sandbox, streaming its output
+  deskgrid shell <id> <command line>        run a line in the session's persistent shell
+  deskgrid act <id> click X Y | move X Y | type TEXT | key CHORD | scroll X Y DY
+  deskgrid files <id> ls|cat|put|get|rm|mkdir|mv ...
+  deskgrid changes <id> [list] | diff PATH | apply [PATH...] | discard [PATH...]
+  deskgrid snapshots <id> create | list | restore SNAPSHOT | delete SNAPSHOT
+  deskgrid runs create <id> -prompt TEXT | get|cancel|events|approve|reject <run> | list <id> | send <run> TEXT
+  deskgrid history list <id> | search WORDS | export <id> | import <id> | delete <id>
   deskgrid mcp                             serve deskgrid's tools to an MCP host over stdio
+  deskgrid completion bash|zsh             shell completion script
   deskgrid version
 
 Every flag can also be set with DESKGRID_<FLAG> (for example DESKGRID_HTTP_ADDR=:8080).
@@ -64,6 +74,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runScreenshot(ctx, rest, stdout, stderr)
 	case "mcp":
 		return runMCP(ctx, rest, stdout, stderr)
+	case "exec":
+		return runExec(ctx, rest, stdout, stderr)
+	case "shell":
+		return runShell(ctx, rest, stdout, stderr)
+	case "act":
+		return runAct(ctx, rest, stdout, stderr)
+	case "files":
+		return runFiles(ctx, rest, stdout, stderr)
+	case "changes":
+		return runChanges(ctx, rest, stdout, stderr)
+	case "snapshots":
+		return runSnapshots(ctx, rest, stdout, stderr)
+	case "runs", "run":
+		return runRuns(ctx, rest, stdout, stderr)
+	case "history":
+		return runHistory(ctx, rest, stdout, stderr)
+	case "completion":
+		return runCompletion(rest, stdout)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "deskgrid", version)
 		return nil
@@ -83,6 +111,10 @@ func (e usageErr) Error() string { return e.msg }
 func usageError(format string, a ...any) error { return usageErr{fmt.Sprintf(format, a...)} }
 
 func exitCode(err error) int {
+	var x exitError
+	if errors.As(err, &x) {
+		return x.code
+	}
 	var u usageErr
 	if errors.As(err, &u) || errors.Is(err, flag.ErrHelp) {
 		return 2

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestEndToEndCLICommands drives every client command group against `deskgrid up`.
+func TestEndToEndCLICommands(t *testing.T) {
+	p := startUp(t, t.TempDir(), t.TempDir())
+	run := func(stdin string, args ...string) (string, string, int) {
+		t.Helper()
+		cmd := exec.Command(deskgridBinary(t), args...)
+		cmd.Env = append(os.Environ(), "DESKGRID_ADDR="+p.grpc)
+		cmd.Stdin = strings.NewReader(stdin)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		if err != nil {
+			code = cliExit(err)
+		}
+		return out.String(), errb.String(), code
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		out, errs, code := run("", args...)
+		if code != 0 {
+			t.Fatalf("deskgrid %v: exit %d\n%s%s", args, code, out, errs)
+		}
+		return out
+	}
+	s := p.createSession(640, 480)
+
+	// exec streams output and passes the exit code on.
+	out, errs, code := run("", "exec", s.ID, "--", "sh", "-c", "echo out; echo err >&2; exit 7")
+	if code != 7 || out != "out\n" || !strings.Contains(errs, "err") {
+		t.Fatalf("exec: code %d out %q err %q", code, out, errs)
+	}
+	// The persistent shell keeps state between calls.
+	must("shell", s.ID, "cd /tmp && export GREETING=hi")
+	if out := must("shell", s.ID, "echo $GREETING $PWD"); out != "hi /tmp\n" {
+		t.Fatalf("shell kept no state: %q", out)
+	}
+	// Input.
+	if out := must("act", s.ID, "move", "30", "40"); !strings.Contains(out, "30,40") {
+		t.Fatalf("act move: %q", out)
+	}
+	if _, _, code := run("", "act", s.ID, "click", "9999", "1"); code == 0 {
+		t.Fatal("a click off the screen succeeded")
+	}
+	// Files, both ways.
+	local := filepath.Join(t.TempDir(), "in.txt")
+	if err := os.WriteFile(local, []byte("payload\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	must("files", s.ID, "mkdir", "docs")
+	must("files", s.ID, "put", local, "docs/in.txt")
+	if out := must("files", s.ID, "cat", "docs/in.txt"); out != "payload\n" {
+		t.Fatalf("files cat: %q", out)
+	}
+	if out := must("files", s.ID, "ls", "docs"); !strings.Contains(out, "in.txt") {
+		t.Fatalf("files ls: %q", out)
+	}
+	back := filepath.Join(t.TempDir(), "back.txt")
+	must("files", s.ID, "get", "docs/in.txt", back)
+	if b, err := os.ReadFile(back); err != nil || string(b) != "payload\n" {
+		t.Fatalf("files get: %v %q", err, b)
+	}
+	// Changes show what the session did.
+	if out := must("changes", s.ID); !strings.Contains(out, "docs/in.txt") {
+		t.Fatalf("changes: %q", out)
+	}
+	if out := must("changes", s.ID, "diff", "docs/in.txt"); !strings.Contains(out, "+payload") {
+		t.Fatalf("changes diff: %q", out)
+	}
+	// Snapshots.
+	out = must("snapshots", s.ID, "create")
+	if !strings.Contains(out, s.ID) {
+		t.Fatalf("snapshots create: %q", out)
+	}
+	if out := must("snapshots", s.ID, "list"); strings.Count(out, s.ID) != 1 {
+		t.Fatalf("snapshots list: %q", out)
+	}
+	// History lists and exports the session's life.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		// NotFound until the first event is stored.
+		out, _, _ := run("", "history", "list", s.ID)
+		if strings.Contains(out, "session.state_changed.v1") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("history list: %q", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if out := must("history", "export", s.ID); !strings.Contains(out, s.ID) || !strings.HasSuffix(out, "\n") {
+		t.Fatalf("history export: %q", out)
+	}
+	// Completion scripts name the commands.
+	if out := must("completion", "bash"); !strings.Contains(out, "complete -F _deskgrid deskgrid") || !strings.Contains(out, "snapshots") {
+		t.Fatalf("completion: %q", out)
+	}
+	if _, _, code := run("", "files", s.ID, "frobnicate"); code != 2 {
+		t.Fatalf("bad subcommand exit code %d, want 2", code)
+	}
+}
