@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -21,6 +22,7 @@ import (
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/agent/keyseal"
 	"github.com/deskgrid/deskgrid/services/agent/lease"
 	"github.com/deskgrid/deskgrid/services/agent/provider"
 	"github.com/deskgrid/deskgrid/services/agent/runlog"
@@ -58,6 +60,11 @@ type Config struct {
 	EventRing int
 	// FinishedRunTTL is how long a finished run's events stay in memory.
 	FinishedRunTTL time.Duration
+	// KeyEncryptionKey (32 bytes) seals the API keys runs bring, so they
+	// are stored encrypted and a run can be continued after a restart.
+	// Unset: such keys live only in memory, and continuing the run after a
+	// restart needs the key again (SendMessage answers FailedPrecondition).
+	KeyEncryptionKey []byte
 }
 
 // DefaultConfig returns the defaults.
@@ -98,7 +105,13 @@ type Deps struct {
 	Leases lease.Manager
 	// NewProvider builds a run's provider; nil uses provider.New.
 	NewProvider func(ctx context.Context, cfg provider.Config) (provider.Provider, error)
+	// Tenant names the caller's tenant; nil means every caller is
+	// DefaultTenant. A run is visible only to its tenant.
+	Tenant func(ctx context.Context) string
 }
+
+// DefaultTenant owns every run when Deps.Tenant is nil.
+const DefaultTenant = "default"
 
 // Service implements agentv1.AgentServiceServer.
 type Service struct {
@@ -109,6 +122,8 @@ type Service struct {
 	store    store.Store
 	leases   lease.Manager
 	replayer runlog.Replayer
+	sealer   *keyseal.Sealer
+	tenant   func(context.Context) string
 
 	ctx    context.Context
 	stop   context.CancelFunc
@@ -167,6 +182,17 @@ func New(_ context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	if deps.JetStream != nil {
 		s.replayer = runlog.JetStreamReplayer{JS: deps.JetStream}
+	}
+	if len(cfg.KeyEncryptionKey) > 0 {
+		sealer, err := keyseal.New(cfg.KeyEncryptionKey)
+		if err != nil {
+			return nil, fmt.Errorf("agent config: %w", err)
+		}
+		s.sealer = sealer
+	}
+	s.tenant = deps.Tenant
+	if s.tenant == nil {
+		s.tenant = func(context.Context) string { return DefaultTenant }
 	}
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	return s, nil

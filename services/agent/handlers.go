@@ -2,8 +2,8 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -56,22 +56,9 @@ func (s *Service) CreateRun(ctx context.Context, req *agentv1.CreateRunRequest) 
 	if model == "" {
 		model = s.cfg.DefaultModels[name]
 	}
-	pcfg := provider.Config{Name: name, APIKey: req.GetApiKey(), BaseURL: req.GetBaseUrl()}
-	if pcfg.APIKey == "" {
-		pcfg.APIKey = s.cfg.APIKeys[name]
-	}
-	if pcfg.BaseURL == "" {
-		pcfg.BaseURL = s.cfg.BaseURLs[name]
-	}
-	if name == "anthropic" {
-		pcfg.Platform, pcfg.Region, pcfg.Project = s.cfg.AnthropicPlatform, s.cfg.CloudRegion, s.cfg.CloudProject
-	}
-	prov, err := s.deps.NewProvider(ctx, pcfg)
+	prov, err := s.newProvider(ctx, name, req.GetApiKey(), req.GetBaseUrl())
 	if err != nil {
-		if errors.Is(err, provider.ErrUnknownProvider) {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
-		}
-		return nil, status.Errorf(codes.InvalidArgument, "provider %s: %v", name, err)
+		return nil, err
 	}
 	if model == "" {
 		return nil, status.Errorf(codes.InvalidArgument, "model is required for provider %s", name)
@@ -86,11 +73,15 @@ func (s *Service) CreateRun(ctx context.Context, req *agentv1.CreateRunRequest) 
 		opts = &agentv1.RunOptions{}
 	}
 	rec := &agentv1.Run{
-		Id: newRunID(), SessionId: req.GetSessionId(), State: agentv1.RunState_RUN_STATE_QUEUED,
+		Id: newRunID(), SessionId: req.GetSessionId(), Tenant: s.tenant(ctx), State: agentv1.RunState_RUN_STATE_QUEUED,
 		Provider: name, Model: model, Prompt: req.GetPrompt(), MaxSteps: maxSteps,
 		CreateTime: now, UpdateTime: now, Options: opts, Usage: &agentv1.Usage{},
 	}
-	if err := s.store.Create(ctx, rec); err != nil {
+	access := store.Access{BaseURL: req.GetBaseUrl(), OwnKey: req.GetApiKey() != ""}
+	if access.OwnKey && s.sealer != nil {
+		access.SealedKey = s.sealer.Seal(rec.GetId(), []byte(req.GetApiKey()))
+	}
+	if err := s.store.Create(ctx, rec, access); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "store run: %v", err)
 	}
 	r := s.newRun(rec, prov, 0)
@@ -102,6 +93,29 @@ func (s *Service) CreateRun(ctx context.Context, req *agentv1.CreateRunRequest) 
 	}
 	r.start()
 	return &agentv1.CreateRunResponse{Run: rec}, nil
+}
+
+// newProvider builds a provider, the run's own key and base URL first, the
+// service's configured ones otherwise.
+func (s *Service) newProvider(ctx context.Context, name, key, baseURL string) (provider.Provider, error) {
+	pcfg := provider.Config{Name: name, APIKey: key, BaseURL: baseURL}
+	if pcfg.APIKey == "" {
+		pcfg.APIKey = s.cfg.APIKeys[name]
+	}
+	if pcfg.BaseURL == "" {
+		pcfg.BaseURL = s.cfg.BaseURLs[name]
+	}
+	if name == "anthropic" {
+		pcfg.Platform, pcfg.Region, pcfg.Project = s.cfg.AnthropicPlatform, s.cfg.CloudRegion, s.cfg.CloudProject
+	}
+	prov, err := s.deps.NewProvider(ctx, pcfg)
+	if errors.Is(err, provider.ErrUnknownProvider) {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "provider %s: %v", name, err)
+	}
+	return prov, nil
 }
 
 func (s *Service) newRun(rec *agentv1.Run, prov provider.Provider, seq int64) *run {
@@ -160,7 +174,11 @@ func (s *Service) getRun(ctx context.Context, id string) (*agentv1.Run, error) {
 		return nil, status.Error(codes.InvalidArgument, "run_id is required")
 	}
 	if r := s.live(id); r != nil {
-		return r.snapshot(), nil
+		rec := r.snapshot()
+		if rec.GetTenant() != s.tenant(ctx) {
+			return nil, status.Errorf(codes.NotFound, "run %s not found", id)
+		}
+		return rec, nil
 	}
 	rec, err := s.store.Get(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
@@ -168,6 +186,10 @@ func (s *Service) getRun(ctx context.Context, id string) (*agentv1.Run, error) {
 	}
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "read run %s: %v", id, err)
+	}
+	// Another tenant's run does not exist for this caller.
+	if rec.GetTenant() != s.tenant(ctx) {
+		return nil, status.Errorf(codes.NotFound, "run %s not found", id)
 	}
 	return rec, nil
 }
@@ -189,7 +211,7 @@ func (s *Service) ListRuns(ctx context.Context, req *agentv1.ListRunsRequest) (*
 	if req.GetPageSize() < 0 || req.GetPageSize() > 1000 {
 		return nil, status.Error(codes.InvalidArgument, "page_size must be between 0 and 1000")
 	}
-	runs, next, err := s.store.List(ctx, req.GetSessionId(), int(req.GetPageSize()), req.GetPageToken())
+	runs, next, err := s.store.List(ctx, s.tenant(ctx), req.GetSessionId(), int(req.GetPageSize()), req.GetPageToken())
 	if errors.Is(err, store.ErrInvalidPageToken) {
 		return nil, status.Error(codes.InvalidArgument, "page_token is not valid")
 	}
@@ -239,7 +261,9 @@ func (s *Service) SendMessage(ctx context.Context, req *agentv1.SendMessageReque
 	}
 	r := s.live(rec.GetId())
 	if r == nil {
-		return nil, status.Errorf(codes.FailedPrecondition, "run %s is no longer loaded in this agent service; start a new run", rec.GetId())
+		if r, err = s.revive(ctx, rec, req.GetApiKey()); err != nil {
+			return nil, err
+		}
 	}
 	r.mu.Lock()
 	if !terminal(r.rec.GetState()) {
@@ -264,6 +288,64 @@ func (s *Service) SendMessage(ctx context.Context, req *agentv1.SendMessageReque
 	r.log.Append(&agentv1.RunEvent{Event: &agentv1.RunEvent_UserMessage{UserMessage: req.GetText()}})
 	r.start()
 	return &agentv1.SendMessageResponse{Run: r.snapshot()}, nil
+}
+
+// revive loads a run this process no longer holds (finished long ago, or
+// run before a restart) so its conversation can go on.
+func (s *Service) revive(ctx context.Context, rec *agentv1.Run, apiKey string) (*run, error) {
+	a, err := s.store.Access(ctx, rec.GetId())
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "read run %s: %v", rec.GetId(), err)
+	}
+	key := apiKey
+	if key == "" && a.OwnKey {
+		if s.sealer != nil && len(a.SealedKey) > 0 {
+			if k, err := s.sealer.Open(rec.GetId(), a.SealedKey); err == nil {
+				key = string(k)
+			} else {
+				s.logger.Warn("sealed api key of run does not open", "run", rec.GetId(), "err", err)
+			}
+		}
+		if key == "" {
+			return nil, status.Errorf(codes.FailedPrecondition, "run %s used its own API key, which this agent service no longer holds; send it again in api_key", rec.GetId())
+		}
+	}
+	prov, err := s.newProvider(ctx, rec.GetProvider(), key, a.BaseURL)
+	if err != nil {
+		return nil, err
+	}
+	data, err := s.store.Conversation(ctx, rec.GetId())
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "read run %s: %v", rec.GetId(), err)
+	}
+	var conv []provider.Message
+	if len(data) > 0 {
+		if err := json.Unmarshal(data, &conv); err != nil {
+			return nil, status.Errorf(codes.FailedPrecondition, "run %s: its stored conversation is unreadable (%v); start a new run", rec.GetId(), err)
+		}
+	}
+	if len(conv) == 0 {
+		conv = []provider.Message{provider.UserText(rec.GetPrompt())}
+	}
+	if !terminal(rec.GetState()) {
+		// The process running it ended without recording its end.
+		rec.State = agentv1.RunState_RUN_STATE_FAILED
+		rec.StateReason = "interrupted: the agent service stopped during the run"
+	}
+	r := s.newRun(rec, prov, rec.GetEventSequence())
+	r.conv = conv
+	r.log.Finish()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, status.Error(codes.Unavailable, "the agent service is shutting down")
+	}
+	if cur := s.runs[r.id]; cur != nil {
+		return cur, nil
+	}
+	s.runs[r.id] = r
+	s.forgetLater(r)
+	return r, nil
 }
 
 func (s *Service) decide(ctx context.Context, runID, callID string, d decision) (*agentv1.Run, error) {
@@ -445,5 +527,3 @@ func (s *Service) ReleaseInputLease(ctx context.Context, req *agentv1.ReleaseInp
 	}
 	return &agentv1.ReleaseInputLeaseResponse{}, nil
 }
-
-var _ = fmt.Sprintf

@@ -53,8 +53,10 @@ func terminal(st agentv1.RunState) bool {
 // snapshot returns a copy of the run record.
 func (r *run) snapshot() *agentv1.Run {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	return proto.Clone(r.rec).(*agentv1.Run)
+	rec := proto.Clone(r.rec).(*agentv1.Run)
+	r.mu.Unlock()
+	rec.EventSequence = r.log.Sequence()
+	return rec
 }
 
 // setState records a transition, stores it and publishes it.
@@ -75,6 +77,7 @@ func (r *run) setState(ctx context.Context, st agentv1.RunState, reason string) 
 func (r *run) save(ctx context.Context, rec *agentv1.Run) {
 	// The record outlives a cancelled run context.
 	ctx = context.WithoutCancel(ctx)
+	rec.EventSequence = r.log.Sequence()
 	if err := r.svc.store.Update(ctx, rec); err != nil {
 		r.svc.logger.Warn("store run", "run", r.id, "err", err)
 	}

@@ -108,8 +108,11 @@ type Run struct {
 	Usage      *Usage `protobuf:"bytes,15,opt,name=usage,proto3" json:"usage,omitempty"`
 	// The tool call waiting for approval, in WAITING_APPROVAL.
 	PendingToolCall *ToolCall `protobuf:"bytes,16,opt,name=pending_tool_call,json=pendingToolCall,proto3" json:"pending_tool_call,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Sequence number of the run's newest event when the record was written;
+	// StreamRunEvents after it follows the run from here.
+	EventSequence int64 `protobuf:"varint,17,opt,name=event_sequence,json=eventSequence,proto3" json:"event_sequence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Run) Reset() {
@@ -252,6 +255,13 @@ func (x *Run) GetPendingToolCall() *ToolCall {
 		return x.PendingToolCall
 	}
 	return nil
+}
+
+func (x *Run) GetEventSequence() int64 {
+	if x != nil {
+		return x.EventSequence
+	}
+	return 0
 }
 
 // RunOptions tune a run's loop.
@@ -1379,9 +1389,13 @@ func (x *StreamRunEventsResponse) GetEvent() *RunEvent {
 }
 
 type SendMessageRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	Text          string                 `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	RunId string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Text  string                 `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	// The run's own API key again, needed when the run brought one and the
+	// service, restarted since, does not keep keys (it answers
+	// FAILED_PRECONDITION then). Never stored in clear.
+	ApiKey        string `protobuf:"bytes,3,opt,name=api_key,json=apiKey,proto3" json:"api_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1426,6 +1440,13 @@ func (x *SendMessageRequest) GetRunId() string {
 func (x *SendMessageRequest) GetText() string {
 	if x != nil {
 		return x.Text
+	}
+	return ""
+}
+
+func (x *SendMessageRequest) GetApiKey() string {
+	if x != nil {
+		return x.ApiKey
 	}
 	return ""
 }
@@ -2073,7 +2094,7 @@ var File_deskgrid_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x1ddeskgrid/agent/v1/agent.proto\x12\x11deskgrid.agent.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xec\x04\n" +
+	"\x1ddeskgrid/agent/v1/agent.proto\x12\x11deskgrid.agent.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x93\x05\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -2095,7 +2116,8 @@ const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"\vstop_reason\x18\x0e \x01(\tR\n" +
 	"stopReason\x12.\n" +
 	"\x05usage\x18\x0f \x01(\v2\x18.deskgrid.agent.v1.UsageR\x05usage\x12G\n" +
-	"\x11pending_tool_call\x18\x10 \x01(\v2\x1b.deskgrid.agent.v1.ToolCallR\x0fpendingToolCall\"\x9d\x04\n" +
+	"\x11pending_tool_call\x18\x10 \x01(\v2\x1b.deskgrid.agent.v1.ToolCallR\x0fpendingToolCall\x12%\n" +
+	"\x0eevent_sequence\x18\x11 \x01(\x03R\reventSequence\"\x9d\x04\n" +
 	"\n" +
 	"RunOptions\x12#\n" +
 	"\rsystem_prompt\x18\x01 \x01(\tR\fsystemPrompt\x12*\n" +
@@ -2184,10 +2206,11 @@ const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"\bfinished\x18\x06 \x01(\bR\bfinished\x12#\n" +
 	"\rsafety_checks\x18\a \x03(\tR\fsafetyChecks\"L\n" +
 	"\x17StreamRunEventsResponse\x121\n" +
-	"\x05event\x18\x01 \x01(\v2\x1b.deskgrid.agent.v1.RunEventR\x05event\"?\n" +
+	"\x05event\x18\x01 \x01(\v2\x1b.deskgrid.agent.v1.RunEventR\x05event\"X\n" +
 	"\x12SendMessageRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
-	"\x04text\x18\x02 \x01(\tR\x04text\"?\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\x12\x17\n" +
+	"\aapi_key\x18\x03 \x01(\tR\x06apiKey\"?\n" +
 	"\x13SendMessageResponse\x12(\n" +
 	"\x03run\x18\x01 \x01(\v2\x16.deskgrid.agent.v1.RunR\x03run\"M\n" +
 	"\x12ApproveStepRequest\x12\x15\n" +
