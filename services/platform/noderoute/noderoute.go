@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
@@ -58,6 +59,10 @@ type Options struct {
 	Dial        func(addr string) (*grpc.ClientConn, error)
 	DialOptions []grpc.DialOption
 	Logger      *slog.Logger
+	// Health answers grpc.health.v1.Health/Check, which names no session,
+	// on the router itself: SERVING when it returns nil (such as a ping of
+	// the session map's store). Nil always answers SERVING.
+	Health func(ctx context.Context) error
 }
 
 // Router routes calls by session. It is safe for concurrent use.
@@ -105,6 +110,9 @@ type sessionMessage interface{ GetSessionId() string }
 
 // Invoke implements grpc.ClientConnInterface.
 func (r *Router) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	if method == healthCheckMethod {
+		return r.health(ctx, reply)
+	}
 	id, err := sessionOf(method, args)
 	if err != nil {
 		return err
@@ -162,6 +170,24 @@ func (r *Router) Close() error {
 		delete(r.conns, addr)
 	}
 	return errors.Join(errs...)
+}
+
+const healthCheckMethod = "/grpc.health.v1.Health/Check"
+
+// health answers a health check for the whole set of nodes: callers such as
+// a gateway's readiness check cannot name one.
+func (r *Router) health(ctx context.Context, reply any) error {
+	resp, ok := reply.(*healthpb.HealthCheckResponse)
+	if !ok {
+		return status.Error(codes.Internal, "health check: unexpected reply type")
+	}
+	resp.Status = healthpb.HealthCheckResponse_SERVING
+	if r.opts.Health != nil {
+		if err := r.opts.Health(ctx); err != nil {
+			resp.Status = healthpb.HealthCheckResponse_NOT_SERVING
+		}
+	}
+	return nil
 }
 
 func sessionOf(method string, msg any) (string, error) {

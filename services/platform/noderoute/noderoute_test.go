@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
@@ -285,5 +286,29 @@ func TestDefaultDeadline(t *testing.T) {
 	_, err = displayv1.NewDisplayServiceClient(r).GetDisplay(context.Background(), &displayv1.GetDisplayRequest{SessionId: "s1"})
 	if c := status.Code(err); c != codes.DeadlineExceeded && c != codes.Unavailable {
 		t.Fatalf("call to a silent node: %v", err)
+	}
+}
+
+// A health check names no session: the router answers it for all nodes.
+func TestHealthCheck(t *testing.T) {
+	var down error
+	r, err := New(Options{Resolver: &sessionMap{m: map[string]string{}}, Health: func(context.Context) error { return down }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	check := func() healthpb.HealthCheckResponse_ServingStatus {
+		resp, err := healthpb.NewHealthClient(r).Check(context.Background(), &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetStatus()
+	}
+	if s := check(); s != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("status %s", s)
+	}
+	down = errors.New("redis down")
+	if s := check(); s != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("status %s with the map unreachable", s)
 	}
 }
