@@ -53,6 +53,8 @@ type Meta struct {
 	SessionID string
 	Tenant    string
 	Sequence  int64
+	// RunID names the agent run the event belongs to, if any.
+	RunID string
 }
 
 // Publisher sends events.
@@ -88,6 +90,7 @@ func (p *NATSPublisher) Publish(ctx context.Context, meta Meta, payload proto.Me
 		Tenant:    meta.Tenant,
 		SessionId: meta.SessionID,
 		Sequence:  meta.Sequence,
+		RunId:     meta.RunID,
 	}
 	if payload != nil {
 		a, err := anypb.New(payload)

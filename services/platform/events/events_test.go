@@ -38,7 +38,7 @@ func TestPublishStoresEnvelopeWithTrace(t *testing.T) {
 
 	pub := events.NewPublisher(js)
 	payload := &eventsv1.SessionStateChanged{From: sessionv1.SessionState_SESSION_STATE_PENDING, To: sessionv1.SessionState_SESSION_STATE_STARTING}
-	sent, err := pub.Publish(sctx, events.Meta{Type: events.TypeSessionStateChanged, SessionID: "s-abc", Tenant: "t1", Sequence: 3}, payload)
+	sent, err := pub.Publish(sctx, events.Meta{Type: events.TypeSessionStateChanged, SessionID: "s-abc", Tenant: "t1", Sequence: 3, RunID: "r-1"}, payload)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestPublishStoresEnvelopeWithTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.GetId() != sent.GetId() || got.GetType() != events.TypeSessionStateChanged || got.GetSessionId() != "s-abc" || got.GetTenant() != "t1" || got.GetSequence() != 3 {
+	if got.GetId() != sent.GetId() || got.GetType() != events.TypeSessionStateChanged || got.GetSessionId() != "s-abc" || got.GetTenant() != "t1" || got.GetSequence() != 3 || got.GetRunId() != "r-1" {
 		t.Fatalf("envelope = %v, sent %v", got, sent)
 	}
 	var p eventsv1.SessionStateChanged
