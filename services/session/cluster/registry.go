@@ -301,3 +301,8 @@ func atoi(s string) int64 {
 	n, _ := strconv.ParseInt(s, 10, 64)
 	return n
 }
+
+// Ping checks that Redis answers.
+func (r *Registry) Ping(ctx context.Context) error {
+	return r.rdb.Ping(ctx).Err()
+}
