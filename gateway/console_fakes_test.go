@@ -114,11 +114,12 @@ func (a *fakeAgent) CreateRun(_ context.Context, r *agentv1.CreateRunRequest) (*
 	a.mu.Unlock()
 	run := &agentv1.Run{Id: id, SessionId: r.GetSessionId(), State: agentv1.RunState_RUN_STATE_QUEUED, Provider: r.GetProvider(),
 		Model: r.GetModel(), Prompt: r.GetPrompt(), MaxSteps: r.GetMaxSteps(), CreateTime: timestamppb.Now()}
+	reply := proto2Run(run)
 	a.addRun(run)
 	if !manual {
 		go a.script(id, r.GetPrompt())
 	}
-	return &agentv1.CreateRunResponse{Run: proto2Run(run)}, nil
+	return &agentv1.CreateRunResponse{Run: reply}, nil
 }
 
 func proto2Run(r *agentv1.Run) *agentv1.Run { return proto.Clone(r).(*agentv1.Run) }

@@ -79,8 +79,10 @@ func (d *vncDisplay) addDisplay(sessionID string) {
 func (d *vncDisplay) deleteDisplay(sessionID string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	close(d.deleted[sessionID])
-	delete(d.deleted, sessionID)
+	if gone, ok := d.deleted[sessionID]; ok {
+		close(gone)
+		delete(d.deleted, sessionID)
+	}
 }
 
 func (d *vncDisplay) lastFirst() *displayv1.ConnectVNCRequest {
@@ -413,9 +415,9 @@ type sessions struct {
 	next    int
 	changed chan struct{}
 	created []*sessionv1.CreateSessionRequest
-	// onCreate gives a new session its display.
-	onCreate func(id string)
-	history  *fakeHistory
+	// onCreate gives a new session its display; onDelete takes it away.
+	onCreate, onDelete func(id string)
+	history            *fakeHistory
 }
 
 func newSessions(ids ...string) *sessions {
@@ -513,6 +515,9 @@ func (s *sessions) DeleteSession(_ context.Context, r *sessionv1.DeleteSessionRe
 	x.State = sessionv1.SessionState_SESSION_STATE_STOPPED
 	x.StateReason = "deleted"
 	s.bump(x)
+	if s.onDelete != nil {
+		s.onDelete(x.GetId())
+	}
 	return &sessionv1.DeleteSessionResponse{Session: proto.Clone(x).(*sessionv1.Session)}, nil
 }
 
@@ -584,6 +589,7 @@ func newHarness(t testing.TB, cfg Config, deps Deps) *harness {
 	h.agent = newFakeAgent(h.history)
 	h.sessions.history = h.history
 	h.sessions.onCreate = h.display.addDisplay
+	h.sessions.onDelete = h.display.deleteDisplay
 	grpcSrv := grpc.NewServer()
 	displayv1.RegisterDisplayServiceServer(grpcSrv, h.display)
 	sessionv1.RegisterSessionServiceServer(grpcSrv, h.sessions)

@@ -7,10 +7,10 @@ import (
 	"strings"
 )
 
-// The page and its scripts are written for deskgrid; web/novnc/ is the npm
-// package @novnc/novnc, unpacked there by scripts/setup at build time and
-// never committed. A build without it still compiles and serves the session
-// list; the live view answers 503 and says how to fix it.
+// The console's pages and scripts are written for deskgrid; web/novnc/ is the
+// npm package @novnc/novnc, unpacked there by scripts/setup at build time and
+// never committed. A build without it still compiles and serves the console;
+// the live view says it is missing and /novnc/ answers 503 with how to fix it.
 //
 //go:embed web
 var webFiles embed.FS
@@ -61,12 +61,8 @@ func (wb *web) page(w http.ResponseWriter, _ *http.Request, name string) {
 	_, _ = w.Write(b)
 }
 
-// viewer is the live view of one session.
+// viewer is one session's page: its live view, runs and history.
 func (wb *web) viewer(w http.ResponseWriter, r *http.Request) {
-	if !wb.hasNoVNC {
-		wb.missing(w)
-		return
-	}
 	wb.page(w, r, "session.html")
 }
 

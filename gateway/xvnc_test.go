@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
 	"github.com/coder/websocket"
 )
 
@@ -92,31 +91,7 @@ func TestVNCWithTigerVNC(t *testing.T) {
 
 	t.Run("noVNC in Chromium shows the desktop", func(t *testing.T) {
 		requireNoVNC(t, h)
-		ctx := newBrowser(t)
-		if err := chromedp.Do(ctx,
-			chromedp.Navigate(h.srv.URL+"/sessions/s-real"),
-			chromedp.WaitVisible(chromedp.CSS(`#state[data-state="connected"]`)),
-		); err != nil {
-			state, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#state")))
-			t.Fatalf("viewer did not connect (state %q): %v", state, err)
-		}
-		const probe = `(() => {
-			const c = document.querySelector('#screen canvas');
-			if (!c || !c.width) return [];
-			const d = c.getContext('2d').getImageData(c.width >> 1, c.height >> 1, 1, 1).data;
-			return [d[0], d[1], d[2], c.width, c.height];
-		})()`
-		want := []int{255, 255, 255, 320, 200}
-		waitFor(t, "the canvas to show the white root window", func() bool {
-			got, err := chromedp.Run(ctx, chromedp.Evaluate[[]int](probe))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return equalInts(got, want)
-		})
-		title, err := chromedp.Run(ctx, chromedp.Title())
-		if err != nil || title != "real desktop · deskgrid" {
-			t.Fatalf("title %q: %v", title, err)
-		}
+		runConsoleSpec(t, h.srv.URL, "--scenario", "viewer", "--session", "s-real",
+			"--expect-color", "255,255,255", "--expect-size", "320x200", "--expect-title", "real desktop · deskgrid")
 	})
 }

@@ -1,63 +1,89 @@
-// The session list: reads /v1/sessions, creates and deletes sessions.
+// The session list: reads /v1/sessions and /v1/nodes, creates and deletes sessions.
+import { api, el, enumName, age, bytes, cores, labelsText, parseDuration, parseLabels } from '/static/api.js';
+
 const tbody = document.querySelector('#sessions tbody');
 const empty = document.getElementById('empty');
 const status = document.getElementById('status');
+const form = document.getElementById('create-form');
+const toggle = document.getElementById('options-toggle');
+const nodesPanel = document.getElementById('nodes-panel');
 
-async function api(method, path, body) {
-  const headers = { Accept: 'application/json' };
-  if (body !== undefined) headers['Content-Type'] = 'application/json';
-  const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
-  const text = await res.text();
-  let data = {};
-  try { data = text ? JSON.parse(text) : {}; } catch { data = { message: text }; }
-  if (!res.ok) throw new Error(data.message || `${res.status} ${res.statusText}`);
-  return data;
-}
-
-function say(message, isError = false) {
+function say(message, isError = false, sessionId = '') {
   status.textContent = message;
   status.className = isError ? 'error' : '';
+  status.dataset.sessionId = sessionId;
 }
 
-function cell(content) {
-  const td = document.createElement('td');
-  if (content instanceof Node) td.append(content); else td.textContent = content ?? '';
-  return td;
+function limitsText(l) {
+  if (!l) return '';
+  return [bytes(l.memoryBytes), cores(l.cpuMillis), l.pids && l.pids !== '0' ? `${l.pids} pids` : '', l.diskBytes && l.diskBytes !== '0' ? `${bytes(l.diskBytes)} disk` : '']
+    .filter(Boolean).join(', ');
 }
 
 function row(s) {
-  const tr = document.createElement('tr');
-  tr.dataset.sessionId = s.id;
-  const link = document.createElement('a');
-  link.href = '/sessions/' + encodeURIComponent(s.id);
-  link.textContent = s.id;
-  const state = (s.state || '').replace('SESSION_STATE_', '').toLowerCase();
+  const state = enumName(s.state, 'SESSION_STATE_');
   const screen = s.display ? `${s.display.width ?? ''}x${s.display.height ?? ''}` : '';
-  const created = s.createTime ? new Date(s.createTime).toLocaleString() : '';
-  const del = document.createElement('button');
-  del.type = 'button';
-  del.className = 'delete';
-  del.textContent = 'Delete';
+  const del = el('button', { type: 'button', class: 'delete', text: 'Delete' });
   del.addEventListener('click', () => remove(s.id, del));
-  const actions = cell(del);
-  actions.className = 'actions';
-  tr.append(cell(link), cell(state + (s.stateReason ? ` (${s.stateReason})` : '')), cell(screen), cell(created), actions);
-  return tr;
+  const title = [s.expireTime ? `expires ${new Date(s.expireTime).toLocaleString()}` : '', s.lastActiveTime ? `last active ${age(s.lastActiveTime)} ago` : '']
+    .filter(Boolean).join('; ');
+  return el('tr', { 'data-session-id': s.id },
+    el('td', {}, el('a', { href: '/sessions/' + encodeURIComponent(s.id), text: s.id })),
+    el('td', { class: 'state', 'data-state': state, text: state + (s.stateReason ? ` (${s.stateReason})` : '') }),
+    el('td', { class: 'size', text: screen }),
+    el('td', { class: 'node', text: s.nodeId || '' }),
+    el('td', { class: 'age', title: s.createTime ? new Date(s.createTime).toLocaleString() + (title ? '; ' + title : '') : '', text: age(s.createTime) }),
+    el('td', { class: 'limits', text: limitsText(s.limits) }),
+    el('td', { class: 'labels', text: labelsText(s.labels) }),
+    el('td', { class: 'actions' }, del));
+}
+
+async function refreshSessions() {
+  const sessions = [];
+  let token = '';
+  // Every page, bounded so a misbehaving server cannot loop the page forever.
+  for (let i = 0; i < 50; i++) {
+    const data = await api('GET', '/v1/sessions' + (token ? '?pageToken=' + encodeURIComponent(token) : ''));
+    sessions.push(...(data.sessions || []));
+    token = data.nextPageToken || '';
+    if (!token) break;
+  }
+  tbody.replaceChildren(...sessions.map(row));
+  empty.hidden = sessions.length > 0;
+}
+
+function nodeRow(n) {
+  const cap = n.capacity || {};
+  const used = n.used || {};
+  const of = (u, c, fmt) => (c && c !== '0' ? `${fmt(u) || 0} / ${fmt(c)}` : fmt(u) || '0');
+  const state = enumName(n.state, 'NODE_STATE_');
+  return el('tr', { 'data-node-id': n.id },
+    el('td', { text: n.id }),
+    el('td', { class: 'state', 'data-state': state, text: state }),
+    el('td', { text: n.address || '' }),
+    el('td', { class: 'sessions', text: of(used.sessions, cap.sessions, (x) => (x && x !== '0' ? String(x) : '')) }),
+    el('td', { text: of(used.cpuMillis, cap.cpuMillis, cores) }),
+    el('td', { text: of(used.memoryBytes, cap.memoryBytes, bytes) }),
+    el('td', { text: labelsText(n.labels) }));
+}
+
+// The node panel shows only where the API has nodes to show.
+let nodesAvailable = true;
+async function refreshNodes() {
+  if (!nodesAvailable) return;
+  try {
+    const data = await api('GET', '/v1/nodes');
+    document.querySelector('#nodes tbody').replaceChildren(...(data.nodes || []).map(nodeRow));
+    nodesPanel.hidden = false;
+  } catch (e) {
+    if (e.status === 404 || e.status === 501) nodesAvailable = false;
+    nodesPanel.hidden = true;
+  }
 }
 
 async function refresh() {
   try {
-    const sessions = [];
-    let token = '';
-    // Every page, bounded so a misbehaving server cannot loop the page forever.
-    for (let i = 0; i < 50; i++) {
-      const data = await api('GET', '/v1/sessions' + (token ? '?pageToken=' + encodeURIComponent(token) : ''));
-      sessions.push(...(data.sessions || []));
-      token = data.nextPageToken || '';
-      if (!token) break;
-    }
-    tbody.replaceChildren(...sessions.map(row));
-    empty.hidden = sessions.length > 0;
+    await Promise.all([refreshSessions(), refreshNodes()]);
     document.body.dataset.loaded = 'true';
   } catch (e) {
     say('Could not list sessions: ' + e.message, true);
@@ -75,18 +101,57 @@ async function remove(id, button) {
   await refresh();
 }
 
-document.getElementById('create').addEventListener('click', async (ev) => {
-  const button = ev.currentTarget;
+function createRequest() {
+  if (form.hidden) return {};
+  const f = new FormData(form);
+  const req = {};
+  const display = {};
+  if (f.get('width')) display.width = Number(f.get('width'));
+  if (f.get('height')) display.height = Number(f.get('height'));
+  if (Object.keys(display).length) req.display = display;
+  const ttl = parseDuration(f.get('ttl'));
+  if (ttl) req.ttl = ttl;
+  const idle = parseDuration(f.get('idle'));
+  if (idle) req.idleTimeout = idle;
+  const limits = {};
+  if (Number(f.get('memory')) > 0) limits.memoryBytes = String(Math.round(Number(f.get('memory')) * 1048576));
+  if (Number(f.get('cpu')) > 0) limits.cpuMillis = String(Math.round(Number(f.get('cpu')) * 1000));
+  if (Object.keys(limits).length) req.limits = limits;
+  const labels = parseLabels(f.get('labels'));
+  if (Object.keys(labels).length) req.labels = labels;
+  const autostart = String(f.get('autostart') || '').split('\n').map((s) => s.trim()).filter(Boolean);
+  if (autostart.length) req.autostart = autostart;
+  return req;
+}
+
+async function create(button) {
+  let req;
+  try {
+    req = createRequest();
+  } catch (e) {
+    say(e.message, true);
+    return;
+  }
   button.disabled = true;
   say('Creating…');
   try {
-    const s = await api('POST', '/v1/sessions', {});
-    say('Created ' + s.id);
+    const s = await api('POST', '/v1/sessions', req);
+    say('Created ' + s.id, false, s.id);
   } catch (e) {
     say('Could not create a session: ' + e.message, true);
   }
   button.disabled = false;
   await refresh();
+}
+
+document.getElementById('create').addEventListener('click', (ev) => create(ev.currentTarget));
+form.addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  create(document.getElementById('create-submit'));
+});
+toggle.addEventListener('click', () => {
+  form.hidden = !form.hidden;
+  toggle.setAttribute('aria-expanded', String(!form.hidden));
 });
 
 refresh();

@@ -1,16 +1,22 @@
-// One session's desktop, live in noVNC over the gateway's WebSocket.
-import RFB from '/novnc/core/rfb.js';
+// One session: its desktop live in noVNC (view-only until taken over with
+// the input lease), agent runs with their events as a chat (server-sent
+// events), and the session's history.
+import { api, el, enumName } from '/static/api.js';
 
 const id = decodeURIComponent(location.pathname.split('/').pop());
-const screen = document.getElementById('screen');
-const state = document.getElementById('state');
-const viewOnlyBox = document.getElementById('view-only');
-const reconnect = document.getElementById('reconnect');
-document.getElementById('title').textContent = id;
+const enc = encodeURIComponent(id);
+const $ = (x) => document.getElementById(x);
+const screen = $('screen');
+const state = $('state');
+const reconnect = $('reconnect');
+$('title').textContent = id;
 document.title = id + ' · deskgrid';
-viewOnlyBox.checked = new URLSearchParams(location.search).get('view_only') === 'true';
 
+// ---- the desktop ----
+
+let RFB = null;
 let rfb = null;
+let viewOnly = true;
 
 function setState(name, text) {
   state.dataset.state = name;
@@ -21,24 +27,22 @@ function setState(name, text) {
 // The browser hides why an upgrade was refused; the REST API can say.
 async function explain() {
   try {
-    const res = await fetch('/v1/sessions/' + encodeURIComponent(id), { headers: { Accept: 'application/json' } });
-    const data = await res.json();
-    if (!res.ok) return 'disconnected: ' + (data.message || `session ${id}: ${res.status}`);
-    const s = (data.state || '').replace('SESSION_STATE_', '').toLowerCase();
-    return `disconnected (session is ${s})`;
-  } catch {
-    return 'disconnected';
+    const s = await api('GET', '/v1/sessions/' + enc);
+    return `disconnected (session is ${enumName(s.state, 'SESSION_STATE_')})`;
+  } catch (e) {
+    return 'disconnected: ' + e.message;
   }
 }
 
 function connect() {
+  if (!RFB) return;
   if (rfb) rfb.disconnect();
-  const url = new URL('/v1/sessions/' + encodeURIComponent(id) + '/vnc', location.href);
+  const url = new URL('/v1/sessions/' + enc + '/vnc', location.href);
   url.protocol = location.protocol === 'https:' ? 'wss:' : 'ws:';
-  if (viewOnlyBox.checked) url.searchParams.set('view_only', 'true');
+  if (viewOnly) url.searchParams.set('view_only', 'true');
   setState('connecting');
   const conn = new RFB(screen, url.href, { wsProtocols: ['binary'] });
-  conn.viewOnly = viewOnlyBox.checked;
+  conn.viewOnly = viewOnly;
   conn.scaleViewport = true;
   conn.background = '#222';
   conn.addEventListener('connect', () => setState('connected'));
@@ -53,11 +57,352 @@ function connect() {
   window.deskgridRFB = conn;
 }
 
-viewOnlyBox.addEventListener('change', () => {
-  const u = new URL(location.href);
-  if (viewOnlyBox.checked) u.searchParams.set('view_only', 'true'); else u.searchParams.delete('view_only');
-  history.replaceState(null, '', u);
+async function loadViewer() {
+  try {
+    ({ default: RFB } = await import('/novnc/core/rfb.js'));
+  } catch {
+    setState('failed', 'live view unavailable: noVNC assets missing (run scripts/setup)');
+    return;
+  }
   connect();
-});
+}
 reconnect.addEventListener('click', connect);
-connect();
+
+// ---- the input lease: watch by default, take over to type and click ----
+
+const control = $('control');
+const takeOver = $('take-over');
+const handBack = $('hand-back');
+let holder = sessionStorage.getItem('deskgrid-holder');
+if (!holder) {
+  holder = 'console-' + Math.random().toString(36).slice(2, 10);
+  sessionStorage.setItem('deskgrid-holder', holder);
+}
+let lease = null;
+let renewTimer = null;
+
+function setControl(name, text) {
+  control.dataset.lease = name;
+  control.textContent = text;
+  takeOver.hidden = name === 'held';
+  handBack.hidden = name !== 'held';
+  takeOver.disabled = name === 'waiting';
+}
+
+function setViewOnly(v) {
+  if (viewOnly === v) return;
+  viewOnly = v;
+  connect();
+}
+
+takeOver.addEventListener('click', async () => {
+  setControl('waiting', 'waiting for the input lease…');
+  try {
+    lease = await api('POST', `/v1/sessions/${enc}/inputLease:acquire`, { holder, ttl: '30s', wait: '20s' });
+  } catch (e) {
+    setControl('none', 'could not take over: ' + e.message);
+    return;
+  }
+  setControl('held', 'in control');
+  setViewOnly(false);
+  clearInterval(renewTimer);
+  renewTimer = setInterval(renew, 10000);
+});
+
+async function renew() {
+  if (!lease) return;
+  try {
+    lease = await api('POST', `/v1/sessions/${enc}/inputLease:renew`, { holder, token: lease.token, ttl: '30s' });
+  } catch (e) {
+    lost('lost control: ' + e.message);
+  }
+}
+
+function lost(text) {
+  clearInterval(renewTimer);
+  lease = null;
+  setControl('none', text);
+  setViewOnly(true);
+}
+
+handBack.addEventListener('click', async () => {
+  const l = lease;
+  lost('watching');
+  if (!l) return;
+  try {
+    await api('POST', `/v1/sessions/${enc}/inputLease:release`, { holder, token: l.token });
+  } catch (e) {
+    setControl('none', 'watching (release: ' + e.message + ')');
+  }
+});
+
+// Leaving the page hands control back so waiting runs need not wait for the TTL.
+addEventListener('pagehide', () => {
+  if (!lease) return;
+  fetch(`/v1/sessions/${enc}/inputLease:release`, {
+    method: 'POST', keepalive: true, headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ holder, token: lease.token }),
+  });
+});
+
+// ---- the session's state, live ----
+
+const sessionState = $('session-state');
+function watchSession() {
+  const es = new EventSource(`/v1/sessions/${enc}:watch`);
+  es.addEventListener('session', (e) => {
+    const s = JSON.parse(e.data).session || {};
+    const name = enumName(s.state, 'SESSION_STATE_');
+    sessionState.dataset.state = name;
+    sessionState.textContent = name + (s.stateReason ? ` (${s.stateReason})` : '');
+  });
+  es.addEventListener('end', () => es.close());
+  es.onerror = () => {
+    if (es.readyState === EventSource.CLOSED) sessionState.title = 'not following changes';
+  };
+}
+
+// ---- runs: start one, follow its events as a chat ----
+
+const runForm = $('run-form');
+const runStatus = $('run-status');
+const transcript = $('transcript');
+const runState = $('run-state');
+const runCancel = $('run-cancel');
+let events = null;
+let currentRun = null;
+
+runForm.addEventListener('submit', async (ev) => {
+  ev.preventDefault();
+  const f = new FormData(runForm);
+  const req = { prompt: f.get('prompt'), provider: f.get('provider') };
+  for (const k of ['model', 'apiKey', 'baseUrl']) if (f.get(k)) req[k] = f.get(k);
+  if (Number(f.get('maxSteps')) > 0) req.maxSteps = Number(f.get('maxSteps'));
+  $('run-submit').disabled = true;
+  runStatus.textContent = 'starting…';
+  runStatus.className = '';
+  try {
+    const run = await api('POST', `/v1/sessions/${enc}/runs`, req);
+    runStatus.textContent = '';
+    runForm.elements.apiKey.value = '';
+    follow(run.id);
+    listRuns();
+  } catch (e) {
+    runStatus.textContent = 'could not start: ' + e.message;
+    runStatus.className = 'error';
+  }
+  $('run-submit').disabled = false;
+});
+
+runCancel.addEventListener('click', async () => {
+  if (!currentRun) return;
+  try {
+    await api('POST', `/v1/runs/${encodeURIComponent(currentRun)}:cancel`, {});
+  } catch (e) {
+    runStatus.textContent = 'could not cancel: ' + e.message;
+  }
+});
+
+function setRunState(name, reason) {
+  runState.dataset.state = name;
+  runState.textContent = name + (reason ? ` (${reason})` : '');
+  runCancel.hidden = !['queued', 'running', 'waiting approval'].includes(name);
+}
+
+// follow shows one run's events from the first; EventSource resumes after
+// the last one it saw (Last-Event-ID) if the connection drops.
+function follow(runID) {
+  if (events) events.close();
+  currentRun = runID;
+  transcript.replaceChildren();
+  $('usage').textContent = '';
+  $('run-id').textContent = runID;
+  $('run-panel').hidden = false;
+  setRunState('queued');
+  const chat = newChat(runID);
+  const es = new EventSource(`/v1/runs/${encodeURIComponent(runID)}/events`);
+  events = es;
+  for (const type of ['text_delta', 'thinking_delta', 'tool_call', 'state', 'usage', 'screenshot', 'user_message']) {
+    es.addEventListener(type, (e) => chat.add(type, JSON.parse(e.data).event || {}));
+  }
+  es.addEventListener('end', (e) => {
+    es.close();
+    const st = JSON.parse(e.data || '{}');
+    if (st.code) chat.note('events ended: ' + st.message, true);
+    transcript.dataset.ended = 'true';
+    refreshTimeline();
+    listRuns();
+  });
+  es.onerror = () => {
+    if (es.readyState === EventSource.CLOSED && events === es) chat.note('lost the event stream', true);
+  };
+}
+
+function newChat(runID) {
+  let assistant = null; // the assistant message text deltas extend
+  let thinking = null;
+  const tools = new Map();
+  const append = (node) => {
+    transcript.append(node);
+    transcript.scrollTop = transcript.scrollHeight;
+    return node;
+  };
+  const toolCard = (call) => {
+    let card = tools.get(call.id);
+    if (!card) {
+      const input = el('pre', { class: 'input' });
+      card = append(el('li', { class: 'tool', 'data-call-id': call.id, 'data-state': 'running' },
+        el('div', { class: 'who', text: call.tool || 'tool' }), input, el('div', { class: 'shots' }), el('pre', { class: 'output', hidden: true })));
+      input.textContent = summarize(call.inputJson);
+      tools.set(call.id, card);
+    }
+    return card;
+  };
+  return {
+    note(text, isError) {
+      append(el('li', { class: 'note' + (isError ? ' error' : ''), text }));
+    },
+    add(type, ev) {
+      if (type !== 'text_delta') assistant = null;
+      if (type !== 'thinking_delta') thinking = null;
+      switch (type) {
+        case 'user_message':
+          append(el('li', { class: 'msg user' }, el('div', { class: 'who', text: 'you' }), el('p', { text: ev.userMessage })));
+          break;
+        case 'text_delta':
+          if (!assistant) {
+            assistant = el('p');
+            append(el('li', { class: 'msg assistant' }, el('div', { class: 'who', text: 'agent' }), assistant));
+          }
+          assistant.textContent += ev.textDelta;
+          break;
+        case 'thinking_delta':
+          if (!thinking) {
+            thinking = el('p');
+            append(el('li', { class: 'thinking' }, el('details', {}, el('summary', { text: 'thinking' }), thinking)));
+          }
+          thinking.textContent += ev.thinkingDelta;
+          break;
+        case 'tool_call': {
+          const call = ev.toolCall || {};
+          const card = toolCard(call);
+          if (call.finished) {
+            card.dataset.state = call.isError ? 'error' : 'done';
+            const out = card.querySelector('.output');
+            out.hidden = false;
+            out.textContent = call.output || '';
+          }
+          if ((call.safetyChecks || []).length) card.append(el('div', { class: 'error', text: 'safety checks: ' + call.safetyChecks.join(', ') }));
+          break;
+        }
+        case 'screenshot': {
+          const ref = ev.screenshot || {};
+          const card = ref.toolCallId ? toolCard({ id: ref.toolCallId, tool: 'computer' }) : append(el('li', { class: 'tool' }, el('div', { class: 'shots' })));
+          const img = el('img', { class: 'thumb', alt: `screenshot ${ref.width}x${ref.height}`, width: 160 });
+          card.querySelector('.shots').append(img);
+          screenshotFor(runID, ref.toolCallId).then((src) => { img.src = src; }, () => { img.alt += ' (not recorded)'; });
+          break;
+        }
+        case 'state': {
+          const name = enumName(ev.state, 'RUN_STATE_');
+          setRunState(name, ev.reason);
+          append(el('li', { class: 'note', 'data-state': name, text: name + (ev.reason ? ` (${ev.reason})` : '') }));
+          break;
+        }
+        case 'usage': {
+          const u = ev.usage || {};
+          $('usage').textContent = `tokens: ${u.inputTokens || 0} in, ${u.outputTokens || 0} out` +
+            (u.cacheReadTokens ? `, ${u.cacheReadTokens} cached` : '');
+          break;
+        }
+      }
+    },
+  };
+}
+
+function summarize(inputJson) {
+  if (!inputJson) return '';
+  try {
+    const v = JSON.parse(inputJson);
+    if (v && typeof v === 'object') {
+      return Object.entries(v).map(([k, x]) => `${k}: ${typeof x === 'string' ? x : JSON.stringify(x)}`).join('\n');
+    }
+  } catch { /* shown as it is */ }
+  return inputJson;
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// screenshotFor finds a run's screenshot in the history (which records the
+// bytes once, as a blob) and returns it as a data URL. The history ingests
+// events moments after they happen, so it asks a few times.
+async function screenshotFor(runID, callID) {
+  for (let i = 0; i < 20; i++) {
+    const data = await api('GET', `/v1/runs/${encodeURIComponent(runID)}/entries?kinds=ENTRY_KIND_SCREENSHOT&pageSize=1000`);
+    const entries = data.entries || [];
+    const e = entries.find((x) => (x.data || {}).callId === callID) || (!callID ? entries[entries.length - 1] : undefined);
+    const hash = e && (e.blobHash || (e.data || {}).blobHash);
+    if (hash) {
+      const blob = await api('GET', '/v1/blobs/' + encodeURIComponent(hash));
+      return `data:${blob.contentType || 'image/png'};base64,${blob.data}`;
+    }
+    await sleep(250 * Math.min(i + 1, 4));
+  }
+  throw new Error('not in the history');
+}
+
+async function listRuns() {
+  try {
+    const data = await api('GET', `/v1/sessions/${enc}/runs`);
+    $('runs').replaceChildren(...(data.runs || []).map((r) => {
+      const b = el('button', { type: 'button', class: 'link', text: r.id });
+      b.addEventListener('click', () => follow(r.id));
+      return el('li', { 'data-run-id': r.id }, b, ' ', el('span', { text: enumName(r.state, 'RUN_STATE_') }),
+        el('span', { class: 'prompt', text: ' ' + (r.prompt || '').slice(0, 80) }));
+    }));
+  } catch (e) {
+    $('runs').replaceChildren(el('li', { class: 'error', text: 'runs: ' + e.message }));
+  }
+}
+
+// ---- history timeline ----
+
+function entryText(e) {
+  const d = e.data || {};
+  switch (e.kind) {
+    case 'ENTRY_KIND_LIFECYCLE': return [enumName(d.state, /^(SESSION|RUN)_STATE_/), d.reason].filter(Boolean).join(' — ');
+    case 'ENTRY_KIND_MESSAGE': return `${enumName(d.role, 'ROLE_') || 'message'}: ${d.text || ''}`;
+    case 'ENTRY_KIND_TOOL_CALL': return `${d.tool || 'tool'} ${d.inputJson || ''}`;
+    case 'ENTRY_KIND_TOOL_RESULT': return `${d.tool || 'tool'} → ${(d.output || '').slice(0, 200)}`;
+    case 'ENTRY_KIND_SCREENSHOT': return `screenshot ${d.width || ''}x${d.height || ''}`;
+    case 'ENTRY_KIND_USAGE': return `${d.inputTokens || 0} tokens in, ${d.outputTokens || 0} out`;
+    default: return '';
+  }
+}
+
+async function refreshTimeline() {
+  const list = $('timeline');
+  try {
+    const entries = [];
+    let token = '';
+    for (let i = 0; i < 10; i++) {
+      const data = await api('GET', `/v1/sessions/${enc}/history?pageSize=500` + (token ? '&pageToken=' + encodeURIComponent(token) : ''));
+      entries.push(...(data.entries || []));
+      token = data.nextPageToken || '';
+      if (!token) break;
+    }
+    list.replaceChildren(...entries.map((e) => el('li', { class: 'entry', 'data-kind': enumName(e.kind, 'ENTRY_KIND_') },
+      el('time', { datetime: e.time, text: e.time ? new Date(e.time).toLocaleTimeString() : '' }),
+      el('span', { class: 'type', text: e.type }),
+      el('span', { class: 'text', text: entryText(e) }))));
+    list.dataset.loaded = 'true';
+  } catch (e) {
+    list.replaceChildren(el('li', { class: 'error', text: 'history: ' + e.message }));
+  }
+}
+$('timeline-refresh').addEventListener('click', refreshTimeline);
+
+loadViewer();
+watchSession();
+listRuns();
+refreshTimeline();

@@ -1,0 +1,81 @@
+package gateway
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+)
+
+// runConsoleSpec runs the console's browser test (e2e/console.spec.mjs,
+// playwright-core in headless Chromium) against a gateway.
+func runConsoleSpec(t *testing.T, baseURL string, args ...string) {
+	t.Helper()
+	if _, err := os.Stat("e2e/node_modules/playwright-core/package.json"); err != nil {
+		t.Fatal("playwright-core missing: run scripts/setup --dev (npm ci in gateway/e2e)")
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Fatal("node missing: run scripts/setup --dev (Debian packages nodejs and npm)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", append([]string{"e2e/console.spec.mjs", "--base-url", baseURL,
+		"--artifacts", filepath.Join(t.TempDir(), "artifacts"), "--timeout", "20000"}, args...)...)
+	out, err := cmd.CombinedOutput()
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		t.Log(line)
+	}
+	if err != nil {
+		t.Fatalf("console.spec.mjs: %v", err)
+	}
+}
+
+// The console end to end: create a session with options, see its desktop,
+// take over and hand back, start a run against the (fake) provider, see the
+// transcript with its screenshot, see the history, delete the session.
+func TestConsoleEndToEnd(t *testing.T) {
+	h := newHarness(t, DefaultConfig(), Deps{})
+	requireNoVNC(t, h)
+	const providerURL = "http://127.0.0.1:9/fake-provider"
+	runConsoleSpec(t, h.srv.URL, "--provider-url", providerURL, "--api-key", "sk-test",
+		"--expect", scriptedLastText, "--expect-tool", "computer", "--expect-screenshot", "--expect-nodes",
+		"--expect-color", "18,160,99", "--expect-size", "64x48", "--width", "640", "--height", "400")
+
+	// What the browser asked for reached the services.
+	cr := h.sessions.lastCreated()
+	if cr == nil || cr.GetDisplay().GetWidth() != 640 || cr.GetDisplay().GetHeight() != 400 ||
+		cr.GetTtl().AsDuration() != 30*time.Minute || cr.GetIdleTimeout().AsDuration() != 10*time.Minute || cr.GetLabels()["e2e"] != "console" {
+		t.Errorf("create request %v", cr)
+	}
+	run := h.agent.lastCreated()
+	if run == nil || run.GetBaseUrl() != providerURL || run.GetApiKey() != "sk-test" || run.GetProvider() != "anthropic" || run.GetModel() == "" {
+		t.Fatalf("run request %v", run)
+	}
+	sid := run.GetSessionId()
+	// The live view connected view-only, in control once taken over, and
+	// view-only again after handing back.
+	var modes []bool
+	h.display.mu.Lock()
+	for _, f := range h.display.firsts {
+		if f.GetSessionId() == sid {
+			modes = append(modes, proto.Clone(f).(*displayv1.ConnectVNCRequest).GetViewOnly())
+		}
+	}
+	h.display.mu.Unlock()
+	if len(modes) < 3 || !modes[0] || modes[1] || !modes[len(modes)-1] {
+		t.Errorf("viewer connections (view-only each): %v", modes)
+	}
+	if h.agent.holder() != "" {
+		t.Errorf("the lease is still held by %q", h.agent.holder())
+	}
+	if h.sessions.has(sid) || h.sessions.has("s-2") {
+		t.Error("the session was not deleted")
+	}
+}
