@@ -26,8 +26,12 @@ func runConsoleSpec(t *testing.T, baseURL string, args ...string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", append([]string{"e2e/console.spec.mjs", "--base-url", baseURL,
-		"--artifacts", filepath.Join(t.TempDir(), "artifacts"), "--timeout", "20000"}, args...)...)
+	base := []string{"e2e/console.spec.mjs", "--base-url", baseURL, "--artifacts", filepath.Join(t.TempDir(), "artifacts"), "--timeout", "20000"}
+	// Pictures of the pages, for a person to look at.
+	if dir := os.Getenv("DESKGRID_CONSOLE_SHOTS"); dir != "" {
+		base = append(base, "--shots", dir)
+	}
+	cmd := exec.CommandContext(ctx, "node", append(base, args...)...)
 	out, err := cmd.CombinedOutput()
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		t.Log(line)

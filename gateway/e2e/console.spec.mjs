@@ -28,6 +28,7 @@
 //   --session ID                  the session of the viewer scenario
 //   --keep                        do not delete the session at the end
 //   --artifacts DIR               where a failure's screenshot goes
+//   --shots DIR                   save pictures of the list and session pages
 //   --chromium PATH               the browser (/usr/bin/chromium, or $CHROMIUM)
 //   --timeout MS                  bound on each wait (30000)
 //
@@ -150,6 +151,7 @@ async function consoleScenario(page) {
   const labels = await row.locator('.labels').textContent();
   if (size !== `${width}x${height}`) fail(`the list shows size ${size}, want ${width}x${height}`);
   if (!labels.includes('e2e=console')) fail(`the list shows labels ${JSON.stringify(labels)}`);
+  if (args.shots) await page.screenshot({ path: join(args.shots, 'console-sessions.png'), fullPage: true });
   step(`created ${id} (${size}, ${await row.locator('.state').textContent()}, node ${await row.locator('.node').textContent()})`);
 
   await row.locator('a').click();
@@ -200,6 +202,7 @@ async function consoleScenario(page) {
   await page.click('#timeline-refresh');
   await page.waitForFunction((r) => [...document.querySelectorAll('#timeline li.entry')].length > 0, runID, { timeout })
     .catch(() => fail('the history timeline stayed empty'));
+  if (args.shots) await page.screenshot({ path: join(args.shots, 'console-session.png') });
   step(`the history timeline shows ${await page.locator('#timeline li.entry').count()} entries`);
 
   if (!args.keep) {
@@ -217,6 +220,7 @@ async function viewerScenario(page) {
   await seeDesktop(page);
 }
 
+if (args.shots) mkdirSync(args.shots, { recursive: true });
 const browser = await chromium.launch({
   executablePath: args.chromium || process.env.CHROMIUM || '/usr/bin/chromium',
   headless: true,
