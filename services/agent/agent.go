@@ -58,6 +58,9 @@ type Config struct {
 	BashTimeout  time.Duration
 	// EventRing is how many recent events of a run stay in memory.
 	EventRing int
+	// EventPublishPending bounds the run events published to JetStream and
+	// not yet acknowledged, over all runs.
+	EventPublishPending int
 	// FinishedRunTTL is how long a finished run's events stay in memory.
 	FinishedRunTTL time.Duration
 	// KeyEncryptionKey (32 bytes) seals the API keys runs bring, so they
@@ -76,16 +79,17 @@ func DefaultConfig() Config {
 			"openai":    "computer-use-preview",
 			"gemini":    "gemini-2.5-computer-use-preview-10-2025",
 		},
-		MaxSteps:        50,
-		MaxOutputTokens: 4096,
-		KeepScreenshots: 3,
-		ApprovalTimeout: 10 * time.Minute,
-		InputLeaseTTL:   30 * time.Second,
-		Retries:         5,
-		RetryBackoff:    500 * time.Millisecond,
-		BashTimeout:     2 * time.Minute,
-		EventRing:       4096,
-		FinishedRunTTL:  10 * time.Minute,
+		MaxSteps:            50,
+		MaxOutputTokens:     4096,
+		KeepScreenshots:     3,
+		ApprovalTimeout:     10 * time.Minute,
+		InputLeaseTTL:       30 * time.Second,
+		Retries:             5,
+		RetryBackoff:        500 * time.Millisecond,
+		BashTimeout:         2 * time.Minute,
+		EventRing:           4096,
+		EventPublishPending: 4096,
+		FinishedRunTTL:      10 * time.Minute,
 	}
 }
 
@@ -97,10 +101,14 @@ type Deps struct {
 	Sandbox sandboxv1.SandboxServiceClient
 	// Store keeps runs; nil keeps them in memory.
 	Store store.Store
-	// Publisher makes run events durable; nil keeps them in memory only.
-	Publisher events.Publisher
-	// JetStream replays events older than the in-memory ring; nil: none.
+	// JetStream makes run events durable (published asynchronously in
+	// batches to the events stream, which must exist) and replays those
+	// older than the in-memory ring. nil: Publisher, if any, publishes them
+	// one by one and nothing replays.
 	JetStream jetstream.JetStream
+	// Publisher is used only without JetStream; nil with both keeps events
+	// in memory only.
+	Publisher events.Publisher
 	// Leases grants input leases; nil uses an in-memory table.
 	Leases lease.Manager
 	// NewProvider builds a run's provider; nil uses provider.New.
@@ -122,6 +130,7 @@ type Service struct {
 	store    store.Store
 	leases   lease.Manager
 	replayer runlog.Replayer
+	asyncJS  jetstream.JetStream
 	sealer   *keyseal.Sealer
 	tenant   func(context.Context) string
 
@@ -163,6 +172,9 @@ func New(_ context.Context, cfg Config, deps Deps) (*Service, error) {
 	if cfg.EventRing <= 0 {
 		cfg.EventRing = def.EventRing
 	}
+	if cfg.EventPublishPending <= 0 {
+		cfg.EventPublishPending = def.EventPublishPending
+	}
 	if cfg.FinishedRunTTL <= 0 {
 		cfg.FinishedRunTTL = def.FinishedRunTTL
 	}
@@ -182,6 +194,11 @@ func New(_ context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	if deps.JetStream != nil {
 		s.replayer = runlog.JetStreamReplayer{JS: deps.JetStream}
+		js, err := runlog.NewAsyncJetStream(deps.JetStream, cfg.EventPublishPending)
+		if err != nil {
+			return nil, fmt.Errorf("agent event stream: %w", err)
+		}
+		s.asyncJS = js
 	}
 	if len(cfg.KeyEncryptionKey) > 0 {
 		sealer, err := keyseal.New(cfg.KeyEncryptionKey)

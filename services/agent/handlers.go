@@ -21,11 +21,17 @@ import (
 	"github.com/deskgrid/deskgrid/services/agent/tools"
 )
 
-func (s *Service) sink() runlog.Sink {
-	if s.deps.Publisher == nil {
+// sink is where a run's events are made durable: JetStream directly
+// (asynchronous, batched) when the service has it, else the publisher.
+func (s *Service) sink(rec *agentv1.Run) runlog.Sink {
+	switch {
+	case s.asyncJS != nil:
+		return runlog.JetStreamSink{JS: s.asyncJS, Tenant: rec.GetTenant(), SessionID: rec.GetSessionId()}
+	case s.deps.Publisher != nil:
+		return runlog.PublisherSink{Publisher: s.deps.Publisher, Tenant: rec.GetTenant(), SessionID: rec.GetSessionId()}
+	default:
 		return nil
 	}
-	return runlog.PublisherSink{Publisher: s.deps.Publisher}
 }
 
 // CreateRun starts an agent loop on a session.
@@ -120,7 +126,7 @@ func (s *Service) newProvider(ctx context.Context, name, key, baseURL string) (p
 
 func (s *Service) newRun(rec *agentv1.Run, prov provider.Provider, seq int64) *run {
 	r := &run{id: rec.GetId(), svc: s, prov: prov, rec: proto.Clone(rec).(*agentv1.Run)}
-	r.log = runlog.New(rec.GetSessionId(), rec.GetId(), seq, s.cfg.EventRing, 0, s.sink(), s.replayer)
+	r.log = runlog.New(rec.GetSessionId(), rec.GetId(), seq, s.cfg.EventRing, 0, s.sink(rec), s.replayer)
 	r.exec = &tools.Executor{
 		Display: s.deps.Display, Sandbox: s.deps.Sandbox, SessionID: rec.GetSessionId(), BashTimeout: s.cfg.BashTimeout,
 		LeaseToken: func() int64 {
@@ -284,7 +290,7 @@ func (s *Service) SendMessage(ctx context.Context, req *agentv1.SendMessageReque
 	r.rec.StateReason = ""
 	r.rec.Steps = 0
 	r.mu.Unlock()
-	r.log.Reopen(s.sink())
+	r.log.Reopen(s.sink(r.snapshot()))
 	r.log.Append(&agentv1.RunEvent{Event: &agentv1.RunEvent_UserMessage{UserMessage: req.GetText()}})
 	r.start()
 	return &agentv1.SendMessageResponse{Run: r.snapshot()}, nil

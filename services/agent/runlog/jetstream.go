@@ -4,28 +4,43 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
+	eventsv1 "github.com/deskgrid/deskgrid/proto/deskgrid/events/v1"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 )
 
-// Event types of run events in the deskgrid event stream; the payload is
-// always an agentv1.RunEvent, whose run_id names the run.
+// Event types of run events in the deskgrid event stream, as the history
+// service files them (docs/history.md); the payload is always the
+// agentv1.RunEvent, and the envelope's run_id names the run.
 const (
 	TypeMessage    = "agent.message.v1"
 	TypeToolCall   = "agent.tool_call.v1"
+	TypeToolResult = "agent.tool_result.v1"
 	TypeScreenshot = "agent.screenshot.v1"
 	TypeUsage      = "agent.usage.v1"
-	TypeRunState   = "agent.run_state.v1"
+	TypeRunState   = "agent.run_state_changed.v1"
 )
+
+// HeaderRunID names the run in the NATS headers too, for consumers that
+// filter without decoding.
+const HeaderRunID = "Deskgrid-Run-Id"
 
 // TypeOf is the event type a run event is published as.
 func TypeOf(ev *agentv1.RunEvent) string {
-	switch ev.GetEvent().(type) {
+	switch e := ev.GetEvent().(type) {
 	case *agentv1.RunEvent_ToolCall:
+		if e.ToolCall.GetFinished() {
+			return TypeToolResult
+		}
 		return TypeToolCall
 	case *agentv1.RunEvent_Screenshot:
 		return TypeScreenshot
@@ -38,23 +53,139 @@ func TypeOf(ev *agentv1.RunEvent) string {
 	}
 }
 
-// PublisherSink makes run events durable through the platform publisher.
-type PublisherSink struct {
-	Publisher events.Publisher
-	Tenant    string
+// agentSubject matches every agent event of a session.
+func agentSubject(sessionID string) string {
+	return events.SubjectPrefix + "." + sessionID + ".agent.>"
 }
 
-// Write implements Sink, retrying a failed publish a few times.
-func (p PublisherSink) Write(ctx context.Context, sessionID string, ev *agentv1.RunEvent) error {
-	var err error
-	for i := range 5 {
-		_, err = p.Publisher.Publish(ctx, events.Meta{Type: TypeOf(ev), SessionID: sessionID, Tenant: p.Tenant, Sequence: ev.GetSequence()}, ev)
-		if err == nil {
-			return nil
-		}
-		time.Sleep(time.Duration(50<<i) * time.Millisecond)
+// Envelope wraps a run event in the deskgrid event envelope.
+func Envelope(tenant, sessionID string, ev *agentv1.RunEvent) (*nats.Msg, error) {
+	payload, err := anypb.New(ev)
+	if err != nil {
+		return nil, fmt.Errorf("wrap run event: %w", err)
 	}
-	return err
+	typ := TypeOf(ev)
+	env := &eventsv1.Event{
+		// The id is the run and sequence, so a retried publish is dropped
+		// by JetStream's duplicate window instead of stored twice.
+		Id:   ev.GetRunId() + "." + strconv.FormatInt(ev.GetSequence(), 10),
+		Type: typ, Time: ev.GetTime(), Tenant: tenant, SessionId: sessionID,
+		Sequence: ev.GetSequence(), RunId: ev.GetRunId(), Payload: payload,
+	}
+	data, err := proto.Marshal(env)
+	if err != nil {
+		return nil, fmt.Errorf("encode run event: %w", err)
+	}
+	m := nats.NewMsg(events.Subject(sessionID, typ))
+	m.Data = data
+	m.Header.Set(HeaderRunID, ev.GetRunId())
+	m.Header.Set(jetstream.MsgIDHeader, env.GetId())
+	return m, nil
+}
+
+// JetStreamSink publishes a run's events asynchronously: a batch goes out
+// without waiting between messages, then its acks are collected, so a run
+// costs one round trip per batch rather than per event.
+type JetStreamSink struct {
+	JS                jetstream.JetStream
+	Tenant, SessionID string
+	// AckWait bounds the wait for a batch's acks; 0 means 10 s.
+	AckWait time.Duration
+}
+
+// NewAsyncJetStream returns a JetStream handle on js's connection whose
+// async publishes are bounded to maxPending in flight.
+func NewAsyncJetStream(js jetstream.JetStream, maxPending int) (jetstream.JetStream, error) {
+	opts := js.Options()
+	jo := []jetstream.JetStreamOpt{jetstream.WithPublishAsyncMaxPending(maxPending)}
+	switch {
+	case opts.Domain != "":
+		return jetstream.NewWithDomain(js.Conn(), opts.Domain, jo...)
+	case opts.APIPrefix != "" && opts.APIPrefix != jetstream.DefaultAPIPrefix:
+		return jetstream.NewWithAPIPrefix(js.Conn(), opts.APIPrefix, jo...)
+	default:
+		return jetstream.New(js.Conn(), jo...)
+	}
+}
+
+// WriteBatch implements Sink. Events whose publish failed are retried
+// (synchronously, a few times) with the same message id.
+func (s JetStreamSink) WriteBatch(ctx context.Context, evs []*agentv1.RunEvent) error {
+	wait := s.AckWait
+	if wait <= 0 {
+		wait = 10 * time.Second
+	}
+	msgs := make([]*nats.Msg, len(evs))
+	futures := make([]jetstream.PubAckFuture, len(evs))
+	var failed []int
+	for i, ev := range evs {
+		m, err := Envelope(s.Tenant, s.SessionID, ev)
+		if err != nil {
+			return err
+		}
+		msgs[i] = m
+		if futures[i], err = s.JS.PublishMsgAsync(m); err != nil {
+			failed = append(failed, i)
+		}
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case <-f.Err():
+			failed = append(failed, i)
+		case <-timer.C:
+			return fmt.Errorf("run events: no ack from the event stream within %s", wait)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	slices.Sort(failed)
+	for _, i := range failed {
+		var err error
+		for attempt := range 5 {
+			actx, cancel := context.WithTimeout(ctx, wait)
+			_, err = s.JS.PublishMsg(actx, msgs[i])
+			cancel()
+			if err == nil {
+				break
+			}
+			time.Sleep(time.Duration(50<<attempt) * time.Millisecond)
+		}
+		if err != nil {
+			return fmt.Errorf("publish run event %d: %w", evs[i].GetSequence(), err)
+		}
+	}
+	return nil
+}
+
+// PublisherSink makes run events durable through a platform publisher, one
+// acknowledged publish at a time; JetStreamSink is the fast path.
+type PublisherSink struct {
+	Publisher         events.Publisher
+	Tenant, SessionID string
+}
+
+// WriteBatch implements Sink.
+func (p PublisherSink) WriteBatch(ctx context.Context, evs []*agentv1.RunEvent) error {
+	for _, ev := range evs {
+		var err error
+		for i := range 5 {
+			_, err = p.Publisher.Publish(ctx, events.Meta{Type: TypeOf(ev), SessionID: p.SessionID, Tenant: p.Tenant, Sequence: ev.GetSequence()}, ev)
+			if err == nil {
+				break
+			}
+			time.Sleep(time.Duration(50<<i) * time.Millisecond)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // JetStreamReplayer reads run events back from the event stream.
@@ -62,10 +193,13 @@ type JetStreamReplayer struct {
 	JS jetstream.JetStream
 }
 
-// Replay implements Replayer.
+// Replay implements Replayer. It reads the session's agent events with an
+// ordered consumer, keeps the run's in the window and hands them over in
+// sequence order, each once (a retried publish may have stored an event
+// out of order).
 func (r JetStreamReplayer) Replay(ctx context.Context, sessionID, runID string, after, before int64, fn func(*agentv1.RunEvent) error) error {
 	cons, err := r.JS.OrderedConsumer(ctx, events.StreamName, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.SessionSubject(sessionID)},
+		FilterSubjects: []string{agentSubject(sessionID)},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
@@ -75,44 +209,57 @@ func (r JetStreamReplayer) Replay(ctx context.Context, sessionID, runID string, 
 	if err != nil {
 		return fmt.Errorf("replay run %s: %w", runID, err)
 	}
-	if info.NumPending == 0 {
-		return nil
-	}
-	for {
-		batch, err := cons.Fetch(512, jetstream.FetchMaxWait(2*time.Second))
+	found := map[int64]*agentv1.RunEvent{}
+	for pending := info.NumPending; pending > 0; {
+		fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		// Asking for no more than are pending lets the fetch end as soon as
+		// they arrive instead of waiting out its timeout.
+		batch, err := cons.Fetch(int(min(pending, 1024)), jetstream.FetchContext(fctx))
 		if err != nil {
+			cancel()
 			return fmt.Errorf("replay run %s: %w", runID, err)
 		}
 		n := 0
-		var last uint64 = 1
 		for m := range batch.Messages() {
 			n++
 			if md, err := m.Metadata(); err == nil {
-				last = md.NumPending
+				pending = md.NumPending
+			}
+			if h := m.Headers().Get(HeaderRunID); h != "" && h != runID {
+				continue
 			}
 			_, env, err := events.Decode(ctx, m.Data(), nil)
-			if err != nil || env.GetPayload() == nil {
+			if err != nil || env.GetPayload() == nil || (env.GetRunId() != "" && env.GetRunId() != runID) {
 				continue
 			}
 			var ev agentv1.RunEvent
 			if env.GetPayload().UnmarshalTo(&ev) != nil || ev.GetRunId() != runID {
 				continue
 			}
-			if ev.GetSequence() <= after {
-				continue
-			}
-			if before > 0 && ev.GetSequence() >= before {
-				return nil
-			}
-			if err := fn(&ev); err != nil {
-				return err
+			if seq := ev.GetSequence(); seq > after && (before <= 0 || seq < before) {
+				found[seq] = &ev
 			}
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("replay run %s: %w", runID, err)
 		}
-		if n == 0 || last == 0 {
-			return nil
+		if n == 0 {
+			break
 		}
 	}
+	seqs := make([]int64, 0, len(found))
+	for seq := range found {
+		seqs = append(seqs, seq)
+	}
+	slices.Sort(seqs)
+	for _, seq := range seqs {
+		if err := fn(found[seq]); err != nil {
+			return err
+		}
+	}
+	return nil
 }

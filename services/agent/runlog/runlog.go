@@ -23,10 +23,16 @@ type Replayer interface {
 	Replay(ctx context.Context, sessionID, runID string, after, before int64, fn func(*agentv1.RunEvent) error) error
 }
 
-// Sink receives every event, in order, to make it durable.
+// Sink receives every event, in order and in batches, to make it durable.
+// WriteBatch returns once every event of the batch is stored.
 type Sink interface {
-	Write(ctx context.Context, sessionID string, ev *agentv1.RunEvent) error
+	WriteBatch(ctx context.Context, evs []*agentv1.RunEvent) error
 }
+
+// maxBatch bounds the events handed to the sink at once; with the sink
+// queue it bounds the events not yet durable, which must stay below the
+// ring so nothing leaves memory before it is in the durable log.
+const maxBatch = 256
 
 // ErrGone: the events asked for are older than the ring and there is no
 // durable log to read them from.
@@ -37,6 +43,9 @@ type Log struct {
 	runID, sessionID string
 	replayer         Replayer
 
+	// sendMu orders appends, so the sink gets events in sequence order,
+	// and keeps Finish from closing the queue under a pending send.
+	sendMu  sync.Mutex
 	mu      sync.Mutex
 	ring    []*agentv1.RunEvent
 	start   int // index in ring of the oldest event
@@ -45,9 +54,11 @@ type Log struct {
 	done    bool
 	changed chan struct{}
 
-	out     chan *agentv1.RunEvent
-	sinkErr error
-	flushed chan struct{}
+	out      chan *agentv1.RunEvent
+	queue    int // capacity of out
+	batchMax int
+	sinkErr  error
+	flushed  chan struct{}
 }
 
 // New returns a log keeping the newest ringSize events, forwarding every
@@ -61,25 +72,44 @@ func New(sessionID, runID string, startSeq int64, ringSize, sinkQueue int, sink 
 	if sink != nil {
 		// Keeping the sink queue shorter than the ring means an event has
 		// reached the durable log before it leaves the ring.
-		if sinkQueue <= 0 || sinkQueue >= ringSize {
-			sinkQueue = ringSize / 2
+		l.batchMax = min(maxBatch, max(ringSize/4, 1))
+		if sinkQueue <= 0 || sinkQueue+l.batchMax >= ringSize {
+			sinkQueue = max(ringSize/2-l.batchMax, 1)
 		}
+		l.queue = sinkQueue
 		l.out = make(chan *agentv1.RunEvent, sinkQueue)
-		go l.forward(sink)
+		go l.forward(sink, l.out)
 	} else {
 		close(l.flushed)
 	}
 	return l
 }
 
-func (l *Log) forward(sink Sink) {
+func (l *Log) forward(sink Sink, out <-chan *agentv1.RunEvent) {
 	defer close(l.flushed)
-	for ev := range l.out {
-		// A durable log that refuses an event is reported once; the run
-		// goes on and live readers still see it.
-		if err := sink.Write(context.Background(), l.sessionID, ev); err != nil && l.sinkErr == nil {
+	batch := make([]*agentv1.RunEvent, 0, l.batchMax)
+	for ev := range out {
+		// Whatever queued up while the last batch was stored goes in the next.
+		batch = append(batch[:0], ev)
+	drain:
+		for len(batch) < l.batchMax {
+			select {
+			case ev, ok := <-out:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, ev)
+			default:
+				break drain
+			}
+		}
+		// A durable log that refuses events is reported once; the run goes
+		// on and live readers still see them.
+		if err := sink.WriteBatch(context.Background(), batch); err != nil {
 			l.mu.Lock()
-			l.sinkErr = err
+			if l.sinkErr == nil {
+				l.sinkErr = err
+			}
 			l.mu.Unlock()
 		}
 	}
@@ -87,6 +117,8 @@ func (l *Log) forward(sink Sink) {
 
 // Append numbers ev, stores it and wakes readers. It returns ev.
 func (l *Log) Append(ev *agentv1.RunEvent) *agentv1.RunEvent {
+	l.sendMu.Lock()
+	defer l.sendMu.Unlock()
 	l.mu.Lock()
 	if l.done {
 		l.mu.Unlock()
@@ -108,9 +140,12 @@ func (l *Log) Append(ev *agentv1.RunEvent) *agentv1.RunEvent {
 	}
 	close(l.changed)
 	l.changed = make(chan struct{})
+	out := l.out
 	l.mu.Unlock()
-	if l.out != nil {
-		l.out <- ev
+	if out != nil {
+		// Blocks only when the durable log has fallen a whole queue behind:
+		// the run waits rather than lose events.
+		out <- ev
 	}
 	return ev
 }
@@ -124,6 +159,8 @@ func (l *Log) Sequence() int64 {
 
 // Finish marks the log complete: readers end after the last event.
 func (l *Log) Finish() {
+	l.sendMu.Lock()
+	defer l.sendMu.Unlock()
 	l.mu.Lock()
 	if l.done {
 		l.mu.Unlock()
@@ -131,9 +168,10 @@ func (l *Log) Finish() {
 	}
 	l.done = true
 	close(l.changed)
+	out := l.out
 	l.mu.Unlock()
-	if l.out != nil {
-		close(l.out)
+	if out != nil {
+		close(out)
 	}
 }
 
@@ -153,17 +191,25 @@ func (l *Log) Flush(ctx context.Context) error {
 // message).
 func (l *Log) Reopen(sink Sink) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if !l.done {
+		l.mu.Unlock()
 		return
 	}
-	<-l.flushed
+	flushed := l.flushed
+	l.mu.Unlock()
+	<-flushed
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.done = false
 	l.changed = make(chan struct{})
 	l.flushed = make(chan struct{})
 	if sink != nil {
-		l.out = make(chan *agentv1.RunEvent, len(l.ring)/2)
-		go l.forward(sink)
+		if l.queue == 0 {
+			l.batchMax = min(maxBatch, max(len(l.ring)/4, 1))
+			l.queue = max(len(l.ring)/2-l.batchMax, 1)
+		}
+		l.out = make(chan *agentv1.RunEvent, l.queue)
+		go l.forward(sink, l.out)
 	} else {
 		l.out = nil
 		close(l.flushed)
