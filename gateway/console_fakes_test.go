@@ -40,8 +40,10 @@ type fakeAgent struct {
 	created []*agentv1.CreateRunRequest
 	// manual runs are not scripted: the test appends their events.
 	manual bool
-	// sentBytes counts the event bytes StreamRunEvents has sent.
-	sentBytes atomic.Int64
+	// sentBytes counts the event bytes StreamRunEvents has sent; streamsEnded
+	// counts the streams that returned.
+	sentBytes    atomic.Int64
+	streamsEnded atomic.Int64
 
 	lease     *agentv1.InputLease
 	leaseFree chan struct{}
@@ -53,6 +55,9 @@ type fakeRun struct {
 	events  []*agentv1.RunEvent
 	changed chan struct{}
 	done    bool
+	// decision carries ApproveStep ("") or RejectStep (the reason) to a
+	// run waiting for approval.
+	decision chan *string
 }
 
 func newFakeAgent(h *fakeHistory) *fakeAgent {
@@ -67,7 +72,7 @@ const (
 func (a *fakeAgent) addRun(r *agentv1.Run) *fakeRun {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	fr := &fakeRun{run: r, changed: make(chan struct{})}
+	fr := &fakeRun{run: r, changed: make(chan struct{}), decision: make(chan *string, 1)}
 	a.runs[r.GetId()] = fr
 	return fr
 }
@@ -113,11 +118,11 @@ func (a *fakeAgent) CreateRun(_ context.Context, r *agentv1.CreateRunRequest) (*
 	manual := a.manual
 	a.mu.Unlock()
 	run := &agentv1.Run{Id: id, SessionId: r.GetSessionId(), State: agentv1.RunState_RUN_STATE_QUEUED, Provider: r.GetProvider(),
-		Model: r.GetModel(), Prompt: r.GetPrompt(), MaxSteps: r.GetMaxSteps(), CreateTime: timestamppb.Now()}
+		Model: r.GetModel(), Prompt: r.GetPrompt(), MaxSteps: r.GetMaxSteps(), CreateTime: timestamppb.Now(), Options: r.GetOptions()}
 	reply := proto2Run(run)
-	a.addRun(run)
+	fr := a.addRun(run)
 	if !manual {
-		go a.script(id, r.GetPrompt())
+		go a.script(fr, r.GetPrompt(), len(r.GetOptions().GetApprovalTools()) > 0)
 	}
 	return &agentv1.CreateRunResponse{Run: reply}, nil
 }
@@ -134,14 +139,34 @@ func (a *fakeAgent) lastCreated() *agentv1.CreateRunRequest {
 }
 
 // script is the conversation of a run against a provider that looks at the
-// screen and answers.
-func (a *fakeAgent) script(id, prompt string) {
+// screen and answers; with approval, the screenshot waits for ApproveStep
+// and RejectStep fails the call with the reason.
+func (a *fakeAgent) script(fr *fakeRun, prompt string, approval bool) {
+	id := fr.run.GetId()
 	a.emit(id, &agentv1.RunEvent{Event: &agentv1.RunEvent_State{State: agentv1.RunState_RUN_STATE_RUNNING}})
 	a.emit(id, &agentv1.RunEvent{Event: &agentv1.RunEvent_UserMessage{UserMessage: prompt}})
 	a.emit(id, &agentv1.RunEvent{Event: &agentv1.RunEvent_TextDelta{TextDelta: scriptedFirstText[:10]}, Step: 1})
 	a.emit(id, &agentv1.RunEvent{Event: &agentv1.RunEvent_TextDelta{TextDelta: scriptedFirstText[10:]}, Step: 1})
 	call := &agentv1.ToolCall{Id: "call-1", Tool: "computer", InputJson: `{"action":"screenshot"}`}
 	a.emit(id, &agentv1.RunEvent{Event: &agentv1.RunEvent_ToolCall{ToolCall: call}, Step: 1})
+	if approval {
+		a.mu.Lock()
+		fr.run.PendingToolCall = proto.Clone(call).(*agentv1.ToolCall)
+		a.mu.Unlock()
+		a.emit(id, &agentv1.RunEvent{Event: &agentv1.RunEvent_State{State: agentv1.RunState_RUN_STATE_WAITING_APPROVAL}, Reason: "computer needs approval"})
+		rejected := <-fr.decision
+		a.mu.Lock()
+		fr.run.PendingToolCall = nil
+		a.mu.Unlock()
+		a.emit(id, &agentv1.RunEvent{Event: &agentv1.RunEvent_State{State: agentv1.RunState_RUN_STATE_RUNNING}})
+		if rejected != nil {
+			a.emit(id, &agentv1.RunEvent{Event: &agentv1.RunEvent_ToolCall{ToolCall: &agentv1.ToolCall{Id: "call-1", Tool: "computer",
+				InputJson: call.InputJson, Output: "rejected: " + *rejected, IsError: true, Finished: true}}, Step: 1})
+			a.emit(id, &agentv1.RunEvent{Event: &agentv1.RunEvent_TextDelta{TextDelta: "I was not allowed to look."}, Step: 2})
+			a.emit(id, &agentv1.RunEvent{Event: &agentv1.RunEvent_State{State: agentv1.RunState_RUN_STATE_SUCCEEDED}, Reason: "end_turn"})
+			return
+		}
+	}
 	a.emit(id, &agentv1.RunEvent{Event: &agentv1.RunEvent_Screenshot{Screenshot: &agentv1.ScreenshotRef{
 		ToolCallId: "call-1", ContentType: "image/png", Width: 64, Height: 48, SizeBytes: int64(len(fakeScreenshotPNG))}}, Step: 1})
 	done := &agentv1.ToolCall{Id: "call-1", Tool: "computer", InputJson: call.InputJson, Output: "took a 64x48 screenshot", Finished: true}
@@ -171,6 +196,57 @@ func (a *fakeAgent) GetRun(_ context.Context, r *agentv1.GetRunRequest) (*agentv
 	return &agentv1.GetRunResponse{Run: proto2Run(fr.run)}, nil
 }
 
+func (a *fakeAgent) decide(runID string, rejected *string) (*agentv1.Run, error) {
+	fr, err := a.getRun(runID)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if fr.run.GetState() != agentv1.RunState_RUN_STATE_WAITING_APPROVAL {
+		return nil, status.Errorf(codes.FailedPrecondition, "run %s is not waiting for approval", runID)
+	}
+	select {
+	case fr.decision <- rejected:
+	default:
+		return nil, status.Errorf(codes.FailedPrecondition, "run %s already has a decision", runID)
+	}
+	return proto2Run(fr.run), nil
+}
+
+func (a *fakeAgent) ApproveStep(_ context.Context, r *agentv1.ApproveStepRequest) (*agentv1.ApproveStepResponse, error) {
+	run, err := a.decide(r.GetRunId(), nil)
+	if err != nil {
+		return nil, err
+	}
+	return &agentv1.ApproveStepResponse{Run: run}, nil
+}
+
+func (a *fakeAgent) RejectStep(_ context.Context, r *agentv1.RejectStepRequest) (*agentv1.RejectStepResponse, error) {
+	reason := r.GetReason()
+	run, err := a.decide(r.GetRunId(), &reason)
+	if err != nil {
+		return nil, err
+	}
+	return &agentv1.RejectStepResponse{Run: run}, nil
+}
+
+func (a *fakeAgent) CancelRun(_ context.Context, r *agentv1.CancelRunRequest) (*agentv1.CancelRunResponse, error) {
+	fr, err := a.getRun(r.GetRunId())
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	done := fr.done
+	a.mu.Unlock()
+	if !done {
+		a.emit(r.GetRunId(), &agentv1.RunEvent{Event: &agentv1.RunEvent_State{State: agentv1.RunState_RUN_STATE_CANCELLED}, Reason: "cancelled by the client"})
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return &agentv1.CancelRunResponse{Run: proto2Run(fr.run)}, nil
+}
+
 func (a *fakeAgent) ListRuns(_ context.Context, r *agentv1.ListRunsRequest) (*agentv1.ListRunsResponse, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -192,6 +268,7 @@ func (a *fakeAgent) StreamRunEvents(r *agentv1.StreamRunEventsRequest, stream ag
 	if err != nil {
 		return err
 	}
+	defer a.streamsEnded.Add(1)
 	next := r.GetAfterSequence()
 	for {
 		a.mu.Lock()

@@ -49,7 +49,7 @@ func TestConsoleEndToEnd(t *testing.T) {
 	requireNoVNC(t, h)
 	const providerURL = "http://127.0.0.1:9/fake-provider"
 	runConsoleSpec(t, h.srv.URL, "--provider-url", providerURL, "--api-key", "sk-test",
-		"--expect", scriptedLastText, "--expect-tool", "computer", "--expect-screenshot", "--expect-nodes",
+		"--expect", scriptedLastText, "--expect-tool", "computer", "--expect-screenshot", "--expect-nodes", "--approve",
 		"--expect-color", "18,160,99", "--expect-size", "64x48", "--width", "640", "--height", "400")
 
 	// What the browser asked for reached the services.
@@ -59,7 +59,7 @@ func TestConsoleEndToEnd(t *testing.T) {
 		t.Errorf("create request %v", cr)
 	}
 	run := h.agent.lastCreated()
-	if run == nil || run.GetBaseUrl() != providerURL || run.GetApiKey() != "sk-test" || run.GetProvider() != "anthropic" || run.GetModel() == "" {
+	if run == nil || run.GetBaseUrl() != providerURL || run.GetApiKey() != "sk-test" || run.GetProvider() != "anthropic" || run.GetModel() == "" || len(run.GetOptions().GetApprovalTools()) == 0 {
 		t.Fatalf("run request %v", run)
 	}
 	sid := run.GetSessionId()

@@ -309,3 +309,81 @@ func TestCloseEndsEventStreams(t *testing.T) {
 		t.Fatalf("a stream opened after Close: %d", resp.StatusCode)
 	}
 }
+
+// A client that stops reading for the write timeout is dropped, which frees
+// the run's stream; it resumes later from its Last-Event-ID.
+func TestRunEventsSSEDropsAStalledClient(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.SSEWriteTimeout = 200 * time.Millisecond
+	h := newHarness(t, cfg, Deps{})
+	manualRun(h, "r-big")
+	payload := strings.Repeat("x", 4<<10)
+	for range 6000 {
+		h.agent.emit("r-big", text(payload))
+	}
+	resp, sse := openSSE(t, h.srv.URL+"/v1/runs/r-big/events", nil)
+	if resp.StatusCode != 200 {
+		t.Fatal(resp.StatusCode)
+	}
+	waitFor(t, "the stalled stream to be dropped", func() bool { return h.agent.streamsEnded.Load() == 1 })
+	// What was sent before the drop still arrives, in order, then the end.
+	last := 0
+	for {
+		ev, err := sse.next()
+		if err != nil {
+			break
+		}
+		if ev.Comment {
+			continue
+		}
+		if n, _ := strconv.Atoi(ev.ID); n != last+1 {
+			t.Fatalf("event %s after %d", ev.ID, last)
+		}
+		last++
+	}
+	if last == 0 || last >= 6000 {
+		t.Fatalf("read %d events before the drop", last)
+	}
+	_, again := openSSE(t, h.srv.URL+"/v1/runs/r-big/events", map[string]string{"Last-Event-ID": strconv.Itoa(last)})
+	if ev := again.nextEvent(t); ev.ID != strconv.Itoa(last+1) {
+		t.Fatalf("resumed at %+v", ev)
+	}
+}
+
+// BenchmarkRunEventsSSE is events from a run's stream to an SSE client
+// through the gateway.
+func BenchmarkRunEventsSSE(b *testing.B) {
+	const n = 20000
+	h := newHarness(b, DefaultConfig(), Deps{})
+	h.agent.addRun(&agentv1.Run{Id: "r-bench", SessionId: "s-1"})
+	for i := range n {
+		h.agent.emit("r-bench", text("delta "+strconv.Itoa(i)))
+	}
+	h.agent.emit("r-bench", finished())
+	b.ResetTimer()
+	for range b.N {
+		req, _ := http.NewRequest("GET", h.srv.URL+"/v1/runs/r-bench/events", nil)
+		req.Header.Set("Accept", "text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sse := &sseReader{r: bufio.NewReader(resp.Body)}
+		got := 0
+		for {
+			ev, err := sse.next()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if ev.Type == "end" {
+				break
+			}
+			got++
+		}
+		resp.Body.Close()
+		if got != n+1 {
+			b.Fatalf("%d events", got)
+		}
+	}
+	b.ReportMetric(float64(n+1)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}

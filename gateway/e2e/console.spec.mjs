@@ -24,6 +24,7 @@
 //   --expect-size WxH             size of the desktop's framebuffer
 //   --expect-title TEXT           the viewer page's title once connected
 //   --expect-nodes                the nodes panel must list a node
+//   --approve                     start the run asking before each action, and approve it
 //   --width/--height N            desktop size to create (640x400)
 //   --session ID                  the session of the viewer scenario
 //   --keep                        do not delete the session at the end
@@ -37,7 +38,7 @@ import { chromium } from 'playwright-core';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 
-const flags = new Set(['--expect-screenshot', '--expect-nodes', '--keep']);
+const flags = new Set(['--expect-screenshot', '--expect-nodes', '--keep', '--approve']);
 function parseArgs(argv) {
   const o = {};
   for (let i = 0; i < argv.length; i++) {
@@ -176,7 +177,13 @@ async function consoleScenario(page) {
   await page.fill('#run-form [name=model]', args.model || 'claude-sonnet-4-5');
   await page.fill('#run-form [name=apiKey]', args['api-key'] || 'test-key');
   await page.fill('#run-form [name=baseUrl]', args['provider-url']);
+  if (args.approve) await page.check('#run-form [name=approval]');
   await page.click('#run-submit');
+  if (args.approve) {
+    await page.locator('#transcript .approval button.approve').click({ timeout: Math.max(timeout, 60000) });
+    await page.locator('#transcript .approval').waitFor({ state: 'detached', timeout });
+    step('approved the pending action');
+  }
   await page.locator('#run-panel:not([hidden])').waitFor({ timeout })
     .catch(async () => fail(`the run did not start: ${await page.locator('#run-status').textContent()}`));
   const runID = await page.locator('#run-id').textContent();

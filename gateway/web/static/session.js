@@ -148,6 +148,7 @@ addEventListener('pagehide', () => {
 // ---- the session's state, live ----
 
 const sessionState = $('session-state');
+let timelineSoon = null;
 function watchSession() {
   const es = new EventSource(`/v1/sessions/${enc}:watch`);
   es.addEventListener('session', (e) => {
@@ -155,6 +156,8 @@ function watchSession() {
     const name = enumName(s.state, 'SESSION_STATE_');
     sessionState.dataset.state = name;
     sessionState.textContent = name + (s.stateReason ? ` (${s.stateReason})` : '');
+    clearTimeout(timelineSoon);
+    timelineSoon = setTimeout(refreshTimeline, 500);
   });
   es.addEventListener('end', () => es.close());
   es.onerror = () => {
@@ -178,6 +181,7 @@ runForm.addEventListener('submit', async (ev) => {
   const req = { prompt: f.get('prompt'), provider: f.get('provider') };
   for (const k of ['model', 'apiKey', 'baseUrl']) if (f.get(k)) req[k] = f.get(k);
   if (Number(f.get('maxSteps')) > 0) req.maxSteps = Number(f.get('maxSteps'));
+  if (f.get('approval')) req.options = { approvalTools: ['computer', 'bash', 'str_replace_based_edit_tool'] };
   $('run-submit').disabled = true;
   runStatus.textContent = 'starting…';
   runStatus.className = '';
@@ -307,6 +311,8 @@ function newChat(runID) {
           const name = enumName(ev.state, 'RUN_STATE_');
           setRunState(name, ev.reason);
           append(el('li', { class: 'note', 'data-state': name, text: name + (ev.reason ? ` (${ev.reason})` : '') }));
+          for (const old of transcript.querySelectorAll('.approval')) old.remove();
+          if (name === 'waiting approval') append(approvalCard(runID));
           break;
         }
         case 'usage': {
@@ -318,6 +324,31 @@ function newChat(runID) {
       }
     },
   };
+}
+
+// approvalCard asks the person to let the pending tool call run or refuse it
+// (the model is told the reason).
+function approvalCard(runID) {
+  const run = encodeURIComponent(runID);
+  const reason = el('input', { class: 'reason', placeholder: 'reason, told to the model' });
+  const approve = el('button', { type: 'button', class: 'approve', text: 'Approve' });
+  const reject = el('button', { type: 'button', class: 'reject', text: 'Reject' });
+  const said = el('span', { role: 'status' });
+  const card = el('li', { class: 'approval' }, el('div', { class: 'who', text: 'waiting for your approval' }), approve, ' ', reject, ' ', reason, ' ', said);
+  const decide = async (verb, body) => {
+    approve.disabled = reject.disabled = true;
+    try {
+      await api('POST', `/v1/runs/${run}:${verb}`, body);
+      said.textContent = verb === 'approveStep' ? 'approved' : 'rejected';
+    } catch (e) {
+      said.textContent = e.message;
+      said.className = 'error';
+      approve.disabled = reject.disabled = false;
+    }
+  };
+  approve.addEventListener('click', () => decide('approveStep', {}));
+  reject.addEventListener('click', () => decide('rejectStep', { reason: reason.value || 'rejected in the console' }));
+  return card;
 }
 
 function summarize(inputJson) {
