@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -25,8 +27,10 @@ import (
 	historystore "github.com/deskgrid/deskgrid/services/history/store"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/platform/grpcserver"
+	"github.com/deskgrid/deskgrid/services/platform/noderoute"
 	"github.com/deskgrid/deskgrid/services/sandbox"
 	"github.com/deskgrid/deskgrid/services/session"
+	"github.com/deskgrid/deskgrid/services/session/cluster"
 	"github.com/deskgrid/deskgrid/services/session/placement"
 	sessionstore "github.com/deskgrid/deskgrid/services/session/store"
 )
@@ -39,6 +43,9 @@ const eventRetention = 7 * 24 * time.Hour
 type node struct {
 	display *display.Service
 	sandbox *sandbox.Service
+	// The same services through this process's gRPC server (cluster mode).
+	displays  displayv1.DisplayServiceClient
+	sandboxes sandboxv1.SandboxServiceClient
 }
 
 // addNode starts the display and sandbox services on srv. With reconcile, it
@@ -132,11 +139,31 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 		return nil, fmt.Errorf("session store: %w", err)
 	}
 	s.closers.add("session store", func(context.Context) error { return st.Close() })
-	conn, err := dial(s.cfg.NodeAddr)
-	if err != nil {
-		return nil, err
+	var (
+		placer placement.Placer
+		nodes  session.Nodes
+		reg    *cluster.Registry
+		conns  *cluster.NodeConns
+	)
+	if s.clustered() {
+		// Cluster mode: nodes come from the registry; placement reserves
+		// there, so any number of session replicas may run.
+		if reg, err = s.registry(ctx); err != nil {
+			return nil, err
+		}
+		placer = cluster.NewPlacer(reg, cluster.PlacerConfig{K: s.cfg.PlacementK, TenantAntiAffinity: s.cfg.TenantAntiAffinity})
+		conns = cluster.NewNodeConns(reg, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcserver.MaxMessageBytes), grpc.MaxCallSendMsgSize(grpcserver.MaxMessageBytes)))
+		s.closers.add("node connections", func(context.Context) error { return conns.Close() })
+		nodes = conns
+	} else {
+		conn, err := dial(s.cfg.NodeAddr)
+		if err != nil {
+			return nil, err
+		}
+		s.closers.add("node connection", func(context.Context) error { return conn.Close() })
+		placer = placement.NewLocal(placement.Node{ID: s.cfg.NodeID, Address: s.cfg.NodeAddr}, s.cfg.NodeMaxSessions)
+		nodes = staticNodes{id: s.cfg.NodeID, conn: conn}
 	}
-	s.closers.add("node connection", func(context.Context) error { return conn.Close() })
 
 	cfg := session.DefaultConfig()
 	cfg.DefaultTTL = s.cfg.DefaultTTL
@@ -146,8 +173,8 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 	svc, err := session.New(ctx, cfg, session.Deps{
 		Logger: s.logger.With("component", "session"),
 		Store:  st,
-		Placer: placement.NewLocal(placement.Node{ID: s.cfg.NodeID, Address: s.cfg.NodeAddr}, s.cfg.NodeMaxSessions),
-		Nodes:  staticNodes{id: s.cfg.NodeID, conn: conn},
+		Placer: placer,
+		Nodes:  nodes,
 		Events: events.NewPublisher(js),
 		NATS:   nc,
 	})
@@ -164,8 +191,124 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 			s.logger.Warn("sessions of a previous run are lost", "count", n)
 		}
 	}
+	if reg != nil {
+		// Every replica watches: marking LOST is a generation-checked
+		// write, so replicas racing on one node do no harm.
+		w := cluster.Watch(reg, s.cfg.HeartbeatInterval/2, s.logger.With("component", "node-watcher"), func(ctx context.Context, nodeID string) error {
+			conns.Forget(nodeID)
+			_, err := svc.MarkNodeSessionsLost(ctx, nodeID, "node heartbeat expired")
+			return err
+		})
+		s.closers.add("node watcher", w.Close)
+		cluster.NewNodeService(reg, s.logger.With("component", "nodes")).Register(srv.GRPC)
+	}
 	svc.Register(srv.GRPC)
 	return svc, nil
+}
+
+// clustered: this process runs one role of a cluster, with a registry.
+func (s *setup) clustered() bool {
+	return s.cfg.RedisURL != "" && s.role != "up"
+}
+
+// registry connects to the cluster registry in Redis.
+func (s *setup) registry(ctx context.Context) (*cluster.Registry, error) {
+	opt, err := redis.ParseURL(s.cfg.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("-redis-url: %w", err)
+	}
+	rdb := redis.NewClient(opt)
+	s.closers.add("redis", func(context.Context) error { return rdb.Close() })
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		return nil, fmt.Errorf("connect to Redis at %s: %w", opt.Addr, err)
+	}
+	return cluster.NewRegistry(rdb, s.cfg.RedisPrefix), nil
+}
+
+// joinCluster registers this node and heartbeats until shutdown. Whenever
+// it (re)joins, it keeps only the sessions the session map gives it.
+//
+// self is this process's own gRPC address: the sessions it runs are listed
+// and deleted through its own API, as the control plane would.
+func (s *setup) joinCluster(ctx context.Context, n *node, self string) error {
+	reg, err := s.registry(ctx)
+	if err != nil {
+		return err
+	}
+	conn, err := dial(self)
+	if err != nil {
+		return err
+	}
+	s.closers.add("node self connection", func(context.Context) error { return conn.Close() })
+	n.displays = displayv1.NewDisplayServiceClient(conn)
+	n.sandboxes = sandboxv1.NewSandboxServiceClient(conn)
+	labels, err := parseLabels(s.cfg.NodeLabels)
+	if err != nil {
+		return fmt.Errorf("-node-labels: %w", err)
+	}
+	m, err := cluster.Join(ctx, reg, cluster.MemberConfig{
+		Node: cluster.NodeInfo{
+			ID:      s.cfg.NodeID,
+			Address: s.cfg.NodeAddr,
+			Capacity: placement.Capacity{
+				Sessions:    int64(s.cfg.NodeMaxSessions),
+				CPUMillis:   s.cfg.NodeCPUMillis,
+				MemoryBytes: s.cfg.NodeMemoryBytes,
+			},
+			Labels: labels,
+		},
+		Interval: s.cfg.HeartbeatInterval,
+		TTL:      s.cfg.HeartbeatTTL,
+	}, s.logger.With("component", "cluster"), n.reconcile)
+	if err != nil {
+		return err
+	}
+	// Leaving at shutdown ends the heartbeat at once: the control plane
+	// marks this node's sessions LOST without waiting for the TTL.
+	s.closers.add("cluster membership", func(ctx context.Context) error { return m.Close(ctx, true) })
+	return nil
+}
+
+// reconcile removes every display and sandbox on this node whose session
+// keep does not hold: those this process runs (its heartbeat lapsed and
+// the control plane gave them up) and those an earlier process left.
+func (n *node) reconcile(ctx context.Context, keep map[string]bool) error {
+	var errs []error
+	if n.display != nil {
+		list, err := n.displays.ListDisplays(ctx, &displayv1.ListDisplaysRequest{})
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, d := range list.GetDisplays() {
+			if !keep[d.GetSessionId()] {
+				if _, err := n.displays.DeleteDisplay(ctx, &displayv1.DeleteDisplayRequest{SessionId: d.GetSessionId()}); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+		if _, err := n.display.Reconcile(ctx, func(id string) bool { return keep[id] }); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if n.sandbox != nil {
+		list, err := n.sandboxes.ListSandboxes(ctx, &sandboxv1.ListSandboxesRequest{})
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, b := range list.GetSandboxes() {
+			if !keep[b.GetSessionId()] {
+				if _, err := n.sandboxes.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SessionId: b.GetSessionId()}); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+		if _, err := n.sandbox.Reconcile(ctx, func(id string) bool { return keep[id] }); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (s *setup) addHistory(ctx context.Context, srv *grpcserver.Server, js jetstream.JetStream) error {
@@ -281,4 +424,37 @@ func (m serviceConns) NewStream(ctx context.Context, desc *grpc.StreamDesc, meth
 		return nil, err
 	}
 	return cc.NewStream(ctx, desc, method, opts...)
+}
+
+// nodeRouter reaches the node of each session by the session map, for the
+// roles that call displays and sandboxes by session (gateway, agent) in a
+// cluster. With -nats-url, session events drop cached entries at once;
+// without, they expire after a few seconds.
+func (s *setup) nodeRouter(ctx context.Context) (*noderoute.Router, error) {
+	reg, err := s.registry(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r, err := noderoute.New(noderoute.Options{
+		Resolver:    reg.RouteResolver(),
+		DialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcserver.MaxMessageBytes), grpc.MaxCallSendMsgSize(grpcserver.MaxMessageBytes))},
+		Logger:      s.logger.With("component", "node-router"),
+		Health:      reg.Ping,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.closers.add("node router", func(context.Context) error { return r.Close() })
+	if s.cfg.NATSURL != "" {
+		nc, _, err := s.natsConn(ctx, false)
+		if err != nil {
+			return nil, err
+		}
+		sub, err := r.Subscribe(nc, events.SubjectPrefix)
+		if err != nil {
+			return nil, err
+		}
+		s.closers.add("node router events", func(context.Context) error { return sub.Unsubscribe() })
+	}
+	return r, nil
 }

@@ -5,6 +5,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 )
 
 var roles = []string{"node", "display", "sandbox", "session", "history", "agent", "gateway"}
@@ -59,9 +66,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	if err != nil {
 		return err
 	}
+	var n *node
 	switch role {
 	case "node", "display", "sandbox":
-		if _, err := s.addNode(ctx, srv, role != "sandbox", role != "display"); err != nil {
+		if n, err = s.addNode(ctx, srv, role != "sandbox", role != "display"); err != nil {
 			return err
 		}
 	case "session":
@@ -86,7 +94,99 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		}
 	}
 	s.serveGRPC(srv, lis)
+	if n != nil && s.clustered() {
+		// Registered only once serving: placements may arrive at once.
+		if err := s.joinCluster(ctx, n, lis.Addr().String()); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(stdout, "deskgrid %s on %s\n", role, lis.Addr())
 	<-ctx.Done()
 	return nil
+}
+
+// runNodes lists, drains and undrains the nodes of a cluster through the
+// session service's NodeService.
+func runNodes(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageError("nodes: want list, get, drain or undrain")
+	}
+	sub, args := args[0], args[1:]
+	fs, cf := newClientFlags("nodes "+sub, stderr)
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	want := 1
+	if sub == "list" {
+		want = 0
+	}
+	if len(pos) != want {
+		return usageError("nodes %s: want %d argument(s) (a node id), got %q", sub, want, pos)
+	}
+	conn, err := cf.conn()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
+	defer cancel()
+	c := sessionv1.NewNodeServiceClient(conn)
+	var nodes []*sessionv1.Node
+	switch sub {
+	case "list":
+		resp, err := c.ListNodes(ctx, &sessionv1.ListNodesRequest{})
+		if err != nil {
+			return rpcError(err)
+		}
+		nodes = resp.GetNodes()
+	case "get":
+		resp, err := c.GetNode(ctx, &sessionv1.GetNodeRequest{NodeId: pos[0]})
+		if err != nil {
+			return rpcError(err)
+		}
+		nodes = append(nodes, resp.GetNode())
+	case "drain":
+		resp, err := c.DrainNode(ctx, &sessionv1.DrainNodeRequest{NodeId: pos[0]})
+		if err != nil {
+			return rpcError(err)
+		}
+		nodes = append(nodes, resp.GetNode())
+	case "undrain":
+		resp, err := c.UndrainNode(ctx, &sessionv1.UndrainNodeRequest{NodeId: pos[0]})
+		if err != nil {
+			return rpcError(err)
+		}
+		nodes = append(nodes, resp.GetNode())
+	default:
+		return usageError("nodes: unknown command %q, want list, get, drain or undrain", sub)
+	}
+	return printNodes(stdout, cf.output, nodes...)
+}
+
+func printNodes(w io.Writer, output string, nodes ...*sessionv1.Node) error {
+	if output == "json" {
+		m := protojson.MarshalOptions{Multiline: true, Indent: "  "}
+		for _, n := range nodes {
+			b, err := m.Marshal(n)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(w, string(b))
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tSESSIONS\tADDRESS\tLABELS")
+	for _, n := range nodes {
+		labels := make([]string, 0, len(n.GetLabels()))
+		for k, v := range n.GetLabels() {
+			labels = append(labels, k+"="+v)
+		}
+		sort.Strings(labels)
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\n", n.GetId(),
+			strings.ToLower(strings.TrimPrefix(n.GetState().String(), "NODE_STATE_")),
+			n.GetUsed().GetSessions(), n.GetCapacity().GetSessions(), n.GetAddress(), dash(strings.Join(labels, ",")))
+	}
+	return tw.Flush()
 }

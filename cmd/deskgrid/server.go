@@ -36,6 +36,18 @@ type serverConfig struct {
 	NATSURL     string
 	PostgresURL string
 
+	// Cluster mode: with RedisURL, nodes register and heartbeat there and
+	// the session service places on them.
+	RedisURL           string
+	RedisPrefix        string
+	NodeLabels         string
+	NodeCPUMillis      int64
+	NodeMemoryBytes    int64
+	HeartbeatInterval  time.Duration
+	HeartbeatTTL       time.Duration
+	PlacementK         int
+	TenantAntiAffinity bool
+
 	NodeID          string
 	NodeAddr        string
 	NodeMaxSessions int
@@ -89,8 +101,17 @@ func serverFlags(name string, stderr io.Writer) (*flag.FlagSet, *serverConfig) {
 	fs.StringVar(&c.RuntimeDir, "runtime-dir", defaultRuntimeDir(), "where X authority files and other per-boot state live")
 	fs.StringVar(&c.NATSURL, "nats-url", "", "NATS server URL; empty runs an embedded server (up only)")
 	fs.StringVar(&c.PostgresURL, "postgres-url", "", "PostgreSQL URL for session records and history; empty uses SQLite in the data dir")
+	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL of the cluster registry (redis://host:6379/0); empty runs without a cluster (serve node and serve session)")
+	fs.StringVar(&c.RedisPrefix, "redis-prefix", "deskgrid:", "prefix of every Redis key of this deployment")
 	fs.StringVar(&c.NodeID, "node-id", "local", "this node's id")
-	fs.StringVar(&c.NodeAddr, "node-addr", "127.0.0.1:9090", "gRPC address of the node (display and sandbox)")
+	fs.StringVar(&c.NodeAddr, "node-addr", "127.0.0.1:9090", "gRPC address of the node (display and sandbox); for serve node with -redis-url, the address other machines reach it at")
+	fs.StringVar(&c.NodeLabels, "node-labels", "", "comma-separated key=value labels sessions' node selectors match (serve node)")
+	fs.Int64Var(&c.NodeCPUMillis, "node-cpu-millis", 0, "CPU this node offers sessions, in thousandths of a core; 0 does not limit (serve node)")
+	fs.Int64Var(&c.NodeMemoryBytes, "node-memory-bytes", 0, "memory this node offers sessions, in bytes; 0 does not limit (serve node)")
+	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", time.Second, "how often a node renews its heartbeat")
+	fs.DurationVar(&c.HeartbeatTTL, "heartbeat-ttl", 3*time.Second, "how long a silent node counts as alive; its sessions are LOST after it")
+	fs.IntVar(&c.PlacementK, "placement-k", 3, "nodes sampled and scored per placement (best of K); 0 scores all")
+	fs.BoolVar(&c.TenantAntiAffinity, "tenant-anti-affinity", false, "spread each tenant's sessions over nodes")
 	fs.IntVar(&c.NodeMaxSessions, "node-max-sessions", 64, "sessions one node holds at once")
 	fs.IntVar(&c.WarmDisplays, "warm-displays", 1, "X servers kept started at the default size, so creating a session does not wait for one")
 	fs.StringVar(&c.WindowManager, "window-manager", "", "window manager started on every display, such as openbox; empty runs bare X")
@@ -138,6 +159,7 @@ func (c *closers) closeAll(ctx context.Context) error {
 
 // setup is what every role starts with.
 type setup struct {
+	role    string
 	cfg     *serverConfig
 	tel     *telemetry.Telemetry
 	logger  *slog.Logger
@@ -156,7 +178,7 @@ func newSetup(ctx context.Context, name string, cfg *serverConfig, stderr io.Wri
 	if err != nil {
 		return nil, err
 	}
-	s := &setup{cfg: cfg, tel: tel, logger: tel.Logger, closers: &closers{logger: tel.Logger}}
+	s := &setup{role: name, cfg: cfg, tel: tel, logger: tel.Logger, closers: &closers{logger: tel.Logger}}
 	s.closers.add("telemetry", tel.Shutdown)
 	return s, nil
 }

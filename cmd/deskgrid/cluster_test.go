@@ -1,0 +1,532 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
+	"github.com/deskgrid/deskgrid/services/platform/natsembed/natstest"
+	"github.com/deskgrid/deskgrid/services/platform/noderoute"
+	"github.com/deskgrid/deskgrid/services/session/cluster"
+)
+
+// The cluster tests run nodes and session-service replicas as separate
+// processes on loopback, against the real Redis, NATS and PostgreSQL.
+
+func testRedisURL() string {
+	if u := os.Getenv("DESKGRID_TEST_REDIS_URL"); u != "" {
+		return u
+	}
+	return "redis://127.0.0.1:6379/0"
+}
+
+func testPostgresURL() string {
+	if u := os.Getenv("DESKGRID_TEST_POSTGRES_URL"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// postgresSchema makes a schema of its own and returns a URL using it.
+func postgresSchema(t *testing.T) string {
+	t.Helper()
+	schema := "dgcluster_" + randomHex(5)
+	psql := func(sql string) error {
+		out, err := exec.Command("psql", testPostgresURL(), "-v", "ON_ERROR_STOP=1", "-qc", sql).CombinedOutput()
+		if err != nil {
+			return errors.New(string(out))
+		}
+		return nil
+	}
+	if err := psql("CREATE SCHEMA " + schema); err != nil {
+		t.Fatalf("postgres: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := psql("DROP SCHEMA " + schema + " CASCADE"); err != nil {
+			t.Errorf("drop schema: %v", err)
+		}
+	})
+	u, err := url.Parse(testPostgresURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// redisPrefix returns a key prefix of the test's own, removed at the end.
+func redisPrefix(t *testing.T) (*redis.Client, string) {
+	t.Helper()
+	opt, err := redis.ParseURL(testRedisURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
+	prefix := "dgtest:" + randomHex(6) + ":"
+	t.Cleanup(func() {
+		ctx := context.Background()
+		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		var ks []string
+		for iter.Next(ctx) {
+			ks = append(ks, iter.Val())
+		}
+		if len(ks) > 0 {
+			rdb.Del(ctx, ks...)
+		}
+		rdb.Close()
+	})
+	return rdb, prefix
+}
+
+// proc is one deskgrid server process.
+type proc struct {
+	t    *testing.T
+	name string
+	args []string
+	addr string
+	cmd  *exec.Cmd
+	logs *syncBuffer
+	done chan error
+}
+
+func startProc(t *testing.T, name, addr string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, addr: addr, args: args}
+	p.start()
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *proc) start() {
+	p.t.Helper()
+	p.logs, p.done = &syncBuffer{}, make(chan error, 1)
+	p.cmd = exec.Command(deskgridBinary(p.t), p.args...)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	// Ready when its health service says every service serves.
+	conn, err := dial(p.addr)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer conn.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return
+		}
+		select {
+		case err := <-p.done:
+			p.done <- err
+			p.t.Fatalf("%s exited before it was ready: %v\n%s", p.name, err, p.logs)
+		default:
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("%s not ready in time\n%s", p.name, p.logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (p *proc) running() bool {
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return false
+	default:
+		return true
+	}
+}
+
+func (p *proc) stop() {
+	if !p.running() {
+		return
+	}
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		p.t.Errorf("%s did not stop after interrupt\n%s", p.name, p.logs)
+	}
+}
+
+func (p *proc) kill9() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	err := <-p.done
+	p.done <- err
+}
+
+type testCluster struct {
+	t        *testing.T
+	reg      *cluster.Registry
+	nodes    map[string]*proc
+	nodeDirs map[string][2]string
+	replicas []*proc
+	clients  []sessionv1.SessionServiceClient
+	router   *noderoute.Router
+	common   []string
+}
+
+func (c *testCluster) startNode(id string, capacity int) *proc {
+	c.t.Helper()
+	dirs, ok := c.nodeDirs[id]
+	if !ok {
+		dirs = [2]string{c.t.TempDir(), c.t.TempDir()}
+		c.nodeDirs[id] = dirs
+	}
+	addr := freeAddr(c.t)
+	args := append([]string{"serve", "node", "-grpc-addr", addr, "-node-addr", addr, "-node-id", id,
+		"-node-max-sessions", strconv.Itoa(capacity), "-data-dir", dirs[0], "-runtime-dir", dirs[1], "-node-labels", "zone=" + id},
+		c.common...)
+	p := startProc(c.t, "node "+id, addr, args...)
+	c.nodes[id] = p
+	c.waitFor("node "+id+" alive", 30*time.Second, func() bool {
+		n, err := c.reg.Node(context.Background(), id)
+		return err == nil && n.Alive && n.Address == addr
+	})
+	return p
+}
+
+func (c *testCluster) waitFor(what string, within time.Duration, cond func() bool) {
+	c.t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("timed out waiting for %s\n%s", what, c.logs())
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// logs are the ends of every process's log, for a failure message.
+func (c *testCluster) logs() string {
+	var logs bytes.Buffer
+	for id, n := range c.nodes {
+		logs.WriteString("--- node " + id + " (errors)\n" + errorLines(n.logs.String()))
+		logs.WriteString("--- node " + id + "\n" + tail(n.logs.String()))
+	}
+	for i, r := range c.replicas {
+		logs.WriteString("--- session " + strconv.Itoa(i) + "\n" + tail(r.logs.String()))
+	}
+	return logs.String()
+}
+
+func errorLines(s string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, "level=ERROR") || strings.Contains(l, "level=WARN") {
+			out = append(out, l)
+		}
+	}
+	return tail(strings.Join(out, "\n") + "\n")
+}
+
+func tail(s string) string {
+	if len(s) > 4000 {
+		return s[len(s)-4000:]
+	}
+	return s
+}
+
+func (c *testCluster) get(id string) *sessionv1.Session {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := c.clients[0].GetSession(ctx, &sessionv1.GetSessionRequest{SessionId: id})
+	if err != nil {
+		c.t.Fatalf("get %s: %v", id, err)
+	}
+	return resp.GetSession()
+}
+
+func (c *testCluster) running() map[string][]string {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := c.clients[0].ListSessions(ctx, &sessionv1.ListSessionsRequest{States: []sessionv1.SessionState{sessionv1.SessionState_SESSION_STATE_RUNNING}, PageSize: 1000})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for _, s := range resp.GetSessions() {
+		out[s.GetNodeId()] = append(out[s.GetNodeId()], s.GetId())
+	}
+	return out
+}
+
+func (c *testCluster) screenshot(id string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := displayv1.NewDisplayServiceClient(c.router).Screenshot(ctx, &displayv1.ScreenshotRequest{
+		SessionId: id, Format: displayv1.ImageFormat_IMAGE_FORMAT_PNG, Region: &displayv1.Rect{Width: 8, Height: 8}})
+	return err
+}
+
+func (c *testCluster) create(client sessionv1.SessionServiceClient) (*sessionv1.Session, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	w, h := int32(320), int32(240)
+	resp, err := client.CreateSession(ctx, &sessionv1.CreateSessionRequest{Display: &sessionv1.DisplaySpec{Width: &w, Height: &h}})
+	return resp.GetSession(), err
+}
+
+func (c *testCluster) delete(id string) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.clients[0].DeleteSession(ctx, &sessionv1.DeleteSessionRequest{SessionId: id}); err != nil {
+		c.t.Fatalf("delete %s: %v", id, err)
+	}
+}
+
+// TestCluster: three nodes of 5 sessions, two session-service replicas.
+func TestCluster(t *testing.T) {
+	deskgridBinary(t)
+	rdb, prefix := redisPrefix(t)
+	pg := postgresSchema(t)
+	nats, _, _ := natstest.Start(t)
+	c := &testCluster{t: t, reg: cluster.NewRegistry(rdb, prefix), nodes: map[string]*proc{}, nodeDirs: map[string][2]string{},
+		common: []string{"-redis-url", testRedisURL(), "-redis-prefix", prefix, "-log-level", "debug"}}
+	const capacity = 5
+	for _, id := range []string{"n1", "n2", "n3"} {
+		c.startNode(id, capacity)
+	}
+	replicaArgs := func(addr string) []string {
+		return append([]string{"serve", "session", "-grpc-addr", addr, "-postgres-url", pg, "-nats-url", nats.URL()}, c.common...)
+	}
+	for i := range 2 {
+		addr := freeAddr(t)
+		p := startProc(t, "session "+strconv.Itoa(i), addr, replicaArgs(addr)...)
+		c.replicas = append(c.replicas, p)
+		conn, err := dial(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		c.clients = append(c.clients, sessionv1.NewSessionServiceClient(conn))
+	}
+	// Calls by session go through the node router the gateway and agent use.
+	gw, err := newSetup(context.Background(), "gateway", &serverConfig{RedisURL: testRedisURL(), RedisPrefix: prefix,
+		NATSURL: nats.URL(), LogFormat: "text", LogLevel: "warn", ShutdownTimeout: 5 * time.Second}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw.shutdown() })
+	if c.router, err = gw.nodeRouter(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := healthpb.NewHealthClient(c.router).Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("node router health: %v, %v", resp, err)
+	}
+
+	// 200 creates at once over both replicas: 15 fit, the rest are refused,
+	// and no node holds more than its capacity.
+	var (
+		mu      sync.Mutex
+		created []*sessionv1.Session
+		refused int
+		other   []error
+		wg      sync.WaitGroup
+	)
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := c.create(c.clients[i%2])
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				created = append(created, s)
+			case status.Code(err) == codes.ResourceExhausted:
+				refused++
+			default:
+				other = append(other, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(other) > 0 {
+		t.Fatalf("%d creates failed otherwise, first: %v\n%s", len(other), other[0], c.logs())
+	}
+	if len(created) != 3*capacity || refused != 200-3*capacity {
+		t.Fatalf("created %d, refused %d; want %d and %d", len(created), refused, 3*capacity, 200-3*capacity)
+	}
+	perNode := c.running()
+	for _, id := range []string{"n1", "n2", "n3"} {
+		if len(perNode[id]) != capacity {
+			t.Fatalf("node %s runs %d sessions, want %d: %v", id, len(perNode[id]), capacity, perNode)
+		}
+	}
+	for _, s := range created {
+		if err := c.screenshot(s.GetId()); err != nil {
+			t.Fatalf("screenshot of %s through the node router: %v", s.GetId(), err)
+		}
+	}
+
+	t.Run("restart a session replica during activity", func(t *testing.T) {
+		stopShots := make(chan struct{})
+		shotErrs := make(chan error, 1)
+		go func() {
+			defer close(shotErrs)
+			for {
+				select {
+				case <-stopShots:
+					return
+				default:
+				}
+				for _, s := range created[:3] {
+					if err := c.screenshot(s.GetId()); err != nil {
+						shotErrs <- err
+						return
+					}
+				}
+			}
+		}()
+		r := c.replicas[0]
+		r.stop()
+		// The other replica serves meanwhile.
+		if _, err := c.clients[1].GetSession(context.Background(), &sessionv1.GetSessionRequest{SessionId: created[0].GetId()}); err != nil {
+			t.Fatalf("other replica while one restarts: %v", err)
+		}
+		r.start()
+		close(stopShots)
+		if err := <-shotErrs; err != nil {
+			t.Fatalf("desktop unreachable while a session replica restarted: %v", err)
+		}
+		for _, s := range created {
+			if got := c.get(s.GetId()); got.GetState() != sessionv1.SessionState_SESSION_STATE_RUNNING {
+				t.Fatalf("session %s is %s after the replica restart", s.GetId(), got.GetState())
+			}
+		}
+	})
+
+	t.Run("drain", func(t *testing.T) {
+		for _, id := range append(perNode["n1"], perNode["n2"]...) {
+			c.delete(id)
+		}
+		var out bytes.Buffer
+		if err := runNodes(context.Background(), []string{"drain", "n1", "-addr", c.replicas[1].addr}, &out, &out); err != nil {
+			t.Fatalf("nodes drain: %v\n%s", err, out.String())
+		}
+		if !strings.Contains(out.String(), "draining") {
+			t.Fatalf("nodes drain printed %q", out.String())
+		}
+		for range capacity {
+			s, err := c.create(c.clients[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.GetNodeId() != "n2" {
+				t.Fatalf("placed on %s while n1 drains and n3 is full", s.GetNodeId())
+			}
+		}
+		if _, err := c.create(c.clients[1]); status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("create with only a draining node free: %v, want ResourceExhausted", err)
+		}
+		out.Reset()
+		if err := runNodes(context.Background(), []string{"undrain", "n1", "-addr", c.replicas[0].addr}, &out, &out); err != nil {
+			t.Fatalf("nodes undrain: %v", err)
+		}
+		out.Reset()
+		if err := runNodes(context.Background(), []string{"list", "-addr", c.replicas[0].addr}, &out, &out); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Count(out.String(), "ready") != 3 {
+			t.Fatalf("nodes list:\n%s", out.String())
+		}
+	})
+
+	t.Run("kill -9 a node", func(t *testing.T) {
+		victims := c.running()["n3"]
+		if len(victims) != capacity {
+			t.Fatalf("n3 runs %v", victims)
+		}
+		killed := time.Now()
+		c.nodes["n3"].kill9()
+		c.waitFor("n3's sessions LOST", 30*time.Second, func() bool {
+			for _, id := range victims {
+				if c.get(id).GetState() != sessionv1.SessionState_SESSION_STATE_LOST {
+					return false
+				}
+			}
+			return true
+		})
+		t.Logf("node killed -> all %d sessions LOST in %s (bound: 5 s)", len(victims), time.Since(killed).Round(time.Millisecond))
+		// Calls to a lost session fail at once rather than hang.
+		if err := c.screenshot(victims[0]); status.Code(err) != codes.NotFound && status.Code(err) != codes.Unavailable {
+			t.Fatalf("screenshot of a lost session: %v", err)
+		}
+		// New sessions go to the live nodes.
+		s, err := c.create(c.clients[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.GetNodeId() == "n3" {
+			t.Fatal("placed on the dead node")
+		}
+		if err := c.screenshot(s.GetId()); err != nil {
+			t.Fatal(err)
+		}
+
+		// The node comes back: it keeps nothing of its previous life.
+		c.startNode("n3", capacity)
+		displays := filepath.Join(c.nodeDirs["n3"][1], "displays")
+		c.waitFor("n3's leftovers removed", 30*time.Second, func() bool {
+			ents, _ := os.ReadDir(displays)
+			for _, e := range ents {
+				for _, v := range victims {
+					if e.Name() == v {
+						return false
+					}
+				}
+			}
+			return true
+		})
+		s2, err := c.create(c.clients[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.screenshot(s2.GetId()); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range victims {
+			c.delete(id) // LOST -> STOPPED, nothing left to do on the node
+		}
+	})
+}
