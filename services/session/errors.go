@@ -76,6 +76,8 @@ func (s *Service) toStatus(ctx context.Context, err error) error {
 		return status.Error(codes.ResourceExhausted, err.Error()+"; delete a session or try later")
 	case errors.Is(err, placement.ErrNoMatchingNode):
 		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, placement.ErrUnavailable):
+		return status.Error(codes.Unavailable, err.Error()+"; retry shortly")
 	case errors.As(err, &pe), errors.As(err, &te):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.As(err, &ue):

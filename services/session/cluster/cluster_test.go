@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"sync"
@@ -401,4 +402,22 @@ func BenchmarkPlaceRedis100(b *testing.B) {
 	b.StopTimer()
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
+}
+
+// With Redis unreachable, placement fails clearly, and works again once a
+// reachable Redis is used.
+func TestPlaceRedisUnavailable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer rdb.Close()
+	p := NewPlacer(NewRegistry(rdb, "dgtest:down:"), PlacerConfig{})
+	_, err = p.Place(context.Background(), placement.Request{SessionID: "s"})
+	if !errors.Is(err, placement.ErrUnavailable) {
+		t.Fatalf("Place with Redis down: %v, want ErrUnavailable", err)
+	}
 }

@@ -63,8 +63,17 @@ func NewPlacer(reg *Registry, cfg PlacerConfig) *Placer {
 	return &Placer{reg: reg, cfg: cfg, rng: rand.New(rand.NewPCG(seed, seed>>1|1))}
 }
 
-// Place implements placement.Placer.
+// Place implements placement.Placer. Failures to reach Redis wrap
+// placement.ErrUnavailable.
 func (p *Placer) Place(ctx context.Context, req placement.Request) (placement.Node, error) {
+	n, err := p.place(ctx, req)
+	if err != nil && ctx.Err() == nil && !errors.Is(err, placement.ErrNoCapacity) && !errors.Is(err, placement.ErrNoMatchingNode) {
+		err = fmt.Errorf("%w: %w", placement.ErrUnavailable, err)
+	}
+	return n, err
+}
+
+func (p *Placer) place(ctx context.Context, req placement.Request) (placement.Node, error) {
 	if a, err := p.reg.Lookup(ctx, req.SessionID); err == nil {
 		// Already placed (a retried call): the same node again.
 		return p.node(ctx, a.NodeID)

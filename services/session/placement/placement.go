@@ -19,6 +19,9 @@ var (
 	ErrNoCapacity = errors.New("no node has capacity for another session")
 	// ErrNoMatchingNode: no node carries the requested labels.
 	ErrNoMatchingNode = errors.New("no node matches the node selector")
+	// ErrUnavailable: where nodes are registered cannot be reached now;
+	// retrying later may succeed.
+	ErrUnavailable = errors.New("node registry unavailable")
 )
 
 // Resources a session asks for; zero means the node default.
