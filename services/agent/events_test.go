@@ -1,0 +1,230 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
+	"github.com/deskgrid/deskgrid/services/agent/provider"
+	"github.com/deskgrid/deskgrid/services/platform/events"
+	"github.com/deskgrid/deskgrid/services/platform/natsembed/natstest"
+)
+
+func withJetStream(tb testing.TB) func(*Deps) {
+	_, _, js := natstest.Start(tb)
+	if _, err := events.EnsureStream(context.Background(), js, events.StreamConfig(1, time.Hour)); err != nil {
+		tb.Fatal(err)
+	}
+	return func(d *Deps) { d.JetStream = js }
+}
+
+// A client reading from 0 after the run's events have left memory (the
+// ring rolled over, then the run itself was dropped) gets them all from
+// JetStream, once each, in order.
+func TestStreamRunEventsReplaysFromJetStream(t *testing.T) {
+	var turns []func(provider.Request) (*provider.Response, error)
+	for range 12 {
+		turns = append(turns, toolTurn(call("b", "bash", `{"command":"echo hi"}`)))
+	}
+	cfg := DefaultConfig()
+	cfg.EventRing = 16
+	cfg.FinishedRunTTL = 50 * time.Millisecond
+	h := newHarness(t, cfg, fixed(&scripted{turns: turns}), withJetStream(t))
+	ctx := context.Background()
+	resp, err := h.client.CreateRun(ctx, &agentv1.CreateRunRequest{SessionId: "s-1", Prompt: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetRun().GetId()
+	// Read live from the start while the run goes.
+	var live []*agentv1.RunEvent
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		live = collect(t, h.client, id, 0)
+	}()
+	run := waitState(t, h.client, id, agentv1.RunState_RUN_STATE_SUCCEEDED)
+	wg.Wait()
+	n := run.GetEventSequence()
+	if n < 3*int64(cfg.EventRing) {
+		t.Fatalf("only %d events", n)
+	}
+	check := func(evs []*agentv1.RunEvent, after int64) {
+		t.Helper()
+		if int64(len(evs)) != n-after {
+			t.Fatalf("%d events after %d, want %d", len(evs), after, n-after)
+		}
+		for i, ev := range evs {
+			if ev.GetSequence() != after+int64(i)+1 {
+				t.Fatalf("event %d has sequence %d", i, ev.GetSequence())
+			}
+		}
+	}
+	check(live, 0)
+	check(collect(t, h.client, id, 0), 0)
+	// Once the run has left memory, everything comes from JetStream.
+	deadline := time.Now().Add(10 * time.Second)
+	for h.svc.live(id) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("finished run never left memory")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	check(collect(t, h.client, id, 0), 0)
+	check(collect(t, h.client, id, 7), 7)
+}
+
+// instant answers every turn at once with a screenshot request.
+type instant struct {
+	mu    sync.Mutex
+	last  time.Time
+	steps []time.Duration
+}
+
+func (p *instant) Name() string                      { return "instant" }
+func (p *instant) DefaultScreen(w, h int) (int, int) { return w, h }
+func (p *instant) Turn(_ context.Context, _ provider.Request, onDelta func(provider.Delta)) (*provider.Response, error) {
+	now := time.Now()
+	p.mu.Lock()
+	if !p.last.IsZero() {
+		p.steps = append(p.steps, now.Sub(p.last))
+	}
+	p.mu.Unlock()
+	onDelta(provider.Delta{Kind: provider.DeltaText, Text: "looking"})
+	resp := &provider.Response{Message: provider.Message{Role: provider.RoleAssistant, Blocks: []provider.Block{
+		{Kind: provider.BlockText, Text: "looking"},
+		{Kind: provider.BlockToolCall, ToolCall: call("s", "computer", `{"action":"screenshot"}`)},
+	}}, StopReason: "tool_use", Usage: provider.Usage{InputTokens: 1000, OutputTokens: 10}}
+	p.mu.Lock()
+	p.last = time.Now()
+	p.mu.Unlock()
+	return resp, nil
+}
+
+// BenchmarkStepOverhead is what a step costs besides the model: tool
+// dispatch, a 1280x800 screenshot over gRPC, events, the record and the
+// conversation, with a provider that answers at once.
+func BenchmarkStepOverhead(b *testing.B) {
+	p := &instant{}
+	h := newHarness(b, DefaultConfig(), fixed(p), withJetStream(b))
+	ctx := context.Background()
+	b.ResetTimer()
+	resp, err := h.client.CreateRun(ctx, &agentv1.CreateRunRequest{SessionId: "s-1", Prompt: "x", MaxSteps: int32(b.N + 1)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Minute); ; {
+		r, err := h.client.GetRun(ctx, &agentv1.GetRunRequest{RunId: resp.GetRun().GetId()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if terminal(r.GetRun().GetState()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("run still %v", r.GetRun().GetState())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.StopTimer()
+	p.mu.Lock()
+	steps := append([]time.Duration(nil), p.steps...)
+	p.mu.Unlock()
+	if len(steps) == 0 {
+		return
+	}
+	sort.Slice(steps, func(i, j int) bool { return steps[i] < steps[j] })
+	b.ReportMetric(float64(steps[len(steps)/2].Microseconds())/1000, "p50-ms/step")
+	b.ReportMetric(float64(steps[len(steps)*99/100].Microseconds())/1000, "p99-ms/step")
+}
+
+// BenchmarkEventsToStreamingClient: events appended by a run, published to
+// JetStream and streamed over gRPC to a client, which must see every one.
+func BenchmarkEventsToStreamingClient(b *testing.B) {
+	p := &scripted{block: make(chan struct{})}
+	deps := withJetStream(b)
+	var js jetstream.JetStream
+	h := newHarness(b, DefaultConfig(), fixed(p), deps, func(d *Deps) { js = d.JetStream })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	resp, err := h.client.CreateRun(ctx, &agentv1.CreateRunRequest{SessionId: "s-1", Prompt: "x", Options: &agentv1.RunOptions{SkipInputLease: true}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	id := resp.GetRun().GetId()
+	r := h.svc.live(id)
+	start := r.log.Sequence()
+	for r.log.Sequence() < 3 {
+		time.Sleep(time.Millisecond)
+		start = r.log.Sequence()
+	}
+	st, err := h.client.StreamRunEvents(ctx, &agentv1.StreamRunEventsRequest{RunId: id, AfterSequence: start})
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		next := start + 1
+		for next <= start+int64(b.N) {
+			m, err := st.Recv()
+			if err != nil {
+				done <- err
+				return
+			}
+			if s := m.GetEvent().GetSequence(); s != next {
+				if s < next {
+					continue // a state event from before the timer
+				}
+				done <- &lostError{want: next, got: s}
+				return
+			}
+			next++
+		}
+		done <- nil
+	}()
+	b.ResetTimer()
+	t0 := time.Now()
+	for range b.N {
+		r.log.Append(&agentv1.RunEvent{Event: &agentv1.RunEvent_TextDelta{TextDelta: "0123456789abcdef0123456789abcdef"}, Step: 1})
+	}
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	elapsed := time.Since(t0)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "events/s")
+	close(p.block)
+	waitState(b, h.client, id, agentv1.RunState_RUN_STATE_SUCCEEDED)
+	// And every one reached JetStream.
+	fctx, fcancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer fcancel()
+	r.log.Finish()
+	if err := r.log.Flush(fctx); err != nil {
+		b.Fatal(err)
+	}
+	stream, err := js.Stream(fctx, events.StreamName)
+	if err != nil {
+		b.Fatal(err)
+	}
+	info, err := stream.Info(fctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if lost := r.log.Sequence() - int64(info.State.Msgs); lost != 0 {
+		b.Fatalf("%d of %d events in JetStream", info.State.Msgs, r.log.Sequence())
+	}
+	b.ReportMetric(0, "lost")
+}
+
+type lostError struct{ want, got int64 }
+
+func (e *lostError) Error() string {
+	return fmt.Sprintf("event lost: wanted %d, got %d", e.want, e.got)
+}
