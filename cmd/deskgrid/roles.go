@@ -194,10 +194,15 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 	if reg != nil {
 		// Every replica watches: marking LOST is a generation-checked
 		// write, so replicas racing on one node do no harm.
-		w := cluster.Watch(reg, s.cfg.HeartbeatInterval/2, s.logger.With("component", "node-watcher"), func(ctx context.Context, nodeID string) error {
-			conns.Forget(nodeID)
-			_, err := svc.MarkNodeSessionsLost(ctx, nodeID, "node heartbeat expired")
-			return err
+		w := cluster.WatchWith(reg, cluster.WatchConfig{
+			Interval: s.cfg.HeartbeatInterval / 2,
+			Logger:   s.logger.With("component", "node-watcher"),
+			Lost: func(ctx context.Context, nodeID string) error {
+				conns.Forget(nodeID)
+				_, err := svc.MarkNodeSessionsLost(ctx, nodeID, "node heartbeat expired")
+				return err
+			},
+			Ended: svc.SessionEnded,
 		})
 		s.closers.add("node watcher", w.Close)
 		cluster.NewNodeService(reg, s.logger.With("component", "nodes")).Register(srv.GRPC)

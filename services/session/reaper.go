@@ -129,3 +129,17 @@ func (s *Service) LiveOnNode(ctx context.Context, nodeID string) (map[string]boo
 	}
 	return live, nil
 }
+
+// SessionEnded reports whether a session no longer holds anything on a node
+// (STOPPED, FAILED or LOST, or no record at all), so its placement may be
+// released.
+func (s *Service) SessionEnded(ctx context.Context, id string) (bool, error) {
+	sess, err := s.store.Get(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return state.IsEnded(sess.GetState()), nil
+}

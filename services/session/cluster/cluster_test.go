@@ -421,3 +421,28 @@ func TestPlaceRedisUnavailable(t *testing.T) {
 		t.Fatalf("Place with Redis down: %v, want ErrUnavailable", err)
 	}
 }
+
+// A reservation whose release was missed is freed by the sweep once its
+// session has ended.
+func TestSweepEnded(t *testing.T) {
+	reg, _ := newRegistry(t)
+	ctx := context.Background()
+	addNode(t, reg, "a", 10, nil)
+	p := NewPlacer(reg, PlacerConfig{Seed: 1})
+	for _, id := range []string{"ended", "running"} {
+		if _, err := p.Place(ctx, placement.Request{SessionID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := WatchWith(reg, WatchConfig{Interval: 20 * time.Millisecond, SweepEvery: 20 * time.Millisecond,
+		Ended: func(_ context.Context, id string) (bool, error) { return id == "ended", nil }})
+	t.Cleanup(func() { _ = w.Close(ctx) })
+	waitFor(t, "the ended session released", func() bool {
+		held, _ := reg.Assigned(ctx, "a")
+		return !held["ended"] && held["running"]
+	})
+	n, _ := reg.Node(ctx, "a")
+	if n.Used.Sessions != 1 {
+		t.Fatalf("used %d after the sweep, want 1", n.Used.Sessions)
+	}
+}

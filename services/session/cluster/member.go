@@ -142,6 +142,8 @@ type Watcher struct {
 	interval time.Duration
 	lost     func(ctx context.Context, nodeID string) error
 	log      *slog.Logger
+	ended    func(ctx context.Context, sessionID string) (bool, error)
+	sweep    time.Duration
 
 	stop chan struct{}
 	done chan struct{}
@@ -150,13 +152,36 @@ type Watcher struct {
 
 // Watch checks every interval (500 ms when zero) until Close.
 func Watch(reg *Registry, interval time.Duration, logger *slog.Logger, lost func(ctx context.Context, nodeID string) error) *Watcher {
-	if interval <= 0 {
-		interval = 500 * time.Millisecond
+	return WatchWith(reg, WatchConfig{Interval: interval, Logger: logger, Lost: lost})
+}
+
+// WatchConfig configures a Watcher.
+type WatchConfig struct {
+	// Interval between heartbeat checks (500 ms when zero).
+	Interval time.Duration
+	Logger   *slog.Logger
+	// Lost is told about each node whose heartbeat expired with sessions.
+	Lost func(ctx context.Context, nodeID string) error
+	// Ended, when set, is asked every SweepEvery (1 min when zero) about
+	// each session in the map; those that ended are released. It frees
+	// reservations whose release failed (Redis unreachable at that moment).
+	Ended      func(ctx context.Context, sessionID string) (bool, error)
+	SweepEvery time.Duration
+}
+
+// WatchWith starts a watcher.
+func WatchWith(reg *Registry, cfg WatchConfig) *Watcher {
+	if cfg.Interval <= 0 {
+		cfg.Interval = 500 * time.Millisecond
 	}
-	if logger == nil {
-		logger = slog.Default()
+	if cfg.SweepEvery <= 0 {
+		cfg.SweepEvery = time.Minute
 	}
-	w := &Watcher{reg: reg, interval: interval, lost: lost, log: logger, stop: make(chan struct{}), done: make(chan struct{})}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	w := &Watcher{reg: reg, interval: cfg.Interval, lost: cfg.Lost, log: cfg.Logger, ended: cfg.Ended, sweep: cfg.SweepEvery,
+		stop: make(chan struct{}), done: make(chan struct{})}
 	go w.loop()
 	return w
 }
@@ -176,6 +201,7 @@ func (w *Watcher) loop() {
 	// Redis has answered for long enough that live nodes have heartbeated.
 	grace := 3 * w.interval
 	reachableSince := time.Now()
+	lastSweep := time.Now()
 	failing := false
 	for {
 		select {
@@ -201,6 +227,14 @@ func (w *Watcher) loop() {
 		if err := w.Check(ctx); err != nil && ctx.Err() == nil {
 			w.log.Warn("check node heartbeats", "err", err)
 		}
+		if w.ended != nil && time.Since(lastSweep) >= w.sweep {
+			lastSweep = time.Now()
+			if n, err := w.reg.SweepEnded(ctx, w.ended); err != nil && ctx.Err() == nil {
+				w.log.Warn("sweep the session map", "err", err)
+			} else if n > 0 {
+				w.log.Info("released reservations of ended sessions", "count", n)
+			}
+		}
 	}
 }
 
@@ -211,6 +245,9 @@ func (w *Watcher) Check(ctx context.Context) error {
 		return err
 	}
 	for _, id := range dead {
+		if w.lost == nil {
+			continue
+		}
 		if err := w.lost(ctx, id); err != nil {
 			w.log.Warn("mark sessions of a dead node lost", "node", id, "err", err)
 			continue

@@ -306,3 +306,32 @@ func atoi(s string) int64 {
 func (r *Registry) Ping(ctx context.Context) error {
 	return r.rdb.Ping(ctx).Err()
 }
+
+// SweepEnded releases every session in the map that ended says has ended,
+// and returns how many it released.
+func (r *Registry) SweepEnded(ctx context.Context, ended func(ctx context.Context, sessionID string) (bool, error)) (int, error) {
+	n := 0
+	iter := r.rdb.HScan(ctx, r.k.smap(), 0, "", 500).Iterator()
+	for iter.Next(ctx) {
+		sid := iter.Val()
+		if !iter.Next(ctx) {
+			break
+		}
+		a, ok := parseAssignment(sid, iter.Val())
+		if !ok {
+			continue
+		}
+		done, err := ended(ctx, sid)
+		if err != nil {
+			return n, err
+		}
+		if !done {
+			continue
+		}
+		if err := r.Release(ctx, a.NodeID, sid); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, iter.Err()
+}
