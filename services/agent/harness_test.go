@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
@@ -34,26 +35,78 @@ type fakeNode struct {
 	files   map[string][]byte
 	png     []byte
 	token   int64
-	block   chan struct{} // when set, Exec waits for it or the call's end
+	block   chan struct{} // when set, Exec and RunShell wait for it or the call's end
+	shell   []string      // commands run in the persistent shell
+	restart int
+	scales  []*displayv1.Size // scale_to of each display call
+	shots   map[[2]int32][]byte
 }
 
 func newFakeNode() *fakeNode {
 	img := image.NewRGBA(image.Rect(0, 0, 1280, 800))
 	var b bytes.Buffer
 	_ = png.Encode(&b, img)
-	return &fakeNode{files: map[string][]byte{}, png: b.Bytes()}
+	return &fakeNode{files: map[string][]byte{}, png: b.Bytes(), shots: map[[2]int32][]byte{}}
+}
+
+// unscale maps a point in scale_to space to the 1280x800 screen, as the
+// display does.
+func unscale(p *displayv1.Point, sc *displayv1.Size) {
+	if p == nil || sc == nil || sc.GetWidth() == 0 {
+		return
+	}
+	p.X = p.X * 1280 / sc.GetWidth()
+	p.Y = p.Y * 800 / sc.GetHeight()
+}
+
+func (f *fakeNode) RunShell(ctx context.Context, req *sandboxv1.RunShellRequest) (*sandboxv1.RunShellResponse, error) {
+	f.mu.Lock()
+	f.shell = append(f.shell, req.GetCommand())
+	block := f.block
+	f.mu.Unlock()
+	if block != nil {
+		select {
+		case <-block:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if req.GetCommand() == "false" {
+		return &sandboxv1.RunShellResponse{ExitCode: 1}, nil
+	}
+	return &sandboxv1.RunShellResponse{Output: []byte("ran: " + req.GetCommand() + "\n")}, nil
+}
+
+func (f *fakeNode) RestartShell(context.Context, *sandboxv1.RestartShellRequest) (*sandboxv1.RestartShellResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.restart++
+	return &sandboxv1.RestartShellResponse{}, nil
 }
 
 func (f *fakeNode) GetDisplay(_ context.Context, req *displayv1.GetDisplayRequest) (*displayv1.GetDisplayResponse, error) {
 	return &displayv1.GetDisplayResponse{Display: &displayv1.Display{SessionId: req.GetSessionId(), Width: 1280, Height: 800}}, nil
 }
 
-func (f *fakeNode) shot() *displayv1.ScreenshotResponse {
-	return &displayv1.ScreenshotResponse{ContentType: "image/png", Data: f.png, Width: 1280, Height: 800}
+// shot returns the screen, at size when set; f.mu is held.
+func (f *fakeNode) shot(size *displayv1.Size) *displayv1.ScreenshotResponse {
+	if size == nil || size.GetWidth() == 0 {
+		return &displayv1.ScreenshotResponse{ContentType: "image/png", Data: f.png, Width: 1280, Height: 800}
+	}
+	k := [2]int32{size.GetWidth(), size.GetHeight()}
+	if f.shots[k] == nil {
+		var b bytes.Buffer
+		_ = png.Encode(&b, image.NewRGBA(image.Rect(0, 0, int(k[0]), int(k[1]))))
+		f.shots[k] = b.Bytes()
+	}
+	return &displayv1.ScreenshotResponse{ContentType: "image/png", Data: f.shots[k], Width: k[0], Height: k[1]}
 }
 
-func (f *fakeNode) Screenshot(context.Context, *displayv1.ScreenshotRequest) (*displayv1.ScreenshotResponse, error) {
-	return f.shot(), nil
+func (f *fakeNode) Screenshot(_ context.Context, req *displayv1.ScreenshotRequest) (*displayv1.ScreenshotResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.scales = append(f.scales, req.GetScaleTo())
+	return f.shot(req.GetScaleTo()), nil
 }
 
 func (f *fakeNode) PerformActions(_ context.Context, req *displayv1.PerformActionsRequest) (*displayv1.PerformActionsResponse, error) {
@@ -64,10 +117,24 @@ func (f *fakeNode) PerformActions(_ context.Context, req *displayv1.PerformActio
 	}
 	f.token = req.GetLeaseToken()
 	f.tokens = append(f.tokens, req.GetLeaseToken())
-	f.actions = append(f.actions, req.GetActions()...)
+	f.scales = append(f.scales, req.GetScaleTo())
 	resp := &displayv1.PerformActionsResponse{Cursor: &displayv1.Point{X: 10, Y: 20}}
+	for _, a := range req.GetActions() {
+		a = proto.Clone(a).(*displayv1.Action)
+		sc := req.GetScaleTo()
+		unscale(a.GetClick().GetAt(), sc)
+		unscale(a.GetMouseMove().GetTo(), sc)
+		unscale(a.GetScroll().GetAt(), sc)
+		for _, p := range a.GetDrag().GetPath() {
+			unscale(p, sc)
+		}
+		if z := a.GetZoom(); z != nil {
+			resp.Images = append(resp.Images, f.shot(z.GetSize()))
+		}
+		f.actions = append(f.actions, a)
+	}
 	if req.GetScreenshot() {
-		resp.Screenshot = f.shot()
+		resp.Screenshot = f.shot(req.GetScaleTo())
 	}
 	return resp, nil
 }
@@ -116,7 +183,7 @@ func (f *fakeNode) shellCommands() []string {
 	for _, argv := range f.execs {
 		out = append(out, argv[len(argv)-1])
 	}
-	return out
+	return append(out, f.shell...)
 }
 
 func (f *fakeNode) file(p string) string {

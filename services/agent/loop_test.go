@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -75,9 +76,9 @@ func TestLoopDrivesDisplayAndSandbox(t *testing.T) {
 	if run.GetSteps() != 10 || run.GetStopReason() != "end_turn" || run.GetUsage().GetInputTokens() != 900 {
 		t.Fatalf("run = %v", run)
 	}
+	execs := h.node.shellCommands()
 	h.node.mu.Lock()
 	acts := h.node.actions
-	execs := h.node.execs
 	tokens := h.node.tokens
 	h.node.mu.Unlock()
 	if len(acts) != 2 || acts[0].GetClick().GetAt().GetX() != 100 || acts[0].GetClick().GetAt().GetY() != 200 || acts[1].GetType().GetText() != "hello" {
@@ -88,7 +89,7 @@ func TestLoopDrivesDisplayAndSandbox(t *testing.T) {
 			t.Fatalf("input without a lease token: %v", tokens)
 		}
 	}
-	if len(execs) != 1 || execs[0][2] != "echo hi" {
+	if len(execs) != 1 || execs[0] != "echo hi" {
 		t.Fatalf("execs = %v", execs)
 	}
 	if got := h.node.file("/work/a.txt"); got != "one\nthree\n" {
@@ -193,9 +194,7 @@ func TestCancelStopsProviderAndTool(t *testing.T) {
 				p.mu.Lock()
 				n := len(p.reqs)
 				p.mu.Unlock()
-				h.node.mu.Lock()
-				e := len(h.node.execs)
-				h.node.mu.Unlock()
+				e := len(h.node.shellCommands())
 				if (where == "provider" && n > 0) || (where == "tool" && e > 0) {
 					break
 				}
@@ -255,10 +254,7 @@ func TestApprovalPausesUntilDecided(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitState(t, h.client, id, agentv1.RunState_RUN_STATE_SUCCEEDED)
-	h.node.mu.Lock()
-	execs := len(h.node.execs)
-	h.node.mu.Unlock()
-	if execs != 1 {
+	if execs := len(h.node.shellCommands()); execs != 1 {
 		t.Fatalf("%d commands ran, want only the approved one", execs)
 	}
 	msgs := p.reqs[1].Messages
@@ -459,4 +455,54 @@ func TestTwoRunsOnOneSessionTakeTurns(t *testing.T) {
 		t.Fatalf("b's first click at x=%d", x)
 	}
 	_ = displayv1.MouseButton_MOUSE_BUTTON_LEFT
+}
+
+// A model that wants a smaller screen gets it from the display's scale_to:
+// screenshots arrive at its size and its coordinates map back to the
+// screen; zoom is the display's own. The bash tool uses the persistent
+// shell and restarts it on request.
+func TestScaledScreenAndPersistentShell(t *testing.T) {
+	p := &scripted{turns: []func(provider.Request) (*provider.Response, error){
+		toolTurn(call("t1", "computer", `{"action":"screenshot"}`)),
+		toolTurn(call("t2", "computer", `{"action":"left_click","coordinate":[512,320]}`)),
+		toolTurn(call("t3", "computer", `{"action":"zoom","region":[0,0,512,320]}`)),
+		toolTurn(call("t4", "bash", `{"restart":true}`)),
+		toolTurn(call("t5", "bash", `{"command":"false"}`)),
+	}}
+	h := newHarness(t, DefaultConfig(), fixed(p))
+	resp, err := h.client.CreateRun(context.Background(), &agentv1.CreateRunRequest{SessionId: "s-1", Prompt: "x", Options: &agentv1.RunOptions{ComputerTool: "computer_20251124", ScreenWidth: 1024, ScreenHeight: 640}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, h.client, resp.GetRun().GetId(), agentv1.RunState_RUN_STATE_SUCCEEDED)
+	h.node.mu.Lock()
+	scales, acts, restarts := h.node.scales, h.node.actions, h.node.restart
+	h.node.mu.Unlock()
+	for _, sc := range scales {
+		if sc.GetWidth() != 1024 || sc.GetHeight() != 640 {
+			t.Fatalf("scale_to = %v", scales)
+		}
+	}
+	if len(acts) != 2 || acts[0].GetClick().GetAt().GetX() != 640 || acts[0].GetClick().GetAt().GetY() != 400 {
+		t.Fatalf("actions = %v", acts)
+	}
+	if z := acts[1].GetZoom(); z.GetRegion().GetWidth() != 512 || z.GetSize().GetWidth() != 1024 {
+		t.Fatalf("zoom = %v", acts[1])
+	}
+	if restarts != 1 {
+		t.Fatalf("%d restarts", restarts)
+	}
+	result := func(i int) *provider.ToolResult {
+		msgs := p.reqs[i].Messages
+		return msgs[len(msgs)-1].Blocks[0].ToolResult
+	}
+	if img := result(1).Image; img == nil || !bytes.Equal(img.Data, h.node.shots[[2]int32{1024, 640}]) {
+		t.Fatalf("the screenshot is not the display's scaled one")
+	}
+	if r := result(4); r.Text != "tool has been restarted." {
+		t.Fatalf("restart result %+v", r)
+	}
+	if r := result(5); !r.IsError || !contains(r.Text, "exit code 1") {
+		t.Fatalf("failed command result %+v", r)
+	}
 }

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"image"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -116,18 +116,47 @@ func (e *Executor) DisplaySize(ctx context.Context) (int, int, error) {
 	return e.Scale.DisplayW, e.Scale.DisplayH, nil
 }
 
+// scaleTo is the size the display scales screenshots and coordinates to,
+// nil when the model sees the screen as it is.
+func (e *Executor) scaleTo() *displayv1.Size {
+	if e.Scale.ModelW <= 0 || e.Scale.ModelH <= 0 || (e.Scale.ModelW == e.Scale.DisplayW && e.Scale.ModelH == e.Scale.DisplayH) {
+		return nil
+	}
+	return &displayv1.Size{Width: int32(e.Scale.ModelW), Height: int32(e.Scale.ModelH)}
+}
+
+// modelScale maps the model's coordinates to the space the display is
+// asked in: the model's own pixels when the display scales (only Gemini's
+// 0-999 grid needs mapping), the screen's otherwise.
+func (e *Executor) modelScale() Scale {
+	sc := e.Scale
+	if e.scaleTo() != nil {
+		sc.DisplayW, sc.DisplayH = sc.ModelW, sc.ModelH
+	}
+	return sc
+}
+
 func (e *Executor) computer(ctx context.Context, call *provider.ToolCall) (Result, error) {
 	if err := e.ensureSize(ctx); err != nil {
 		return Result{}, err
 	}
-	plan, err := Decode(call, e.Scale)
+	sc := e.modelScale()
+	plan, err := Decode(call, sc)
 	if err != nil {
 		return Result{Text: err.Error(), IsError: true}, nil
 	}
+	scaleTo := e.scaleTo()
+	actions := plan.Actions
+	if plan.Zoom != nil {
+		// The display crops at full resolution, then fits the model's size.
+		actions = append(slices.Clone(actions), &displayv1.Action{Action: &displayv1.Action_Zoom{Zoom: &displayv1.Zoom{
+			Region: plan.Zoom, Size: &displayv1.Size{Width: int32(sc.ModelW), Height: int32(sc.ModelH)},
+		}}})
+	}
 	var shot *displayv1.ScreenshotResponse
 	var cursor *displayv1.Point
-	if len(plan.Actions) > 0 || plan.CursorOnly {
-		req := &displayv1.PerformActionsRequest{SessionId: e.SessionID, Actions: plan.Actions, Screenshot: plan.Screenshot && plan.Zoom == nil}
+	if len(actions) > 0 || plan.CursorOnly {
+		req := &displayv1.PerformActionsRequest{SessionId: e.SessionID, Actions: actions, Screenshot: plan.Screenshot && plan.Zoom == nil, ScaleTo: scaleTo}
 		if e.LeaseToken != nil {
 			req.LeaseToken = e.LeaseToken()
 		}
@@ -136,18 +165,23 @@ func (e *Executor) computer(ctx context.Context, call *provider.ToolCall) (Resul
 			return Result{}, err
 		}
 		shot, cursor = resp.GetScreenshot(), resp.GetCursor()
+		if plan.Zoom != nil {
+			if imgs := resp.GetImages(); len(imgs) > 0 {
+				shot = imgs[len(imgs)-1]
+			}
+		}
 	}
 	if plan.CursorOnly {
-		x, y := e.Scale.ToModel(cursor)
+		x, y := sc.ToModel(cursor)
 		return Result{Text: fmt.Sprintf("X=%d,Y=%d", x, y)}, nil
 	}
 	if shot == nil || len(shot.GetData()) == 0 {
-		shot, err = e.Display.Screenshot(ctx, &displayv1.ScreenshotRequest{SessionId: e.SessionID, Format: displayv1.ImageFormat_IMAGE_FORMAT_PNG})
+		shot, err = e.Display.Screenshot(ctx, &displayv1.ScreenshotRequest{SessionId: e.SessionID, Format: displayv1.ImageFormat_IMAGE_FORMAT_PNG, ScaleTo: scaleTo})
 		if err != nil {
 			return Result{}, err
 		}
 	}
-	return e.screenshotResult(shot, plan.Zoom)
+	return e.screenshotResult(shot, plan.Zoom != nil)
 }
 
 // Screenshot returns the screen as the model sees it.
@@ -155,29 +189,24 @@ func (e *Executor) Screenshot(ctx context.Context) (Result, error) {
 	if err := e.ensureSize(ctx); err != nil {
 		return Result{}, err
 	}
-	shot, err := e.Display.Screenshot(ctx, &displayv1.ScreenshotRequest{SessionId: e.SessionID, Format: displayv1.ImageFormat_IMAGE_FORMAT_PNG})
+	shot, err := e.Display.Screenshot(ctx, &displayv1.ScreenshotRequest{SessionId: e.SessionID, Format: displayv1.ImageFormat_IMAGE_FORMAT_PNG, ScaleTo: e.scaleTo()})
 	if err != nil {
 		return Result{}, err
 	}
-	return e.screenshotResult(shot, nil)
+	return e.screenshotResult(shot, false)
 }
 
-func (e *Executor) screenshotResult(shot *displayv1.ScreenshotResponse, zoom *displayv1.Rect) (Result, error) {
-	w, h := e.Scale.ModelW, e.Scale.ModelH
-	if w == 0 {
-		w, h = int(shot.GetWidth()), int(shot.GetHeight())
-	}
+// screenshotResult returns the display's image; a display that did not
+// scale it (one without scale_to) gets it scaled here.
+func (e *Executor) screenshotResult(shot *displayv1.ScreenshotResponse, zoom bool) (Result, error) {
+	w, h := int(shot.GetWidth()), int(shot.GetHeight())
 	data := shot.GetData()
-	if zoom != nil || int(shot.GetWidth()) != w || int(shot.GetHeight()) != h {
-		var crop *image.Rectangle
-		if zoom != nil {
-			r := image.Rect(int(zoom.X), int(zoom.Y), int(zoom.X+zoom.Width), int(zoom.Y+zoom.Height))
-			crop = &r
-		}
+	if !zoom && e.Scale.ModelW > 0 && (w != e.Scale.ModelW || h != e.Scale.ModelH) {
 		var err error
-		if data, err = scalePNG(data, crop, w, h); err != nil {
+		if data, err = scalePNG(data, nil, e.Scale.ModelW, e.Scale.ModelH); err != nil {
 			return Result{Text: err.Error(), IsError: true}, nil
 		}
+		w, h = e.Scale.ModelW, e.Scale.ModelH
 	}
 	ct := shot.GetContentType()
 	if ct == "" {
@@ -197,6 +226,9 @@ func (e *Executor) bash(ctx context.Context, raw json.RawMessage) (Result, error
 		return Result{Text: "bash input is not valid JSON", IsError: true}, nil
 	}
 	if in.Restart {
+		if _, err := e.Sandbox.RestartShell(ctx, &sandboxv1.RestartShellRequest{SessionId: e.SessionID}); err != nil && status.Code(err) != codes.Unimplemented {
+			return Result{}, err
+		}
 		return Result{Text: "tool has been restarted."}, nil
 	}
 	if strings.TrimSpace(in.Command) == "" {
@@ -206,7 +238,34 @@ func (e *Executor) bash(ctx context.Context, raw json.RawMessage) (Result, error
 	if timeout <= 0 {
 		timeout = 2 * time.Minute
 	}
-	stream, err := e.Sandbox.Exec(ctx, &sandboxv1.ExecRequest{SessionId: e.SessionID, Argv: []string{"bash", "-lc", in.Command}, Timeout: durationpb.New(timeout)})
+	// The session's persistent shell keeps the working directory and
+	// variables between calls, as the bash tool promises the model.
+	resp, err := e.Sandbox.RunShell(ctx, &sandboxv1.RunShellRequest{SessionId: e.SessionID, Command: in.Command, Timeout: durationpb.New(timeout)})
+	if status.Code(err) == codes.Unimplemented {
+		return e.bashExec(ctx, in.Command, timeout)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	r := Result{Text: string(resp.GetOutput())}
+	if resp.GetTruncated() {
+		r.Text += "\n[output truncated]"
+	}
+	switch {
+	case resp.GetTimedOut():
+		r.Text += fmt.Sprintf("\n[timed out after %s; the shell was restarted and its state lost]", timeout)
+		r.IsError = true
+	case resp.GetExitCode() != 0:
+		r.Text += fmt.Sprintf("\n[exit code %d]", resp.GetExitCode())
+		r.IsError = true
+	}
+	return r, nil
+}
+
+// bashExec runs one command in a fresh shell, for a sandbox without the
+// persistent shell.
+func (e *Executor) bashExec(ctx context.Context, command string, timeout time.Duration) (Result, error) {
+	stream, err := e.Sandbox.Exec(ctx, &sandboxv1.ExecRequest{SessionId: e.SessionID, Argv: []string{"bash", "-lc", command}, Timeout: durationpb.New(timeout)})
 	if err != nil {
 		return Result{}, err
 	}
