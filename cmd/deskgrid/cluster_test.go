@@ -202,6 +202,10 @@ type testCluster struct {
 	common   []string
 }
 
+// displayBase gives each node of the test its own X display numbers: the
+// nodes share this machine's /tmp/.X11-unix.
+var displayBase = map[string]int{"n1": 200, "n2": 300, "n3": 400}
+
 func (c *testCluster) startNode(id string, capacity int) *proc {
 	c.t.Helper()
 	dirs, ok := c.nodeDirs[id]
@@ -211,7 +215,8 @@ func (c *testCluster) startNode(id string, capacity int) *proc {
 	}
 	addr := freeAddr(c.t)
 	args := append([]string{"serve", "node", "-grpc-addr", addr, "-node-addr", addr, "-node-id", id,
-		"-node-max-sessions", strconv.Itoa(capacity), "-data-dir", dirs[0], "-runtime-dir", dirs[1], "-node-labels", "zone=" + id},
+		"-node-max-sessions", strconv.Itoa(capacity), "-data-dir", dirs[0], "-runtime-dir", dirs[1], "-node-labels", "zone=" + id,
+		"-first-display", strconv.Itoa(displayBase[id])},
 		c.common...)
 	p := startProc(c.t, "node "+id, addr, args...)
 	c.nodes[id] = p
@@ -527,6 +532,39 @@ func TestCluster(t *testing.T) {
 		}
 		for _, id := range victims {
 			c.delete(id) // LOST -> STOPPED, nothing left to do on the node
+		}
+	})
+
+	t.Run("kill -9 a node and restart it at once", func(t *testing.T) {
+		victims := c.running()["n2"]
+		if len(victims) == 0 {
+			t.Fatalf("n2 runs nothing: %v", c.running())
+		}
+		c.nodes["n2"].kill9()
+		// Back before its heartbeat expired: the sessions of its previous
+		// run are given up (LOST), not kept as if they still ran.
+		c.startNode("n2", capacity)
+		for _, id := range victims {
+			if st := c.get(id).GetState(); st != sessionv1.SessionState_SESSION_STATE_LOST {
+				t.Fatalf("session %s of the killed run is %s, want LOST", id, st)
+			}
+		}
+		ents, _ := os.ReadDir(filepath.Join(c.nodeDirs["n2"][1], "displays"))
+		for _, e := range ents {
+			for _, v := range victims {
+				if e.Name() == v {
+					t.Fatalf("display of lost session %s still on the restarted node", v)
+				}
+			}
+		}
+		for range 2 {
+			s, err := c.create(c.clients[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.screenshot(s.GetId()); err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 }

@@ -57,6 +57,7 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 		dc := display.DefaultConfig()
 		dc.RuntimeDir = s.cfg.RuntimeDir
 		dc.WarmDisplays = s.cfg.WarmDisplays
+		dc.FirstDisplay = s.cfg.FirstDisplay
 		dc.WindowManager = strings.Fields(s.cfg.WindowManager)
 		d, err := display.New(ctx, dc, display.Deps{Logger: s.logger.With("component", "display")})
 		if err != nil {

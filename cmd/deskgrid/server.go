@@ -52,6 +52,7 @@ type serverConfig struct {
 	NodeAddr        string
 	NodeMaxSessions int
 	WarmDisplays    int
+	FirstDisplay    int
 	WindowManager   string
 	WorkspaceRoots  string
 
@@ -114,6 +115,7 @@ func serverFlags(name string, stderr io.Writer) (*flag.FlagSet, *serverConfig) {
 	fs.BoolVar(&c.TenantAntiAffinity, "tenant-anti-affinity", false, "spread each tenant's sessions over nodes")
 	fs.IntVar(&c.NodeMaxSessions, "node-max-sessions", 64, "sessions one node holds at once")
 	fs.IntVar(&c.WarmDisplays, "warm-displays", 1, "X servers kept started at the default size, so creating a session does not wait for one")
+	fs.IntVar(&c.FirstDisplay, "first-display", 100, "lowest X display number the node uses; give nodes sharing one machine's /tmp disjoint ranges")
 	fs.StringVar(&c.WindowManager, "window-manager", "", "window manager started on every display, such as openbox; empty runs bare X")
 	fs.StringVar(&c.WorkspaceRoots, "workspace-roots", "", "comma-separated folders whose subfolders sessions may use as workspaces")
 	fs.StringVar(&c.SessionAddr, "session-addr", "127.0.0.1:9090", "gRPC address of the session service (gateway)")

@@ -17,6 +17,9 @@ type MemberConfig struct {
 	// node is gone (3 s when zero).
 	Interval time.Duration
 	TTL      time.Duration
+	// RestartWait bounds how long a restarted node waits for the control
+	// plane to give up the sessions of its previous run (3 × TTL when zero).
+	RestartWait time.Duration
 }
 
 // Member keeps a node registered and alive. Whenever it (re)joins — at
@@ -45,6 +48,9 @@ func Join(ctx context.Context, reg *Registry, cfg MemberConfig, logger *slog.Log
 	if cfg.TTL <= 0 {
 		cfg.TTL = 3 * time.Second
 	}
+	if cfg.RestartWait <= 0 {
+		cfg.RestartWait = 3 * cfg.TTL
+	}
 	if cfg.TTL <= cfg.Interval {
 		return nil, fmt.Errorf("cluster: heartbeat TTL %s must be longer than the interval %s", cfg.TTL, cfg.Interval)
 	}
@@ -58,13 +64,46 @@ func Join(ctx context.Context, reg *Registry, cfg MemberConfig, logger *slog.Log
 	if err := reg.Register(ctx, cfg.Node); err != nil {
 		return nil, err
 	}
-	// A restarted node may still look alive from its previous life; that
-	// life's sessions are gone with its processes unless the map keeps them.
+	// A node restarted before its heartbeat expired still looks alive, and
+	// the map still gives it the sessions of its previous life, whose X
+	// servers died with that process. End the old heartbeat so the control
+	// plane marks them LOST and releases them, then start afresh.
+	if err := m.waitForPreviousLife(ctx); err != nil {
+		return nil, err
+	}
 	if err := m.rejoin(ctx); err != nil {
 		return nil, err
 	}
 	go m.loop()
 	return m, nil
+}
+
+func (m *Member) waitForPreviousLife(ctx context.Context) error {
+	held, err := m.reg.Assigned(ctx, m.cfg.Node.ID)
+	if err != nil || len(held) == 0 {
+		return err
+	}
+	m.log.Warn("the session map still gives this node sessions of its previous run; waiting for the control plane to mark them lost", "sessions", len(held))
+	if err := m.reg.Leave(ctx, m.cfg.Node.ID); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(m.cfg.RestartWait)
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(m.cfg.Interval / 4):
+		}
+		held, err := m.reg.Assigned(ctx, m.cfg.Node.ID)
+		if err != nil {
+			return err
+		}
+		if len(held) == 0 {
+			return nil
+		}
+	}
+	m.log.Warn("no session service released the sessions of the previous run in time; keeping their records as they are", "waited", m.cfg.RestartWait)
+	return nil
 }
 
 func (m *Member) rejoin(ctx context.Context) error {
