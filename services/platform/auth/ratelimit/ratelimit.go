@@ -1,0 +1,246 @@
+// Package ratelimit limits request rates per API key with token buckets:
+// as HTTP middleware (429 with Retry-After) and gRPC interceptors
+// (ResourceExhausted with a RetryInfo detail and a retry-after header).
+// Callers are told apart by their key (auth.Principal.KeyID), or by client
+// address before authentication; the internal token is never limited.
+// Memory is bounded: at most MaxKeys buckets, least recently used dropped
+// first, and buckets idle for IdleTTL dropped as new ones arrive.
+package ratelimit
+
+import (
+	"container/list"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/deskgrid/deskgrid/services/platform/auth"
+)
+
+// Config tunes a Limiter.
+type Config struct {
+	// Rate is the sustained requests per second one caller may make.
+	// Default 20.
+	Rate float64
+	// Burst is how many requests may come at once. Default 2*Rate.
+	Burst int
+	// MaxKeys bounds the buckets kept. Default 10000.
+	MaxKeys int
+	// IdleTTL drops a bucket not used for this long (a full bucket again,
+	// so nothing is lost). Default 10m.
+	IdleTTL time.Duration
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+}
+
+// DefaultConfig is the configuration the defaults above describe.
+func DefaultConfig() Config {
+	return Config{Rate: 20, Burst: 40, MaxKeys: 10000, IdleTTL: 10 * time.Minute}
+}
+
+// Limiter holds one token bucket per caller.
+type Limiter struct {
+	cfg Config
+
+	mu    sync.Mutex
+	lru   *list.List // of *bucket, most recent at the front
+	byKey map[string]*list.Element
+}
+
+type bucket struct {
+	key  string
+	lim  *rate.Limiter
+	last time.Time
+}
+
+// New returns a limiter; zero fields take DefaultConfig's values.
+func New(cfg Config) *Limiter {
+	d := DefaultConfig()
+	if cfg.Rate <= 0 {
+		cfg.Rate = d.Rate
+	}
+	if cfg.Burst <= 0 {
+		cfg.Burst = max(1, int(math.Ceil(2*cfg.Rate)))
+	}
+	if cfg.MaxKeys <= 0 {
+		cfg.MaxKeys = d.MaxKeys
+	}
+	if cfg.IdleTTL <= 0 {
+		cfg.IdleTTL = d.IdleTTL
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Limiter{cfg: cfg, lru: list.New(), byKey: map[string]*list.Element{}}
+}
+
+// Allow takes one token from key's bucket. When none is left it returns
+// false and how long until one is.
+func (l *Limiter) Allow(key string) (ok bool, retryAfter time.Duration) {
+	now := l.cfg.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var b *bucket
+	if e, found := l.byKey[key]; found {
+		b = e.Value.(*bucket)
+		l.lru.MoveToFront(e)
+	} else {
+		l.sweepLocked(now)
+		b = &bucket{key: key, lim: rate.NewLimiter(rate.Limit(l.cfg.Rate), l.cfg.Burst)}
+		l.byKey[key] = l.lru.PushFront(b)
+	}
+	b.last = now
+	r := b.lim.ReserveN(now, 1)
+	if !r.OK() {
+		return false, time.Second
+	}
+	if d := r.DelayFrom(now); d > 0 {
+		r.CancelAt(now)
+		return false, d
+	}
+	return true, 0
+}
+
+// sweepLocked drops idle buckets from the back, then the least recently
+// used until there is room for one more.
+func (l *Limiter) sweepLocked(now time.Time) {
+	for e := l.lru.Back(); e != nil; e = l.lru.Back() {
+		b := e.Value.(*bucket)
+		if now.Sub(b.last) < l.cfg.IdleTTL && l.lru.Len() < l.cfg.MaxKeys {
+			return
+		}
+		l.lru.Remove(e)
+		delete(l.byKey, b.key)
+	}
+}
+
+// Len is the number of buckets held.
+func (l *Limiter) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lru.Len()
+}
+
+// CallerKey names the caller of ctx for limiting: its key id, or "" for
+// the internal token (not limited), or fallback when unauthenticated.
+func CallerKey(ctx context.Context, fallback string) string {
+	if p, ok := auth.FromContext(ctx); ok {
+		if p.System {
+			return ""
+		}
+		return "key:" + p.KeyID
+	}
+	return "addr:" + fallback
+}
+
+// RetryAfterSeconds is d rounded up to whole seconds, at least 1: the
+// Retry-After value.
+func RetryAfterSeconds(d time.Duration) int {
+	return max(1, int(math.Ceil(d.Seconds())))
+}
+
+func message(d time.Duration) string {
+	return fmt.Sprintf("rate limit exceeded: retry in %ds", RetryAfterSeconds(d))
+}
+
+// Middleware limits HTTP requests. Put it after auth.Middleware so
+// requests are counted against their key.
+func (l *Limiter) Middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			host = r.RemoteAddr
+		}
+		key := CallerKey(r.Context(), host)
+		if key != "" && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
+			if ok, d := l.Allow(key); !ok {
+				w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds(d)))
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusTooManyRequests)
+				_ = json.NewEncoder(w).Encode(struct {
+					Code    int    `json:"code"`
+					Message string `json:"message"`
+				}{int(codes.ResourceExhausted), message(d)})
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// check returns the refusal for a call over the limit, and the header
+// that says when to retry.
+func (l *Limiter) check(ctx context.Context, method string) (metadata.MD, error) {
+	if strings.HasPrefix(method, "/grpc.health.v1.Health/") {
+		return nil, nil // probes must answer however busy a caller is
+	}
+	addr := ""
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		addr = p.Addr.String()
+		if host, _, err := net.SplitHostPort(addr); err == nil {
+			addr = host
+		}
+	}
+	key := CallerKey(ctx, addr)
+	if key == "" {
+		return nil, nil
+	}
+	ok, d := l.Allow(key)
+	if ok {
+		return nil, nil
+	}
+	st := status.New(codes.ResourceExhausted, message(d))
+	if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)}); err == nil {
+		st = withInfo
+	}
+	// The gateway passes the header on as Grpc-Metadata-Retry-After; gRPC
+	// clients read RetryInfo.
+	return metadata.Pairs("retry-after", strconv.Itoa(RetryAfterSeconds(d))), st.Err()
+}
+
+// UnaryServerInterceptor limits unary calls.
+func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if md, err := l.check(ctx, info.FullMethod); err != nil {
+			_ = grpc.SetHeader(ctx, md)
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// StreamServerInterceptor limits the opening of streams (not their
+// messages).
+func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if md, err := l.check(ss.Context(), info.FullMethod); err != nil {
+			_ = ss.SetHeader(md)
+			return err
+		}
+		return handler(srv, ss)
+	}
+}
+
+// ServerOptions returns both interceptors as server options; pass them
+// after auth.ServerOptions so calls are counted against their key.
+func (l *Limiter) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(l.StreamServerInterceptor()),
+	}
+}
