@@ -19,6 +19,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/deskgrid/deskgrid/services/platform/auth/secretbox"
 )
 
 // Mode is what the holder may do with the view.
@@ -281,4 +283,25 @@ func (i *Issuer) RevokeViewerToken(ctx context.Context, tokenID string, expiry t
 		expiry = i.cfg.Now().Add(i.cfg.MaxTTL)
 	}
 	return i.rev.Revoke(ctx, tokenID, expiry)
+}
+
+// ParseKeys reads signing keys from configuration in the secretbox format
+// (comma-separated "id:key", 32-byte keys in base64 or hex, current first).
+func ParseKeys(spec string) ([]SigningKey, error) {
+	keys, err := secretbox.ParseKeys(spec)
+	if err != nil {
+		return nil, fmt.Errorf("viewer signing keys: %w", err)
+	}
+	out := make([]SigningKey, len(keys))
+	for i, k := range keys {
+		out[i] = SigningKey{ID: k.ID, Secret: k.Secret}
+	}
+	return out, nil
+}
+
+// NewSigningKey returns a random key: for a single process with nothing
+// configured, where tokens need not outlive a restart.
+func NewSigningKey(id string) SigningKey {
+	k := secretbox.NewKey(id)
+	return SigningKey{ID: k.ID, Secret: k.Secret}
 }

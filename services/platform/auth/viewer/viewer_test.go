@@ -295,3 +295,22 @@ func BenchmarkVerifyViewerToken(b *testing.B) {
 		}
 	}
 }
+
+func TestKeysFromConfig(t *testing.T) {
+	a, b := NewSigningKey("a"), NewSigningKey("b")
+	keys, err := ParseKeys("a:" + base64.StdEncoding.EncodeToString(a.Secret) + ",b:" + hex.EncodeToString(b.Secret))
+	if err != nil || len(keys) != 2 || keys[0].ID != "a" || !bytes.Equal(keys[1].Secret, b.Secret) {
+		t.Fatalf("ParseKeys = %+v, %v", keys, err)
+	}
+	if _, err := ParseKeys("a:short"); err == nil {
+		t.Fatal("short key accepted")
+	}
+	iss, err := New(Config{Keys: keys}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _, _ := iss.IssueViewerToken("s", "t", ModeView, 0)
+	if _, err := iss.VerifyViewerToken(context.Background(), tok, "s"); err != nil {
+		t.Fatal(err)
+	}
+}
