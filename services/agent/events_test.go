@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
 	"github.com/deskgrid/deskgrid/services/agent/provider"
@@ -227,4 +229,72 @@ type lostError struct{ want, got int64 }
 
 func (e *lostError) Error() string {
 	return fmt.Sprintf("event lost: wanted %d, got %d", e.want, e.got)
+}
+
+// What a run publishes is what the history files: its event types, the run
+// id in the envelope, and the content in top-level payload fields
+// (docs/history.md), screenshots with their image.
+func TestPublishedEventsSpeakTheHistorysFormat(t *testing.T) {
+	p := &scripted{turns: []func(provider.Request) (*provider.Response, error){
+		toolTurn(call("t1", "computer", `{"action":"screenshot"}`)),
+		toolTurn(call("t2", "bash", `{"command":"echo hi"}`)),
+	}}
+	var js jetstream.JetStream
+	h := newHarness(t, DefaultConfig(), fixed(p), withJetStream(t), func(d *Deps) { js = d.JetStream })
+	ctx := context.Background()
+	resp, err := h.client.CreateRun(ctx, &agentv1.CreateRunRequest{SessionId: "s-1", Prompt: "look around", Provider: "anthropic", Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetRun().GetId()
+	run := waitState(t, h.client, id, agentv1.RunState_RUN_STATE_SUCCEEDED)
+	cons, err := js.OrderedConsumer(ctx, events.StreamName, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.SessionSubject("s-1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byType := map[string][]map[string]any{}
+	for got := int64(0); got < run.GetEventSequence(); got++ {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("after %d of %d events: %v", got, run.GetEventSequence(), err)
+		}
+		_, env, err := events.Decode(ctx, m.Data(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if env.GetRunId() != id || env.GetTenant() != DefaultTenant || m.Headers().Get("Deskgrid-Run-Id") != id {
+			t.Fatalf("envelope %v", env)
+		}
+		b, err := protojson.Marshal(env.GetPayload())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fields map[string]any
+		if err := json.Unmarshal(b, &fields); err != nil {
+			t.Fatal(err)
+		}
+		if fields["runId"] != id {
+			t.Fatalf("payload %s", b)
+		}
+		byType[env.GetType()] = append(byType[env.GetType()], fields)
+	}
+	has := func(typ, field string, want any) {
+		t.Helper()
+		for _, f := range byType[typ] {
+			if want == nil && f[field] != nil || f[field] == want {
+				return
+			}
+		}
+		t.Fatalf("no %s event with %s = %v: %v", typ, field, want, byType[typ])
+	}
+	has("agent.message.v1", "text", "look around")
+	has("agent.message.v1", "role", "user")
+	has("agent.tool_call.v1", "tool", "bash")
+	has("agent.tool_call.v1", "inputJson", `{"command":"echo hi"}`)
+	has("agent.tool_result.v1", "output", "ran: echo hi\n")
+	has("agent.screenshot.v1", "data", nil)
+	has("agent.screenshot.v1", "contentType", "image/png")
+	has("agent.usage.v1", "inputTokens", "100")
+	has("agent.usage.v1", "provider", "anthropic")
+	has("agent.run_state_changed.v1", "state", "RUN_STATE_SUCCEEDED")
 }

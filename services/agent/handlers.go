@@ -24,11 +24,12 @@ import (
 // sink is where a run's events are made durable: JetStream directly
 // (asynchronous, batched) when the service has it, else the publisher.
 func (s *Service) sink(rec *agentv1.Run) runlog.Sink {
+	info := runlog.RunInfo{Tenant: rec.GetTenant(), SessionID: rec.GetSessionId(), Provider: rec.GetProvider(), Model: rec.GetModel()}
 	switch {
 	case s.asyncJS != nil:
-		return runlog.JetStreamSink{JS: s.asyncJS, Tenant: rec.GetTenant(), SessionID: rec.GetSessionId()}
+		return runlog.JetStreamSink{JS: s.asyncJS, Info: info}
 	case s.deps.Publisher != nil:
-		return runlog.PublisherSink{Publisher: s.deps.Publisher, Tenant: rec.GetTenant(), SessionID: rec.GetSessionId()}
+		return runlog.PublisherSink{Publisher: s.deps.Publisher, Info: info}
 	default:
 		return nil
 	}

@@ -352,9 +352,11 @@ func (r *run) runTool(ctx context.Context, call *provider.ToolCall, step int32) 
 	res.Text, res.IsError = out.Text, out.IsError
 	if out.Image != nil {
 		res.Image = out.Image
-		r.log.Append(&agentv1.RunEvent{Event: &agentv1.RunEvent_Screenshot{Screenshot: &agentv1.ScreenshotRef{
+		// The image goes to the event stream (the history keeps it); the
+		// event in memory only refers to it.
+		r.log.AppendData(&agentv1.RunEvent{Event: &agentv1.RunEvent_Screenshot{Screenshot: &agentv1.ScreenshotRef{
 			ToolCallId: call.ID, ContentType: out.Image.MediaType, Width: int32(out.Width), Height: int32(out.Height), SizeBytes: int64(len(out.Image.Data)),
-		}}, Step: step})
+		}}, Step: step}, out.Image.Data)
 	}
 	r.finishTool(tc, res, step)
 	return res, nil

@@ -19,8 +19,8 @@ import (
 )
 
 // Event types of run events in the deskgrid event stream, as the history
-// service files them (docs/history.md); the payload is always the
-// agentv1.RunEvent, and the envelope's run_id names the run.
+// service files them (docs/history.md); the payload is always an
+// agentv1.RunEventRecord, and the envelope's run_id names the run.
 const (
 	TypeMessage    = "agent.message.v1"
 	TypeToolCall   = "agent.tool_call.v1"
@@ -58,9 +58,45 @@ func agentSubject(sessionID string) string {
 	return events.SubjectPrefix + "." + sessionID + ".agent.>"
 }
 
+// RunInfo is what the records of a run's events say about the run.
+type RunInfo struct {
+	Tenant, SessionID string
+	Provider, Model   string
+}
+
+// Record is the published form of a run event: the event, and its content
+// in the fields the history indexes. data is a screenshot's image.
+func Record(info RunInfo, ev *agentv1.RunEvent, data []byte) *agentv1.RunEventRecord {
+	r := &agentv1.RunEventRecord{RunId: ev.GetRunId(), Event: ev}
+	switch e := ev.GetEvent().(type) {
+	case *agentv1.RunEvent_TextDelta:
+		r.Role, r.Text = "assistant", e.TextDelta
+	case *agentv1.RunEvent_ThinkingDelta:
+		r.Role, r.Thinking = "assistant", e.ThinkingDelta
+	case *agentv1.RunEvent_UserMessage:
+		r.Role, r.Text = "user", e.UserMessage
+	case *agentv1.RunEvent_ToolCall:
+		tc := e.ToolCall
+		r.CallId, r.Tool, r.InputJson = tc.GetId(), tc.GetTool(), tc.GetInputJson()
+		if tc.GetFinished() {
+			r.Output, r.IsError = tc.GetOutput(), tc.GetIsError()
+		}
+	case *agentv1.RunEvent_Screenshot:
+		sh := e.Screenshot
+		r.CallId, r.ContentType, r.Width, r.Height, r.Data = sh.GetToolCallId(), sh.GetContentType(), sh.GetWidth(), sh.GetHeight(), data
+	case *agentv1.RunEvent_Usage:
+		u := e.Usage
+		r.Provider, r.Model = info.Provider, info.Model
+		r.InputTokens, r.OutputTokens, r.CacheReadTokens, r.CacheWriteTokens = u.GetInputTokens(), u.GetOutputTokens(), u.GetCacheReadTokens(), u.GetCacheWriteTokens()
+	case *agentv1.RunEvent_State:
+		r.State, r.Reason = e.State, ev.GetReason()
+	}
+	return r
+}
+
 // Envelope wraps a run event in the deskgrid event envelope.
-func Envelope(tenant, sessionID string, ev *agentv1.RunEvent) (*nats.Msg, error) {
-	payload, err := anypb.New(ev)
+func Envelope(info RunInfo, ev *agentv1.RunEvent, data []byte) (*nats.Msg, error) {
+	payload, err := anypb.New(Record(info, ev, data))
 	if err != nil {
 		return nil, fmt.Errorf("wrap run event: %w", err)
 	}
@@ -69,26 +105,35 @@ func Envelope(tenant, sessionID string, ev *agentv1.RunEvent) (*nats.Msg, error)
 		// The id is the run and sequence, so a retried publish is dropped
 		// by JetStream's duplicate window instead of stored twice.
 		Id:   ev.GetRunId() + "." + strconv.FormatInt(ev.GetSequence(), 10),
-		Type: typ, Time: ev.GetTime(), Tenant: tenant, SessionId: sessionID,
+		Type: typ, Time: ev.GetTime(), Tenant: info.Tenant, SessionId: info.SessionID,
 		Sequence: ev.GetSequence(), RunId: ev.GetRunId(), Payload: payload,
 	}
-	data, err := proto.Marshal(env)
+	data, err = proto.Marshal(env)
 	if err != nil {
 		return nil, fmt.Errorf("encode run event: %w", err)
 	}
-	m := nats.NewMsg(events.Subject(sessionID, typ))
+	m := nats.NewMsg(events.Subject(info.SessionID, typ))
 	m.Data = data
 	m.Header.Set(HeaderRunID, ev.GetRunId())
 	m.Header.Set(jetstream.MsgIDHeader, env.GetId())
 	return m, nil
 }
 
+// runEvent reads the run event back from an envelope's payload.
+func runEvent(env *eventsv1.Event) (*agentv1.RunEvent, bool) {
+	var rec agentv1.RunEventRecord
+	if env.GetPayload().UnmarshalTo(&rec) != nil || rec.GetEvent() == nil {
+		return nil, false
+	}
+	return rec.GetEvent(), true
+}
+
 // JetStreamSink publishes a run's events asynchronously: a batch goes out
 // without waiting between messages, then its acks are collected, so a run
 // costs one round trip per batch rather than per event.
 type JetStreamSink struct {
-	JS                jetstream.JetStream
-	Tenant, SessionID string
+	JS   jetstream.JetStream
+	Info RunInfo
 	// AckWait bounds the wait for a batch's acks; 0 means 10 s.
 	AckWait time.Duration
 }
@@ -110,16 +155,16 @@ func NewAsyncJetStream(js jetstream.JetStream, maxPending int) (jetstream.JetStr
 
 // WriteBatch implements Sink. Events whose publish failed are retried
 // (synchronously, a few times) with the same message id.
-func (s JetStreamSink) WriteBatch(ctx context.Context, evs []*agentv1.RunEvent) error {
+func (s JetStreamSink) WriteBatch(ctx context.Context, items []Item) error {
 	wait := s.AckWait
 	if wait <= 0 {
 		wait = 10 * time.Second
 	}
-	msgs := make([]*nats.Msg, len(evs))
-	futures := make([]jetstream.PubAckFuture, len(evs))
+	msgs := make([]*nats.Msg, len(items))
+	futures := make([]jetstream.PubAckFuture, len(items))
 	var failed []int
-	for i, ev := range evs {
-		m, err := Envelope(s.Tenant, s.SessionID, ev)
+	for i, it := range items {
+		m, err := Envelope(s.Info, it.Event, it.Data)
 		if err != nil {
 			return err
 		}
@@ -157,7 +202,7 @@ func (s JetStreamSink) WriteBatch(ctx context.Context, evs []*agentv1.RunEvent) 
 			time.Sleep(time.Duration(50<<attempt) * time.Millisecond)
 		}
 		if err != nil {
-			return fmt.Errorf("publish run event %d: %w", evs[i].GetSequence(), err)
+			return fmt.Errorf("publish run event %d: %w", items[i].Event.GetSequence(), err)
 		}
 	}
 	return nil
@@ -166,16 +211,17 @@ func (s JetStreamSink) WriteBatch(ctx context.Context, evs []*agentv1.RunEvent) 
 // PublisherSink makes run events durable through a platform publisher, one
 // acknowledged publish at a time; JetStreamSink is the fast path.
 type PublisherSink struct {
-	Publisher         events.Publisher
-	Tenant, SessionID string
+	Publisher events.Publisher
+	Info      RunInfo
 }
 
 // WriteBatch implements Sink.
-func (p PublisherSink) WriteBatch(ctx context.Context, evs []*agentv1.RunEvent) error {
-	for _, ev := range evs {
+func (p PublisherSink) WriteBatch(ctx context.Context, items []Item) error {
+	for _, it := range items {
+		ev := it.Event
 		var err error
 		for i := range 5 {
-			_, err = p.Publisher.Publish(ctx, events.Meta{Type: TypeOf(ev), SessionID: p.SessionID, Tenant: p.Tenant, Sequence: ev.GetSequence()}, ev)
+			_, err = p.Publisher.Publish(ctx, events.Meta{Type: TypeOf(ev), SessionID: p.Info.SessionID, Tenant: p.Info.Tenant, Sequence: ev.GetSequence()}, Record(p.Info, ev, it.Data))
 			if err == nil {
 				break
 			}
@@ -232,12 +278,12 @@ func (r JetStreamReplayer) Replay(ctx context.Context, sessionID, runID string, 
 			if err != nil || env.GetPayload() == nil || (env.GetRunId() != "" && env.GetRunId() != runID) {
 				continue
 			}
-			var ev agentv1.RunEvent
-			if env.GetPayload().UnmarshalTo(&ev) != nil || ev.GetRunId() != runID {
+			ev, ok := runEvent(env)
+			if !ok || ev.GetRunId() != runID {
 				continue
 			}
 			if seq := ev.GetSequence(); seq > after && (before <= 0 || seq < before) {
-				found[seq] = &ev
+				found[seq] = ev
 			}
 		}
 		cancel()

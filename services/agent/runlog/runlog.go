@@ -23,10 +23,17 @@ type Replayer interface {
 	Replay(ctx context.Context, sessionID, runID string, after, before int64, fn func(*agentv1.RunEvent) error) error
 }
 
+// Item is an event on its way to the durable log, with the bytes it refers
+// to (a screenshot's image), which stay out of memory once it is stored.
+type Item struct {
+	Event *agentv1.RunEvent
+	Data  []byte
+}
+
 // Sink receives every event, in order and in batches, to make it durable.
 // WriteBatch returns once every event of the batch is stored.
 type Sink interface {
-	WriteBatch(ctx context.Context, evs []*agentv1.RunEvent) error
+	WriteBatch(ctx context.Context, items []Item) error
 }
 
 // maxBatch bounds the events handed to the sink at once; with the sink
@@ -54,7 +61,7 @@ type Log struct {
 	done    bool
 	changed chan struct{}
 
-	out      chan *agentv1.RunEvent
+	out      chan Item
 	queue    int // capacity of out
 	batchMax int
 	sinkErr  error
@@ -77,7 +84,7 @@ func New(sessionID, runID string, startSeq int64, ringSize, sinkQueue int, sink 
 			sinkQueue = max(ringSize/2-l.batchMax, 1)
 		}
 		l.queue = sinkQueue
-		l.out = make(chan *agentv1.RunEvent, sinkQueue)
+		l.out = make(chan Item, sinkQueue)
 		go l.forward(sink, l.out)
 	} else {
 		close(l.flushed)
@@ -85,9 +92,9 @@ func New(sessionID, runID string, startSeq int64, ringSize, sinkQueue int, sink 
 	return l
 }
 
-func (l *Log) forward(sink Sink, out <-chan *agentv1.RunEvent) {
+func (l *Log) forward(sink Sink, out <-chan Item) {
 	defer close(l.flushed)
-	batch := make([]*agentv1.RunEvent, 0, l.batchMax)
+	batch := make([]Item, 0, l.batchMax)
 	for ev := range out {
 		// Whatever queued up while the last batch was stored goes in the next.
 		batch = append(batch[:0], ev)
@@ -116,7 +123,11 @@ func (l *Log) forward(sink Sink, out <-chan *agentv1.RunEvent) {
 }
 
 // Append numbers ev, stores it and wakes readers. It returns ev.
-func (l *Log) Append(ev *agentv1.RunEvent) *agentv1.RunEvent {
+func (l *Log) Append(ev *agentv1.RunEvent) *agentv1.RunEvent { return l.AppendData(ev, nil) }
+
+// AppendData is Append for an event whose bytes (data) go to the durable
+// log with it but are not kept in memory.
+func (l *Log) AppendData(ev *agentv1.RunEvent, data []byte) *agentv1.RunEvent {
 	l.sendMu.Lock()
 	defer l.sendMu.Unlock()
 	l.mu.Lock()
@@ -145,7 +156,7 @@ func (l *Log) Append(ev *agentv1.RunEvent) *agentv1.RunEvent {
 	if out != nil {
 		// Blocks only when the durable log has fallen a whole queue behind:
 		// the run waits rather than lose events.
-		out <- ev
+		out <- Item{Event: ev, Data: data}
 	}
 	return ev
 }
@@ -208,7 +219,7 @@ func (l *Log) Reopen(sink Sink) {
 			l.batchMax = min(maxBatch, max(len(l.ring)/4, 1))
 			l.queue = max(len(l.ring)/2-l.batchMax, 1)
 		}
-		l.out = make(chan *agentv1.RunEvent, l.queue)
+		l.out = make(chan Item, l.queue)
 		go l.forward(sink, l.out)
 	} else {
 		l.out = nil

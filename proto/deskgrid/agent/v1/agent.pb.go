@@ -1344,6 +1344,227 @@ func (x *ToolCall) GetSafetyChecks() []string {
 	return nil
 }
 
+// RunEventRecord is how a run event travels on the deskgrid event stream,
+// as the payload of the agent.* event types: the event itself, for readers
+// resuming a run, and its content as top-level fields, the names the
+// history service indexes (docs/history.md).
+type RunEventRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	RunId string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Event *RunEvent              `protobuf:"bytes,2,opt,name=event,proto3" json:"event,omitempty"`
+	// agent.message.v1: "user" or "assistant", with its text or thinking.
+	Role     string `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"`
+	Text     string `protobuf:"bytes,4,opt,name=text,proto3" json:"text,omitempty"`
+	Thinking string `protobuf:"bytes,5,opt,name=thinking,proto3" json:"thinking,omitempty"`
+	// agent.tool_call.v1 and agent.tool_result.v1.
+	CallId    string `protobuf:"bytes,6,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	Tool      string `protobuf:"bytes,7,opt,name=tool,proto3" json:"tool,omitempty"`
+	InputJson string `protobuf:"bytes,8,opt,name=input_json,json=inputJson,proto3" json:"input_json,omitempty"`
+	Output    string `protobuf:"bytes,9,opt,name=output,proto3" json:"output,omitempty"`
+	IsError   bool   `protobuf:"varint,10,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
+	// agent.screenshot.v1: the image the model was shown.
+	ContentType string `protobuf:"bytes,11,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	Data        []byte `protobuf:"bytes,12,opt,name=data,proto3" json:"data,omitempty"`
+	Width       int32  `protobuf:"varint,13,opt,name=width,proto3" json:"width,omitempty"`
+	Height      int32  `protobuf:"varint,14,opt,name=height,proto3" json:"height,omitempty"`
+	// agent.usage.v1: one model turn.
+	Provider         string `protobuf:"bytes,15,opt,name=provider,proto3" json:"provider,omitempty"`
+	Model            string `protobuf:"bytes,16,opt,name=model,proto3" json:"model,omitempty"`
+	InputTokens      int64  `protobuf:"varint,17,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	OutputTokens     int64  `protobuf:"varint,18,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	CacheReadTokens  int64  `protobuf:"varint,19,opt,name=cache_read_tokens,json=cacheReadTokens,proto3" json:"cache_read_tokens,omitempty"`
+	CacheWriteTokens int64  `protobuf:"varint,20,opt,name=cache_write_tokens,json=cacheWriteTokens,proto3" json:"cache_write_tokens,omitempty"`
+	// agent.run_state_changed.v1.
+	State         RunState `protobuf:"varint,21,opt,name=state,proto3,enum=deskgrid.agent.v1.RunState" json:"state,omitempty"`
+	Reason        string   `protobuf:"bytes,22,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunEventRecord) Reset() {
+	*x = RunEventRecord{}
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunEventRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunEventRecord) ProtoMessage() {}
+
+func (x *RunEventRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunEventRecord.ProtoReflect.Descriptor instead.
+func (*RunEventRecord) Descriptor() ([]byte, []int) {
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RunEventRecord) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *RunEventRecord) GetEvent() *RunEvent {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *RunEventRecord) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *RunEventRecord) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *RunEventRecord) GetThinking() string {
+	if x != nil {
+		return x.Thinking
+	}
+	return ""
+}
+
+func (x *RunEventRecord) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *RunEventRecord) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *RunEventRecord) GetInputJson() string {
+	if x != nil {
+		return x.InputJson
+	}
+	return ""
+}
+
+func (x *RunEventRecord) GetOutput() string {
+	if x != nil {
+		return x.Output
+	}
+	return ""
+}
+
+func (x *RunEventRecord) GetIsError() bool {
+	if x != nil {
+		return x.IsError
+	}
+	return false
+}
+
+func (x *RunEventRecord) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *RunEventRecord) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *RunEventRecord) GetWidth() int32 {
+	if x != nil {
+		return x.Width
+	}
+	return 0
+}
+
+func (x *RunEventRecord) GetHeight() int32 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
+func (x *RunEventRecord) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *RunEventRecord) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *RunEventRecord) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *RunEventRecord) GetOutputTokens() int64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *RunEventRecord) GetCacheReadTokens() int64 {
+	if x != nil {
+		return x.CacheReadTokens
+	}
+	return 0
+}
+
+func (x *RunEventRecord) GetCacheWriteTokens() int64 {
+	if x != nil {
+		return x.CacheWriteTokens
+	}
+	return 0
+}
+
+func (x *RunEventRecord) GetState() RunState {
+	if x != nil {
+		return x.State
+	}
+	return RunState_RUN_STATE_UNSPECIFIED
+}
+
+func (x *RunEventRecord) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type StreamRunEventsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Event         *RunEvent              `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
@@ -1353,7 +1574,7 @@ type StreamRunEventsResponse struct {
 
 func (x *StreamRunEventsResponse) Reset() {
 	*x = StreamRunEventsResponse{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1365,7 +1586,7 @@ func (x *StreamRunEventsResponse) String() string {
 func (*StreamRunEventsResponse) ProtoMessage() {}
 
 func (x *StreamRunEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1378,7 +1599,7 @@ func (x *StreamRunEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRunEventsResponse.ProtoReflect.Descriptor instead.
 func (*StreamRunEventsResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StreamRunEventsResponse) GetEvent() *RunEvent {
@@ -1402,7 +1623,7 @@ type SendMessageRequest struct {
 
 func (x *SendMessageRequest) Reset() {
 	*x = SendMessageRequest{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1414,7 +1635,7 @@ func (x *SendMessageRequest) String() string {
 func (*SendMessageRequest) ProtoMessage() {}
 
 func (x *SendMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1427,7 +1648,7 @@ func (x *SendMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendMessageRequest.ProtoReflect.Descriptor instead.
 func (*SendMessageRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SendMessageRequest) GetRunId() string {
@@ -1460,7 +1681,7 @@ type SendMessageResponse struct {
 
 func (x *SendMessageResponse) Reset() {
 	*x = SendMessageResponse{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1472,7 +1693,7 @@ func (x *SendMessageResponse) String() string {
 func (*SendMessageResponse) ProtoMessage() {}
 
 func (x *SendMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1485,7 +1706,7 @@ func (x *SendMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendMessageResponse.ProtoReflect.Descriptor instead.
 func (*SendMessageResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SendMessageResponse) GetRun() *Run {
@@ -1506,7 +1727,7 @@ type ApproveStepRequest struct {
 
 func (x *ApproveStepRequest) Reset() {
 	*x = ApproveStepRequest{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1518,7 +1739,7 @@ func (x *ApproveStepRequest) String() string {
 func (*ApproveStepRequest) ProtoMessage() {}
 
 func (x *ApproveStepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1531,7 +1752,7 @@ func (x *ApproveStepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveStepRequest.ProtoReflect.Descriptor instead.
 func (*ApproveStepRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ApproveStepRequest) GetRunId() string {
@@ -1557,7 +1778,7 @@ type ApproveStepResponse struct {
 
 func (x *ApproveStepResponse) Reset() {
 	*x = ApproveStepResponse{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1569,7 +1790,7 @@ func (x *ApproveStepResponse) String() string {
 func (*ApproveStepResponse) ProtoMessage() {}
 
 func (x *ApproveStepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1582,7 +1803,7 @@ func (x *ApproveStepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveStepResponse.ProtoReflect.Descriptor instead.
 func (*ApproveStepResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ApproveStepResponse) GetRun() *Run {
@@ -1604,7 +1825,7 @@ type RejectStepRequest struct {
 
 func (x *RejectStepRequest) Reset() {
 	*x = RejectStepRequest{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1616,7 +1837,7 @@ func (x *RejectStepRequest) String() string {
 func (*RejectStepRequest) ProtoMessage() {}
 
 func (x *RejectStepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1629,7 +1850,7 @@ func (x *RejectStepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectStepRequest.ProtoReflect.Descriptor instead.
 func (*RejectStepRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RejectStepRequest) GetRunId() string {
@@ -1662,7 +1883,7 @@ type RejectStepResponse struct {
 
 func (x *RejectStepResponse) Reset() {
 	*x = RejectStepResponse{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +1895,7 @@ func (x *RejectStepResponse) String() string {
 func (*RejectStepResponse) ProtoMessage() {}
 
 func (x *RejectStepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +1908,7 @@ func (x *RejectStepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectStepResponse.ProtoReflect.Descriptor instead.
 func (*RejectStepResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RejectStepResponse) GetRun() *Run {
@@ -1711,7 +1932,7 @@ type InputLease struct {
 
 func (x *InputLease) Reset() {
 	*x = InputLease{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1723,7 +1944,7 @@ func (x *InputLease) String() string {
 func (*InputLease) ProtoMessage() {}
 
 func (x *InputLease) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1736,7 +1957,7 @@ func (x *InputLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputLease.ProtoReflect.Descriptor instead.
 func (*InputLease) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *InputLease) GetSessionId() string {
@@ -1782,7 +2003,7 @@ type AcquireInputLeaseRequest struct {
 
 func (x *AcquireInputLeaseRequest) Reset() {
 	*x = AcquireInputLeaseRequest{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +2015,7 @@ func (x *AcquireInputLeaseRequest) String() string {
 func (*AcquireInputLeaseRequest) ProtoMessage() {}
 
 func (x *AcquireInputLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +2028,7 @@ func (x *AcquireInputLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireInputLeaseRequest.ProtoReflect.Descriptor instead.
 func (*AcquireInputLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AcquireInputLeaseRequest) GetSessionId() string {
@@ -1847,7 +2068,7 @@ type AcquireInputLeaseResponse struct {
 
 func (x *AcquireInputLeaseResponse) Reset() {
 	*x = AcquireInputLeaseResponse{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1859,7 +2080,7 @@ func (x *AcquireInputLeaseResponse) String() string {
 func (*AcquireInputLeaseResponse) ProtoMessage() {}
 
 func (x *AcquireInputLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1872,7 +2093,7 @@ func (x *AcquireInputLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireInputLeaseResponse.ProtoReflect.Descriptor instead.
 func (*AcquireInputLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AcquireInputLeaseResponse) GetLease() *InputLease {
@@ -1894,7 +2115,7 @@ type RenewInputLeaseRequest struct {
 
 func (x *RenewInputLeaseRequest) Reset() {
 	*x = RenewInputLeaseRequest{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1906,7 +2127,7 @@ func (x *RenewInputLeaseRequest) String() string {
 func (*RenewInputLeaseRequest) ProtoMessage() {}
 
 func (x *RenewInputLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1919,7 +2140,7 @@ func (x *RenewInputLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewInputLeaseRequest.ProtoReflect.Descriptor instead.
 func (*RenewInputLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RenewInputLeaseRequest) GetSessionId() string {
@@ -1959,7 +2180,7 @@ type RenewInputLeaseResponse struct {
 
 func (x *RenewInputLeaseResponse) Reset() {
 	*x = RenewInputLeaseResponse{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1971,7 +2192,7 @@ func (x *RenewInputLeaseResponse) String() string {
 func (*RenewInputLeaseResponse) ProtoMessage() {}
 
 func (x *RenewInputLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1984,7 +2205,7 @@ func (x *RenewInputLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewInputLeaseResponse.ProtoReflect.Descriptor instead.
 func (*RenewInputLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RenewInputLeaseResponse) GetLease() *InputLease {
@@ -2005,7 +2226,7 @@ type ReleaseInputLeaseRequest struct {
 
 func (x *ReleaseInputLeaseRequest) Reset() {
 	*x = ReleaseInputLeaseRequest{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2017,7 +2238,7 @@ func (x *ReleaseInputLeaseRequest) String() string {
 func (*ReleaseInputLeaseRequest) ProtoMessage() {}
 
 func (x *ReleaseInputLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2030,7 +2251,7 @@ func (x *ReleaseInputLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseInputLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseInputLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReleaseInputLeaseRequest) GetSessionId() string {
@@ -2062,7 +2283,7 @@ type ReleaseInputLeaseResponse struct {
 
 func (x *ReleaseInputLeaseResponse) Reset() {
 	*x = ReleaseInputLeaseResponse{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2074,7 +2295,7 @@ func (x *ReleaseInputLeaseResponse) String() string {
 func (*ReleaseInputLeaseResponse) ProtoMessage() {}
 
 func (x *ReleaseInputLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2087,7 +2308,7 @@ func (x *ReleaseInputLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseInputLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseInputLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 var File_deskgrid_agent_v1_agent_proto protoreflect.FileDescriptor
@@ -2204,7 +2425,32 @@ const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"\x06output\x18\x04 \x01(\tR\x06output\x12\x19\n" +
 	"\bis_error\x18\x05 \x01(\bR\aisError\x12\x1a\n" +
 	"\bfinished\x18\x06 \x01(\bR\bfinished\x12#\n" +
-	"\rsafety_checks\x18\a \x03(\tR\fsafetyChecks\"L\n" +
+	"\rsafety_checks\x18\a \x03(\tR\fsafetyChecks\"\xa1\x05\n" +
+	"\x0eRunEventRecord\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x121\n" +
+	"\x05event\x18\x02 \x01(\v2\x1b.deskgrid.agent.v1.RunEventR\x05event\x12\x12\n" +
+	"\x04role\x18\x03 \x01(\tR\x04role\x12\x12\n" +
+	"\x04text\x18\x04 \x01(\tR\x04text\x12\x1a\n" +
+	"\bthinking\x18\x05 \x01(\tR\bthinking\x12\x17\n" +
+	"\acall_id\x18\x06 \x01(\tR\x06callId\x12\x12\n" +
+	"\x04tool\x18\a \x01(\tR\x04tool\x12\x1d\n" +
+	"\n" +
+	"input_json\x18\b \x01(\tR\tinputJson\x12\x16\n" +
+	"\x06output\x18\t \x01(\tR\x06output\x12\x19\n" +
+	"\bis_error\x18\n" +
+	" \x01(\bR\aisError\x12!\n" +
+	"\fcontent_type\x18\v \x01(\tR\vcontentType\x12\x12\n" +
+	"\x04data\x18\f \x01(\fR\x04data\x12\x14\n" +
+	"\x05width\x18\r \x01(\x05R\x05width\x12\x16\n" +
+	"\x06height\x18\x0e \x01(\x05R\x06height\x12\x1a\n" +
+	"\bprovider\x18\x0f \x01(\tR\bprovider\x12\x14\n" +
+	"\x05model\x18\x10 \x01(\tR\x05model\x12!\n" +
+	"\finput_tokens\x18\x11 \x01(\x03R\vinputTokens\x12#\n" +
+	"\routput_tokens\x18\x12 \x01(\x03R\foutputTokens\x12*\n" +
+	"\x11cache_read_tokens\x18\x13 \x01(\x03R\x0fcacheReadTokens\x12,\n" +
+	"\x12cache_write_tokens\x18\x14 \x01(\x03R\x10cacheWriteTokens\x121\n" +
+	"\x05state\x18\x15 \x01(\x0e2\x1b.deskgrid.agent.v1.RunStateR\x05state\x12\x16\n" +
+	"\x06reason\x18\x16 \x01(\tR\x06reason\"L\n" +
 	"\x17StreamRunEventsResponse\x121\n" +
 	"\x05event\x18\x01 \x01(\v2\x1b.deskgrid.agent.v1.RunEventR\x05event\"X\n" +
 	"\x12SendMessageRequest\x12\x15\n" +
@@ -2291,7 +2537,7 @@ func file_deskgrid_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_deskgrid_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_deskgrid_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_deskgrid_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_deskgrid_agent_v1_agent_proto_goTypes = []any{
 	(RunState)(0),                     // 0: deskgrid.agent.v1.RunState
 	(*Run)(nil),                       // 1: deskgrid.agent.v1.Run
@@ -2309,78 +2555,81 @@ var file_deskgrid_agent_v1_agent_proto_goTypes = []any{
 	(*StreamRunEventsRequest)(nil),    // 13: deskgrid.agent.v1.StreamRunEventsRequest
 	(*RunEvent)(nil),                  // 14: deskgrid.agent.v1.RunEvent
 	(*ToolCall)(nil),                  // 15: deskgrid.agent.v1.ToolCall
-	(*StreamRunEventsResponse)(nil),   // 16: deskgrid.agent.v1.StreamRunEventsResponse
-	(*SendMessageRequest)(nil),        // 17: deskgrid.agent.v1.SendMessageRequest
-	(*SendMessageResponse)(nil),       // 18: deskgrid.agent.v1.SendMessageResponse
-	(*ApproveStepRequest)(nil),        // 19: deskgrid.agent.v1.ApproveStepRequest
-	(*ApproveStepResponse)(nil),       // 20: deskgrid.agent.v1.ApproveStepResponse
-	(*RejectStepRequest)(nil),         // 21: deskgrid.agent.v1.RejectStepRequest
-	(*RejectStepResponse)(nil),        // 22: deskgrid.agent.v1.RejectStepResponse
-	(*InputLease)(nil),                // 23: deskgrid.agent.v1.InputLease
-	(*AcquireInputLeaseRequest)(nil),  // 24: deskgrid.agent.v1.AcquireInputLeaseRequest
-	(*AcquireInputLeaseResponse)(nil), // 25: deskgrid.agent.v1.AcquireInputLeaseResponse
-	(*RenewInputLeaseRequest)(nil),    // 26: deskgrid.agent.v1.RenewInputLeaseRequest
-	(*RenewInputLeaseResponse)(nil),   // 27: deskgrid.agent.v1.RenewInputLeaseResponse
-	(*ReleaseInputLeaseRequest)(nil),  // 28: deskgrid.agent.v1.ReleaseInputLeaseRequest
-	(*ReleaseInputLeaseResponse)(nil), // 29: deskgrid.agent.v1.ReleaseInputLeaseResponse
-	(*timestamppb.Timestamp)(nil),     // 30: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 31: google.protobuf.Duration
+	(*RunEventRecord)(nil),            // 16: deskgrid.agent.v1.RunEventRecord
+	(*StreamRunEventsResponse)(nil),   // 17: deskgrid.agent.v1.StreamRunEventsResponse
+	(*SendMessageRequest)(nil),        // 18: deskgrid.agent.v1.SendMessageRequest
+	(*SendMessageResponse)(nil),       // 19: deskgrid.agent.v1.SendMessageResponse
+	(*ApproveStepRequest)(nil),        // 20: deskgrid.agent.v1.ApproveStepRequest
+	(*ApproveStepResponse)(nil),       // 21: deskgrid.agent.v1.ApproveStepResponse
+	(*RejectStepRequest)(nil),         // 22: deskgrid.agent.v1.RejectStepRequest
+	(*RejectStepResponse)(nil),        // 23: deskgrid.agent.v1.RejectStepResponse
+	(*InputLease)(nil),                // 24: deskgrid.agent.v1.InputLease
+	(*AcquireInputLeaseRequest)(nil),  // 25: deskgrid.agent.v1.AcquireInputLeaseRequest
+	(*AcquireInputLeaseResponse)(nil), // 26: deskgrid.agent.v1.AcquireInputLeaseResponse
+	(*RenewInputLeaseRequest)(nil),    // 27: deskgrid.agent.v1.RenewInputLeaseRequest
+	(*RenewInputLeaseResponse)(nil),   // 28: deskgrid.agent.v1.RenewInputLeaseResponse
+	(*ReleaseInputLeaseRequest)(nil),  // 29: deskgrid.agent.v1.ReleaseInputLeaseRequest
+	(*ReleaseInputLeaseResponse)(nil), // 30: deskgrid.agent.v1.ReleaseInputLeaseResponse
+	(*timestamppb.Timestamp)(nil),     // 31: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 32: google.protobuf.Duration
 }
 var file_deskgrid_agent_v1_agent_proto_depIdxs = []int32{
 	0,  // 0: deskgrid.agent.v1.Run.state:type_name -> deskgrid.agent.v1.RunState
-	30, // 1: deskgrid.agent.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	30, // 2: deskgrid.agent.v1.Run.update_time:type_name -> google.protobuf.Timestamp
+	31, // 1: deskgrid.agent.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	31, // 2: deskgrid.agent.v1.Run.update_time:type_name -> google.protobuf.Timestamp
 	2,  // 3: deskgrid.agent.v1.Run.options:type_name -> deskgrid.agent.v1.RunOptions
 	3,  // 4: deskgrid.agent.v1.Run.usage:type_name -> deskgrid.agent.v1.Usage
 	15, // 5: deskgrid.agent.v1.Run.pending_tool_call:type_name -> deskgrid.agent.v1.ToolCall
-	31, // 6: deskgrid.agent.v1.RunOptions.approval_timeout:type_name -> google.protobuf.Duration
+	32, // 6: deskgrid.agent.v1.RunOptions.approval_timeout:type_name -> google.protobuf.Duration
 	2,  // 7: deskgrid.agent.v1.CreateRunRequest.options:type_name -> deskgrid.agent.v1.RunOptions
 	1,  // 8: deskgrid.agent.v1.CreateRunResponse.run:type_name -> deskgrid.agent.v1.Run
 	1,  // 9: deskgrid.agent.v1.GetRunResponse.run:type_name -> deskgrid.agent.v1.Run
 	1,  // 10: deskgrid.agent.v1.ListRunsResponse.runs:type_name -> deskgrid.agent.v1.Run
 	1,  // 11: deskgrid.agent.v1.CancelRunResponse.run:type_name -> deskgrid.agent.v1.Run
-	30, // 12: deskgrid.agent.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
+	31, // 12: deskgrid.agent.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
 	15, // 13: deskgrid.agent.v1.RunEvent.tool_call:type_name -> deskgrid.agent.v1.ToolCall
 	0,  // 14: deskgrid.agent.v1.RunEvent.state:type_name -> deskgrid.agent.v1.RunState
 	3,  // 15: deskgrid.agent.v1.RunEvent.usage:type_name -> deskgrid.agent.v1.Usage
 	4,  // 16: deskgrid.agent.v1.RunEvent.screenshot:type_name -> deskgrid.agent.v1.ScreenshotRef
-	14, // 17: deskgrid.agent.v1.StreamRunEventsResponse.event:type_name -> deskgrid.agent.v1.RunEvent
-	1,  // 18: deskgrid.agent.v1.SendMessageResponse.run:type_name -> deskgrid.agent.v1.Run
-	1,  // 19: deskgrid.agent.v1.ApproveStepResponse.run:type_name -> deskgrid.agent.v1.Run
-	1,  // 20: deskgrid.agent.v1.RejectStepResponse.run:type_name -> deskgrid.agent.v1.Run
-	30, // 21: deskgrid.agent.v1.InputLease.expire_time:type_name -> google.protobuf.Timestamp
-	31, // 22: deskgrid.agent.v1.AcquireInputLeaseRequest.ttl:type_name -> google.protobuf.Duration
-	31, // 23: deskgrid.agent.v1.AcquireInputLeaseRequest.wait:type_name -> google.protobuf.Duration
-	23, // 24: deskgrid.agent.v1.AcquireInputLeaseResponse.lease:type_name -> deskgrid.agent.v1.InputLease
-	31, // 25: deskgrid.agent.v1.RenewInputLeaseRequest.ttl:type_name -> google.protobuf.Duration
-	23, // 26: deskgrid.agent.v1.RenewInputLeaseResponse.lease:type_name -> deskgrid.agent.v1.InputLease
-	5,  // 27: deskgrid.agent.v1.AgentService.CreateRun:input_type -> deskgrid.agent.v1.CreateRunRequest
-	7,  // 28: deskgrid.agent.v1.AgentService.GetRun:input_type -> deskgrid.agent.v1.GetRunRequest
-	9,  // 29: deskgrid.agent.v1.AgentService.ListRuns:input_type -> deskgrid.agent.v1.ListRunsRequest
-	11, // 30: deskgrid.agent.v1.AgentService.CancelRun:input_type -> deskgrid.agent.v1.CancelRunRequest
-	13, // 31: deskgrid.agent.v1.AgentService.StreamRunEvents:input_type -> deskgrid.agent.v1.StreamRunEventsRequest
-	17, // 32: deskgrid.agent.v1.AgentService.SendMessage:input_type -> deskgrid.agent.v1.SendMessageRequest
-	19, // 33: deskgrid.agent.v1.AgentService.ApproveStep:input_type -> deskgrid.agent.v1.ApproveStepRequest
-	21, // 34: deskgrid.agent.v1.AgentService.RejectStep:input_type -> deskgrid.agent.v1.RejectStepRequest
-	24, // 35: deskgrid.agent.v1.AgentService.AcquireInputLease:input_type -> deskgrid.agent.v1.AcquireInputLeaseRequest
-	26, // 36: deskgrid.agent.v1.AgentService.RenewInputLease:input_type -> deskgrid.agent.v1.RenewInputLeaseRequest
-	28, // 37: deskgrid.agent.v1.AgentService.ReleaseInputLease:input_type -> deskgrid.agent.v1.ReleaseInputLeaseRequest
-	6,  // 38: deskgrid.agent.v1.AgentService.CreateRun:output_type -> deskgrid.agent.v1.CreateRunResponse
-	8,  // 39: deskgrid.agent.v1.AgentService.GetRun:output_type -> deskgrid.agent.v1.GetRunResponse
-	10, // 40: deskgrid.agent.v1.AgentService.ListRuns:output_type -> deskgrid.agent.v1.ListRunsResponse
-	12, // 41: deskgrid.agent.v1.AgentService.CancelRun:output_type -> deskgrid.agent.v1.CancelRunResponse
-	16, // 42: deskgrid.agent.v1.AgentService.StreamRunEvents:output_type -> deskgrid.agent.v1.StreamRunEventsResponse
-	18, // 43: deskgrid.agent.v1.AgentService.SendMessage:output_type -> deskgrid.agent.v1.SendMessageResponse
-	20, // 44: deskgrid.agent.v1.AgentService.ApproveStep:output_type -> deskgrid.agent.v1.ApproveStepResponse
-	22, // 45: deskgrid.agent.v1.AgentService.RejectStep:output_type -> deskgrid.agent.v1.RejectStepResponse
-	25, // 46: deskgrid.agent.v1.AgentService.AcquireInputLease:output_type -> deskgrid.agent.v1.AcquireInputLeaseResponse
-	27, // 47: deskgrid.agent.v1.AgentService.RenewInputLease:output_type -> deskgrid.agent.v1.RenewInputLeaseResponse
-	29, // 48: deskgrid.agent.v1.AgentService.ReleaseInputLease:output_type -> deskgrid.agent.v1.ReleaseInputLeaseResponse
-	38, // [38:49] is the sub-list for method output_type
-	27, // [27:38] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	14, // 17: deskgrid.agent.v1.RunEventRecord.event:type_name -> deskgrid.agent.v1.RunEvent
+	0,  // 18: deskgrid.agent.v1.RunEventRecord.state:type_name -> deskgrid.agent.v1.RunState
+	14, // 19: deskgrid.agent.v1.StreamRunEventsResponse.event:type_name -> deskgrid.agent.v1.RunEvent
+	1,  // 20: deskgrid.agent.v1.SendMessageResponse.run:type_name -> deskgrid.agent.v1.Run
+	1,  // 21: deskgrid.agent.v1.ApproveStepResponse.run:type_name -> deskgrid.agent.v1.Run
+	1,  // 22: deskgrid.agent.v1.RejectStepResponse.run:type_name -> deskgrid.agent.v1.Run
+	31, // 23: deskgrid.agent.v1.InputLease.expire_time:type_name -> google.protobuf.Timestamp
+	32, // 24: deskgrid.agent.v1.AcquireInputLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	32, // 25: deskgrid.agent.v1.AcquireInputLeaseRequest.wait:type_name -> google.protobuf.Duration
+	24, // 26: deskgrid.agent.v1.AcquireInputLeaseResponse.lease:type_name -> deskgrid.agent.v1.InputLease
+	32, // 27: deskgrid.agent.v1.RenewInputLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	24, // 28: deskgrid.agent.v1.RenewInputLeaseResponse.lease:type_name -> deskgrid.agent.v1.InputLease
+	5,  // 29: deskgrid.agent.v1.AgentService.CreateRun:input_type -> deskgrid.agent.v1.CreateRunRequest
+	7,  // 30: deskgrid.agent.v1.AgentService.GetRun:input_type -> deskgrid.agent.v1.GetRunRequest
+	9,  // 31: deskgrid.agent.v1.AgentService.ListRuns:input_type -> deskgrid.agent.v1.ListRunsRequest
+	11, // 32: deskgrid.agent.v1.AgentService.CancelRun:input_type -> deskgrid.agent.v1.CancelRunRequest
+	13, // 33: deskgrid.agent.v1.AgentService.StreamRunEvents:input_type -> deskgrid.agent.v1.StreamRunEventsRequest
+	18, // 34: deskgrid.agent.v1.AgentService.SendMessage:input_type -> deskgrid.agent.v1.SendMessageRequest
+	20, // 35: deskgrid.agent.v1.AgentService.ApproveStep:input_type -> deskgrid.agent.v1.ApproveStepRequest
+	22, // 36: deskgrid.agent.v1.AgentService.RejectStep:input_type -> deskgrid.agent.v1.RejectStepRequest
+	25, // 37: deskgrid.agent.v1.AgentService.AcquireInputLease:input_type -> deskgrid.agent.v1.AcquireInputLeaseRequest
+	27, // 38: deskgrid.agent.v1.AgentService.RenewInputLease:input_type -> deskgrid.agent.v1.RenewInputLeaseRequest
+	29, // 39: deskgrid.agent.v1.AgentService.ReleaseInputLease:input_type -> deskgrid.agent.v1.ReleaseInputLeaseRequest
+	6,  // 40: deskgrid.agent.v1.AgentService.CreateRun:output_type -> deskgrid.agent.v1.CreateRunResponse
+	8,  // 41: deskgrid.agent.v1.AgentService.GetRun:output_type -> deskgrid.agent.v1.GetRunResponse
+	10, // 42: deskgrid.agent.v1.AgentService.ListRuns:output_type -> deskgrid.agent.v1.ListRunsResponse
+	12, // 43: deskgrid.agent.v1.AgentService.CancelRun:output_type -> deskgrid.agent.v1.CancelRunResponse
+	17, // 44: deskgrid.agent.v1.AgentService.StreamRunEvents:output_type -> deskgrid.agent.v1.StreamRunEventsResponse
+	19, // 45: deskgrid.agent.v1.AgentService.SendMessage:output_type -> deskgrid.agent.v1.SendMessageResponse
+	21, // 46: deskgrid.agent.v1.AgentService.ApproveStep:output_type -> deskgrid.agent.v1.ApproveStepResponse
+	23, // 47: deskgrid.agent.v1.AgentService.RejectStep:output_type -> deskgrid.agent.v1.RejectStepResponse
+	26, // 48: deskgrid.agent.v1.AgentService.AcquireInputLease:output_type -> deskgrid.agent.v1.AcquireInputLeaseResponse
+	28, // 49: deskgrid.agent.v1.AgentService.RenewInputLease:output_type -> deskgrid.agent.v1.RenewInputLeaseResponse
+	30, // 50: deskgrid.agent.v1.AgentService.ReleaseInputLease:output_type -> deskgrid.agent.v1.ReleaseInputLeaseResponse
+	40, // [40:51] is the sub-list for method output_type
+	29, // [29:40] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_deskgrid_agent_v1_agent_proto_init() }
@@ -2403,7 +2652,7 @@ func file_deskgrid_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_deskgrid_agent_v1_agent_proto_rawDesc), len(file_deskgrid_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
