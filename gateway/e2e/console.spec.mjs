@@ -9,6 +9,10 @@
 // transcript (and screenshot thumbnails and the history timeline), then
 // delete the session and see the page say so.
 //
+// --provider-url builtin starts fake-anthropic.mjs here (a stand-in for the
+// Anthropic Messages API that takes one screenshot and answers
+// "The desktop is ready."), for a real deskgrid on this machine.
+//
 // Scenario "viewer": open --session's page and see its desktop.
 //
 // Options:
@@ -37,6 +41,7 @@
 import { chromium } from 'playwright-core';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { startFakeAnthropic } from './fake-anthropic.mjs';
 
 const flags = new Set(['--expect-screenshot', '--expect-nodes', '--keep', '--approve']);
 function parseArgs(argv) {
@@ -158,6 +163,8 @@ async function consoleScenario(page) {
   await row.locator('a').click();
   await page.waitForURL('**/sessions/' + encodeURIComponent(id));
   await seeDesktop(page);
+  await page.locator('#session-state[data-state="running"]').waitFor({ timeout })
+    .catch(async () => fail(`the session page shows state ${JSON.stringify(await page.locator('#session-state').textContent())}`));
   await viewOnlyIs(page, true);
   step('the desktop is view-only until taken over');
 
@@ -179,13 +186,14 @@ async function consoleScenario(page) {
   await page.fill('#run-form [name=baseUrl]', args['provider-url']);
   if (args.approve) await page.check('#run-form [name=approval]');
   await page.click('#run-submit');
+  await page.waitForFunction(() => !document.getElementById('run-panel').hidden || document.getElementById('run-status').className === 'error',
+    null, { timeout });
+  if (await page.locator('#run-panel').isHidden()) fail(`the run did not start: ${await page.locator('#run-status').textContent()}`);
   if (args.approve) {
     await page.locator('#transcript .approval button.approve').click({ timeout: Math.max(timeout, 60000) });
     await page.locator('#transcript .approval').waitFor({ state: 'detached', timeout });
     step('approved the pending action');
   }
-  await page.locator('#run-panel:not([hidden])').waitFor({ timeout })
-    .catch(async () => fail(`the run did not start: ${await page.locator('#run-status').textContent()}`));
   const runID = await page.locator('#run-id').textContent();
   await page.waitForFunction(() => ['succeeded', 'failed', 'cancelled'].includes(document.getElementById('run-state').dataset.state),
     null, { timeout: Math.max(timeout, 120000) });
@@ -228,6 +236,13 @@ async function viewerScenario(page) {
 }
 
 if (args.shots) mkdirSync(args.shots, { recursive: true });
+let fakeProvider = null;
+if (scenario === 'console' && args['provider-url'] === 'builtin') {
+  fakeProvider = await startFakeAnthropic();
+  args['provider-url'] = fakeProvider.url;
+  args.provider = 'anthropic';
+  console.log('# fake Anthropic API at ' + fakeProvider.url);
+}
 const browser = await chromium.launch({
   executablePath: args.chromium || process.env.CHROMIUM || '/usr/bin/chromium',
   headless: true,
@@ -259,5 +274,6 @@ try {
   }
 } finally {
   await browser.close();
+  if (fakeProvider) await fakeProvider.close();
 }
 process.exit(code);

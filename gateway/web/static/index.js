@@ -38,12 +38,19 @@ function row(s) {
     el('td', { class: 'actions' }, del));
 }
 
+// Stopped sessions stay on record; the list leaves them out unless asked.
+const liveStates = ['PENDING', 'STARTING', 'RUNNING', 'SUSPENDING', 'SUSPENDED', 'RESUMING', 'STOPPING', 'FAILED', 'LOST']
+  .map((s) => 'states=SESSION_STATE_' + s).join('&');
+const showStopped = document.getElementById('show-stopped');
+showStopped.addEventListener('change', () => refresh());
+
 async function refreshSessions() {
   const sessions = [];
   let token = '';
   // Every page, bounded so a misbehaving server cannot loop the page forever.
   for (let i = 0; i < 50; i++) {
-    const data = await api('GET', '/v1/sessions' + (token ? '?pageToken=' + encodeURIComponent(token) : ''));
+    const q = [showStopped.checked ? '' : liveStates, token ? 'pageToken=' + encodeURIComponent(token) : ''].filter(Boolean).join('&');
+    const data = await api('GET', '/v1/sessions' + (q ? '?' + q : ''));
     sessions.push(...(data.sessions || []));
     token = data.nextPageToken || '';
     if (!token) break;

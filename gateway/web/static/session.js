@@ -149,19 +149,31 @@ addEventListener('pagehide', () => {
 
 const sessionState = $('session-state');
 let timelineSoon = null;
-function watchSession() {
-  const es = new EventSource(`/v1/sessions/${enc}:watch`);
-  es.addEventListener('session', (e) => {
-    const s = JSON.parse(e.data).session || {};
-    const name = enumName(s.state, 'SESSION_STATE_');
-    sessionState.dataset.state = name;
-    sessionState.textContent = name + (s.stateReason ? ` (${s.stateReason})` : '');
+function showSession(s) {
+  const name = enumName(s.state, 'SESSION_STATE_');
+  if (sessionState.dataset.state !== name) {
     clearTimeout(timelineSoon);
     timelineSoon = setTimeout(refreshTimeline, 500);
-  });
+  }
+  sessionState.dataset.state = name;
+  sessionState.textContent = name + (s.stateReason ? ` (${s.stateReason})` : '');
+}
+
+// watchSession follows the session's changes as server-sent events, and
+// falls back to asking every few seconds when the watch is refused.
+function watchSession() {
+  const es = new EventSource(`/v1/sessions/${enc}:watch`);
+  es.addEventListener('session', (e) => showSession(JSON.parse(e.data).session || {}));
   es.addEventListener('end', () => es.close());
   es.onerror = () => {
-    if (es.readyState === EventSource.CLOSED) sessionState.title = 'not following changes';
+    if (es.readyState !== EventSource.CLOSED) return;
+    const poll = async () => {
+      try {
+        showSession(await api('GET', '/v1/sessions/' + enc));
+      } catch { /* the live view says why */ }
+    };
+    poll();
+    setInterval(() => { if (!document.hidden) poll(); }, 5000);
   };
 }
 
@@ -304,7 +316,7 @@ function newChat(runID) {
           const card = ref.toolCallId ? toolCard({ id: ref.toolCallId, tool: 'computer' }) : append(el('li', { class: 'tool' }, el('div', { class: 'shots' })));
           const img = el('img', { class: 'thumb', alt: `screenshot ${ref.width}x${ref.height}`, width: 160 });
           card.querySelector('.shots').append(img);
-          screenshotFor(runID, ref.toolCallId).then((src) => { img.src = src; }, () => { img.alt += ' (not recorded)'; });
+          screenshotFor(runID, ref.toolCallId, ev.time, img).then((src) => { img.src = src; }, () => { img.alt += ' (not recorded)'; });
           break;
         }
         case 'state': {
@@ -365,17 +377,28 @@ function summarize(inputJson) {
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // screenshotFor finds a run's screenshot in the history (which records the
-// bytes once, as a blob) and returns it as a data URL. The history ingests
-// events moments after they happen, so it asks a few times.
-async function screenshotFor(runID, callID) {
+// bytes once, as a blob) and returns it as an image URL. The history ingests
+// events moments after they happen, so it asks a few times; for a screenshot
+// taken just now that the history does not hold, the desktop as it is now
+// stands in.
+async function screenshotFor(runID, callID, time, img) {
+  const recent = time && Date.now() - new Date(time).getTime() < 10000;
   for (let i = 0; i < 20; i++) {
     const data = await api('GET', `/v1/runs/${encodeURIComponent(runID)}/entries?kinds=ENTRY_KIND_SCREENSHOT&pageSize=1000`);
     const entries = data.entries || [];
-    const e = entries.find((x) => (x.data || {}).callId === callID) || (!callID ? entries[entries.length - 1] : undefined);
+    const callOf = (x) => (x.data || {}).callId || ((x.data || {}).screenshot || {}).toolCallId;
+    const e = entries.find((x) => callOf(x) === callID) || (!callID ? entries[entries.length - 1] : undefined);
     const hash = e && (e.blobHash || (e.data || {}).blobHash);
     if (hash) {
       const blob = await api('GET', '/v1/blobs/' + encodeURIComponent(hash));
       return `data:${blob.contentType || 'image/png'};base64,${blob.data}`;
+    }
+    if (i === 2 && recent) {
+      const res = await fetch(`/v1/sessions/${enc}/screenshot`);
+      if (res.ok) {
+        img.title = 'the desktop when the run took this screenshot';
+        return URL.createObjectURL(await res.blob());
+      }
     }
     await sleep(250 * Math.min(i + 1, 4));
   }
@@ -398,17 +421,50 @@ async function listRuns() {
 
 // ---- history timeline ----
 
+// entryText says what an entry records. Payloads come as the history's own
+// messages (AgentMessage, AgentToolCall, ...) or as the agent's RunEvent and
+// the session's SessionStateChanged; both shapes are read.
 function entryText(e) {
   const d = e.data || {};
+  const call = d.toolCall || {};
   switch (e.kind) {
-    case 'ENTRY_KIND_LIFECYCLE': return [enumName(d.state, /^(SESSION|RUN)_STATE_/), d.reason].filter(Boolean).join(' — ');
-    case 'ENTRY_KIND_MESSAGE': return `${enumName(d.role, 'ROLE_') || 'message'}: ${d.text || ''}`;
-    case 'ENTRY_KIND_TOOL_CALL': return `${d.tool || 'tool'} ${d.inputJson || ''}`;
-    case 'ENTRY_KIND_TOOL_RESULT': return `${d.tool || 'tool'} → ${(d.output || '').slice(0, 200)}`;
-    case 'ENTRY_KIND_SCREENSHOT': return `screenshot ${d.width || ''}x${d.height || ''}`;
-    case 'ENTRY_KIND_USAGE': return `${d.inputTokens || 0} tokens in, ${d.outputTokens || 0} out`;
+    case 'ENTRY_KIND_LIFECYCLE': {
+      const st = d.to || d.state || (d.session || {}).state;
+      return [enumName(st, /^(SESSION|RUN)_STATE_/), d.reason].filter(Boolean).join(' — ');
+    }
+    case 'ENTRY_KIND_MESSAGE': {
+      if (d.userMessage) return 'user: ' + d.userMessage;
+      if (d.thinkingDelta || d.thinking) return 'thinking: ' + (d.thinkingDelta || d.thinking);
+      const who = d.role ? enumName(d.role, 'ROLE_') : 'agent';
+      return `${who}: ${d.text || d.textDelta || ''}`;
+    }
+    case 'ENTRY_KIND_TOOL_CALL': return `${d.tool || call.tool || 'tool'} ${d.inputJson || call.inputJson || ''}`;
+    case 'ENTRY_KIND_TOOL_RESULT': return `${d.tool || call.tool || 'tool'} → ${(d.output || call.output || '').slice(0, 200)}`;
+    case 'ENTRY_KIND_SCREENSHOT': {
+      const ref = d.screenshot || d;
+      return `screenshot ${ref.width || ''}x${ref.height || ''}`;
+    }
+    case 'ENTRY_KIND_USAGE': {
+      const u = d.usage || d;
+      return `${u.inputTokens || 0} tokens in, ${u.outputTokens || 0} out`;
+    }
     default: return '';
   }
+}
+
+// timelineItems folds a run's streamed text (one entry per delta) into one line.
+function timelineItems(entries) {
+  const out = [];
+  for (const e of entries) {
+    const d = e.data || {};
+    const prev = out[out.length - 1];
+    if (e.kind === 'ENTRY_KIND_MESSAGE' && d.textDelta !== undefined && prev && prev.delta && prev.runId === e.runId) {
+      prev.text += d.textDelta;
+      continue;
+    }
+    out.push({ e, runId: e.runId, delta: e.kind === 'ENTRY_KIND_MESSAGE' && d.textDelta !== undefined, text: entryText(e) });
+  }
+  return out;
 }
 
 async function refreshTimeline() {
@@ -422,10 +478,10 @@ async function refreshTimeline() {
       token = data.nextPageToken || '';
       if (!token) break;
     }
-    list.replaceChildren(...entries.map((e) => el('li', { class: 'entry', 'data-kind': enumName(e.kind, 'ENTRY_KIND_') },
+    list.replaceChildren(...timelineItems(entries).map(({ e, text }) => el('li', { class: 'entry', 'data-kind': enumName(e.kind, 'ENTRY_KIND_') },
       el('time', { datetime: e.time, text: e.time ? new Date(e.time).toLocaleTimeString() : '' }),
       el('span', { class: 'type', text: e.type }),
-      el('span', { class: 'text', text: entryText(e) }))));
+      el('span', { class: 'text', text }))));
     list.dataset.loaded = 'true';
   } catch (e) {
     list.replaceChildren(el('li', { class: 'error', text: 'history: ' + e.message }));
