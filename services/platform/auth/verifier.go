@@ -57,6 +57,9 @@ type VerifierConfig struct {
 	// InternalToken, when set, is the shared secret other deskgrid services
 	// present to act as the system principal.
 	InternalToken string
+	// OtherInternalTokens are accepted as well as InternalToken, so the
+	// token can rotate without downtime (see docs/security.md).
+	OtherInternalTokens []string
 	// TouchEvery spaces out last-used writes for one key. Default 1m.
 	TouchEvery time.Duration
 	// Now is the clock; nil is time.Now.
@@ -73,7 +76,7 @@ type Verifier struct {
 	src      KeySource
 	cfg      VerifierConfig
 	logger   *slog.Logger
-	internal [32]byte // sha256 of the internal token, compared in constant time
+	internal [][32]byte // sha256 of each accepted internal token, compared in constant time
 
 	mu    sync.Mutex
 	cache map[string]cacheEntry
@@ -105,8 +108,10 @@ func NewVerifier(src KeySource, cfg VerifierConfig, logger *slog.Logger) *Verifi
 		logger = slog.Default()
 	}
 	v := &Verifier{src: src, cfg: cfg, logger: logger, cache: make(map[string]cacheEntry)}
-	if cfg.InternalToken != "" {
-		v.internal = sha256.Sum256([]byte(cfg.InternalToken))
+	for _, t := range append([]string{cfg.InternalToken}, cfg.OtherInternalTokens...) {
+		if t != "" {
+			v.internal = append(v.internal, sha256.Sum256([]byte(t)))
+		}
 	}
 	return v
 }
@@ -128,11 +133,13 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Principal, error) 
 		return Principal{}, ErrNoCredentials
 	}
 	if !strings.HasPrefix(token, KeyPrefix) {
-		if v.cfg.InternalToken != "" {
-			h := sha256.Sum256([]byte(token))
-			if subtle.ConstantTimeCompare(h[:], v.internal[:]) == 1 {
-				return Principal{KeyID: SystemKeyID, Scopes: Scopes{ScopeAdmin}, System: true}, nil
-			}
+		h := sha256.Sum256([]byte(token))
+		match := 0
+		for _, want := range v.internal {
+			match |= subtle.ConstantTimeCompare(h[:], want[:])
+		}
+		if match == 1 {
+			return Principal{KeyID: SystemKeyID, Scopes: Scopes{ScopeAdmin}, System: true}, nil
 		}
 		return Principal{}, ErrMalformedKey
 	}

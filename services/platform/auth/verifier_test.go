@@ -136,6 +136,17 @@ func TestVerifyKeys(t *testing.T) {
 		t.Fatal("internal token accepted without one configured")
 	}
 
+	// During a rotation both the new and the old internal token work.
+	rot := NewVerifier(src, VerifierConfig{InternalToken: "new-token", OtherInternalTokens: []string{"", "old-token"}}, nil)
+	for _, tok := range []string{"new-token", "old-token"} {
+		if p, err := rot.Verify(ctx, tok); err != nil || !p.System {
+			t.Fatalf("%s: %+v %v", tok, p, err)
+		}
+	}
+	if _, err := rot.Verify(ctx, "node-secret"); err == nil {
+		t.Fatal("an unlisted token accepted")
+	}
+
 	// A store that cannot answer is not the caller's fault.
 	src.fail = errors.New("connection refused")
 	if _, err := v.Verify(ctx, good); !errors.Is(err, ErrKeyLookup) {
