@@ -457,12 +457,13 @@ function timelineItems(entries) {
   const out = [];
   for (const e of entries) {
     const d = e.data || {};
+    const delta = e.kind === 'ENTRY_KIND_MESSAGE' ? (d.textDelta ?? (d.event || {}).textDelta) : undefined;
     const prev = out[out.length - 1];
-    if (e.kind === 'ENTRY_KIND_MESSAGE' && d.textDelta !== undefined && prev && prev.delta && prev.runId === e.runId) {
-      prev.text += d.textDelta;
+    if (delta !== undefined && prev && prev.delta && prev.runId === e.runId) {
+      prev.text += delta;
       continue;
     }
-    out.push({ e, runId: e.runId, delta: e.kind === 'ENTRY_KIND_MESSAGE' && d.textDelta !== undefined, text: entryText(e) });
+    out.push({ e, runId: e.runId, delta: delta !== undefined, text: delta !== undefined ? 'agent: ' + delta : entryText(e) });
   }
   return out;
 }
