@@ -34,6 +34,7 @@ const (
 
 // Why a token is refused.
 var (
+	ErrMissing      = errors.New("no viewer token: open the live view through a link from the API (?token=...)")
 	ErrMalformed    = errors.New("viewer token is malformed")
 	ErrBadSignature = errors.New("viewer token signature does not verify")
 	ErrExpired      = errors.New("viewer token has expired: ask for a new link")

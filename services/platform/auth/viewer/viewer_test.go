@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -311,6 +312,32 @@ func TestKeysFromConfig(t *testing.T) {
 	}
 	tok, _, _ := iss.IssueViewerToken("s", "t", ModeView, 0)
 	if _, err := iss.VerifyViewerToken(context.Background(), tok, "s"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestVerifyRequest(t *testing.T) {
+	ctx := context.Background()
+	iss, _ := New(Config{Keys: []SigningKey{NewSigningKey("k")}}, nil)
+	tok, _, _ := iss.IssueViewerToken("s-1", "acme", ModeView, 0)
+	inQuery, _ := http.NewRequest("GET", "http://gw/v1/sessions/s-1/vnc?token="+tok, nil)
+	inHeader, _ := http.NewRequest("GET", "http://gw/v1/sessions/s-1/vnc", nil)
+	inHeader.Header.Set("Authorization", "Bearer "+tok)
+	apiKey, _ := http.NewRequest("GET", "http://gw/v1/sessions/s-1/vnc", nil)
+	apiKey.Header.Set("Authorization", "Bearer dg_0123456789abcdef_"+strings.Repeat("a", 52))
+	none, _ := http.NewRequest("GET", "http://gw/v1/sessions/s-1/vnc", nil)
+	for _, r := range []*http.Request{inQuery, inHeader} {
+		if c, err := iss.VerifyRequest(ctx, r, "s-1"); err != nil || c.Mode != ModeView {
+			t.Fatalf("%s: %+v %v", r.URL, c, err)
+		}
+	}
+	// An API key is not a viewer token: the VNC endpoint takes nothing else.
+	for _, r := range []*http.Request{apiKey, none} {
+		if _, err := iss.VerifyRequest(ctx, r, "s-1"); !errors.Is(err, ErrMissing) {
+			t.Fatalf("%v", err)
+		}
+	}
+	if _, err := iss.VerifyRequest(ctx, inQuery, "s-2"); !errors.Is(err, ErrWrongSession) {
 		t.Fatal(err)
 	}
 }
