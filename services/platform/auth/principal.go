@@ -3,8 +3,8 @@
 // token services use between themselves, gRPC interceptors and HTTP
 // middleware that put the resulting Principal in the request context, and
 // the per-method scope table. Tenants and keys are stored by package
-// keystore; viewer links, secrets at rest and rate limits live in the
-// sibling packages viewer, secretbox and ratelimit.
+// keystore; viewer links, secrets at rest, rate limits and quotas live in
+// the sibling packages viewer, secretbox, ratelimit and quota.
 package auth
 
 import (
