@@ -43,8 +43,12 @@ func (s *Service) watch(ctx context.Context, id string, send func(*sessionv1.Wat
 			return err
 		}
 		defer func() { _ = sub.Unsubscribe() }()
-		// The server has the subscription once the flush returns.
-		if err := s.nc.FlushWithContext(ctx); err != nil {
+		// The server has the subscription once the flush returns. A flush
+		// needs a deadline, and a watch's own context usually has none.
+		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = s.nc.FlushWithContext(fctx)
+		cancel()
+		if err != nil {
 			return err
 		}
 	}

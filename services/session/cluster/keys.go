@@ -6,18 +6,20 @@
 //
 // Keys, all under one prefix (such as "deskgrid:"):
 //
-//	nodes              set of every registered node id
-//	node:<id>          hash: address, capacity, labels (JSON)
+//	nodes              hash: node id -> address, sessions, cpu, mem, labels
+//	                   (tab-separated; labels as JSON)
 //	alive:<id>         the heartbeat: a string that expires after the TTL
 //	draining           set of node ids that take no new sessions
-//	used:<id>          hash: sessions, cpu, mem reserved on the node
+//	used               hash: "<id>\ts|c|m" -> sessions, cpu, mem reserved
 //	tenants:<id>       hash: tenant -> sessions it holds on the node
 //	sessions:<id>      set of the sessions the node is given
 //	smap               hash: session -> node, generation, cpu, mem, tenant
 //	gen                counter the generations come from
 //
-// Scripts touch keys they compute from the prefix, so the keys of one
-// deployment must live on one Redis server (no Redis Cluster sharding).
+// A snapshot of every node is a handful of commands whatever the number of
+// nodes, which keeps placement fast at hundreds of nodes. Scripts touch keys
+// they compute from the prefix, so the keys of one deployment must live on
+// one Redis server (no Redis Cluster sharding).
 package cluster
 
 import (
@@ -38,10 +40,9 @@ var ErrSessionNotPlaced = errors.New("session is not placed on any node")
 type keys string
 
 func (k keys) nodes() string             { return string(k) + "nodes" }
-func (k keys) node(id string) string     { return string(k) + "node:" + id }
 func (k keys) alive(id string) string    { return string(k) + "alive:" + id }
 func (k keys) draining() string          { return string(k) + "draining" }
-func (k keys) used(id string) string     { return string(k) + "used:" + id }
+func (k keys) used() string              { return string(k) + "used" }
 func (k keys) tenants(id string) string  { return string(k) + "tenants:" + id }
 func (k keys) sessions(id string) string { return string(k) + "sessions:" + id }
 func (k keys) smap() string              { return string(k) + "smap" }

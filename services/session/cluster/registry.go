@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,6 +21,8 @@ import (
 type Registry struct {
 	rdb redis.UniversalClient
 	k   keys
+	// labelCache maps a node's raw label JSON to its decoded labels.
+	labelCache sync.Map
 }
 
 // NewRegistry uses rdb with keys under prefix (DefaultPrefix when empty).
@@ -42,32 +45,21 @@ type NodeInfo struct {
 	Labels   map[string]string
 }
 
-// nodeInfoTTL: a node that stops heartbeating is forgotten after this long.
-const nodeInfoTTL = 24 * time.Hour
-
 // Register records (or updates) a node's address, capacity and labels. It
 // does not make the node alive: the first Heartbeat does.
 func (r *Registry) Register(ctx context.Context, n NodeInfo) error {
 	if n.ID == "" || n.Address == "" || n.Capacity.Sessions <= 0 {
 		return fmt.Errorf("register node: id, address and a session capacity above zero are required")
 	}
+	if strings.ContainsAny(n.ID, "\t") || strings.ContainsAny(n.Address, "\t") {
+		return fmt.Errorf("register node: id and address may not contain tabs")
+	}
 	labels, err := json.Marshal(n.Labels)
 	if err != nil {
 		return err
 	}
-	_, err = r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, r.k.node(n.ID), map[string]any{
-			"address":  n.Address,
-			"sessions": n.Capacity.Sessions,
-			"cpu":      n.Capacity.CPUMillis,
-			"mem":      n.Capacity.MemoryBytes,
-			"labels":   string(labels),
-		})
-		p.Expire(ctx, r.k.node(n.ID), nodeInfoTTL)
-		p.SAdd(ctx, r.k.nodes(), n.ID)
-		return nil
-	})
-	if err != nil {
+	info := fmt.Sprintf("%s\t%d\t%d\t%d\t%s", n.Address, n.Capacity.Sessions, n.Capacity.CPUMillis, n.Capacity.MemoryBytes, labels)
+	if err := r.rdb.HSet(ctx, r.k.nodes(), n.ID, info).Err(); err != nil {
 		return fmt.Errorf("register node %s: %w", n.ID, err)
 	}
 	return nil
@@ -81,8 +73,6 @@ func (r *Registry) Heartbeat(ctx context.Context, id, bootID string, ttl time.Du
 	if err != nil {
 		return false, fmt.Errorf("heartbeat of node %s: %w", id, err)
 	}
-	// Keep the registration from expiring while the node lives.
-	r.rdb.Expire(ctx, r.k.node(id), nodeInfoTTL)
 	return n == 1, nil
 }
 
@@ -94,7 +84,7 @@ func (r *Registry) Leave(ctx context.Context, id string) error {
 
 // SetDraining marks node id as draining (no new sessions) or not.
 func (r *Registry) SetDraining(ctx context.Context, id string, draining bool) error {
-	ok, err := r.rdb.SIsMember(ctx, r.k.nodes(), id).Result()
+	ok, err := r.rdb.HExists(ctx, r.k.nodes(), id).Result()
 	if err != nil {
 		return err
 	}
@@ -109,35 +99,67 @@ func (r *Registry) SetDraining(ctx context.Context, id string, draining bool) er
 
 // Snapshot returns every registered node, with its liveness, drain flag and
 // usage, sorted by id; TenantSessions counts tenant's sessions (when tenant
-// is not empty). One round trip for the ids, one for the rest.
+// is not empty). One round trip, a fixed number of commands.
 func (r *Registry) Snapshot(ctx context.Context, tenant string) ([]placement.NodeState, error) {
-	f, err := snapshotScript.Run(ctx, r.rdb, nil, string(r.k), tenant).StringSlice()
-	if err != nil && !errors.Is(err, redis.Nil) {
+	res, err := snapshotScript.Run(ctx, r.rdb, nil, string(r.k), tenant).Slice()
+	if err != nil {
 		return nil, fmt.Errorf("read nodes: %w", err)
 	}
-	const width = 12
-	out := make([]placement.NodeState, 0, len(f)/width)
-	for i := 0; i+width <= len(f); i += width {
-		r := f[i : i+width]
-		if r[1] == "" {
-			continue // registration expired; Forget cleans the id up
+	if len(res) != 5 {
+		return nil, fmt.Errorf("read nodes: unexpected reply of %d parts", len(res))
+	}
+	nodes, alive, draining, used, tenants := strs(res[0]), strs(res[1]), strs(res[2]), strs(res[3]), strs(res[4])
+	usage := make(map[string]int64, len(used)/2)
+	for i := 0; i+1 < len(used); i += 2 {
+		usage[used[i]] = atoi(used[i+1])
+	}
+	out := make([]placement.NodeState, 0, len(nodes)/2)
+	for i := 0; i+1 < len(nodes); i += 2 {
+		id := nodes[i]
+		f := strings.SplitN(nodes[i+1], "\t", 5)
+		if len(f) != 5 {
+			continue
 		}
 		n := placement.NodeState{
-			ID:       r[0],
-			Address:  r[1],
-			Capacity: placement.Capacity{Sessions: atoi(r[2]), CPUMillis: atoi(r[3]), MemoryBytes: atoi(r[4])},
-			Alive:    r[6] == "1",
-			Draining: r[7] == "1",
-			Used:     placement.Capacity{Sessions: atoi(r[8]), CPUMillis: atoi(r[9]), MemoryBytes: atoi(r[10])},
+			ID:       id,
+			Address:  f[0],
+			Capacity: placement.Capacity{Sessions: atoi(f[1]), CPUMillis: atoi(f[2]), MemoryBytes: atoi(f[3])},
+			Labels:   r.labels(f[4]),
+			Alive:    i/2 < len(alive) && alive[i/2] == "1",
+			Draining: slices.Contains(draining, id),
+			Used:     placement.Capacity{Sessions: usage[id+"\ts"], CPUMillis: usage[id+"\tc"], MemoryBytes: usage[id+"\tm"]},
 		}
-		if l := r[5]; l != "" && l != "null" {
-			_ = json.Unmarshal([]byte(l), &n.Labels)
+		if i/2 < len(tenants) {
+			n.TenantSessions = atoi(tenants[i/2])
 		}
-		n.TenantSessions = atoi(r[11])
 		out = append(out, n)
 	}
 	slices.SortFunc(out, func(a, b placement.NodeState) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
+}
+
+// labels decodes a node's labels, remembering the result: they change only
+// when a node registers again, and snapshots are read on every placement.
+// Callers must not modify the map returned.
+func (r *Registry) labels(raw string) map[string]string {
+	if v, ok := r.labelCache.Load(raw); ok {
+		return v.(map[string]string)
+	}
+	var m map[string]string
+	if raw != "" && raw != "null" {
+		_ = json.Unmarshal([]byte(raw), &m)
+	}
+	r.labelCache.Store(raw, m)
+	return m
+}
+
+func strs(v any) []string {
+	xs, _ := v.([]any)
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i], _ = x.(string)
+	}
+	return out
 }
 
 // Node returns one node's state.
@@ -158,9 +180,10 @@ func (r *Registry) Node(ctx context.Context, id string) (placement.NodeState, er
 // sessions must have been released first.
 func (r *Registry) Forget(ctx context.Context, id string) error {
 	_, err := r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.SRem(ctx, r.k.nodes(), id)
+		p.HDel(ctx, r.k.nodes(), id)
+		p.HDel(ctx, r.k.used(), id+"\ts", id+"\tc", id+"\tm")
 		p.SRem(ctx, r.k.draining(), id)
-		p.Del(ctx, r.k.node(id), r.k.alive(id), r.k.used(id), r.k.tenants(id), r.k.sessions(id))
+		p.Del(ctx, r.k.alive(id), r.k.tenants(id), r.k.sessions(id))
 		return nil
 	})
 	return err
@@ -259,7 +282,7 @@ func (r *Registry) Assigned(ctx context.Context, id string) (map[string]bool, er
 // DeadWithSessions returns the nodes whose heartbeat expired while the map
 // still gives them sessions.
 func (r *Registry) DeadWithSessions(ctx context.Context) ([]string, error) {
-	ids, err := r.rdb.SMembers(ctx, r.k.nodes()).Result()
+	ids, err := r.rdb.HKeys(ctx, r.k.nodes()).Result()
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}

@@ -21,17 +21,18 @@ if cur then
 end
 if redis.call('EXISTS', p..'alive:'..node) == 0 then return {'dead'} end
 if redis.call('SISMEMBER', p..'draining', node) == 1 then return {'draining'} end
-local cap = redis.call('HMGET', p..'node:'..node, 'sessions', 'cpu', 'mem')
-if not cap[1] then return {'unknown'} end
-local used = redis.call('HMGET', p..'used:'..node, 'sessions', 'cpu', 'mem')
+local info = redis.call('HGET', p..'nodes', node)
+if not info then return {'unknown'} end
+local _, s1, c1, m1 = string.match(info, '^([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)')
+local used = redis.call('HMGET', p..'used', node..'\ts', node..'\tc', node..'\tm')
 local us, uc, um = tonumber(used[1] or '0'), tonumber(used[2] or '0'), tonumber(used[3] or '0')
-local cs, cc, cm = tonumber(cap[1]), tonumber(cap[2] or '0'), tonumber(cap[3] or '0')
+local cs, cc, cm = tonumber(s1), tonumber(c1 or '0'), tonumber(m1 or '0')
 if us + 1 > cs then return {'full', 'sessions'} end
 if cc > 0 and uc + cpu > cc then return {'full', 'cpu'} end
 if cm > 0 and um + mem > cm then return {'full', 'memory'} end
-redis.call('HINCRBY', p..'used:'..node, 'sessions', 1)
-redis.call('HINCRBY', p..'used:'..node, 'cpu', cpu)
-redis.call('HINCRBY', p..'used:'..node, 'mem', mem)
+redis.call('HINCRBY', p..'used', node..'\ts', 1)
+redis.call('HINCRBY', p..'used', node..'\tc', cpu)
+redis.call('HINCRBY', p..'used', node..'\tm', mem)
 redis.call('HINCRBY', p..'tenants:'..node, tenant, 1)
 redis.call('SADD', p..'sessions:'..node, sid)
 local g = redis.call('INCR', p..'gen')
@@ -51,9 +52,9 @@ if not cur then return 0 end
 local node, g, cpu, mem, tenant = string.match(cur, '^([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t(.*)$')
 if not node then redis.call('HDEL', p..'smap', sid) return 0 end
 if want ~= '' and want ~= node then return 0 end
-redis.call('HINCRBY', p..'used:'..node, 'sessions', -1)
-redis.call('HINCRBY', p..'used:'..node, 'cpu', 0 - tonumber(cpu))
-redis.call('HINCRBY', p..'used:'..node, 'mem', 0 - tonumber(mem))
+redis.call('HINCRBY', p..'used', node..'\ts', -1)
+redis.call('HINCRBY', p..'used', node..'\tc', 0 - tonumber(cpu))
+redis.call('HINCRBY', p..'used', node..'\tm', 0 - tonumber(mem))
 if redis.call('HINCRBY', p..'tenants:'..node, tenant, -1) <= 0 then
   redis.call('HDEL', p..'tenants:'..node, tenant)
 end
@@ -81,37 +82,30 @@ var resolveScript = redis.NewScript(`
 local cur = redis.call('HGET', ARGV[1]..'smap', ARGV[2])
 if not cur then return nil end
 local node, g = string.match(cur, '^([^\t]*)\t([^\t]*)')
-local addr = redis.call('HGET', ARGV[1]..'node:'..node, 'address') or ''
+local info = redis.call('HGET', ARGV[1]..'nodes', node) or ''
+local addr = string.match(info, '^([^\t]*)') or ''
 return {addr, node, g}
 `)
 
-// snapshotScript reads every registered node in one call: for each, a flat
-// run of id, address, sessions, cpu, mem, labels, alive, draining, used
-// sessions, used cpu, used mem, tenant sessions ("" for a node whose
-// registration expired).
+// snapshotScript reads every node in one call, with a fixed number of
+// commands: {nodes hash (flat id, info pairs), alive flags in the same
+// order, draining ids, used hash (flat), tenant counts in the same order}.
 //
 // ARGV: prefix, tenant (may be empty).
 var snapshotScript = redis.NewScript(`
 local p, tenant = ARGV[1], ARGV[2]
-local ids = redis.call('SMEMBERS', p..'nodes')
-local out = {}
-for _, id in ipairs(ids) do
-  local info = redis.call('HMGET', p..'node:'..id, 'address', 'sessions', 'cpu', 'mem', 'labels')
-  local used = redis.call('HMGET', p..'used:'..id, 'sessions', 'cpu', 'mem')
-  local t = '0'
-  if tenant ~= '' then t = redis.call('HGET', p..'tenants:'..id, tenant) or '0' end
-  out[#out+1] = id
-  out[#out+1] = info[1] or ''
-  out[#out+1] = info[2] or '0'
-  out[#out+1] = info[3] or '0'
-  out[#out+1] = info[4] or '0'
-  out[#out+1] = info[5] or ''
-  out[#out+1] = tostring(redis.call('EXISTS', p..'alive:'..id))
-  out[#out+1] = tostring(redis.call('SISMEMBER', p..'draining', id))
-  out[#out+1] = used[1] or '0'
-  out[#out+1] = used[2] or '0'
-  out[#out+1] = used[3] or '0'
-  out[#out+1] = t
+local nodes = redis.call('HGETALL', p..'nodes')
+local alive, tenants = {}, {}
+if #nodes > 0 then
+  local ks = {}
+  for i = 1, #nodes, 2 do ks[#ks+1] = p..'alive:'..nodes[i] end
+  local vals = redis.call('MGET', unpack(ks))
+  for i = 1, #ks do
+    if vals[i] then alive[i] = '1' else alive[i] = '0' end
+    if tenant ~= '' then
+      tenants[i] = redis.call('HGET', p..'tenants:'..nodes[2*i-1], tenant) or '0'
+    end
+  end
 end
-return out
+return {nodes, alive, redis.call('SMEMBERS', p..'draining'), redis.call('HGETALL', p..'used'), tenants}
 `)
