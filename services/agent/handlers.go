@@ -27,7 +27,7 @@ func (s *Service) sink(rec *agentv1.Run) runlog.Sink {
 	info := runlog.RunInfo{Tenant: rec.GetTenant(), SessionID: rec.GetSessionId(), Provider: rec.GetProvider(), Model: rec.GetModel()}
 	switch {
 	case s.asyncJS != nil:
-		return runlog.JetStreamSink{JS: s.asyncJS, Info: info}
+		return &runlog.JetStreamSink{JS: s.asyncJS, Info: info}
 	case s.deps.Publisher != nil:
 		return runlog.PublisherSink{Publisher: s.deps.Publisher, Info: info}
 	default:

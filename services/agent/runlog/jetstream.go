@@ -129,13 +129,23 @@ func runEvent(env *eventsv1.Event) (*agentv1.RunEvent, bool) {
 }
 
 // JetStreamSink publishes a run's events asynchronously: a batch goes out
-// without waiting between messages, then its acks are collected, so a run
-// costs one round trip per batch rather than per event.
+// without waiting between messages, and its acks are collected while the
+// next batch is published, so a run costs no round trip per event and the
+// stream is never idle waiting for acks. One sink serves one run's log.
 type JetStreamSink struct {
 	JS   jetstream.JetStream
 	Info RunInfo
 	// AckWait bounds the wait for a batch's acks; 0 means 10 s.
 	AckWait time.Duration
+
+	prev *inflight
+}
+
+// inflight is a published batch whose acks are not all in.
+type inflight struct {
+	msgs    []*nats.Msg
+	seqs    []int64
+	futures []jetstream.PubAckFuture
 }
 
 // NewAsyncJetStream returns a JetStream handle on js's connection whose
@@ -153,30 +163,58 @@ func NewAsyncJetStream(js jetstream.JetStream, maxPending int) (jetstream.JetStr
 	}
 }
 
-// WriteBatch implements Sink. Events whose publish failed are retried
-// (synchronously, a few times) with the same message id.
-func (s JetStreamSink) WriteBatch(ctx context.Context, items []Item) error {
+// WriteBatch implements Sink: it publishes items and waits for the acks
+// of the batch before; Flush waits for the last one.
+func (s *JetStreamSink) WriteBatch(ctx context.Context, items []Item) error {
+	cur := &inflight{msgs: make([]*nats.Msg, len(items)), seqs: make([]int64, len(items)), futures: make([]jetstream.PubAckFuture, len(items))}
+	maxPayload := s.JS.Conn().MaxPayload()
+	var err error
+	for i, it := range items {
+		cur.seqs[i] = it.Event.GetSequence()
+		m, e := Envelope(s.Info, it.Event, it.Data)
+		if e == nil && int64(len(m.Data)) > maxPayload-1024 && it.Data != nil {
+			// Too big for the server: the event goes without its image.
+			m, e = Envelope(s.Info, it.Event, nil)
+		}
+		if e != nil {
+			err = errors.Join(err, e)
+			continue
+		}
+		cur.msgs[i] = m
+		// A failed async publish (nil future) is retried when the batch settles.
+		cur.futures[i], _ = s.JS.PublishMsgAsync(m)
+	}
+	err = errors.Join(err, s.settle(ctx, s.prev))
+	s.prev = cur
+	return err
+}
+
+// Flush implements Flusher: it waits for every published event's ack.
+func (s *JetStreamSink) Flush(ctx context.Context) error {
+	err := s.settle(ctx, s.prev)
+	s.prev = nil
+	return err
+}
+
+// settle waits for a batch's acks, republishing (synchronously, a few times,
+// with the same message id) what failed.
+func (s *JetStreamSink) settle(ctx context.Context, b *inflight) error {
+	if b == nil {
+		return nil
+	}
 	wait := s.AckWait
 	if wait <= 0 {
 		wait = 10 * time.Second
 	}
-	msgs := make([]*nats.Msg, len(items))
-	futures := make([]jetstream.PubAckFuture, len(items))
-	var failed []int
-	for i, it := range items {
-		m, err := Envelope(s.Info, it.Event, it.Data)
-		if err != nil {
-			return err
-		}
-		msgs[i] = m
-		if futures[i], err = s.JS.PublishMsgAsync(m); err != nil {
-			failed = append(failed, i)
-		}
-	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	for i, f := range futures {
+	var failed []int
+	for i, f := range b.futures {
+		if b.msgs[i] == nil {
+			continue
+		}
 		if f == nil {
+			failed = append(failed, i)
 			continue
 		}
 		select {
@@ -189,12 +227,11 @@ func (s JetStreamSink) WriteBatch(ctx context.Context, items []Item) error {
 			return ctx.Err()
 		}
 	}
-	slices.Sort(failed)
 	for _, i := range failed {
 		var err error
 		for attempt := range 5 {
 			actx, cancel := context.WithTimeout(ctx, wait)
-			_, err = s.JS.PublishMsg(actx, msgs[i])
+			_, err = s.JS.PublishMsg(actx, b.msgs[i])
 			cancel()
 			if err == nil {
 				break
@@ -202,7 +239,7 @@ func (s JetStreamSink) WriteBatch(ctx context.Context, items []Item) error {
 			time.Sleep(time.Duration(50<<attempt) * time.Millisecond)
 		}
 		if err != nil {
-			return fmt.Errorf("publish run event %d: %w", items[i].Event.GetSequence(), err)
+			return fmt.Errorf("publish run event %d: %w", b.seqs[i], err)
 		}
 	}
 	return nil

@@ -36,9 +36,16 @@ type Sink interface {
 	WriteBatch(ctx context.Context, items []Item) error
 }
 
+// Flusher is a Sink that holds published events whose storage is not yet
+// confirmed; Flush confirms them.
+type Flusher interface {
+	Flush(ctx context.Context) error
+}
+
 // maxBatch bounds the events handed to the sink at once; with the sink
-// queue it bounds the events not yet durable, which must stay below the
-// ring so nothing leaves memory before it is in the durable log.
+// queue it bounds the events not yet durable (the queue and two batches),
+// which must stay below the ring so nothing leaves memory before it is in
+// the durable log.
 const maxBatch = 256
 
 // ErrGone: the events asked for are older than the ring and there is no
@@ -112,14 +119,26 @@ func (l *Log) forward(sink Sink, out <-chan Item) {
 		}
 		// A durable log that refuses events is reported once; the run goes
 		// on and live readers still see them.
-		if err := sink.WriteBatch(context.Background(), batch); err != nil {
-			l.mu.Lock()
-			if l.sinkErr == nil {
-				l.sinkErr = err
-			}
-			l.mu.Unlock()
+		l.sinkFailed(sink.WriteBatch(context.Background(), batch))
+		if f, ok := sink.(Flusher); ok && len(out) == 0 {
+			// Nothing waiting: confirm now rather than with the next batch.
+			l.sinkFailed(f.Flush(context.Background()))
 		}
 	}
+	if f, ok := sink.(Flusher); ok {
+		l.sinkFailed(f.Flush(context.Background()))
+	}
+}
+
+func (l *Log) sinkFailed(err error) {
+	if err == nil {
+		return
+	}
+	l.mu.Lock()
+	if l.sinkErr == nil {
+		l.sinkErr = err
+	}
+	l.mu.Unlock()
 }
 
 // Append numbers ev, stores it and wakes readers. It returns ev.

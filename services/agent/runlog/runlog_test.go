@@ -29,7 +29,7 @@ func newJetStreamLog(tb testing.TB, js jetstream.JetStream, runID string, ring i
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return New("s-1", runID, 0, ring, 0, JetStreamSink{JS: async, Info: RunInfo{Tenant: "t", SessionID: "s-1", Provider: "p", Model: "m"}}, JetStreamReplayer{JS: js})
+	return New("s-1", runID, 0, ring, 0, &JetStreamSink{JS: async, Info: RunInfo{Tenant: "t", SessionID: "s-1", Provider: "p", Model: "m"}}, JetStreamReplayer{JS: js})
 }
 
 func event(i int) *agentv1.RunEvent {
@@ -153,11 +153,14 @@ func TestRetriedPublishIsStoredOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink := JetStreamSink{JS: async, Info: RunInfo{SessionID: "s-1"}}
+	sink := &JetStreamSink{JS: async, Info: RunInfo{SessionID: "s-1"}}
 	ev := &agentv1.RunEvent{Sequence: 1, RunId: "run-x", Event: &agentv1.RunEvent_TextDelta{TextDelta: "hi"}}
 	ctx := context.Background()
 	for range 3 {
 		if err := sink.WriteBatch(ctx, []Item{{Event: ev}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := sink.Flush(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
