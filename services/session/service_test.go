@@ -912,3 +912,28 @@ func TestServiceOnPostgres(t *testing.T) {
 		t.Fatalf("watch ended at %v", last)
 	}
 }
+
+// A watch from a client that sets no deadline (a browser through the
+// gateway) works: the server must not need one.
+func TestWatchWithoutDeadline(t *testing.T) {
+	h := newHarness(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := h.client.CreateSession(ctx, &sessionv1.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithCancel(context.Background())
+	defer wcancel()
+	stream, err := h.client.WatchSession(wctx, &sessionv1.WatchSessionRequest{SessionId: resp.GetSession().GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		t.Fatalf("watch without a deadline: %v", err)
+	}
+	if first.GetSession().GetState() != sessionv1.SessionState_SESSION_STATE_RUNNING {
+		t.Fatalf("first watch message: %v", first.GetSession().GetState())
+	}
+}
