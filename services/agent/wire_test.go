@@ -243,6 +243,8 @@ type wireCase struct {
 	errBody func(key string, status int) string
 	// imageMark shows a screenshot in a request body.
 	imageMark string
+	// tools are how the first request offers the tools (and caching).
+	tools []string
 }
 
 var wireCases = []wireCase{
@@ -252,6 +254,7 @@ var wireCases = []wireCase{
 		click:      &displayv1.Point{X: 100, Y: 200},
 		toolResult: func(turn int) string { return fmt.Sprintf(`"tool_use_id":"toolu_%d"`, turn) },
 		imageMark:  `"type":"base64"`,
+		tools:      []string{`"type":"computer_20250124"`, `"display_width_px":1280`, `"type":"bash_20250124"`, `"type":"text_editor_20250728"`, `"cache_control":{"type":"ephemeral"}`},
 		errBody: func(k string, code int) string {
 			return `{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key: ` + k + `"}}`
 		},
@@ -262,6 +265,7 @@ var wireCases = []wireCase{
 		click:      &displayv1.Point{X: 100, Y: 200},
 		toolResult: func(turn int) string { return fmt.Sprintf(`"call_id":"call_%d"`, turn) },
 		imageMark:  `data:image/png;base64,`,
+		tools:      []string{`"type":"computer_use_preview"`, `"display_width":1280`, `"environment":"linux"`, `"name":"bash"`, `"name":"str_replace_based_edit_tool"`, `"stream":true`},
 		errBody: func(k string, code int) string {
 			return `{"error":{"message":"Incorrect API key provided: ` + k + `.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`
 		},
@@ -273,6 +277,7 @@ var wireCases = []wireCase{
 		click:      &displayv1.Point{X: 640, Y: 200},
 		toolResult: func(int) string { return `"functionResponse"` },
 		imageMark:  `"inlineData"`,
+		tools:      []string{`"computerUse":{"environment":"ENVIRONMENT_DESKTOP"}`, `"name":"bash"`, `"name":"str_replace_based_edit_tool"`},
 		errBody: func(k string, code int) string {
 			return fmt.Sprintf(`{"error":{"code":%d,"message":"API key not valid: %s","status":"UNAUTHENTICATED"}}`, code, k)
 		},
@@ -366,6 +371,11 @@ func TestProvidersOverTheirWireFormat(t *testing.T) {
 				}
 				if i > 0 && !strings.Contains(bodies[i], tc.toolResult(i-1)) {
 					t.Fatalf("request %d lacks the tool result %s: %.400s", i, tc.toolResult(i-1), bodies[i])
+				}
+			}
+			for _, want := range tc.tools {
+				if !strings.Contains(bodies[0], want) {
+					t.Fatalf("first request lacks %s: %.1500s", want, bodies[0])
 				}
 			}
 			if !strings.Contains(bodies[1], tc.imageMark) {
@@ -473,6 +483,76 @@ func TestProviderErrorsNeverCarryTheKey(t *testing.T) {
 				t.Fatal("unknown provider accepted")
 			}
 			assertNoSecret(t, key, "error", err.Error())
+		})
+	}
+}
+
+// A provider's safety check pauses the run for approval; approving sends
+// the acknowledgement back the way that provider expects it.
+func TestSafetyChecksOverTheWire(t *testing.T) {
+	cases := []struct {
+		provider, model string
+		base            func(string) string
+		first           func(w http.ResponseWriter)
+		ack             string
+	}{
+		{
+			provider: "openai", model: "computer-use-preview", base: func(s string) string { return s + "/v1/" },
+			first: func(w http.ResponseWriter) {
+				item := map[string]any{"type": "computer_call", "id": "cu_0", "call_id": "call_0", "status": "completed",
+					"action":                map[string]any{"type": "click", "button": "left", "x": 10, "y": 20},
+					"pending_safety_checks": []any{map[string]any{"id": "sc_1", "code": "malicious_instructions", "message": "The page asks for a password."}}}
+				sse(w, "response.completed", map[string]any{"type": "response.completed", "sequence_number": 0, "response": map[string]any{
+					"id": "resp_0", "object": "response", "created_at": 1, "status": "completed", "model": "computer-use-preview", "output": []any{item},
+					"usage": map[string]any{"input_tokens": 1, "output_tokens": 1, "total_tokens": 2}}})
+			},
+			ack: `"acknowledged_safety_checks":[{"code":"malicious_instructions","id":"sc_1","message":"The page asks for a password."}]`,
+		},
+		{
+			provider: "gemini", model: "gemini-test", base: func(s string) string { return s },
+			first: func(w http.ResponseWriter) {
+				sse(w, "", map[string]any{"candidates": []any{map[string]any{"index": 0, "finishReason": "STOP", "content": map[string]any{"role": "model", "parts": []any{
+					map[string]any{"functionCall": map[string]any{"name": "click_at", "args": map[string]any{"x": 10, "y": 20,
+						"safety_decision": map[string]any{"decision": "require_confirmation", "explanation": "It buys something."}}}},
+				}}}}})
+			},
+			ack: `"safety_acknowledgement":"true"`,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.provider, func(t *testing.T) {
+			ws := newWireServer(t, "", func(w http.ResponseWriter, _ step, turn int) {
+				if turn == 0 {
+					tc.first(w)
+					return
+				}
+				map[string]func(http.ResponseWriter, step, int){"openai": openaiTurn, "gemini": geminiTurn}[tc.provider](w, stepDone, turn)
+			})
+			h := newHarness(t, DefaultConfig(), nil)
+			ctx := context.Background()
+			resp, err := h.client.CreateRun(ctx, &agentv1.CreateRunRequest{SessionId: "s-1", Prompt: "x", Provider: tc.provider, Model: tc.model, ApiKey: "k-123456", BaseUrl: tc.base(ws.srv.URL)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := resp.GetRun().GetId()
+			r := waitState(t, h.client, id, agentv1.RunState_RUN_STATE_WAITING_APPROVAL)
+			if len(r.GetPendingToolCall().GetSafetyChecks()) != 1 {
+				t.Fatalf("pending = %v", r.GetPendingToolCall())
+			}
+			h.node.mu.Lock()
+			n := len(h.node.actions)
+			h.node.mu.Unlock()
+			if n != 0 {
+				t.Fatal("the checked action ran before approval")
+			}
+			if _, err := h.client.ApproveStep(ctx, &agentv1.ApproveStepRequest{RunId: id}); err != nil {
+				t.Fatal(err)
+			}
+			waitState(t, h.client, id, agentv1.RunState_RUN_STATE_SUCCEEDED)
+			bodies, _, _ := ws.requests()
+			if len(bodies) != 2 || !strings.Contains(bodies[1], tc.ack) {
+				t.Fatalf("acknowledgement missing from %.600s", bodies[len(bodies)-1])
+			}
 		})
 	}
 }
