@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -134,18 +135,32 @@ func (p *proc) start() {
 		p.t.Fatal(err)
 	}
 	go func() { p.done <- p.cmd.Wait() }()
-	// Ready when its health service says every service serves.
-	conn, err := dial(p.addr)
-	if err != nil {
-		p.t.Fatal(err)
+	// Ready when its health service says every service serves, or for
+	// the gateway, when it answers HTTP.
+	ready := func() bool {
+		resp, err := http.Get("http://" + p.addr + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
 	}
-	defer conn.Close()
+	if p.args[1] != "gateway" {
+		conn, err := dial(p.addr)
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		defer conn.Close()
+		ready = func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+			return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+		}
+	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
-		cancel()
-		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+		if ready() {
 			return
 		}
 		select {
@@ -403,6 +418,35 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("screenshot of %s through the node router: %v", s.GetId(), err)
 		}
 	}
+
+	t.Run("gateway routes by session", func(t *testing.T) {
+		httpAddr := freeAddr(t)
+		startProc(t, "gateway", httpAddr, append([]string{"serve", "gateway", "-http-addr", httpAddr,
+			"-session-addr", c.replicas[0].addr, "-agent-addr", c.replicas[0].addr, "-history-addr", c.replicas[0].addr,
+			"-nats-url", nats.URL()}, c.common...)...)
+		get := func(path string) (int, string) {
+			resp, err := http.Get("http://" + httpAddr + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
+		}
+		seen := map[string]bool{}
+		for _, s := range created {
+			if code, body := get("/v1/sessions/" + s.GetId() + "/screenshot?region.width=4&region.height=4"); code != http.StatusOK {
+				t.Fatalf("screenshot of %s on %s through the gateway: %d %.300s", s.GetId(), s.GetNodeId(), code, body)
+			}
+			seen[s.GetNodeId()] = true
+		}
+		if len(seen) != 3 {
+			t.Fatalf("sessions on %v, want all three nodes", seen)
+		}
+		if code, body := get("/v1/nodes"); code != http.StatusOK || strings.Count(body, "NODE_STATE_READY") != 3 {
+			t.Fatalf("GET /v1/nodes: %d %s", code, body)
+		}
+	})
 
 	t.Run("restart a session replica during activity", func(t *testing.T) {
 		stopShots := make(chan struct{})

@@ -364,10 +364,24 @@ func (s *setup) startGateway(ctx context.Context) (string, error) {
 		return c, nil
 	}
 	var b gateway.Backends
-	for _, x := range []struct {
+	backends := []struct {
 		addr string
 		dst  *grpc.ClientConnInterface
-	}{{s.cfg.SessionAddr, &b.Session}, {s.cfg.NodeAddr, &b.Node}, {s.cfg.AgentAddr, &b.Agent}, {s.cfg.HistoryAddr, &b.History}} {
+	}{{s.cfg.SessionAddr, &b.Session}, {s.cfg.AgentAddr, &b.Agent}, {s.cfg.HistoryAddr, &b.History}}
+	if s.clustered() {
+		// Each session's display and sandbox calls go to its own node.
+		r, err := s.nodeRouter(ctx)
+		if err != nil {
+			return "", err
+		}
+		b.Node = r
+	} else {
+		backends = append(backends, struct {
+			addr string
+			dst  *grpc.ClientConnInterface
+		}{s.cfg.NodeAddr, &b.Node})
+	}
+	for _, x := range backends {
 		c, err := get(x.addr)
 		if err != nil {
 			return "", err
