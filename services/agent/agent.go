@@ -22,6 +22,7 @@ import (
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	"github.com/deskgrid/deskgrid/services/agent/keyseal"
 	"github.com/deskgrid/deskgrid/services/agent/lease"
 	"github.com/deskgrid/deskgrid/services/agent/provider"
@@ -113,6 +114,9 @@ type Deps struct {
 	Leases lease.Manager
 	// NewProvider builds a run's provider; nil uses provider.New.
 	NewProvider func(ctx context.Context, cfg provider.Config) (provider.Provider, error)
+	// Sessions, when set, is asked whether the caller's session exists and
+	// is theirs (the call's metadata is passed on) before a run starts on it.
+	Sessions sessionv1.SessionServiceClient
 	// Tenant names the caller's tenant; nil means every caller is
 	// DefaultTenant. A run is visible only to its tenant.
 	Tenant func(ctx context.Context) string

@@ -9,11 +9,13 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
+	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	"github.com/deskgrid/deskgrid/services/agent/lease"
 	"github.com/deskgrid/deskgrid/services/agent/provider"
 	"github.com/deskgrid/deskgrid/services/agent/runlog"
@@ -51,6 +53,9 @@ func (s *Service) CreateRun(ctx context.Context, req *agentv1.CreateRunRequest) 
 	}
 	if s.deps.Display == nil || s.deps.Sandbox == nil {
 		return nil, status.Error(codes.FailedPrecondition, "this deskgrid has no display or sandbox service for agent runs")
+	}
+	if err := s.checkSession(ctx, req.GetSessionId()); err != nil {
+		return nil, err
 	}
 	name := req.GetProvider()
 	if name == "" {
@@ -100,6 +105,31 @@ func (s *Service) CreateRun(ctx context.Context, req *agentv1.CreateRunRequest) 
 	}
 	r.start()
 	return &agentv1.CreateRunResponse{Run: rec}, nil
+}
+
+// checkSession asks the session service, as the caller, whether the session
+// exists and is the caller's.
+func (s *Service) checkSession(ctx context.Context, id string) error {
+	if s.deps.Sessions == nil {
+		return nil
+	}
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		ctx = metadata.NewOutgoingContext(ctx, md.Copy())
+	}
+	_, err := s.deps.Sessions.GetSession(ctx, &sessionv1.GetSessionRequest{SessionId: id})
+	switch status.Code(err) {
+	case codes.OK:
+		return nil
+	case codes.NotFound, codes.PermissionDenied:
+		return status.Errorf(codes.NotFound, "session %s not found", id)
+	case codes.Canceled, codes.DeadlineExceeded:
+		if ctx.Err() != nil {
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		return status.Errorf(codes.Unavailable, "check session %s: %v", id, status.Convert(err).Message())
+	default:
+		return status.Errorf(codes.Unavailable, "check session %s: %v", id, status.Convert(err).Message())
+	}
 }
 
 // newProvider builds a provider, the run's own key and base URL first, the

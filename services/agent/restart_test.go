@@ -4,17 +4,21 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
+	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	"github.com/deskgrid/deskgrid/services/agent/provider"
 	"github.com/deskgrid/deskgrid/services/agent/store"
 	"github.com/deskgrid/deskgrid/services/agent/store/storetest"
@@ -228,4 +232,54 @@ func TestRunsBelongToTheirTenant(t *testing.T) {
 	if _, err := h.client.CancelRun(asTenant("acme"), &agentv1.CancelRunRequest{RunId: id}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// fakeSessions owns sessions per tenant, read from the call's metadata as
+// the session service would.
+type fakeSessions struct {
+	sessionv1.UnimplementedSessionServiceServer
+	owner map[string]string
+}
+
+func (f *fakeSessions) GetSession(ctx context.Context, req *sessionv1.GetSessionRequest) (*sessionv1.GetSessionResponse, error) {
+	if f.owner[req.GetSessionId()] != tenantFromMetadata(ctx) {
+		return nil, status.Errorf(codes.NotFound, "session %s not found", req.GetSessionId())
+	}
+	return &sessionv1.GetSessionResponse{Session: &sessionv1.Session{Id: req.GetSessionId()}}, nil
+}
+
+// A run starts only on a session the caller owns.
+func TestCreateRunChecksTheSessionIsTheCallers(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	sessionv1.RegisterSessionServiceServer(srv, &fakeSessions{owner: map[string]string{"s-1": "acme"}})
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	h := newHarness(t, DefaultConfig(), fixed(&scripted{}), func(d *Deps) {
+		d.Tenant = tenantFromMetadata
+		d.Sessions = sessionv1.NewSessionServiceClient(conn)
+	})
+	if _, err := h.client.CreateRun(asTenant("globex"), &agentv1.CreateRunRequest{SessionId: "s-1", Prompt: "x"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("on another tenant's session: %v", err)
+	}
+	if _, err := h.client.CreateRun(asTenant("acme"), &agentv1.CreateRunRequest{SessionId: "s-2", Prompt: "x"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("on a missing session: %v", err)
+	}
+	resp, err := h.client.CreateRun(asTenant("acme"), &agentv1.CreateRunRequest{SessionId: "s-1", Prompt: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	if _, err := h.client.CreateRun(asTenant("acme"), &agentv1.CreateRunRequest{SessionId: "s-1", Prompt: "x"}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("without the session service: %v", err)
+	}
+	_ = resp
 }
