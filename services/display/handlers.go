@@ -21,6 +21,7 @@ func (s *Service) CreateDisplay(ctx context.Context, req *displayv1.CreateDispla
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
+	spec.tenant = s.callerTenant(ctx)
 	d, err := s.create(ctx, spec)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
@@ -47,9 +48,10 @@ func (s *Service) GetDisplay(ctx context.Context, req *displayv1.GetDisplayReque
 	return &displayv1.GetDisplayResponse{Display: out}, nil
 }
 
-// ListDisplays lists the displays this node runs.
+// ListDisplays lists the displays this node runs for the caller's tenant
+// (all of them for a caller acting for no tenant).
 func (s *Service) ListDisplays(ctx context.Context, _ *displayv1.ListDisplaysRequest) (*displayv1.ListDisplaysResponse, error) {
-	ds := s.list()
+	ds := s.list(ctx)
 	out := make([]*displayv1.Display, 0, len(ds))
 	for _, d := range ds {
 		out = append(out, d.proto())

@@ -27,6 +27,12 @@ import (
 // the Service and a client for it.
 func testService(tb testing.TB, dir string) (*Service, displayv1.DisplayServiceClient) {
 	tb.Helper()
+	return testServiceDeps(tb, dir, Deps{})
+}
+
+// testServiceDeps is testService with deps.
+func testServiceDeps(tb testing.TB, dir string, deps Deps) (*Service, displayv1.DisplayServiceClient) {
+	tb.Helper()
 	if dir == "" {
 		dir = tb.TempDir()
 	}
@@ -34,7 +40,7 @@ func testService(tb testing.TB, dir string) (*Service, displayv1.DisplayServiceC
 	cfg.RuntimeDir = dir
 	// Tests count processes and display numbers; the pool has its own.
 	cfg.WarmDisplays = 0
-	s, err := New(context.Background(), cfg, Deps{})
+	s, err := New(context.Background(), cfg, deps)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package display
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -47,7 +48,7 @@ func BenchmarkIdleDisplays50(b *testing.B) {
 		createDisplay(b, c, fmt.Sprintf("idle-%d", i), 1280, 800)
 	}
 	var pids []int
-	for _, d := range s.list() {
+	for _, d := range s.list(context.Background()) {
 		pids = append(pids, d.server.PID)
 		if d.wm != nil {
 			pids = append(pids, d.wm.PID)

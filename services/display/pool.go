@@ -122,7 +122,7 @@ func (s *Service) takeWarm(ctx context.Context, spec displaySpec) *display {
 		case s.pool.refill <- struct{}{}:
 		default:
 		}
-		if err := s.adopt(d, spec.sessionID); err != nil {
+		if err := s.adopt(d, spec.sessionID, spec.tenant); err != nil {
 			s.log.WarnContext(ctx, "warm display unusable; trying another", "err", err)
 			_ = s.stop(context.Background(), d)
 			continue
@@ -131,8 +131,8 @@ func (s *Service) takeWarm(ctx context.Context, spec displaySpec) *display {
 	}
 }
 
-// adopt gives a warm display to sessionID.
-func (s *Service) adopt(d *display, sessionID string) error {
+// adopt gives a warm display to sessionID, owned by tenant.
+func (s *Service) adopt(d *display, sessionID, tenant string) error {
 	if err := d.usable(); err != nil {
 		return err
 	}
@@ -145,7 +145,7 @@ func (s *Service) adopt(d *display, sessionID string) error {
 		return fmt.Errorf("move warm display: %w", err)
 	}
 	s.forgetPoolDir(poolDir)
-	d.sessionID, d.dir, d.xauthPath = sessionID, dir, filepath.Join(dir, xauthFile)
+	d.sessionID, d.tenant, d.dir, d.xauthPath = sessionID, tenant, dir, filepath.Join(dir, xauthFile)
 	d.created = time.Now().UTC()
 	d.setOwner(sessionID)
 	return writeMeta(dir, d.meta())

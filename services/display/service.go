@@ -94,6 +94,11 @@ func DefaultConfig() Config {
 // Deps are the service's collaborators.
 type Deps struct {
 	Logger *slog.Logger
+	// Tenant names the tenant a call acts for ("" for none: auth off, or a
+	// system call for no tenant). The tenant of CreateDisplay owns the
+	// display; a call for another tenant finds no such display. Nil turns
+	// ownership off.
+	Tenant func(ctx context.Context) string
 }
 
 // Service implements displayv1.DisplayServiceServer.
@@ -103,6 +108,7 @@ type Service struct {
 	cfg     Config
 	log     *slog.Logger
 	encoder *capture.Encoder
+	tenant  func(ctx context.Context) string
 
 	mu       sync.Mutex
 	closed   bool
@@ -112,16 +118,20 @@ type Service struct {
 }
 
 // entry is a display being started or running. ready is closed when start
-// has finished; d is nil if it failed.
+// has finished; d is nil if it failed. tenant owns it from the start, so a
+// display still starting is hidden from other tenants too.
 type entry struct {
-	ready chan struct{}
-	d     *display
-	err   error
+	ready  chan struct{}
+	d      *display
+	err    error
+	tenant string
 }
 
 // display is a running X server and this service's connection to it.
 type display struct {
 	sessionID string
+	// tenant owns the display; "" when it was created for no tenant.
+	tenant string
 	// sizeMu guards width and height, which ResizeDisplay (or a program on
 	// the display, with RandR) changes. sizeStale is set when the server
 	// reports a change: the next size() reads the size again.
@@ -214,6 +224,7 @@ func (d *display) xDisplay() string { return ":" + strconv.Itoa(d.server.Display
 // remove what a crashed one left.
 type meta struct {
 	SessionID  string    `json:"session_id"`
+	Tenant     string    `json:"tenant,omitempty"`
 	Display    int       `json:"display"`
 	PID        int       `json:"pid"`
 	Width      int       `json:"width"`
@@ -282,6 +293,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		log:      log.With("service", "display"),
 		encoder:  capture.NewEncoder(),
 		displays: make(map[string]*entry),
+		tenant:   deps.Tenant,
 	}
 	s.startPool()
 	return s, nil
@@ -319,6 +331,7 @@ func (s *Service) sessionDir(sessionID string) string {
 // displaySpec is a validated create request.
 type displaySpec struct {
 	sessionID                 string
+	tenant                    string
 	width, height, depth, dpi int
 }
 
@@ -337,7 +350,7 @@ func (s *Service) create(ctx context.Context, spec displaySpec) (*display, error
 		s.mu.Unlock()
 		return nil, fmt.Errorf("this node runs %d displays, its limit: %w", len(s.displays), errExhausted)
 	}
-	e := &entry{ready: make(chan struct{})}
+	e := &entry{ready: make(chan struct{}), tenant: spec.tenant}
 	s.displays[spec.sessionID] = e
 	s.mu.Unlock()
 
@@ -417,6 +430,7 @@ func (s *Service) launch(ctx context.Context, dir string, spec displaySpec) (_ *
 	}()
 	d := &display{
 		sessionID: spec.sessionID,
+		tenant:    spec.tenant,
 		width:     spec.width,
 		height:    spec.height,
 		depth:     spec.depth,
@@ -558,7 +572,7 @@ func (d *display) meta() meta {
 // metaLocked is meta for a caller holding sizeMu.
 func (d *display) metaLocked() meta {
 	return meta{
-		SessionID: d.sessionID, Display: d.server.Display, PID: d.server.PID,
+		SessionID: d.sessionID, Tenant: d.tenant, Display: d.server.Display, PID: d.server.PID,
 		Width: d.width, Height: d.height, Depth: d.depth, DPI: d.dpi, CreateTime: d.created,
 	}
 }
@@ -590,12 +604,39 @@ func readMeta(dir string) (meta, error) {
 	return m, nil
 }
 
-// get returns the running display of a session, waiting for one that is
-// still starting.
-func (s *Service) get(ctx context.Context, sessionID string) (*display, error) {
+// callerTenant is the tenant the call acts for, "" for none.
+func (s *Service) callerTenant(ctx context.Context) string {
+	if s.tenant == nil {
+		return ""
+	}
+	return s.tenant(ctx)
+}
+
+// visible reports whether the caller may see a display owned by owner: a
+// caller for no tenant sees every display, and a display of no tenant is
+// seen by every caller.
+func (s *Service) visible(ctx context.Context, owner string) bool {
+	t := s.callerTenant(ctx)
+	return t == "" || owner == "" || t == owner
+}
+
+// entryFor is the one place a session's display is looked up for a caller:
+// another tenant's display is reported missing exactly as an unknown one,
+// so the answer tells nothing of whether it exists.
+func (s *Service) entryFor(ctx context.Context, sessionID string) (*entry, bool) {
 	s.mu.Lock()
 	e, ok := s.displays[sessionID]
 	s.mu.Unlock()
+	if !ok || !s.visible(ctx, e.tenant) {
+		return nil, false
+	}
+	return e, true
+}
+
+// get returns the running display of a session, waiting for one that is
+// still starting.
+func (s *Service) get(ctx context.Context, sessionID string) (*display, error) {
+	e, ok := s.entryFor(ctx, sessionID)
 	if !ok {
 		return nil, fmt.Errorf("no display for session %s: %w", sessionID, errNotFound)
 	}
@@ -610,11 +651,15 @@ func (s *Service) get(ctx context.Context, sessionID string) (*display, error) {
 	return e.d, nil
 }
 
-func (s *Service) list() []*display {
+// list returns the ready displays the caller may see.
+func (s *Service) list(ctx context.Context) []*display {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []*display
 	for _, e := range s.displays {
+		if !s.visible(ctx, e.tenant) {
+			continue
+		}
 		select {
 		case <-e.ready:
 			if e.d != nil {
@@ -628,11 +673,15 @@ func (s *Service) list() []*display {
 }
 
 // remove stops a session's display and removes its files. A session without
-// a display is not an error.
+// a display is not an error, and neither is another tenant's: that display
+// is left alone, the answer the same as for a session without one.
 func (s *Service) remove(ctx context.Context, sessionID string) error {
 	s.mu.Lock()
 	e, ok := s.displays[sessionID]
 	s.mu.Unlock()
+	if ok && !s.visible(ctx, e.tenant) {
+		return nil
+	}
 	if ok {
 		select {
 		case <-e.ready:
@@ -653,7 +702,10 @@ func (s *Service) remove(ctx context.Context, sessionID string) error {
 	}
 	if !ok {
 		// Nothing running here; still clear files a failed start or an
-		// earlier process may have left.
+		// earlier process may have left, unless another tenant's.
+		if m, err := readMeta(s.sessionDir(sessionID)); err == nil && !s.visible(ctx, m.Tenant) {
+			return nil
+		}
 		_, err := s.claimLeftover(ctx, sessionID)
 		return err
 	}

@@ -1,0 +1,248 @@
+package display
+
+import (
+	"context"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+)
+
+// tenantMD is the metadata header the tests' Tenant hook reads, standing in
+// for the authenticated principal.
+const tenantMD = "x-tenant"
+
+func tenantFromMD(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get(tenantMD); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func asTenant(tb testing.TB, tenant string) context.Context {
+	return metadata.AppendToOutgoingContext(ctxT(tb), tenantMD, tenant)
+}
+
+// sessionCalls make each RPC that names a session against id; the error is
+// what the caller gets back.
+var sessionCalls = map[string]func(ctx context.Context, c displayv1.DisplayServiceClient, id string) error{
+	"GetDisplay": func(ctx context.Context, c displayv1.DisplayServiceClient, id string) error {
+		_, err := c.GetDisplay(ctx, &displayv1.GetDisplayRequest{SessionId: id})
+		return err
+	},
+	"Screenshot": func(ctx context.Context, c displayv1.DisplayServiceClient, id string) error {
+		_, err := c.Screenshot(ctx, &displayv1.ScreenshotRequest{SessionId: id})
+		return err
+	},
+	"PerformActions": func(ctx context.Context, c displayv1.DisplayServiceClient, id string) error {
+		_, err := c.PerformActions(ctx, &displayv1.PerformActionsRequest{SessionId: id, Actions: []*displayv1.Action{
+			{Action: &displayv1.Action_Click{Click: &displayv1.Click{At: &displayv1.Point{X: 10, Y: 10}}}},
+			{Action: &displayv1.Action_Type{Type: &displayv1.TypeText{Text: "rm -rf ~"}}},
+		}, Screenshot: true})
+		return err
+	},
+	"ResizeDisplay": func(ctx context.Context, c displayv1.DisplayServiceClient, id string) error {
+		_, err := c.ResizeDisplay(ctx, &displayv1.ResizeDisplayRequest{SessionId: id, Width: 800, Height: 600})
+		return err
+	},
+	"ConnectVNC": func(ctx context.Context, c displayv1.DisplayServiceClient, id string) error {
+		st, err := c.ConnectVNC(ctx)
+		if err != nil {
+			return err
+		}
+		if err := st.Send(&displayv1.ConnectVNCRequest{SessionId: id}); err != nil {
+			return err
+		}
+		_, err = st.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		return err
+	},
+	"DeleteDisplay": func(ctx context.Context, c displayv1.DisplayServiceClient, id string) error {
+		_, err := c.DeleteDisplay(ctx, &displayv1.DeleteDisplayRequest{SessionId: id})
+		return err
+	},
+}
+
+// tenantWideCalls are the RPCs that name no existing session; the test
+// checks them on their own.
+var tenantWideCalls = []string{"CreateDisplay", "ListDisplays"}
+
+// Every RPC must be checked for ownership: one added to the service without
+// an entry here fails.
+func TestTenancyCoversEveryRPC(t *testing.T) {
+	var methods []string
+	for _, m := range displayv1.DisplayService_ServiceDesc.Methods {
+		methods = append(methods, m.MethodName)
+	}
+	for _, st := range displayv1.DisplayService_ServiceDesc.Streams {
+		methods = append(methods, st.StreamName)
+	}
+	for _, m := range methods {
+		if _, ok := sessionCalls[m]; !ok && !slices.Contains(tenantWideCalls, m) {
+			t.Errorf("DisplayService.%s has no tenancy case: add it to sessionCalls or tenantWideCalls", m)
+		}
+	}
+}
+
+func codeAndMessage(err error, id string) (codes.Code, string) {
+	st := status.Convert(err)
+	return st.Code(), strings.ReplaceAll(st.Message(), id, "<id>")
+}
+
+// An attacker tenant gets, for the victim's session, exactly the answer it
+// gets for a session that does not exist; it sees nothing of it in lists,
+// and the victim is unaffected.
+func TestTenancyIsolatesDisplays(t *testing.T) {
+	_, c := testServiceDeps(t, "", Deps{Tenant: tenantFromMD})
+	victim, attacker := asTenant(t, "victim"), asTenant(t, "attacker")
+	if _, err := c.CreateDisplay(victim, &displayv1.CreateDisplayRequest{SessionId: "victim-sess", Width: 640, Height: 480}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateDisplay(attacker, &displayv1.CreateDisplayRequest{SessionId: "attacker-sess", Width: 320, Height: 240}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := c.Screenshot(victim, &displayv1.ScreenshotRequest{SessionId: "victim-sess"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	names := make([]string, 0, len(sessionCalls))
+	for n := range sessionCalls {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	// Delete last, so every other call meets a display that still exists.
+	names = append(slices.DeleteFunc(names, func(n string) bool { return n == "DeleteDisplay" }), "DeleteDisplay")
+	for _, name := range names {
+		call := sessionCalls[name]
+		t.Run(name, func(t *testing.T) {
+			got := call(attacker, c, "victim-sess")
+			unknown := call(attacker, c, "no-such-sess")
+			gc, gm := codeAndMessage(got, "victim-sess")
+			uc, um := codeAndMessage(unknown, "no-such-sess")
+			if gc != uc || gm != um {
+				t.Fatalf("another tenant's session answers %v %q, an unknown one %v %q", gc, gm, uc, um)
+			}
+			if name != "DeleteDisplay" && gc != codes.NotFound {
+				t.Fatalf("another tenant's session: %v %q, want NotFound", gc, gm)
+			}
+			// The victim still has its display, unchanged.
+			resp, err := c.GetDisplay(victim, &displayv1.GetDisplayRequest{SessionId: "victim-sess"})
+			if err != nil {
+				t.Fatalf("victim after %s: %v", name, err)
+			}
+			if d := resp.GetDisplay(); d.GetWidth() != 640 || d.GetHeight() != 480 {
+				t.Fatalf("victim's display is %dx%d after %s, want 640x480", d.GetWidth(), d.GetHeight(), name)
+			}
+		})
+	}
+
+	t.Run("ListDisplays", func(t *testing.T) {
+		for _, tc := range []struct {
+			ctx  context.Context
+			want []string
+		}{
+			{attacker, []string{"attacker-sess"}},
+			{victim, []string{"victim-sess"}},
+			{ctxT(t), []string{"attacker-sess", "victim-sess"}}, // a system call for no tenant
+		} {
+			resp, err := c.ListDisplays(tc.ctx, &displayv1.ListDisplaysRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, d := range resp.GetDisplays() {
+				got = append(got, d.GetSessionId())
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("listed %v, want %v", got, tc.want)
+			}
+		}
+	})
+
+	t.Run("CreateDisplay", func(t *testing.T) {
+		// Session ids are the session service's: taking one already in use
+		// fails whoever owns it, and the display stays its owner's.
+		_, err := c.CreateDisplay(attacker, &displayv1.CreateDisplayRequest{SessionId: "victim-sess"})
+		if status.Code(err) != codes.AlreadyExists {
+			t.Fatalf("create over another tenant's session: %v, want AlreadyExists", err)
+		}
+		if _, err := c.GetDisplay(attacker, &displayv1.GetDisplayRequest{SessionId: "victim-sess"}); status.Code(err) != codes.NotFound {
+			t.Fatalf("attacker reads the victim's display after a failed create: %v", err)
+		}
+	})
+
+	after, err := c.Screenshot(victim, &displayv1.ScreenshotRequest{SessionId: "victim-sess"})
+	if err != nil {
+		t.Fatalf("victim's screenshot: %v", err)
+	}
+	if after.GetWidth() != before.GetWidth() || after.GetHeight() != before.GetHeight() {
+		t.Fatalf("victim's screen changed from %dx%d to %dx%d", before.GetWidth(), before.GetHeight(), after.GetWidth(), after.GetHeight())
+	}
+	// The owner, and a system call, can still do everything.
+	for _, ctx := range []context.Context{victim, ctxT(t)} {
+		if _, err := c.ResizeDisplay(ctx, &displayv1.ResizeDisplayRequest{SessionId: "victim-sess", Width: 800, Height: 600}); err != nil {
+			t.Fatalf("owner's resize: %v", err)
+		}
+	}
+	if _, err := c.DeleteDisplay(victim, &displayv1.DeleteDisplayRequest{SessionId: "victim-sess"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GetDisplay(victim, &displayv1.GetDisplayRequest{SessionId: "victim-sess"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("after the owner's delete: %v, want NotFound", err)
+	}
+}
+
+// The owner is recorded beside the display, for whatever reads the record
+// after a restart.
+func TestTenantRecordedInMeta(t *testing.T) {
+	s, c := testServiceDeps(t, "", Deps{Tenant: tenantFromMD})
+	if _, err := c.CreateDisplay(asTenant(t, "acme"), &displayv1.CreateDisplayRequest{SessionId: "meta-sess", Width: 320, Height: 240}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := readMeta(s.sessionDir("meta-sess"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Tenant != "acme" {
+		t.Fatalf("meta tenant %q, want acme", m.Tenant)
+	}
+}
+
+// A warm display taken by a session belongs to that session's tenant.
+func TestTenancyWarmDisplay(t *testing.T) {
+	dir := t.TempDir()
+	cfg := DefaultConfig()
+	cfg.RuntimeDir = dir
+	cfg.WarmDisplays = 1
+	s, err := New(context.Background(), cfg, Deps{Tenant: tenantFromMD})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	eventually(t, 20*time.Second, "a warm display", func() bool { return len(s.pool.ready) == 1 })
+	ctx := metadata.NewIncomingContext(ctxT(t), metadata.Pairs(tenantMD, "acme"))
+	if _, err := s.CreateDisplay(ctx, &displayv1.CreateDisplayRequest{SessionId: "warm-sess"}); err != nil {
+		t.Fatal(err)
+	}
+	other := metadata.NewIncomingContext(ctxT(t), metadata.Pairs(tenantMD, "other"))
+	if _, err := s.GetDisplay(other, &displayv1.GetDisplayRequest{SessionId: "warm-sess"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("another tenant reads a warm-started display: %v", err)
+	}
+	if _, err := s.GetDisplay(ctx, &displayv1.GetDisplayRequest{SessionId: "warm-sess"}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := readMeta(s.sessionDir("warm-sess")); err != nil || m.Tenant != "acme" {
+		t.Fatalf("meta %+v, %v: want tenant acme", m, err)
+	}
+}
