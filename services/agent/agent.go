@@ -18,6 +18,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
@@ -69,6 +70,11 @@ type Config struct {
 	// Unset: such keys live only in memory, and continuing the run after a
 	// restart needs the key again (SendMessage answers FailedPrecondition).
 	KeyEncryptionKey []byte
+	// RecoverInterruptedRuns marks FAILED, at start, the stored runs a
+	// previous process left unfinished. Only for a store one agent service
+	// uses alone (deskgrid up): replicas sharing it would fail each
+	// other's runs.
+	RecoverInterruptedRuns bool
 }
 
 // DefaultConfig returns the defaults.
@@ -147,7 +153,7 @@ type Service struct {
 }
 
 // New returns the agent service.
-func New(_ context.Context, cfg Config, deps Deps) (*Service, error) {
+func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	def := DefaultConfig()
 	if cfg.DefaultProvider == "" {
 		cfg.DefaultProvider = def.DefaultProvider
@@ -215,6 +221,11 @@ func New(_ context.Context, cfg Config, deps Deps) (*Service, error) {
 	if s.tenant == nil {
 		s.tenant = func(context.Context) string { return DefaultTenant }
 	}
+	if cfg.RecoverInterruptedRuns {
+		if err := s.recoverInterrupted(ctx); err != nil {
+			return nil, err
+		}
+	}
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -245,6 +256,26 @@ func (s *Service) Close(ctx context.Context) error {
 		if err := r.log.Flush(ctx); err != nil {
 			s.logger.Warn("run events not all stored", "run", r.id, "err", err)
 		}
+	}
+	return nil
+}
+
+// recoverInterrupted records the end of runs whose process stopped before
+// they finished.
+func (s *Service) recoverInterrupted(ctx context.Context) error {
+	runs, err := s.store.Unfinished(ctx)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	for _, r := range runs {
+		r.State = agentv1.RunState_RUN_STATE_FAILED
+		r.StateReason = "interrupted: the agent service stopped during the run"
+		r.PendingToolCall = nil
+		r.UpdateTime = timestamppb.Now()
+		if err := s.store.Update(ctx, r); err != nil {
+			return fmt.Errorf("agent: record interrupted run %s: %w", r.GetId(), err)
+		}
+		s.logger.Info("run interrupted by a restart marked failed", "run", r.GetId())
 	}
 	return nil
 }

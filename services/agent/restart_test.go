@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
@@ -282,4 +283,36 @@ func TestCreateRunChecksTheSessionIsTheCallers(t *testing.T) {
 		t.Fatalf("without the session service: %v", err)
 	}
 	_ = resp
+}
+
+// Runs a crashed process left unfinished are recorded as interrupted when
+// the service starts again.
+func TestInterruptedRunsAreRecoveredAtStart(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory()
+	now := timestamppb.Now()
+	for _, r := range []*agentv1.Run{
+		{Id: "run-crashed", Tenant: DefaultTenant, SessionId: "s-1", State: agentv1.RunState_RUN_STATE_RUNNING, CreateTime: now, UpdateTime: now},
+		{Id: "run-done", Tenant: DefaultTenant, SessionId: "s-1", State: agentv1.RunState_RUN_STATE_SUCCEEDED, CreateTime: now, UpdateTime: now},
+	} {
+		if err := st.Create(ctx, r, store.Access{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.RecoverInterruptedRuns = true
+	h := newHarness(t, cfg, fixed(&scripted{}), func(d *Deps) { d.Store = st })
+	r, err := h.client.GetRun(ctx, &agentv1.GetRunRequest{RunId: "run-crashed"})
+	if err != nil || r.GetRun().GetState() != agentv1.RunState_RUN_STATE_FAILED || !contains(r.GetRun().GetStateReason(), "interrupted") {
+		t.Fatalf("crashed run = %v, %v", r, err)
+	}
+	r, err = h.client.GetRun(ctx, &agentv1.GetRunRequest{RunId: "run-done"})
+	if err != nil || r.GetRun().GetState() != agentv1.RunState_RUN_STATE_SUCCEEDED {
+		t.Fatalf("finished run = %v, %v", r, err)
+	}
+	// It can still be continued.
+	if _, err := h.client.SendMessage(ctx, &agentv1.SendMessageRequest{RunId: "run-crashed", Text: "go on"}); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, h.client, "run-crashed", agentv1.RunState_RUN_STATE_SUCCEEDED)
 }

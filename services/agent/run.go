@@ -167,6 +167,9 @@ func (r *run) execute(ctx context.Context) {
 	r.exec.Scale.ModelW, r.exec.Scale.ModelH = mw, mh
 	toolset := provider.Tools{ScreenWidth: mw, ScreenHeight: mh, ComputerVersion: opts.GetComputerTool(), Bash: true, Editor: true}
 	maxSteps := int(r.rec.GetMaxSteps())
+	if maxSteps <= 0 {
+		maxSteps = s.cfg.MaxSteps
+	}
 	keep := int(opts.GetKeepScreenshots())
 	if keep <= 0 {
 		keep = s.cfg.KeepScreenshots

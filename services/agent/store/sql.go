@@ -250,6 +250,28 @@ func (s *SQL) Access(ctx context.Context, id string) (Access, error) {
 	return a, nil
 }
 
+func (s *SQL) Unfinished(ctx context.Context) ([]*agentv1.Run, error) {
+	rows, err := s.r.QueryContext(ctx, s.q(`SELECT data FROM agent_runs WHERE state NOT IN (?, ?, ?)`),
+		int32(agentv1.RunState_RUN_STATE_SUCCEEDED), int32(agentv1.RunState_RUN_STATE_FAILED), int32(agentv1.RunState_RUN_STATE_CANCELLED))
+	if err != nil {
+		return nil, fmt.Errorf("unfinished runs: %w", err)
+	}
+	defer rows.Close()
+	var out []*agentv1.Run
+	for rows.Next() {
+		var data []byte
+		if err := rows.Scan(&data); err != nil {
+			return nil, fmt.Errorf("unfinished runs: %w", err)
+		}
+		r, err := decodeRun(data)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
 // Close closes the database.
 func (s *SQL) Close() error {
 	err := s.w.Close()

@@ -54,7 +54,14 @@ type Store interface {
 	Conversation(ctx context.Context, id string) ([]byte, error)
 	// Access returns what Create stored about the run's provider access.
 	Access(ctx context.Context, id string) (Access, error)
+	// Unfinished returns the runs not in a final state (of every tenant).
+	Unfinished(ctx context.Context) ([]*agentv1.Run, error)
 	Close() error
+}
+
+// Final says whether a run in st is done.
+func Final(st agentv1.RunState) bool {
+	return st == agentv1.RunState_RUN_STATE_SUCCEEDED || st == agentv1.RunState_RUN_STATE_FAILED || st == agentv1.RunState_RUN_STATE_CANCELLED
 }
 
 // DefaultPageSize is the page size when a List asks for none.
@@ -200,6 +207,18 @@ func (m *Memory) Access(_ context.Context, id string) (Access, error) {
 	}
 	a.SealedKey = append([]byte(nil), a.SealedKey...)
 	return a, nil
+}
+
+func (m *Memory) Unfinished(context.Context) ([]*agentv1.Run, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*agentv1.Run
+	for _, r := range m.runs {
+		if !Final(r.GetState()) {
+			out = append(out, proto.Clone(r).(*agentv1.Run))
+		}
+	}
+	return out, nil
 }
 
 func (m *Memory) Close() error { return nil }

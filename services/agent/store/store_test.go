@@ -160,6 +160,16 @@ func TestStore(t *testing.T) {
 				t.Fatalf("bad token: %v", err)
 			}
 
+			unfinished, err := st.Unfinished(ctx)
+			if err != nil || len(unfinished) != 8 {
+				t.Fatalf("%d unfinished runs, %v", len(unfinished), err)
+			}
+			for _, r := range unfinished {
+				if r.GetId() == "run-1" {
+					t.Fatal("a finished run is listed unfinished")
+				}
+			}
+
 			// Concurrent updates of different runs all land.
 			var wg sync.WaitGroup
 			for i := range 7 {

@@ -13,6 +13,7 @@ CREATE TABLE agent_runs (
     sealed_key   BYTEA
 );
 CREATE INDEX agent_runs_session_order ON agent_runs (tenant, session_id, create_time DESC, id DESC);
+CREATE INDEX agent_runs_state ON agent_runs (state);
 
 -- +goose Down
 DROP TABLE agent_runs;
