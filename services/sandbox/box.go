@@ -23,7 +23,9 @@ import (
 
 // box is one session's sandbox.
 type box struct {
-	id      string
+	id string
+	// tenant owns the sandbox; "" when it was created for no tenant.
+	tenant  string
 	dir     string
 	lower   string
 	owner   *overlay.Owner // set for a workspace of an ordinary host user
@@ -72,6 +74,7 @@ func (b *box) merged() string { return filepath.Join(b.dir, "merged") }
 // node can recognise and adopt or remove it.
 type meta struct {
 	SessionID string         `json:"session_id"`
+	Tenant    string         `json:"tenant,omitempty"`
 	Lower     string         `json:"lower"`
 	Owner     *overlay.Owner `json:"owner,omitempty"`
 	Driver    string         `json:"driver"`
@@ -166,7 +169,8 @@ func (s *Service) create(ctx context.Context, id, workspace string, req Limits, 
 		return nil, err
 	}
 	if snapshotID != "" {
-		if err := validateSnapshotID(snapshotID); err != nil {
+		// Only a snapshot of the caller's own tenant may seed its sandbox.
+		if _, err := s.readSnapshot(ctx, snapshotID); err != nil {
 			return nil, err
 		}
 	}
@@ -181,6 +185,7 @@ func (s *Service) create(ctx context.Context, id, workspace string, req Limits, 
 	kill, cancel := context.WithCancel(context.Background())
 	b := &box{
 		id:           id,
+		tenant:       s.callerTenant(ctx),
 		dir:          filepath.Join(s.sandboxesDir(), id),
 		lower:        lower,
 		owner:        owner,
@@ -297,7 +302,7 @@ func (s *Service) build(ctx context.Context, b *box) (err error) {
 		}
 		b.cg = cg
 	}
-	return writeMeta(b.dir, meta{SessionID: b.id, Lower: b.lower, Owner: b.owner, Driver: d.Name(), Created: b.created, Limits: b.limits, Disk: b.disk})
+	return writeMeta(b.dir, meta{SessionID: b.id, Tenant: b.tenant, Lower: b.lower, Owner: b.owner, Driver: d.Name(), Created: b.created, Limits: b.limits, Disk: b.disk})
 }
 
 func writeMeta(dir string, m meta) error {
@@ -327,15 +332,33 @@ func readMeta(dir string) (meta, error) {
 	return m, nil
 }
 
-// lookup returns a ready sandbox.
-func (s *Service) lookup(id string) (*box, error) {
+// callerTenant is the tenant the call acts for, "" for none.
+func (s *Service) callerTenant(ctx context.Context) string {
+	if s.tenant == nil {
+		return ""
+	}
+	return s.tenant(ctx)
+}
+
+// visible reports whether the caller may see what owner owns: a caller for
+// no tenant sees everything, and what belongs to no tenant is seen by
+// every caller.
+func (s *Service) visible(ctx context.Context, owner string) bool {
+	t := s.callerTenant(ctx)
+	return t == "" || owner == "" || t == owner
+}
+
+// lookup returns a ready sandbox. It is the one place a session's sandbox
+// is found for a caller: another tenant's is reported missing exactly as
+// an unknown one, so the answer tells nothing of whether it exists.
+func (s *Service) lookup(ctx context.Context, id string) (*box, error) {
 	if err := validateSessionID(id); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	b := s.boxes[id]
 	s.mu.Unlock()
-	if b == nil {
+	if b == nil || !s.visible(ctx, b.tenant) {
 		return nil, coded(codes.NotFound, "session %q has no sandbox on this node", id)
 	}
 	<-b.ready // creation is bounded by its own mount call
@@ -347,8 +370,8 @@ func (s *Service) lookup(id string) (*box, error) {
 
 // acquire returns a ready sandbox that will not be unmounted before release
 // is called.
-func (s *Service) acquire(id string) (*box, func(), error) {
-	b, err := s.lookup(id)
+func (s *Service) acquire(ctx context.Context, id string) (*box, func(), error) {
+	b, err := s.lookup(ctx, id)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -364,11 +387,15 @@ func (s *Service) acquire(id string) (*box, func(), error) {
 	return b, func() { b.layer.RUnlock(); b.users.Done() }, nil
 }
 
-func (s *Service) list() []*box {
+// list returns the ready sandboxes the caller may see.
+func (s *Service) list(ctx context.Context) []*box {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]*box, 0, len(s.boxes))
 	for _, b := range s.boxes {
+		if !s.visible(ctx, b.tenant) {
+			continue
+		}
 		select {
 		case <-b.ready:
 			if b.ok && !b.deleting {
@@ -381,7 +408,8 @@ func (s *Service) list() []*box {
 }
 
 // deleteSandbox stops a sandbox's processes, unmounts and removes it.
-// Deleting an unknown sandbox succeeds, after removing any leftover of it.
+// Deleting an unknown sandbox succeeds, after removing any leftover of it;
+// so does deleting another tenant's, which is left alone.
 func (s *Service) deleteSandbox(ctx context.Context, id string) error {
 	if err := validateSessionID(id); err != nil {
 		return err
@@ -389,7 +417,13 @@ func (s *Service) deleteSandbox(ctx context.Context, id string) error {
 	s.mu.Lock()
 	b := s.boxes[id]
 	s.mu.Unlock()
+	if b != nil && !s.visible(ctx, b.tenant) {
+		return nil
+	}
 	if b == nil {
+		if m, err := readMeta(filepath.Join(s.sandboxesDir(), id)); err == nil && !s.visible(ctx, m.Tenant) {
+			return nil
+		}
 		return s.removeLeftover(ctx, id)
 	}
 	select {
@@ -651,7 +685,7 @@ func (s *Service) adopt(ctx context.Context, id string) error {
 		}
 	}
 	kill, cancel := context.WithCancel(context.Background())
-	b := &box{id: id, dir: dir, lower: m.Lower, owner: m.Owner, driver: driver, created: m.Created,
+	b := &box{id: id, tenant: m.Tenant, dir: dir, lower: m.Lower, owner: m.Owner, driver: driver, created: m.Created,
 		limits: m.Limits, cg: cg, disk: m.Disk, procs: map[string]*proc{}, frozen: cg != nil && cg.Frozen(),
 		ready: make(chan struct{}), ok: true, deleted: make(chan struct{}), kill: kill, cancel: cancel}
 	close(b.ready)

@@ -58,12 +58,12 @@ func selected(sel []string, p string) bool {
 	return false
 }
 
-func (s *Service) listChanges(id, prefix string) ([]changes.Change, error) {
+func (s *Service) listChanges(ctx context.Context, id, prefix string) ([]changes.Change, error) {
 	clean, err := fsroot.Clean(prefix)
 	if err != nil {
 		return nil, err
 	}
-	b, release, err := s.acquire(id)
+	b, release, err := s.acquire(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +71,7 @@ func (s *Service) listChanges(id, prefix string) ([]changes.Change, error) {
 	return changes.List(b.upper(), b.lower, clean)
 }
 
-func (s *Service) diffFile(id, p string) (*sandboxv1.DiffFileResponse, error) {
+func (s *Service) diffFile(ctx context.Context, id, p string) (*sandboxv1.DiffFileResponse, error) {
 	clean, err := fsroot.Clean(p)
 	if err != nil {
 		return nil, err
@@ -79,7 +79,7 @@ func (s *Service) diffFile(id, p string) (*sandboxv1.DiffFileResponse, error) {
 	if clean == "." || clean == "" {
 		return nil, coded(codes.InvalidArgument, "path is required")
 	}
-	b, release, err := s.acquire(id)
+	b, release, err := s.acquire(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -149,12 +149,12 @@ func ctimeOf(fi fs.FileInfo) int64 {
 // applyChanges copies the selected changes into the workspace (the lower
 // layer). A lower path whose inode changed (ctime) since the sandbox was
 // created, other than by an earlier apply, is a conflict and is skipped.
-func (s *Service) applyChanges(id string, paths []string) (applied []string, conflicts []*sandboxv1.Conflict, err error) {
+func (s *Service) applyChanges(ctx context.Context, id string, paths []string) (applied []string, conflicts []*sandboxv1.Conflict, err error) {
 	sel, err := cleanSelection(paths)
 	if err != nil {
 		return nil, nil, err
 	}
-	b, release, err := s.acquire(id)
+	b, release, err := s.acquire(ctx, id)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -289,7 +289,7 @@ func (s *Service) discardChanges(ctx context.Context, id string, paths []string)
 	if err != nil {
 		return nil, err
 	}
-	b, unlock, err := s.exclusive(id, "discard changes")
+	b, unlock, err := s.exclusive(ctx, id, "discard changes")
 	if err != nil {
 		return nil, err
 	}

@@ -91,7 +91,7 @@ func (s *Service) exec(ctx context.Context, req *sandboxv1.ExecRequest, send fun
 	if err != nil {
 		return nil, err
 	}
-	b, release, err := s.acquire(req.GetSessionId())
+	b, release, err := s.acquire(ctx, req.GetSessionId())
 	if err != nil {
 		return nil, err
 	}

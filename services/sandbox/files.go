@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -19,14 +20,14 @@ func (s *Service) root(b *box) (*fsroot.Root, error) {
 	return r, nil
 }
 
-func (s *Service) readFile(id, path string) ([]byte, fs.FileMode, error) {
+func (s *Service) readFile(ctx context.Context, id, path string) ([]byte, fs.FileMode, error) {
 	if _, err := fsroot.Clean(path); err != nil {
 		return nil, 0, err
 	}
 	if path == "" {
 		return nil, 0, coded(codes.InvalidArgument, "path is required")
 	}
-	b, release, err := s.acquire(id)
+	b, release, err := s.acquire(ctx, id)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -38,7 +39,7 @@ func (s *Service) readFile(id, path string) ([]byte, fs.FileMode, error) {
 	return r.ReadFile(path, s.cfg.MaxFileBytes)
 }
 
-func (s *Service) writeFile(id, path string, data []byte, mode fs.FileMode) error {
+func (s *Service) writeFile(ctx context.Context, id, path string, data []byte, mode fs.FileMode) error {
 	if _, err := fsroot.Clean(path); err != nil {
 		return err
 	}
@@ -54,7 +55,7 @@ func (s *Service) writeFile(id, path string, data []byte, mode fs.FileMode) erro
 	if mode == 0 {
 		mode = 0o644
 	}
-	b, release, err := s.acquire(id)
+	b, release, err := s.acquire(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -66,11 +67,11 @@ func (s *Service) writeFile(id, path string, data []byte, mode fs.FileMode) erro
 	return r.WriteFile(path, data, mode)
 }
 
-func (s *Service) listFiles(id, path string) ([]fs.FileInfo, error) {
+func (s *Service) listFiles(ctx context.Context, id, path string) ([]fs.FileInfo, error) {
 	if _, err := fsroot.Clean(path); err != nil {
 		return nil, err
 	}
-	b, release, err := s.acquire(id)
+	b, release, err := s.acquire(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -83,8 +84,8 @@ func (s *Service) listFiles(id, path string) ([]fs.FileInfo, error) {
 }
 
 // withRoot runs fn on a sandbox's root while holding the sandbox.
-func (s *Service) withRoot(id string, fn func(*fsroot.Root) error) error {
-	b, release, err := s.acquire(id)
+func (s *Service) withRoot(ctx context.Context, id string, fn func(*fsroot.Root) error) error {
+	b, release, err := s.acquire(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -107,19 +108,19 @@ func requirePath(p string) error {
 	return nil
 }
 
-func (s *Service) statFile(id, p string) (fs.FileInfo, error) {
+func (s *Service) statFile(ctx context.Context, id, p string) (fs.FileInfo, error) {
 	if _, err := fsroot.Clean(p); err != nil {
 		return nil, err
 	}
 	var fi fs.FileInfo
-	err := s.withRoot(id, func(r *fsroot.Root) (err error) {
+	err := s.withRoot(ctx, id, func(r *fsroot.Root) (err error) {
 		fi, err = r.Stat(p)
 		return err
 	})
 	return fi, err
 }
 
-func (s *Service) makeDirectory(id, p string, mode fs.FileMode, parents bool) error {
+func (s *Service) makeDirectory(ctx context.Context, id, p string, mode fs.FileMode, parents bool) error {
 	if err := requirePath(p); err != nil {
 		return err
 	}
@@ -129,28 +130,28 @@ func (s *Service) makeDirectory(id, p string, mode fs.FileMode, parents bool) er
 	if mode == 0 {
 		mode = 0o755
 	}
-	return s.withRoot(id, func(r *fsroot.Root) error { return r.Mkdir(p, mode, parents) })
+	return s.withRoot(ctx, id, func(r *fsroot.Root) error { return r.Mkdir(p, mode, parents) })
 }
 
-func (s *Service) moveFile(id, from, to string, overwrite bool) error {
+func (s *Service) moveFile(ctx context.Context, id, from, to string, overwrite bool) error {
 	if err := requirePath(from); err != nil {
 		return err
 	}
 	if err := requirePath(to); err != nil {
 		return err
 	}
-	return s.withRoot(id, func(r *fsroot.Root) error { return r.Rename(from, to, overwrite) })
+	return s.withRoot(ctx, id, func(r *fsroot.Root) error { return r.Rename(from, to, overwrite) })
 }
 
-func (s *Service) deleteFile(id, p string, recursive bool) error {
+func (s *Service) deleteFile(ctx context.Context, id, p string, recursive bool) error {
 	if err := requirePath(p); err != nil {
 		return err
 	}
-	return s.withRoot(id, func(r *fsroot.Root) error { return r.Remove(p, recursive) })
+	return s.withRoot(ctx, id, func(r *fsroot.Root) error { return r.Remove(p, recursive) })
 }
 
 // upload writes a streamed file: next returns its chunks, then io.EOF.
-func (s *Service) upload(id, p string, mode fs.FileMode, next func() ([]byte, error)) (fs.FileInfo, error) {
+func (s *Service) upload(ctx context.Context, id, p string, mode fs.FileMode, next func() ([]byte, error)) (fs.FileInfo, error) {
 	if err := requirePath(p); err != nil {
 		return nil, err
 	}
@@ -161,7 +162,7 @@ func (s *Service) upload(id, p string, mode fs.FileMode, next func() ([]byte, er
 		mode = 0o644
 	}
 	var fi fs.FileInfo
-	err := s.withRoot(id, func(r *fsroot.Root) error {
+	err := s.withRoot(ctx, id, func(r *fsroot.Root) error {
 		w, err := r.Create(p, mode)
 		if err != nil {
 			return err
@@ -195,11 +196,11 @@ func (s *Service) upload(id, p string, mode fs.FileMode, next func() ([]byte, er
 }
 
 // download streams a regular file to send, info first.
-func (s *Service) download(id, p string, info func(fs.FileInfo) error, send func([]byte) error) error {
+func (s *Service) download(ctx context.Context, id, p string, info func(fs.FileInfo) error, send func([]byte) error) error {
 	if err := requirePath(p); err != nil {
 		return err
 	}
-	return s.withRoot(id, func(r *fsroot.Root) error {
+	return s.withRoot(ctx, id, func(r *fsroot.Root) error {
 		f, fi, err := r.Open(p)
 		if err != nil {
 			return err

@@ -58,7 +58,7 @@ func (s *Service) startProcess(ctx context.Context, req *sandboxv1.StartProcessR
 	if err != nil {
 		return nil, err
 	}
-	b, release, err := s.acquire(req.GetSessionId())
+	b, release, err := s.acquire(ctx, req.GetSessionId())
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +102,7 @@ func (b *box) forgetEnded() {
 }
 
 func (s *Service) stopProcess(ctx context.Context, id, processID string) (*sandboxv1.Process, error) {
-	b, release, err := s.acquire(id)
+	b, release, err := s.acquire(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -127,8 +127,8 @@ func (s *Service) stopProcess(ctx context.Context, id, processID string) (*sandb
 	return p.proto(), nil
 }
 
-func (s *Service) listProcesses(id string) ([]*sandboxv1.Process, error) {
-	b, err := s.lookup(id)
+func (s *Service) listProcesses(ctx context.Context, id string) ([]*sandboxv1.Process, error) {
+	b, err := s.lookup(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +169,7 @@ func (b *box) isFrozen() bool {
 }
 
 func (s *Service) freeze(ctx context.Context, id string, freeze bool) error {
-	b, release, err := s.acquire(id)
+	b, release, err := s.acquire(ctx, id)
 	if err != nil {
 		return err
 	}

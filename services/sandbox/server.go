@@ -92,7 +92,7 @@ func (g *server) CreateSandbox(ctx context.Context, req *sandboxv1.CreateSandbox
 }
 
 func (g *server) GetSandbox(ctx context.Context, req *sandboxv1.GetSandboxRequest) (*sandboxv1.GetSandboxResponse, error) {
-	b, err := g.s.lookup(req.GetSessionId())
+	b, err := g.s.lookup(ctx, req.GetSessionId())
 	if err != nil {
 		return nil, g.s.toStatus(ctx, "get sandbox", err)
 	}
@@ -102,7 +102,7 @@ func (g *server) GetSandbox(ctx context.Context, req *sandboxv1.GetSandboxReques
 }
 
 func (g *server) ListSandboxes(ctx context.Context, _ *sandboxv1.ListSandboxesRequest) (*sandboxv1.ListSandboxesResponse, error) {
-	boxes := g.s.list()
+	boxes := g.s.list(ctx)
 	sort.Slice(boxes, func(i, j int) bool { return boxes[i].id < boxes[j].id })
 	out := make([]*sandboxv1.Sandbox, 0, len(boxes))
 	for _, b := range boxes {
@@ -128,7 +128,7 @@ func (g *server) Exec(req *sandboxv1.ExecRequest, stream grpc.ServerStreamingSer
 }
 
 func (g *server) ReadFile(ctx context.Context, req *sandboxv1.ReadFileRequest) (*sandboxv1.ReadFileResponse, error) {
-	data, mode, err := g.s.readFile(req.GetSessionId(), req.GetPath())
+	data, mode, err := g.s.readFile(ctx, req.GetSessionId(), req.GetPath())
 	if err != nil {
 		return nil, g.s.toStatus(ctx, "read file", err)
 	}
@@ -136,14 +136,14 @@ func (g *server) ReadFile(ctx context.Context, req *sandboxv1.ReadFileRequest) (
 }
 
 func (g *server) WriteFile(ctx context.Context, req *sandboxv1.WriteFileRequest) (*sandboxv1.WriteFileResponse, error) {
-	if err := g.s.writeFile(req.GetSessionId(), req.GetPath(), req.GetContent(), fs.FileMode(req.GetMode())); err != nil {
+	if err := g.s.writeFile(ctx, req.GetSessionId(), req.GetPath(), req.GetContent(), fs.FileMode(req.GetMode())); err != nil {
 		return nil, g.s.toStatus(ctx, "write file", err)
 	}
 	return &sandboxv1.WriteFileResponse{}, nil
 }
 
 func (g *server) ListFiles(ctx context.Context, req *sandboxv1.ListFilesRequest) (*sandboxv1.ListFilesResponse, error) {
-	infos, err := g.s.listFiles(req.GetSessionId(), req.GetPath())
+	infos, err := g.s.listFiles(ctx, req.GetSessionId(), req.GetPath())
 	if err != nil {
 		return nil, g.s.toStatus(ctx, "list files", err)
 	}
@@ -171,7 +171,7 @@ func (g *server) StopProcess(ctx context.Context, req *sandboxv1.StopProcessRequ
 }
 
 func (g *server) ListProcesses(ctx context.Context, req *sandboxv1.ListProcessesRequest) (*sandboxv1.ListProcessesResponse, error) {
-	ps, err := g.s.listProcesses(req.GetSessionId())
+	ps, err := g.s.listProcesses(ctx, req.GetSessionId())
 	if err != nil {
 		return nil, g.s.toStatus(ctx, "list processes", err)
 	}
@@ -193,7 +193,7 @@ func (g *server) ThawSandbox(ctx context.Context, req *sandboxv1.ThawSandboxRequ
 }
 
 func (g *server) ListChanges(ctx context.Context, req *sandboxv1.ListChangesRequest) (*sandboxv1.ListChangesResponse, error) {
-	list, err := g.s.listChanges(req.GetSessionId(), req.GetPath())
+	list, err := g.s.listChanges(ctx, req.GetSessionId(), req.GetPath())
 	if err != nil {
 		return nil, g.s.toStatus(ctx, "list changes", err)
 	}
@@ -205,7 +205,7 @@ func (g *server) ListChanges(ctx context.Context, req *sandboxv1.ListChangesRequ
 }
 
 func (g *server) DiffFile(ctx context.Context, req *sandboxv1.DiffFileRequest) (*sandboxv1.DiffFileResponse, error) {
-	resp, err := g.s.diffFile(req.GetSessionId(), req.GetPath())
+	resp, err := g.s.diffFile(ctx, req.GetSessionId(), req.GetPath())
 	if err != nil {
 		return nil, g.s.toStatus(ctx, "diff file", err)
 	}
@@ -213,7 +213,7 @@ func (g *server) DiffFile(ctx context.Context, req *sandboxv1.DiffFileRequest) (
 }
 
 func (g *server) ApplyChanges(ctx context.Context, req *sandboxv1.ApplyChangesRequest) (*sandboxv1.ApplyChangesResponse, error) {
-	applied, conflicts, err := g.s.applyChanges(req.GetSessionId(), req.GetPaths())
+	applied, conflicts, err := g.s.applyChanges(ctx, req.GetSessionId(), req.GetPaths())
 	if err != nil {
 		return nil, g.s.toStatus(ctx, "apply changes", err)
 	}
@@ -237,7 +237,7 @@ func (g *server) CreateSnapshot(ctx context.Context, req *sandboxv1.CreateSnapsh
 }
 
 func (g *server) ListSnapshots(ctx context.Context, req *sandboxv1.ListSnapshotsRequest) (*sandboxv1.ListSnapshotsResponse, error) {
-	list, err := g.s.listSnapshots(req.GetSessionId())
+	list, err := g.s.listSnapshots(ctx, req.GetSessionId())
 	if err != nil {
 		return nil, g.s.toStatus(ctx, "list snapshots", err)
 	}
@@ -271,7 +271,7 @@ func (g *server) RunShell(ctx context.Context, req *sandboxv1.RunShellRequest) (
 }
 
 func (g *server) RestartShell(ctx context.Context, req *sandboxv1.RestartShellRequest) (*sandboxv1.RestartShellResponse, error) {
-	if err := g.s.restartShell(req.GetSessionId()); err != nil {
+	if err := g.s.restartShell(ctx, req.GetSessionId()); err != nil {
 		return nil, g.s.toStatus(ctx, "restart shell", err)
 	}
 	return &sandboxv1.RestartShellResponse{}, nil
@@ -297,7 +297,7 @@ func (g *server) UploadFile(stream grpc.ClientStreamingServer[sandboxv1.UploadFi
 	if hdr == nil {
 		return status.Error(codes.InvalidArgument, "the first upload message must be the header naming the file")
 	}
-	fi, err := g.s.upload(hdr.GetSessionId(), hdr.GetPath(), fs.FileMode(hdr.GetMode()), func() ([]byte, error) {
+	fi, err := g.s.upload(ctx, hdr.GetSessionId(), hdr.GetPath(), fs.FileMode(hdr.GetMode()), func() ([]byte, error) {
 		msg, err := stream.Recv()
 		if err != nil {
 			return nil, err
@@ -318,7 +318,7 @@ func (g *server) UploadFile(stream grpc.ClientStreamingServer[sandboxv1.UploadFi
 
 func (g *server) DownloadFile(req *sandboxv1.DownloadFileRequest, stream grpc.ServerStreamingServer[sandboxv1.DownloadFileResponse]) error {
 	ctx := stream.Context()
-	err := g.s.download(req.GetSessionId(), req.GetPath(), func(fi fs.FileInfo) error {
+	err := g.s.download(ctx, req.GetSessionId(), req.GetPath(), func(fi fs.FileInfo) error {
 		return stream.Send(&sandboxv1.DownloadFileResponse{Data: &sandboxv1.DownloadFileResponse_Info{Info: fileInfo(fi)}})
 	}, func(p []byte) error {
 		return stream.Send(&sandboxv1.DownloadFileResponse{Data: &sandboxv1.DownloadFileResponse_Chunk{Chunk: p}})
@@ -330,7 +330,7 @@ func (g *server) DownloadFile(req *sandboxv1.DownloadFileRequest, stream grpc.Se
 }
 
 func (g *server) StatFile(ctx context.Context, req *sandboxv1.StatFileRequest) (*sandboxv1.StatFileResponse, error) {
-	fi, err := g.s.statFile(req.GetSessionId(), req.GetPath())
+	fi, err := g.s.statFile(ctx, req.GetSessionId(), req.GetPath())
 	if err != nil {
 		return nil, g.s.toStatus(ctx, "stat file", err)
 	}
@@ -338,21 +338,21 @@ func (g *server) StatFile(ctx context.Context, req *sandboxv1.StatFileRequest) (
 }
 
 func (g *server) MakeDirectory(ctx context.Context, req *sandboxv1.MakeDirectoryRequest) (*sandboxv1.MakeDirectoryResponse, error) {
-	if err := g.s.makeDirectory(req.GetSessionId(), req.GetPath(), fs.FileMode(req.GetMode()), req.GetParents()); err != nil {
+	if err := g.s.makeDirectory(ctx, req.GetSessionId(), req.GetPath(), fs.FileMode(req.GetMode()), req.GetParents()); err != nil {
 		return nil, g.s.toStatus(ctx, "make directory", err)
 	}
 	return &sandboxv1.MakeDirectoryResponse{}, nil
 }
 
 func (g *server) MoveFile(ctx context.Context, req *sandboxv1.MoveFileRequest) (*sandboxv1.MoveFileResponse, error) {
-	if err := g.s.moveFile(req.GetSessionId(), req.GetFromPath(), req.GetToPath(), req.GetOverwrite()); err != nil {
+	if err := g.s.moveFile(ctx, req.GetSessionId(), req.GetFromPath(), req.GetToPath(), req.GetOverwrite()); err != nil {
 		return nil, g.s.toStatus(ctx, "move file", err)
 	}
 	return &sandboxv1.MoveFileResponse{}, nil
 }
 
 func (g *server) DeleteFile(ctx context.Context, req *sandboxv1.DeleteFileRequest) (*sandboxv1.DeleteFileResponse, error) {
-	if err := g.s.deleteFile(req.GetSessionId(), req.GetPath(), req.GetRecursive()); err != nil {
+	if err := g.s.deleteFile(ctx, req.GetSessionId(), req.GetPath(), req.GetRecursive()); err != nil {
 		return nil, g.s.toStatus(ctx, "delete file", err)
 	}
 	return &sandboxv1.DeleteFileResponse{}, nil

@@ -120,6 +120,11 @@ type Deps struct {
 	DisplayLookup func(sessionID string) (xDisplay, xauthPath string, ok bool)
 	// Drivers, when set, replaces the drivers chosen by Config.Driver.
 	Drivers []overlay.Driver
+	// Tenant names the tenant a call acts for ("" for none: auth off, or a
+	// system call for no tenant). The tenant of CreateSandbox owns the
+	// sandbox and its snapshots; a call for another tenant finds no such
+	// sandbox or snapshot. Nil turns ownership off.
+	Tenant func(ctx context.Context) string
 }
 
 // Service holds a node's sandboxes; Register serves them as
@@ -129,6 +134,7 @@ type Service struct {
 	log     *slog.Logger
 	drivers overlay.Chain
 	display func(string) (string, string, bool)
+	tenant  func(context.Context) string
 	etcDir  string            // synthetic passwd and group for sandboxes
 	cgroups *cgroup.Hierarchy // nil: no limits on this node
 	disk    disk.Backing
@@ -219,6 +225,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		cfg:     cfg,
 		log:     log.With("service", "sandbox"),
 		display: deps.DisplayLookup,
+		tenant:  deps.Tenant,
 		etcDir:  filepath.Join(cfg.Root, "etc"),
 		boxes:   map[string]*box{},
 	}

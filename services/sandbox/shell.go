@@ -111,7 +111,7 @@ func (s *Service) runShell(ctx context.Context, req *sandboxv1.RunShellRequest) 
 	if err != nil {
 		return res, err
 	}
-	b, release, err := s.acquire(req.GetSessionId())
+	b, release, err := s.acquire(ctx, req.GetSessionId())
 	if err != nil {
 		return res, err
 	}
@@ -195,8 +195,8 @@ func appendBounded(dst, p []byte, truncated *bool) []byte {
 	return append(dst, p...)
 }
 
-func (s *Service) restartShell(id string) error {
-	b, release, err := s.acquire(id)
+func (s *Service) restartShell(ctx context.Context, id string) error {
+	b, release, err := s.acquire(ctx, id)
 	if err != nil {
 		return err
 	}

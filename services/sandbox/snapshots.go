@@ -26,12 +26,14 @@ import (
 
 // snapshotMeta is stored beside each archive as <id>.json.
 type snapshotMeta struct {
-	ID        string    `json:"snapshot_id"`
-	SessionID string    `json:"session_id"`
-	Lower     string    `json:"lower"`
-	Size      int64     `json:"size_bytes"`
-	SHA256    string    `json:"sha256"`
-	Created   time.Time `json:"created"`
+	ID        string `json:"snapshot_id"`
+	SessionID string `json:"session_id"`
+	// Tenant owns the snapshot: its session's tenant.
+	Tenant  string    `json:"tenant,omitempty"`
+	Lower   string    `json:"lower"`
+	Size    int64     `json:"size_bytes"`
+	SHA256  string    `json:"sha256"`
+	Created time.Time `json:"created"`
 }
 
 func (m snapshotMeta) proto() *sandboxv1.Snapshot {
@@ -48,14 +50,29 @@ func validateSnapshotID(id string) error {
 	return nil
 }
 
-func (s *Service) readSnapshot(id string) (snapshotMeta, error) {
+// readSnapshot returns a snapshot the caller may see; another tenant's is
+// reported missing exactly as one that does not exist.
+func (s *Service) readSnapshot(ctx context.Context, id string) (snapshotMeta, error) {
+	m, err := s.loadSnapshot(id)
+	if err == nil && !s.visible(ctx, m.Tenant) {
+		return snapshotMeta{}, errNoSnapshot(id)
+	}
+	return m, err
+}
+
+func errNoSnapshot(id string) error {
+	return coded(codes.NotFound, "snapshot %q does not exist on this node", id)
+}
+
+// loadSnapshot reads a snapshot's record whoever owns it.
+func (s *Service) loadSnapshot(id string) (snapshotMeta, error) {
 	var m snapshotMeta
 	if err := validateSnapshotID(id); err != nil {
 		return m, err
 	}
 	data, err := os.ReadFile(filepath.Join(s.snapshotsDir(), id+".json"))
 	if errors.Is(err, fs.ErrNotExist) {
-		return m, coded(codes.NotFound, "snapshot %q does not exist on this node", id)
+		return m, errNoSnapshot(id)
 	}
 	if err != nil {
 		return m, err
@@ -69,7 +86,7 @@ func (s *Service) readSnapshot(id string) (snapshotMeta, error) {
 // createSnapshot archives a sandbox's upper layer. Its processes are frozen
 // meanwhile (when they are not already) so the archive is one moment's.
 func (s *Service) createSnapshot(ctx context.Context, id string) (snapshotMeta, error) {
-	b, release, err := s.acquire(id)
+	b, release, err := s.acquire(ctx, id)
 	if err != nil {
 		return snapshotMeta{}, err
 	}
@@ -90,7 +107,7 @@ func (s *Service) createSnapshot(ctx context.Context, id string) (snapshotMeta, 
 	}
 	var raw [12]byte
 	_, _ = rand.Read(raw[:])
-	m := snapshotMeta{ID: "snap-" + hex.EncodeToString(raw[:]), SessionID: id, Lower: b.lower, Created: time.Now().UTC()}
+	m := snapshotMeta{ID: "snap-" + hex.EncodeToString(raw[:]), SessionID: id, Tenant: b.tenant, Lower: b.lower, Created: time.Now().UTC()}
 	archive := filepath.Join(s.snapshotsDir(), m.ID+".tar.zst")
 	tmp := archive + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
@@ -138,7 +155,7 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-func (s *Service) listSnapshots(sessionID string) ([]snapshotMeta, error) {
+func (s *Service) listSnapshots(ctx context.Context, sessionID string) ([]snapshotMeta, error) {
 	if sessionID != "-" {
 		if err := validateSessionID(sessionID); err != nil {
 			return nil, err
@@ -157,7 +174,7 @@ func (s *Service) listSnapshots(sessionID string) ([]snapshotMeta, error) {
 		if !ok {
 			continue
 		}
-		m, err := s.readSnapshot(id)
+		m, err := s.readSnapshot(ctx, id)
 		if err != nil {
 			continue
 		}
@@ -170,7 +187,7 @@ func (s *Service) listSnapshots(sessionID string) ([]snapshotMeta, error) {
 }
 
 func (s *Service) deleteSnapshot(ctx context.Context, sessionID, id string) error {
-	m, err := s.readSnapshot(id)
+	m, err := s.readSnapshot(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -190,7 +207,7 @@ func (s *Service) deleteSnapshot(ctx context.Context, sessionID, id string) erro
 // extractSnapshot checks a snapshot against a lower layer and unpacks it
 // into an empty upper dir, verifying its checksum as it reads.
 func (s *Service) extractSnapshot(id, lower, upper string) error {
-	m, err := s.readSnapshot(id)
+	m, err := s.loadSnapshot(id)
 	if err != nil {
 		return err
 	}
@@ -216,10 +233,12 @@ func (s *Service) extractSnapshot(id, lower, upper string) error {
 // restoreSnapshot replaces a sandbox's upper layer with a snapshot's; as
 // with discarding changes, the layer is unmounted while it is replaced.
 func (s *Service) restoreSnapshot(ctx context.Context, sessionID, id string) error {
-	if _, err := s.readSnapshot(id); err != nil {
+	// Both must be the caller's: its own session, and a snapshot of its own
+	// tenant's.
+	if _, err := s.readSnapshot(ctx, id); err != nil {
 		return err
 	}
-	b, unlock, err := s.exclusive(sessionID, "restore a snapshot")
+	b, unlock, err := s.exclusive(ctx, sessionID, "restore a snapshot")
 	if err != nil {
 		return err
 	}
@@ -265,8 +284,8 @@ func (s *Service) remount(ctx context.Context, b *box) error {
 
 // exclusive returns a sandbox no call is using and no process runs in,
 // held so until unlock.
-func (s *Service) exclusive(id, what string) (*box, func(), error) {
-	b, err := s.lookup(id)
+func (s *Service) exclusive(ctx context.Context, id, what string) (*box, func(), error) {
+	b, err := s.lookup(ctx, id)
 	if err != nil {
 		return nil, nil, err
 	}
