@@ -36,6 +36,7 @@ Usage:
   deskgrid snapshots <id> create | list | restore SNAPSHOT | delete SNAPSHOT
   deskgrid runs create <id> -prompt TEXT | get|cancel|events|approve|reject <run> | list <id> | send <run> TEXT
   deskgrid history list <id> | search WORDS | export <id> | import <id> | delete <id>
+  deskgrid nodes list | get|drain|undrain <id>   the nodes of a cluster
   deskgrid mcp                             serve deskgrid's tools to an MCP host over stdio
   deskgrid completion bash|zsh             shell completion script
   deskgrid version
@@ -90,6 +91,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runRuns(ctx, rest, stdout, stderr)
 	case "history":
 		return runHistory(ctx, rest, stdout, stderr)
+	case "nodes":
+		return runNodes(ctx, rest, stdout, stderr)
 	case "completion":
 		return runCompletion(rest, stdout)
 	case "version", "--version", "-version":

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
@@ -19,9 +21,11 @@ import (
 	"github.com/deskgrid/deskgrid/gateway"
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	deskgrid "github.com/deskgrid/deskgrid/sdk"
 	"github.com/deskgrid/deskgrid/sdk/mcpserver"
 	"github.com/deskgrid/deskgrid/services/agent"
+	agentstore "github.com/deskgrid/deskgrid/services/agent/store"
 	"github.com/deskgrid/deskgrid/services/display"
 	"github.com/deskgrid/deskgrid/services/history"
 	historystore "github.com/deskgrid/deskgrid/services/history/store"
@@ -329,6 +333,7 @@ func (s *setup) addHistory(ctx context.Context, srv *grpcserver.Server, js jetst
 	s.closers.add("history store", func(context.Context) error { return st.Close() })
 	cfg := history.DefaultConfig()
 	cfg.StreamMaxAge = eventRetention
+	cfg.BlobDir = filepath.Join(s.cfg.DataDir, "blobs")
 	h, err := history.New(ctx, cfg, history.Deps{Logger: s.logger.With("component", "history"), Store: st, JS: js})
 	if err != nil {
 		return fmt.Errorf("history: %w", err)
@@ -338,14 +343,120 @@ func (s *setup) addHistory(ctx context.Context, srv *grpcserver.Server, js jetst
 	return nil
 }
 
-func (s *setup) addAgent(ctx context.Context, srv *grpcserver.Server) error {
-	a, err := agent.New(ctx, agent.DefaultConfig(), agent.Deps{Logger: s.logger.With("component", "agent")})
+// addAgent starts the agent service. It reaches sessions' displays and
+// sandboxes through the node (or, in a cluster, the node router), stores runs
+// beside the other records and makes run events durable on JetStream.
+func (s *setup) addAgent(ctx context.Context, srv *grpcserver.Server, js jetstream.JetStream) error {
+	var nodes grpc.ClientConnInterface
+	if s.clustered() {
+		r, err := s.nodeRouter(ctx)
+		if err != nil {
+			return err
+		}
+		nodes = r
+	} else {
+		conn, err := dial(s.cfg.NodeAddr)
+		if err != nil {
+			return err
+		}
+		s.closers.add("agent node connection", func(context.Context) error { return conn.Close() })
+		nodes = conn
+	}
+	sessConn, err := dial(s.cfg.SessionAddr)
+	if err != nil {
+		return err
+	}
+	s.closers.add("agent session connection", func(context.Context) error { return sessConn.Close() })
+	dsn, err := s.storeDSN("agent.db")
+	if err != nil {
+		return err
+	}
+	st, err := agentstore.Open(ctx, dsn, s.logger.With("component", "agent-store"))
+	if err != nil {
+		return fmt.Errorf("agent store: %w", err)
+	}
+	s.closers.add("agent store", func(context.Context) error { return st.Close() })
+	sealKey, err := s.secretKey()
+	if err != nil {
+		return err
+	}
+
+	cfg := agent.DefaultConfig()
+	cfg.KeyEncryptionKey = sealKey
+	// Only the all-in-one agent owns its store alone.
+	cfg.RecoverInterruptedRuns = s.role == "up"
+	cfg.APIKeys = map[string]string{}
+	cfg.BaseURLs = map[string]string{}
+	for name, p := range map[string]struct{ key, url string }{
+		"anthropic": {s.cfg.AnthropicAPIKey, s.cfg.AnthropicBaseURL},
+		"openai":    {s.cfg.OpenAIAPIKey, s.cfg.OpenAIBaseURL},
+		"gemini":    {s.cfg.GeminiAPIKey, s.cfg.GeminiBaseURL},
+	} {
+		if p.key != "" {
+			cfg.APIKeys[name] = p.key
+		}
+		if p.url != "" {
+			cfg.BaseURLs[name] = p.url
+		}
+	}
+	a, err := agent.New(ctx, cfg, agent.Deps{
+		Logger:    s.logger.With("component", "agent"),
+		Display:   displayv1.NewDisplayServiceClient(nodes),
+		Sandbox:   sandboxv1.NewSandboxServiceClient(nodes),
+		Sessions:  sessionv1.NewSessionServiceClient(sessConn),
+		Store:     st,
+		JetStream: js,
+	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
 	s.closers.add("agent", a.Close)
 	a.Register(srv.GRPC)
 	return nil
+}
+
+// secretKey is the 32-byte key that seals secrets at rest (provider keys runs
+// bring): -secret-key (base64) when set, else a key made once and kept in the
+// data dir, readable only by deskgrid.
+func (s *setup) secretKey() ([]byte, error) {
+	if s.cfg.SecretKey != "" {
+		k, err := base64.StdEncoding.DecodeString(s.cfg.SecretKey)
+		if err != nil || len(k) != 32 {
+			return nil, fmt.Errorf("-secret-key: want 32 bytes in base64")
+		}
+		return k, nil
+	}
+	path := filepath.Join(s.cfg.DataDir, "secret.key")
+	if b, err := os.ReadFile(path); err == nil {
+		if len(b) != 32 {
+			return nil, fmt.Errorf("%s: want 32 bytes, found %d", path, len(b))
+		}
+		return b, nil
+	} else if !os.IsNotExist(err) {
+		return nil, err
+	}
+	if err := os.MkdirAll(s.cfg.DataDir, 0o700); err != nil {
+		return nil, err
+	}
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		return nil, err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, k, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.Link(tmp, path); err != nil {
+		os.Remove(tmp)
+		if os.IsExist(err) {
+			// Another process made it first: use theirs.
+			return os.ReadFile(path)
+		}
+		return nil, err
+	}
+	os.Remove(tmp)
+	s.logger.Info("made a new secret key for secrets at rest", "path", path)
+	return k, nil
 }
 
 // startGateway serves REST on cfg.HTTPAddr, forwarding to the configured addresses.

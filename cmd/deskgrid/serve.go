@@ -89,7 +89,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			return err
 		}
 	case "agent":
-		if err := s.addAgent(ctx, srv); err != nil {
+		_, js, err := s.natsConn(ctx, false)
+		if err != nil {
+			return err
+		}
+		if err := s.addAgent(ctx, srv, js); err != nil {
 			return err
 		}
 	}

@@ -65,6 +65,14 @@ type serverConfig struct {
 	DefaultIdleTimeout time.Duration
 	CreateTimeout      time.Duration
 
+	SecretKey        string
+	AnthropicAPIKey  string
+	AnthropicBaseURL string
+	OpenAIAPIKey     string
+	OpenAIBaseURL    string
+	GeminiAPIKey     string
+	GeminiBaseURL    string
+
 	LogFormat    string
 	LogLevel     string
 	OTLPEndpoint string
@@ -125,6 +133,13 @@ func serverFlags(name string, stderr io.Writer) (*flag.FlagSet, *serverConfig) {
 	fs.DurationVar(&c.MaxTTL, "max-ttl", 24*time.Hour, "longest session lifetime a request may ask for")
 	fs.DurationVar(&c.DefaultIdleTimeout, "default-idle-timeout", 15*time.Minute, "idle time after which a session stops, when the request gives none")
 	fs.DurationVar(&c.CreateTimeout, "create-timeout", 30*time.Second, "bound on starting one session")
+	fs.StringVar(&c.SecretKey, "secret-key", "", "base64 of 32 bytes that seal secrets at rest; empty: a key kept in the data dir")
+	fs.StringVar(&c.AnthropicAPIKey, "anthropic-api-key", os.Getenv("ANTHROPIC_API_KEY"), "Anthropic key for runs that bring none")
+	fs.StringVar(&c.AnthropicBaseURL, "anthropic-base-url", "", "Anthropic API base URL (proxies, compatible gateways)")
+	fs.StringVar(&c.OpenAIAPIKey, "openai-api-key", os.Getenv("OPENAI_API_KEY"), "OpenAI key for runs that bring none")
+	fs.StringVar(&c.OpenAIBaseURL, "openai-base-url", "", "OpenAI API base URL")
+	fs.StringVar(&c.GeminiAPIKey, "gemini-api-key", os.Getenv("GEMINI_API_KEY"), "Gemini key for runs that bring none")
+	fs.StringVar(&c.GeminiBaseURL, "gemini-base-url", "", "Gemini API base URL")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.OTLPEndpoint, "otlp-endpoint", "", "OTLP/gRPC collector host:port for traces; empty disables")

@@ -53,7 +53,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) (err er
 	if err := s.addHistory(ctx, srv, js); err != nil {
 		return err
 	}
-	if err := s.addAgent(ctx, srv); err != nil {
+	if err := s.addAgent(ctx, srv, js); err != nil {
 		return err
 	}
 	s.serveGRPC(srv, lis)
