@@ -315,6 +315,14 @@ func RemoveLeftoversOf(num, pid int) {
 func claim(first, n int) (int, error) {
 	allocMu.Lock()
 	defer allocMu.Unlock()
+	// Several deskgrid processes may share a machine's /tmp (nodes side by
+	// side, tests): the machine-wide lock makes each check-and-take atomic
+	// among them, so two never take over the same stale lock.
+	unlock, err := machineLock()
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
 	for num := first; num < first+n; num++ {
 		if socketAnswers(num) {
 			continue
@@ -326,7 +334,13 @@ func claim(first, n int) (int, error) {
 		if !errors.Is(err, os.ErrExist) {
 			return 0, err
 		}
-		if pid, ok := readLock(num); ok && processAlive(pid) {
+		pid, ok := readLock(num)
+		if ok && processAlive(pid) {
+			continue
+		}
+		if !ok && lockIsFresh(num) {
+			// Another X server is between creating its lock and writing
+			// its pid into it.
 			continue
 		}
 		// Stale lock of a server that died: take it over, as X servers do.
@@ -354,30 +368,49 @@ func socketAnswers(num int) bool {
 // os.ErrExist when the lock is taken.
 func writeLock(num, pid int, replace bool) error {
 	content := []byte(fmt.Sprintf("%10d\n", pid))
-	if !replace {
-		f, err := os.OpenFile(LockPath(num), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o444)
-		if err != nil {
-			return err
-		}
-		_, err = f.Write(content)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			_ = os.Remove(LockPath(num))
-			return fmt.Errorf("write X lock: %w", err)
-		}
-		return nil
-	}
+	// The lock appears whole or not at all: written aside, then linked (to
+	// create, failing if it exists) or renamed (to replace) into place.
 	tmp := fmt.Sprintf("%s.%d.tmp", LockPath(num), os.Getpid())
 	if err := os.WriteFile(tmp, content, 0o444); err != nil {
 		return fmt.Errorf("write X lock: %w", err)
 	}
+	defer os.Remove(tmp)
+	if !replace {
+		if err := os.Link(tmp, LockPath(num)); err != nil {
+			if errors.Is(err, os.ErrExist) {
+				return err
+			}
+			return fmt.Errorf("write X lock: %w", err)
+		}
+		return nil
+	}
 	if err := os.Rename(tmp, LockPath(num)); err != nil {
-		_ = os.Remove(tmp)
 		return fmt.Errorf("write X lock: %w", err)
 	}
 	return nil
+}
+
+// lockIsFresh reports whether num's lock file was made a moment ago.
+func lockIsFresh(num int) bool {
+	fi, err := os.Stat(LockPath(num))
+	return err == nil && time.Since(fi.ModTime()) < 2*time.Second
+}
+
+// machineLock takes an exclusive lock shared by every deskgrid process on
+// this machine, and returns its release.
+func machineLock() (func(), error) {
+	f, err := os.OpenFile(filepath.Join(lockDir, ".deskgrid-display-claim"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("display claim lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("display claim lock: %w", err)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
 }
 
 func readLock(num int) (int, bool) {
