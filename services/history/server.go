@@ -120,6 +120,7 @@ func (s *Service) ListSessionHistory(ctx context.Context, req *historyv1.ListSes
 		return nil, err
 	}
 	q.SessionID = req.GetSessionId()
+	q.Tenant = s.callerTenant(ctx)
 	entries, next, err := s.store.List(ctx, q)
 	if err != nil {
 		return nil, s.storeError(ctx, err, "listing history")
@@ -137,6 +138,7 @@ func (s *Service) ListRunEntries(ctx context.Context, req *historyv1.ListRunEntr
 		return nil, err
 	}
 	q.RunID = req.GetRunId()
+	q.Tenant = s.callerTenant(ctx)
 	entries, next, err := s.store.List(ctx, q)
 	if err != nil {
 		return nil, s.storeError(ctx, err, "listing run entries")
@@ -150,7 +152,7 @@ func (s *Service) GetRunTranscript(ctx context.Context, req *historyv1.GetRunTra
 		return nil, status.Error(codes.InvalidArgument, "run_id is required")
 	}
 	resp := &historyv1.GetRunTranscriptResponse{RunId: req.GetRunId(), Usage: &historyv1.RunUsage{}}
-	q := store.Query{RunID: req.GetRunId(), PageSize: store.MaxPageSize}
+	q := store.Query{RunID: req.GetRunId(), Tenant: s.callerTenant(ctx), PageSize: store.MaxPageSize}
 	for {
 		entries, next, err := s.store.List(ctx, q)
 		if err != nil {
@@ -176,10 +178,19 @@ func (s *Service) GetRunTranscript(ctx context.Context, req *historyv1.GetRunTra
 	}
 }
 
-// SearchHistory implements historyv1.HistoryServiceServer.
+// SearchHistory implements historyv1.HistoryServiceServer. A caller acting
+// for a tenant searches that tenant's entries only; naming another tenant
+// is PermissionDenied, whether that tenant exists or not.
 func (s *Service) SearchHistory(ctx context.Context, req *historyv1.SearchHistoryRequest) (*historyv1.SearchHistoryResponse, error) {
 	if req.GetQuery() == "" {
 		return nil, status.Error(codes.InvalidArgument, "query is required")
+	}
+	tenant := req.GetTenant()
+	if t := s.callerTenant(ctx); t != "" {
+		if tenant != "" && tenant != t {
+			return nil, status.Error(codes.PermissionDenied, "a search covers only your own tenant's history: leave tenant empty or name your own")
+		}
+		tenant = t
 	}
 	size, err := checkPageSize(req.GetPageSize())
 	if err != nil {
@@ -187,7 +198,7 @@ func (s *Service) SearchHistory(ctx context.Context, req *historyv1.SearchHistor
 	}
 	entries, next, err := s.store.Search(ctx, store.SearchQuery{
 		Text:      req.GetQuery(),
-		Tenant:    req.GetTenant(),
+		Tenant:    tenant,
 		SessionID: req.GetSessionId(),
 		PageSize:  size,
 		PageToken: req.GetPageToken(),
@@ -204,7 +215,7 @@ func (s *Service) DeleteSessionHistory(ctx context.Context, req *historyv1.Delet
 	if req.GetSessionId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "session_id is required")
 	}
-	n, err := s.store.DeleteSession(ctx, req.GetSessionId())
+	n, err := s.store.DeleteSession(ctx, s.callerTenant(ctx), req.GetSessionId())
 	if err != nil {
 		return nil, s.storeError(ctx, err, "deleting history")
 	}

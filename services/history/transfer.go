@@ -40,7 +40,7 @@ func (s *Service) ExportSessionHistory(req *historyv1.ExportSessionHistoryReques
 		buf.Reset()
 		return err
 	}
-	q := store.Query{SessionID: req.GetSessionId(), PageSize: store.MaxPageSize}
+	q := store.Query{SessionID: req.GetSessionId(), Tenant: s.callerTenant(ctx), PageSize: store.MaxPageSize}
 	for {
 		entries, next, err := s.store.List(ctx, q)
 		if err != nil {
@@ -73,7 +73,10 @@ func (s *Service) ExportSessionHistory(req *historyv1.ExportSessionHistoryReques
 
 // ImportSessionHistory implements historyv1.HistoryServiceServer. The whole
 // document is read and checked before anything is stored, and stored in one
-// transaction.
+// transaction. A caller acting for a tenant imports into that tenant only:
+// lines naming no tenant are stored as its own, and a line naming another
+// tenant fails the import (PermissionDenied), so an export can be taken
+// from one tenant to another only by removing its tenant fields.
 func (s *Service) ImportSessionHistory(stream grpc.ClientStreamingServer[historyv1.ImportSessionHistoryRequest, historyv1.ImportSessionHistoryResponse]) error {
 	ctx := stream.Context()
 	var doc bytes.Buffer
@@ -102,7 +105,7 @@ func (s *Service) ImportSessionHistory(stream grpc.ClientStreamingServer[history
 	if session == "" {
 		return status.Error(codes.InvalidArgument, "session_id is required in the first message")
 	}
-	entries, err := s.parseImport(ctx, session, doc.Bytes())
+	entries, err := s.parseImport(ctx, session, s.callerTenant(ctx), doc.Bytes())
 	if err != nil {
 		return err
 	}
@@ -114,10 +117,15 @@ func (s *Service) ImportSessionHistory(stream grpc.ClientStreamingServer[history
 	return stream.SendAndClose(&historyv1.ImportSessionHistoryResponse{Imported: int64(n), Skipped: int64(len(entries) - n)})
 }
 
-// parseImport reads JSON Lines of entries of session; a bad line is an
-// InvalidArgument naming it.
-func (s *Service) parseImport(ctx context.Context, session string, doc []byte) ([]store.Entry, error) {
+// parseImport reads JSON Lines of entries of session for tenant ("" keeps
+// each line's own); a bad line is an InvalidArgument naming it.
+func (s *Service) parseImport(ctx context.Context, session, tenant string, doc []byte) ([]store.Entry, error) {
 	var entries []store.Entry
+	blobs, rec := s.blobs, &putRecorder{put: map[string]bool{}}
+	if s.blobs != nil {
+		rec.Store = s.blobs
+		blobs = rec
+	}
 	bad := func(line int, format string, args ...any) error {
 		return status.Errorf(codes.InvalidArgument, "line %d: %s; nothing was imported", line, fmt.Sprintf(format, args...))
 	}
@@ -152,6 +160,15 @@ func (s *Service) parseImport(ctx context.Context, session string, doc []byte) (
 				return nil, bad(line, "a field holds a NUL character")
 			}
 		}
+		if tenant != "" {
+			switch pe.GetTenant() {
+			case "":
+				pe.Tenant = tenant
+			case tenant:
+			default:
+				return nil, status.Errorf(codes.PermissionDenied, "line %d: the entry is of another tenant; you can import only into your own (remove the tenant field to import it as yours); nothing was imported", line)
+			}
+		}
 		e := store.Entry{
 			ID: pe.GetId(), SessionID: session, RunID: pe.GetRunId(), Sequence: pe.GetSequence(),
 			Type: pe.GetType(), Time: pe.GetTime().AsTime(), Tenant: pe.GetTenant(), BlobHash: pe.GetBlobHash(),
@@ -165,7 +182,7 @@ func (s *Service) parseImport(ctx context.Context, session string, doc []byte) (
 		}
 		// Screenshot bytes an export carried go to the blob store; should the
 		// import fail later, the sweeper collects them.
-		if err := payload.Prepare(ctx, &e, s.blobs); err != nil {
+		if err := payload.Prepare(ctx, &e, blobs); err != nil {
 			s.log.ErrorContext(ctx, "importing a screenshot", "err", err)
 			return nil, status.Error(codes.Unavailable, "the blob store is unavailable; retry later")
 		}
@@ -174,7 +191,52 @@ func (s *Service) parseImport(ctx context.Context, session string, doc []byte) (
 	if len(entries) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "the import holds no entries")
 	}
+	if tenant != "" {
+		if err := s.dropForeignBlobs(ctx, tenant, entries, rec.put); err != nil {
+			return nil, err
+		}
+	}
 	return entries, nil
+}
+
+// dropForeignBlobs unlinks the blobs an import names without carrying their
+// bytes (put) and that no entry of tenant refers to already: GetBlob lets a
+// tenant read a blob its entries refer to, so an entry naming a hash must
+// not be a way into another tenant's screenshot.
+func (s *Service) dropForeignBlobs(ctx context.Context, tenant string, entries []store.Entry, put map[string]bool) error {
+	known := map[string]bool{}
+	for i := range entries {
+		h := entries[i].BlobHash
+		if h == "" || put[h] {
+			continue
+		}
+		ok, seen := known[h]
+		if !seen {
+			var err error
+			if ok, err = s.store.BlobReferenced(ctx, tenant, h); err != nil {
+				return s.storeError(ctx, err, "importing history")
+			}
+			known[h] = ok
+		}
+		if !ok {
+			entries[i].BlobHash = ""
+		}
+	}
+	return nil
+}
+
+// putRecorder notes the blobs an import stored from bytes it carried.
+type putRecorder struct {
+	blob.Store
+	put map[string]bool
+}
+
+func (r *putRecorder) Put(ctx context.Context, data []byte) (string, error) {
+	h, err := r.Store.Put(ctx, data)
+	if err == nil {
+		r.put[h] = true
+	}
+	return h, err
 }
 
 // GetBlob implements historyv1.HistoryServiceServer.
@@ -184,6 +246,17 @@ func (s *Service) GetBlob(ctx context.Context, req *historyv1.GetBlobRequest) (*
 	}
 	if s.blobs == nil {
 		return nil, status.Errorf(codes.NotFound, "no blob %s: this history keeps no blob store", req.GetHash())
+	}
+	// A blob is the caller's if one of its tenant's entries refers to it;
+	// any other is answered as one never stored.
+	if t := s.callerTenant(ctx); t != "" {
+		ok, err := s.store.BlobReferenced(ctx, t, req.GetHash())
+		if err != nil {
+			return nil, s.storeError(ctx, err, "reading a blob")
+		}
+		if !ok {
+			return nil, status.Errorf(codes.NotFound, "no blob %s", req.GetHash())
+		}
 	}
 	data, err := s.blobs.Get(ctx, req.GetHash())
 	switch {

@@ -110,7 +110,7 @@ func (s *Sweeper) Sweep(ctx context.Context, now time.Time) (Result, error) {
 	}
 	if s.blobs != nil {
 		err := s.blobs.Walk(ctx, now.Add(-s.cfg.BlobGrace), func(hash string) error {
-			used, err := s.store.BlobReferenced(ctx, hash)
+			used, err := s.store.BlobReferenced(ctx, "", hash)
 			if err != nil || used {
 				return err
 			}

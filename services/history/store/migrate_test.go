@@ -137,7 +137,7 @@ func TestUpgradeKeepsEntries(t *testing.T) {
 		if err != nil || len(hits) != 1 {
 			t.Fatalf("search: %v, %v", hits, err)
 		}
-		if n, err := s.DeleteSession(ctx, "s1"); err != nil || n != 1 {
+		if n, err := s.DeleteSession(ctx, "", "s1"); err != nil || n != 1 {
 			t.Fatalf("delete: %d, %v", n, err)
 		}
 		if hits, _, err := s.Search(ctx, SearchQuery{Text: "long ago"}); err != nil || len(hits) != 0 {

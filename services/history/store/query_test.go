@@ -206,7 +206,7 @@ func TestSearch(t *testing.T) {
 			t.Errorf("token of another search: %v", err)
 		}
 		// Deleted entries leave the index.
-		if n, err := s.DeleteSession(ctx, "s1"); err != nil || n != 4 {
+		if n, err := s.DeleteSession(ctx, "", "s1"); err != nil || n != 4 {
 			t.Fatalf("delete s1 = %d, %v", n, err)
 		}
 		if got := searchIDs(t, s, store.SearchQuery{Text: "login"}); fmt.Sprint(got) != "[p3 p2 p1 b1]" {
@@ -219,7 +219,7 @@ func TestDeleteSession(t *testing.T) {
 	forEachDB(t, func(t *testing.T, s *store.SQL) {
 		ctx := context.Background()
 		seed(t, s, 10)
-		n, err := s.DeleteSession(ctx, "s1")
+		n, err := s.DeleteSession(ctx, "", "s1")
 		if err != nil || n != 10 {
 			t.Fatalf("delete = %d, %v; want 10", n, err)
 		}
@@ -229,10 +229,10 @@ func TestDeleteSession(t *testing.T) {
 		if _, _, err := s.List(ctx, store.Query{SessionID: "s2"}); err != nil {
 			t.Errorf("other session: %v", err)
 		}
-		if n, err := s.DeleteSession(ctx, "s1"); err != nil || n != 0 {
+		if n, err := s.DeleteSession(ctx, "", "s1"); err != nil || n != 0 {
 			t.Errorf("second delete = %d, %v", n, err)
 		}
-		if _, err := s.DeleteSession(ctx, ""); !errors.Is(err, store.ErrInvalidQuery) {
+		if _, err := s.DeleteSession(ctx, "", ""); !errors.Is(err, store.ErrInvalidQuery) {
 			t.Errorf("no session: %v", err)
 		}
 	})
@@ -301,7 +301,7 @@ func TestBlobReferenced(t *testing.T) {
 			t.Fatal(err)
 		}
 		for hash, want := range map[string]bool{"abc": true, "abd": false, "": false} {
-			got, err := s.BlobReferenced(ctx, hash)
+			got, err := s.BlobReferenced(ctx, "", hash)
 			if err != nil || got != want {
 				t.Errorf("BlobReferenced(%q) = %v, %v; want %v", hash, got, err, want)
 			}
@@ -309,6 +309,67 @@ func TestBlobReferenced(t *testing.T) {
 		got, _, err := s.List(ctx, store.Query{SessionID: "s1"})
 		if err != nil || got[0].BlobHash != "abc" || got[0].Kind != store.KindScreenshot {
 			t.Fatalf("list: %+v, %v", got, err)
+		}
+	})
+}
+
+// A tenant's queries see only its own entries; another tenant's session,
+// run or blob is as unknown as one that was never recorded.
+func TestTenantScoping(t *testing.T) {
+	forEachDB(t, func(t *testing.T, s *store.SQL) {
+		ctx := context.Background()
+		mine := entry("s1", 1, "agent.screenshot.v1")
+		mine.BlobHash = "abc"
+		theirs := entry("s1", 2, "agent.message.v1")
+		theirs.Tenant = "other"
+		other := entry("s2", 3, "agent.screenshot.v1")
+		other.Tenant, other.RunID, other.BlobHash = "other", "run-2", "def"
+		if _, err := s.Append(ctx, []store.Entry{mine, theirs, other}); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			q    store.Query
+			want string // ids, or "not found"
+		}{
+			{store.Query{SessionID: "s1"}, "[s1-1 s1-2]"},
+			{store.Query{SessionID: "s1", Tenant: "acme"}, "[s1-1]"},
+			{store.Query{SessionID: "s1", Tenant: "other"}, "[s1-2]"},
+			{store.Query{SessionID: "s2", Tenant: "acme"}, "not found"},
+			{store.Query{SessionID: "nope", Tenant: "acme"}, "not found"},
+			{store.Query{RunID: "run-2", Tenant: "acme"}, "not found"},
+			{store.Query{RunID: "run-2", Tenant: "other"}, "[s2-3]"},
+		} {
+			got, _, err := s.List(ctx, tc.q)
+			var ids []string
+			for _, e := range got {
+				ids = append(ids, e.ID)
+			}
+			res := fmt.Sprint(ids)
+			if errors.Is(err, store.ErrNotFound) {
+				res = "not found"
+			} else if err != nil {
+				t.Fatalf("%+v: %v", tc.q, err)
+			}
+			if res != tc.want {
+				t.Errorf("%+v: %s, want %s", tc.q, res, tc.want)
+			}
+		}
+		for _, tc := range []struct {
+			tenant, hash string
+			want         bool
+		}{{"", "abc", true}, {"acme", "abc", true}, {"acme", "def", false}, {"other", "def", true}, {"other", "abc", false}} {
+			if got, err := s.BlobReferenced(ctx, tc.tenant, tc.hash); err != nil || got != tc.want {
+				t.Errorf("BlobReferenced(%q, %q) = %v, %v; want %v", tc.tenant, tc.hash, got, err, tc.want)
+			}
+		}
+		if n, err := s.DeleteSession(ctx, "acme", "s2"); err != nil || n != 0 {
+			t.Fatalf("delete of another tenant's session = %d, %v; want 0", n, err)
+		}
+		if n, err := s.DeleteSession(ctx, "acme", "s1"); err != nil || n != 1 {
+			t.Fatalf("delete = %d, %v; want 1", n, err)
+		}
+		if got, _, err := s.List(ctx, store.Query{SessionID: "s1", Tenant: "other"}); err != nil || len(got) != 1 {
+			t.Fatalf("the other tenant's entries of s1 after acme's delete: %v, %v", got, err)
 		}
 	})
 }

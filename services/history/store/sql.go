@@ -158,7 +158,7 @@ func (s *SQL) List(ctx context.Context, q Query) ([]Entry, string, error) {
 	kinds := slices.Clone(q.Kinds)
 	slices.Sort(kinds)
 	kinds = slices.Compact(kinds)
-	parts := []string{q.SessionID, q.RunID, strconv.FormatInt(q.AfterSequence, 10), timeKey(q.Since), timeKey(q.Until)}
+	parts := []string{q.SessionID, q.RunID, q.Tenant, strconv.FormatInt(q.AfterSequence, 10), timeKey(q.Since), timeKey(q.Until)}
 	for _, k := range kinds {
 		parts = append(parts, "k"+strconv.Itoa(int(k)))
 	}
@@ -182,6 +182,9 @@ func (s *SQL) List(ctx context.Context, q Query) ([]Entry, string, error) {
 	if q.RunID != "" {
 		// Lets the database use the partial index of entries with a run.
 		b.WriteString(" AND e.run_id != ''")
+	}
+	if q.Tenant != "" {
+		b.WriteString(" AND e.tenant = " + a.add(q.Tenant))
 	}
 	b.WriteString(" AND e.sequence > " + a.add(after))
 	if len(types) > 0 {
@@ -218,8 +221,16 @@ func (s *SQL) List(ctx context.Context, q Query) ([]Entry, string, error) {
 		return nil, "", fmt.Errorf("store: list: %w", err)
 	}
 	if len(out) == 0 && q.PageToken == "" {
+		// Another tenant's entries count for nothing: their session is as
+		// unknown as one without entries.
+		exists := "SELECT 1 FROM history_entries WHERE " + ownerCol + " = " + s.d.placeholder(1) + " AND " + ownerCol + " != ''"
+		eargs := []any{owner}
+		if q.Tenant != "" {
+			exists += " AND tenant = " + s.d.placeholder(2)
+			eargs = append(eargs, q.Tenant)
+		}
 		var one int
-		err := s.db.QueryRowContext(ctx, "SELECT 1 FROM history_entries WHERE "+ownerCol+" = "+s.d.placeholder(1)+" AND "+ownerCol+" != '' LIMIT 1", owner).Scan(&one)
+		err := s.db.QueryRowContext(ctx, exists+" LIMIT 1", eargs...).Scan(&one)
 		switch {
 		case err == sql.ErrNoRows:
 			return nil, "", fmt.Errorf("%w: no entries for %s %q", ErrNotFound, strings.TrimSuffix(ownerCol, "_id"), owner)
@@ -343,11 +354,16 @@ func (s *SQL) matchText(words []string, tenant, session string) string {
 }
 
 // DeleteSession implements Store.
-func (s *SQL) DeleteSession(ctx context.Context, sessionID string) (int64, error) {
+func (s *SQL) DeleteSession(ctx context.Context, tenant, sessionID string) (int64, error) {
 	if sessionID == "" {
 		return 0, fmt.Errorf("%w: session id is required", ErrInvalidQuery)
 	}
-	res, err := s.db.ExecContext(ctx, "DELETE FROM history_entries WHERE session_id = "+s.d.placeholder(1), sessionID)
+	query, qargs := "DELETE FROM history_entries WHERE session_id = "+s.d.placeholder(1), []any{sessionID}
+	if tenant != "" {
+		query += " AND tenant = " + s.d.placeholder(2)
+		qargs = append(qargs, tenant)
+	}
+	res, err := s.db.ExecContext(ctx, query, qargs...)
 	if err != nil {
 		return 0, fmt.Errorf("store: delete session %s: %w", sessionID, err)
 	}
@@ -398,12 +414,17 @@ func (s *SQL) DeleteOldest(ctx context.Context, tenant string, keep int64, limit
 }
 
 // BlobReferenced implements Store.
-func (s *SQL) BlobReferenced(ctx context.Context, hash string) (bool, error) {
+func (s *SQL) BlobReferenced(ctx context.Context, tenant, hash string) (bool, error) {
 	if hash == "" {
 		return false, nil
 	}
+	query, qargs := "SELECT 1 FROM history_entries WHERE blob_hash = "+s.d.placeholder(1)+" AND blob_hash != ''", []any{hash}
+	if tenant != "" {
+		query += " AND tenant = " + s.d.placeholder(2)
+		qargs = append(qargs, tenant)
+	}
 	var one int
-	err := s.db.QueryRowContext(ctx, "SELECT 1 FROM history_entries WHERE blob_hash = "+s.d.placeholder(1)+" AND blob_hash != '' LIMIT 1", hash).Scan(&one)
+	err := s.db.QueryRowContext(ctx, query+" LIMIT 1", qargs...).Scan(&one)
 	switch {
 	case err == sql.ErrNoRows:
 		return false, nil

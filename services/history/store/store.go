@@ -56,6 +56,9 @@ type Query struct {
 	// Exactly one of SessionID and RunID.
 	SessionID string
 	RunID     string
+	// Tenant, when set, keeps only that tenant's entries: a session or run
+	// with none of them is ErrNotFound, as one with no entry at all.
+	Tenant string
 	// Types keeps only entries of these types; empty keeps all.
 	Types []string
 	// Kinds keeps only entries of these kinds; empty keeps all.
@@ -100,8 +103,9 @@ type Store interface {
 	List(ctx context.Context, q Query) (entries []Entry, nextPageToken string, err error)
 	// Search returns a page of entries matching a full-text query.
 	Search(ctx context.Context, q SearchQuery) (entries []Entry, nextPageToken string, err error)
-	// DeleteSession deletes a session's entries and returns how many.
-	DeleteSession(ctx context.Context, sessionID string) (int64, error)
+	// DeleteSession deletes a session's entries of tenant (of every tenant
+	// when tenant is empty) and returns how many.
+	DeleteSession(ctx context.Context, tenant, sessionID string) (int64, error)
 	// Tenants returns every tenant with entries and how many it has.
 	Tenants(ctx context.Context) ([]TenantUsage, error)
 	// DeleteBefore deletes at most limit of a tenant's entries older than
@@ -110,7 +114,8 @@ type Store interface {
 	// DeleteOldest deletes at most limit of a tenant's entries beyond its
 	// newest keep.
 	DeleteOldest(ctx context.Context, tenant string, keep int64, limit int) (int64, error)
-	// BlobReferenced reports whether an entry refers to the blob.
-	BlobReferenced(ctx context.Context, hash string) (bool, error)
+	// BlobReferenced reports whether an entry of tenant (of any tenant when
+	// tenant is empty) refers to the blob.
+	BlobReferenced(ctx context.Context, tenant, hash string) (bool, error)
 	Close() error
 }

@@ -1,0 +1,290 @@
+package history_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	historyv1 "github.com/deskgrid/deskgrid/proto/deskgrid/history/v1"
+	"github.com/deskgrid/deskgrid/services/history"
+	"github.com/deskgrid/deskgrid/services/history/blob"
+	"github.com/deskgrid/deskgrid/services/history/store/storetest"
+)
+
+// tenantMD is the metadata header the tests' Tenant hook reads, standing in
+// for the authenticated principal.
+const tenantMD = "x-tenant"
+
+func tenantFromMD(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get(tenantMD); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func asTenant(tenant string) context.Context {
+	return metadata.AppendToOutgoingContext(context.Background(), tenantMD, tenant)
+}
+
+// target names what an attack aims at.
+type target struct{ session, run, blob string }
+
+type historyCall func(ctx context.Context, c historyv1.HistoryServiceClient, tg target) error
+
+func drain[T any](recv func() (T, error)) error {
+	for {
+		if _, err := recv(); err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// targetCalls make each RPC that names a session, run or blob against a
+// target.
+var targetCalls = map[string]historyCall{
+	"ListSessionHistory": func(ctx context.Context, c historyv1.HistoryServiceClient, tg target) error {
+		_, err := c.ListSessionHistory(ctx, &historyv1.ListSessionHistoryRequest{SessionId: tg.session})
+		return err
+	},
+	"ListRunEntries": func(ctx context.Context, c historyv1.HistoryServiceClient, tg target) error {
+		_, err := c.ListRunEntries(ctx, &historyv1.ListRunEntriesRequest{RunId: tg.run})
+		return err
+	},
+	"GetRunTranscript": func(ctx context.Context, c historyv1.HistoryServiceClient, tg target) error {
+		_, err := c.GetRunTranscript(ctx, &historyv1.GetRunTranscriptRequest{RunId: tg.run})
+		return err
+	},
+	"SearchHistory": func(ctx context.Context, c historyv1.HistoryServiceClient, tg target) error {
+		resp, err := c.SearchHistory(ctx, &historyv1.SearchHistoryRequest{Query: "invoice", SessionId: tg.session})
+		if err == nil && len(resp.GetEntries()) > 0 {
+			return fmt.Errorf("found %d entries", len(resp.GetEntries()))
+		}
+		return err
+	},
+	"ExportSessionHistory": func(ctx context.Context, c historyv1.HistoryServiceClient, tg target) error {
+		st, err := c.ExportSessionHistory(ctx, &historyv1.ExportSessionHistoryRequest{SessionId: tg.session, IncludeBlobs: true})
+		if err != nil {
+			return err
+		}
+		return drain(st.Recv)
+	},
+	"GetBlob": func(ctx context.Context, c historyv1.HistoryServiceClient, tg target) error {
+		_, err := c.GetBlob(ctx, &historyv1.GetBlobRequest{Hash: tg.blob})
+		return err
+	},
+	"DeleteSessionHistory": func(ctx context.Context, c historyv1.HistoryServiceClient, tg target) error {
+		_, err := c.DeleteSessionHistory(ctx, &historyv1.DeleteSessionHistoryRequest{SessionId: tg.session})
+		return err
+	},
+}
+
+// answersWithoutNotFound are the calls whose answer for something never
+// recorded is not NotFound: a search finds nothing.
+var answersWithoutNotFound = []string{"SearchHistory"}
+
+// writeCalls add to history rather than read it; the test checks them on
+// their own.
+var writeCalls = []string{"ImportSessionHistory"}
+
+// Every RPC must be checked for ownership: one added to the service without
+// an entry here fails.
+func TestTenancyCoversEveryRPC(t *testing.T) {
+	var methods []string
+	for _, m := range historyv1.HistoryService_ServiceDesc.Methods {
+		methods = append(methods, m.MethodName)
+	}
+	for _, st := range historyv1.HistoryService_ServiceDesc.Streams {
+		methods = append(methods, st.StreamName)
+	}
+	for _, m := range methods {
+		if _, ok := targetCalls[m]; !ok && !slices.Contains(writeCalls, m) {
+			t.Errorf("HistoryService.%s has no tenancy case: add it to targetCalls or writeCalls", m)
+		}
+	}
+}
+
+func answer(err error, tg target) (codes.Code, string) {
+	st := status.Convert(err)
+	msg := st.Message()
+	for _, s := range []string{tg.session, tg.run, tg.blob} {
+		msg = strings.ReplaceAll(msg, s, "<name>")
+	}
+	return st.Code(), msg
+}
+
+var victimPNG = []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR the victim's invoice")
+
+// importLines sends JSON Lines as tenant into session.
+func importLines(ctx context.Context, c historyv1.HistoryServiceClient, session string, entries ...*historyv1.Entry) (*historyv1.ImportSessionHistoryResponse, error) {
+	var doc bytes.Buffer
+	for _, e := range entries {
+		b, err := protojson.Marshal(e)
+		if err != nil {
+			return nil, err
+		}
+		doc.Write(b)
+		doc.WriteByte('\n')
+	}
+	st, err := c.ImportSessionHistory(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.Send(&historyv1.ImportSessionHistoryRequest{SessionId: session, Chunk: doc.Bytes()}); err != nil && err != io.EOF {
+		return nil, err
+	}
+	return st.CloseAndRecv()
+}
+
+// An attacker tenant gets, for the victim's session, run and screenshot,
+// exactly the answer it gets for ones never recorded; it finds nothing of
+// them, cannot import its way in, and the victim is unaffected.
+func TestTenancyIsolatesHistory(t *testing.T) {
+	for _, o := range storetest.All {
+		t.Run(o.Name, func(t *testing.T) {
+			e := newEnv(t)
+			st := o.Open(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			svc, err := history.New(ctx, blobConfig(t), history.Deps{Logger: testLogger(t), Store: st, JS: e.js, Tenant: tenantFromMD})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = svc.Close(context.Background()) })
+			c := client(t, svc)
+			victim, attacker := asTenant("victim"), asTenant("attacker")
+
+			publishRun(t, e, "victim", "victim-sess", "victim-run", "agent.message.v1", &historyv1.AgentMessage{Role: historyv1.Role_ROLE_USER, Text: "Pay the invoice"})
+			publishRun(t, e, "victim", "victim-sess", "victim-run", "agent.screenshot.v1", &historyv1.AgentScreenshot{CallId: "c1", ContentType: "image/png", Data: victimPNG})
+			publishRun(t, e, "victim", "victim-sess", "victim-run", "agent.usage.v1", &historyv1.AgentUsage{Provider: "anthropic", InputTokens: 10})
+			n := 3 + publishAgentRun(t, e, "attacker", "attacker-sess", "attacker-run")
+			waitCount(t, st, n)
+
+			victimTarget := target{"victim-sess", "victim-run", blob.Hash(victimPNG)}
+			unknown := target{"no-such-sess", "no-such-run", blob.Hash([]byte("never stored"))}
+			victimIntact := func(t *testing.T, after string) {
+				t.Helper()
+				resp, err := c.ListSessionHistory(victim, &historyv1.ListSessionHistoryRequest{SessionId: "victim-sess"})
+				if err != nil || len(resp.GetEntries()) != 3 {
+					t.Fatalf("victim's history after %s: %v, %v", after, resp, err)
+				}
+				b, err := c.GetBlob(victim, &historyv1.GetBlobRequest{Hash: victimTarget.blob})
+				if err != nil || !bytes.Equal(b.GetData(), victimPNG) {
+					t.Fatalf("victim's screenshot after %s: %v", after, err)
+				}
+			}
+			victimIntact(t, "ingest")
+
+			names := make([]string, 0, len(targetCalls))
+			for n := range targetCalls {
+				names = append(names, n)
+			}
+			slices.Sort(names)
+			names = append(slices.DeleteFunc(names, func(n string) bool { return n == "DeleteSessionHistory" }), "DeleteSessionHistory")
+			for _, name := range names {
+				call := targetCalls[name]
+				t.Run(name, func(t *testing.T) {
+					gc, gm := answer(call(attacker, c, victimTarget), victimTarget)
+					uc, um := answer(call(attacker, c, unknown), unknown)
+					if gc != uc || gm != um {
+						t.Fatalf("another tenant's answers %v %q, one never recorded %v %q", gc, gm, uc, um)
+					}
+					if !slices.Contains(answersWithoutNotFound, name) && gc != codes.NotFound {
+						t.Fatalf("another tenant's: %v %q, want NotFound", gc, gm)
+					}
+					// The attacker's own history is there for it (kept for the
+					// searches below).
+					if name != "DeleteSessionHistory" {
+						if err := call(attacker, c, target{"attacker-sess", "attacker-run", blob.Hash(png)}); err != nil && !slices.Contains(answersWithoutNotFound, name) {
+							t.Fatalf("attacker's own: %v", err)
+						}
+					}
+					victimIntact(t, name)
+				})
+			}
+
+			t.Run("SearchAcrossTenants", func(t *testing.T) {
+				// Unnarrowed, a tenant finds only its own entries.
+				resp, err := c.SearchHistory(attacker, &historyv1.SearchHistoryRequest{Query: "invoice"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, en := range resp.GetEntries() {
+					if en.GetTenant() != "attacker" {
+						t.Fatalf("attacker found %v", en)
+					}
+				}
+				if len(resp.GetEntries()) == 0 {
+					t.Fatal("attacker does not find its own entries")
+				}
+				// Naming another tenant is refused, whether it exists or not.
+				for _, other := range []string{"victim", "nobody"} {
+					_, err := c.SearchHistory(attacker, &historyv1.SearchHistoryRequest{Query: "invoice", Tenant: other})
+					if status.Code(err) != codes.PermissionDenied {
+						t.Fatalf("search naming tenant %s: %v, want PermissionDenied", other, err)
+					}
+				}
+				// Naming its own works; a system call sees every tenant.
+				if _, err := c.SearchHistory(attacker, &historyv1.SearchHistoryRequest{Query: "invoice", Tenant: "attacker"}); err != nil {
+					t.Fatal(err)
+				}
+				all, err := c.SearchHistory(context.Background(), &historyv1.SearchHistoryRequest{Query: "invoice"})
+				if err != nil || len(all.GetEntries()) != len(resp.GetEntries())+1 {
+					t.Fatalf("system search: %v, %v", all, err)
+				}
+			})
+
+			t.Run("ImportSessionHistory", func(t *testing.T) {
+				seq := int64(1000)
+				line := func(id, tenant, blobHash string) *historyv1.Entry {
+					seq++
+					return &historyv1.Entry{Id: id, Sequence: seq, Type: "agent.screenshot.v1", Time: timestamppb.Now(), Tenant: tenant, BlobHash: blobHash}
+				}
+				// Lines of another tenant are refused, and nothing is stored.
+				_, err := importLines(attacker, c, "victim-sess", line("forged-1", "", ""), line("forged-2", "victim", ""))
+				if status.Code(err) != codes.PermissionDenied {
+					t.Fatalf("import of the victim's lines: %v, want PermissionDenied", err)
+				}
+				// Lines naming no tenant become the importer's, even in a session
+				// id the victim uses; naming a blob it has no bytes for does not
+				// make the victim's screenshot readable.
+				resp, err := importLines(attacker, c, "victim-sess", line("forged-3", "", victimTarget.blob), line("forged-4", "attacker", ""))
+				if err != nil || resp.GetImported() != 2 {
+					t.Fatalf("import: %v, %v", resp, err)
+				}
+				if _, err := c.GetBlob(attacker, &historyv1.GetBlobRequest{Hash: victimTarget.blob}); status.Code(err) != codes.NotFound {
+					t.Fatalf("attacker reads the victim's screenshot after naming it in an import: %v", err)
+				}
+				mine, err := c.ListSessionHistory(attacker, &historyv1.ListSessionHistoryRequest{SessionId: "victim-sess"})
+				if err != nil || len(mine.GetEntries()) != 2 {
+					t.Fatalf("attacker's imported entries: %v, %v", mine, err)
+				}
+				for _, en := range mine.GetEntries() {
+					if en.GetTenant() != "attacker" || en.GetBlobHash() != "" {
+						t.Fatalf("imported entry %v: want the attacker's, with no blob", en)
+					}
+				}
+				victimIntact(t, "import")
+				// The victim's delete takes its own entries only.
+				del, err := c.DeleteSessionHistory(victim, &historyv1.DeleteSessionHistoryRequest{SessionId: "victim-sess"})
+				if err != nil || del.GetDeletedEntries() != 3 {
+					t.Fatalf("victim's delete: %v, %v", del, err)
+				}
+			})
+		})
+	}
+}
