@@ -27,6 +27,7 @@ import (
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	historyv1 "github.com/deskgrid/deskgrid/proto/deskgrid/history/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
+	"github.com/deskgrid/deskgrid/services/platform/auth"
 )
 
 // vncDisplay is a display service whose ConnectVNC behaves as the node's
@@ -44,6 +45,7 @@ type vncDisplay struct {
 
 	mu       sync.Mutex
 	firsts   []*displayv1.ConnectVNCRequest
+	callers  []auth.Principal // who opened each ConnectVNC (with auth on)
 	servers  map[string][]*rfbServer
 	deleted  map[string]chan struct{}
 	firstSig chan struct{}
@@ -110,6 +112,8 @@ func (d *vncDisplay) ConnectVNC(stream displayv1.DisplayService_ConnectVNCServer
 	defer func() { d.ended <- id }()
 	d.mu.Lock()
 	d.firsts = append(d.firsts, first)
+	p, _ := auth.FromContext(stream.Context())
+	d.callers = append(d.callers, p)
 	gone, ok := d.deleted[id]
 	sock, isReal := d.upstream[id]
 	d.mu.Unlock()
@@ -484,21 +488,24 @@ func (s *sessions) lastCreated() *sessionv1.CreateSessionRequest {
 	return s.created[len(s.created)-1]
 }
 
-func (s *sessions) GetSession(_ context.Context, r *sessionv1.GetSessionRequest) (*sessionv1.GetSessionResponse, error) {
+func (s *sessions) GetSession(ctx context.Context, r *sessionv1.GetSessionRequest) (*sessionv1.GetSessionResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if x, ok := s.byID[r.GetSessionId()]; ok {
+	// Another tenant's session is as unknown as a missing one.
+	if x, ok := s.byID[r.GetSessionId()]; ok && ownedBy(ctx, x) {
 		return &sessionv1.GetSessionResponse{Session: proto.Clone(x).(*sessionv1.Session)}, nil
 	}
 	return nil, status.Errorf(codes.NotFound, "session %s not found", r.GetSessionId())
 }
 
-func (s *sessions) ListSessions(context.Context, *sessionv1.ListSessionsRequest) (*sessionv1.ListSessionsResponse, error) {
+func (s *sessions) ListSessions(ctx context.Context, _ *sessionv1.ListSessionsRequest) (*sessionv1.ListSessionsResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []*sessionv1.Session
 	for _, x := range s.byID {
-		out = append(out, proto.Clone(x).(*sessionv1.Session))
+		if ownedBy(ctx, x) {
+			out = append(out, proto.Clone(x).(*sessionv1.Session))
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].GetId() < out[j].GetId() })
 	return &sessionv1.ListSessionsResponse{Sessions: out}, nil
@@ -562,6 +569,12 @@ func (s *sessions) WatchSession(r *sessionv1.WatchSessionRequest, stream session
 	}
 }
 
+// ownedBy tells whether the caller (when authenticated) may see x.
+func ownedBy(ctx context.Context, x *sessionv1.Session) bool {
+	p, ok := auth.FromContext(ctx)
+	return !ok || p.System || p.Tenant == x.GetTenant()
+}
+
 func (s *sessions) has(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -590,7 +603,12 @@ func newHarness(t testing.TB, cfg Config, deps Deps) *harness {
 	h.sessions.history = h.history
 	h.sessions.onCreate = h.display.addDisplay
 	h.sessions.onDelete = h.display.deleteDisplay
-	grpcSrv := grpc.NewServer()
+	var opts []grpc.ServerOption
+	if deps.Verifier != nil {
+		// The backends check the forwarded key, as deskgrid's services do.
+		opts = auth.ServerOptions(deps.Verifier, nil)
+	}
+	grpcSrv := grpc.NewServer(opts...)
 	displayv1.RegisterDisplayServiceServer(grpcSrv, h.display)
 	sessionv1.RegisterSessionServiceServer(grpcSrv, h.sessions)
 	sessionv1.RegisterNodeServiceServer(grpcSrv, fakeNodes{sessions: h.sessions})

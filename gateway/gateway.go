@@ -28,6 +28,9 @@ import (
 	historyv1 "github.com/deskgrid/deskgrid/proto/deskgrid/history/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
+	"github.com/deskgrid/deskgrid/services/platform/auth"
+	"github.com/deskgrid/deskgrid/services/platform/auth/ratelimit"
+	"github.com/deskgrid/deskgrid/services/platform/auth/viewer"
 )
 
 // Config configures the gateway.
@@ -52,6 +55,10 @@ type Config struct {
 	// SSEWriteTimeout bounds one write to an event-stream client; a client
 	// that reads nothing for this long is dropped and resumes later.
 	SSEWriteTimeout time.Duration
+	// ViewerRecheck is how often a live view checks that its viewer token
+	// was not revoked on another gateway replica (a revocation on this one
+	// ends the view at once).
+	ViewerRecheck time.Duration
 }
 
 // DefaultConfig returns the defaults.
@@ -63,6 +70,7 @@ func DefaultConfig() Config {
 		VNCMaxMessageBytes: 1 << 20,
 		SSEHeartbeat:       15 * time.Second,
 		SSEWriteTimeout:    time.Minute,
+		ViewerRecheck:      10 * time.Second,
 	}
 }
 
@@ -88,8 +96,29 @@ type Deps struct {
 	// and whether it may only watch (viewOnly forces view-only; a viewer may
 	// also ask for it with ?view_only=true). An error refuses the upgrade:
 	// 401 when it wraps ErrUnauthenticated, 403 otherwise. Nil allows every
-	// request and lets the viewer choose.
+	// request and lets the viewer choose. With Viewer set it applies after
+	// the viewer token, and can only refuse or restrict further.
 	AuthorizeVNC func(r *http.Request, sessionID string) (viewOnly bool, err error)
+
+	// Verifier authenticates every API route (/v1/*, event streams, /mcp)
+	// with "Authorization: Bearer <API key>"; nil turns authentication off.
+	// The console's pages, /healthz, /readyz and the API index stay open.
+	// It requires Viewer: the live view then takes viewer tokens only.
+	Verifier *auth.Verifier
+	// Viewer issues viewer tokens (POST /v1/sessions/{id}/viewerToken) and
+	// makes the VNC WebSocket accept nothing else; nil: the WebSocket is
+	// open (or decided by AuthorizeVNC).
+	Viewer *viewer.Issuer
+	// NodeCredentials prepares the context of the ConnectVNC call a viewer
+	// token opens, for the token's tenant (the internal token acting for
+	// it); nil calls the node with the context as it is.
+	NodeCredentials func(ctx context.Context, tenant string) context.Context
+	// MetricsNeedKey puts /metrics behind an API key (read scope) when
+	// Verifier is set; otherwise /metrics is open.
+	MetricsNeedKey bool
+	// RateLimit limits API requests per key (per client address without
+	// one): over the rate, 429 with Retry-After. Nil: no limit.
+	RateLimit *ratelimit.Limiter
 }
 
 // Gateway is the REST front.
@@ -107,6 +136,8 @@ type Gateway struct {
 	mu         sync.Mutex
 	closed     bool
 	bridges    sync.WaitGroup
+
+	viewers *viewers
 }
 
 type acceptKey struct{}
@@ -119,6 +150,11 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Gateway, error) {
 	b := deps.Backends
 	if b.Session == nil || b.Node == nil || b.Agent == nil || b.History == nil {
 		return nil, errors.New("gateway: every backend connection is required")
+	}
+	if deps.Verifier != nil && deps.Viewer == nil {
+		// Otherwise the live view would be either open to anyone or closed
+		// to browsers, which cannot send an API key on a WebSocket.
+		return nil, errors.New("gateway: authentication needs a viewer token issuer (Deps.Viewer) for the live view")
 	}
 	mux := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{
@@ -168,12 +204,22 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Gateway, error) {
 	if cfg.SSEWriteTimeout <= 0 {
 		cfg.SSEWriteTimeout = def.SSEWriteTimeout
 	}
-	g := &Gateway{cfg: cfg, logger: deps.Logger, deps: deps, web: newWeb()}
+	if cfg.ViewerRecheck <= 0 {
+		cfg.ViewerRecheck = def.ViewerRecheck
+	}
+	g := &Gateway{cfg: cfg, logger: deps.Logger, deps: deps, web: newWeb(), viewers: newViewers()}
 	g.base, g.cancelBase = context.WithCancel(context.WithoutCancel(ctx))
 
 	root := http.NewServeMux()
-	root.Handle("/v1/", g.sseRoutes(mux, g.limitBody(mux)))
-	root.HandleFunc("GET /v1/sessions/{session_id}/vnc", g.vnc)
+	root.Handle("/v1/", g.protect(g.sseRoutes(mux, g.limitBody(mux))))
+	root.Handle("POST /v1/sessions/{session_id}/viewerToken", g.protect(http.HandlerFunc(g.issueViewerToken)))
+	root.Handle("DELETE /v1/viewerTokens/{token_id}", g.protect(http.HandlerFunc(g.revokeViewerToken)))
+	// The WebSocket checks its own credentials: viewer tokens.
+	vnc := http.Handler(http.HandlerFunc(g.vnc))
+	if deps.RateLimit != nil {
+		vnc = deps.RateLimit.Middleware(vnc)
+	}
+	root.Handle("GET /v1/sessions/{session_id}/vnc", vnc)
 	root.HandleFunc("GET /v1", g.index)
 	root.HandleFunc("GET /v1/{$}", g.index)
 	root.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -182,15 +228,19 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Gateway, error) {
 	})
 	root.HandleFunc("GET /readyz", g.ready)
 	if deps.MCP != nil {
-		root.Handle("/mcp", g.limitBody(deps.MCP))
-		root.Handle("/mcp/", g.limitBody(deps.MCP))
+		root.Handle("/mcp", g.protect(g.limitBody(deps.MCP)))
+		root.Handle("/mcp/", g.protect(g.limitBody(deps.MCP)))
 	}
 	root.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openapi.Document)
 	})
 	if deps.Metrics != nil {
-		root.Handle("GET /metrics", deps.Metrics)
+		metrics := deps.Metrics
+		if deps.MetricsNeedKey && deps.Verifier != nil {
+			metrics = auth.Middleware(deps.Verifier, auth.HTTPOptions{OpenPaths: []string{}, MetricsNeedKey: true})(metrics)
+		}
+		root.Handle("GET /metrics", metrics)
 	}
 	root.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		if wantsJSONIndex(r) {
@@ -241,13 +291,18 @@ func (g *Gateway) Close(ctx context.Context) error {
 func (g *Gateway) index(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"service": "deskgrid",
-		"api":     "/v1/sessions",
-		"vnc":     "/v1/sessions/{session_id}/vnc",
-		"events":  "/v1/runs/{run_id}/events and /v1/sessions/{session_id}:watch (server-sent events with Accept: text/event-stream)",
-		"openapi": "/openapi.json",
-		"health":  "/healthz",
-		"ready":   "/readyz",
-		"web":     "/",
+		// Whether API calls need "Authorization: Bearer <API key>", and the
+		// live view a viewer token: the console asks for a key when so.
+		"auth":          g.deps.Verifier != nil,
+		"viewer_tokens": g.deps.Viewer != nil,
+		"viewer_token":  "POST /v1/sessions/{session_id}/viewerToken {\"mode\":\"view\"|\"control\",\"ttl_seconds\":N}",
+		"api":           "/v1/sessions",
+		"vnc":           "/v1/sessions/{session_id}/vnc",
+		"events":        "/v1/runs/{run_id}/events and /v1/sessions/{session_id}:watch (server-sent events with Accept: text/event-stream)",
+		"openapi":       "/openapi.json",
+		"health":        "/healthz",
+		"ready":         "/readyz",
+		"web":           "/",
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/coder/websocket"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	"github.com/deskgrid/deskgrid/services/platform/auth/viewer"
 )
 
 // ErrUnauthenticated is what an AuthorizeVNC hook wraps when the request
@@ -52,6 +54,15 @@ func (g *Gateway) vnc(w http.ResponseWriter, r *http.Request) {
 		}
 		viewOnly = b
 	}
+	var adm vncAdmission
+	admitted := false
+	if g.deps.Viewer != nil {
+		if adm, admitted = g.admitViewer(w, r, sessionID); !admitted {
+			return
+		}
+		// A view token watches, whatever the viewer asks.
+		viewOnly = viewOnly || adm.claims.Mode != viewer.ModeControl
+	}
 	if g.deps.AuthorizeVNC != nil {
 		forced, err := g.deps.AuthorizeVNC(r, sessionID)
 		if err != nil {
@@ -85,7 +96,13 @@ func (g *Gateway) vnc(w http.ResponseWriter, r *http.Request) {
 	stopBase := context.AfterFunc(g.base, cancel)
 	defer stopBase()
 
-	stream, first, err := g.openVNC(ctx, sessionID, viewOnly)
+	nodeCtx := ctx
+	if admitted && g.deps.NodeCredentials != nil {
+		// The node is called as the gateway, acting for the token's tenant:
+		// the viewer holds no API key, and ConnectVNC is not open to one.
+		nodeCtx = g.deps.NodeCredentials(ctx, adm.claims.Tenant)
+	}
+	stream, first, err := g.openVNC(nodeCtx, sessionID, viewOnly)
 	if err != nil {
 		code, msg := vncOpenError(err)
 		g.logger.InfoContext(r.Context(), "vnc: refused", "session_id", sessionID, "status", code, "error", err)
@@ -116,8 +133,21 @@ func (g *Gateway) vnc(w http.ResponseWriter, r *http.Request) {
 	defer context.AfterFunc(g.base, func() {
 		_ = conn.Close(websocket.StatusGoingAway, "the gateway is shutting down")
 	})()
+	if admitted {
+		// Revoking the token ends the view, saying why; the viewer's answer
+		// to the close frame ends the pumps.
+		var once sync.Once
+		end := func() {
+			once.Do(func() {
+				go func() { _ = conn.Close(websocket.StatusPolicyViolation, "the viewer token was revoked") }()
+			})
+		}
+		defer g.viewers.open(adm.claims.TokenID, end)()
+		go g.watchRevocation(ctx, end, adm, sessionID)
+	}
 	start := time.Now()
-	g.logger.InfoContext(ctx, "vnc: viewer connected", "session_id", sessionID, "view_only", viewOnly, "remote", r.RemoteAddr)
+	g.logger.InfoContext(ctx, "vnc: viewer connected", "session_id", sessionID, "view_only", viewOnly, "remote", r.RemoteAddr,
+		"token_id", adm.claims.TokenID, "tenant", adm.claims.Tenant)
 
 	var toViewer, fromViewer int64
 	done := make(chan struct{})
