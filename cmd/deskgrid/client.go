@@ -18,12 +18,14 @@ import (
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
+	"github.com/deskgrid/deskgrid/services/platform/auth"
 	"github.com/deskgrid/deskgrid/services/platform/config"
 )
 
 // clientFlags are what every client command shares.
 type clientFlags struct {
 	addr    string
+	apiKey  string
 	output  string
 	timeout time.Duration
 }
@@ -33,6 +35,7 @@ func newClientFlags(name string, stderr io.Writer) (*flag.FlagSet, *clientFlags)
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:9090", "deskgrid gRPC address")
+	fs.StringVar(&c.apiKey, "api-key", "", "API key (default: the admin key deskgrid up keeps in its data dir, if readable)")
 	if name != "screenshot" {
 		fs.StringVar(&c.output, "o", "table", "output: table or json")
 	}
@@ -43,6 +46,9 @@ func newClientFlags(name string, stderr io.Writer) (*flag.FlagSet, *clientFlags)
 func (c *clientFlags) conn() (*grpc.ClientConn, error) {
 	if c.output != "table" && c.output != "json" {
 		return nil, usageError("-o %q: want table or json", c.output)
+	}
+	if key := clientKey(c.apiKey); key != "" {
+		return dial(c.addr, grpc.WithPerRPCCredentials(auth.KeyCredentials(key)))
 	}
 	return dial(c.addr)
 }

@@ -367,7 +367,7 @@ func TestCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = gw.shutdown() })
-	if c.router, err = gw.nodeRouter(context.Background()); err != nil {
+	if c.router, err = gw.nodeRouter(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}
 	if resp, err := healthpb.NewHealthClient(c.router).Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {

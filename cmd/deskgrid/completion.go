@@ -19,7 +19,9 @@ var commands = map[string][]string{
 	"snapshots": nil,
 	"runs":      {"create", "get", "list", "cancel", "events", "send", "approve", "reject"},
 	"history":   {"list", "search", "export", "import", "delete"},
-	"nodes":     {"list", "drain", "undrain"},
+	"nodes":     {"list", "get", "drain", "undrain"},
+	"tenants":   {"create", "list", "delete"},
+	"keys":      {"create", "list", "revoke"},
 }
 
 func runCompletion(args []string, w io.Writer) error {

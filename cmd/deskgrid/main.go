@@ -37,6 +37,8 @@ Usage:
   deskgrid runs create <id> -prompt TEXT | get|cancel|events|approve|reject <run> | list <id> | send <run> TEXT
   deskgrid history list <id> | search WORDS | export <id> | import <id> | delete <id>
   deskgrid nodes list | get|drain|undrain <id>   the nodes of a cluster
+  deskgrid tenants create <id> | list | delete <id>     tenants (on the deskgrid machine)
+  deskgrid keys create -tenant T -scopes read,write | list | revoke <key-id>
   deskgrid mcp                             serve deskgrid's tools to an MCP host over stdio
   deskgrid completion bash|zsh             shell completion script
   deskgrid version
@@ -93,6 +95,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runHistory(ctx, rest, stdout, stderr)
 	case "nodes":
 		return runNodes(ctx, rest, stdout, stderr)
+	case "tenants":
+		return runTenants(ctx, rest, stdout, stderr)
+	case "keys":
+		return runKeys(ctx, rest, stdout, stderr)
 	case "completion":
 		return runCompletion(rest, stdout)
 	case "version", "--version", "-version":

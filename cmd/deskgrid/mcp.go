@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"os"
 
 	deskgrid "github.com/deskgrid/deskgrid/sdk"
 	"github.com/deskgrid/deskgrid/sdk/mcpserver"
@@ -13,7 +12,6 @@ import (
 // hosts that start their servers as commands.
 func runMCP(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs, cf := newClientFlags("mcp", stderr)
-	key := fs.String("api-key", os.Getenv("DESKGRID_API_KEY"), "API key for deskgrid calls")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -21,7 +19,7 @@ func runMCP(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if len(pos) > 0 {
 		return usageError("mcp: unexpected arguments %q", pos)
 	}
-	c, err := deskgrid.New(cf.addr, deskgrid.WithAPIKey(*key))
+	c, err := deskgrid.New(cf.addr, deskgrid.WithAPIKey(clientKey(cf.apiKey)))
 	if err != nil {
 		return err
 	}

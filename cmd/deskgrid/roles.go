@@ -63,7 +63,7 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 		dc.WarmDisplays = s.cfg.WarmDisplays
 		dc.FirstDisplay = s.cfg.FirstDisplay
 		dc.WindowManager = strings.Fields(s.cfg.WindowManager)
-		d, err := display.New(ctx, dc, display.Deps{Logger: s.logger.With("component", "display")})
+		d, err := display.New(ctx, dc, display.Deps{Logger: s.logger.With("component", "display"), Tenant: s.tenantHook()})
 		if err != nil {
 			return nil, fmt.Errorf("display: %w", err)
 		}
@@ -81,7 +81,7 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 		sc := sandbox.DefaultConfig()
 		sc.Root = filepath.Join(s.cfg.DataDir, "sandbox")
 		sc.WorkspaceRoots = splitList(s.cfg.WorkspaceRoots)
-		deps := sandbox.Deps{Logger: s.logger.With("component", "sandbox")}
+		deps := sandbox.Deps{Logger: s.logger.With("component", "sandbox"), Tenant: s.tenantHook()}
 		if n.display != nil {
 			deps.DisplayLookup = n.display.Lookup
 		}
@@ -157,11 +157,15 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 			return nil, err
 		}
 		placer = cluster.NewPlacer(reg, cluster.PlacerConfig{K: s.cfg.PlacementK, TenantAntiAffinity: s.cfg.TenantAntiAffinity})
-		conns = cluster.NewNodeConns(reg, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcserver.MaxMessageBytes), grpc.MaxCallSendMsgSize(grpcserver.MaxMessageBytes)))
+		dopts, err := s.internalDialOptions(ctx)
+		if err != nil {
+			return nil, err
+		}
+		conns = cluster.NewNodeConns(reg, dopts...)
 		s.closers.add("node connections", func(context.Context) error { return conns.Close() })
 		nodes = conns
 	} else {
-		conn, err := dial(s.cfg.NodeAddr)
+		conn, err := s.internalDial(ctx, s.cfg.NodeAddr)
 		if err != nil {
 			return nil, err
 		}
@@ -182,6 +186,7 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 		Nodes:  nodes,
 		Events: events.NewPublisher(js),
 		NATS:   nc,
+		Tenant: s.tenantHook(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("session: %w", err)
@@ -247,7 +252,7 @@ func (s *setup) joinCluster(ctx context.Context, n *node, self string) error {
 	if err != nil {
 		return err
 	}
-	conn, err := dial(self)
+	conn, err := s.internalDial(ctx, self)
 	if err != nil {
 		return err
 	}
@@ -334,7 +339,7 @@ func (s *setup) addHistory(ctx context.Context, srv *grpcserver.Server, js jetst
 	cfg := history.DefaultConfig()
 	cfg.StreamMaxAge = eventRetention
 	cfg.BlobDir = filepath.Join(s.cfg.DataDir, "blobs")
-	h, err := history.New(ctx, cfg, history.Deps{Logger: s.logger.With("component", "history"), Store: st, JS: js})
+	h, err := history.New(ctx, cfg, history.Deps{Logger: s.logger.With("component", "history"), Store: st, JS: js, Tenant: s.tenantHook()})
 	if err != nil {
 		return fmt.Errorf("history: %w", err)
 	}
@@ -349,20 +354,20 @@ func (s *setup) addHistory(ctx context.Context, srv *grpcserver.Server, js jetst
 func (s *setup) addAgent(ctx context.Context, srv *grpcserver.Server, js jetstream.JetStream) error {
 	var nodes grpc.ClientConnInterface
 	if s.clustered() {
-		r, err := s.nodeRouter(ctx)
+		r, err := s.nodeRouter(ctx, true)
 		if err != nil {
 			return err
 		}
 		nodes = r
 	} else {
-		conn, err := dial(s.cfg.NodeAddr)
+		conn, err := s.internalDial(ctx, s.cfg.NodeAddr)
 		if err != nil {
 			return err
 		}
 		s.closers.add("agent node connection", func(context.Context) error { return conn.Close() })
 		nodes = conn
 	}
-	sessConn, err := dial(s.cfg.SessionAddr)
+	sessConn, err := s.internalDial(ctx, s.cfg.SessionAddr)
 	if err != nil {
 		return err
 	}
@@ -406,6 +411,7 @@ func (s *setup) addAgent(ctx context.Context, srv *grpcserver.Server, js jetstre
 		Sessions:  sessionv1.NewSessionServiceClient(sessConn),
 		Store:     st,
 		JetStream: js,
+		Tenant:    s.tenantHook(),
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
@@ -481,7 +487,7 @@ func (s *setup) startGateway(ctx context.Context) (string, error) {
 	}{{s.cfg.SessionAddr, &b.Session}, {s.cfg.AgentAddr, &b.Agent}, {s.cfg.HistoryAddr, &b.History}}
 	if s.clustered() {
 		// Each session's display and sandbox calls go to its own node.
-		r, err := s.nodeRouter(ctx)
+		r, err := s.nodeRouter(ctx, false)
 		if err != nil {
 			return "", err
 		}
@@ -560,15 +566,22 @@ func (m serviceConns) NewStream(ctx context.Context, desc *grpc.StreamDesc, meth
 // nodeRouter reaches the node of each session by the session map, for the
 // roles that call displays and sandboxes by session (gateway, agent) in a
 // cluster. With -nats-url, session events drop cached entries at once;
-// without, they expire after a few seconds.
-func (s *setup) nodeRouter(ctx context.Context) (*noderoute.Router, error) {
+// without, they expire after a few seconds. internal calls go as the system
+// (the agent); the gateway's carry the caller's own key.
+func (s *setup) nodeRouter(ctx context.Context, internal bool) (*noderoute.Router, error) {
 	reg, err := s.registry(ctx)
 	if err != nil {
 		return nil, err
 	}
+	dopts := []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcserver.MaxMessageBytes), grpc.MaxCallSendMsgSize(grpcserver.MaxMessageBytes))}
+	if internal {
+		if dopts, err = s.internalDialOptions(ctx); err != nil {
+			return nil, err
+		}
+	}
 	r, err := noderoute.New(noderoute.Options{
 		Resolver:    reg.RouteResolver(),
-		DialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcserver.MaxMessageBytes), grpc.MaxCallSendMsgSize(grpcserver.MaxMessageBytes))},
+		DialOptions: dopts,
 		Logger:      s.logger.With("component", "node-router"),
 		Health:      reg.Ping,
 	})

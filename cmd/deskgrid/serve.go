@@ -62,7 +62,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		return nil
 	}
 
-	srv, lis, err := s.grpcServer()
+	srv, lis, err := s.grpcServer(ctx)
 	if err != nil {
 		return err
 	}

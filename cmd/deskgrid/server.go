@@ -65,6 +65,10 @@ type serverConfig struct {
 	DefaultIdleTimeout time.Duration
 	CreateTimeout      time.Duration
 
+	Auth          bool
+	AuthCacheTTL  time.Duration
+	InternalToken string
+
 	SecretKey        string
 	AnthropicAPIKey  string
 	AnthropicBaseURL string
@@ -133,6 +137,9 @@ func serverFlags(name string, stderr io.Writer) (*flag.FlagSet, *serverConfig) {
 	fs.DurationVar(&c.MaxTTL, "max-ttl", 24*time.Hour, "longest session lifetime a request may ask for")
 	fs.DurationVar(&c.DefaultIdleTimeout, "default-idle-timeout", 15*time.Minute, "idle time after which a session stops, when the request gives none")
 	fs.DurationVar(&c.CreateTimeout, "create-timeout", 30*time.Second, "bound on starting one session")
+	fs.BoolVar(&c.Auth, "auth", false, "require API keys on every call but health checks (deskgrid up makes and prints the first one)")
+	fs.DurationVar(&c.AuthCacheTTL, "auth-cache-ttl", 10*time.Second, "how long a verified key is trusted before the store is asked again (revocation takes this long)")
+	fs.StringVar(&c.InternalToken, "internal-token", "", "token services use to call each other with -auth; the same on every role (deskgrid up makes one)")
 	fs.StringVar(&c.SecretKey, "secret-key", "", "base64 of 32 bytes that seal secrets at rest; empty: a key kept in the data dir")
 	fs.StringVar(&c.AnthropicAPIKey, "anthropic-api-key", os.Getenv("ANTHROPIC_API_KEY"), "Anthropic key for runs that bring none")
 	fs.StringVar(&c.AnthropicBaseURL, "anthropic-base-url", "", "Anthropic API base URL (proxies, compatible gateways)")
@@ -181,6 +188,7 @@ type setup struct {
 	tel     *telemetry.Telemetry
 	logger  *slog.Logger
 	closers *closers
+	auth    *authState
 }
 
 func newSetup(ctx context.Context, name string, cfg *serverConfig, stderr io.Writer) (*setup, error) {
@@ -239,12 +247,16 @@ func (s *setup) natsConn(ctx context.Context, embedded bool) (*nats.Conn, jetstr
 
 // grpcServer listens at once, so a port conflict is reported before any
 // service is built; serveGRPC starts serving once services are registered.
-func (s *setup) grpcServer() (*grpcserver.Server, net.Listener, error) {
+func (s *setup) grpcServer(ctx context.Context) (*grpcserver.Server, net.Listener, error) {
+	opts, err := s.serverOptions(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
 	lis, err := net.Listen("tcp", s.cfg.GRPCAddr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("gRPC listen: %w", err)
 	}
-	srv := grpcserver.New(grpcserver.Options{Logger: s.logger})
+	srv := grpcserver.New(grpcserver.Options{Logger: s.logger, ServerOptions: opts})
 	return srv, lis, nil
 }
 
@@ -258,11 +270,12 @@ func (s *setup) httpServer(h http.Handler) (*http.Server, net.Listener, error) {
 	return srv, lis, nil
 }
 
-func dial(addr string) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient(addr,
+func dial(addr string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
+	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcserver.MaxMessageBytes), grpc.MaxCallSendMsgSize(grpcserver.MaxMessageBytes)),
-	)
+	}, extra...)
+	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}

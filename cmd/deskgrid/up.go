@@ -7,6 +7,7 @@ import (
 	"os"
 
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
+	"github.com/deskgrid/deskgrid/services/platform/auth"
 	"github.com/deskgrid/deskgrid/services/session/state"
 )
 
@@ -39,7 +40,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) (err er
 	if err != nil {
 		return err
 	}
-	srv, lis, err := s.grpcServer()
+	srv, lis, err := s.grpcServer(ctx)
 	if err != nil {
 		return err
 	}
@@ -64,6 +65,9 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) (err er
 	if err != nil {
 		return err
 	}
+	if err := s.firstKey(ctx, stdout); err != nil {
+		return err
+	}
 	fmt.Fprintf(stdout, "deskgrid is up\n  REST     http://%s   (OpenAPI at /openapi.json)\n  gRPC     %s\n  data     %s\nCtrl-C stops it and every session.\n", httpAddr, lis.Addr(), cfg.DataDir)
 	s.logger.Info("deskgrid is up", "http", httpAddr, "grpc", lis.Addr().String(), "data", cfg.DataDir)
 
@@ -74,7 +78,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) (err er
 
 // stopAllSessions deletes every session that is not finished.
 func stopAllSessions(ctx context.Context, svc sessionv1.SessionServiceServer) error {
-	var live []string
+	var live []*sessionv1.Session
 	req := &sessionv1.ListSessionsRequest{PageSize: 1000}
 	for {
 		resp, err := svc.ListSessions(ctx, req)
@@ -83,7 +87,7 @@ func stopAllSessions(ctx context.Context, svc sessionv1.SessionServiceServer) er
 		}
 		for _, ss := range resp.GetSessions() {
 			if !state.IsTerminal(ss.GetState()) {
-				live = append(live, ss.GetId())
+				live = append(live, ss)
 			}
 		}
 		if resp.GetNextPageToken() == "" {
@@ -92,9 +96,11 @@ func stopAllSessions(ctx context.Context, svc sessionv1.SessionServiceServer) er
 		req.PageToken = resp.GetNextPageToken()
 	}
 	var firstErr error
-	for _, id := range live {
-		if _, err := svc.DeleteSession(ctx, &sessionv1.DeleteSessionRequest{SessionId: id}); err != nil && firstErr == nil {
-			firstErr = fmt.Errorf("stop session %s: %w", id, err)
+	for _, ss := range live {
+		// Each delete acts for the session's own tenant, as its owner would.
+		tctx := auth.WithPrincipal(ctx, auth.Principal{System: true, Tenant: ss.GetTenant()})
+		if _, err := svc.DeleteSession(tctx, &sessionv1.DeleteSessionRequest{SessionId: ss.GetId()}); err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("stop session %s: %w", ss.GetId(), err)
 		}
 	}
 	return firstErr

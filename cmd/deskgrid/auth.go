@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"google.golang.org/grpc"
+
+	"github.com/deskgrid/deskgrid/services/platform/auth"
+	"github.com/deskgrid/deskgrid/services/platform/auth/keystore"
+	"github.com/deskgrid/deskgrid/services/platform/config"
+	"github.com/deskgrid/deskgrid/services/platform/grpcserver"
+)
+
+// adminKeyFile holds the first admin key `deskgrid up` makes, readable by
+// root only, so the CLI on the same machine finds it.
+const adminKeyFile = "admin.key"
+
+// authState is what an auth-enabled role shares: the key store, the verifier
+// and the token services use to call each other.
+type authState struct {
+	keys     *keystore.Store
+	verifier *auth.Verifier
+	internal string
+}
+
+// authOn opens the key store and builds the verifier, once per process.
+// Without -auth it returns nil: every call is let through as today.
+func (s *setup) authOn(ctx context.Context) (*authState, error) {
+	if !s.cfg.Auth {
+		return nil, nil
+	}
+	if s.auth != nil {
+		return s.auth, nil
+	}
+	token := s.cfg.InternalToken
+	if token == "" {
+		if s.role != "up" {
+			return nil, errors.New("-internal-token is required with -auth outside deskgrid up (the same on every role)")
+		}
+		// One process: a token nobody else needs to know.
+		b := make([]byte, 32)
+		if _, err := rand.Read(b); err != nil {
+			return nil, err
+		}
+		token = hex.EncodeToString(b)
+	}
+	dsn, err := s.storeDSN("auth.db")
+	if err != nil {
+		return nil, err
+	}
+	ks, err := keystore.Open(ctx, dsn, s.logger.With("component", "keystore"))
+	if err != nil {
+		return nil, fmt.Errorf("key store: %w", err)
+	}
+	s.closers.add("key store", func(context.Context) error { return ks.Close() })
+	vc := auth.DefaultVerifierConfig()
+	vc.InternalToken = token
+	vc.CacheTTL = s.cfg.AuthCacheTTL
+	s.auth = &authState{keys: ks, verifier: auth.NewVerifier(ks, vc, s.logger.With("component", "auth")), internal: token}
+	return s.auth, nil
+}
+
+// serverOptions authenticate every call but health checks and reflection.
+func (s *setup) serverOptions(ctx context.Context) ([]grpc.ServerOption, error) {
+	a, err := s.authOn(ctx)
+	if err != nil || a == nil {
+		return nil, err
+	}
+	return auth.ServerOptions(a.verifier, nil), nil
+}
+
+// internalDial connects to another deskgrid service. With auth on, calls
+// that carry no caller's key go as the system, acting for the tenant of the
+// request they serve.
+func (s *setup) internalDial(ctx context.Context, addr string) (*grpc.ClientConn, error) {
+	opts, err := s.internalDialOptions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return dial(addr, opts...)
+}
+
+func (s *setup) internalDialOptions(ctx context.Context) ([]grpc.DialOption, error) {
+	opts := []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcserver.MaxMessageBytes), grpc.MaxCallSendMsgSize(grpcserver.MaxMessageBytes))}
+	a, err := s.authOn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if a != nil {
+		opts = append(opts, grpc.WithPerRPCCredentials(auth.InternalCredentials(a.internal)))
+	}
+	return opts, nil
+}
+
+// tenantHook is the services' Deps.Tenant: the caller's tenant with auth on,
+// nil (every caller is the default tenant) without.
+func (s *setup) tenantHook() func(context.Context) string {
+	if !s.cfg.Auth {
+		return nil
+	}
+	return auth.TenantOf
+}
+
+// firstKey makes the first admin key when none ever existed, prints it once
+// and keeps it in the data dir for the CLI on this machine.
+func (s *setup) firstKey(ctx context.Context, stdout io.Writer) error {
+	a, err := s.authOn(ctx)
+	if err != nil || a == nil {
+		return err
+	}
+	key, created, err := a.keys.EnsureFirstKey(ctx)
+	if err != nil {
+		return fmt.Errorf("first API key: %w", err)
+	}
+	if !created {
+		return nil
+	}
+	path := filepath.Join(s.cfg.DataDir, adminKeyFile)
+	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
+		return fmt.Errorf("save the first API key: %w", err)
+	}
+	fmt.Fprintf(stdout, "\nThe first API key (tenant %q, admin), shown once and kept in %s:\n\n  %s\n\nSend it as 'Authorization: Bearer <key>'; the CLI reads it from DESKGRID_API_KEY or that file.\n\n", keystore.DefaultTenant, path, key)
+	return nil
+}
+
+// clientKey is the key client commands send: -api-key / DESKGRID_API_KEY, or
+// else the admin key `deskgrid up` left in its data dir (DESKGRID_DATA_DIR or
+// the default), if readable.
+func clientKey(flagKey string) string {
+	if flagKey != "" {
+		return flagKey
+	}
+	dir := os.Getenv(config.EnvName("data-dir"))
+	if dir == "" {
+		dir = defaultDataDir()
+	}
+	b, err := os.ReadFile(filepath.Join(dir, adminKeyFile))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
