@@ -46,11 +46,36 @@ func runConsoleSpec(t *testing.T, baseURL string, args ...string) {
 // transcript with its screenshot, see the history, delete the session.
 func TestConsoleEndToEnd(t *testing.T) {
 	h := newHarness(t, DefaultConfig(), Deps{})
+	consoleEndToEnd(t, h)
+}
+
+// The same with authentication: the console signs in (a wrong key refused
+// first), sends the key on every call and stream, opens the live view with
+// a view token and takes over with a control token, comes back to the
+// sign-in form on a 401, and signs out. The backends check the forwarded
+// key as deskgrid's services do.
+func TestConsoleEndToEndWithAuth(t *testing.T) {
+	a := newAuthed(t, DefaultConfig(), Deps{})
+	consoleEndToEnd(t, a.harness, "--api-key", a.writeKey)
+	// Every live view was opened by the gateway for the key's tenant.
+	a.display.mu.Lock()
+	defer a.display.mu.Unlock()
+	for i, c := range a.display.callers {
+		if !c.System || c.Tenant != "default" {
+			t.Errorf("ConnectVNC %d came from %+v, want the gateway acting for tenant default", i, c)
+		}
+	}
+	if len(a.display.callers) < 3 {
+		t.Errorf("%d live views opened, want at least 3", len(a.display.callers))
+	}
+}
+
+func consoleEndToEnd(t *testing.T, h *harness, args ...string) {
 	requireNoVNC(t, h)
 	const providerURL = "http://127.0.0.1:9/fake-provider"
-	runConsoleSpec(t, h.srv.URL, "--provider-url", providerURL, "--api-key", "sk-test",
+	runConsoleSpec(t, h.srv.URL, append([]string{"--provider-url", providerURL, "--provider-key", "sk-test",
 		"--expect", scriptedLastText, "--expect-tool", "computer", "--expect-screenshot", "--expect-nodes", "--approve",
-		"--expect-color", "18,160,99", "--expect-size", "64x48", "--width", "640", "--height", "400")
+		"--expect-color", "18,160,99", "--expect-size", "64x48", "--width", "640", "--height", "400"}, args...)...)
 
 	// What the browser asked for reached the services.
 	cr := h.sessions.lastCreated()

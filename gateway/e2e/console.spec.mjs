@@ -15,11 +15,19 @@
 //
 // Scenario "viewer": open --session's page and see its desktop.
 //
+// With --api-key (a gateway with authentication) the console is signed in
+// first: a wrong key is refused with the server's message, the right one
+// lets in; the live view must use viewer tokens (view, control while taken
+// over); at the end a key the server refuses brings the sign-in form back,
+// and "Sign out" forgets the key. Without it, the console must show no
+// sign-in at all.
+//
 // Options:
 //   --scenario console|viewer     what to test (console)
 //   --provider anthropic          provider of the run
 //   --model NAME                  model of the run (claude-sonnet-4-5)
-//   --api-key KEY                 key sent with the run (test-key)
+//   --api-key KEY                 deskgrid API key to sign in with (none: the gateway has no authentication)
+//   --provider-key KEY            provider key sent with the run (test-key)
 //   --prompt TEXT                 the run's task
 //   --expect TEXT                 text the agent's answer must contain (The desktop is ready.)
 //   --expect-tool NAME            a tool call the transcript must show (none)
@@ -110,10 +118,57 @@ async function seeDesktop(page) {
 async function viewOnlyIs(page, want) {
   await page.waitForFunction((w) => window.deskgridRFB && window.deskgridRFB.viewOnly === w &&
     document.getElementById('state').dataset.state === 'connected', want, { timeout });
+  if (!args['api-key']) return;
+  const viewer = await page.evaluate(() => window.deskgridViewer || null);
+  const mode = want ? 'view' : 'control';
+  if (!viewer || viewer.mode !== mode) fail(`the live view's viewer token is ${JSON.stringify(viewer)}, want mode ${mode}`);
+}
+
+const badKey = 'dg_0000000000000000_' + 'a'.repeat(52);
+
+// signIn signs the page in with --api-key (after a wrong key is refused),
+// or checks that a gateway without authentication asks for nothing.
+async function signIn(page) {
+  if (!args['api-key']) {
+    await page.locator('body[data-signed-in="true"]').waitFor({ timeout });
+    if (await page.locator('#signin').count()) fail('the console asks for a key of a gateway without authentication');
+    if ((await page.locator('body').getAttribute('data-auth')) !== 'off') fail('the page did not see that authentication is off');
+    return;
+  }
+  await page.locator('#signin').waitFor({ timeout }).catch(() => fail('no sign-in form'));
+  await page.fill('#signin [name=key]', badKey);
+  await page.click('#signin-submit');
+  await page.waitForFunction(() => document.getElementById('signin-error').textContent !== '', null, { timeout });
+  const said = await page.locator('#signin-error').textContent();
+  if (!/not recognised/.test(said)) fail(`a wrong key was answered ${JSON.stringify(said)}`);
+  await page.fill('#signin [name=key]', args['api-key']);
+  await page.click('#signin-submit');
+  await page.locator('body[data-signed-in="true"]').waitFor({ timeout })
+    .catch(async () => fail(`sign-in: ${await page.locator('#signin-error').textContent().catch(() => '')}`));
+  step(`signed in (a wrong key was refused: ${JSON.stringify(said)})`);
+}
+
+// signOutAndBack: a key the server refuses brings the sign-in form back
+// with its message; signing in again works; "Sign out" forgets the key.
+async function signOutAndBack(page) {
+  await page.evaluate((k) => sessionStorage.setItem('deskgrid-api-key', k), badKey);
+  await page.click('#timeline-refresh');
+  await page.locator('#signin').waitFor({ timeout }).catch(() => fail('a 401 did not bring the sign-in form back'));
+  const said = await page.locator('#signin-error').textContent();
+  if (!/not recognised/.test(said)) fail(`after a 401 the form says ${JSON.stringify(said)}`);
+  await page.fill('#signin [name=key]', args['api-key']);
+  await page.click('#signin-submit');
+  await page.locator('body[data-signed-in="true"] #sign-out').waitFor({ timeout });
+  step(`a refused key brought the sign-in form back (${JSON.stringify(said)}); signed in again`);
+  await page.click('#sign-out');
+  await page.locator('#signin').waitFor({ timeout });
+  if (await page.evaluate(() => sessionStorage.getItem('deskgrid-api-key'))) fail('sign out kept the key');
+  step('signed out');
 }
 
 async function consoleScenario(page) {
   await page.goto(base + '/');
+  await signIn(page);
   await page.locator('body[data-loaded="true"]').waitFor({ timeout });
   step('the console lists sessions');
 
@@ -182,7 +237,7 @@ async function consoleScenario(page) {
   await page.fill('#run-form [name=prompt]', prompt);
   await page.selectOption('#run-form [name=provider]', args.provider || 'anthropic');
   await page.fill('#run-form [name=model]', args.model || 'claude-sonnet-4-5');
-  await page.fill('#run-form [name=apiKey]', args['api-key'] || 'test-key');
+  await page.fill('#run-form [name=apiKey]', args['provider-key'] || 'test-key');
   await page.fill('#run-form [name=baseUrl]', args['provider-url']);
   if (args.approve) await page.check('#run-form [name=approval]');
   await page.click('#run-submit');
@@ -221,17 +276,23 @@ async function consoleScenario(page) {
   step(`the history timeline shows ${await page.locator('#timeline li.entry').count()} entries`);
 
   if (!args.keep) {
-    const code = await page.evaluate(async (sid) => (await fetch('/v1/sessions/' + encodeURIComponent(sid), { method: 'DELETE' })).status, id);
+    const code = await page.evaluate(async (sid) => {
+      const key = sessionStorage.getItem('deskgrid-api-key');
+      const headers = key ? { Authorization: 'Bearer ' + key } : {};
+      return (await fetch('/v1/sessions/' + encodeURIComponent(sid), { method: 'DELETE', headers })).status;
+    }, id);
     if (code !== 200) fail(`delete ${id}: HTTP ${code}`);
     await page.waitForFunction(() => ['disconnected', 'failed'].includes(document.getElementById('state').dataset.state), null, { timeout })
       .catch(() => fail('the page did not notice the session ended'));
     step(`deleted ${id}; the page says ${JSON.stringify(await page.locator('#state').textContent())}`);
   }
+  if (args['api-key']) await signOutAndBack(page);
 }
 
 async function viewerScenario(page) {
   if (!args.session) fail('--session is required for the viewer scenario');
   await page.goto(base + '/sessions/' + encodeURIComponent(args.session));
+  await signIn(page);
   await seeDesktop(page);
 }
 

@@ -1,5 +1,5 @@
 // The session list: reads /v1/sessions and /v1/nodes, creates and deletes sessions.
-import { api, el, enumName, age, bytes, cores, labelsText, parseDuration, parseLabels } from '/static/api.js';
+import { api, el, enumName, age, bytes, cores, labelsText, parseDuration, parseLabels, signedIn } from '/static/api.js';
 
 const tbody = document.querySelector('#sessions tbody');
 const empty = document.getElementById('empty');
@@ -161,5 +161,7 @@ toggle.addEventListener('click', () => {
   toggle.setAttribute('aria-expanded', String(!form.hidden));
 });
 
-refresh();
-setInterval(() => { if (!document.hidden) refresh(); }, 5000);
+signedIn().then(() => {
+  refresh();
+  setInterval(() => { if (!document.hidden) refresh(); }, 5000);
+});

@@ -1,7 +1,7 @@
 // One session: its desktop live in noVNC (view-only until taken over with
 // the input lease), agent runs with their events as a chat (server-sent
 // events), and the session's history.
-import { api, el, enumName } from '/static/api.js';
+import { api, authHeaders, el, enumName, eventStream, onSignOut, serverIndex, signedIn } from '/static/api.js';
 
 const id = decodeURIComponent(location.pathname.split('/').pop());
 const enc = encodeURIComponent(id);
@@ -17,6 +17,10 @@ document.title = id + ' · deskgrid';
 let RFB = null;
 let rfb = null;
 let viewOnly = true;
+// With viewer tokens (a gateway with authentication), each connection
+// opens with a token of its own: view, or control while the lease is held.
+let viewerToken = null;
+let connects = 0;
 
 function setState(name, text) {
   state.dataset.state = name;
@@ -34,13 +38,42 @@ async function explain() {
   }
 }
 
-function connect() {
+// revokeToken ends a token no longer needed, so a copied link stops working.
+function revokeToken(t, keepalive = false) {
+  if (!t) return;
+  fetch('/v1/viewerTokens/' + encodeURIComponent(t.token_id), { method: 'DELETE', keepalive, headers: authHeaders({ Accept: 'application/json' }) })
+    .catch(() => {});
+}
+
+async function connect() {
   if (!RFB) return;
-  if (rfb) rfb.disconnect();
-  const url = new URL('/v1/sessions/' + enc + '/vnc', location.href);
+  const n = ++connects;
+  if (rfb) {
+    const old = rfb;
+    rfb = null;
+    old.disconnect();
+  }
+  setState('connecting');
+  let url = new URL('/v1/sessions/' + enc + '/vnc', location.href);
+  if ((await serverIndex()).viewer_tokens) {
+    let t;
+    try {
+      t = await api('POST', `/v1/sessions/${enc}/viewerToken`, { mode: viewOnly ? 'view' : 'control', ttl_seconds: 3600 });
+    } catch (e) {
+      if (n === connects) setState('failed', 'no viewer token: ' + e.message);
+      return;
+    }
+    if (n !== connects) {
+      revokeToken(t);
+      return;
+    }
+    revokeToken(viewerToken);
+    viewerToken = t;
+    window.deskgridViewer = { mode: t.mode, tokenId: t.token_id };
+    url = new URL(t.url, location.href);
+  }
   url.protocol = location.protocol === 'https:' ? 'wss:' : 'ws:';
   if (viewOnly) url.searchParams.set('view_only', 'true');
-  setState('connecting');
   const conn = new RFB(screen, url.href, { wsProtocols: ['binary'] });
   conn.viewOnly = viewOnly;
   conn.scaleViewport = true;
@@ -136,14 +169,21 @@ handBack.addEventListener('click', async () => {
   }
 });
 
-// Leaving the page hands control back so waiting runs need not wait for the TTL.
-addEventListener('pagehide', () => {
+// Leaving the page (or signing out) hands control back so waiting runs need
+// not wait for the TTL, and ends the page's viewer token.
+function leave() {
+  revokeToken(viewerToken, true);
+  viewerToken = null;
   if (!lease) return;
+  const l = lease;
+  lease = null;
   fetch(`/v1/sessions/${enc}/inputLease:release`, {
-    method: 'POST', keepalive: true, headers: { 'Content-Type': 'application/json' },
-    body: JSON.stringify({ holder, token: lease.token }),
-  });
-});
+    method: 'POST', keepalive: true, headers: authHeaders({ 'Content-Type': 'application/json' }),
+    body: JSON.stringify({ holder, token: l.token }),
+  }).catch(() => {});
+}
+addEventListener('pagehide', leave);
+onSignOut(leave);
 
 // ---- the session's state, live ----
 
@@ -162,19 +202,19 @@ function showSession(s) {
 // watchSession follows the session's changes as server-sent events, and
 // falls back to asking every few seconds when the watch is refused.
 function watchSession() {
-  const es = new EventSource(`/v1/sessions/${enc}:watch`);
-  es.addEventListener('session', (e) => showSession(JSON.parse(e.data).session || {}));
-  es.addEventListener('end', () => es.close());
-  es.onerror = () => {
-    if (es.readyState !== EventSource.CLOSED) return;
-    const poll = async () => {
-      try {
-        showSession(await api('GET', '/v1/sessions/' + enc));
-      } catch { /* the live view says why */ }
-    };
-    poll();
-    setInterval(() => { if (!document.hidden) poll(); }, 5000);
-  };
+  eventStream(`/v1/sessions/${enc}:watch`, {
+    onEvent: (type, data) => { if (type === 'session') showSession(JSON.parse(data).session || {}); },
+    onFail: (e) => {
+      if (e.status === 401) return;
+      const poll = async () => {
+        try {
+          showSession(await api('GET', '/v1/sessions/' + enc));
+        } catch { /* the live view says why */ }
+      };
+      poll();
+      setInterval(() => { if (!document.hidden) poll(); }, 5000);
+    },
+  });
 }
 
 // ---- runs: start one, follow its events as a chat ----
@@ -225,7 +265,7 @@ function setRunState(name, reason) {
   runCancel.hidden = !['queued', 'running', 'waiting approval'].includes(name);
 }
 
-// follow shows one run's events from the first; EventSource resumes after
+// follow shows one run's events from the first; the stream resumes after
 // the last one it saw (Last-Event-ID) if the connection drops.
 function follow(runID) {
   if (events) events.close();
@@ -236,22 +276,17 @@ function follow(runID) {
   $('run-panel').hidden = false;
   setRunState('queued');
   const chat = newChat(runID);
-  const es = new EventSource(`/v1/runs/${encodeURIComponent(runID)}/events`);
-  events = es;
-  for (const type of ['text_delta', 'thinking_delta', 'tool_call', 'state', 'usage', 'screenshot', 'user_message']) {
-    es.addEventListener(type, (e) => chat.add(type, JSON.parse(e.data).event || {}));
-  }
-  es.addEventListener('end', (e) => {
-    es.close();
-    const st = JSON.parse(e.data || '{}');
-    if (st.code) chat.note('events ended: ' + st.message, true);
-    transcript.dataset.ended = 'true';
-    refreshTimeline();
-    listRuns();
+  const types = new Set(['text_delta', 'thinking_delta', 'tool_call', 'state', 'usage', 'screenshot', 'user_message']);
+  events = eventStream(`/v1/runs/${encodeURIComponent(runID)}/events`, {
+    onEvent: (type, data) => { if (types.has(type)) chat.add(type, JSON.parse(data).event || {}); },
+    onEnd: (st) => {
+      if (st.code) chat.note('events ended: ' + st.message, true);
+      transcript.dataset.ended = 'true';
+      refreshTimeline();
+      listRuns();
+    },
+    onFail: (e) => chat.note('lost the event stream: ' + e.message, true),
   });
-  es.onerror = () => {
-    if (es.readyState === EventSource.CLOSED && events === es) chat.note('lost the event stream', true);
-  };
 }
 
 function newChat(runID) {
@@ -394,7 +429,7 @@ async function screenshotFor(runID, callID, time, img) {
       return `data:${blob.contentType || 'image/png'};base64,${blob.data}`;
     }
     if (i === 2 && recent) {
-      const res = await fetch(`/v1/sessions/${enc}/screenshot`);
+      const res = await fetch(`/v1/sessions/${enc}/screenshot`, { headers: authHeaders() });
       if (res.ok) {
         img.title = 'the desktop when the run took this screenshot';
         return URL.createObjectURL(await res.blob());
@@ -490,7 +525,9 @@ async function refreshTimeline() {
 }
 $('timeline-refresh').addEventListener('click', refreshTimeline);
 
-loadViewer();
-watchSession();
-listRuns();
-refreshTimeline();
+signedIn().then(() => {
+  loadViewer();
+  watchSession();
+  listRuns();
+  refreshTimeline();
+});
