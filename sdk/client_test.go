@@ -15,7 +15,7 @@ import (
 
 func TestSessionLifecycle(t *testing.T) {
 	srv := deskgridtest.Start(t)
-	c, err := deskgrid.New(srv.GRPCAddr)
+	c, err := deskgrid.New(srv.GRPCAddr, deskgrid.WithAPIKey(srv.APIKey))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestSessionLifecycle(t *testing.T) {
 
 func TestCreateRetriesAreIdempotent(t *testing.T) {
 	srv := deskgridtest.Start(t)
-	c, err := deskgrid.New(srv.GRPCAddr)
+	c, err := deskgrid.New(srv.GRPCAddr, deskgrid.WithAPIKey(srv.APIKey))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,11 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/deskgrid/deskgrid/gateway"
 	"github.com/deskgrid/deskgrid/services/platform/auth"
 	"github.com/deskgrid/deskgrid/services/platform/auth/keystore"
+	"github.com/deskgrid/deskgrid/services/platform/auth/ratelimit"
+	"github.com/deskgrid/deskgrid/services/platform/auth/viewer"
 	"github.com/deskgrid/deskgrid/services/platform/config"
 	"github.com/deskgrid/deskgrid/services/platform/grpcserver"
 )
@@ -147,4 +150,36 @@ func clientKey(flagKey string) string {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// gatewayAuth gives the gateway the verifier, viewer tokens for the live
+// view and the per-key rate limit, when -auth is on.
+func (s *setup) gatewayAuth(ctx context.Context, deps *gateway.Deps) error {
+	a, err := s.authOn(ctx)
+	if err != nil || a == nil {
+		return err
+	}
+	keys := []viewer.SigningKey{viewer.NewSigningKey("local")}
+	if s.cfg.ViewerKeys != "" {
+		if keys, err = viewer.ParseKeys(s.cfg.ViewerKeys); err != nil {
+			return fmt.Errorf("-viewer-keys: %w", err)
+		}
+	} else if s.role != "up" {
+		return errors.New("-viewer-keys is required with -auth outside deskgrid up (the same on every gateway)")
+	}
+	iss, err := viewer.New(viewer.Config{Keys: keys}, nil)
+	if err != nil {
+		return err
+	}
+	deps.Verifier = a.verifier
+	deps.Viewer = iss
+	deps.NodeCredentials = auth.ActAs
+	deps.MetricsNeedKey = s.cfg.MetricsNeedKey
+	if s.cfg.RateLimit > 0 {
+		rc := ratelimit.DefaultConfig()
+		rc.Rate = s.cfg.RateLimit
+		rc.Burst = int(2 * s.cfg.RateLimit)
+		deps.RateLimit = ratelimit.New(rc)
+	}
+	return nil
 }

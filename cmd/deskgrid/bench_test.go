@@ -1,8 +1,11 @@
 package main
 
 import (
+	"google.golang.org/grpc"
+
 	"bufio"
 	"context"
+	"github.com/deskgrid/deskgrid/services/platform/auth"
 	"google.golang.org/protobuf/proto"
 	"os"
 	"path/filepath"
@@ -27,7 +30,7 @@ func BenchmarkSessionCreateToFirstScreenshot(b *testing.B) {
 
 func benchCreate(b *testing.B, flags ...string) {
 	p := startUp(b, b.TempDir(), b.TempDir(), flags...)
-	conn, err := dial(p.grpc)
+	conn, err := dial(p.grpc, grpc.WithPerRPCCredentials(auth.KeyCredentials(p.key)))
 	if err != nil {
 		b.Fatal(err)
 	}

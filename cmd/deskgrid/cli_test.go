@@ -16,7 +16,7 @@ func TestEndToEndCLICommands(t *testing.T) {
 	run := func(stdin string, args ...string) (string, string, int) {
 		t.Helper()
 		cmd := exec.Command(deskgridBinary(t), args...)
-		cmd.Env = append(os.Environ(), "DESKGRID_ADDR="+p.grpc)
+		cmd.Env = append(os.Environ(), "DESKGRID_ADDR="+p.grpc, "DESKGRID_DATA_DIR="+p.dataDir)
 		cmd.Stdin = strings.NewReader(stdin)
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb

@@ -23,6 +23,7 @@ func TestEndToEndConsole(t *testing.T) {
 	}
 	cmd := exec.CommandContext(ctx, "node", script,
 		"--base-url", p.httpURL, "--provider-url", "builtin",
+		"--api-key", p.key,
 		"--expect-tool", "computer", "--expect-screenshot", "--approve",
 		"--artifacts", t.TempDir())
 	out, err := cmd.CombinedOutput()

@@ -65,7 +65,9 @@ func freeAddr(t testing.TB) string {
 }
 
 type upProcess struct {
-	t       testing.TB
+	t testing.TB
+	// key is the admin API key deskgrid up made (empty with -auth=false).
+	key     string
 	cmd     *exec.Cmd
 	httpURL string
 	grpc    string
@@ -115,6 +117,9 @@ func startUp(t testing.TB, dataDir, runDir string, extra ...string) *upProcess {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				if b, err := os.ReadFile(filepath.Join(dataDir, adminKeyFile)); err == nil {
+					p.key = strings.TrimSpace(string(b))
+				}
 				return p
 			}
 		}
@@ -158,6 +163,9 @@ func (p *upProcess) do(method, path, body string) (int, []byte, http.Header) {
 	req, err := http.NewRequest(method, p.httpURL+path, strings.NewReader(body))
 	if err != nil {
 		p.t.Fatal(err)
+	}
+	if p.key != "" {
+		req.Header.Set("Authorization", "Bearer "+p.key)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -466,7 +474,7 @@ func TestEndToEndCLI(t *testing.T) {
 	p := startUp(t, t.TempDir(), t.TempDir())
 	cli := func(args ...string) (string, error) {
 		cmd := exec.Command(deskgridBinary(t), args...)
-		cmd.Env = append(os.Environ(), "DESKGRID_ADDR="+p.grpc)
+		cmd.Env = append(os.Environ(), "DESKGRID_ADDR="+p.grpc, "DESKGRID_DATA_DIR="+p.dataDir)
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"os"
 	"os/exec"
 	"testing"
 	"time"
@@ -16,9 +18,13 @@ func TestEndToEndMCP(t *testing.T) {
 	p := startUp(t, t.TempDir(), t.TempDir())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	stdio := exec.Command(deskgridBinary(t), "mcp", "-addr", p.grpc)
+	stdio.Env = append(os.Environ(), "DESKGRID_DATA_DIR="+p.dataDir)
 	transports := map[string]mcp.Transport{
-		"stdio": &mcp.CommandTransport{Command: exec.Command(deskgridBinary(t), "mcp", "-addr", p.grpc)},
-		"http":  &mcp.StreamableClientTransport{Endpoint: p.httpURL + "/mcp"},
+		"stdio": &mcp.CommandTransport{Command: stdio},
+		"http": &mcp.StreamableClientTransport{Endpoint: p.httpURL + "/mcp", HTTPClient: &http.Client{
+			Transport: bearerTransport{key: p.key, next: http.DefaultTransport},
+		}},
 	}
 	for name, tr := range transports {
 		t.Run(name, func(t *testing.T) {
@@ -52,4 +58,17 @@ func TestEndToEndMCP(t *testing.T) {
 			}
 		})
 	}
+}
+
+// bearerTransport sends an API key with every request, as an MCP host
+// configured with deskgrid's key does.
+type bearerTransport struct {
+	key  string
+	next http.RoundTripper
+}
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.key)
+	return b.next.RoundTrip(r)
 }

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -80,6 +82,9 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 	if withSandbox {
 		sc := sandbox.DefaultConfig()
 		sc.Root = filepath.Join(s.cfg.DataDir, "sandbox")
+		// Named for the data dir: deskgrids sharing a machine (nodes side by
+		// side, tests) each reconcile only their own cgroups.
+		sc.CgroupParent = "deskgrid-" + shortHash(sc.Root)
 		sc.WorkspaceRoots = splitList(s.cfg.WorkspaceRoots)
 		deps := sandbox.Deps{Logger: s.logger.With("component", "sandbox"), Tenant: s.tenantHook()}
 		if n.display != nil {
@@ -485,18 +490,24 @@ func (s *setup) startGateway(ctx context.Context) (string, error) {
 		addr string
 		dst  *grpc.ClientConnInterface
 	}{{s.cfg.SessionAddr, &b.Session}, {s.cfg.AgentAddr, &b.Agent}, {s.cfg.HistoryAddr, &b.History}}
+	// Node calls carry the internal token besides the caller's key: the
+	// live view reaches the node as the system acting for the viewer
+	// token's tenant. Its own connection, so no other backend call can go
+	// out as the system.
 	if s.clustered() {
 		// Each session's display and sandbox calls go to its own node.
-		r, err := s.nodeRouter(ctx, false)
+		r, err := s.nodeRouter(ctx, true)
 		if err != nil {
 			return "", err
 		}
 		b.Node = r
 	} else {
-		backends = append(backends, struct {
-			addr string
-			dst  *grpc.ClientConnInterface
-		}{s.cfg.NodeAddr, &b.Node})
+		c, err := s.internalDial(ctx, s.cfg.NodeAddr)
+		if err != nil {
+			return "", err
+		}
+		s.closers.add("gateway node connection", func(context.Context) error { return c.Close() })
+		b.Node = c
 	}
 	for _, x := range backends {
 		c, err := get(x.addr)
@@ -510,12 +521,16 @@ func (s *setup) startGateway(ctx context.Context) (string, error) {
 		"deskgrid.session.v1.": b.Session, "deskgrid.display.v1.": b.Node, "deskgrid.sandbox.v1.": b.Node,
 		"deskgrid.agent.v1.": b.Agent, "deskgrid.history.v1.": b.History,
 	})
-	g, err := gateway.New(ctx, gateway.DefaultConfig(), gateway.Deps{
+	deps := gateway.Deps{
 		Logger:   s.logger.With("component", "gateway"),
 		Backends: b,
 		Metrics:  s.tel.Metrics,
 		MCP:      mcpserver.HTTPHandler(client, version),
-	})
+	}
+	if err := s.gatewayAuth(ctx, &deps); err != nil {
+		return "", err
+	}
+	g, err := gateway.New(ctx, gateway.DefaultConfig(), deps)
 	if err != nil {
 		return "", err
 	}
@@ -601,4 +616,10 @@ func (s *setup) nodeRouter(ctx context.Context, internal bool) (*noderoute.Route
 		s.closers.add("node router events", func(context.Context) error { return sub.Unsubscribe() })
 	}
 	return r, nil
+}
+
+// shortHash names a path in a few characters.
+func shortHash(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:4])
 }

@@ -65,9 +65,12 @@ type serverConfig struct {
 	DefaultIdleTimeout time.Duration
 	CreateTimeout      time.Duration
 
-	Auth          bool
-	AuthCacheTTL  time.Duration
-	InternalToken string
+	Auth           bool
+	AuthCacheTTL   time.Duration
+	InternalToken  string
+	ViewerKeys     string
+	MetricsNeedKey bool
+	RateLimit      float64
 
 	SecretKey        string
 	AnthropicAPIKey  string
@@ -137,8 +140,13 @@ func serverFlags(name string, stderr io.Writer) (*flag.FlagSet, *serverConfig) {
 	fs.DurationVar(&c.MaxTTL, "max-ttl", 24*time.Hour, "longest session lifetime a request may ask for")
 	fs.DurationVar(&c.DefaultIdleTimeout, "default-idle-timeout", 15*time.Minute, "idle time after which a session stops, when the request gives none")
 	fs.DurationVar(&c.CreateTimeout, "create-timeout", 30*time.Second, "bound on starting one session")
-	fs.BoolVar(&c.Auth, "auth", false, "require API keys on every call but health checks (deskgrid up makes and prints the first one)")
+	// On by default for the all-in-one deskgrid; a cluster turns it on for
+	// every role together, with -internal-token and -viewer-keys.
+	fs.BoolVar(&c.Auth, "auth", name == "up", "require API keys on every call but health checks (deskgrid up makes and prints the first one)")
 	fs.DurationVar(&c.AuthCacheTTL, "auth-cache-ttl", 10*time.Second, "how long a verified key is trusted before the store is asked again (revocation takes this long)")
+	fs.StringVar(&c.ViewerKeys, "viewer-keys", "", "keys signing live-view tokens, id:base64 of 32+ bytes, comma-separated, newest first; deskgrid up makes one")
+	fs.BoolVar(&c.MetricsNeedKey, "metrics-need-key", false, "with -auth, /metrics needs an API key too")
+	fs.Float64Var(&c.RateLimit, "rate-limit", 50, "with -auth, requests per second one API key may make through the gateway (0: no limit)")
 	fs.StringVar(&c.InternalToken, "internal-token", "", "token services use to call each other with -auth; the same on every role (deskgrid up makes one)")
 	fs.StringVar(&c.SecretKey, "secret-key", "", "base64 of 32 bytes that seal secrets at rest; empty: a key kept in the data dir")
 	fs.StringVar(&c.AnthropicAPIKey, "anthropic-api-key", os.Getenv("ANTHROPIC_API_KEY"), "Anthropic key for runs that bring none")

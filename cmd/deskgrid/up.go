@@ -61,11 +61,12 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) (err er
 	// Before the gRPC server drains, stop every session this process runs so
 	// the records say STOPPED and the node frees everything.
 	s.closers.add("sessions", func(ctx context.Context) error { return stopAllSessions(ctx, sess) })
-	httpAddr, err := s.startGateway(ctx)
-	if err != nil {
+	// Before the gateway answers, so a client that sees it ready finds the key.
+	if err := s.firstKey(ctx, stdout); err != nil {
 		return err
 	}
-	if err := s.firstKey(ctx, stdout); err != nil {
+	httpAddr, err := s.startGateway(ctx)
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "deskgrid is up\n  REST     http://%s   (OpenAPI at /openapi.json)\n  gRPC     %s\n  data     %s\nCtrl-C stops it and every session.\n", httpAddr, lis.Addr(), cfg.DataDir)

@@ -11,6 +11,7 @@ import (
 
 func TestQuickstartAgainstDeskgridUp(t *testing.T) {
 	srv := deskgridtest.Start(t)
+	t.Setenv("DESKGRID_API_KEY", srv.APIKey)
 	out := filepath.Join(t.TempDir(), "shot.png")
 	if err := run(srv.GRPCAddr, out); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,6 +28,8 @@ type Server struct {
 	HTTPURL  string
 	DataDir  string
 	RunDir   string
+	// APIKey is the admin key deskgrid made (its -auth is on by default).
+	APIKey string
 
 	tb   testing.TB
 	cmd  *exec.Cmd
@@ -119,6 +122,9 @@ func Start(tb testing.TB, flags ...string) *Server {
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				if b, err := os.ReadFile(filepath.Join(s.DataDir, "admin.key")); err == nil {
+					s.APIKey = strings.TrimSpace(string(b))
+				}
 				return s
 			}
 		}

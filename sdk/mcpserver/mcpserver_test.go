@@ -115,7 +115,7 @@ func textOf(res *mcp.CallToolResult) string {
 
 func TestToolsInMemory(t *testing.T) {
 	srv := deskgridtest.Start(t)
-	c, err := deskgrid.New(srv.GRPCAddr)
+	c, err := deskgrid.New(srv.GRPCAddr, deskgrid.WithAPIKey(srv.APIKey))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestToolsInMemory(t *testing.T) {
 
 func TestToolsOverStreamableHTTP(t *testing.T) {
 	srv := deskgridtest.Start(t)
-	c, err := deskgrid.New(srv.GRPCAddr)
+	c, err := deskgrid.New(srv.GRPCAddr, deskgrid.WithAPIKey(srv.APIKey))
 	if err != nil {
 		t.Fatal(err)
 	}

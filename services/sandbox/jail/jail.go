@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -244,7 +245,7 @@ func Run(ctx context.Context, spec Spec, timeout time.Duration, chunkSize int, o
 	start, done := place(spec, cmd)
 	defer done()
 	if err := start(); err != nil {
-		return Exit{}, fmt.Errorf("%w: %w", ErrNoBwrap, err)
+		return Exit{}, startError(err)
 	}
 	runCtx, cancel := context.WithTimeoutCause(ctx, timeout, ErrTimeout)
 	defer cancel()
@@ -345,6 +346,15 @@ func place(spec Spec, cmd *exec.Cmd) (start func() error, done func()) {
 	return spec.Place(cmd)
 }
 
+// startError tells a missing bubblewrap from other failures to start it
+// (placing it in its cgroup, say), so neither is reported as the other.
+func startError(err error) error {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: %w", ErrNoBwrap, err)
+	}
+	return fmt.Errorf("start bwrap: %w", err)
+}
+
 func exitOf(waitErr error) (Exit, error) {
 	exit := Exit{}
 	var ee *exec.ExitError
@@ -394,7 +404,7 @@ func Spawn(spec Spec, stdin, out *os.File) (*Proc, error) {
 	start, placed := place(spec, cmd)
 	if err := start(); err != nil {
 		placed()
-		return nil, fmt.Errorf("%w: %w", ErrNoBwrap, err)
+		return nil, startError(err)
 	}
 	p := &Proc{cmd: cmd, done: make(chan struct{})}
 	go func() {
