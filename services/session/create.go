@@ -123,46 +123,12 @@ func (s *Service) start(ctx context.Context, sess *sessionv1.Session) (*sessionv
 		return nil, err
 	}
 
-	sandboxes, err := s.nodes.Sandbox(node.ID)
+	// A call that fails on our side may still have succeeded there.
+	made = true
+	xd, err := s.startDesktop(ctx, cur, node.ID, "")
 	if err != nil {
-		return fail(&nodeError{Node: node.ID, Op: "reach sandbox service", Err: err})
+		return fail(err)
 	}
-	displays, err := s.nodes.Display(node.ID)
-	if err != nil {
-		return fail(&nodeError{Node: node.ID, Op: "reach display service", Err: err})
-	}
-	made = true // a call that fails on our side may still have succeeded there
-	lim := cur.GetLimits()
-	if _, err := sandboxes.CreateSandbox(ctx, &sandboxv1.CreateSandboxRequest{
-		SessionId:   cur.GetId(),
-		Workspace:   cur.GetWorkspace(),
-		MemoryBytes: lim.GetMemoryBytes(),
-		CpuMillis:   lim.GetCpuMillis(),
-		Pids:        lim.GetPids(),
-		DiskBytes:   lim.GetDiskBytes(),
-	}); err != nil {
-		return fail(&nodeError{Node: node.ID, Op: "create sandbox", Err: err})
-	}
-	d := cur.GetDisplay()
-	created, err := displays.CreateDisplay(ctx, &displayv1.CreateDisplayRequest{
-		SessionId: cur.GetId(),
-		Width:     d.GetWidth(),
-		Height:    d.GetHeight(),
-		Depth:     d.GetDepth(),
-		Dpi:       d.GetDpi(),
-	})
-	if err != nil {
-		return fail(&nodeError{Node: node.ID, Op: "create display", Err: err})
-	}
-	// The desktop is up when it answers; one pixel is enough to know.
-	if _, err := displays.Screenshot(ctx, &displayv1.ScreenshotRequest{
-		SessionId: cur.GetId(),
-		Format:    displayv1.ImageFormat_IMAGE_FORMAT_PNG,
-		Region:    &displayv1.Rect{Width: 1, Height: 1},
-	}); err != nil {
-		return fail(&nodeError{Node: node.ID, Op: "first screenshot", Err: err})
-	}
-	xd := created.GetDisplay().GetXDisplay()
 	running, err := s.advance(ctx, cur, state.Running, "", func(n *sessionv1.Session) {
 		n.XDisplay = xd
 		n.LastActiveTime = timestamppb.New(s.now())
@@ -178,6 +144,59 @@ func (s *Service) start(ctx context.Context, sess *sessionv1.Session) (*sessionv
 		return fail(err)
 	}
 	return running, nil
+}
+
+// startDesktop makes a session's sandbox (from a snapshot when one is named)
+// and display on its node, waits until the desktop answers, starts its
+// autostart programs, and returns the X display name.
+func (s *Service) startDesktop(ctx context.Context, cur *sessionv1.Session, nodeID, snapshotID string) (string, error) {
+	sandboxes, err := s.nodes.Sandbox(nodeID)
+	if err != nil {
+		return "", &nodeError{Node: nodeID, Op: "reach sandbox service", Err: err}
+	}
+	displays, err := s.nodes.Display(nodeID)
+	if err != nil {
+		return "", &nodeError{Node: nodeID, Op: "reach display service", Err: err}
+	}
+	lim := cur.GetLimits()
+	if _, err := sandboxes.CreateSandbox(ctx, &sandboxv1.CreateSandboxRequest{
+		SessionId:   cur.GetId(),
+		Workspace:   cur.GetWorkspace(),
+		MemoryBytes: lim.GetMemoryBytes(),
+		CpuMillis:   lim.GetCpuMillis(),
+		Pids:        lim.GetPids(),
+		DiskBytes:   lim.GetDiskBytes(),
+		SnapshotId:  snapshotID,
+	}); err != nil {
+		return "", &nodeError{Node: nodeID, Op: "create sandbox", Err: err}
+	}
+	d := cur.GetDisplay()
+	created, err := displays.CreateDisplay(ctx, &displayv1.CreateDisplayRequest{
+		SessionId: cur.GetId(),
+		Width:     d.GetWidth(),
+		Height:    d.GetHeight(),
+		Depth:     d.GetDepth(),
+		Dpi:       d.GetDpi(),
+	})
+	if err != nil {
+		return "", &nodeError{Node: nodeID, Op: "create display", Err: err}
+	}
+	// The desktop is up when it answers; one pixel is enough to know.
+	if _, err := displays.Screenshot(ctx, &displayv1.ScreenshotRequest{
+		SessionId: cur.GetId(),
+		Format:    displayv1.ImageFormat_IMAGE_FORMAT_PNG,
+		Region:    &displayv1.Rect{Width: 1, Height: 1},
+	}); err != nil {
+		return "", &nodeError{Node: nodeID, Op: "first screenshot", Err: err}
+	}
+	// Autostart programs run inside the sandbox, on the session's display,
+	// until the session ends.
+	for _, prog := range cur.GetAutostart() {
+		if _, err := sandboxes.StartProcess(ctx, &sandboxv1.StartProcessRequest{SessionId: cur.GetId(), Argv: []string{"sh", "-c", prog}}); err != nil {
+			return "", &nodeError{Node: nodeID, Op: fmt.Sprintf("start autostart program %q", prog), Err: err}
+		}
+	}
+	return created.GetDisplay().GetXDisplay(), nil
 }
 
 // lostRace explains a conflict during create: someone else changed the session.

@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -156,6 +157,41 @@ func (s fakeSandbox) DeleteSandbox(ctx context.Context, in *sandboxv1.DeleteSand
 	defer s.n.mu.Unlock()
 	delete(s.n.sandboxes, in.GetSessionId())
 	return &sandboxv1.DeleteSandboxResponse{}, nil
+}
+
+func (s fakeSandbox) StartProcess(ctx context.Context, in *sandboxv1.StartProcessRequest, _ ...grpc.CallOption) (*sandboxv1.StartProcessResponse, error) {
+	if err := s.n.enter(ctx, "sandbox.start "+strings.Join(in.GetArgv(), " "), in.GetSessionId()); err != nil {
+		return nil, err
+	}
+	return &sandboxv1.StartProcessResponse{}, nil
+}
+
+func (s fakeSandbox) FreezeSandbox(ctx context.Context, in *sandboxv1.FreezeSandboxRequest, _ ...grpc.CallOption) (*sandboxv1.FreezeSandboxResponse, error) {
+	if err := s.n.enter(ctx, "sandbox.freeze", in.GetSessionId()); err != nil {
+		return nil, err
+	}
+	return &sandboxv1.FreezeSandboxResponse{}, nil
+}
+
+func (s fakeSandbox) ThawSandbox(ctx context.Context, in *sandboxv1.ThawSandboxRequest, _ ...grpc.CallOption) (*sandboxv1.ThawSandboxResponse, error) {
+	if err := s.n.enter(ctx, "sandbox.thaw", in.GetSessionId()); err != nil {
+		return nil, err
+	}
+	return &sandboxv1.ThawSandboxResponse{}, nil
+}
+
+func (s fakeSandbox) CreateSnapshot(ctx context.Context, in *sandboxv1.CreateSnapshotRequest, _ ...grpc.CallOption) (*sandboxv1.CreateSnapshotResponse, error) {
+	if err := s.n.enter(ctx, "sandbox.snapshot", in.GetSessionId()); err != nil {
+		return nil, err
+	}
+	return &sandboxv1.CreateSnapshotResponse{Snapshot: &sandboxv1.Snapshot{SnapshotId: "snap-" + in.GetSessionId(), SessionId: in.GetSessionId()}}, nil
+}
+
+func (s fakeSandbox) DeleteSnapshot(ctx context.Context, in *sandboxv1.DeleteSnapshotRequest, _ ...grpc.CallOption) (*sandboxv1.DeleteSnapshotResponse, error) {
+	if err := s.n.enter(ctx, "sandbox.snapshot.delete", in.GetSnapshotId()); err != nil {
+		return nil, err
+	}
+	return &sandboxv1.DeleteSnapshotResponse{}, nil
 }
 
 // fakeNodes maps node ids to fake nodes.

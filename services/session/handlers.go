@@ -2,10 +2,12 @@ package session
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	"github.com/deskgrid/deskgrid/services/session/state"
 	"github.com/deskgrid/deskgrid/services/session/store"
@@ -57,32 +59,128 @@ func (s *Service) KeepaliveSession(ctx context.Context, req *sessionv1.Keepalive
 	return &sessionv1.KeepaliveSessionResponse{Session: sess}, nil
 }
 
-// SuspendSession will freeze or hibernate a running session once the node's
-// sandbox offers a freezer; until then it checks the request and says so.
+// SuspendSession freezes a running session's processes in place (FREEZE,
+// the default: memory kept, back in an instant) or hibernates it (HIBERNATE:
+// its files saved as a snapshot, its desktop and processes stopped, memory
+// freed; resuming restores the files and starts the desktop again).
 func (s *Service) SuspendSession(ctx context.Context, req *sessionv1.SuspendSessionRequest) (*sessionv1.SuspendSessionResponse, error) {
-	sess, err := s.get(ctx, req.GetSessionId())
+	sess, err := s.suspend(ctx, req)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	switch req.GetMode() {
-	case sessionv1.SuspendMode_SUSPEND_MODE_UNSPECIFIED, sessionv1.SuspendMode_SUSPEND_MODE_FREEZE, sessionv1.SuspendMode_SUSPEND_MODE_HIBERNATE:
-	default:
-		return nil, s.toStatus(ctx, invalid("mode", "unknown suspend mode %d", req.GetMode()))
-	}
-	if err := state.Check(sess.GetState(), state.Suspending); err != nil {
-		return nil, s.toStatus(ctx, &preconditionError{msg: fmt.Sprintf("session %s is %s; only a RUNNING session can be suspended", sess.GetId(), state.Name(sess.GetState()))})
-	}
-	return nil, s.toStatus(ctx, &unimplementedError{msg: "suspend is not available yet: it needs the node sandbox's freezer; the session keeps running"})
+	return &sessionv1.SuspendSessionResponse{Session: sess}, nil
 }
 
-// ResumeSession will bring a suspended session back; see SuspendSession.
-func (s *Service) ResumeSession(ctx context.Context, req *sessionv1.ResumeSessionRequest) (*sessionv1.ResumeSessionResponse, error) {
+func (s *Service) suspend(ctx context.Context, req *sessionv1.SuspendSessionRequest) (*sessionv1.Session, error) {
 	sess, err := s.get(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	mode := req.GetMode()
+	switch mode {
+	case sessionv1.SuspendMode_SUSPEND_MODE_UNSPECIFIED:
+		mode = sessionv1.SuspendMode_SUSPEND_MODE_FREEZE
+	case sessionv1.SuspendMode_SUSPEND_MODE_FREEZE, sessionv1.SuspendMode_SUSPEND_MODE_HIBERNATE:
+	default:
+		return nil, invalid("mode", "unknown suspend mode %d", req.GetMode())
+	}
+	if err := state.Check(sess.GetState(), state.Suspending); err != nil {
+		return nil, &preconditionError{msg: fmt.Sprintf("session %s is %s; only a RUNNING session can be suspended", sess.GetId(), state.Name(sess.GetState()))}
+	}
+	cur, err := s.advance(ctx, sess, state.Suspending, "", func(n *sessionv1.Session) { n.SuspendMode = mode })
+	if err != nil {
+		return nil, err
+	}
+	nodeID := cur.GetNodeId()
+	sandboxes, err := s.nodes.Sandbox(nodeID)
+	if err != nil {
+		return s.suspendFailed(ctx, cur, &nodeError{Node: nodeID, Op: "reach sandbox service", Err: err}, false)
+	}
+	if mode == sessionv1.SuspendMode_SUSPEND_MODE_FREEZE {
+		if _, err := sandboxes.FreezeSandbox(ctx, &sandboxv1.FreezeSandboxRequest{SessionId: cur.GetId()}); err != nil {
+			return s.suspendFailed(ctx, cur, &nodeError{Node: nodeID, Op: "freeze sandbox", Err: err}, false)
+		}
+		return s.advance(ctx, cur, state.Suspended, "frozen", nil)
+	}
+	snap, err := sandboxes.CreateSnapshot(ctx, &sandboxv1.CreateSnapshotRequest{SessionId: cur.GetId()})
+	if err != nil {
+		return s.suspendFailed(ctx, cur, &nodeError{Node: nodeID, Op: "snapshot sandbox", Err: err}, false)
+	}
+	snapID := snap.GetSnapshot().GetSnapshotId()
+	// From here the desktop goes away: a failure leaves the session FAILED,
+	// its files still in the snapshot.
+	cur, err = s.update(ctx, cur.GetId(), func(n *sessionv1.Session) error { n.SnapshotId = snapID; return nil })
+	if err != nil {
+		return nil, err
+	}
+	if err := s.teardown(ctx, cur.GetId(), nodeID); err != nil {
+		return s.suspendFailed(ctx, cur, err, true)
+	}
+	return s.advance(ctx, cur, state.Suspended, "hibernated", func(n *sessionv1.Session) { n.XDisplay = "" })
+}
+
+// suspendFailed puts a session whose suspend failed back to RUNNING when
+// nothing was undone on the node, else FAILED, and returns the cause.
+func (s *Service) suspendFailed(ctx context.Context, cur *sessionv1.Session, cause error, broken bool) (*sessionv1.Session, error) {
+	to, reason := state.Running, ""
+	if broken {
+		to, reason = state.Failed, "suspend failed: "+cause.Error()
+	}
+	if _, err := s.advance(context.WithoutCancel(ctx), cur, to, reason, nil); err != nil {
+		return nil, errors.Join(cause, err)
+	}
+	return nil, cause
+}
+
+// ResumeSession brings a suspended session back to RUNNING.
+func (s *Service) ResumeSession(ctx context.Context, req *sessionv1.ResumeSessionRequest) (*sessionv1.ResumeSessionResponse, error) {
+	sess, err := s.resume(ctx, req.GetSessionId())
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	if err := state.Check(sess.GetState(), state.Resuming); err != nil {
-		return nil, s.toStatus(ctx, &preconditionError{msg: fmt.Sprintf("session %s is %s; only a SUSPENDED session can be resumed", sess.GetId(), state.Name(sess.GetState()))})
+	return &sessionv1.ResumeSessionResponse{Session: sess}, nil
+}
+
+func (s *Service) resume(ctx context.Context, id string) (*sessionv1.Session, error) {
+	sess, err := s.get(ctx, id)
+	if err != nil {
+		return nil, err
 	}
-	return nil, s.toStatus(ctx, &unimplementedError{msg: "resume is not available yet: it needs the node sandbox's freezer"})
+	if err := state.Check(sess.GetState(), state.Resuming); err != nil {
+		return nil, &preconditionError{msg: fmt.Sprintf("session %s is %s; only a SUSPENDED session can be resumed", sess.GetId(), state.Name(sess.GetState()))}
+	}
+	cur, err := s.advance(ctx, sess, state.Resuming, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	nodeID := cur.GetNodeId()
+	fail := func(err error) (*sessionv1.Session, error) {
+		if _, aerr := s.advance(context.WithoutCancel(ctx), cur, state.Failed, "resume failed: "+err.Error(), nil); aerr != nil {
+			return nil, errors.Join(err, aerr)
+		}
+		return nil, err
+	}
+	sandboxes, err := s.nodes.Sandbox(nodeID)
+	if err != nil {
+		return fail(&nodeError{Node: nodeID, Op: "reach sandbox service", Err: err})
+	}
+	if cur.GetSuspendMode() != sessionv1.SuspendMode_SUSPEND_MODE_HIBERNATE {
+		if _, err := sandboxes.ThawSandbox(ctx, &sandboxv1.ThawSandboxRequest{SessionId: cur.GetId()}); err != nil {
+			return fail(&nodeError{Node: nodeID, Op: "thaw sandbox", Err: err})
+		}
+		return s.advance(ctx, cur, state.Running, "", func(n *sessionv1.Session) { n.LastActiveTime = timestamppb.New(s.now()) })
+	}
+	xd, err := s.startDesktop(ctx, cur, nodeID, cur.GetSnapshotId())
+	if err != nil {
+		return fail(err)
+	}
+	// The files are back in the sandbox; the snapshot has served.
+	if _, err := sandboxes.DeleteSnapshot(ctx, &sandboxv1.DeleteSnapshotRequest{SessionId: cur.GetId(), SnapshotId: cur.GetSnapshotId()}); err != nil {
+		s.log.WarnContext(ctx, "snapshot of a resumed session not deleted", "session", cur.GetId(), "err", err)
+	}
+	return s.advance(ctx, cur, state.Running, "", func(n *sessionv1.Session) {
+		n.XDisplay = xd
+		n.SnapshotId = ""
+		n.LastActiveTime = timestamppb.New(s.now())
+	})
 }

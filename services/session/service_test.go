@@ -72,6 +72,9 @@ func TestCreateSessionRunsAndPublishesEveryStep(t *testing.T) {
 		t.Errorf("expire_time is create_time + %s", got)
 	}
 	want := []string{"sandbox.create " + s.GetId(), "display.create " + s.GetId(), "display.screenshot " + s.GetId()}
+	for _, prog := range s.GetAutostart() {
+		want = append(want, "sandbox.start sh -c "+prog+" "+s.GetId())
+	}
 	if got := h.node.Calls(); !slices.Equal(got, want) {
 		t.Errorf("node calls %v, want %v", got, want)
 	}
@@ -708,12 +711,51 @@ func TestKeepaliveSuspendResume(t *testing.T) {
 	if !ka.GetSession().GetLastActiveTime().AsTime().Equal(clock.Now()) || ka.GetSession().GetGeneration() != 4 {
 		t.Fatalf("keepalive: %v", ka.GetSession())
 	}
-	_, err = h.client.SuspendSession(ctx, &sessionv1.SuspendSessionRequest{SessionId: id, Mode: sessionv1.SuspendMode_SUSPEND_MODE_FREEZE})
-	wantCode(t, err, codes.Unimplemented)
 	_, err = h.client.SuspendSession(ctx, &sessionv1.SuspendSessionRequest{SessionId: id, Mode: 7})
 	wantCode(t, err, codes.InvalidArgument)
 	_, err = h.client.ResumeSession(ctx, &sessionv1.ResumeSessionRequest{SessionId: id})
 	wantCode(t, err, codes.FailedPrecondition)
+
+	// A freeze the node refuses leaves the session running.
+	h.node.failOn("sandbox.freeze", status.Error(codes.Unavailable, "freezer gone"))
+	_, err = h.client.SuspendSession(ctx, &sessionv1.SuspendSessionRequest{SessionId: id})
+	wantCode(t, err, codes.Unavailable)
+	if g, _ := h.client.GetSession(ctx, &sessionv1.GetSessionRequest{SessionId: id}); g.GetSession().GetState() != sessionv1.SessionState_SESSION_STATE_RUNNING {
+		t.Fatalf("after a failed freeze: %v", g.GetSession().GetState())
+	}
+	h.node.failOn("sandbox.freeze", nil)
+
+	// Freeze and thaw.
+	sus, err := h.client.SuspendSession(ctx, &sessionv1.SuspendSessionRequest{SessionId: id})
+	if err != nil || sus.GetSession().GetState() != sessionv1.SessionState_SESSION_STATE_SUSPENDED || sus.GetSession().GetSuspendMode() != sessionv1.SuspendMode_SUSPEND_MODE_FREEZE {
+		t.Fatalf("freeze: %v %v", err, sus.GetSession())
+	}
+	res, err := h.client.ResumeSession(ctx, &sessionv1.ResumeSessionRequest{SessionId: id})
+	if err != nil || res.GetSession().GetState() != sessionv1.SessionState_SESSION_STATE_RUNNING {
+		t.Fatalf("thaw: %v %v", err, res.GetSession())
+	}
+	if calls := strings.Join(h.node.Calls(), ","); !strings.Contains(calls, "sandbox.freeze "+id+",sandbox.thaw "+id) {
+		t.Fatalf("freeze and thaw calls: %s", calls)
+	}
+
+	// Hibernate: files to a snapshot, desktop stopped; resume brings both back.
+	before := len(h.node.Calls())
+	sus, err = h.client.SuspendSession(ctx, &sessionv1.SuspendSessionRequest{SessionId: id, Mode: sessionv1.SuspendMode_SUSPEND_MODE_HIBERNATE})
+	if err != nil || sus.GetSession().GetState() != sessionv1.SessionState_SESSION_STATE_SUSPENDED || sus.GetSession().GetSnapshotId() == "" || sus.GetSession().GetXDisplay() != "" {
+		t.Fatalf("hibernate: %v %v", err, sus.GetSession())
+	}
+	if d, b := h.node.Live(); d != 0 || b != 0 {
+		t.Fatalf("hibernated session still holds %d displays and %d sandboxes", d, b)
+	}
+	res, err = h.client.ResumeSession(ctx, &sessionv1.ResumeSessionRequest{SessionId: id})
+	if err != nil || res.GetSession().GetState() != sessionv1.SessionState_SESSION_STATE_RUNNING || res.GetSession().GetXDisplay() == "" || res.GetSession().GetSnapshotId() != "" {
+		t.Fatalf("resume from hibernation: %v %v", err, res.GetSession())
+	}
+	got := strings.Join(h.node.Calls()[before:], ",")
+	wantSeq := "sandbox.snapshot " + id + ",display.delete " + id + ",sandbox.delete " + id + ",sandbox.create " + id + ",display.create " + id + ",display.screenshot " + id + ",sandbox.snapshot.delete snap-" + id
+	if got != wantSeq {
+		t.Fatalf("hibernate and resume calls:\n got %s\nwant %s", got, wantSeq)
+	}
 	_, err = h.client.SuspendSession(ctx, &sessionv1.SuspendSessionRequest{SessionId: "x"})
 	wantCode(t, err, codes.InvalidArgument)
 	if _, err := h.client.DeleteSession(ctx, &sessionv1.DeleteSessionRequest{SessionId: id}); err != nil {

@@ -32,10 +32,11 @@ const (
 
 // transitions lists, for every state, the states it may move to.
 var transitions = map[State][]State{
-	Pending:    {Starting, Failed, Stopping},
-	Starting:   {Running, Failed, Stopping, Lost},
-	Running:    {Suspending, Stopping, Failed, Lost},
-	Suspending: {Suspended, Failed, Lost},
+	Pending:  {Starting, Failed, Stopping},
+	Starting: {Running, Failed, Stopping, Lost},
+	Running:  {Suspending, Stopping, Failed, Lost},
+	// Back to Running when the node could not suspend it and nothing changed.
+	Suspending: {Suspended, Running, Failed, Lost},
 	Suspended:  {Resuming, Stopping, Lost},
 	Resuming:   {Running, Failed, Lost},
 	Stopping:   {Stopped, Failed, Lost},

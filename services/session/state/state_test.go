@@ -13,7 +13,7 @@ func TestCheckEveryPair(t *testing.T) {
 		{Pending, Starting}: true, {Pending, Failed}: true, {Pending, Stopping}: true,
 		{Starting, Running}: true, {Starting, Failed}: true, {Starting, Stopping}: true, {Starting, Lost}: true,
 		{Running, Suspending}: true, {Running, Stopping}: true, {Running, Failed}: true, {Running, Lost}: true,
-		{Suspending, Suspended}: true, {Suspending, Failed}: true, {Suspending, Lost}: true,
+		{Suspending, Suspended}: true, {Suspending, Running}: true, {Suspending, Failed}: true, {Suspending, Lost}: true,
 		{Suspended, Resuming}: true, {Suspended, Stopping}: true, {Suspended, Lost}: true,
 		{Resuming, Running}: true, {Resuming, Failed}: true, {Resuming, Lost}: true,
 		{Stopping, Stopped}: true, {Stopping, Failed}: true, {Stopping, Lost}: true,

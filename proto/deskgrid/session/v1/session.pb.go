@@ -386,7 +386,11 @@ type Session struct {
 	ExpireTime     *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
 	LastActiveTime *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=last_active_time,json=lastActiveTime,proto3" json:"last_active_time,omitempty"`
 	// Incremented on every change; lets watchers and caches order updates.
-	Generation    int64 `protobuf:"varint,19,opt,name=generation,proto3" json:"generation,omitempty"`
+	Generation int64 `protobuf:"varint,19,opt,name=generation,proto3" json:"generation,omitempty"`
+	// How the session is (or was last) suspended.
+	SuspendMode SuspendMode `protobuf:"varint,20,opt,name=suspend_mode,json=suspendMode,proto3,enum=deskgrid.session.v1.SuspendMode" json:"suspend_mode,omitempty"`
+	// The snapshot a hibernated session's files wait in until it resumes.
+	SnapshotId    string `protobuf:"bytes,21,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -552,6 +556,20 @@ func (x *Session) GetGeneration() int64 {
 		return x.Generation
 	}
 	return 0
+}
+
+func (x *Session) GetSuspendMode() SuspendMode {
+	if x != nil {
+		return x.SuspendMode
+	}
+	return SuspendMode_SUSPEND_MODE_UNSPECIFIED
+}
+
+func (x *Session) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
 }
 
 type CreateSessionRequest struct {
@@ -1881,7 +1899,7 @@ const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"cpu_millis\x18\x02 \x01(\x03R\tcpuMillis\x12\x12\n" +
 	"\x04pids\x18\x03 \x01(\x03R\x04pids\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\x93\b\n" +
+	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\xf9\b\n" +
 	"\aSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x127\n" +
@@ -1907,7 +1925,10 @@ const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"\x10last_active_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\x0elastActiveTime\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x13 \x01(\x03R\n" +
-	"generation\x1a9\n" +
+	"generation\x12C\n" +
+	"\fsuspend_mode\x18\x14 \x01(\x0e2 .deskgrid.session.v1.SuspendModeR\vsuspendMode\x12\x1f\n" +
+	"\vsnapshot_id\x18\x15 \x01(\tR\n" +
+	"snapshotId\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
@@ -2112,60 +2133,61 @@ var file_deskgrid_session_v1_session_proto_depIdxs = []int32{
 	39, // 8: deskgrid.session.v1.Session.update_time:type_name -> google.protobuf.Timestamp
 	39, // 9: deskgrid.session.v1.Session.expire_time:type_name -> google.protobuf.Timestamp
 	39, // 10: deskgrid.session.v1.Session.last_active_time:type_name -> google.protobuf.Timestamp
-	3,  // 11: deskgrid.session.v1.CreateSessionRequest.display:type_name -> deskgrid.session.v1.DisplaySpec
-	4,  // 12: deskgrid.session.v1.CreateSessionRequest.limits:type_name -> deskgrid.session.v1.ResourceLimits
-	34, // 13: deskgrid.session.v1.CreateSessionRequest.labels:type_name -> deskgrid.session.v1.CreateSessionRequest.LabelsEntry
-	35, // 14: deskgrid.session.v1.CreateSessionRequest.node_selector:type_name -> deskgrid.session.v1.CreateSessionRequest.NodeSelectorEntry
-	38, // 15: deskgrid.session.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	38, // 16: deskgrid.session.v1.CreateSessionRequest.idle_timeout:type_name -> google.protobuf.Duration
-	5,  // 17: deskgrid.session.v1.CreateSessionResponse.session:type_name -> deskgrid.session.v1.Session
-	5,  // 18: deskgrid.session.v1.GetSessionResponse.session:type_name -> deskgrid.session.v1.Session
-	0,  // 19: deskgrid.session.v1.ListSessionsRequest.states:type_name -> deskgrid.session.v1.SessionState
-	36, // 20: deskgrid.session.v1.ListSessionsRequest.labels:type_name -> deskgrid.session.v1.ListSessionsRequest.LabelsEntry
-	5,  // 21: deskgrid.session.v1.ListSessionsResponse.sessions:type_name -> deskgrid.session.v1.Session
-	5,  // 22: deskgrid.session.v1.DeleteSessionResponse.session:type_name -> deskgrid.session.v1.Session
-	5,  // 23: deskgrid.session.v1.WatchSessionResponse.session:type_name -> deskgrid.session.v1.Session
-	1,  // 24: deskgrid.session.v1.SuspendSessionRequest.mode:type_name -> deskgrid.session.v1.SuspendMode
-	5,  // 25: deskgrid.session.v1.SuspendSessionResponse.session:type_name -> deskgrid.session.v1.Session
-	5,  // 26: deskgrid.session.v1.ResumeSessionResponse.session:type_name -> deskgrid.session.v1.Session
-	5,  // 27: deskgrid.session.v1.KeepaliveSessionResponse.session:type_name -> deskgrid.session.v1.Session
-	2,  // 28: deskgrid.session.v1.Node.state:type_name -> deskgrid.session.v1.NodeState
-	37, // 29: deskgrid.session.v1.Node.labels:type_name -> deskgrid.session.v1.Node.LabelsEntry
-	22, // 30: deskgrid.session.v1.Node.capacity:type_name -> deskgrid.session.v1.NodeResources
-	22, // 31: deskgrid.session.v1.Node.used:type_name -> deskgrid.session.v1.NodeResources
-	23, // 32: deskgrid.session.v1.ListNodesResponse.nodes:type_name -> deskgrid.session.v1.Node
-	23, // 33: deskgrid.session.v1.GetNodeResponse.node:type_name -> deskgrid.session.v1.Node
-	23, // 34: deskgrid.session.v1.DrainNodeResponse.node:type_name -> deskgrid.session.v1.Node
-	23, // 35: deskgrid.session.v1.UndrainNodeResponse.node:type_name -> deskgrid.session.v1.Node
-	6,  // 36: deskgrid.session.v1.SessionService.CreateSession:input_type -> deskgrid.session.v1.CreateSessionRequest
-	8,  // 37: deskgrid.session.v1.SessionService.GetSession:input_type -> deskgrid.session.v1.GetSessionRequest
-	10, // 38: deskgrid.session.v1.SessionService.ListSessions:input_type -> deskgrid.session.v1.ListSessionsRequest
-	12, // 39: deskgrid.session.v1.SessionService.DeleteSession:input_type -> deskgrid.session.v1.DeleteSessionRequest
-	14, // 40: deskgrid.session.v1.SessionService.WatchSession:input_type -> deskgrid.session.v1.WatchSessionRequest
-	16, // 41: deskgrid.session.v1.SessionService.SuspendSession:input_type -> deskgrid.session.v1.SuspendSessionRequest
-	18, // 42: deskgrid.session.v1.SessionService.ResumeSession:input_type -> deskgrid.session.v1.ResumeSessionRequest
-	20, // 43: deskgrid.session.v1.SessionService.KeepaliveSession:input_type -> deskgrid.session.v1.KeepaliveSessionRequest
-	24, // 44: deskgrid.session.v1.NodeService.ListNodes:input_type -> deskgrid.session.v1.ListNodesRequest
-	26, // 45: deskgrid.session.v1.NodeService.GetNode:input_type -> deskgrid.session.v1.GetNodeRequest
-	28, // 46: deskgrid.session.v1.NodeService.DrainNode:input_type -> deskgrid.session.v1.DrainNodeRequest
-	30, // 47: deskgrid.session.v1.NodeService.UndrainNode:input_type -> deskgrid.session.v1.UndrainNodeRequest
-	7,  // 48: deskgrid.session.v1.SessionService.CreateSession:output_type -> deskgrid.session.v1.CreateSessionResponse
-	9,  // 49: deskgrid.session.v1.SessionService.GetSession:output_type -> deskgrid.session.v1.GetSessionResponse
-	11, // 50: deskgrid.session.v1.SessionService.ListSessions:output_type -> deskgrid.session.v1.ListSessionsResponse
-	13, // 51: deskgrid.session.v1.SessionService.DeleteSession:output_type -> deskgrid.session.v1.DeleteSessionResponse
-	15, // 52: deskgrid.session.v1.SessionService.WatchSession:output_type -> deskgrid.session.v1.WatchSessionResponse
-	17, // 53: deskgrid.session.v1.SessionService.SuspendSession:output_type -> deskgrid.session.v1.SuspendSessionResponse
-	19, // 54: deskgrid.session.v1.SessionService.ResumeSession:output_type -> deskgrid.session.v1.ResumeSessionResponse
-	21, // 55: deskgrid.session.v1.SessionService.KeepaliveSession:output_type -> deskgrid.session.v1.KeepaliveSessionResponse
-	25, // 56: deskgrid.session.v1.NodeService.ListNodes:output_type -> deskgrid.session.v1.ListNodesResponse
-	27, // 57: deskgrid.session.v1.NodeService.GetNode:output_type -> deskgrid.session.v1.GetNodeResponse
-	29, // 58: deskgrid.session.v1.NodeService.DrainNode:output_type -> deskgrid.session.v1.DrainNodeResponse
-	31, // 59: deskgrid.session.v1.NodeService.UndrainNode:output_type -> deskgrid.session.v1.UndrainNodeResponse
-	48, // [48:60] is the sub-list for method output_type
-	36, // [36:48] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	1,  // 11: deskgrid.session.v1.Session.suspend_mode:type_name -> deskgrid.session.v1.SuspendMode
+	3,  // 12: deskgrid.session.v1.CreateSessionRequest.display:type_name -> deskgrid.session.v1.DisplaySpec
+	4,  // 13: deskgrid.session.v1.CreateSessionRequest.limits:type_name -> deskgrid.session.v1.ResourceLimits
+	34, // 14: deskgrid.session.v1.CreateSessionRequest.labels:type_name -> deskgrid.session.v1.CreateSessionRequest.LabelsEntry
+	35, // 15: deskgrid.session.v1.CreateSessionRequest.node_selector:type_name -> deskgrid.session.v1.CreateSessionRequest.NodeSelectorEntry
+	38, // 16: deskgrid.session.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	38, // 17: deskgrid.session.v1.CreateSessionRequest.idle_timeout:type_name -> google.protobuf.Duration
+	5,  // 18: deskgrid.session.v1.CreateSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	5,  // 19: deskgrid.session.v1.GetSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	0,  // 20: deskgrid.session.v1.ListSessionsRequest.states:type_name -> deskgrid.session.v1.SessionState
+	36, // 21: deskgrid.session.v1.ListSessionsRequest.labels:type_name -> deskgrid.session.v1.ListSessionsRequest.LabelsEntry
+	5,  // 22: deskgrid.session.v1.ListSessionsResponse.sessions:type_name -> deskgrid.session.v1.Session
+	5,  // 23: deskgrid.session.v1.DeleteSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	5,  // 24: deskgrid.session.v1.WatchSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	1,  // 25: deskgrid.session.v1.SuspendSessionRequest.mode:type_name -> deskgrid.session.v1.SuspendMode
+	5,  // 26: deskgrid.session.v1.SuspendSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	5,  // 27: deskgrid.session.v1.ResumeSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	5,  // 28: deskgrid.session.v1.KeepaliveSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	2,  // 29: deskgrid.session.v1.Node.state:type_name -> deskgrid.session.v1.NodeState
+	37, // 30: deskgrid.session.v1.Node.labels:type_name -> deskgrid.session.v1.Node.LabelsEntry
+	22, // 31: deskgrid.session.v1.Node.capacity:type_name -> deskgrid.session.v1.NodeResources
+	22, // 32: deskgrid.session.v1.Node.used:type_name -> deskgrid.session.v1.NodeResources
+	23, // 33: deskgrid.session.v1.ListNodesResponse.nodes:type_name -> deskgrid.session.v1.Node
+	23, // 34: deskgrid.session.v1.GetNodeResponse.node:type_name -> deskgrid.session.v1.Node
+	23, // 35: deskgrid.session.v1.DrainNodeResponse.node:type_name -> deskgrid.session.v1.Node
+	23, // 36: deskgrid.session.v1.UndrainNodeResponse.node:type_name -> deskgrid.session.v1.Node
+	6,  // 37: deskgrid.session.v1.SessionService.CreateSession:input_type -> deskgrid.session.v1.CreateSessionRequest
+	8,  // 38: deskgrid.session.v1.SessionService.GetSession:input_type -> deskgrid.session.v1.GetSessionRequest
+	10, // 39: deskgrid.session.v1.SessionService.ListSessions:input_type -> deskgrid.session.v1.ListSessionsRequest
+	12, // 40: deskgrid.session.v1.SessionService.DeleteSession:input_type -> deskgrid.session.v1.DeleteSessionRequest
+	14, // 41: deskgrid.session.v1.SessionService.WatchSession:input_type -> deskgrid.session.v1.WatchSessionRequest
+	16, // 42: deskgrid.session.v1.SessionService.SuspendSession:input_type -> deskgrid.session.v1.SuspendSessionRequest
+	18, // 43: deskgrid.session.v1.SessionService.ResumeSession:input_type -> deskgrid.session.v1.ResumeSessionRequest
+	20, // 44: deskgrid.session.v1.SessionService.KeepaliveSession:input_type -> deskgrid.session.v1.KeepaliveSessionRequest
+	24, // 45: deskgrid.session.v1.NodeService.ListNodes:input_type -> deskgrid.session.v1.ListNodesRequest
+	26, // 46: deskgrid.session.v1.NodeService.GetNode:input_type -> deskgrid.session.v1.GetNodeRequest
+	28, // 47: deskgrid.session.v1.NodeService.DrainNode:input_type -> deskgrid.session.v1.DrainNodeRequest
+	30, // 48: deskgrid.session.v1.NodeService.UndrainNode:input_type -> deskgrid.session.v1.UndrainNodeRequest
+	7,  // 49: deskgrid.session.v1.SessionService.CreateSession:output_type -> deskgrid.session.v1.CreateSessionResponse
+	9,  // 50: deskgrid.session.v1.SessionService.GetSession:output_type -> deskgrid.session.v1.GetSessionResponse
+	11, // 51: deskgrid.session.v1.SessionService.ListSessions:output_type -> deskgrid.session.v1.ListSessionsResponse
+	13, // 52: deskgrid.session.v1.SessionService.DeleteSession:output_type -> deskgrid.session.v1.DeleteSessionResponse
+	15, // 53: deskgrid.session.v1.SessionService.WatchSession:output_type -> deskgrid.session.v1.WatchSessionResponse
+	17, // 54: deskgrid.session.v1.SessionService.SuspendSession:output_type -> deskgrid.session.v1.SuspendSessionResponse
+	19, // 55: deskgrid.session.v1.SessionService.ResumeSession:output_type -> deskgrid.session.v1.ResumeSessionResponse
+	21, // 56: deskgrid.session.v1.SessionService.KeepaliveSession:output_type -> deskgrid.session.v1.KeepaliveSessionResponse
+	25, // 57: deskgrid.session.v1.NodeService.ListNodes:output_type -> deskgrid.session.v1.ListNodesResponse
+	27, // 58: deskgrid.session.v1.NodeService.GetNode:output_type -> deskgrid.session.v1.GetNodeResponse
+	29, // 59: deskgrid.session.v1.NodeService.DrainNode:output_type -> deskgrid.session.v1.DrainNodeResponse
+	31, // 60: deskgrid.session.v1.NodeService.UndrainNode:output_type -> deskgrid.session.v1.UndrainNodeResponse
+	49, // [49:61] is the sub-list for method output_type
+	37, // [37:49] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_deskgrid_session_v1_session_proto_init() }
