@@ -24,14 +24,25 @@ type NodeConns struct {
 	dialOptions []grpc.DialOption
 
 	mu    sync.Mutex
-	addrs map[string]string
+	addrs map[string]cachedAddr
 	conns map[string]*grpc.ClientConn
 }
+
+// cachedAddr is a node's address as last read from the registry.
+type cachedAddr struct {
+	addr string
+	read time.Time
+}
+
+// addrTTL bounds how long a node's address is trusted without reading the
+// registry again: a node restarted on a new address (kill -9 and back before
+// its heartbeat expired) is reached within it, whichever replica noticed.
+const addrTTL = 250 * time.Millisecond
 
 // NewNodeConns dials nodes with opts (insecure transport is added).
 func NewNodeConns(reg *Registry, opts ...grpc.DialOption) *NodeConns {
 	return &NodeConns{reg: reg, dialOptions: append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...),
-		addrs: map[string]string{}, conns: map[string]*grpc.ClientConn{}}
+		addrs: map[string]cachedAddr{}, conns: map[string]*grpc.ClientConn{}}
 }
 
 // lookupTimeout bounds reading a node's address; the caller's own call has
@@ -41,9 +52,10 @@ const lookupTimeout = 2 * time.Second
 // Conn returns the connection to node id.
 func (c *NodeConns) Conn(id string) (*grpc.ClientConn, error) {
 	c.mu.Lock()
-	addr, ok := c.addrs[id]
+	cached, ok := c.addrs[id]
 	c.mu.Unlock()
-	if !ok {
+	addr := cached.addr
+	if !ok || time.Since(cached.read) > addrTTL {
 		ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
 		defer cancel()
 		n, err := c.reg.Node(ctx, id)
@@ -51,10 +63,12 @@ func (c *NodeConns) Conn(id string) (*grpc.ClientConn, error) {
 			return nil, err
 		}
 		addr = n.Address
+		c.mu.Lock()
+		c.addrs[id] = cachedAddr{addr: addr, read: time.Now()}
+		c.mu.Unlock()
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.addrs[id] = addr
 	if cc, ok := c.conns[addr]; ok {
 		return cc, nil
 	}
