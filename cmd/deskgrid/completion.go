@@ -10,7 +10,7 @@ import (
 
 // commands lists each command and its subcommands, for shell completion.
 var commands = map[string][]string{
-	"up": nil, "serve": roles, "version": nil, "help": nil, "mcp": nil, "completion": {"bash", "zsh"},
+	"up": nil, "gc": nil, "serve": roles, "version": nil, "help": nil, "mcp": nil, "completion": {"bash", "zsh"},
 	"sessions":   {"create", "list", "get", "delete", "watch", "suspend", "resume", "keepalive"},
 	"screenshot": nil, "exec": nil, "shell": nil,
 	"act":       nil,

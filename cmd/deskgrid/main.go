@@ -37,6 +37,7 @@ Usage:
   deskgrid runs create <id> -prompt TEXT | get|cancel|events|approve|reject <run> | list <id> | send <run> TEXT
   deskgrid history list <id> | search WORDS | export <id> | import <id> | delete <id>
   deskgrid nodes list | get|drain|undrain <id>   the nodes of a cluster
+  deskgrid gc [-dry-run]                   list and remove what a stopped deskgrid's sessions left behind
   deskgrid tenants create <id> | list | delete <id>     tenants (on the deskgrid machine)
   deskgrid keys create -tenant T -scopes read,write | list | revoke <key-id>
   deskgrid mcp                             serve deskgrid's tools to an MCP host over stdio
@@ -95,6 +96,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runHistory(ctx, rest, stdout, stderr)
 	case "nodes":
 		return runNodes(ctx, rest, stdout, stderr)
+	case "gc":
+		return runGC(ctx, rest, stdout, stderr)
 	case "tenants":
 		return runTenants(ctx, rest, stdout, stderr)
 	case "keys":

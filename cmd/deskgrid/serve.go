@@ -42,6 +42,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			return fmt.Errorf("create %s: %w", d, err)
 		}
 	}
+	if role == "node" || role == "display" || role == "sandbox" {
+		unlock, err := lockDataDir(cfg.DataDir)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
 	s, err := newSetup(ctx, role, cfg, stderr)
 	if err != nil {
 		return err

@@ -26,6 +26,11 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) (err er
 			return fmt.Errorf("create %s: %w", d, err)
 		}
 	}
+	unlock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	s, err := newSetup(ctx, "up", cfg, stderr)
 	if err != nil {
 		return err
