@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/deskgrid/deskgrid/services/platform/auth/quota"
 	"os"
 	"path/filepath"
 	"strings"
@@ -184,6 +185,7 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 	cfg.MaxTTL = s.cfg.MaxTTL
 	cfg.DefaultIdleTimeout = s.cfg.DefaultIdleTimeout
 	cfg.CreateTimeout = s.cfg.CreateTimeout
+	cfg.TenantQuota = quota.Amount{Sessions: s.cfg.TenantMaxSessions, CPUMillis: s.cfg.TenantMaxCPUMillis, MemoryBytes: s.cfg.TenantMaxMemoryBytes}
 	svc, err := session.New(ctx, cfg, session.Deps{
 		Logger: s.logger.With("component", "session"),
 		Store:  st,

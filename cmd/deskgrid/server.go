@@ -60,6 +60,10 @@ type serverConfig struct {
 	AgentAddr   string
 	HistoryAddr string
 
+	TenantMaxSessions    int64
+	TenantMaxCPUMillis   int64
+	TenantMaxMemoryBytes int64
+
 	DefaultTTL         time.Duration
 	MaxTTL             time.Duration
 	DefaultIdleTimeout time.Duration
@@ -136,6 +140,9 @@ func serverFlags(name string, stderr io.Writer) (*flag.FlagSet, *serverConfig) {
 	fs.StringVar(&c.SessionAddr, "session-addr", "127.0.0.1:9090", "gRPC address of the session service (gateway)")
 	fs.StringVar(&c.AgentAddr, "agent-addr", "127.0.0.1:9090", "gRPC address of the agent service (gateway)")
 	fs.StringVar(&c.HistoryAddr, "history-addr", "127.0.0.1:9090", "gRPC address of the history service (gateway)")
+	fs.Int64Var(&c.TenantMaxSessions, "tenant-max-sessions", 0, "unfinished sessions one tenant may hold (0: no limit)")
+	fs.Int64Var(&c.TenantMaxCPUMillis, "tenant-max-cpu-millis", 0, "CPU one tenant's sessions may ask for in all, thousandths of a core (0: no limit)")
+	fs.Int64Var(&c.TenantMaxMemoryBytes, "tenant-max-memory-bytes", 0, "memory one tenant's sessions may ask for in all (0: no limit)")
 	fs.DurationVar(&c.DefaultTTL, "default-ttl", time.Hour, "session lifetime when the request gives none")
 	fs.DurationVar(&c.MaxTTL, "max-ttl", 24*time.Hour, "longest session lifetime a request may ask for")
 	fs.DurationVar(&c.DefaultIdleTimeout, "default-idle-timeout", 15*time.Minute, "idle time after which a session stops, when the request gives none")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/deskgrid/deskgrid/services/platform/auth/quota"
 	"maps"
 	"slices"
 
@@ -44,6 +45,10 @@ func (s *Service) create(ctx context.Context, req *sessionv1.CreateSessionReques
 		if !errors.Is(err, store.ErrNotFound) {
 			return nil, err
 		}
+	}
+
+	if err := s.admit(ctx, tenant, sp); err != nil {
+		return nil, err
 	}
 
 	now := s.now()
@@ -144,6 +149,35 @@ func (s *Service) start(ctx context.Context, sess *sessionv1.Session) (*sessionv
 		return fail(err)
 	}
 	return running, nil
+}
+
+// admit checks a new session fits its tenant's quota. Concurrent creates of
+// one tenant may each see room for the last slot: the quota is a bound on
+// steady use, the node capacities are the hard limit.
+func (s *Service) admit(ctx context.Context, tenant string, sp spec) error {
+	limits, ok := s.cfg.TenantQuotas[tenant]
+	if !ok {
+		limits = s.cfg.TenantQuota
+	}
+	if limits == (quota.Amount{}) {
+		return nil
+	}
+	var used quota.Amount
+	f := store.Filter{Tenant: tenant, States: []sessionv1.SessionState{state.Pending, state.Starting, state.Running, state.Suspending, state.Suspended, state.Resuming}, PageSize: 1000}
+	for {
+		page, next, err := s.store.List(ctx, f)
+		if err != nil {
+			return err
+		}
+		for _, ss := range page {
+			used = used.Add(quota.Amount{Sessions: 1, CPUMillis: ss.GetLimits().GetCpuMillis(), MemoryBytes: ss.GetLimits().GetMemoryBytes()})
+		}
+		if next == "" {
+			break
+		}
+		f.PageToken = next
+	}
+	return quota.Admit(limits, used, quota.Amount{Sessions: 1, CPUMillis: sp.limits.GetCpuMillis(), MemoryBytes: sp.limits.GetMemoryBytes()})
 }
 
 // startDesktop makes a session's sandbox (from a snapshot when one is named)

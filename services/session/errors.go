@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/deskgrid/deskgrid/services/platform/auth/quota"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -72,6 +73,8 @@ func (s *Service) toStatus(ctx context.Context, err error) error {
 		return status.Error(codes.InvalidArgument, "page_token: is not a token this service made for these filters")
 	case errors.Is(err, errNotFound), errors.Is(err, store.ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, quota.ErrExceeded):
+		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, placement.ErrNoCapacity):
 		return status.Error(codes.ResourceExhausted, err.Error()+"; delete a session or try later")
 	case errors.Is(err, placement.ErrNoMatchingNode):

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/deskgrid/deskgrid/services/platform/auth/quota"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"io"
 	"slices"
@@ -977,5 +979,51 @@ func TestWatchWithoutDeadline(t *testing.T) {
 	}
 	if first.GetSession().GetState() != sessionv1.SessionState_SESSION_STATE_RUNNING {
 		t.Fatalf("first watch message: %v", first.GetSession().GetState())
+	}
+}
+
+func TestTenantQuota(t *testing.T) {
+	h := newHarness(t, withConfig(func(c *Config) {
+		c.TenantQuota = quota.Amount{Sessions: 2, CPUMillis: 1000}
+		c.TenantQuotas = map[string]quota.Amount{"big": {Sessions: 3}}
+	}))
+	ctx := context.Background()
+	as := func(tenant string) context.Context {
+		return metadata.AppendToOutgoingContext(ctx, tenantHeader, tenant)
+	}
+	create := func(ctx context.Context, cpu int64) (*sessionv1.Session, error) {
+		r, err := h.client.CreateSession(ctx, &sessionv1.CreateSessionRequest{Limits: &sessionv1.ResourceLimits{CpuMillis: cpu}})
+		return r.GetSession(), err
+	}
+	first, err := create(as("small"), 600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// CPU: 600 in use, 600 more would pass the 1000 limit.
+	_, err = create(as("small"), 600)
+	wantCode(t, err, codes.ResourceExhausted)
+	if _, err := create(as("small"), 0); err != nil {
+		t.Fatal(err)
+	}
+	// Sessions: two is the default limit.
+	_, err = create(as("small"), 0)
+	wantCode(t, err, codes.ResourceExhausted)
+	// Another tenant has its own quota, and an override.
+	for range 3 {
+		if _, err := create(as("big"), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = create(as("big"), 0)
+	wantCode(t, err, codes.ResourceExhausted)
+	// Ending a session frees its share; nothing was made for the refusals.
+	if _, err := h.client.DeleteSession(as("small"), &sessionv1.DeleteSessionRequest{SessionId: first.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create(as("small"), 0); err != nil {
+		t.Fatalf("after a delete: %v", err)
+	}
+	if d, b := h.node.Live(); d != 5 || b != 5 {
+		t.Fatalf("node holds %d displays and %d sandboxes, want 5 each", d, b)
 	}
 }

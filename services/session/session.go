@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/deskgrid/deskgrid/services/platform/auth/quota"
 	"log/slog"
 	"sync"
 	"time"
@@ -44,6 +45,11 @@ type Config struct {
 	// WatchResync is how often a watch re-reads the record, so it catches up
 	// even if an event was lost.
 	WatchResync time.Duration
+	// TenantQuota bounds what one tenant's unfinished sessions may hold at
+	// once (sessions, CPU and memory asked); zero fields are unlimited.
+	// TenantQuotas overrides it per tenant.
+	TenantQuota  quota.Amount
+	TenantQuotas map[string]quota.Amount
 	// Display defaults.
 	DefaultWidth  int32
 	DefaultHeight int32
