@@ -7,6 +7,7 @@
 package agentv1
 
 import (
+	_ "github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2/options"
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -2315,7 +2316,7 @@ var File_deskgrid_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x1ddeskgrid/agent/v1/agent.proto\x12\x11deskgrid.agent.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x93\x05\n" +
+	"\x1ddeskgrid/agent/v1/agent.proto\x12\x11deskgrid.agent.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\x93\x05\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -2366,7 +2367,7 @@ const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"\x05width\x18\x03 \x01(\x05R\x05width\x12\x16\n" +
 	"\x06height\x18\x04 \x01(\x05R\x06height\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x05 \x01(\x03R\tsizeBytes\"\x85\x02\n" +
+	"size_bytes\x18\x05 \x01(\x03R\tsizeBytes\"\xa5\x03\n" +
 	"\x10CreateRunRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
@@ -2376,7 +2377,7 @@ const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"\tmax_steps\x18\x05 \x01(\x05R\bmaxSteps\x12\x17\n" +
 	"\aapi_key\x18\x06 \x01(\tR\x06apiKey\x12\x19\n" +
 	"\bbase_url\x18\a \x01(\tR\abaseUrl\x127\n" +
-	"\aoptions\x18\b \x01(\v2\x1d.deskgrid.agent.v1.RunOptionsR\aoptions\"=\n" +
+	"\aoptions\x18\b \x01(\v2\x1d.deskgrid.agent.v1.RunOptionsR\aoptions:\x9d\x01\x92A\x99\x012\x96\x01{\"prompt\": \"Open example.com and tell me its heading.\", \"provider\": \"anthropic\", \"model\": \"claude-sonnet-4-5\", \"maxSteps\": 20, \"apiKey\": \"sk-ant-...\"}\"=\n" +
 	"\x11CreateRunResponse\x12(\n" +
 	"\x03run\x18\x01 \x01(\v2\x16.deskgrid.agent.v1.RunR\x03run\"&\n" +
 	"\rGetRunRequest\x12\x15\n" +
@@ -2509,13 +2510,19 @@ const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"\x1aRUN_STATE_WAITING_APPROVAL\x10\x03\x12\x17\n" +
 	"\x13RUN_STATE_SUCCEEDED\x10\x04\x12\x14\n" +
 	"\x10RUN_STATE_FAILED\x10\x05\x12\x17\n" +
-	"\x13RUN_STATE_CANCELLED\x10\x062\xbf\f\n" +
-	"\fAgentService\x12\x86\x01\n" +
-	"\tCreateRun\x12#.deskgrid.agent.v1.CreateRunRequest\x1a$.deskgrid.agent.v1.CreateRunResponse\".\x82\xd3\xe4\x93\x02(:\x01*b\x03run\"\x1e/v1/sessions/{session_id}/runs\x12m\n" +
+	"\x13RUN_STATE_CANCELLED\x10\x062\xaf\x1a\n" +
+	"\fAgentService\x12\xe4\a\n" +
+	"\tCreateRun\x12#.deskgrid.agent.v1.CreateRunRequest\x1a$.deskgrid.agent.v1.CreateRunResponse\"\x8b\a\x92A\xd9\x06\x12\x12Start an agent run\x1a\xe7\x03Starts a model (provider `anthropic`, `openai` or `gemini`) working toward `prompt` on the session's desktop, taking screenshots and sending input until it is done, fails, is cancelled or reaches `max_steps`. Answers at once with the run QUEUED or RUNNING; follow it with GET /v1/runs/{run_id}/events. `api_key` is used for this run only and never stored in clear or returned. Calls of the tools named in `options.approval_tools` wait in WAITING_APPROVAL for :approveStep or :rejectStep.J\xd8\x02\n" +
+	"\x03200\x12\xd0\x02\n" +
+	"\fThe new run.\"\xbf\x02\n" +
+	"\x10application/json\x12\xaa\x02{\"id\": \"r-8d2k5m1q9x3c7v0b4n6p\", \"sessionId\": \"s-k3v9q2m8x1c7d4f6h0j5\", \"tenant\": \"default\", \"state\": \"RUN_STATE_RUNNING\", \"provider\": \"anthropic\", \"model\": \"claude-sonnet-4-5\", \"prompt\": \"Open example.com and tell me its heading.\", \"maxSteps\": 20, \"steps\": 0, \"createTime\": \"2026-01-02T15:05:00Z\"}\x82\xd3\xe4\x93\x02(:\x01*b\x03run\"\x1e/v1/sessions/{session_id}/runs\x12m\n" +
 	"\x06GetRun\x12 .deskgrid.agent.v1.GetRunRequest\x1a!.deskgrid.agent.v1.GetRunResponse\"\x1e\x82\xd3\xe4\x93\x02\x18b\x03run\x12\x11/v1/runs/{run_id}\x12{\n" +
 	"\bListRuns\x12\".deskgrid.agent.v1.ListRunsRequest\x1a#.deskgrid.agent.v1.ListRunsResponse\"&\x82\xd3\xe4\x93\x02 \x12\x1e/v1/sessions/{session_id}/runs\x12\x80\x01\n" +
-	"\tCancelRun\x12#.deskgrid.agent.v1.CancelRunRequest\x1a$.deskgrid.agent.v1.CancelRunResponse\"(\x82\xd3\xe4\x93\x02\":\x01*b\x03run\"\x18/v1/runs/{run_id}:cancel\x12\x8c\x01\n" +
-	"\x0fStreamRunEvents\x12).deskgrid.agent.v1.StreamRunEventsRequest\x1a*.deskgrid.agent.v1.StreamRunEventsResponse\" \x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/runs/{run_id}/events0\x01\x12\x8b\x01\n" +
+	"\tCancelRun\x12#.deskgrid.agent.v1.CancelRunRequest\x1a$.deskgrid.agent.v1.CancelRunResponse\"(\x82\xd3\xe4\x93\x02\":\x01*b\x03run\"\x18/v1/runs/{run_id}:cancel\x12\x9e\b\n" +
+	"\x0fStreamRunEvents\x12).deskgrid.agent.v1.StreamRunEventsRequest\x1a*.deskgrid.agent.v1.StreamRunEventsResponse\"\xb1\a\x92A\x8d\a\x12\x15Follow a run's events\x1a\x81\x04Streams the run's events from `after_sequence` on (0 for the beginning): text the model writes, tool calls and their results, screenshots taken, state changes and token usage, until the run ends. With `Accept: text/event-stream` each event is a server-sent event (`id:` its sequence, `event:` its kind, `data:` the JSON below), and the stream ends with `event: end`; a client that reconnects with Last-Event-ID resumes after it. Other clients get newline-delimited JSON, one `{\"result\": {\"event\": ...}}` per line.:\x10application/json:\x11text/event-streamJ\xca\x02\n" +
+	"\x03200\x12\xc2\x02\n" +
+	"\x17A stream of run events.\"\xa6\x02\n" +
+	"\x10application/json\x12\x91\x02{\"result\": {\"event\": {\"sequence\": \"4\", \"time\": \"2026-01-02T15:05:03Z\", \"runId\": \"r-8d2k5m1q9x3c7v0b4n6p\", \"step\": 1, \"toolCall\": {\"id\": \"toolu_01\", \"tool\": \"computer\", \"inputJson\": \"{\\\"action\\\":\\\"left_click\\\",\\\"coordinate\\\":[640,400]}\", \"output\": \"ok\", \"finished\": true}}}}\x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/runs/{run_id}/events0\x01\x12\x8b\x01\n" +
 	"\vSendMessage\x12%.deskgrid.agent.v1.SendMessageRequest\x1a&.deskgrid.agent.v1.SendMessageResponse\"-\x82\xd3\xe4\x93\x02':\x01*b\x03run\"\x1d/v1/runs/{run_id}:sendMessage\x12\x8b\x01\n" +
 	"\vApproveStep\x12%.deskgrid.agent.v1.ApproveStepRequest\x1a&.deskgrid.agent.v1.ApproveStepResponse\"-\x82\xd3\xe4\x93\x02':\x01*b\x03run\"\x1d/v1/runs/{run_id}:approveStep\x12\x87\x01\n" +
 	"\n" +

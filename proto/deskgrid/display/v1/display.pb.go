@@ -7,6 +7,7 @@
 package displayv1
 
 import (
+	_ "github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2/options"
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -1782,7 +1783,7 @@ func (*CursorPosition) Descriptor() ([]byte, []int) {
 	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{28}
 }
 
-// Action is one input step.
+// Action is one input step: exactly one of its fields is set.
 type Action struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Action:
@@ -2167,7 +2168,7 @@ var File_deskgrid_display_v1_display_proto protoreflect.FileDescriptor
 
 const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\n" +
-	"!deskgrid/display/v1/display.proto\x12\x13deskgrid.display.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"c\n" +
+	"!deskgrid/display/v1/display.proto\x12\x13deskgrid.display.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"c\n" +
 	"\x14ResizeDisplayRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
@@ -2273,7 +2274,7 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\x04Zoom\x121\n" +
 	"\x06region\x18\x01 \x01(\v2\x19.deskgrid.display.v1.RectR\x06region\x12-\n" +
 	"\x04size\x18\x02 \x01(\v2\x19.deskgrid.display.v1.SizeR\x04size\"\x10\n" +
-	"\x0eCursorPosition\"\xc0\x04\n" +
+	"\x0eCursorPosition\"\x9a\x05\n" +
 	"\x06Action\x12?\n" +
 	"\n" +
 	"mouse_move\x18\x01 \x01(\v2\x1e.deskgrid.display.v1.MouseMoveH\x00R\tmouseMove\x122\n" +
@@ -2286,8 +2287,8 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\x04wait\x18\b \x01(\v2\x19.deskgrid.display.v1.WaitH\x00R\x04wait\x12/\n" +
 	"\x04zoom\x18\t \x01(\v2\x19.deskgrid.display.v1.ZoomH\x00R\x04zoom\x12N\n" +
 	"\x0fcursor_position\x18\n" +
-	" \x01(\v2#.deskgrid.display.v1.CursorPositionH\x00R\x0ecursorPositionB\b\n" +
-	"\x06action\"\x8f\x03\n" +
+	" \x01(\v2#.deskgrid.display.v1.CursorPositionH\x00R\x0ecursorPosition:X\x92AU2S{\"click\": {\"at\": {\"x\": 100, \"y\": 200}, \"button\": \"MOUSE_BUTTON_LEFT\", \"clicks\": 2}}B\b\n" +
+	"\x06action\"\xca\x04\n" +
 	"\x15PerformActionsRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x125\n" +
@@ -2300,7 +2301,7 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\bscale_to\x18\x05 \x01(\v2\x19.deskgrid.display.v1.SizeR\ascaleTo\x12M\n" +
 	"\x11screenshot_format\x18\x06 \x01(\x0e2 .deskgrid.display.v1.ImageFormatR\x10screenshotFormat\x12-\n" +
 	"\x12screenshot_quality\x18\a \x01(\x05R\x11screenshotQuality\x12+\n" +
-	"\x11screenshot_cursor\x18\b \x01(\bR\x10screenshotCursor\"\xd6\x01\n" +
+	"\x11screenshot_cursor\x18\b \x01(\bR\x10screenshotCursor:\xb8\x01\x92A\xb4\x012\xb1\x01{\"actions\": [{\"click\": {\"at\": {\"x\": 640, \"y\": 400}, \"button\": \"MOUSE_BUTTON_LEFT\", \"clicks\": 1}}, {\"type\": {\"text\": \"hello\"}}, {\"key\": {\"chord\": \"Return\"}}], \"screenshot\": true}\"\xd6\x01\n" +
 	"\x16PerformActionsResponse\x122\n" +
 	"\x06cursor\x18\x01 \x01(\v2\x1a.deskgrid.display.v1.PointR\x06cursor\x12G\n" +
 	"\n" +
@@ -2317,16 +2318,23 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\x13MOUSE_BUTTON_MIDDLE\x10\x02\x12\x16\n" +
 	"\x12MOUSE_BUTTON_RIGHT\x10\x03\x12\x15\n" +
 	"\x11MOUSE_BUTTON_BACK\x10\x04\x12\x18\n" +
-	"\x14MOUSE_BUTTON_FORWARD\x10\x052\x82\b\n" +
+	"\x14MOUSE_BUTTON_FORWARD\x10\x052\xed\x12\n" +
 	"\x0eDisplayService\x12f\n" +
 	"\rCreateDisplay\x12).deskgrid.display.v1.CreateDisplayRequest\x1a*.deskgrid.display.v1.CreateDisplayResponse\x12\x91\x01\n" +
 	"\n" +
 	"GetDisplay\x12&.deskgrid.display.v1.GetDisplayRequest\x1a'.deskgrid.display.v1.GetDisplayResponse\"2\x82\xd3\xe4\x93\x02,b\adisplay\x12!/v1/sessions/{session_id}/display\x12c\n" +
 	"\fListDisplays\x12(.deskgrid.display.v1.ListDisplaysRequest\x1a).deskgrid.display.v1.ListDisplaysResponse\x12f\n" +
-	"\rDeleteDisplay\x12).deskgrid.display.v1.DeleteDisplayRequest\x1a*.deskgrid.display.v1.DeleteDisplayResponse\x12\x8b\x01\n" +
+	"\rDeleteDisplay\x12).deskgrid.display.v1.DeleteDisplayRequest\x1a*.deskgrid.display.v1.DeleteDisplayResponse\x12\xd4\x06\n" +
 	"\n" +
-	"Screenshot\x12&.deskgrid.display.v1.ScreenshotRequest\x1a'.deskgrid.display.v1.ScreenshotResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/sessions/{session_id}/screenshot\x12\x97\x01\n" +
-	"\x0ePerformActions\x12*.deskgrid.display.v1.PerformActionsRequest\x1a+.deskgrid.display.v1.PerformActionsResponse\",\x82\xd3\xe4\x93\x02&:\x01*\"!/v1/sessions/{session_id}/actions\x12a\n" +
+	"Screenshot\x12&.deskgrid.display.v1.ScreenshotRequest\x1a'.deskgrid.display.v1.ScreenshotResponse\"\xf4\x05\x92A\xc4\x05\x12\x11Take a screenshot\x1a\xe6\x02Captures the session's screen. The response body is the image itself (PNG, or JPEG with `?format=IMAGE_FORMAT_JPEG`), with its Content-Type; send `Accept: application/json` to get the JSON form instead, with the image base64 in `data`. `?scale_to.width=1024&scale_to.height=768` scales it the way computer-use models expect; `?cursor=true` draws the pointer.:\timage/png:\n" +
+	"image/jpeg:\x10application/jsonJ\x9c\x02\n" +
+	"\x03200\x12\x94\x02\n" +
+	"TThe image (image/png or image/jpeg), or with Accept: application/json its JSON form.\"\xbb\x01\n" +
+	"\x10application/json\x12\xa6\x01{\"contentType\": \"image/png\", \"data\": \"iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==\", \"width\": 1280, \"height\": 800}\x82\xd3\xe4\x93\x02&\x12$/v1/sessions/{session_id}/screenshot\x12\xb9\x06\n" +
+	"\x0ePerformActions\x12*.deskgrid.display.v1.PerformActionsRequest\x1a+.deskgrid.display.v1.PerformActionsResponse\"\xcd\x05\x92A\x9d\x05\x12\x1dSend mouse and keyboard input\x1a\x8c\x03Performs the actions in order on the session's display: moves, clicks, drags, scrolls, key chords, typed text, waits and zooms. With `screenshot: true` the response carries a screenshot taken once the screen has settled. Coordinates are screen pixels, or pixels of `scale_to` when given (as the Screenshot call's). When input leases are in use, pass the lease's `lease_token`; a stale one is 409.J\xec\x01\n" +
+	"\x03200\x12\xe4\x01\n" +
+	"FWhere the pointer ended, and the screenshot and zoom images asked for.\"\x99\x01\n" +
+	"\x10application/json\x12\x84\x01{\"cursor\": {\"x\": 640, \"y\": 400}, \"screenshot\": {\"contentType\": \"image/png\", \"data\": \"iVBORw0KGgo...\", \"width\": 1280, \"height\": 800}}\x82\xd3\xe4\x93\x02&:\x01*\"!/v1/sessions/{session_id}/actions\x12a\n" +
 	"\n" +
 	"ConnectVNC\x12&.deskgrid.display.v1.ConnectVNCRequest\x1a'.deskgrid.display.v1.ConnectVNCResponse(\x010\x01\x12\x9b\x01\n" +
 	"\rResizeDisplay\x12).deskgrid.display.v1.ResizeDisplayRequest\x1a*.deskgrid.display.v1.ResizeDisplayResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/v1/sessions/{session_id}/display:resizeBBZ@github.com/deskgrid/deskgrid/proto/deskgrid/display/v1;displayv1b\x06proto3"

@@ -7,6 +7,7 @@
 package historyv1
 
 import (
+	_ "github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2/options"
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -1713,7 +1714,7 @@ var File_deskgrid_history_v1_history_proto protoreflect.FileDescriptor
 
 const file_deskgrid_history_v1_history_proto_rawDesc = "" +
 	"\n" +
-	"!deskgrid/history/v1/history.proto\x12\x13deskgrid.history.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc3\x02\n" +
+	"!deskgrid/history/v1/history.proto\x12\x13deskgrid.history.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\xc3\x02\n" +
 	"\x05Entry\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -1851,12 +1852,18 @@ const file_deskgrid_history_v1_history_proto_rawDesc = "" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tROLE_USER\x10\x01\x12\x12\n" +
 	"\x0eROLE_ASSISTANT\x10\x02\x12\x0f\n" +
-	"\vROLE_SYSTEM\x10\x032\xc9\t\n" +
-	"\x0eHistoryService\x12\xa0\x01\n" +
-	"\x12ListSessionHistory\x12..deskgrid.history.v1.ListSessionHistoryRequest\x1a/.deskgrid.history.v1.ListSessionHistoryResponse\")\x82\xd3\xe4\x93\x02#\x12!/v1/sessions/{session_id}/history\x12\x8c\x01\n" +
+	"\vROLE_SYSTEM\x10\x032\xf0\x13\n" +
+	"\x0eHistoryService\x12\xf8\x06\n" +
+	"\x12ListSessionHistory\x12..deskgrid.history.v1.ListSessionHistoryRequest\x1a/.deskgrid.history.v1.ListSessionHistoryResponse\"\x80\x06\x92A\xd3\x05\x12\x18List a session's history\x1a\x9c\x02Pages through everything recorded for the session, oldest first: state changes, input sent, commands run, agent messages, tool calls and screenshots (as a `blobHash` for GET /v1/blobs/{hash}). Filter by `types`, `kinds`, a time range or `after_sequence`. History outlives the session.J\x97\x03\n" +
+	"\x03200\x12\x8f\x03\n" +
+	"\x14One page of entries.\"\xf6\x02\n" +
+	"\x10application/json\x12\xe1\x02{\"entries\": [{\"id\": \"ev-01JH3K5M7N9P\", \"sessionId\": \"s-k3v9q2m8x1c7d4f6h0j5\", \"runId\": \"r-8d2k5m1q9x3c7v0b4n6p\", \"sequence\": \"42\", \"type\": \"display.actions_performed.v1\", \"time\": \"2026-01-02T15:05:03Z\", \"data\": {\"actions\": [{\"click\": {\"at\": {\"x\": 640, \"y\": 400}}}]}, \"kind\": \"ENTRY_KIND_TOOL_CALL\", \"tenant\": \"default\"}], \"nextPageToken\": \"eyJzIjo0Mn0\"}\x82\xd3\xe4\x93\x02#\x12!/v1/sessions/{session_id}/history\x12\x8c\x01\n" +
 	"\x0eListRunEntries\x12*.deskgrid.history.v1.ListRunEntriesRequest\x1a+.deskgrid.history.v1.ListRunEntriesResponse\"!\x82\xd3\xe4\x93\x02\x1b\x12\x19/v1/runs/{run_id}/entries\x12\x95\x01\n" +
-	"\x10GetRunTranscript\x12,.deskgrid.history.v1.GetRunTranscriptRequest\x1a-.deskgrid.history.v1.GetRunTranscriptResponse\"$\x82\xd3\xe4\x93\x02\x1e\x12\x1c/v1/runs/{run_id}/transcript\x12\x82\x01\n" +
-	"\rSearchHistory\x12).deskgrid.history.v1.SearchHistoryRequest\x1a*.deskgrid.history.v1.SearchHistoryResponse\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/history:search\x12\xaf\x01\n" +
+	"\x10GetRunTranscript\x12,.deskgrid.history.v1.GetRunTranscriptRequest\x1a-.deskgrid.history.v1.GetRunTranscriptResponse\"$\x82\xd3\xe4\x93\x02\x1e\x12\x1c/v1/runs/{run_id}/transcript\x12\xd1\x05\n" +
+	"\rSearchHistory\x12).deskgrid.history.v1.SearchHistoryRequest\x1a*.deskgrid.history.v1.SearchHistoryResponse\"\xe8\x04\x92A\xca\x04\x12\x0eSearch history\x1a\x9d\x01Full-text search over the caller's history: entries containing every word of `query` (`?query=example heading`), newest first, optionally within one session.J\x97\x03\n" +
+	"\x03200\x12\x8f\x03\n" +
+	"\x1fMatching entries, newest first.\"\xeb\x02\n" +
+	"\x10application/json\x12\xd6\x02{\"entries\": [{\"id\": \"ev-01JH3K5M7N9P\", \"sessionId\": \"s-k3v9q2m8x1c7d4f6h0j5\", \"runId\": \"r-8d2k5m1q9x3c7v0b4n6p\", \"sequence\": \"42\", \"type\": \"display.actions_performed.v1\", \"time\": \"2026-01-02T15:05:03Z\", \"data\": {\"actions\": [{\"click\": {\"at\": {\"x\": 640, \"y\": 400}}}]}, \"kind\": \"ENTRY_KIND_TOOL_CALL\", \"tenant\": \"default\"}], \"nextPageToken\": \"\"}\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/history:search\x12\xaf\x01\n" +
 	"\x14ExportSessionHistory\x120.deskgrid.history.v1.ExportSessionHistoryRequest\x1a1.deskgrid.history.v1.ExportSessionHistoryResponse\"0\x82\xd3\xe4\x93\x02*\x12(/v1/sessions/{session_id}/history:export0\x01\x12\x9c\x01\n" +
 	"\x14ImportSessionHistory\x120.deskgrid.history.v1.ImportSessionHistoryRequest\x1a1.deskgrid.history.v1.ImportSessionHistoryResponse\"\x1d\x82\xd3\xe4\x93\x02\x17:\x01*\"\x12/v1/history:import(\x01\x12\xa6\x01\n" +
 	"\x14DeleteSessionHistory\x120.deskgrid.history.v1.DeleteSessionHistoryRequest\x1a1.deskgrid.history.v1.DeleteSessionHistoryResponse\")\x82\xd3\xe4\x93\x02#*!/v1/sessions/{session_id}/history\x12n\n" +

@@ -7,6 +7,7 @@
 package sandboxv1
 
 import (
+	_ "github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2/options"
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -3885,7 +3886,7 @@ var File_deskgrid_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
-	"!deskgrid/sandbox/v1/sandbox.proto\x12\x13deskgrid.sandbox.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xee\x02\n" +
+	"!deskgrid/sandbox/v1/sandbox.proto\x12\x13deskgrid.sandbox.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\xee\x02\n" +
 	"\aSandbox\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
@@ -3937,7 +3938,7 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x14DeleteSandboxRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x17\n" +
-	"\x15DeleteSandboxResponse\"\xaf\x01\n" +
+	"\x15DeleteSandboxResponse\"\x90\x02\n" +
 	"\vExecRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
@@ -3945,7 +3946,7 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x03env\x18\x03 \x03(\tR\x03env\x12\x10\n" +
 	"\x03cwd\x18\x04 \x01(\tR\x03cwd\x12\x14\n" +
 	"\x05stdin\x18\x05 \x01(\fR\x05stdin\x123\n" +
-	"\atimeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\\\n" +
+	"\atimeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\atimeout:_\x92A\\2Z{\"argv\": [\"sh\", \"-c\", \"echo hello\"], \"env\": [\"LANG=C.UTF-8\"], \"cwd\": \"\", \"timeout\": \"30s\"}\"\\\n" +
 	"\bExecExit\x12\x1b\n" +
 	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\tR\x06signal\x12\x1b\n" +
@@ -3961,13 +3962,13 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x04path\x18\x02 \x01(\tR\x04path\"@\n" +
 	"\x10ReadFileResponse\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\fR\acontent\x12\x12\n" +
-	"\x04mode\x18\x02 \x01(\rR\x04mode\"s\n" +
+	"\x04mode\x18\x02 \x01(\rR\x04mode\"\xc0\x01\n" +
 	"\x10WriteFileRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x18\n" +
 	"\acontent\x18\x03 \x01(\fR\acontent\x12\x12\n" +
-	"\x04mode\x18\x04 \x01(\rR\x04mode\"\x13\n" +
+	"\x04mode\x18\x04 \x01(\rR\x04mode:K\x92AH2F{\"path\": \"notes/todo.txt\", \"content\": \"aGVsbG8gd29ybGQK\", \"mode\": 420}\"\x13\n" +
 	"\x11WriteFileResponse\"E\n" +
 	"\x10ListFilesRequest\x12\x1d\n" +
 	"\n" +
@@ -4155,16 +4156,25 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x17CHANGE_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11CHANGE_KIND_ADDED\x10\x01\x12\x18\n" +
 	"\x14CHANGE_KIND_MODIFIED\x10\x02\x12\x17\n" +
-	"\x13CHANGE_KIND_DELETED\x10\x032\xec\x1e\n" +
+	"\x13CHANGE_KIND_DELETED\x10\x032\xc3'\n" +
 	"\x0eSandboxService\x12f\n" +
 	"\rCreateSandbox\x12).deskgrid.sandbox.v1.CreateSandboxRequest\x1a*.deskgrid.sandbox.v1.CreateSandboxResponse\x12\x91\x01\n" +
 	"\n" +
 	"GetSandbox\x12&.deskgrid.sandbox.v1.GetSandboxRequest\x1a'.deskgrid.sandbox.v1.GetSandboxResponse\"2\x82\xd3\xe4\x93\x02,b\asandbox\x12!/v1/sessions/{session_id}/sandbox\x12f\n" +
 	"\rListSandboxes\x12).deskgrid.sandbox.v1.ListSandboxesRequest\x1a*.deskgrid.sandbox.v1.ListSandboxesResponse\x12f\n" +
-	"\rDeleteSandbox\x12).deskgrid.sandbox.v1.DeleteSandboxRequest\x1a*.deskgrid.sandbox.v1.DeleteSandboxResponse\x12x\n" +
-	"\x04Exec\x12 .deskgrid.sandbox.v1.ExecRequest\x1a!.deskgrid.sandbox.v1.ExecResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/sessions/{session_id}:exec0\x01\x12\x85\x01\n" +
-	"\bReadFile\x12$.deskgrid.sandbox.v1.ReadFileRequest\x1a%.deskgrid.sandbox.v1.ReadFileResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/sessions/{session_id}/files:read\x12\x8c\x01\n" +
-	"\tWriteFile\x12%.deskgrid.sandbox.v1.WriteFileRequest\x1a&.deskgrid.sandbox.v1.WriteFileResponse\"0\x82\xd3\xe4\x93\x02*:\x01*\"%/v1/sessions/{session_id}/files:write\x12\x83\x01\n" +
+	"\rDeleteSandbox\x12).deskgrid.sandbox.v1.DeleteSandboxRequest\x1a*.deskgrid.sandbox.v1.DeleteSandboxResponse\x12\x95\x05\n" +
+	"\x04Exec\x12 .deskgrid.sandbox.v1.ExecRequest\x1a!.deskgrid.sandbox.v1.ExecResponse\"\xc5\x04\x92A\x98\x04\x12\x1cRun a command in the sandbox\x1a\x8b\x03Runs `argv` inside the session's sandbox (its own filesystem, processes and limits; the desktop's DISPLAY is set) and streams its output as it comes, then how it ended. The response is newline-delimited JSON, one `{\"result\": ...}` per line, each carrying base64 `stdout` or `stderr` bytes or, last, the `exit`. The command and its whole process tree are killed after `timeout` (60 s by default).Jj\n" +
+	"\x03200\x12c\n" +
+	")A stream of output chunks, then the exit.\"6\n" +
+	"\x10application/json\x12\"{\"result\": {\"stdout\": \"aGVsbG8K\"}}\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/sessions/{session_id}:exec0\x01\x12\xe1\x03\n" +
+	"\bReadFile\x12$.deskgrid.sandbox.v1.ReadFileRequest\x1a%.deskgrid.sandbox.v1.ReadFileResponse\"\x87\x03\x92A\xd7\x02\x12\vRead a file\x1a\xd5\x01Returns a file beneath the sandbox root (`?path=notes/todo.txt`, relative to the root), its bytes base64 in `content`. A path that leaves the sandbox is 400; a missing file 404. For large files use files:download.Jp\n" +
+	"\x03200\x12i\n" +
+	"%The file's bytes and permission bits.\"@\n" +
+	"\x10application/json\x12,{\"content\": \"aGVsbG8gd29ybGQK\", \"mode\": 420}\x82\xd3\xe4\x93\x02&\x12$/v1/sessions/{session_id}/files:read\x12\xe9\x02\n" +
+	"\tWriteFile\x12%.deskgrid.sandbox.v1.WriteFileRequest\x1a&.deskgrid.sandbox.v1.WriteFileResponse\"\x8c\x02\x92A\xd8\x01\x12\fWrite a file\x1a\x90\x01Creates or replaces a file beneath the sandbox root, with its parent directories. `content` is base64; `mode` the permission bits (0644 when 0).J5\n" +
+	"\x03200\x12.\n" +
+	"\x14The file is written.\"\x16\n" +
+	"\x10application/json\x12\x02{}\x82\xd3\xe4\x93\x02*:\x01*\"%/v1/sessions/{session_id}/files:write\x12\x83\x01\n" +
 	"\tListFiles\x12%.deskgrid.sandbox.v1.ListFilesRequest\x1a&.deskgrid.sandbox.v1.ListFilesResponse\"'\x82\xd3\xe4\x93\x02!\x12\x1f/v1/sessions/{session_id}/files\x12c\n" +
 	"\fStartProcess\x12(.deskgrid.sandbox.v1.StartProcessRequest\x1a).deskgrid.sandbox.v1.StartProcessResponse\x12`\n" +
 	"\vStopProcess\x12'.deskgrid.sandbox.v1.StopProcessRequest\x1a(.deskgrid.sandbox.v1.StopProcessResponse\x12\x93\x01\n" +

@@ -7,6 +7,7 @@
 package sessionv1
 
 import (
+	_ "github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2/options"
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -1884,12 +1885,12 @@ var File_deskgrid_session_v1_session_proto protoreflect.FileDescriptor
 
 const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"\n" +
-	"!deskgrid/session/v1/session.proto\x12\x13deskgrid.session.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x91\x01\n" +
+	"!deskgrid/session/v1/session.proto\x12\x13deskgrid.session.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\xce\x01\n" +
 	"\vDisplaySpec\x12\x19\n" +
 	"\x05width\x18\x01 \x01(\x05H\x00R\x05width\x88\x01\x01\x12\x1b\n" +
 	"\x06height\x18\x02 \x01(\x05H\x01R\x06height\x88\x01\x01\x12\x19\n" +
 	"\x05depth\x18\x03 \x01(\x05H\x02R\x05depth\x88\x01\x01\x12\x10\n" +
-	"\x03dpi\x18\x04 \x01(\x05R\x03dpiB\b\n" +
+	"\x03dpi\x18\x04 \x01(\x05R\x03dpi:;\x92A826{\"width\": 1280, \"height\": 800, \"depth\": 24, \"dpi\": 96}B\b\n" +
 	"\x06_widthB\t\n" +
 	"\a_heightB\b\n" +
 	"\x06_depth\"\x85\x01\n" +
@@ -1899,7 +1900,7 @@ const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"cpu_millis\x18\x02 \x01(\x03R\tcpuMillis\x12\x12\n" +
 	"\x04pids\x18\x03 \x01(\x03R\x04pids\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\xf9\b\n" +
+	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\x8d\v\n" +
 	"\aSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x127\n" +
@@ -1934,7 +1935,7 @@ const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
 	"\x11NodeSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x82\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01:\x91\x02\x92A\x8d\x022\x8a\x02{\"id\": \"s-k3v9q2m8x1c7d4f6h0j5\", \"tenant\": \"default\", \"state\": \"SESSION_STATE_RUNNING\", \"display\": {\"width\": 1280, \"height\": 800, \"depth\": 24}, \"labels\": {\"team\": \"qa\"}, \"nodeId\": \"node-1\", \"xDisplay\": \":101\", \"createTime\": \"2026-01-02T15:04:05Z\", \"generation\": \"3\"}\"\xd2\x06\n" +
 	"\x14CreateSessionRequest\x12:\n" +
 	"\adisplay\x18\x01 \x01(\v2 .deskgrid.session.v1.DisplaySpecR\adisplay\x12;\n" +
 	"\x06limits\x18\x02 \x01(\v2#.deskgrid.session.v1.ResourceLimitsR\x06limits\x12M\n" +
@@ -1951,7 +1952,7 @@ const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
 	"\x11NodeSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"O\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01:\xcd\x01\x92A\xc9\x012\xc6\x01{\"display\": {\"width\": 1280, \"height\": 800}, \"labels\": {\"team\": \"qa\"}, \"ttl\": \"7200s\", \"idleTimeout\": \"900s\", \"autostart\": [\"chromium --no-first-run https://example.com\"], \"requestId\": \"create-7f3a\"}\"O\n" +
 	"\x15CreateSessionResponse\x126\n" +
 	"\asession\x18\x01 \x01(\v2\x1c.deskgrid.session.v1.SessionR\asession\"2\n" +
 	"\x11GetSessionRequest\x12\x1d\n" +
@@ -2048,13 +2049,25 @@ const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"\x16NODE_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10NODE_STATE_READY\x10\x01\x12\x17\n" +
 	"\x13NODE_STATE_DRAINING\x10\x02\x12\x13\n" +
-	"\x0fNODE_STATE_DOWN\x10\x032\xb5\t\n" +
-	"\x0eSessionService\x12\x88\x01\n" +
-	"\rCreateSession\x12).deskgrid.session.v1.CreateSessionRequest\x1a*.deskgrid.session.v1.CreateSessionResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*b\asession\"\f/v1/sessions\x12\x89\x01\n" +
+	"\x0fNODE_STATE_DOWN\x10\x032\x9b\x19\n" +
+	"\x0eSessionService\x12\xa5\a\n" +
+	"\rCreateSession\x12).deskgrid.session.v1.CreateSessionRequest\x1a*.deskgrid.session.v1.CreateSessionResponse\"\xbc\x06\x92A\x98\x06\x12\x10Create a session\x1a\xc8\x02Places a new desktop session on a node and answers once its display answers a screenshot, with the session RUNNING. Every field is optional: the empty body `{}` gives a 1280x800 desktop with the server's default time to live. Send a `request_id` to make retries safe: a second create with the same one returns the first session.J\xb8\x03\n" +
+	"\x03200\x12\xb0\x03\n" +
+	"\x19The new session, RUNNING.\"\x92\x03\n" +
+	"\x10application/json\x12\xfd\x02{\"id\": \"s-k3v9q2m8x1c7d4f6h0j5\", \"tenant\": \"default\", \"state\": \"SESSION_STATE_RUNNING\", \"display\": {\"width\": 1280, \"height\": 800, \"depth\": 24}, \"labels\": {\"team\": \"qa\"}, \"ttl\": \"7200s\", \"idleTimeout\": \"900s\", \"nodeId\": \"node-1\", \"xDisplay\": \":101\", \"createTime\": \"2026-01-02T15:04:05Z\", \"updateTime\": \"2026-01-02T15:04:06Z\", \"expireTime\": \"2026-01-02T17:04:05Z\", \"generation\": \"3\"}\x82\xd3\xe4\x93\x02\x1a:\x01*b\asession\"\f/v1/sessions\x12\xa2\x04\n" +
 	"\n" +
-	"GetSession\x12&.deskgrid.session.v1.GetSessionRequest\x1a'.deskgrid.session.v1.GetSessionResponse\"*\x82\xd3\xe4\x93\x02$b\asession\x12\x19/v1/sessions/{session_id}\x12y\n" +
-	"\fListSessions\x12(.deskgrid.session.v1.ListSessionsRequest\x1a).deskgrid.session.v1.ListSessionsResponse\"\x14\x82\xd3\xe4\x93\x02\x0e\x12\f/v1/sessions\x12\x92\x01\n" +
-	"\rDeleteSession\x12).deskgrid.session.v1.DeleteSessionRequest\x1a*.deskgrid.session.v1.DeleteSessionResponse\"*\x82\xd3\xe4\x93\x02$b\asession*\x19/v1/sessions/{session_id}\x12\x8e\x01\n" +
+	"GetSession\x12&.deskgrid.session.v1.GetSessionRequest\x1a'.deskgrid.session.v1.GetSessionResponse\"\xc2\x03\x92A\x94\x03\x12\rGet a session\x1a8Returns one session, in any state. An unknown id is 404.J\xc8\x02\n" +
+	"\x03200\x12\xc0\x02\n" +
+	"\fThe session.\"\xaf\x02\n" +
+	"\x10application/json\x12\x9a\x02{\"id\": \"s-k3v9q2m8x1c7d4f6h0j5\", \"tenant\": \"default\", \"state\": \"SESSION_STATE_RUNNING\", \"display\": {\"width\": 1280, \"height\": 800, \"depth\": 24}, \"nodeId\": \"node-1\", \"xDisplay\": \":101\", \"createTime\": \"2026-01-02T15:04:05Z\", \"lastActiveTime\": \"2026-01-02T15:10:00Z\", \"generation\": \"5\"}\x82\xd3\xe4\x93\x02$b\asession\x12\x19/v1/sessions/{session_id}\x12\xc9\x04\n" +
+	"\fListSessions\x12(.deskgrid.session.v1.ListSessionsRequest\x1a).deskgrid.session.v1.ListSessionsResponse\"\xe3\x03\x92A\xcb\x03\x12\rList sessions\x1a\xc6\x01Pages through the caller's sessions, newest first. Filter by state (`?states=SESSION_STATE_RUNNING`) or by labels (`?labels[team]=qa`); pass `next_page_token` back as `page_token` for the next page.J\xf0\x01\n" +
+	"\x03200\x12\xe8\x01\n" +
+	"\x15One page of sessions.\"\xce\x01\n" +
+	"\x10application/json\x12\xb9\x01{\"sessions\": [{\"id\": \"s-k3v9q2m8x1c7d4f6h0j5\", \"state\": \"SESSION_STATE_RUNNING\", \"display\": {\"width\": 1280, \"height\": 800, \"depth\": 24}, \"labels\": {\"team\": \"qa\"}}], \"nextPageToken\": \"\"}\x82\xd3\xe4\x93\x02\x0e\x12\f/v1/sessions\x12\xf1\x03\n" +
+	"\rDeleteSession\x12).deskgrid.session.v1.DeleteSessionRequest\x1a*.deskgrid.session.v1.DeleteSessionResponse\"\x88\x03\x92A\xda\x02\x12\x10Delete a session\x1a\x9d\x01Stops the session's desktop and processes and frees its files and memory; its history stays. Deleting a session that is already stopped returns it unchanged.J\xa5\x01\n" +
+	"\x03200\x12\x9d\x01\n" +
+	"\x15The session, STOPPED.\"\x83\x01\n" +
+	"\x10application/json\x12o{\"id\": \"s-k3v9q2m8x1c7d4f6h0j5\", \"state\": \"SESSION_STATE_STOPPED\", \"stateReason\": \"deleted\", \"generation\": \"7\"}\x82\xd3\xe4\x93\x02$b\asession*\x19/v1/sessions/{session_id}\x12\x8e\x01\n" +
 	"\fWatchSession\x12(.deskgrid.session.v1.WatchSessionRequest\x1a).deskgrid.session.v1.WatchSessionResponse\"'\x82\xd3\xe4\x93\x02!\x12\x1f/v1/sessions/{session_id}:watch0\x01\x12\xa0\x01\n" +
 	"\x0eSuspendSession\x12*.deskgrid.session.v1.SuspendSessionRequest\x1a+.deskgrid.session.v1.SuspendSessionResponse\"5\x82\xd3\xe4\x93\x02/:\x01*b\asession\"!/v1/sessions/{session_id}:suspend\x12\x9c\x01\n" +
 	"\rResumeSession\x12).deskgrid.session.v1.ResumeSessionRequest\x1a*.deskgrid.session.v1.ResumeSessionResponse\"4\x82\xd3\xe4\x93\x02.:\x01*b\asession\" /v1/sessions/{session_id}:resume\x12\xa8\x01\n" +
@@ -2063,7 +2076,24 @@ const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"\tListNodes\x12%.deskgrid.session.v1.ListNodesRequest\x1a&.deskgrid.session.v1.ListNodesResponse\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/v1/nodes\x12w\n" +
 	"\aGetNode\x12#.deskgrid.session.v1.GetNodeRequest\x1a$.deskgrid.session.v1.GetNodeResponse\"!\x82\xd3\xe4\x93\x02\x1bb\x04node\x12\x13/v1/nodes/{node_id}\x12\x86\x01\n" +
 	"\tDrainNode\x12%.deskgrid.session.v1.DrainNodeRequest\x1a&.deskgrid.session.v1.DrainNodeResponse\"*\x82\xd3\xe4\x93\x02$:\x01*b\x04node\"\x19/v1/nodes/{node_id}:drain\x12\x8e\x01\n" +
-	"\vUndrainNode\x12'.deskgrid.session.v1.UndrainNodeRequest\x1a(.deskgrid.session.v1.UndrainNodeResponse\",\x82\xd3\xe4\x93\x02&:\x01*b\x04node\"\x1b/v1/nodes/{node_id}:undrainBBZ@github.com/deskgrid/deskgrid/proto/deskgrid/session/v1;sessionv1b\x06proto3"
+	"\vUndrainNode\x12'.deskgrid.session.v1.UndrainNodeRequest\x1a(.deskgrid.session.v1.UndrainNodeResponse\",\x82\xd3\xe4\x93\x02&:\x01*b\x04node\"\x1b/v1/nodes/{node_id}:undrainB\xaa\v\x92A\xe4\n" +
+	"\x12\xe3\x04\n" +
+	"\fdeskgrid API\x12\xce\x04deskgrid gives computer-use agents isolated Linux desktops on demand: create a session, look at its screen, send mouse and keyboard input, run commands and move files in its sandbox, run an agent on it, and read back what happened.\n" +
+	"\n" +
+	"Authentication: when the server requires it, every call carries `Authorization: Bearer <API key>`. A missing or unknown key is 401, a key without the scope a call needs is 403.\n" +
+	"\n" +
+	"Errors are JSON `{\"code\": <gRPC code>, \"message\": \"...\"}` with the matching HTTP status. Custom methods are written `resource:verb`, such as `POST /v1/sessions/{session_id}:exec`.2\x02v1*\x02\x01\x022\x10application/json:\x10application/jsonZo\n" +
+	"m\n" +
+	"\x06bearer\x12c\b\x02\x12NAn API key as `Bearer <API key>`, such as `Authorization: Bearer dk_live_...`.\x1a\rAuthorization \x02b\f\n" +
+	"\n" +
+	"\n" +
+	"\x06bearer\x12\x00jZ\n" +
+	"\x0eSessionService\x12HSessions: one isolated desktop each, with its own X display and sandbox.jg\n" +
+	"\vNodeService\x12XThe machines sessions run on; draining one moves no session but places no new one there.jR\n" +
+	"\x0eDisplayService\x12@A session's screen: screenshots, mouse and keyboard input, size.ja\n" +
+	"\x0eSandboxService\x12OA session's sandbox: commands, files, changes against the workspace, snapshots.jk\n" +
+	"\fAgentService\x12[Agent runs: a model drives the desktop toward a goal, step by step, with optional approval.jl\n" +
+	"\x0eHistoryService\x12ZWhat happened in a session: every action, command and run step, searchable and exportable.Z@github.com/deskgrid/deskgrid/proto/deskgrid/session/v1;sessionv1b\x06proto3"
 
 var (
 	file_deskgrid_session_v1_session_proto_rawDescOnce sync.Once
