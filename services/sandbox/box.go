@@ -37,6 +37,8 @@ type box struct {
 	disk string
 	// fromSnapshot is the snapshot the layer was created from, if any.
 	fromSnapshot string
+	// network gives its commands outbound network.
+	network bool
 
 	// layer is held for reading by every call using the mounted layer, and
 	// for writing while DiscardChanges remounts it.
@@ -81,6 +83,7 @@ type meta struct {
 	Created   time.Time      `json:"created"`
 	Limits    Limits         `json:"limits"`
 	Disk      string         `json:"disk,omitempty"`
+	Network   bool           `json:"network,omitempty"`
 }
 
 const maxSessionID = 64
@@ -159,12 +162,12 @@ func (s *Service) workspaceLower(workspace string) (string, error) {
 
 // createSandbox mounts a new sandbox with the default limits.
 func (s *Service) createSandbox(ctx context.Context, id, workspace string) (*box, error) {
-	return s.create(ctx, id, workspace, Limits{}, "")
+	return s.create(ctx, id, workspace, Limits{}, "", false)
 }
 
 // create mounts a new sandbox and makes its cgroup. On any failure nothing
 // of it remains.
-func (s *Service) create(ctx context.Context, id, workspace string, req Limits, snapshotID string) (*box, error) {
+func (s *Service) create(ctx context.Context, id, workspace string, req Limits, snapshotID string, network bool) (*box, error) {
 	if err := validateSessionID(id); err != nil {
 		return nil, err
 	}
@@ -197,6 +200,7 @@ func (s *Service) create(ctx context.Context, id, workspace string, req Limits, 
 		kill:         kill,
 		cancel:       cancel,
 		fromSnapshot: snapshotID,
+		network:      network,
 	}
 	s.mu.Lock()
 	switch {
@@ -224,7 +228,7 @@ func (s *Service) create(ctx context.Context, id, workspace string, req Limits, 
 	if err != nil {
 		return nil, err
 	}
-	s.log.InfoContext(ctx, "sandbox created", "session_id", id, "lower", lower, "driver", b.driver.Name())
+	s.log.InfoContext(ctx, "sandbox created", "session_id", id, "lower", lower, "driver", b.driver.Name(), "network", network)
 	return b, nil
 }
 
@@ -302,7 +306,7 @@ func (s *Service) build(ctx context.Context, b *box) (err error) {
 		}
 		b.cg = cg
 	}
-	return writeMeta(b.dir, meta{SessionID: b.id, Tenant: b.tenant, Lower: b.lower, Owner: b.owner, Driver: d.Name(), Created: b.created, Limits: b.limits, Disk: b.disk})
+	return writeMeta(b.dir, meta{SessionID: b.id, Tenant: b.tenant, Lower: b.lower, Owner: b.owner, Driver: d.Name(), Created: b.created, Limits: b.limits, Disk: b.disk, Network: b.network})
 }
 
 func writeMeta(dir string, m meta) error {
@@ -686,7 +690,7 @@ func (s *Service) adopt(ctx context.Context, id string) error {
 	}
 	kill, cancel := context.WithCancel(context.Background())
 	b := &box{id: id, tenant: m.Tenant, dir: dir, lower: m.Lower, owner: m.Owner, driver: driver, created: m.Created,
-		limits: m.Limits, cg: cg, disk: m.Disk, procs: map[string]*proc{}, frozen: cg != nil && cg.Frozen(),
+		limits: m.Limits, cg: cg, disk: m.Disk, network: m.Network, procs: map[string]*proc{}, frozen: cg != nil && cg.Frozen(),
 		ready: make(chan struct{}), ok: true, deleted: make(chan struct{}), kill: kill, cancel: cancel}
 	close(b.ready)
 	s.mu.Lock()

@@ -129,6 +129,8 @@ func (s *Service) exec(ctx context.Context, req *sandboxv1.ExecRequest, send fun
 			return nil, ctx.Err() // the caller went away; nothing to report
 		case errors.Is(err, jail.ErrNoBwrap):
 			return nil, coded(codes.Unavailable, "this node cannot run commands: %s is not installed (Debian package bubblewrap)", s.cfg.BwrapPath)
+		case errors.Is(err, jail.ErrNoSlirp):
+			return nil, coded(codes.Unavailable, "this node cannot give sandboxes network: %s is not installed (Debian package slirp4netns)", s.cfg.SlirpPath)
 		}
 		return nil, err
 	}
@@ -196,6 +198,14 @@ func (s *Service) jailSpec(b *box, argv, extraEnv []string, cwd, asked string) (
 		spec.Place = b.cg.Command
 	}
 	spec.Seccomp = s.seccomp
+	if b.network {
+		// Looked up per command: the host's addresses can change.
+		deny, err := jail.HostAddrs()
+		if err != nil {
+			return jail.Spec{}, err
+		}
+		spec.Network = &jail.Network{Slirp: s.cfg.SlirpPath, Hardened: true, Deny: deny}
+	}
 	return spec, nil
 
 }

@@ -34,6 +34,7 @@ func (b *box) proto() *sandboxv1.Sandbox {
 		CreateTime: timestamppb.New(b.created),
 		Frozen:     b.isFrozen(),
 		Disk:       b.disk,
+		Network:    b.network,
 	}
 	if b.cg != nil {
 		out.Limits = b.limits.proto()
@@ -84,7 +85,7 @@ func (s *Service) toStatus(ctx context.Context, op string, err error) error {
 func (g *server) CreateSandbox(ctx context.Context, req *sandboxv1.CreateSandboxRequest) (*sandboxv1.CreateSandboxResponse, error) {
 	b, err := g.s.create(ctx, req.GetSessionId(), req.GetWorkspace(), Limits{
 		MemoryBytes: req.GetMemoryBytes(), CPUMillis: req.GetCpuMillis(), Pids: req.GetPids(), DiskBytes: req.GetDiskBytes(),
-	}, req.GetSnapshotId())
+	}, req.GetSnapshotId(), req.GetNetwork())
 	if err != nil {
 		return nil, g.s.toStatus(ctx, "create sandbox", err)
 	}

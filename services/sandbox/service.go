@@ -48,6 +48,9 @@ type Config struct {
 	// FuseOverlayfsPath and BwrapPath name the helper programs.
 	FuseOverlayfsPath string
 	BwrapPath         string
+	// SlirpPath names slirp4netns, which gives the sandboxes created with
+	// network their outbound network.
+	SlirpPath string
 	// ExecTimeout is used when a request gives none; MaxExecTimeout bounds requests.
 	ExecTimeout    time.Duration
 	MaxExecTimeout time.Duration
@@ -95,6 +98,7 @@ func DefaultConfig() Config {
 		Driver:            DriverAuto,
 		FuseOverlayfsPath: "fuse-overlayfs",
 		BwrapPath:         "bwrap",
+		SlirpPath:         "slirp4netns",
 		ExecTimeout:       60 * time.Second,
 		MaxExecTimeout:    time.Hour,
 		ExecChunkBytes:    32 << 10,
@@ -160,6 +164,9 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	if cfg.BwrapPath == "" {
 		cfg.BwrapPath = def.BwrapPath
+	}
+	if cfg.SlirpPath == "" {
+		cfg.SlirpPath = def.SlirpPath
 	}
 	if cfg.ExecTimeout <= 0 {
 		cfg.ExecTimeout = def.ExecTimeout

@@ -73,6 +73,9 @@ type Spec struct {
 	// Seccomp, when set, is a compiled filter (SeccompFilter) bwrap installs
 	// before running the program.
 	Seccomp []byte
+	// Network, when set, gives the command outbound network through
+	// user-mode networking instead of none.
+	Network *Network
 }
 
 // Stream tells stdout from stderr.
@@ -202,8 +205,15 @@ func Args(spec Spec) ([]string, error) {
 	for _, k := range order {
 		a = append(a, "--setenv", k, env[k])
 	}
+	fd := 3 // the first of ExtraFiles, in the order command opens them
 	if len(spec.Seccomp) > 0 {
-		a = append(a, "--seccomp", fmt.Sprint(seccompFD))
+		a = append(a, "--seccomp", fmt.Sprint(fd))
+		fd++
+	}
+	if spec.Network != nil {
+		// bwrap reports the namespace's pid, then waits for slirp4netns to
+		// configure its interface before it runs the program.
+		a = append(a, "--info-fd", fmt.Sprint(fd), "--block-fd", fmt.Sprint(fd+1))
 	}
 	a = append(a, "--chdir", cwd, "--")
 	return append(a, spec.Argv...), nil
@@ -226,11 +236,12 @@ func Run(ctx context.Context, spec Spec, timeout time.Duration, chunkSize int, o
 	if chunkSize <= 0 {
 		chunkSize = 32 << 10
 	}
-	cmd, release, err := command(spec, args)
+	l, err := command(spec, args)
 	if err != nil {
 		return Exit{}, err
 	}
-	defer release()
+	defer l.release()
+	cmd := l.cmd
 	if len(spec.Stdin) > 0 {
 		cmd.Stdin = bytes.NewReader(spec.Stdin)
 	}
@@ -247,6 +258,11 @@ func Run(ctx context.Context, spec Spec, timeout time.Duration, chunkSize int, o
 	if err := start(); err != nil {
 		return Exit{}, startError(err)
 	}
+	net, err := l.started(spec)
+	if err != nil {
+		return Exit{}, err
+	}
+	defer net.stop() // after the command has been waited for
 	runCtx, cancel := context.WithTimeoutCause(ctx, timeout, ErrTimeout)
 	defer cancel()
 	// Killing bwrap is enough: --die-with-parent kills the namespace's init,
@@ -304,11 +320,36 @@ func Run(ctx context.Context, spec Spec, timeout time.Duration, chunkSize int, o
 	return exit, nil
 }
 
-// seccompFD is where bwrap finds the filter: the first of ExtraFiles.
-const seccompFD = 3
+// launch is bwrap's command and the pipes it shares with it.
+type launch struct {
+	cmd *exec.Cmd
+	// child are bwrap's ends, closed here once it has started.
+	child []*os.File
+	// info and block are ours when the command has network: bwrap writes
+	// its child's pid to info and waits until block is written.
+	info, block *os.File
+}
 
-// command builds bwrap's command; release closes what it opened for it.
-func command(spec Spec, args []string) (*exec.Cmd, func(), error) {
+// closeChild closes bwrap's ends of the pipes; ours see EOF when it exits.
+func (l *launch) closeChild() {
+	for _, f := range l.child {
+		_ = f.Close()
+	}
+	l.child = nil
+}
+
+// release closes every pipe still open.
+func (l *launch) release() {
+	l.closeChild()
+	for _, f := range []*os.File{l.info, l.block} {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
+}
+
+// command builds bwrap's command and opens the pipes Args numbered.
+func command(spec Spec, args []string) (*launch, error) {
 	bin := spec.Bwrap
 	if bin == "" {
 		bin = "bwrap"
@@ -319,24 +360,61 @@ func command(spec Spec, args []string) (*exec.Cmd, func(), error) {
 	// Its own process group: a terminal's signals to the node agent must not
 	// reach the sandbox.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if len(spec.Seccomp) == 0 {
-		return cmd, func() {}, nil
+	l := &launch{cmd: cmd}
+	if len(spec.Seccomp) > 0 {
+		// A pipe holds the few hundred bytes of the filter; bwrap reads to EOF.
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("seccomp pipe: %w", err)
+		}
+		_, err = w.Write(spec.Seccomp)
+		if cerr := w.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			r.Close()
+			return nil, fmt.Errorf("seccomp pipe: %w", err)
+		}
+		l.child = append(l.child, r)
+		cmd.ExtraFiles = append(cmd.ExtraFiles, r)
 	}
-	// A pipe holds the few hundred bytes of the filter; bwrap reads to EOF.
-	r, w, err := os.Pipe()
+	if spec.Network != nil {
+		infoR, infoW, err := os.Pipe()
+		if err != nil {
+			l.release()
+			return nil, fmt.Errorf("info pipe: %w", err)
+		}
+		l.info = infoR
+		l.child = append(l.child, infoW)
+		blockR, blockW, err := os.Pipe()
+		if err != nil {
+			l.release()
+			return nil, fmt.Errorf("block pipe: %w", err)
+		}
+		l.block = blockW
+		l.child = append(l.child, blockR)
+		cmd.ExtraFiles = append(cmd.ExtraFiles, infoW, blockR)
+	}
+	return l, nil
+}
+
+// started finishes a start: it closes bwrap's ends of the pipes and, for a
+// command with network, connects its namespace and lets it run. On error
+// bwrap has been killed and waited for.
+func (l *launch) started(spec Spec) (*slirp, error) {
+	l.closeChild()
+	if spec.Network == nil {
+		return nil, nil
+	}
+	sl, err := spec.Network.connect(spec, l.info, l.block)
+	_ = l.block.Close()
+	l.block = nil
 	if err != nil {
-		return nil, nil, fmt.Errorf("seccomp pipe: %w", err)
+		_ = l.cmd.Process.Kill()
+		_ = l.cmd.Wait()
+		return nil, err
 	}
-	_, err = w.Write(spec.Seccomp)
-	if cerr := w.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		r.Close()
-		return nil, nil, fmt.Errorf("seccomp pipe: %w", err)
-	}
-	cmd.ExtraFiles = []*os.File{r}
-	return cmd, func() { r.Close() }, nil
+	return sl, nil
 }
 
 func place(spec Spec, cmd *exec.Cmd) (start func() error, done func()) {
@@ -390,11 +468,12 @@ func Spawn(spec Spec, stdin, out *os.File) (*Proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd, release, err := command(spec, args)
+	l, err := command(spec, args)
 	if err != nil {
 		return nil, err
 	}
-	defer release() // bwrap has its own copy once started
+	defer l.release() // bwrap has its own copy once started
+	cmd := l.cmd
 	if out != nil {
 		cmd.Stdout, cmd.Stderr = out, out
 	}
@@ -406,11 +485,17 @@ func Spawn(spec Spec, stdin, out *os.File) (*Proc, error) {
 		placed()
 		return nil, startError(err)
 	}
+	net, err := l.started(spec)
+	if err != nil {
+		placed()
+		return nil, err
+	}
 	p := &Proc{cmd: cmd, done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		defer placed()
 		p.exit, p.err = exitOf(cmd.Wait())
+		net.stop()
 	}()
 	return p, nil
 }

@@ -150,7 +150,9 @@ type Sandbox struct {
 	Usage *SandboxUsage `protobuf:"bytes,9,opt,name=usage,proto3" json:"usage,omitempty"`
 	// What holds the writable layer when limits.disk_bytes is set: "ext4"
 	// (a loop-mounted image) or "tmpfs"; empty when the layer is unbounded.
-	Disk          string `protobuf:"bytes,10,opt,name=disk,proto3" json:"disk,omitempty"`
+	Disk string `protobuf:"bytes,10,opt,name=disk,proto3" json:"disk,omitempty"`
+	// Whether its commands have outbound network.
+	Network       bool `protobuf:"varint,11,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -253,6 +255,13 @@ func (x *Sandbox) GetDisk() string {
 		return x.Disk
 	}
 	return ""
+}
+
+func (x *Sandbox) GetNetwork() bool {
+	if x != nil {
+		return x.Network
+	}
+	return false
 }
 
 // SandboxLimits bound a sandbox's resources.
@@ -405,7 +414,11 @@ type CreateSandboxRequest struct {
 	Pids        int64  `protobuf:"varint,5,opt,name=pids,proto3" json:"pids,omitempty"`
 	DiskBytes   int64  `protobuf:"varint,6,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
 	// Snapshot whose layer the new sandbox starts with; empty for none.
-	SnapshotId    string `protobuf:"bytes,7,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	SnapshotId string `protobuf:"bytes,7,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	// Whether the sandbox's commands get outbound network (user-mode
+	// networking through slirp4netns: 10.0.2.100/24, DNS 10.0.2.3; the host's
+	// own addresses and loopback stay unreachable). Off: no network at all.
+	Network       bool `protobuf:"varint,8,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -487,6 +500,13 @@ func (x *CreateSandboxRequest) GetSnapshotId() string {
 		return x.SnapshotId
 	}
 	return ""
+}
+
+func (x *CreateSandboxRequest) GetNetwork() bool {
+	if x != nil {
+		return x.Network
+	}
+	return false
 }
 
 type CreateSandboxResponse struct {
@@ -3886,7 +3906,7 @@ var File_deskgrid_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
-	"!deskgrid/sandbox/v1/sandbox.proto\x12\x13deskgrid.sandbox.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\xee\x02\n" +
+	"!deskgrid/sandbox/v1/sandbox.proto\x12\x13deskgrid.sandbox.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\x88\x03\n" +
 	"\aSandbox\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
@@ -3900,7 +3920,8 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x06frozen\x18\b \x01(\bR\x06frozen\x127\n" +
 	"\x05usage\x18\t \x01(\v2!.deskgrid.sandbox.v1.SandboxUsageR\x05usage\x12\x12\n" +
 	"\x04disk\x18\n" +
-	" \x01(\tR\x04disk\"\x84\x01\n" +
+	" \x01(\tR\x04disk\x12\x18\n" +
+	"\anetwork\x18\v \x01(\bR\anetwork\"\x84\x01\n" +
 	"\rSandboxLimits\x12!\n" +
 	"\fmemory_bytes\x18\x01 \x01(\x03R\vmemoryBytes\x12\x1d\n" +
 	"\n" +
@@ -3912,7 +3933,7 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\tcpu_nanos\x18\x01 \x01(\x04R\bcpuNanos\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x04R\vmemoryBytes\x12\x12\n" +
 	"\x04pids\x18\x03 \x01(\x04R\x04pids\x12\x1b\n" +
-	"\toom_kills\x18\x04 \x01(\x04R\boomKills\"\xe9\x01\n" +
+	"\toom_kills\x18\x04 \x01(\x04R\boomKills\"\x83\x02\n" +
 	"\x14CreateSandboxRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1c\n" +
@@ -3924,7 +3945,8 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"disk_bytes\x18\x06 \x01(\x03R\tdiskBytes\x12\x1f\n" +
 	"\vsnapshot_id\x18\a \x01(\tR\n" +
-	"snapshotId\"O\n" +
+	"snapshotId\x12\x18\n" +
+	"\anetwork\x18\b \x01(\bR\anetwork\"O\n" +
 	"\x15CreateSandboxResponse\x126\n" +
 	"\asandbox\x18\x01 \x01(\v2\x1c.deskgrid.sandbox.v1.SandboxR\asandbox\"2\n" +
 	"\x11GetSandboxRequest\x12\x1d\n" +
