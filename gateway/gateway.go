@@ -252,6 +252,10 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Gateway, error) {
 	root.HandleFunc("GET /sessions/{session_id}", func(w http.ResponseWriter, r *http.Request) {
 		g.web.viewer(w, r)
 	})
+	// The API reference, rendered in the browser from /openapi.json.
+	root.HandleFunc("GET /docs", func(w http.ResponseWriter, r *http.Request) {
+		g.web.page(w, r, "docs.html")
+	})
 	root.Handle("GET /static/", g.web.static())
 	root.Handle("GET /novnc/", g.web.novnc())
 	root.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -300,6 +304,7 @@ func (g *Gateway) index(w http.ResponseWriter, _ *http.Request) {
 		"vnc":           "/v1/sessions/{session_id}/vnc",
 		"events":        "/v1/runs/{run_id}/events and /v1/sessions/{session_id}:watch (server-sent events with Accept: text/event-stream)",
 		"openapi":       "/openapi.json",
+		"docs":          "/docs",
 		"health":        "/healthz",
 		"ready":         "/readyz",
 		"web":           "/",

@@ -15,6 +15,10 @@
 //
 // Scenario "viewer": open --session's page and see its desktop.
 //
+// Scenario "docs": follow the console's "API docs" link to /docs, see every
+// operation of /openapi.json rendered, CreateSession's request and response
+// examples among them, and the filter narrowing the list.
+//
 // With --api-key (a gateway with authentication) the console is signed in
 // first: a wrong key is refused with the server's message, the right one
 // lets in; the live view must use viewer tokens (view, control while taken
@@ -23,7 +27,7 @@
 // sign-in at all.
 //
 // Options:
-//   --scenario console|viewer     what to test (console)
+//   --scenario console|viewer|docs  what to test (console)
 //   --provider anthropic          provider of the run
 //   --model NAME                  model of the run (claude-sonnet-4-5)
 //   --api-key KEY                 deskgrid API key to sign in with (none: the gateway has no authentication)
@@ -296,6 +300,33 @@ async function viewerScenario(page) {
   await seeDesktop(page);
 }
 
+async function docsScenario(page) {
+  await page.goto(base + '/');
+  await page.getByRole('link', { name: 'API docs' }).click();
+  await page.waitForURL(base + '/docs');
+  await page.locator('body[data-loaded="true"]').waitFor();
+  const spec = await (await page.request.get(base + '/openapi.json')).json();
+  let want = 0;
+  for (const item of Object.values(spec.paths)) want += ['get', 'post', 'put', 'patch', 'delete'].filter((m) => item[m]).length;
+  const got = await page.locator('section.op').count();
+  if (got !== want) fail(`/docs shows ${got} operations, /openapi.json has ${want}`);
+  step(`the console links to /docs, which shows all ${got} operations`);
+  const create = page.locator('#op-SessionService_CreateSession');
+  await create.locator('text=Create a session').waitFor();
+  const examples = await create.locator('figure.example pre').allTextContents();
+  if (!examples.some((e) => e.includes('"requestId"'))) fail(`CreateSession shows no request example: ${JSON.stringify(examples)}`);
+  if (!examples.some((e) => e.includes('SESSION_STATE_RUNNING'))) fail(`CreateSession shows no response example: ${JSON.stringify(examples)}`);
+  step('CreateSession shows its summary, request example and response example');
+  await create.locator('a.type', { hasText: 'v1DisplaySpec' }).first().click();
+  await page.locator('#def-v1DisplaySpec figure.example').waitFor();
+  step('a field links to its type, with its example');
+  await page.locator('#filter').fill('files:write');
+  await page.locator('#op-SessionService_CreateSession').waitFor({ state: 'hidden' });
+  await page.locator('#op-SandboxService_WriteFile').waitFor({ state: 'visible' });
+  step('the filter narrows the list to matching operations');
+  if (args.shots) await page.screenshot({ path: join(args.shots, 'docs.png') });
+}
+
 if (args.shots) mkdirSync(args.shots, { recursive: true });
 let fakeProvider = null;
 if (scenario === 'console' && args['provider-url'] === 'builtin') {
@@ -322,6 +353,7 @@ try {
   });
   if (scenario === 'console') await consoleScenario(page);
   else if (scenario === 'viewer') await viewerScenario(page);
+  else if (scenario === 'docs') await docsScenario(page);
   else fail(`unknown scenario ${scenario}`);
   if (problems.length) fail('the page reported errors:\n  ' + problems.join('\n  '));
 } catch (e) {
