@@ -2367,13 +2367,13 @@ const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"\x05width\x18\x03 \x01(\x05R\x05width\x12\x16\n" +
 	"\x06height\x18\x04 \x01(\x05R\x06height\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x05 \x01(\x03R\tsizeBytes\"\xa5\x03\n" +
+	"size_bytes\x18\x05 \x01(\x03R\tsizeBytes\"\xf0\x05\n" +
 	"\x10CreateRunRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
-	"\x06prompt\x18\x02 \x01(\tR\x06prompt\x12\x1a\n" +
-	"\bprovider\x18\x03 \x01(\tR\bprovider\x12\x14\n" +
-	"\x05model\x18\x04 \x01(\tR\x05model\x12\x1b\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x8e\x01\n" +
+	"\x06prompt\x18\x02 \x01(\tBv\x92As2DThe task, in plain words, for the model to carry out on the desktop.J+\"Open example.com and tell me its heading.\"R\x06prompt\x12\x80\x01\n" +
+	"\bprovider\x18\x03 \x01(\tBd\x92Aa2RModel provider: \"anthropic\", \"openai\" or \"gemini\"; empty for the server's default.J\v\"anthropic\"R\bprovider\x12\x7f\n" +
+	"\x05model\x18\x04 \x01(\tBi\x92Af2OThe provider's model name; empty for the provider's default computer-use model.J\x13\"claude-sonnet-4-5\"R\x05model\x12\x1b\n" +
 	"\tmax_steps\x18\x05 \x01(\x05R\bmaxSteps\x12\x17\n" +
 	"\aapi_key\x18\x06 \x01(\tR\x06apiKey\x12\x19\n" +
 	"\bbase_url\x18\a \x01(\tR\abaseUrl\x127\n" +

@@ -3984,12 +3984,12 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x04path\x18\x02 \x01(\tR\x04path\"@\n" +
 	"\x10ReadFileResponse\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\fR\acontent\x12\x12\n" +
-	"\x04mode\x18\x02 \x01(\rR\x04mode\"\xc0\x01\n" +
+	"\x04mode\x18\x02 \x01(\rR\x04mode\"\xc4\x02\n" +
 	"\x10WriteFileRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\x12\x18\n" +
-	"\acontent\x18\x03 \x01(\fR\acontent\x12\x12\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12m\n" +
+	"\x04path\x18\x02 \x01(\tBY\x92AV2BPath relative to the sandbox root; parent directories are created.J\x10\"notes/todo.txt\"R\x04path\x12A\n" +
+	"\acontent\x18\x03 \x01(\fB'\x92A$2\"The file's bytes (base64 in JSON).R\acontent\x12\x12\n" +
 	"\x04mode\x18\x04 \x01(\rR\x04mode:K\x92AH2F{\"path\": \"notes/todo.txt\", \"content\": \"aGVsbG8gd29ybGQK\", \"mode\": 420}\"\x13\n" +
 	"\x11WriteFileResponse\"E\n" +
 	"\x10ListFilesRequest\x12\x1d\n" +
