@@ -2076,15 +2076,15 @@ const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"\tListNodes\x12%.deskgrid.session.v1.ListNodesRequest\x1a&.deskgrid.session.v1.ListNodesResponse\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/v1/nodes\x12w\n" +
 	"\aGetNode\x12#.deskgrid.session.v1.GetNodeRequest\x1a$.deskgrid.session.v1.GetNodeResponse\"!\x82\xd3\xe4\x93\x02\x1bb\x04node\x12\x13/v1/nodes/{node_id}\x12\x86\x01\n" +
 	"\tDrainNode\x12%.deskgrid.session.v1.DrainNodeRequest\x1a&.deskgrid.session.v1.DrainNodeResponse\"*\x82\xd3\xe4\x93\x02$:\x01*b\x04node\"\x19/v1/nodes/{node_id}:drain\x12\x8e\x01\n" +
-	"\vUndrainNode\x12'.deskgrid.session.v1.UndrainNodeRequest\x1a(.deskgrid.session.v1.UndrainNodeResponse\",\x82\xd3\xe4\x93\x02&:\x01*b\x04node\"\x1b/v1/nodes/{node_id}:undrainB\xaa\v\x92A\xe4\n" +
+	"\vUndrainNode\x12'.deskgrid.session.v1.UndrainNodeRequest\x1a(.deskgrid.session.v1.UndrainNodeResponse\",\x82\xd3\xe4\x93\x02&:\x01*b\x04node\"\x1b/v1/nodes/{node_id}:undrainB\xa5\v\x92A\xdf\n" +
 	"\x12\xe3\x04\n" +
 	"\fdeskgrid API\x12\xce\x04deskgrid gives computer-use agents isolated Linux desktops on demand: create a session, look at its screen, send mouse and keyboard input, run commands and move files in its sandbox, run an agent on it, and read back what happened.\n" +
 	"\n" +
 	"Authentication: when the server requires it, every call carries `Authorization: Bearer <API key>`. A missing or unknown key is 401, a key without the scope a call needs is 403.\n" +
 	"\n" +
-	"Errors are JSON `{\"code\": <gRPC code>, \"message\": \"...\"}` with the matching HTTP status. Custom methods are written `resource:verb`, such as `POST /v1/sessions/{session_id}:exec`.2\x02v1*\x02\x01\x022\x10application/json:\x10application/jsonZo\n" +
-	"m\n" +
-	"\x06bearer\x12c\b\x02\x12NAn API key as `Bearer <API key>`, such as `Authorization: Bearer dk_live_...`.\x1a\rAuthorization \x02b\f\n" +
+	"Errors are JSON `{\"code\": <gRPC code>, \"message\": \"...\"}` with the matching HTTP status. Custom methods are written `resource:verb`, such as `POST /v1/sessions/{session_id}:exec`.2\x02v1*\x02\x01\x022\x10application/json:\x10application/jsonZj\n" +
+	"h\n" +
+	"\x06bearer\x12^\b\x02\x12IAn API key as `Bearer <API key>`, such as `Authorization: Bearer dg_...`.\x1a\rAuthorization \x02b\f\n" +
 	"\n" +
 	"\n" +
 	"\x06bearer\x12\x00jZ\n" +
