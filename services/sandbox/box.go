@@ -299,6 +299,18 @@ func (s *Service) build(ctx context.Context, b *box) (err error) {
 		return fmt.Errorf("mount sandbox %s: %w", b.id, err)
 	}
 	b.driver = d
+	if d.Name() != s.drivers[0].Name() {
+		s.log.WarnContext(ctx, "sandbox made with a fallback driver", "session_id", b.id, "driver", d.Name(), "preferred", s.drivers[0].Name())
+	}
+	if b.copied() {
+		// A copy has no upper layer to seed or to hold in a bounded store.
+		switch {
+		case b.fromSnapshot != "":
+			return coded(codes.FailedPrecondition, "this node can only copy sandboxes (no overlay driver works here), and a copied sandbox cannot start from a snapshot")
+		case b.disk != "":
+			return coded(codes.FailedPrecondition, "this node can only copy sandboxes (no overlay driver works here), and a copied sandbox cannot have a disk limit")
+		}
+	}
 	if s.cgroups != nil {
 		cg, err := s.cgroups.Create(b.id, b.limits.cgroup())
 		if err != nil {
@@ -670,7 +682,14 @@ func (s *Service) adopt(ctx context.Context, id string) error {
 			}
 		}
 	}
-	if !mounted {
+	switch {
+	case m.Driver == overlay.CopyName:
+		// Completes a copy a crash interrupted; keeps a complete one.
+		driver = overlay.Copy{}
+		if err := driver.Mount(ctx, overlay.Layers{Lower: m.Lower, Upper: lb.upper(), Work: lb.work(), Merged: merged, Owner: m.Owner}); err != nil {
+			return err
+		}
+	case !mounted:
 		d, err := s.drivers.Mount(ctx, overlay.Layers{Lower: m.Lower, Upper: lb.upper(), Work: lb.work(), Merged: merged, Owner: m.Owner})
 		if err != nil {
 			return err

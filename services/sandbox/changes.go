@@ -16,6 +16,7 @@ import (
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/sandbox/changes"
 	"github.com/deskgrid/deskgrid/services/sandbox/fsroot"
+	"github.com/deskgrid/deskgrid/services/sandbox/overlay"
 )
 
 // layerDir holds the upper and work dirs: the sandbox dir, or the
@@ -29,6 +30,26 @@ func (b *box) layerDir() string {
 
 func (b *box) upper() string { return filepath.Join(b.layerDir(), "upper") }
 func (b *box) work() string  { return filepath.Join(b.layerDir(), "work") }
+
+// copied reports whether the sandbox is a plain copy of its lower (no
+// overlay could be mounted): its changes are in merged, not in an upper.
+func (b *box) copied() bool { return b.driver.Name() == overlay.CopyName }
+
+// changes lists the sandbox's changes at or beneath prefix.
+func (b *box) changes(prefix string) ([]changes.Change, error) {
+	if b.copied() {
+		return changes.Compare(b.merged(), b.lower, prefix)
+	}
+	return changes.List(b.upper(), b.lower, prefix)
+}
+
+// changed is where the new content of a change is.
+func (b *box) changed() string {
+	if b.copied() {
+		return b.merged()
+	}
+	return b.upper()
+}
 
 func changeProto(c changes.Change) *sandboxv1.Change {
 	return &sandboxv1.Change{Path: c.Path, Kind: sandboxv1.ChangeKind(c.Kind), IsDir: c.IsDir, Size: c.Size}
@@ -68,7 +89,7 @@ func (s *Service) listChanges(ctx context.Context, id, prefix string) ([]changes
 		return nil, err
 	}
 	defer release()
-	return changes.List(b.upper(), b.lower, clean)
+	return b.changes(clean)
 }
 
 func (s *Service) diffFile(ctx context.Context, id, p string) (*sandboxv1.DiffFileResponse, error) {
@@ -84,7 +105,7 @@ func (s *Service) diffFile(ctx context.Context, id, p string) (*sandboxv1.DiffFi
 		return nil, err
 	}
 	defer release()
-	list, err := changes.List(b.upper(), b.lower, clean)
+	list, err := b.changes(clean)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +183,7 @@ func (s *Service) applyChanges(ctx context.Context, id string, paths []string) (
 	if b.lower == s.cfg.BaseDir {
 		return nil, nil, coded(codes.FailedPrecondition, "session %q works on the node's base, not a workspace: there is nothing to apply changes to", id)
 	}
-	list, err := changes.List(b.upper(), b.lower, "")
+	list, err := b.changes("")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -209,7 +230,7 @@ func (s *Service) applyOne(b *box, lroot *os.Root, c changes.Change) error {
 	if c.Kind == changes.Deleted {
 		return lroot.RemoveAll(c.Path)
 	}
-	src := filepath.Join(b.upper(), c.Path)
+	src := filepath.Join(b.changed(), c.Path)
 	fi, err := os.Lstat(src)
 	if err != nil {
 		return err
@@ -294,7 +315,7 @@ func (s *Service) discardChanges(ctx context.Context, id string, paths []string)
 		return nil, err
 	}
 	defer unlock()
-	list, err := changes.List(b.upper(), b.lower, "")
+	list, err := b.changes("")
 	if err != nil {
 		return nil, err
 	}
@@ -314,6 +335,9 @@ func (s *Service) discardChanges(ctx context.Context, id string, paths []string)
 	}
 	if len(drop) == 0 {
 		return nil, nil
+	}
+	if b.copied() {
+		return s.discardCopied(ctx, b, drop)
 	}
 	if err := b.driver.Unmount(ctx, b.merged()); err != nil {
 		return nil, err
@@ -359,4 +383,30 @@ func (b *box) running() int {
 		}
 	}
 	return n
+}
+
+// discardCopied restores the dropped paths of a copied sandbox from its
+// lower. The sandbox is idle; writes go through an os.Root of the copy, so
+// a symlink left in it cannot lead them outside.
+func (s *Service) discardCopied(ctx context.Context, b *box, drop []changes.Change) ([]string, error) {
+	root, err := os.OpenRoot(b.merged())
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	var out []string
+	for _, c := range drop {
+		if err := root.RemoveAll(c.Path); err != nil {
+			return out, err
+		}
+		if _, err := os.Lstat(filepath.Join(b.lower, c.Path)); err == nil {
+			if err := overlay.CopyTree(ctx, b.lower, root, c.Path, b.owner); err != nil {
+				return out, fmt.Errorf("restore %s: %w", c.Path, err)
+			}
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return out, err
+		}
+		out = append(out, c.Path)
+	}
+	return out, nil
 }

@@ -44,7 +44,7 @@ func kinds(cs []*sandboxv1.Change) []string {
 }
 
 func TestChangesListDiffApplyDiscard(t *testing.T) {
-	for _, driver := range []string{DriverKernel, DriverFUSE} {
+	for _, driver := range []string{DriverKernel, DriverFUSE, DriverCopy} {
 		t.Run(driver, func(t *testing.T) {
 			h, ws, _ := workspaceHarness(t, driver, map[string]string{
 				"keep.txt": "same\n", "edit.txt": "one\ntwo\nthree\n", "gone.txt": "bye\n",

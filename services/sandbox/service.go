@@ -30,6 +30,7 @@ const (
 	DriverAuto   = "auto"
 	DriverKernel = "overlayfs"
 	DriverFUSE   = "fuse-overlayfs"
+	DriverCopy   = overlay.CopyName
 )
 
 // Config configures a Service.
@@ -43,7 +44,9 @@ type Config struct {
 	// Empty means no workspace is accepted.
 	WorkspaceRoots []string
 	// Driver is "auto" (kernel overlayfs, falling back to fuse-overlayfs when
-	// the kernel refuses), "overlayfs" or "fuse-overlayfs".
+	// the kernel refuses, and to a plain copy of the lower when FUSE fails
+	// too), "overlayfs", "fuse-overlayfs" or "copy". A copied sandbox has no
+	// snapshots and no disk limit, and its changes are found by comparison.
 	Driver string
 	// FuseOverlayfsPath and BwrapPath name the helper programs.
 	FuseOverlayfsPath string
@@ -240,13 +243,15 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	case len(deps.Drivers) > 0:
 		s.drivers = overlay.Chain(deps.Drivers)
 	case cfg.Driver == DriverAuto:
-		s.drivers = overlay.Chain{overlay.Kernel{}, overlay.FUSE{Binary: cfg.FuseOverlayfsPath}}
+		s.drivers = overlay.Chain{overlay.Kernel{}, overlay.FUSE{Binary: cfg.FuseOverlayfsPath}, overlay.Copy{}}
 	case cfg.Driver == DriverKernel:
 		s.drivers = overlay.Chain{overlay.Kernel{}}
 	case cfg.Driver == DriverFUSE:
 		s.drivers = overlay.Chain{overlay.FUSE{Binary: cfg.FuseOverlayfsPath}}
+	case cfg.Driver == DriverCopy:
+		s.drivers = overlay.Chain{overlay.Copy{}}
 	default:
-		return nil, fmt.Errorf("unknown overlay driver %q: want %q, %q or %q", cfg.Driver, DriverAuto, DriverKernel, DriverFUSE)
+		return nil, fmt.Errorf("unknown overlay driver %q: want %q, %q, %q or %q", cfg.Driver, DriverAuto, DriverKernel, DriverFUSE, DriverCopy)
 	}
 	if err := os.MkdirAll(s.sandboxesDir(), 0o700); err != nil {
 		return nil, fmt.Errorf("sandbox dir: %w", err)

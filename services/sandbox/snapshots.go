@@ -91,6 +91,9 @@ func (s *Service) createSnapshot(ctx context.Context, id string) (snapshotMeta, 
 		return snapshotMeta{}, err
 	}
 	defer release()
+	if b.copied() {
+		return snapshotMeta{}, errCopiedSnapshot(id)
+	}
 	if b.cg != nil {
 		b.pmu.Lock()
 		if !b.frozen {
@@ -243,6 +246,9 @@ func (s *Service) restoreSnapshot(ctx context.Context, sessionID, id string) err
 		return err
 	}
 	defer unlock()
+	if b.copied() {
+		return errCopiedSnapshot(sessionID)
+	}
 	if err := b.driver.Unmount(ctx, b.merged()); err != nil {
 		return err
 	}
@@ -304,4 +310,8 @@ func (s *Service) exclusive(ctx context.Context, id, what string) (*box, func(),
 		return nil, nil, coded(codes.FailedPrecondition, "session %q has %d processes running; stop them to %s", id, n, what)
 	}
 	return b, b.layer.Unlock, nil
+}
+
+func errCopiedSnapshot(id string) error {
+	return coded(codes.FailedPrecondition, "session %q's sandbox is a plain copy (no overlay driver works on this node): it has no layer to snapshot or restore", id)
 }

@@ -2,7 +2,8 @@
 // layer: files added, modified and deleted (whiteouts and opaque
 // directories, in the kernel's format and in fuse-overlayfs's), diffs of
 // text files against the lower layer, and applies changes to the lower
-// layer file by file.
+// layer file by file. Where no overlay could be mounted (the copy driver),
+// Compare finds the changes by comparing the copy with the lower instead.
 package changes
 
 import (
@@ -278,4 +279,131 @@ func Diff(p string, old, new []byte) (diff string, binary bool) {
 		return "", true
 	}
 	return udiff.Unified("a/"+p, "b/"+p, string(old), string(new)), false
+}
+
+// Compare returns the changes of merged, a full copy of lower that a
+// session edited in place (the copy driver, where no overlay could be
+// mounted), at or beneath prefix, sorted by path. With no upper layer to
+// read, every path is compared: a file whose mode, size and modification
+// time match its lower original is unchanged without reading it, else the
+// contents decide. A removed directory is one deletion, as a whiteout is.
+func Compare(merged, lower, prefix string) ([]Change, error) {
+	start := "."
+	if prefix != "" && prefix != "." {
+		start = strings.Trim(prefix, "/")
+	}
+	var out []Change
+	mfi, merr := os.Lstat(filepath.Join(merged, start))
+	lfi, lerr := os.Lstat(filepath.Join(lower, start))
+	switch {
+	case merr != nil && lerr != nil:
+		if !errors.Is(merr, fs.ErrNotExist) {
+			return nil, merr
+		}
+	case start == ".":
+		if err := compare(merged, lower, start, &out); err != nil {
+			return nil, err
+		}
+	default:
+		if err := compareEntry(merged, lower, start, mfi, merr, lfi, lerr, &out); err != nil {
+			return nil, err
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
+}
+
+func compare(merged, lower, rel string, out *[]Change) error {
+	entries, err := os.ReadDir(filepath.Join(merged, rel))
+	if err != nil {
+		return fmt.Errorf("read sandbox copy: %w", err)
+	}
+	names := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		names[e.Name()] = true
+		p := path.Join(rel, e.Name())
+		fi, err := e.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // removed meanwhile by a running program
+		}
+		lfi, lerr := os.Lstat(filepath.Join(lower, p))
+		if err := compareEntry(merged, lower, p, fi, err, lfi, lerr, out); err != nil {
+			return err
+		}
+	}
+	lentries, err := os.ReadDir(filepath.Join(lower, rel))
+	if err != nil {
+		return fmt.Errorf("read lower layer: %w", err)
+	}
+	for _, e := range lentries {
+		if !names[e.Name()] {
+			*out = append(*out, Change{Path: path.Join(rel, e.Name()), Kind: Deleted, IsDir: e.IsDir()})
+		}
+	}
+	return nil
+}
+
+// compareEntry compares one path present in merged, lower or both.
+func compareEntry(merged, lower, p string, fi fs.FileInfo, ferr error, lfi fs.FileInfo, lerr error, out *[]Change) error {
+	if ferr != nil {
+		if !errors.Is(ferr, fs.ErrNotExist) {
+			return ferr
+		}
+		if lerr == nil {
+			*out = append(*out, Change{Path: p, Kind: Deleted, IsDir: lfi.IsDir()})
+		}
+		return nil
+	}
+	inLower := lerr == nil
+	switch {
+	case fi.IsDir():
+		if inLower && lfi.IsDir() {
+			// As in an overlay, a directory's own metadata is no change.
+			return compare(merged, lower, p, out)
+		}
+		kind := Added
+		if inLower {
+			kind = Modified
+		}
+		*out = append(*out, Change{Path: p, Kind: kind, IsDir: true})
+		return addAllCopied(merged, p, out)
+	case !inLower:
+		*out = append(*out, Change{Path: p, Kind: Added, Size: fi.Size()})
+	case lfi.IsDir() || !unchanged(filepath.Join(merged, p), filepath.Join(lower, p), fi, lfi):
+		*out = append(*out, Change{Path: p, Kind: Modified, Size: fi.Size()})
+	}
+	return nil
+}
+
+// unchanged is same, with matching size and modification time taken as
+// proof: the copy was made with the lower's times.
+func unchanged(m, l string, mfi, lfi fs.FileInfo) bool {
+	if mfi.Mode().IsRegular() && mfi.Mode() == lfi.Mode() && mfi.Size() == lfi.Size() && mfi.ModTime().Equal(lfi.ModTime()) {
+		return true
+	}
+	return same(m, l, mfi, lfi)
+}
+
+// addAllCopied reports everything beneath an added directory of a copy.
+func addAllCopied(merged, rel string, out *[]Change) error {
+	entries, err := os.ReadDir(filepath.Join(merged, rel))
+	if err != nil {
+		return fmt.Errorf("read sandbox copy: %w", err)
+	}
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		p := path.Join(rel, e.Name())
+		if fi.IsDir() {
+			*out = append(*out, Change{Path: p, Kind: Added, IsDir: true})
+			if err := addAllCopied(merged, p, out); err != nil {
+				return err
+			}
+			continue
+		}
+		*out = append(*out, Change{Path: p, Kind: Added, Size: fi.Size()})
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -95,5 +96,52 @@ func TestDiff(t *testing.T) {
 	}
 	if _, bin := Diff("f", []byte("a"), []byte{0, 1}); !bin {
 		t.Fatal("NUL bytes not taken as binary")
+	}
+}
+
+func TestCompare(t *testing.T) {
+	lower, merged := t.TempDir(), t.TempDir()
+	base := map[string]string{"same.txt": "s", "edit.txt": "aaa", "touch.txt": "t", "gone.txt": "g", "olddir/x": "x", "d/keep": "k", "d/rm": "r", "f2d": "f"}
+	write(t, lower, base)
+	write(t, merged, base)
+	// Same size, new content; same content, new time: only the first changed.
+	write(t, merged, map[string]string{"edit.txt": "bbb", "d/new": "n"})
+	if err := os.Remove(filepath.Join(merged, "f2d")); err != nil {
+		t.Fatal(err)
+	}
+	write(t, merged, map[string]string{"f2d/in": "i", "newdir/a/b": "b"})
+	if err := os.Chtimes(filepath.Join(merged, "touch.txt"), time.Unix(1, 0), time.Unix(1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"gone.txt", "d/rm"} {
+		if err := os.Remove(filepath.Join(merged, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.RemoveAll(filepath.Join(merged, "olddir")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		prefix string
+		want   []string
+	}{
+		{"", []string{"added d/new", "deleted d/rm", "modified edit.txt", "modified f2d", "added f2d/in", "deleted gone.txt", "added newdir", "added newdir/a", "added newdir/a/b", "deleted olddir"}},
+		{"d", []string{"added d/new", "deleted d/rm"}},
+		{"d/rm", []string{"deleted d/rm"}},
+		{"olddir", []string{"deleted olddir"}},
+		{"same.txt", nil},
+		{"nowhere", nil},
+	} {
+		got, err := Compare(merged, lower, tc.prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var kinds []string
+		for _, c := range got {
+			kinds = append(kinds, c.Kind.String()+" "+c.Path)
+		}
+		if !slices.Equal(kinds, tc.want) {
+			t.Errorf("Compare(%q)\n got %q\nwant %q", tc.prefix, kinds, tc.want)
+		}
 	}
 }

@@ -48,7 +48,9 @@ func (f FUSE) Mount(ctx context.Context, l Layers) error {
 	cmd := exec.CommandContext(ctx, bin, "-o", opts, l.Merged)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("fuse-overlayfs on %s: %w: %s", l.Merged, err, strings.TrimSpace(out.String()))
+		// No /dev/fuse, no FUSE in the kernel, no permission: the next
+		// driver (a copy) still works.
+		return fmt.Errorf("%w: fuse-overlayfs on %s: %w: %s", ErrRefused, l.Merged, err, strings.TrimSpace(out.String()))
 	}
 	return nil
 }

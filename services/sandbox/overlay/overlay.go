@@ -1,7 +1,7 @@
 // Package overlay mounts a session's writable layer over a read-only lower
 // directory, with the kernel's overlayfs or, where the kernel refuses (an
 // unprivileged host, a lower on a filesystem overlayfs cannot stack on),
-// with fuse-overlayfs.
+// with fuse-overlayfs, and where neither works, with a plain copy.
 package overlay
 
 import (
