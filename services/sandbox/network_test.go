@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc/codes"
+
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/sandbox/jail"
 )
@@ -75,6 +77,30 @@ func TestNetworkOnlyWhenAsked(t *testing.T) {
 	if n := slirpChildren(t); n > 0 {
 		t.Errorf("%d slirp4netns still running", n)
 	}
+
+	// The persistent shell and started programs have network too, for as
+	// long as they run.
+	sh, err := h.client.RunShell(ctx, &sandboxv1.RunShellRequest{SessionId: "online", Command: "ip -4 -o addr show tap0 | awk '{print $4}'"})
+	if err != nil || string(sh.GetOutput()) != "10.0.2.100/24\n" {
+		t.Fatalf("shell: %q %v", sh.GetOutput(), err)
+	}
+	p, err := h.client.StartProcess(ctx, &sandboxv1.StartProcessRequest{SessionId: "online", Argv: []string{"sleep", "1000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := slirpChildren(t); n != 2 {
+		t.Errorf("%d slirp4netns for a shell and a program, want 2", n)
+	}
+	if _, err := h.client.StopProcess(ctx, &sandboxv1.StopProcessRequest{SessionId: "online", ProcessId: p.GetProcess().GetProcessId()}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the program's slirp4netns to end", func() bool { return slirpChildren(t) == 1 })
+	if _, err := h.client.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SessionId: "online"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := slirpChildren(t); n != 0 {
+		t.Errorf("%d slirp4netns left after delete", n)
+	}
 }
 
 // slirpChildren counts this process's slirp4netns children: other test
@@ -97,4 +123,21 @@ func slirpChildren(t testing.TB) int {
 		}
 	}
 	return n
+}
+
+func TestNetworkWithoutSlirpIsUnavailable(t *testing.T) {
+	ctx := context.Background()
+	cfg := testConfig(t)
+	cfg.SlirpPath = "/nonexistent/slirp4netns"
+	h := newHarness(t, cfg, Deps{})
+	if _, err := h.client.CreateSandbox(ctx, &sandboxv1.CreateSandboxRequest{SessionId: "online", Network: true}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = h.client.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SessionId: "online"}) })
+	_, err := h.exec(t, &sandboxv1.ExecRequest{SessionId: "online", Argv: []string{"true"}})
+	wantCode(t, err, codes.Unavailable)
+	_, err = h.client.RunShell(ctx, &sandboxv1.RunShellRequest{SessionId: "online", Command: "true"})
+	wantCode(t, err, codes.Unavailable)
+	_, err = h.client.StartProcess(ctx, &sandboxv1.StartProcessRequest{SessionId: "online", Argv: []string{"true"}})
+	wantCode(t, err, codes.Unavailable)
 }

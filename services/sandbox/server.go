@@ -16,6 +16,7 @@ import (
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/sandbox/fsroot"
+	"github.com/deskgrid/deskgrid/services/sandbox/jail"
 )
 
 // server is the gRPC edge: it turns requests into Service calls and errors
@@ -59,6 +60,9 @@ func (s *Service) toStatus(ctx context.Context, op string, err error) error {
 		return status.Error(codes.DeadlineExceeded, op+": deadline exceeded")
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, op+": canceled")
+	case errors.Is(err, jail.ErrNoSlirp):
+		// Before fs.ErrNotExist, which it wraps: the program is missing, not a file.
+		return status.Errorf(codes.Unavailable, "%s: this node cannot give sandboxes network: %s is not installed (Debian package slirp4netns)", op, s.cfg.SlirpPath)
 	case errors.Is(err, fsroot.ErrInvalidPath), errors.Is(err, fsroot.ErrNotRegular), errors.Is(err, fsroot.ErrNotDir):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, fsroot.ErrEscape):

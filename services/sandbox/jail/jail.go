@@ -1,5 +1,6 @@
 // Package jail runs a command inside a sandbox with bubblewrap (Debian
-// package bubblewrap): fresh user, pid, ipc, uts and network namespaces, no
+// package bubblewrap): fresh user, pid, ipc, uts and network namespaces (no
+// network, or user-mode outbound network on request: Network), no
 // capabilities, no-new-privs, a read-only view of the host's programs and
 // libraries, and the session's overlay as the only writable home. Killing
 // bwrap kills the namespace's init and with it every process of the command.
