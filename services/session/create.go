@@ -62,6 +62,7 @@ func (s *Service) create(ctx context.Context, req *sessionv1.CreateSessionReques
 		NodeSelector:   maps.Clone(req.GetNodeSelector()),
 		Autostart:      slices.Clone(req.GetAutostart()),
 		Workspace:      req.GetWorkspace(),
+		Network:        req.GetNetwork(),
 		Ttl:            durationpb.New(sp.ttl),
 		IdleTimeout:    durationpb.New(sp.idleTimeout),
 		CreateTime:     timestamppb.New(now),
@@ -201,6 +202,7 @@ func (s *Service) startDesktop(ctx context.Context, cur *sessionv1.Session, node
 		Pids:        lim.GetPids(),
 		DiskBytes:   lim.GetDiskBytes(),
 		SnapshotId:  snapshotID,
+		Network:     cur.GetNetwork(),
 	}); err != nil {
 		return "", &nodeError{Node: nodeID, Op: "create sandbox", Err: err}
 	}

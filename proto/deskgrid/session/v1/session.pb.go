@@ -391,7 +391,9 @@ type Session struct {
 	// How the session is (or was last) suspended.
 	SuspendMode SuspendMode `protobuf:"varint,20,opt,name=suspend_mode,json=suspendMode,proto3,enum=deskgrid.session.v1.SuspendMode" json:"suspend_mode,omitempty"`
 	// The snapshot a hibernated session's files wait in until it resumes.
-	SnapshotId    string `protobuf:"bytes,21,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	SnapshotId string `protobuf:"bytes,21,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	// The session's programs have outbound network.
+	Network       bool `protobuf:"varint,22,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -573,6 +575,13 @@ func (x *Session) GetSnapshotId() string {
 	return ""
 }
 
+func (x *Session) GetNetwork() bool {
+	if x != nil {
+		return x.Network
+	}
+	return false
+}
+
 type CreateSessionRequest struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Display      *DisplaySpec           `protobuf:"bytes,1,opt,name=display,proto3" json:"display,omitempty"`
@@ -585,7 +594,10 @@ type CreateSessionRequest struct {
 	IdleTimeout  *durationpb.Duration   `protobuf:"bytes,8,opt,name=idle_timeout,json=idleTimeout,proto3" json:"idle_timeout,omitempty"`
 	// Optional client token: a retried create with the same token returns the
 	// session the first one made instead of making another.
-	RequestId     string `protobuf:"bytes,9,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,9,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Give the session's programs outbound network (user-mode, never the
+	// node's own addresses). Off by default.
+	Network       bool `protobuf:"varint,10,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -681,6 +693,13 @@ func (x *CreateSessionRequest) GetRequestId() string {
 		return x.RequestId
 	}
 	return ""
+}
+
+func (x *CreateSessionRequest) GetNetwork() bool {
+	if x != nil {
+		return x.Network
+	}
+	return false
 }
 
 type CreateSessionResponse struct {
@@ -1900,7 +1919,7 @@ const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"cpu_millis\x18\x02 \x01(\x03R\tcpuMillis\x12\x12\n" +
 	"\x04pids\x18\x03 \x01(\x03R\x04pids\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\x8d\v\n" +
+	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\xa7\v\n" +
 	"\aSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x127\n" +
@@ -1929,13 +1948,14 @@ const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"generation\x12C\n" +
 	"\fsuspend_mode\x18\x14 \x01(\x0e2 .deskgrid.session.v1.SuspendModeR\vsuspendMode\x12\x1f\n" +
 	"\vsnapshot_id\x18\x15 \x01(\tR\n" +
-	"snapshotId\x1a9\n" +
+	"snapshotId\x12\x18\n" +
+	"\anetwork\x18\x16 \x01(\bR\anetwork\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
 	"\x11NodeSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01:\x91\x02\x92A\x8d\x022\x8a\x02{\"id\": \"s-k3v9q2m8x1c7d4f6h0j5\", \"tenant\": \"default\", \"state\": \"SESSION_STATE_RUNNING\", \"display\": {\"width\": 1280, \"height\": 800, \"depth\": 24}, \"labels\": {\"team\": \"qa\"}, \"nodeId\": \"node-1\", \"xDisplay\": \":101\", \"createTime\": \"2026-01-02T15:04:05Z\", \"generation\": \"3\"}\"\xd2\x06\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01:\x91\x02\x92A\x8d\x022\x8a\x02{\"id\": \"s-k3v9q2m8x1c7d4f6h0j5\", \"tenant\": \"default\", \"state\": \"SESSION_STATE_RUNNING\", \"display\": {\"width\": 1280, \"height\": 800, \"depth\": 24}, \"labels\": {\"team\": \"qa\"}, \"nodeId\": \"node-1\", \"xDisplay\": \":101\", \"createTime\": \"2026-01-02T15:04:05Z\", \"generation\": \"3\"}\"\xec\x06\n" +
 	"\x14CreateSessionRequest\x12:\n" +
 	"\adisplay\x18\x01 \x01(\v2 .deskgrid.session.v1.DisplaySpecR\adisplay\x12;\n" +
 	"\x06limits\x18\x02 \x01(\v2#.deskgrid.session.v1.ResourceLimitsR\x06limits\x12M\n" +
@@ -1946,7 +1966,9 @@ const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"\x03ttl\x18\a \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12<\n" +
 	"\fidle_timeout\x18\b \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\t \x01(\tR\trequestId\x1a9\n" +
+	"request_id\x18\t \x01(\tR\trequestId\x12\x18\n" +
+	"\anetwork\x18\n" +
+	" \x01(\bR\anetwork\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
