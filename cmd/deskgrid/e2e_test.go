@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/deskgrid/deskgrid/sdk/deskgridtest"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -24,35 +26,9 @@ import (
 // The end-to-end tests build bin/deskgrid, run `deskgrid up` on free ports in
 // its own data and runtime directories, and drive the REST API as a user would.
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-func deskgridBinary(t testing.TB) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "deskgrid-e2e-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "deskgrid")
-		args := []string{"build", "-o", binPath}
-		if raceEnabled {
-			args = append(args, "-race")
-		}
-		out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
+// deskgridBinary is the deskgrid the tests run (built with -race when the
+// tests are).
+func deskgridBinary(t testing.TB) string { return deskgridtest.Binary(t) }
 
 func freeAddr(t testing.TB) string {
 	t.Helper()
@@ -64,19 +40,21 @@ func freeAddr(t testing.TB) string {
 	return l.Addr().String()
 }
 
+// upProcess is a `deskgrid up` under test, with short names for what the
+// tests use most.
 type upProcess struct {
+	*deskgridtest.Server
 	t testing.TB
 	// key is the admin API key deskgrid up made (empty with -auth=false).
-	key     string
-	cmd     *exec.Cmd
-	httpURL string
-	grpc    string
-	dataDir string
-	runDir  string
-	logs    *syncBuffer
-	done    chan error
+	key, grpc, httpURL, dataDir string
+	logs                        fmt.Stringer
 }
 
+type logsOf struct{ s *deskgridtest.Server }
+
+func (l logsOf) String() string { return l.s.Logs() }
+
+// syncBuffer collects a process's output while it runs.
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -94,69 +72,17 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// startUp runs `deskgrid up` and waits for /readyz.
+// startUp runs `deskgrid up` in the given dirs and waits for /readyz.
 func startUp(t testing.TB, dataDir, runDir string, extra ...string) *upProcess {
 	t.Helper()
-	p := &upProcess{t: t, dataDir: dataDir, runDir: runDir, logs: &syncBuffer{}, done: make(chan error, 1)}
-	httpAddr, grpcAddr := freeAddr(t), freeAddr(t)
-	p.httpURL, p.grpc = "http://"+httpAddr, grpcAddr
-	p.cmd = exec.Command(deskgridBinary(t), "up",
-		"-http-addr", httpAddr, "-grpc-addr", grpcAddr,
-		"-node-addr", grpcAddr, "-session-addr", grpcAddr, "-agent-addr", grpcAddr, "-history-addr", grpcAddr,
-		"-data-dir", dataDir, "-runtime-dir", runDir, "-log-level", "debug")
-	p.cmd.Args = append(p.cmd.Args, extra...)
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.done <- p.cmd.Wait() }()
-	t.Cleanup(func() { p.stop() })
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get(p.httpURL + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				if b, err := os.ReadFile(filepath.Join(dataDir, adminKeyFile)); err == nil {
-					p.key = strings.TrimSpace(string(b))
-				}
-				return p
-			}
-		}
-		select {
-		case err := <-p.done:
-			p.done <- err
-			t.Fatalf("deskgrid up exited before it was ready: %v\n%s", err, p.logs)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("deskgrid up not ready in time\n%s", p.logs)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	s := deskgridtest.StartIn(t, dataDir, runDir, append([]string{"-log-level", "debug"}, extra...)...)
+	return &upProcess{Server: s, t: t, key: s.APIKey, grpc: s.GRPCAddr, httpURL: s.HTTPURL, dataDir: dataDir, logs: logsOf{s}}
 }
 
-// stop interrupts the process as Ctrl-C would and waits for it.
-func (p *upProcess) stop() {
-	if p.cmd.ProcessState != nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(os.Interrupt)
-	select {
-	case err := <-p.done:
-		if err != nil {
-			p.t.Errorf("deskgrid up exited with %v after interrupt\n%s", err, p.logs)
-		}
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		p.t.Errorf("deskgrid up did not stop after interrupt\n%s", p.logs)
-	}
-}
+// stop interrupts deskgrid as Ctrl-C would and waits for it.
+func (p *upProcess) stop() { p.Stop() }
 
-func (p *upProcess) kill9() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-}
+func (p *upProcess) kill9() { p.Kill() }
 
 func (p *upProcess) do(method, path, body string) (int, []byte, http.Header) {
 	p.t.Helper()

@@ -73,7 +73,12 @@ func Binary(tb testing.TB) string {
 			return
 		}
 		built = filepath.Join(dir, "deskgrid")
-		out, err := exec.Command("go", "build", "-o", built, "github.com/deskgrid/deskgrid/cmd/deskgrid").CombinedOutput()
+		args := []string{"build", "-o", built}
+		if raceEnabled {
+			// A race-detecting test run tests a race-detecting deskgrid too.
+			args = append(args, "-race")
+		}
+		out, err := exec.Command("go", append(args, "github.com/deskgrid/deskgrid/cmd/deskgrid")...).CombinedOutput()
 		if err != nil {
 			if p, lerr := exec.LookPath("deskgrid"); lerr == nil {
 				built, buildErr = p, nil
@@ -101,7 +106,14 @@ func freeAddr(tb testing.TB) string {
 // It is stopped (as with Ctrl-C) when the test ends.
 func Start(tb testing.TB, flags ...string) *Server {
 	tb.Helper()
-	s := &Server{tb: tb, DataDir: tb.TempDir(), RunDir: tb.TempDir(), logs: &logBuffer{}, done: make(chan error, 1)}
+	return StartIn(tb, tb.TempDir(), tb.TempDir(), flags...)
+}
+
+// StartIn is Start with given data and runtime dirs, as a restart after a
+// crash finds them.
+func StartIn(tb testing.TB, dataDir, runDir string, flags ...string) *Server {
+	tb.Helper()
+	s := &Server{tb: tb, DataDir: dataDir, RunDir: runDir, logs: &logBuffer{}, done: make(chan error, 1)}
 	httpAddr, grpcAddr := freeAddr(tb), freeAddr(tb)
 	s.GRPCAddr, s.HTTPURL = grpcAddr, "http://"+httpAddr
 	args := []string{"up",
@@ -137,6 +149,16 @@ func Start(tb testing.TB, flags ...string) *Server {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// Kill ends deskgrid with SIGKILL, as a crash would, leaving whatever its
+// sessions made for the next start to find.
+func (s *Server) Kill() {
+	if s.cmd.ProcessState != nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	s.done <- <-s.done
 }
 
 // Logs is what deskgrid printed so far.

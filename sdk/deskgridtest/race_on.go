@@ -1,0 +1,5 @@
+//go:build race
+
+package deskgridtest
+
+const raceEnabled = true
