@@ -1,0 +1,55 @@
+//go:build amd64 || arm64
+
+package jail
+
+import (
+	"golang.org/x/sys/unix"
+)
+
+// syscallNumbers names the calls the filter treats specially; x/sys gives
+// each architecture its own numbers under the same names.
+func syscallNumbers() map[string]uint32 {
+	return map[string]uint32{
+		"ptrace":            unix.SYS_PTRACE,
+		"process_vm_readv":  unix.SYS_PROCESS_VM_READV,
+		"process_vm_writev": unix.SYS_PROCESS_VM_WRITEV,
+		"kcmp":              unix.SYS_KCMP,
+		"pidfd_getfd":       unix.SYS_PIDFD_GETFD,
+		"mount":             unix.SYS_MOUNT,
+		"umount2":           unix.SYS_UMOUNT2,
+		"pivot_root":        unix.SYS_PIVOT_ROOT,
+		"fsopen":            unix.SYS_FSOPEN,
+		"fsconfig":          unix.SYS_FSCONFIG,
+		"fsmount":           unix.SYS_FSMOUNT,
+		"fspick":            unix.SYS_FSPICK,
+		"move_mount":        unix.SYS_MOVE_MOUNT,
+		"open_tree":         unix.SYS_OPEN_TREE,
+		"mount_setattr":     unix.SYS_MOUNT_SETATTR,
+		"kexec_load":        unix.SYS_KEXEC_LOAD,
+		"kexec_file_load":   unix.SYS_KEXEC_FILE_LOAD,
+		"init_module":       unix.SYS_INIT_MODULE,
+		"finit_module":      unix.SYS_FINIT_MODULE,
+		"delete_module":     unix.SYS_DELETE_MODULE,
+		"reboot":            unix.SYS_REBOOT,
+		"bpf":               unix.SYS_BPF,
+		"perf_event_open":   unix.SYS_PERF_EVENT_OPEN,
+		"userfaultfd":       unix.SYS_USERFAULTFD,
+		"keyctl":            unix.SYS_KEYCTL,
+		"add_key":           unix.SYS_ADD_KEY,
+		"request_key":       unix.SYS_REQUEST_KEY,
+		"swapon":            unix.SYS_SWAPON,
+		"swapoff":           unix.SYS_SWAPOFF,
+		"acct":              unix.SYS_ACCT,
+		"quotactl":          unix.SYS_QUOTACTL,
+		"settimeofday":      unix.SYS_SETTIMEOFDAY,
+		"clock_settime":     unix.SYS_CLOCK_SETTIME,
+		"clock_adjtime":     unix.SYS_CLOCK_ADJTIME,
+		"adjtimex":          unix.SYS_ADJTIMEX,
+		"open_by_handle_at": unix.SYS_OPEN_BY_HANDLE_AT,
+		"name_to_handle_at": unix.SYS_NAME_TO_HANDLE_AT,
+		"setns":             unix.SYS_SETNS,
+		"clone3":            unix.SYS_CLONE3,
+		"unshare":           unix.SYS_UNSHARE,
+		"clone":             unix.SYS_CLONE,
+	}
+}
