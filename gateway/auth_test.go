@@ -75,7 +75,7 @@ func newAuthed(t *testing.T, cfg Config, deps Deps) *authed {
 	a.issuer, err = viewer.New(viewer.Config{
 		Keys: []viewer.SigningKey{viewer.NewSigningKey("k1")},
 		Now:  func() time.Time { return time.Unix(0, a.clock.Load()) },
-	}, nil)
+	}, viewer.NewMemory())
 	if err != nil {
 		t.Fatal(err)
 	}

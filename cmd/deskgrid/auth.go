@@ -167,7 +167,11 @@ func (s *setup) gatewayAuth(ctx context.Context, deps *gateway.Deps) error {
 	} else if s.role != "up" {
 		return errors.New("-viewer-keys is required with -auth outside deskgrid up (the same on every gateway)")
 	}
-	iss, err := viewer.New(viewer.Config{Keys: keys}, nil)
+	rev, err := s.viewerRevocations(ctx)
+	if err != nil {
+		return err
+	}
+	iss, err := viewer.New(viewer.Config{Keys: keys}, rev)
 	if err != nil {
 		return err
 	}

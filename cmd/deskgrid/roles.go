@@ -235,16 +235,9 @@ func (s *setup) clustered() bool {
 
 // registry connects to the cluster registry in Redis.
 func (s *setup) registry(ctx context.Context) (*cluster.Registry, error) {
-	opt, err := redis.ParseURL(s.cfg.RedisURL)
+	rdb, err := s.redisClient(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("-redis-url: %w", err)
-	}
-	rdb := redis.NewClient(opt)
-	s.closers.add("redis", func(context.Context) error { return rdb.Close() })
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
-		return nil, fmt.Errorf("connect to Redis at %s: %w", opt.Addr, err)
+		return nil, err
 	}
 	return cluster.NewRegistry(rdb, s.cfg.RedisPrefix), nil
 }
@@ -411,6 +404,15 @@ func (s *setup) addAgent(ctx context.Context, srv *grpcserver.Server, js jetstre
 			cfg.BaseURLs[name] = p.url
 		}
 	}
+	leases, err := s.inputLeases(ctx)
+	if err != nil {
+		return err
+	}
+	tenant := s.tenantHook()
+	if tenant == nil {
+		// Without authentication every caller is one tenant.
+		tenant = func(context.Context) string { return agent.DefaultTenant }
+	}
 	a, err := agent.New(ctx, cfg, agent.Deps{
 		Logger:    s.logger.With("component", "agent"),
 		Display:   displayv1.NewDisplayServiceClient(nodes),
@@ -418,7 +420,8 @@ func (s *setup) addAgent(ctx context.Context, srv *grpcserver.Server, js jetstre
 		Sessions:  sessionv1.NewSessionServiceClient(sessConn),
 		Store:     st,
 		JetStream: js,
-		Tenant:    s.tenantHook(),
+		Leases:    leases,
+		Tenant:    tenant,
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)

@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -106,7 +107,7 @@ type Deps struct {
 	// Display and Sandbox reach the session's node.
 	Display displayv1.DisplayServiceClient
 	Sandbox sandboxv1.SandboxServiceClient
-	// Store keeps runs; nil keeps them in memory.
+	// Store keeps runs (required; store.NewMemory for one process).
 	Store store.Store
 	// JetStream makes run events durable (published asynchronously in
 	// batches to the events stream, which must exist) and replays those
@@ -116,19 +117,21 @@ type Deps struct {
 	// Publisher is used only without JetStream; nil with both keeps events
 	// in memory only.
 	Publisher events.Publisher
-	// Leases grants input leases; nil uses an in-memory table.
+	// Leases grants input leases (required): lease.NewRedis shared by every
+	// replica of a cluster, lease.NewMemory for one process.
 	Leases lease.Manager
 	// NewProvider builds a run's provider; nil uses provider.New.
 	NewProvider func(ctx context.Context, cfg provider.Config) (provider.Provider, error)
-	// Sessions, when set, is asked whether the caller's session exists and
-	// is theirs (the call's metadata is passed on) before a run starts on it.
+	// Sessions (required) is asked whether the caller's session exists and
+	// is theirs (the call's metadata is passed on) before a run starts on
+	// it and on every input lease call.
 	Sessions sessionv1.SessionServiceClient
-	// Tenant names the caller's tenant; nil means every caller is
-	// DefaultTenant. A run is visible only to its tenant.
+	// Tenant (required) names the caller's tenant. A run is visible only
+	// to its tenant.
 	Tenant func(ctx context.Context) string
 }
 
-// DefaultTenant owns every run when Deps.Tenant is nil.
+// DefaultTenant is the tenant of a deskgrid without authentication.
 const DefaultTenant = "default"
 
 // Service implements agentv1.AgentServiceServer.
@@ -192,13 +195,17 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if l == nil {
 		l = slog.Default()
 	}
-	s := &Service{cfg: cfg, deps: deps, logger: l, store: deps.Store, leases: deps.Leases, runs: map[string]*run{}}
-	if s.store == nil {
-		s.store = store.NewMemory()
+	switch {
+	case deps.Store == nil:
+		return nil, errors.New("agent: Deps.Store is required")
+	case deps.Leases == nil:
+		return nil, errors.New("agent: Deps.Leases is required")
+	case deps.Sessions == nil:
+		return nil, errors.New("agent: Deps.Sessions is required")
+	case deps.Tenant == nil:
+		return nil, errors.New("agent: Deps.Tenant is required")
 	}
-	if s.leases == nil {
-		s.leases = lease.NewMemory(nil)
-	}
+	s := &Service{cfg: cfg, deps: deps, logger: l, store: deps.Store, leases: deps.Leases, tenant: deps.Tenant, runs: map[string]*run{}}
 	if deps.NewProvider == nil {
 		s.deps.NewProvider = func(ctx context.Context, c provider.Config) (provider.Provider, error) { return provider.New(ctx, c) }
 	}
@@ -216,10 +223,6 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 			return nil, fmt.Errorf("agent config: %w", err)
 		}
 		s.sealer = sealer
-	}
-	s.tenant = deps.Tenant
-	if s.tenant == nil {
-		s.tenant = func(context.Context) string { return DefaultTenant }
 	}
 	if cfg.RecoverInterruptedRuns {
 		if err := s.recoverInterrupted(ctx); err != nil {

@@ -110,9 +110,6 @@ func (s *Service) CreateRun(ctx context.Context, req *agentv1.CreateRunRequest) 
 // checkSession asks the session service, as the caller, whether the session
 // exists and is the caller's.
 func (s *Service) checkSession(ctx context.Context, id string) error {
-	if s.deps.Sessions == nil {
-		return nil
-	}
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		ctx = metadata.NewOutgoingContext(ctx, md.Copy())
 	}
@@ -490,7 +487,7 @@ func streamErr(ctx context.Context, err error) error {
 }
 
 func leaseProto(l lease.Lease) *agentv1.InputLease {
-	return &agentv1.InputLease{SessionId: l.SessionID, Holder: l.Holder, Token: l.Token, ExpireTime: timestamppb.New(l.Expires)}
+	return &agentv1.InputLease{SessionId: l.SessionID, Holder: l.Holder, Token: l.Token, LeaseId: l.ID, ExpireTime: timestamppb.New(l.Expires)}
 }
 
 func leaseErr(err error) error {
@@ -529,6 +526,12 @@ func (s *Service) AcquireInputLease(ctx context.Context, req *agentv1.AcquireInp
 	if err != nil {
 		return nil, err
 	}
+	if req.GetSessionId() == "" || req.GetHolder() == "" {
+		return nil, status.Error(codes.InvalidArgument, "session_id and holder are required")
+	}
+	if err := s.checkSession(ctx, req.GetSessionId()); err != nil {
+		return nil, err
+	}
 	if wait > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, wait)
@@ -547,7 +550,13 @@ func (s *Service) RenewInputLease(ctx context.Context, req *agentv1.RenewInputLe
 	if err != nil {
 		return nil, err
 	}
-	l, err := s.leases.Renew(ctx, req.GetSessionId(), req.GetHolder(), req.GetToken(), ttl)
+	if req.GetSessionId() == "" || req.GetLeaseId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "session_id and lease_id are required")
+	}
+	if err := s.checkSession(ctx, req.GetSessionId()); err != nil {
+		return nil, err
+	}
+	l, err := s.leases.Renew(ctx, req.GetSessionId(), req.GetLeaseId(), ttl)
 	if err != nil {
 		return nil, leaseErr(err)
 	}
@@ -556,10 +565,13 @@ func (s *Service) RenewInputLease(ctx context.Context, req *agentv1.RenewInputLe
 
 // ReleaseInputLease gives a lease up.
 func (s *Service) ReleaseInputLease(ctx context.Context, req *agentv1.ReleaseInputLeaseRequest) (*agentv1.ReleaseInputLeaseResponse, error) {
-	if req.GetSessionId() == "" || req.GetHolder() == "" {
-		return nil, status.Error(codes.InvalidArgument, "session_id and holder are required")
+	if req.GetSessionId() == "" || req.GetLeaseId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "session_id and lease_id are required")
 	}
-	if err := s.leases.Release(ctx, req.GetSessionId(), req.GetHolder(), req.GetToken()); err != nil {
+	if err := s.checkSession(ctx, req.GetSessionId()); err != nil {
+		return nil, err
+	}
+	if err := s.leases.Release(ctx, req.GetSessionId(), req.GetLeaseId()); err != nil {
 		return nil, leaseErr(err)
 	}
 	return &agentv1.ReleaseInputLeaseResponse{}, nil

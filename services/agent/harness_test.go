@@ -20,7 +20,10 @@ import (
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
+	"github.com/deskgrid/deskgrid/services/agent/lease"
 	"github.com/deskgrid/deskgrid/services/agent/provider"
+	"github.com/deskgrid/deskgrid/services/agent/store"
 )
 
 // fakeNode is a display and sandbox service that records what it is asked
@@ -254,6 +257,24 @@ func toolTurn(calls ...*provider.ToolCall) func(provider.Request) (*provider.Res
 	}
 }
 
+// startSessions serves a session service and returns a connection to it.
+func startSessions(t testing.TB, srvImpl sessionv1.SessionServiceServer) *grpc.ClientConn {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	sessionv1.RegisterSessionServiceServer(srv, srvImpl)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
 type harness struct {
 	svc    *Service
 	node   *fakeNode
@@ -263,7 +284,11 @@ type harness struct {
 func newHarness(t testing.TB, cfg Config, newProv func(context.Context, provider.Config) (provider.Provider, error), mut ...func(*Deps)) *harness {
 	node := newFakeNode()
 	conn := startNode(t, node)
-	deps := Deps{Display: displayv1.NewDisplayServiceClient(conn), Sandbox: sandboxv1.NewSandboxServiceClient(conn), NewProvider: newProv}
+	deps := Deps{
+		Display: displayv1.NewDisplayServiceClient(conn), Sandbox: sandboxv1.NewSandboxServiceClient(conn), NewProvider: newProv,
+		Store: store.NewMemory(), Leases: lease.NewMemory(nil), Tenant: tenantFromMetadata,
+		Sessions: sessionv1.NewSessionServiceClient(startSessions(t, &fakeSessions{})),
+	}
 	for _, m := range mut {
 		m(&deps)
 	}

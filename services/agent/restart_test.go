@@ -236,14 +236,14 @@ func TestRunsBelongToTheirTenant(t *testing.T) {
 }
 
 // fakeSessions owns sessions per tenant, read from the call's metadata as
-// the session service would.
+// the session service would; without owners every session is the caller's.
 type fakeSessions struct {
 	sessionv1.UnimplementedSessionServiceServer
 	owner map[string]string
 }
 
 func (f *fakeSessions) GetSession(ctx context.Context, req *sessionv1.GetSessionRequest) (*sessionv1.GetSessionResponse, error) {
-	if f.owner[req.GetSessionId()] != tenantFromMetadata(ctx) {
+	if f.owner != nil && f.owner[req.GetSessionId()] != tenantFromMetadata(ctx) {
 		return nil, status.Errorf(codes.NotFound, "session %s not found", req.GetSessionId())
 	}
 	return &sessionv1.GetSessionResponse{Session: &sessionv1.Session{Id: req.GetSessionId()}}, nil

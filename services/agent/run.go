@@ -271,7 +271,7 @@ func (r *run) takeLease(ctx context.Context) (func(), error) {
 			case <-rctx.Done():
 				return
 			case <-t.C:
-				if _, err := s.leases.Renew(rctx, l.SessionID, l.Holder, l.Token, s.cfg.InputLeaseTTL); err != nil {
+				if _, err := s.leases.Renew(rctx, l.SessionID, l.ID, s.cfg.InputLeaseTTL); err != nil {
 					s.logger.Warn("input lease lost", "run", r.id, "err", err)
 					return
 				}
@@ -281,7 +281,7 @@ func (r *run) takeLease(ctx context.Context) (func(), error) {
 	return func() {
 		stop()
 		<-done
-		_ = s.leases.Release(context.WithoutCancel(ctx), l.SessionID, l.Holder, l.Token)
+		_ = s.leases.Release(context.WithoutCancel(ctx), l.SessionID, l.ID)
 	}, nil
 }
 

@@ -2,10 +2,16 @@
 // may send input to the display, waiters are served first come first
 // served, and every grant carries a larger fencing token so the display can
 // refuse a holder whose lease has passed on.
+//
+// A grant has two names: its fencing token, a number that only grows and
+// that the display sees, and its id, 128 random bits that only the caller
+// who acquired it is told; renewing and releasing need the id.
 package lease
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -16,8 +22,12 @@ import (
 type Lease struct {
 	SessionID string
 	Holder    string
-	Token     int64
-	Expires   time.Time
+	// ID is the grant's secret: renew and release name the lease by it.
+	ID string
+	// Token is the fencing token: larger than every token granted before
+	// for the session.
+	Token   int64
+	Expires time.Time
 }
 
 var (
@@ -28,18 +38,24 @@ var (
 	ErrInvalid = errors.New("input lease needs a session and a holder")
 )
 
-// Manager grants input leases. Memory is the single-process one; a Redis
-// implementation keeps the same contract for a cluster.
+// Manager grants input leases. Memory is the single-process one; Redis
+// keeps the same contract for every replica of a cluster.
 type Manager interface {
 	// Acquire waits in FIFO order until holder has the lease, or ctx ends.
-	// A holder that already has the lease gets it renewed.
+	// Every call is a new request: a holder name is a label, not a proof.
 	Acquire(ctx context.Context, sessionID, holder string, ttl time.Duration) (Lease, error)
-	// Renew extends the lease if holder still has it with token.
-	Renew(ctx context.Context, sessionID, holder string, token int64, ttl time.Duration) (Lease, error)
-	// Release gives the lease up; releasing a lease not held is not an error.
-	Release(ctx context.Context, sessionID, holder string, token int64) error
-	// Check says whether token is the current, unexpired lease.
-	Check(ctx context.Context, sessionID string, token int64) error
+	// Renew extends the lease named by id if it is still held.
+	Renew(ctx context.Context, sessionID, id string, ttl time.Duration) (Lease, error)
+	// Release gives the lease named by id up; releasing a lease not held
+	// is not an error.
+	Release(ctx context.Context, sessionID, id string) error
+}
+
+// newID returns a grant id: 128 random bits.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 type session struct {
@@ -93,19 +109,13 @@ func (m *Memory) Acquire(ctx context.Context, sessionID, holder string, ttl time
 	ttl = normTTL(ttl)
 	m.mu.Lock()
 	s := m.session(sessionID)
-	if s.cur != nil && s.cur.Holder == holder && !m.expired(s) {
-		s.cur.Expires = m.now().Add(ttl)
-		l := *s.cur
-		m.mu.Unlock()
-		return l, nil
-	}
 	w := &waiter{holder: holder}
 	s.queue = append(s.queue, w)
 	for {
 		if s.queue[0] == w && m.expired(s) {
 			s.queue = s.queue[1:]
 			s.token++
-			s.cur = &Lease{SessionID: sessionID, Holder: holder, Token: s.token, Expires: m.now().Add(ttl)}
+			s.cur = &Lease{SessionID: sessionID, Holder: holder, ID: newID(), Token: s.token, Expires: m.now().Add(ttl)}
 			l := *s.cur
 			s.wake()
 			m.mu.Unlock()
@@ -139,43 +149,29 @@ func (m *Memory) Acquire(ctx context.Context, sessionID, holder string, ttl time
 }
 
 // Renew implements Manager.
-func (m *Memory) Renew(_ context.Context, sessionID, holder string, token int64, ttl time.Duration) (Lease, error) {
+func (m *Memory) Renew(_ context.Context, sessionID, id string, ttl time.Duration) (Lease, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.sessions[sessionID]
-	if s == nil || m.expired(s) || s.cur.Holder != holder || s.cur.Token != token {
-		return Lease{}, fmt.Errorf("renew input lease %d of %s: %w", token, sessionID, ErrNotHolder)
+	if s == nil || m.expired(s) || id == "" || s.cur.ID != id {
+		return Lease{}, fmt.Errorf("renew input lease of %s: %w", sessionID, ErrNotHolder)
 	}
 	s.cur.Expires = m.now().Add(normTTL(ttl))
 	return *s.cur, nil
 }
 
 // Release implements Manager.
-func (m *Memory) Release(_ context.Context, sessionID, holder string, token int64) error {
+func (m *Memory) Release(_ context.Context, sessionID, id string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.sessions[sessionID]
-	if s == nil || s.cur == nil || s.cur.Holder != holder || s.cur.Token != token {
+	if s == nil || s.cur == nil || id == "" || s.cur.ID != id {
 		return nil
 	}
+	// The entry stays with its token counter: a new grant has to beat
+	// every token the display has seen.
 	s.cur = nil
 	s.wake()
-	if len(s.queue) == 0 {
-		// The token counter must survive: a new grant has to beat every
-		// token the display has seen. Keep the entry, drop only the lease.
-		s.cur = nil
-	}
-	return nil
-}
-
-// Check implements Manager.
-func (m *Memory) Check(_ context.Context, sessionID string, token int64) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s := m.sessions[sessionID]
-	if s == nil || m.expired(s) || s.cur.Token != token {
-		return fmt.Errorf("input lease %d of %s: %w", token, sessionID, ErrNotHolder)
-	}
 	return nil
 }
 

@@ -1924,9 +1924,13 @@ type InputLease struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	Holder    string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
-	// Fencing token for PerformActionsRequest.lease_token; grows with every grant.
-	Token         int64                  `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
-	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	// Fencing token for PerformActionsRequest.lease_token; grows with every
+	// grant, across restarts and replicas. Not a secret.
+	Token      int64                  `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	// The grant's secret (128 random bits): renewing and releasing the lease
+	// need it. Only the caller that acquired the lease is told it.
+	LeaseId       string `protobuf:"bytes,5,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1989,10 +1993,18 @@ func (x *InputLease) GetExpireTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *InputLease) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
 type AcquireInputLeaseRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	// Who asks: a run id, a user name.
+	// Who asks: a run id, a user name. A label, not a credential: every
+	// acquire waits its turn, even under a name that holds the lease.
 	Holder string `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
 	// 0 means 30 seconds.
 	Ttl *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
@@ -2105,11 +2117,15 @@ func (x *AcquireInputLeaseResponse) GetLease() *InputLease {
 }
 
 type RenewInputLeaseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Holder        string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
-	Token         int64                  `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
-	Ttl           *durationpb.Duration   `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Not needed: lease_id names the grant.
+	Holder string `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	// Not needed: lease_id names the grant.
+	Token int64                `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	Ttl   *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// The lease_id the acquire returned.
+	LeaseId       string `protobuf:"bytes,5,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2172,6 +2188,13 @@ func (x *RenewInputLeaseRequest) GetTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *RenewInputLeaseRequest) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
 type RenewInputLeaseResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Lease         *InputLease            `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
@@ -2217,10 +2240,14 @@ func (x *RenewInputLeaseResponse) GetLease() *InputLease {
 }
 
 type ReleaseInputLeaseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Holder        string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
-	Token         int64                  `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Not needed: lease_id names the grant.
+	Holder string `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	// Not needed: lease_id names the grant.
+	Token int64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	// The lease_id the acquire returned.
+	LeaseId       string `protobuf:"bytes,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2274,6 +2301,13 @@ func (x *ReleaseInputLeaseRequest) GetToken() int64 {
 		return x.Token
 	}
 	return 0
+}
+
+func (x *ReleaseInputLeaseRequest) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
 }
 
 type ReleaseInputLeaseResponse struct {
@@ -2472,7 +2506,7 @@ const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"toolCallId\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\">\n" +
 	"\x12RejectStepResponse\x12(\n" +
-	"\x03run\x18\x01 \x01(\v2\x16.deskgrid.agent.v1.RunR\x03run\"\x96\x01\n" +
+	"\x03run\x18\x01 \x01(\v2\x16.deskgrid.agent.v1.RunR\x03run\"\xb1\x01\n" +
 	"\n" +
 	"InputLease\x12\x1d\n" +
 	"\n" +
@@ -2480,7 +2514,8 @@ const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x03R\x05token\x12;\n" +
 	"\vexpire_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"expireTime\"\xad\x01\n" +
+	"expireTime\x12\x19\n" +
+	"\blease_id\x18\x05 \x01(\tR\aleaseId\"\xad\x01\n" +
 	"\x18AcquireInputLeaseRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
@@ -2488,20 +2523,22 @@ const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12-\n" +
 	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"P\n" +
 	"\x19AcquireInputLeaseResponse\x123\n" +
-	"\x05lease\x18\x01 \x01(\v2\x1d.deskgrid.agent.v1.InputLeaseR\x05lease\"\x92\x01\n" +
+	"\x05lease\x18\x01 \x01(\v2\x1d.deskgrid.agent.v1.InputLeaseR\x05lease\"\xad\x01\n" +
 	"\x16RenewInputLeaseRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x03R\x05token\x12+\n" +
-	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"N\n" +
+	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x19\n" +
+	"\blease_id\x18\x05 \x01(\tR\aleaseId\"N\n" +
 	"\x17RenewInputLeaseResponse\x123\n" +
-	"\x05lease\x18\x01 \x01(\v2\x1d.deskgrid.agent.v1.InputLeaseR\x05lease\"g\n" +
+	"\x05lease\x18\x01 \x01(\v2\x1d.deskgrid.agent.v1.InputLeaseR\x05lease\"\x82\x01\n" +
 	"\x18ReleaseInputLeaseRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x03R\x05token\"\x1b\n" +
+	"\x05token\x18\x03 \x01(\x03R\x05token\x12\x19\n" +
+	"\blease_id\x18\x04 \x01(\tR\aleaseId\"\x1b\n" +
 	"\x19ReleaseInputLeaseResponse*\xba\x01\n" +
 	"\bRunState\x12\x19\n" +
 	"\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +

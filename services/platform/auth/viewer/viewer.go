@@ -97,8 +97,12 @@ const (
 	macDomain     = "deskgrid-viewer-token-v1\x00"
 )
 
-// New returns an issuer. rev nil keeps revocations in this process only.
+// New returns an issuer whose revocations live in rev (required): NewRedis
+// where several gateways must agree, NewMemory for one process.
 func New(cfg Config, rev Revocations) (*Issuer, error) {
+	if rev == nil {
+		return nil, errors.New("viewer tokens need a revocation store")
+	}
 	if len(cfg.Keys) == 0 {
 		return nil, errors.New("viewer tokens need at least one signing key")
 	}
@@ -123,9 +127,6 @@ func New(cfg Config, rev Revocations) (*Issuer, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
-	}
-	if rev == nil {
-		rev = NewMemory()
 	}
 	return &Issuer{cfg: cfg, keys: keys, rev: rev}, nil
 }

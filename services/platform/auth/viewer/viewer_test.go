@@ -139,9 +139,13 @@ func TestTTLAndArguments(t *testing.T) {
 		{Keys: []SigningKey{{ID: "", Secret: make([]byte, 32)}}},
 		{Keys: []SigningKey{key("k1"), key("k1")}},
 	} {
-		if _, err := New(cfg, nil); err == nil {
+		if _, err := New(cfg, NewMemory()); err == nil {
 			t.Errorf("New(%+v) accepted", cfg)
 		}
+	}
+	// Revocations are never silently per process: the caller chooses.
+	if _, err := New(Config{Keys: []SigningKey{key("k1")}}, nil); err == nil {
+		t.Error("New without a revocation store accepted")
 	}
 }
 
@@ -286,7 +290,7 @@ func FuzzParseViewerToken(f *testing.F) {
 }
 
 func BenchmarkVerifyViewerToken(b *testing.B) {
-	iss, _ := New(Config{Keys: []SigningKey{key("k1")}}, nil)
+	iss, _ := New(Config{Keys: []SigningKey{key("k1")}}, NewMemory())
 	tok, _, _ := iss.IssueViewerToken("s-1", "acme", ModeView, 0)
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -306,7 +310,7 @@ func TestKeysFromConfig(t *testing.T) {
 	if _, err := ParseKeys("a:short"); err == nil {
 		t.Fatal("short key accepted")
 	}
-	iss, err := New(Config{Keys: keys}, nil)
+	iss, err := New(Config{Keys: keys}, NewMemory())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +322,7 @@ func TestKeysFromConfig(t *testing.T) {
 
 func TestVerifyRequest(t *testing.T) {
 	ctx := context.Background()
-	iss, _ := New(Config{Keys: []SigningKey{NewSigningKey("k")}}, nil)
+	iss, _ := New(Config{Keys: []SigningKey{NewSigningKey("k")}}, NewMemory())
 	tok, _, _ := iss.IssueViewerToken("s-1", "acme", ModeView, 0)
 	inQuery, _ := http.NewRequest("GET", "http://gw/v1/sessions/s-1/vnc?token="+tok, nil)
 	inHeader, _ := http.NewRequest("GET", "http://gw/v1/sessions/s-1/vnc", nil)

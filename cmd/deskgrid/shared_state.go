@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/deskgrid/deskgrid/services/agent/lease"
+	"github.com/deskgrid/deskgrid/services/platform/auth/viewer"
+)
+
+// State that replicas of a role must share lives in Redis in a cluster, and
+// in this process only where one process is the whole deployment: deskgrid
+// up, or a role started without -redis-url. Each choice is made here, by
+// name, never by a constructor's nil default.
+
+// redisClient connects to -redis-url, checking it answers.
+func (s *setup) redisClient(ctx context.Context) (*redis.Client, error) {
+	opt, err := redis.ParseURL(s.cfg.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("-redis-url: %w", err)
+	}
+	rdb := redis.NewClient(opt)
+	s.closers.add("redis", func(context.Context) error { return rdb.Close() })
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		return nil, fmt.Errorf("connect to Redis at %s: %w", opt.Addr, err)
+	}
+	return rdb, nil
+}
+
+// inputLeases are the agent's input leases: one holder per session across
+// every agent replica, fencing tokens that keep growing across restarts.
+func (s *setup) inputLeases(ctx context.Context) (lease.Manager, error) {
+	if !s.clustered() {
+		return lease.NewMemory(nil), nil
+	}
+	rdb, err := s.redisClient(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return lease.NewRedis(rdb, s.cfg.RedisPrefix)
+}
+
+// viewerRevocations are the revoked viewer links, seen by every gateway.
+func (s *setup) viewerRevocations(ctx context.Context) (viewer.Revocations, error) {
+	if !s.clustered() {
+		return viewer.NewMemory(), nil
+	}
+	rdb, err := s.redisClient(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return viewer.NewRedis(rdb, s.cfg.RedisPrefix), nil
+}
