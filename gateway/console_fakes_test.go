@@ -311,9 +311,9 @@ func (a *fakeAgent) AcquireInputLease(ctx context.Context, r *agentv1.AcquireInp
 	}
 	for {
 		a.mu.Lock()
-		if a.lease == nil || a.lease.GetHolder() == r.GetHolder() {
+		if a.lease == nil {
 			a.token++
-			a.lease = &agentv1.InputLease{SessionId: r.GetSessionId(), Holder: r.GetHolder(), Token: a.token,
+			a.lease = &agentv1.InputLease{SessionId: r.GetSessionId(), Holder: r.GetHolder(), Token: a.token, LeaseId: fmt.Sprintf("%032x", a.token),
 				ExpireTime: timestamppb.New(time.Now().Add(30 * time.Second))}
 			a.leaseFree = make(chan struct{})
 			l := proto.Clone(a.lease).(*agentv1.InputLease)
@@ -342,8 +342,8 @@ func (a *fakeAgent) holder() string {
 func (a *fakeAgent) RenewInputLease(_ context.Context, r *agentv1.RenewInputLeaseRequest) (*agentv1.RenewInputLeaseResponse, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.lease == nil || a.lease.GetHolder() != r.GetHolder() || a.lease.GetToken() != r.GetToken() {
-		return nil, status.Error(codes.FailedPrecondition, "the lease is not held by "+r.GetHolder())
+	if a.lease == nil || r.GetLeaseId() == "" || a.lease.GetLeaseId() != r.GetLeaseId() {
+		return nil, status.Error(codes.FailedPrecondition, "input lease not held")
 	}
 	a.lease.ExpireTime = timestamppb.New(time.Now().Add(30 * time.Second))
 	return &agentv1.RenewInputLeaseResponse{Lease: proto.Clone(a.lease).(*agentv1.InputLease)}, nil
@@ -352,8 +352,8 @@ func (a *fakeAgent) RenewInputLease(_ context.Context, r *agentv1.RenewInputLeas
 func (a *fakeAgent) ReleaseInputLease(_ context.Context, r *agentv1.ReleaseInputLeaseRequest) (*agentv1.ReleaseInputLeaseResponse, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.lease == nil || a.lease.GetHolder() != r.GetHolder() || a.lease.GetToken() != r.GetToken() {
-		return nil, status.Error(codes.FailedPrecondition, "the lease is not held by "+r.GetHolder())
+	if a.lease == nil || r.GetLeaseId() == "" || a.lease.GetLeaseId() != r.GetLeaseId() {
+		return nil, status.Error(codes.FailedPrecondition, "input lease not held")
 	}
 	a.lease = nil
 	close(a.leaseFree)

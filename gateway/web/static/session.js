@@ -145,7 +145,7 @@ takeOver.addEventListener('click', async () => {
 async function renew() {
   if (!lease) return;
   try {
-    lease = await api('POST', `/v1/sessions/${enc}/inputLease:renew`, { holder, token: lease.token, ttl: '30s' });
+    lease = await api('POST', `/v1/sessions/${enc}/inputLease:renew`, { leaseId: lease.leaseId, ttl: '30s' });
   } catch (e) {
     lost('lost control: ' + e.message);
   }
@@ -163,7 +163,7 @@ handBack.addEventListener('click', async () => {
   lost('watching');
   if (!l) return;
   try {
-    await api('POST', `/v1/sessions/${enc}/inputLease:release`, { holder, token: l.token });
+    await api('POST', `/v1/sessions/${enc}/inputLease:release`, { leaseId: l.leaseId });
   } catch (e) {
     setControl('none', 'watching (release: ' + e.message + ')');
   }
@@ -179,7 +179,7 @@ function leave() {
   lease = null;
   fetch(`/v1/sessions/${enc}/inputLease:release`, {
     method: 'POST', keepalive: true, headers: authHeaders({ 'Content-Type': 'application/json' }),
-    body: JSON.stringify({ holder, token: l.token }),
+    body: JSON.stringify({ leaseId: l.leaseId }),
   }).catch(() => {});
 }
 addEventListener('pagehide', leave);
