@@ -56,13 +56,28 @@ func TestViewerRevocationReachesEveryGateway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Opens the live view as a WebSocket client would; a link that is
+	// let through goes on to the node (absent here), so only the refusal
+	// of the link itself answers 401.
+	client := &http.Client{Timeout: 10 * time.Second}
 	open := func(gw string) (int, string) {
 		t.Helper()
-		resp, err := http.Get(gw + "/v1/sessions/s-1/vnc?token=" + url.QueryEscape(tok))
+		req, err := http.NewRequest(http.MethodGet, gw+"/v1/sessions/s-1/vnc?token="+url.QueryEscape(tok), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
+		req.Header.Set("Connection", "Upgrade")
+		req.Header.Set("Upgrade", "websocket")
+		req.Header.Set("Sec-WebSocket-Version", "13")
+		req.Header.Set("Sec-WebSocket-Key", base64.StdEncoding.EncodeToString([]byte("sixteen byte key")))
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
 		defer resp.Body.Close()
+		if resp.StatusCode == http.StatusSwitchingProtocols {
+			return resp.StatusCode, ""
+		}
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
