@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -245,7 +246,11 @@ func TestMetricsBehindKey(t *testing.T) {
 }
 
 func TestRateLimit(t *testing.T) {
-	a := newAuthed(t, DefaultConfig(), Deps{RateLimit: ratelimit.New(ratelimit.Config{Rate: 0.01, Burst: 2})})
+	lim, err := ratelimit.New(ratelimit.Deps{Counter: ratelimit.NewMemory(ratelimit.Config{Rate: 0.01, Burst: 2}), Logger: slog.Default()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAuthed(t, DefaultConfig(), Deps{RateLimit: lim})
 	for i := range 2 {
 		if r := call(t, "GET", a.srv.URL+"/v1/sessions", a.readKey, "", nil); r.status != 200 {
 			t.Fatalf("request %d: %d %s", i, r.status, r.raw)

@@ -4,8 +4,10 @@
 // commands, read and write files, and start agent runs.
 //
 // The same server runs over stdio (`deskgrid mcp`) and over streamable HTTP
-// at the gateway's /mcp, where each MCP session uses the API key of the
-// request that opened it.
+// at the gateway's /mcp. Over HTTP every request is authorised with its own
+// key: tools call deskgrid with the key of the request that carries the tool
+// call, and an MCP session belongs to the key that opened it (presented with
+// another key, its id is unknown: 404).
 package mcpserver
 
 import (
@@ -26,31 +28,36 @@ import (
 // New returns an MCP server whose tools call deskgrid through c. Calls carry
 // apiKey when it is not empty.
 func New(c *deskgrid.Client, apiKey, version string) *mcp.Server {
+	return newServer(&tools{c: c, key: apiKey}, version)
+}
+
+func newServer(t *tools, version string) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "deskgrid", Title: "deskgrid desktops", Version: version}, nil)
-	t := &tools{c: c, key: apiKey}
-	mcp.AddTool(s, &mcp.Tool{Name: "create_session", Description: "Create an isolated Linux desktop session and wait until it answers. Returns its id."}, t.createSession)
-	mcp.AddTool(s, &mcp.Tool{Name: "list_sessions", Description: "List desktop sessions with their state."}, t.listSessions)
-	mcp.AddTool(s, &mcp.Tool{Name: "delete_session", Description: "Stop a session and free everything it used."}, t.deleteSession)
-	mcp.AddTool(s, &mcp.Tool{Name: "screenshot", Description: "Take a PNG screenshot of a session's screen."}, t.screenshot)
-	mcp.AddTool(s, &mcp.Tool{Name: "click", Description: "Click at pixel (x, y) of a session's screen; button left (default), right or middle; clicks 1-3."}, t.click)
-	mcp.AddTool(s, &mcp.Tool{Name: "move_mouse", Description: "Move the pointer to pixel (x, y)."}, t.moveMouse)
-	mcp.AddTool(s, &mcp.Tool{Name: "type_text", Description: "Type text (any Unicode) into the focused window."}, t.typeText)
-	mcp.AddTool(s, &mcp.Tool{Name: "press_key", Description: "Press a key chord in xdotool names, such as Return, ctrl+c, ctrl+shift+t."}, t.pressKey)
-	mcp.AddTool(s, &mcp.Tool{Name: "scroll", Description: "Scroll at (x, y): positive dy scrolls down, negative up, in wheel clicks."}, t.scroll)
-	mcp.AddTool(s, &mcp.Tool{Name: "run_command", Description: "Run a shell command in the session's sandbox (its home is the working directory) and return its output and exit code."}, t.runCommand)
-	mcp.AddTool(s, &mcp.Tool{Name: "read_file", Description: "Read a file from the session's home (path relative to it)."}, t.readFile)
-	mcp.AddTool(s, &mcp.Tool{Name: "write_file", Description: "Create or replace a file in the session's home (path relative to it)."}, t.writeFile)
-	mcp.AddTool(s, &mcp.Tool{Name: "start_run", Description: "Start an agent run on a session: deskgrid drives the desktop with the given provider and model until the task is done."}, t.startRun)
+	addTool(s, t, &mcp.Tool{Name: "create_session", Description: "Create an isolated Linux desktop session and wait until it answers. Returns its id."}, t.createSession)
+	addTool(s, t, &mcp.Tool{Name: "list_sessions", Description: "List desktop sessions with their state."}, t.listSessions)
+	addTool(s, t, &mcp.Tool{Name: "delete_session", Description: "Stop a session and free everything it used."}, t.deleteSession)
+	addTool(s, t, &mcp.Tool{Name: "screenshot", Description: "Take a PNG screenshot of a session's screen."}, t.screenshot)
+	addTool(s, t, &mcp.Tool{Name: "click", Description: "Click at pixel (x, y) of a session's screen; button left (default), right or middle; clicks 1-3."}, t.click)
+	addTool(s, t, &mcp.Tool{Name: "move_mouse", Description: "Move the pointer to pixel (x, y)."}, t.moveMouse)
+	addTool(s, t, &mcp.Tool{Name: "type_text", Description: "Type text (any Unicode) into the focused window."}, t.typeText)
+	addTool(s, t, &mcp.Tool{Name: "press_key", Description: "Press a key chord in xdotool names, such as Return, ctrl+c, ctrl+shift+t."}, t.pressKey)
+	addTool(s, t, &mcp.Tool{Name: "scroll", Description: "Scroll at (x, y): positive dy scrolls down, negative up, in wheel clicks."}, t.scroll)
+	addTool(s, t, &mcp.Tool{Name: "run_command", Description: "Run a shell command in the session's sandbox (its home is the working directory) and return its output and exit code."}, t.runCommand)
+	addTool(s, t, &mcp.Tool{Name: "read_file", Description: "Read a file from the session's home (path relative to it)."}, t.readFile)
+	addTool(s, t, &mcp.Tool{Name: "write_file", Description: "Create or replace a file in the session's home (path relative to it)."}, t.writeFile)
+	addTool(s, t, &mcp.Tool{Name: "start_run", Description: "Start an agent run on a session: deskgrid drives the desktop with the given provider and model until the task is done."}, t.startRun)
 	return s
 }
 
-// HTTPHandler serves the tools over streamable HTTP. Each MCP session uses
-// the bearer key of the request that opened it.
+// HTTPHandler serves the tools over streamable HTTP. Every tool call uses
+// the bearer key of the HTTP request that carries it, never the key of the
+// request that opened the MCP session; and an MCP session answers only the
+// key that opened it.
 func HTTPHandler(c *deskgrid.Client, version string) http.Handler {
-	return mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
-		key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		return New(c, strings.TrimSpace(key), version)
-	}, nil)
+	srv := newServer(&tools{c: c, perRequest: true}, version)
+	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
+		&mcp.StreamableHTTPOptions{SessionTimeout: sessionIdle})
+	return newSessionOwners(inner, sessionIdle)
 }
 
 // ServeStdio serves the tools on standard input and output until ctx ends or
@@ -62,20 +69,50 @@ func ServeStdio(ctx context.Context, c *deskgrid.Client, apiKey, version string)
 type tools struct {
 	c   *deskgrid.Client
 	key string
+	// perRequest takes the key from each request's Authorization header
+	// (streamable HTTP) instead of key.
+	perRequest bool
 }
 
-func (t *tools) ctx(ctx context.Context) context.Context {
-	if t.key != "" {
-		ctx = deskgrid.WithCallAPIKey(ctx, t.key)
+// authorise returns ctx carrying the key the call must use. Over HTTP it is
+// the key of the request carrying this very tool call, so a session opened
+// by one key gives nothing to a request made with another.
+func (t *tools) authorise(ctx context.Context, req *mcp.CallToolRequest) context.Context {
+	key := t.key
+	if t.perRequest {
+		key = ""
+		if req != nil && req.Extra != nil {
+			key = bearer(req.Extra.Header)
+		}
+	}
+	if key != "" {
+		ctx = deskgrid.WithCallAPIKey(ctx, key)
 	}
 	return ctx
+}
+
+func bearer(h http.Header) string {
+	key, _ := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
+	return strings.TrimSpace(key)
+}
+
+// addTool registers h so it runs with the call's own key (authorise).
+func addTool[In, Out any](s *mcp.Server, t *tools, tool *mcp.Tool, h mcp.ToolHandlerFor[In, Out]) {
+	mcp.AddTool(s, tool, func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
+		return h(t.authorise(ctx, req), req, in)
+	})
+}
+
+func bearer(h http.Header) string {
+	key, _ := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
+	return strings.TrimSpace(key)
 }
 
 func (t *tools) session(ctx context.Context, id string) (*deskgrid.Session, error) {
 	if id == "" {
 		return nil, fmt.Errorf("session_id is required")
 	}
-	return t.c.Sessions.Get(t.ctx(ctx), id)
+	return t.c.Sessions.Get(ctx, id)
 }
 
 // SessionInfo is what the tools say about a session.
@@ -106,7 +143,7 @@ type createIn struct {
 }
 
 func (t *tools) createSession(ctx context.Context, _ *mcp.CallToolRequest, in createIn) (*mcp.CallToolResult, SessionInfo, error) {
-	s, err := t.c.Sessions.Create(t.ctx(ctx), deskgrid.CreateOptions{Width: in.Width, Height: in.Height, TTL: time.Duration(in.TTLMinutes) * time.Minute, Labels: in.Labels})
+	s, err := t.c.Sessions.Create(ctx, deskgrid.CreateOptions{Width: in.Width, Height: in.Height, TTL: time.Duration(in.TTLMinutes) * time.Minute, Labels: in.Labels})
 	if err != nil {
 		return nil, SessionInfo{}, err
 	}
@@ -119,7 +156,7 @@ type listOut struct {
 
 func (t *tools) listSessions(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, listOut, error) {
 	out := listOut{Sessions: []SessionInfo{}}
-	for s, err := range t.c.Sessions.List(t.ctx(ctx), deskgrid.ListOptions{}) {
+	for s, err := range t.c.Sessions.List(ctx, deskgrid.ListOptions{}) {
 		if err != nil {
 			return nil, listOut{}, err
 		}
@@ -136,10 +173,10 @@ func (t *tools) deleteSession(ctx context.Context, _ *mcp.CallToolRequest, in se
 	if in.SessionID == "" {
 		return nil, SessionInfo{}, fmt.Errorf("session_id is required")
 	}
-	if err := t.c.Sessions.Delete(t.ctx(ctx), in.SessionID); err != nil {
+	if err := t.c.Sessions.Delete(ctx, in.SessionID); err != nil {
 		return nil, SessionInfo{}, err
 	}
-	s, err := t.c.Sessions.Get(t.ctx(ctx), in.SessionID)
+	s, err := t.c.Sessions.Get(ctx, in.SessionID)
 	if err != nil {
 		return nil, SessionInfo{}, err
 	}
@@ -151,7 +188,7 @@ func (t *tools) screenshot(ctx context.Context, _ *mcp.CallToolRequest, in sessi
 	if err != nil {
 		return nil, nil, err
 	}
-	png, err := s.Screenshot(t.ctx(ctx))
+	png, err := s.Screenshot(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -175,7 +212,7 @@ func (t *tools) act(ctx context.Context, id string, a *displayv1.Action) (*mcp.C
 	if err != nil {
 		return nil, done{}, err
 	}
-	if _, err := s.Act(t.ctx(ctx), a); err != nil {
+	if _, err := s.Act(ctx, a); err != nil {
 		return nil, done{}, err
 	}
 	return nil, done{OK: true}, nil
@@ -262,7 +299,7 @@ func (t *tools) runCommand(ctx context.Context, _ *mcp.CallToolRequest, in comma
 	if in.TimeoutSeconds > 0 {
 		req.Timeout = durationpb.New(time.Duration(in.TimeoutSeconds) * time.Second)
 	}
-	res, err := s.ExecWith(t.ctx(ctx), req)
+	res, err := s.ExecWith(ctx, req)
 	if err != nil {
 		return nil, commandOut{}, err
 	}
@@ -283,7 +320,7 @@ func (t *tools) readFile(ctx context.Context, _ *mcp.CallToolRequest, in pathIn)
 	if err != nil {
 		return nil, fileOut{}, err
 	}
-	b, err := s.Files().Read(t.ctx(ctx), in.Path)
+	b, err := s.Files().Read(ctx, in.Path)
 	if err != nil {
 		return nil, fileOut{}, err
 	}
@@ -301,7 +338,7 @@ func (t *tools) writeFile(ctx context.Context, _ *mcp.CallToolRequest, in writeI
 	if err != nil {
 		return nil, done{}, err
 	}
-	if err := s.Files().Write(t.ctx(ctx), in.Path, []byte(in.Content), 0); err != nil {
+	if err := s.Files().Write(ctx, in.Path, []byte(in.Content), 0); err != nil {
 		return nil, done{}, err
 	}
 	return nil, done{OK: true}, nil
@@ -320,7 +357,7 @@ type runOut struct {
 }
 
 func (t *tools) startRun(ctx context.Context, _ *mcp.CallToolRequest, in runIn) (*mcp.CallToolResult, runOut, error) {
-	r, err := t.c.Runs.Create(t.ctx(ctx), in.SessionID, in.Prompt, deskgrid.RunOptions{Provider: in.Provider, Model: in.Model})
+	r, err := t.c.Runs.Create(ctx, in.SessionID, in.Prompt, deskgrid.RunOptions{Provider: in.Provider, Model: in.Model})
 	if err != nil {
 		return nil, runOut{}, err
 	}

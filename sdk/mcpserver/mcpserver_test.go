@@ -4,8 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"image/png"
+	"io"
+	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -150,4 +155,129 @@ func TestToolsOverStreamableHTTP(t *testing.T) {
 	}
 	defer cs.Close()
 	exercise(t, cs)
+}
+
+// cli runs a deskgrid command against srv's data dir.
+func cli(t *testing.T, srv *deskgridtest.Server, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(deskgridtest.Binary(t), args...)
+	cmd.Env = append(os.Environ(), "DESKGRID_DATA_DIR="+srv.DataDir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("deskgrid %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// keyed sends key with every request, as an MCP host configured with it does.
+type keyed struct{ key string }
+
+func (k keyed) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+k.key)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// connectAs opens an MCP session at url with key.
+func connectAs(t *testing.T, url, key string) *mcp.ClientSession {
+	t.Helper()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(context.Background(),
+		&mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: keyed{key}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// ride posts a tools/call on someone's MCP session id with key, as an
+// attacker who learnt the id would; it returns the HTTP status and body.
+func ride(t *testing.T, url, sessionID, key, tool string, args map[string]any) (int, string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": map[string]any{"name": tool, "arguments": args}})
+	req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", sessionID)
+	req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestMCPSessionsCannotBeRidden checks that an MCP session over HTTP answers only the key
+// that opened it, and that each tool call is authorised with its own
+// request's key: run against mcpserver.HTTPHandler here and the gateway's
+// /mcp in cmd/deskgrid.
+func TestMCPSessionsCannotBeRidden(t *testing.T) {
+	srv := deskgridtest.Start(t)
+	// The handler's client holds no key of its own, as at the gateway.
+	c, err := deskgrid.New(srv.GRPCAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	hs := httptest.NewServer(mcpserver.HTTPHandler(c, "test"))
+	defer hs.Close()
+
+	cli(t, srv, "tenants", "create", "mallory")
+	otherTenant := cli(t, srv, "keys", "create", "-tenant", "mallory", "-scopes", "read,write")
+	sameTenantWrite := cli(t, srv, "keys", "create", "-scopes", "read,write", "-name", "second")
+	sameTenantRead := cli(t, srv, "keys", "create", "-scopes", "read", "-name", "reader")
+
+	victim := connectAs(t, hs.URL, srv.APIKey)
+	res := call(t, victim, "create_session", map[string]any{"width": 320, "height": 240})
+	s := structured[mcpserver.SessionInfo](t, res)
+	if res.IsError || s.ID == "" {
+		t.Fatalf("create_session: %v", res.Content)
+	}
+	if res := call(t, victim, "write_file", map[string]any{"session_id": s.ID, "path": "secret.txt", "content": "top secret"}); res.IsError {
+		t.Fatalf("write_file: %v", res.Content)
+	}
+	// The opener's own key goes through on a raw request: the probe works.
+	if code, body := ride(t, hs.URL, victim.ID(), srv.APIKey, "read_file", map[string]any{"session_id": s.ID, "path": "secret.txt"}); code != http.StatusOK || !strings.Contains(body, "top secret") {
+		t.Fatalf("the opener's own request: %d %s", code, body)
+	}
+	for name, key := range map[string]string{"another tenant": otherTenant, "another key of the tenant": sameTenantWrite, "a read key of the tenant": sameTenantRead} {
+		for tool, args := range map[string]map[string]any{
+			"read_file":      {"session_id": s.ID, "path": "secret.txt"},
+			"write_file":     {"session_id": s.ID, "path": "secret.txt", "content": "pwned"},
+			"run_command":    {"session_id": s.ID, "command": "cat secret.txt"},
+			"delete_session": {"session_id": s.ID},
+		} {
+			if code, body := ride(t, hs.URL, victim.ID(), key, tool, args); code != http.StatusNotFound || strings.Contains(body, "top secret") {
+				t.Errorf("%s riding the victim's MCP session with %s: %d %s", name, tool, code, body)
+			}
+		}
+	}
+
+	// Scopes apply per request: a read key in its own MCP session cannot
+	// write, run commands or delete, though the session is its tenant's.
+	reader := connectAs(t, hs.URL, sameTenantRead)
+	if res := call(t, reader, "read_file", map[string]any{"session_id": s.ID, "path": "secret.txt"}); res.IsError {
+		t.Fatalf("read key reading: %v", textOf(res))
+	}
+	for tool, args := range map[string]map[string]any{
+		"write_file":     {"session_id": s.ID, "path": "secret.txt", "content": "pwned"},
+		"run_command":    {"session_id": s.ID, "command": "echo pwned > secret.txt"},
+		"delete_session": {"session_id": s.ID},
+	} {
+		if res := call(t, reader, tool, args); !res.IsError || !strings.Contains(textOf(res), "scope") {
+			t.Errorf("read key %s: %v", tool, textOf(res))
+		}
+	}
+	// The victim is unaffected.
+	res = call(t, victim, "read_file", map[string]any{"session_id": s.ID, "path": "secret.txt"})
+	if got := structured[struct{ Content string }](t, res); res.IsError || got.Content != "top secret" {
+		t.Fatalf("victim's file after the attacks: %v", textOf(res))
+	}
+	res = call(t, victim, "list_sessions", map[string]any{})
+	if !strings.Contains(fmt.Sprint(res.StructuredContent), "running") {
+		t.Fatalf("victim's session after the attacks: %v", res.StructuredContent)
+	}
 }

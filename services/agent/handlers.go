@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -94,7 +95,7 @@ func (s *Service) CreateRun(ctx context.Context, req *agentv1.CreateRunRequest) 
 		access.SealedKey = s.sealer.Seal(rec.GetId(), []byte(req.GetApiKey()))
 	}
 	if err := s.store.Create(ctx, rec, access); err != nil {
-		return nil, status.Errorf(codes.Unavailable, "store run: %v", err)
+		return nil, fmt.Errorf("store run: %w", err)
 	}
 	r := s.newRun(rec, prov, 0)
 	r.conv = []provider.Message{provider.UserText(req.GetPrompt())}
@@ -219,7 +220,7 @@ func (s *Service) getRun(ctx context.Context, id string) (*agentv1.Run, error) {
 		return nil, status.Errorf(codes.NotFound, "run %s not found", id)
 	}
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "read run %s: %v", id, err)
+		return nil, fmt.Errorf("read run %s: %w", id, err)
 	}
 	// Another tenant's run does not exist for this caller.
 	if rec.GetTenant() != s.tenant(ctx) {
@@ -250,7 +251,7 @@ func (s *Service) ListRuns(ctx context.Context, req *agentv1.ListRunsRequest) (*
 		return nil, status.Error(codes.InvalidArgument, "page_token is not valid")
 	}
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "list runs: %v", err)
+		return nil, fmt.Errorf("list runs: %w", err)
 	}
 	for i, rec := range runs {
 		if r := s.live(rec.GetId()); r != nil {
@@ -329,7 +330,7 @@ func (s *Service) SendMessage(ctx context.Context, req *agentv1.SendMessageReque
 func (s *Service) revive(ctx context.Context, rec *agentv1.Run, apiKey string) (*run, error) {
 	a, err := s.store.Access(ctx, rec.GetId())
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "read run %s: %v", rec.GetId(), err)
+		return nil, fmt.Errorf("read run %s: %w", rec.GetId(), err)
 	}
 	key := apiKey
 	if key == "" && a.OwnKey {
@@ -350,7 +351,7 @@ func (s *Service) revive(ctx context.Context, rec *agentv1.Run, apiKey string) (
 	}
 	data, err := s.store.Conversation(ctx, rec.GetId())
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "read run %s: %v", rec.GetId(), err)
+		return nil, fmt.Errorf("read run %s: %w", rec.GetId(), err)
 	}
 	var conv []provider.Message
 	if len(data) > 0 {
@@ -482,7 +483,7 @@ func streamErr(ctx context.Context, err error) error {
 	case status.Code(err) != codes.Unknown:
 		return err
 	default:
-		return status.Errorf(codes.Unavailable, "stream run events: %v", err)
+		return fmt.Errorf("stream run events: %w", err)
 	}
 }
 

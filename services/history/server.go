@@ -110,10 +110,28 @@ func (s *Service) storeError(ctx context.Context, err error, what string) error 
 	}
 }
 
+// Bounds on identifiers and search text: longer ones are bad input, refused
+// before they reach the store.
+const (
+	maxIDBytes    = 128
+	maxQueryBytes = 1024
+)
+
+// checkID refuses a missing or oversized session or run id.
+func checkID(field, v string) error {
+	if v == "" {
+		return status.Errorf(codes.InvalidArgument, "%s is required", field)
+	}
+	if len(v) > maxIDBytes {
+		return status.Errorf(codes.InvalidArgument, "%s is %d bytes; at most %d are allowed", field, len(v), maxIDBytes)
+	}
+	return nil
+}
+
 // ListSessionHistory implements historyv1.HistoryServiceServer.
 func (s *Service) ListSessionHistory(ctx context.Context, req *historyv1.ListSessionHistoryRequest) (*historyv1.ListSessionHistoryResponse, error) {
-	if req.GetSessionId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "session_id is required")
+	if err := checkID("session_id", req.GetSessionId()); err != nil {
+		return nil, err
 	}
 	q, err := query(req)
 	if err != nil {
@@ -130,8 +148,8 @@ func (s *Service) ListSessionHistory(ctx context.Context, req *historyv1.ListSes
 
 // ListRunEntries implements historyv1.HistoryServiceServer.
 func (s *Service) ListRunEntries(ctx context.Context, req *historyv1.ListRunEntriesRequest) (*historyv1.ListRunEntriesResponse, error) {
-	if req.GetRunId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "run_id is required")
+	if err := checkID("run_id", req.GetRunId()); err != nil {
+		return nil, err
 	}
 	q, err := query(req)
 	if err != nil {
@@ -148,8 +166,8 @@ func (s *Service) ListRunEntries(ctx context.Context, req *historyv1.ListRunEntr
 
 // GetRunTranscript implements historyv1.HistoryServiceServer.
 func (s *Service) GetRunTranscript(ctx context.Context, req *historyv1.GetRunTranscriptRequest) (*historyv1.GetRunTranscriptResponse, error) {
-	if req.GetRunId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "run_id is required")
+	if err := checkID("run_id", req.GetRunId()); err != nil {
+		return nil, err
 	}
 	resp := &historyv1.GetRunTranscriptResponse{RunId: req.GetRunId(), Usage: &historyv1.RunUsage{}}
 	q := store.Query{RunID: req.GetRunId(), Tenant: s.callerTenant(ctx), PageSize: store.MaxPageSize}
@@ -185,6 +203,9 @@ func (s *Service) SearchHistory(ctx context.Context, req *historyv1.SearchHistor
 	if req.GetQuery() == "" {
 		return nil, status.Error(codes.InvalidArgument, "query is required")
 	}
+	if n := len(req.GetQuery()); n > maxQueryBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "query is %d bytes; at most %d are allowed", n, maxQueryBytes)
+	}
 	tenant := req.GetTenant()
 	if t := s.callerTenant(ctx); t != "" {
 		if tenant != "" && tenant != t {
@@ -212,8 +233,8 @@ func (s *Service) SearchHistory(ctx context.Context, req *historyv1.SearchHistor
 // DeleteSessionHistory implements historyv1.HistoryServiceServer. The blobs
 // only its entries referred to go at the next sweep.
 func (s *Service) DeleteSessionHistory(ctx context.Context, req *historyv1.DeleteSessionHistoryRequest) (*historyv1.DeleteSessionHistoryResponse, error) {
-	if req.GetSessionId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "session_id is required")
+	if err := checkID("session_id", req.GetSessionId()); err != nil {
+		return nil, err
 	}
 	n, err := s.store.DeleteSession(ctx, s.callerTenant(ctx), req.GetSessionId())
 	if err != nil {

@@ -60,14 +60,35 @@ func execCwd(cwd string) (string, error) {
 	return clean, nil
 }
 
+// Limits on what a command line may hold, below the kernel's (execve fails
+// with E2BIG past MAX_ARG_STRLEN per argument and ARG_MAX in all): a caller
+// over them gets InvalidArgument naming the limit, not an internal error.
+const (
+	maxArgs         = 4096
+	maxArgBytes     = 128 << 10
+	maxArgvBytes    = 1 << 20
+	maxCommandBytes = 1 << 20
+)
+
 func validateArgv(argv []string) error {
 	if len(argv) == 0 || argv[0] == "" {
 		return coded(codes.InvalidArgument, "argv is required: the program and its arguments")
 	}
-	for _, a := range argv {
+	if len(argv) > maxArgs {
+		return coded(codes.InvalidArgument, "argv has %d arguments; at most %d are allowed (pass long lists in a file)", len(argv), maxArgs)
+	}
+	total := 0
+	for i, a := range argv {
 		if strings.IndexByte(a, 0) >= 0 {
 			return coded(codes.InvalidArgument, "argv contains a NUL byte")
 		}
+		if len(a) > maxArgBytes {
+			return coded(codes.InvalidArgument, "argv[%d] is %d bytes; one argument may have at most %d (pass large data in a file or on stdin)", i, len(a), maxArgBytes)
+		}
+		total += len(a)
+	}
+	if total > maxArgvBytes {
+		return coded(codes.InvalidArgument, "argv is %d bytes in all; at most %d are allowed (pass large data in a file)", total, maxArgvBytes)
 	}
 	return nil
 }

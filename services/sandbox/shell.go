@@ -107,6 +107,9 @@ func (s *Service) runShell(ctx context.Context, req *sandboxv1.RunShellRequest) 
 	if strings.IndexByte(req.GetCommand(), 0) >= 0 {
 		return res, coded(codes.InvalidArgument, "command contains a NUL byte")
 	}
+	if n := len(req.GetCommand()); n > maxCommandBytes {
+		return res, coded(codes.InvalidArgument, "command is %d bytes; at most %d are allowed (write a script file and run it)", n, maxCommandBytes)
+	}
 	timeout, err := s.execTimeout(&sandboxv1.ExecRequest{Timeout: req.GetTimeout()})
 	if err != nil {
 		return res, err

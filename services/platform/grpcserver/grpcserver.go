@@ -1,7 +1,8 @@
 // Package grpcserver builds the one kind of gRPC server every deskgrid service
 // runs: panic recovery, OpenTelemetry, request logging that skips health
-// checks, keepalive, reflection, and a health service that says NOT_SERVING
-// until the owner marks each service ready.
+// checks, internal errors masked before they reach a client (mask.go),
+// keepalive, reflection, and a health service that says NOT_SERVING until the
+// owner marks each service ready.
 package grpcserver
 
 import (
@@ -64,10 +65,12 @@ func New(opts Options) *Server {
 		grpc.ChainUnaryInterceptor(
 			recovery.UnaryServerInterceptor(recoverOpt),
 			selector.UnaryServerInterceptor(logging.UnaryServerInterceptor(slogAdapter(logger), logOpts...), notHealth),
+			maskUnary(logger),
 		),
 		grpc.ChainStreamInterceptor(
 			recovery.StreamServerInterceptor(recoverOpt),
 			selector.StreamServerInterceptor(logging.StreamServerInterceptor(slogAdapter(logger), logOpts...), notHealth),
+			maskStream(logger),
 		),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),

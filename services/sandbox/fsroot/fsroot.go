@@ -35,11 +35,22 @@ var (
 	ErrTooLarge = errors.New("file too large")
 )
 
+// The kernel's limits on a path and on one name in it (PATH_MAX, NAME_MAX):
+// longer ones are refused up front as bad input instead of failing deep
+// inside with ENAMETOOLONG.
+const (
+	MaxPathBytes = 4096
+	MaxNameBytes = 255
+)
+
 // Clean validates a path given relative to the root and returns it cleaned;
 // the empty path is the root itself ("."). It refuses absolute paths and any
 // ".." component up front, so a caller sees a clear error even where os.Root
 // would have resolved the path harmlessly.
 func Clean(p string) (string, error) {
+	if len(p) >= MaxPathBytes {
+		return "", fmt.Errorf("%w: the path is %d bytes long; at most %d are allowed", ErrInvalidPath, len(p), MaxPathBytes-1)
+	}
 	if strings.IndexByte(p, 0) >= 0 {
 		return "", fmt.Errorf("%w: %q contains a NUL byte", ErrInvalidPath, p)
 	}
@@ -52,6 +63,9 @@ func Clean(p string) (string, error) {
 	for _, part := range strings.Split(p, "/") {
 		if part == ".." {
 			return "", fmt.Errorf("%w: %q contains \"..\"", ErrInvalidPath, p)
+		}
+		if len(part) > MaxNameBytes {
+			return "", fmt.Errorf("%w: the name %.32q... is %d bytes long; a file or directory name may have at most %d", ErrInvalidPath, part, len(part), MaxNameBytes)
 		}
 	}
 	return filepath.Clean(p), nil

@@ -69,6 +69,12 @@ func TestClean(t *testing.T) {
 		{"a\x00b", "", false},
 		{"...", "...", true},
 		{"..a", "..a", true},
+		// The kernel's limits are bad input, not a failure inside.
+		{strings.Repeat("a/", 2047) + "b", strings.Repeat("a/", 2047) + "b", true},
+		{strings.Repeat("a/", 2048) + "b", "", false},
+		{strings.Repeat("x", 5000), "", false},
+		{strings.Repeat("n", 255), strings.Repeat("n", 255), true},
+		{"dir/" + strings.Repeat("n", 256), "", false},
 	} {
 		got, err := Clean(tc.in)
 		if (err == nil) != tc.ok || got != tc.out {

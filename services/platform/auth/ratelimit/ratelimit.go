@@ -1,17 +1,29 @@
-// Package ratelimit limits request rates per API key with token buckets:
-// as HTTP middleware (429 with Retry-After) and gRPC interceptors
-// (ResourceExhausted with a RetryInfo detail and a retry-after header).
-// Callers are told apart by their key (auth.Principal.KeyID), or by client
-// address before authentication; the internal token is never limited.
-// Memory is bounded: at most MaxKeys buckets, least recently used dropped
-// first, and buckets idle for IdleTTL dropped as new ones arrive.
+// Package ratelimit limits request rates per API key: as HTTP middleware
+// (429 with Retry-After) and gRPC interceptors (ResourceExhausted with a
+// RetryInfo detail and a retry-after header), both over one Counter. Callers
+// are told apart by their key (auth.Principal.KeyID), or by client address
+// before authentication; the internal token is never limited.
+//
+// Counters: Memory (token buckets in this process, for one process such as
+// `deskgrid up`) and Redis (GCRA in Redis, for a cluster, so N gateways or
+// replicas together allow the limit once, not N times). Memory is bounded:
+// at most MaxKeys buckets, least recently used dropped first, and buckets
+// idle for IdleTTL dropped as new ones arrive.
+//
+// A call is counted once, where it enters deskgrid: a gateway that counted a
+// REST or MCP request marks the gRPC calls it makes for it (CountedMD, a MAC
+// under the internal token bound to the caller's authorization), and the
+// services do not count marked calls again. Calls between services carry
+// the internal token and are not counted at all.
 package ratelimit
 
 import (
 	"container/list"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -53,8 +65,14 @@ func DefaultConfig() Config {
 	return Config{Rate: 20, Burst: 40, MaxKeys: 10000, IdleTTL: 10 * time.Minute}
 }
 
-// Limiter holds one token bucket per caller.
-type Limiter struct {
+// Counter takes one request from key's allowance. When none is left it
+// answers false and how long until one is.
+type Counter interface {
+	Take(ctx context.Context, key string) (ok bool, retryAfter time.Duration, err error)
+}
+
+// Memory holds one token bucket per caller, in this process.
+type Memory struct {
 	cfg Config
 
 	mu    sync.Mutex
@@ -68,8 +86,9 @@ type bucket struct {
 	last time.Time
 }
 
-// New returns a limiter; zero fields take DefaultConfig's values.
-func New(cfg Config) *Limiter {
+// NewMemory returns an in-process counter; zero fields take DefaultConfig's
+// values.
+func NewMemory(cfg Config) *Memory {
 	d := DefaultConfig()
 	if cfg.Rate <= 0 {
 		cfg.Rate = d.Rate
@@ -86,12 +105,18 @@ func New(cfg Config) *Limiter {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Limiter{cfg: cfg, lru: list.New(), byKey: map[string]*list.Element{}}
+	return &Memory{cfg: cfg, lru: list.New(), byKey: map[string]*list.Element{}}
+}
+
+// Take implements Counter; it never fails.
+func (l *Memory) Take(_ context.Context, key string) (bool, time.Duration, error) {
+	ok, d := l.Allow(key)
+	return ok, d, nil
 }
 
 // Allow takes one token from key's bucket. When none is left it returns
 // false and how long until one is.
-func (l *Limiter) Allow(key string) (ok bool, retryAfter time.Duration) {
+func (l *Memory) Allow(key string) (ok bool, retryAfter time.Duration) {
 	now := l.cfg.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -118,7 +143,7 @@ func (l *Limiter) Allow(key string) (ok bool, retryAfter time.Duration) {
 
 // sweepLocked drops idle buckets from the back, then the least recently
 // used until there is room for one more.
-func (l *Limiter) sweepLocked(now time.Time) {
+func (l *Memory) sweepLocked(now time.Time) {
 	for e := l.lru.Back(); e != nil; e = l.lru.Back() {
 		b := e.Value.(*bucket)
 		if now.Sub(b.last) < l.cfg.IdleTTL && l.lru.Len() < l.cfg.MaxKeys {
@@ -130,7 +155,7 @@ func (l *Limiter) sweepLocked(now time.Time) {
 }
 
 // Len is the number of buckets held.
-func (l *Limiter) Len() int {
+func (l *Memory) Len() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.lru.Len()
@@ -158,6 +183,50 @@ func message(d time.Duration) string {
 	return fmt.Sprintf("rate limit exceeded: retry in %ds", RetryAfterSeconds(d))
 }
 
+// Deps are what a Limiter uses.
+type Deps struct {
+	// Counter counts requests: NewMemory for one process, NewRedis for a
+	// cluster. Required.
+	Counter Counter
+	// Logger reports a counter that fails (the request is then let
+	// through). Required.
+	Logger *slog.Logger
+	// InternalTokens are the deployment's internal tokens: a gRPC call that
+	// carries a counted mark made with one of them was counted already, at
+	// the gateway. Empty: every call with a key is counted.
+	InternalTokens []string
+}
+
+// Limiter applies a Counter to HTTP requests and gRPC calls.
+type Limiter struct {
+	counter Counter
+	logger  *slog.Logger
+	tokens  []string
+}
+
+// New returns a limiter over d.Counter.
+func New(d Deps) (*Limiter, error) {
+	if d.Counter == nil {
+		return nil, errors.New("ratelimit: a counter is required (NewMemory for one process, NewRedis for a cluster)")
+	}
+	if d.Logger == nil {
+		return nil, errors.New("ratelimit: a logger is required")
+	}
+	return &Limiter{counter: d.Counter, logger: d.Logger, tokens: d.InternalTokens}, nil
+}
+
+// allow asks the counter. A counter that cannot answer (Redis unreachable)
+// lets the request through: the limit protects capacity, and refusing
+// every call while Redis is down would take the API down with it.
+func (l *Limiter) allow(ctx context.Context, key string) (bool, time.Duration) {
+	ok, d, err := l.counter.Take(ctx, key)
+	if err != nil {
+		l.logger.WarnContext(ctx, "rate limit not checked: counter failed", "err", err)
+		return true, 0
+	}
+	return ok, d
+}
+
 // Middleware limits HTTP requests. Put it after auth.Middleware so
 // requests are counted against their key.
 func (l *Limiter) Middleware(next http.Handler) http.Handler {
@@ -168,7 +237,7 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 		}
 		key := CallerKey(r.Context(), host)
 		if key != "" && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
-			if ok, d := l.Allow(key); !ok {
+			if ok, d := l.allow(r.Context(), key); !ok {
 				w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds(d)))
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusTooManyRequests)
@@ -197,10 +266,10 @@ func (l *Limiter) check(ctx context.Context, method string) (metadata.MD, error)
 		}
 	}
 	key := CallerKey(ctx, addr)
-	if key == "" {
+	if key == "" || l.countedAlready(ctx) {
 		return nil, nil
 	}
-	ok, d := l.Allow(key)
+	ok, d := l.allow(ctx, key)
 	if ok {
 		return nil, nil
 	}

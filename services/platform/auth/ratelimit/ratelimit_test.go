@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -39,7 +40,7 @@ func (c *clock) add(d time.Duration) {
 
 func TestTokenBucket(t *testing.T) {
 	clk := &clock{t: time.Unix(1_800_000_000, 0)}
-	l := New(Config{Rate: 2, Burst: 3, Now: clk.now})
+	l := NewMemory(Config{Rate: 2, Burst: 3, Now: clk.now})
 	for i := range 3 {
 		if ok, _ := l.Allow("a"); !ok {
 			t.Fatalf("burst request %d refused", i)
@@ -67,7 +68,7 @@ func TestTokenBucket(t *testing.T) {
 
 func TestBoundedMemory(t *testing.T) {
 	clk := &clock{t: time.Unix(1_800_000_000, 0)}
-	l := New(Config{Rate: 1, Burst: 1, MaxKeys: 100, IdleTTL: time.Minute, Now: clk.now})
+	l := NewMemory(Config{Rate: 1, Burst: 1, MaxKeys: 100, IdleTTL: time.Minute, Now: clk.now})
 	for i := range 1000 {
 		l.Allow(fmt.Sprint("k", i))
 		if l.Len() > 100 {
@@ -87,7 +88,7 @@ func TestBoundedMemory(t *testing.T) {
 }
 
 func TestHTTPMiddleware(t *testing.T) {
-	l := New(Config{Rate: 0.001, Burst: 2})
+	l := limiter(t, NewMemory(Config{Rate: 0.001, Burst: 2}))
 	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
 	// Requests authenticated as two keys, one as the system principal, and
 	// anonymous ones.
@@ -163,7 +164,7 @@ func (agent) StreamRunEvents(*agentv1.StreamRunEventsRequest, grpc.ServerStreami
 }
 
 func TestGRPCInterceptor(t *testing.T) {
-	l := New(Config{Rate: 0.001, Burst: 1})
+	l := limiter(t, NewMemory(Config{Rate: 0.001, Burst: 1}))
 	// Authentication stands first in the chain: here a stand-in that takes
 	// the key id straight from metadata.
 	fakeAuth := func(ctx context.Context) context.Context {
@@ -244,9 +245,18 @@ type ctxStream struct {
 func (s *ctxStream) Context() context.Context { return s.ctx }
 
 func BenchmarkAllow(b *testing.B) {
-	l := New(Config{Rate: 1e9, Burst: 1e9})
+	l := NewMemory(Config{Rate: 1e9, Burst: 1e9})
 	b.ReportAllocs()
 	for b.Loop() {
 		l.Allow("key:abc")
 	}
+}
+
+func limiter(t testing.TB, c Counter, internalTokens ...string) *Limiter {
+	t.Helper()
+	l, err := New(Deps{Counter: c, Logger: slog.Default(), InternalTokens: internalTokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
