@@ -154,9 +154,13 @@ func TestEndToEndTrail(t *testing.T) {
 	if shot.Kind != "ENTRY_KIND_SCREENSHOT" || shot.BlobHash == "" {
 		t.Fatalf("screenshot entry = %+v", shot)
 	}
-	code, body, h := p.do("GET", "/v1/blobs/"+shot.BlobHash, "")
-	if code != http.StatusOK || !bytes.HasPrefix(body, []byte("\x89PNG")) {
-		t.Fatalf("screenshot blob: %d %s %q", code, h.Get("Content-Type"), body[:min(len(body), 64)])
+	code, body, _ := p.do("GET", "/v1/blobs/"+shot.BlobHash, "")
+	var blob struct {
+		ContentType string `json:"contentType"`
+		Data        []byte `json:"data"`
+	}
+	if err := json.Unmarshal(body, &blob); code != http.StatusOK || err != nil || !bytes.HasPrefix(blob.Data, []byte("\x89PNG")) {
+		t.Fatalf("screenshot blob: %d %v %.200s", code, err, body)
 	}
 
 	// Search finds the command by its output.
@@ -166,7 +170,7 @@ func TestEndToEndTrail(t *testing.T) {
 	}
 
 	// The export is JSON Lines, as curl saves it.
-	code, body, h = p.do("GET", "/v1/sessions/"+s.ID+"/history:export", "")
+	code, body, h := p.do("GET", "/v1/sessions/"+s.ID+"/history:export", "")
 	if code != http.StatusOK || !strings.HasPrefix(h.Get("Content-Type"), "application/x-ndjson") {
 		t.Fatalf("export: %d %q %s", code, h.Get("Content-Type"), body)
 	}

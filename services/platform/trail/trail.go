@@ -215,6 +215,9 @@ func (r *Recorder) ServerOptions() []grpc.ServerOption {
 	}
 }
 
+// UnaryServerInterceptor is the unary half of ServerOptions.
+func (r *Recorder) UnaryServerInterceptor() grpc.UnaryServerInterceptor { return r.unary }
+
 func (r *Recorder) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if !Tracked(info.FullMethod) {
 		return handler(ctx, req)

@@ -87,7 +87,13 @@ type harness struct {
 	sandbox sandboxv1.SandboxServiceClient
 }
 
-func start(t *testing.T, cfg trail.Config, pub events.Publisher) *harness {
+func start(t testing.TB, cfg trail.Config, pub events.Publisher) *harness {
+	t.Helper()
+	return startServer(t, cfg, pub, true)
+}
+
+// startServer serves the node's calls, recording them when record is set.
+func startServer(t testing.TB, cfg trail.Config, pub events.Publisher, record bool) *harness {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -103,14 +109,17 @@ func start(t *testing.T, cfg trail.Config, pub events.Publisher) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rec.Close(context.Background()) })
-	opts := append([]grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			return h(asKey(ctx), req)
 		}),
 		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 			return h(srv, &ctxStream{ss, asKey(ss.Context())})
 		}),
-	}, rec.ServerOptions()...)
+	}
+	if record {
+		opts = append(opts, rec.ServerOptions()...)
+	}
 	srv := grpc.NewServer(opts...)
 	displayv1.RegisterDisplayServiceServer(srv, node{})
 	sandboxv1.RegisterSandboxServiceServer(srv, node{})
