@@ -86,7 +86,6 @@ func complete(gen []byte) ([]byte, error) {
 					"X-Deskgrid-Width":  object{"type": "integer", "description": "The image's width in pixels."},
 					"X-Deskgrid-Height": object{"type": "integer", "description": "The image's height in pixels."},
 				}
-				delete(ok200, "examples")
 			case id == "HistoryService_ExportSessionHistory":
 				op["produces"] = []any{NDJSON}
 				ok200["description"] = "The export itself, JSON Lines: one Entry in its JSON form per line, in sequence " +
