@@ -212,6 +212,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Gateway, error) {
 
 	root := http.NewServeMux()
 	root.Handle("/v1/", g.protect(g.sseRoutes(mux, g.limitBody(mux))))
+	root.Handle("GET /v1/sessions/{session_id}/history:export", g.protect(g.exportHistory(mux)))
 	root.Handle("POST /v1/sessions/{session_id}/viewerToken", g.protect(http.HandlerFunc(g.issueViewerToken)))
 	root.Handle("DELETE /v1/viewerTokens/{token_id}", g.protect(http.HandlerFunc(g.revokeViewerToken)))
 	// The WebSocket checks its own credentials: viewer tokens.

@@ -25,15 +25,20 @@ import (
 // with Accept: text/event-stream and gets one SSE event per stream message;
 // every other client keeps grpc-gateway's newline-delimited JSON.
 //
-// Each event is
+// Each event is sent twice, with the same id and data: once named for its
+// type, for addEventListener(type), and once unnamed (the default
+// "message" type), for an onmessage handler:
 //
 //	id: <run event sequence | session generation>
 //	event: <type: the run event's kind (text_delta, tool_call, state, ...) or "session">
 //	data: <protojson of the stream message>
 //
-// and a stream that ends for good says so with "event: end" whose data is
-// {"code":<gRPC code>,"message":...} (code 0 when it simply finished), so a
-// client knows not to reconnect. A stream cut by a passing failure
+//	id: <the same>
+//	data: <the same>
+//
+// A stream that ends for good says so with "event: end" (and the same
+// unnamed) whose data is {"code":<gRPC code>,"message":...} (code 0 when it
+// simply finished), so a client knows not to reconnect. A stream cut by a passing failure
 // (Unavailable, the gateway shutting down) just closes: EventSource
 // reconnects with Last-Event-ID and resumes after the last event it saw.
 
@@ -338,16 +343,21 @@ func (g *Gateway) sseRefuse(w http.ResponseWriter, err error) {
 	writeJSON(w, runtime.HTTPStatusFromCode(st.Code()), map[string]any{"code": int(st.Code()), "message": st.Message()})
 }
 
-// writeSSE appends one event; data lines never hold a newline of their own.
+// writeSSE appends one event named typ and the same event unnamed (type
+// "message"); data lines never hold a newline of their own.
 func writeSSE(b *bytes.Buffer, id, typ string, data []byte) {
-	if id != "" {
-		b.WriteString("id: " + id + "\n")
-	}
-	b.WriteString("event: " + typ + "\n")
-	for _, line := range bytes.Split(data, []byte("\n")) {
-		b.WriteString("data: ")
-		b.Write(bytes.TrimSuffix(line, []byte("\r")))
+	for _, name := range []string{typ, ""} {
+		if id != "" {
+			b.WriteString("id: " + id + "\n")
+		}
+		if name != "" {
+			b.WriteString("event: " + name + "\n")
+		}
+		for _, line := range bytes.Split(data, []byte("\n")) {
+			b.WriteString("data: ")
+			b.Write(bytes.TrimSuffix(line, []byte("\r")))
+			b.WriteByte('\n')
+		}
 		b.WriteByte('\n')
 	}
-	b.WriteByte('\n')
 }

@@ -57,8 +57,24 @@ func (s *sseReader) next() (sseEvent, error) {
 	}
 }
 
-// nextEvent skips heartbeats.
+// nextEvent skips heartbeats and returns the next named event, after
+// checking that its unnamed twin (what an onmessage handler receives)
+// follows with the same id and data.
 func (s *sseReader) nextEvent(t *testing.T) sseEvent {
+	t.Helper()
+	named := s.nextAny(t)
+	if named.Type == "" {
+		t.Fatalf("event without a type where a named one was due: %+v", named)
+	}
+	twin := s.nextAny(t)
+	if twin.Type != "" || twin.ID != named.ID || twin.Data != named.Data {
+		t.Fatalf("event %+v is followed by %+v, not by the same as a message", named, twin)
+	}
+	return named
+}
+
+// nextAny returns the next event, named or not, skipping heartbeats.
+func (s *sseReader) nextAny(t *testing.T) sseEvent {
 	t.Helper()
 	for {
 		ev, err := s.next()
@@ -194,6 +210,25 @@ func TestRunEventsAsSSE(t *testing.T) {
 }
 
 // A live run: heartbeats while nothing happens, each event as it comes.
+// An EventSource's onmessage handler sees only events without a type (or
+// typed "message"): it must see every event of a run, the end included.
+func TestRunEventsSSEReachOnmessage(t *testing.T) {
+	h := newHarness(t, DefaultConfig(), Deps{})
+	manualRun(h, "r-msg", text("a"), text("b"), finished())
+	_, sse := openSSE(t, h.srv.URL+"/v1/runs/r-msg/events", nil)
+	var messages []sseEvent
+	for len(messages) < 4 {
+		if ev := sse.nextAny(t); ev.Type == "" || ev.Type == "message" {
+			messages = append(messages, ev)
+		}
+	}
+	for i, want := range []string{`"textDelta":"a"`, `"textDelta":"b"`, "RUN_STATE_SUCCEEDED", `"code":0`} {
+		if !strings.Contains(messages[i].Data, want) {
+			t.Errorf("message %d = %+v, want it to hold %s", i, messages[i], want)
+		}
+	}
+}
+
 func TestRunEventsSSELive(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.SSEHeartbeat = 20 * time.Millisecond

@@ -15,10 +15,12 @@ import (
 	"github.com/coder/websocket"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/platform/auth/viewer"
+	"github.com/deskgrid/deskgrid/services/platform/trail"
 )
 
 // ErrUnauthenticated is what an AuthorizeVNC hook wraps when the request
@@ -101,6 +103,8 @@ func (g *Gateway) vnc(w http.ResponseWriter, r *http.Request) {
 		// The node is called as the gateway, acting for the token's tenant:
 		// the viewer holds no API key, and ConnectVNC is not open to one.
 		nodeCtx = g.deps.NodeCredentials(ctx, adm.claims.Tenant)
+		// The session's history names the viewer, not just the gateway.
+		nodeCtx = metadata.AppendToOutgoingContext(nodeCtx, trail.ViewerMD, adm.claims.TokenID)
 	}
 	stream, first, err := g.openVNC(nodeCtx, sessionID, viewOnly)
 	if err != nil {

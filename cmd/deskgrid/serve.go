@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
+	"github.com/deskgrid/deskgrid/services/platform/trail"
 )
 
 var roles = []string{"node", "display", "sandbox", "session", "history", "agent", "gateway"}
@@ -69,7 +70,23 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		return nil
 	}
 
-	srv, lis, err := s.grpcServer(ctx)
+	var rec *trail.Recorder
+	if role == "node" || role == "display" || role == "sandbox" {
+		// The calls made on a node go to the history through the event
+		// stream; a node without one records none.
+		if cfg.NATSURL == "" {
+			s.logger.Warn("no -nats-url: calls made on this node's sessions are not recorded in their history")
+		} else {
+			_, js, err := s.natsConn(ctx, false)
+			if err != nil {
+				return err
+			}
+			if rec, err = s.trail(js); err != nil {
+				return err
+			}
+		}
+	}
+	srv, lis, err := s.grpcServer(ctx, rec)
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/platform/grpcserver"
 	"github.com/deskgrid/deskgrid/services/platform/natsembed"
 	"github.com/deskgrid/deskgrid/services/platform/telemetry"
+	"github.com/deskgrid/deskgrid/services/platform/trail"
 )
 
 // serverConfig is every setting of the server roles. Flags and DESKGRID_*
@@ -262,10 +263,16 @@ func (s *setup) natsConn(ctx context.Context, embedded bool) (*nats.Conn, jetstr
 
 // grpcServer listens at once, so a port conflict is reported before any
 // service is built; serveGRPC starts serving once services are registered.
-func (s *setup) grpcServer(ctx context.Context) (*grpcserver.Server, net.Listener, error) {
+//
+// With rec, the calls made on the display and sandbox served here are
+// recorded (after authentication, which names the caller).
+func (s *setup) grpcServer(ctx context.Context, rec *trail.Recorder) (*grpcserver.Server, net.Listener, error) {
 	opts, err := s.serverOptions(ctx)
 	if err != nil {
 		return nil, nil, err
+	}
+	if rec != nil {
+		opts = append(opts, rec.ServerOptions()...)
 	}
 	lis, err := net.Listen("tcp", s.cfg.GRPCAddr)
 	if err != nil {
@@ -295,6 +302,22 @@ func dial(addr string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
 	return conn, nil
+}
+
+// trail records every call made on this process's displays and sandboxes
+// as an event, for the history.
+func (s *setup) trail(js jetstream.JetStream) (*trail.Recorder, error) {
+	r, err := trail.New(trail.DefaultConfig(), trail.Deps{
+		Publisher: events.NewPublisher(js),
+		Logger:    s.logger.With("component", "trail"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Closed after the gRPC server drains (its closer comes later) and
+	// before the NATS connection (whose closer came earlier).
+	s.closers.add("trail", r.Close)
+	return r, nil
 }
 
 // parseServerFlags parses a role's flags.

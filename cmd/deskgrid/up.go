@@ -45,7 +45,11 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) (err er
 	if err != nil {
 		return err
 	}
-	srv, lis, err := s.grpcServer(ctx)
+	rec, err := s.trail(js)
+	if err != nil {
+		return err
+	}
+	srv, lis, err := s.grpcServer(ctx, rec)
 	if err != nil {
 		return err
 	}

@@ -229,6 +229,8 @@ export function eventStream(path, { onEvent, onEnd, onFail } = {}) {
       try {
         for await (const ev of sseEvents(res.body, ctl.signal)) {
           if (ev.id) lastId = ev.id;
+          // Every event also comes unnamed, for onmessage handlers.
+          if (ev.event === 'message') continue;
           if (ev.event === 'end') {
             closed = true;
             ctl.abort();

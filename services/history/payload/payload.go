@@ -30,19 +30,21 @@ const (
 // textFields are, per kind, the fields whose text search finds.
 var textFields = map[store.Kind][]string{
 	store.KindMessage:    {"text", "thinking"},
-	store.KindToolCall:   {"tool", "inputJson", "input"},
+	store.KindToolCall:   {"tool", "inputJson", "input", "output"},
 	store.KindToolResult: {"tool", "output"},
 }
 
 // Prepare sets e.Kind from e.Type and e.Text from the payload. For a
-// screenshot whose payload holds its bytes ("data", base64) it puts them in
-// blobs and writes "blobHash" in their place; with blobs nil the bytes stay
-// inline. A payload that is not a JSON object is kept as it is, without
-// text; only a failing blob store is an error.
+// screenshot, or a call on a session whose reply held one, whose payload
+// holds its bytes ("data", base64) it puts them in blobs and writes
+// "blobHash" in their place; with blobs nil the bytes stay inline. A
+// payload that is not a JSON object is kept as it is, without text; only a
+// failing blob store is an error.
 func Prepare(ctx context.Context, e *store.Entry, blobs blob.Store) error {
 	e.Kind = store.KindOf(e.Type)
 	fields, ok := textFields[e.Kind]
-	if !ok && e.Kind != store.KindScreenshot {
+	withImage := e.Kind == store.KindScreenshot || strings.HasPrefix(e.Type, store.TrailPrefix)
+	if !ok && !withImage {
 		return nil
 	}
 	outer, obj := parse(e.Data)
@@ -57,6 +59,8 @@ func Prepare(ctx context.Context, e *store.Entry, blobs blob.Store) error {
 			}
 		}
 		e.Text = strings.Join(parts, "\n")
+	}
+	if !withImage {
 		return nil
 	}
 	if h, ok := obj[fieldBlobHash].(string); ok && blob.ValidHash(h) {

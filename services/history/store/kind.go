@@ -26,6 +26,11 @@ const (
 	TypeScreenshot      = "agent.screenshot"
 	TypeUsage           = "agent.usage"
 	TypeRunStateChanged = "agent.run_state_changed"
+	// TrailPrefix starts the calls made on a session's desktop and sandbox
+	// ("trail.perform_actions.v1"); they are tool calls, but for
+	// screenshots.
+	TrailPrefix     = "trail."
+	TrailScreenshot = "trail.screenshot"
 )
 
 // KindOf derives an entry's kind from its event type, whatever the type's
@@ -42,10 +47,12 @@ func KindOf(typ string) Kind {
 		return KindToolCall
 	case base == TypeToolResult:
 		return KindToolResult
-	case base == TypeScreenshot:
+	case base == TypeScreenshot, base == TrailScreenshot:
 		return KindScreenshot
 	case base == TypeUsage:
 		return KindUsage
+	case strings.HasPrefix(base, TrailPrefix):
+		return KindToolCall
 	case base == TypeRunStateChanged, strings.HasPrefix(base, "session."):
 		return KindLifecycle
 	default:

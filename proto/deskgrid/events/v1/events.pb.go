@@ -201,6 +201,208 @@ func (x *SessionStateChanged) GetSession() *v1.Session {
 	return nil
 }
 
+// Call records one call made on a session's desktop or sandbox (an action, a
+// screenshot, an exec, a shell command, a file read or write, changes
+// applied or discarded), whoever made it: type "trail.<method>.v1", such as
+// "trail.perform_actions.v1" or "trail.screenshot.v1".
+type Call struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Full gRPC method name, such as "/deskgrid.display.v1.DisplayService/PerformActions".
+	Method string `protobuf:"bytes,1,opt,name=method,proto3" json:"method,omitempty"`
+	// Short name, such as "display.PerformActions".
+	Tool string `protobuf:"bytes,2,opt,name=tool,proto3" json:"tool,omitempty"`
+	// Who made the call.
+	Caller *Caller `protobuf:"bytes,3,opt,name=caller,proto3" json:"caller,omitempty"`
+	// The request as JSON, with environment values and file contents beyond a
+	// bounded size left out (their size and SHA-256 kept).
+	Input string `protobuf:"bytes,4,opt,name=input,proto3" json:"input,omitempty"`
+	// The reply as JSON, bounded the same way; a stream's replies one per line.
+	Output string `protobuf:"bytes,5,opt,name=output,proto3" json:"output,omitempty"`
+	// The call's gRPC status code (0 when it succeeded) and message.
+	Code  int32  `protobuf:"varint,6,opt,name=code,proto3" json:"code,omitempty"`
+	Error string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	// How long the call took.
+	DurationMicros int64 `protobuf:"varint,8,opt,name=duration_micros,json=durationMicros,proto3" json:"duration_micros,omitempty"`
+	// A screenshot's image type and bytes; the history moves the bytes into its
+	// blob store and keeps their hash.
+	ContentType   string `protobuf:"bytes,9,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	Data          []byte `protobuf:"bytes,10,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Call) Reset() {
+	*x = Call{}
+	mi := &file_deskgrid_events_v1_events_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Call) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Call) ProtoMessage() {}
+
+func (x *Call) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_events_v1_events_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Call.ProtoReflect.Descriptor instead.
+func (*Call) Descriptor() ([]byte, []int) {
+	return file_deskgrid_events_v1_events_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Call) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *Call) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *Call) GetCaller() *Caller {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
+func (x *Call) GetInput() string {
+	if x != nil {
+		return x.Input
+	}
+	return ""
+}
+
+func (x *Call) GetOutput() string {
+	if x != nil {
+		return x.Output
+	}
+	return ""
+}
+
+func (x *Call) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *Call) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Call) GetDurationMicros() int64 {
+	if x != nil {
+		return x.DurationMicros
+	}
+	return 0
+}
+
+func (x *Call) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *Call) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// Caller is who made a call.
+type Caller struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The API key's id, or "system" for another deskgrid service.
+	KeyId string `protobuf:"bytes,2,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	// The agent run that made the call, if any.
+	RunId string `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The viewer token of a live view, if the call came from one.
+	ViewerTokenId string `protobuf:"bytes,4,opt,name=viewer_token_id,json=viewerTokenId,proto3" json:"viewer_token_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Caller) Reset() {
+	*x = Caller{}
+	mi := &file_deskgrid_events_v1_events_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Caller) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Caller) ProtoMessage() {}
+
+func (x *Caller) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_events_v1_events_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Caller.ProtoReflect.Descriptor instead.
+func (*Caller) Descriptor() ([]byte, []int) {
+	return file_deskgrid_events_v1_events_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Caller) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Caller) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *Caller) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *Caller) GetViewerTokenId() string {
+	if x != nil {
+		return x.ViewerTokenId
+	}
+	return ""
+}
+
 var File_deskgrid_events_v1_events_proto protoreflect.FileDescriptor
 
 const file_deskgrid_events_v1_events_proto_rawDesc = "" +
@@ -220,7 +422,24 @@ const file_deskgrid_events_v1_events_proto_rawDesc = "" +
 	"\x04from\x18\x01 \x01(\x0e2!.deskgrid.session.v1.SessionStateR\x04from\x121\n" +
 	"\x02to\x18\x02 \x01(\x0e2!.deskgrid.session.v1.SessionStateR\x02to\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x126\n" +
-	"\asession\x18\x04 \x01(\v2\x1c.deskgrid.session.v1.SessionR\asessionB@Z>github.com/deskgrid/deskgrid/proto/deskgrid/events/v1;eventsv1b\x06proto3"
+	"\asession\x18\x04 \x01(\v2\x1c.deskgrid.session.v1.SessionR\asession\"\x9e\x02\n" +
+	"\x04Call\x12\x16\n" +
+	"\x06method\x18\x01 \x01(\tR\x06method\x12\x12\n" +
+	"\x04tool\x18\x02 \x01(\tR\x04tool\x122\n" +
+	"\x06caller\x18\x03 \x01(\v2\x1a.deskgrid.events.v1.CallerR\x06caller\x12\x14\n" +
+	"\x05input\x18\x04 \x01(\tR\x05input\x12\x16\n" +
+	"\x06output\x18\x05 \x01(\tR\x06output\x12\x12\n" +
+	"\x04code\x18\x06 \x01(\x05R\x04code\x12\x14\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x12'\n" +
+	"\x0fduration_micros\x18\b \x01(\x03R\x0edurationMicros\x12!\n" +
+	"\fcontent_type\x18\t \x01(\tR\vcontentType\x12\x12\n" +
+	"\x04data\x18\n" +
+	" \x01(\fR\x04data\"v\n" +
+	"\x06Caller\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x15\n" +
+	"\x06key_id\x18\x02 \x01(\tR\x05keyId\x12\x15\n" +
+	"\x06run_id\x18\x03 \x01(\tR\x05runId\x12&\n" +
+	"\x0fviewer_token_id\x18\x04 \x01(\tR\rviewerTokenIdB@Z>github.com/deskgrid/deskgrid/proto/deskgrid/events/v1;eventsv1b\x06proto3"
 
 var (
 	file_deskgrid_events_v1_events_proto_rawDescOnce sync.Once
@@ -234,26 +453,29 @@ func file_deskgrid_events_v1_events_proto_rawDescGZIP() []byte {
 	return file_deskgrid_events_v1_events_proto_rawDescData
 }
 
-var file_deskgrid_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_deskgrid_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_deskgrid_events_v1_events_proto_goTypes = []any{
 	(*Event)(nil),                 // 0: deskgrid.events.v1.Event
 	(*SessionStateChanged)(nil),   // 1: deskgrid.events.v1.SessionStateChanged
-	(*timestamppb.Timestamp)(nil), // 2: google.protobuf.Timestamp
-	(*anypb.Any)(nil),             // 3: google.protobuf.Any
-	(v1.SessionState)(0),          // 4: deskgrid.session.v1.SessionState
-	(*v1.Session)(nil),            // 5: deskgrid.session.v1.Session
+	(*Call)(nil),                  // 2: deskgrid.events.v1.Call
+	(*Caller)(nil),                // 3: deskgrid.events.v1.Caller
+	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
+	(*anypb.Any)(nil),             // 5: google.protobuf.Any
+	(v1.SessionState)(0),          // 6: deskgrid.session.v1.SessionState
+	(*v1.Session)(nil),            // 7: deskgrid.session.v1.Session
 }
 var file_deskgrid_events_v1_events_proto_depIdxs = []int32{
-	2, // 0: deskgrid.events.v1.Event.time:type_name -> google.protobuf.Timestamp
-	3, // 1: deskgrid.events.v1.Event.payload:type_name -> google.protobuf.Any
-	4, // 2: deskgrid.events.v1.SessionStateChanged.from:type_name -> deskgrid.session.v1.SessionState
-	4, // 3: deskgrid.events.v1.SessionStateChanged.to:type_name -> deskgrid.session.v1.SessionState
-	5, // 4: deskgrid.events.v1.SessionStateChanged.session:type_name -> deskgrid.session.v1.Session
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	4, // 0: deskgrid.events.v1.Event.time:type_name -> google.protobuf.Timestamp
+	5, // 1: deskgrid.events.v1.Event.payload:type_name -> google.protobuf.Any
+	6, // 2: deskgrid.events.v1.SessionStateChanged.from:type_name -> deskgrid.session.v1.SessionState
+	6, // 3: deskgrid.events.v1.SessionStateChanged.to:type_name -> deskgrid.session.v1.SessionState
+	7, // 4: deskgrid.events.v1.SessionStateChanged.session:type_name -> deskgrid.session.v1.Session
+	3, // 5: deskgrid.events.v1.Call.caller:type_name -> deskgrid.events.v1.Caller
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_deskgrid_events_v1_events_proto_init() }
@@ -267,7 +489,7 @@ func file_deskgrid_events_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_deskgrid_events_v1_events_proto_rawDesc), len(file_deskgrid_events_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
