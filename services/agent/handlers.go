@@ -149,6 +149,11 @@ func (s *Service) newProvider(ctx context.Context, name, key, baseURL string) (p
 	if errors.Is(err, provider.ErrUnknownProvider) {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	if errors.Is(err, provider.ErrNoKey) {
+		env := map[string]string{"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}[name]
+		return nil, status.Errorf(codes.InvalidArgument,
+			"no API key for provider %s: send api_key with the run (deskgrid runs create -provider-key), or start deskgrid with -%s-api-key or %s in its environment", name, name, env)
+	}
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "provider %s: %v", name, err)
 	}

@@ -34,6 +34,9 @@ type Executor struct {
 	BashTimeout time.Duration
 	// MaxOutput bounds the text returned to the model; 0 means 32 KiB.
 	MaxOutput int
+	// Home is where the sandbox's files appear to the session's programs;
+	// the editor takes absolute paths beneath it. Empty means DefaultHome.
+	Home string
 
 	mu   sync.Mutex
 	undo map[string][][]byte
