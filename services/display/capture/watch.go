@@ -3,6 +3,7 @@ package capture
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,6 +25,9 @@ type Watcher struct {
 	recent []Change
 	// wake is closed, and replaced, at every change.
 	wake chan struct{}
+	// waits are the spans of recent settle waits: changes in them may be
+	// the effect of input, never what the screen does by itself.
+	waits [][2]time.Time
 }
 
 // Change is one report of damage: when, and the bounding box of what changed.
@@ -34,7 +38,7 @@ type Change struct {
 
 const (
 	// historyFor is how long changes are remembered: long enough to see a
-	// cursor blinking at 1 Hz or a clock ticking twice.
+	// cursor blinking or a clock ticking three times.
 	historyFor = 3 * time.Second
 	maxHistory = 1024
 )
@@ -50,9 +54,9 @@ func Watch(c *xgb.Conn, root xproto.Window) (*Watcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	// NonEmpty: one event, with the region's bounding box, when the damage
-	// region stops being empty; Handle empties it again.
-	if err := damage.CreateChecked(c, id, xproto.Drawable(root), damage.ReportLevelNonEmpty).Check(); err != nil {
+	// BoundingBox: an event with the damaged area's bounding box whenever
+	// it grows; Handle empties the region again, so each event is new damage.
+	if err := damage.CreateChecked(c, id, xproto.Drawable(root), damage.ReportLevelBoundingBox).Check(); err != nil {
 		return nil, fmt.Errorf("create damage: %w", err)
 	}
 	return &Watcher{c: c, dmg: id, last: time.Now(), wake: make(chan struct{})}, nil
@@ -91,7 +95,7 @@ func (w *Watcher) LastChange() time.Time {
 }
 
 // snapshot returns the remembered changes and a channel closed at the next.
-func (w *Watcher) snapshot() ([]Change, <-chan struct{}) {
+func (w *Watcher) Snapshot() ([]Change, <-chan struct{}) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return append([]Change(nil), w.recent...), w.wake
@@ -131,19 +135,31 @@ type SettleReport struct {
 // Settle waits for the effect of input that ended at since: for the first
 // change of the screen that is not one it was already repeating before the
 // input (a blinking cursor, a ticking clock: an area that changed at least
-// twice in the seconds before), then until the screen stays quiet. Quiet
+// three times in the seconds before), then until the screen stays quiet. Quiet
 // stretches to twice the interval between the latest changes when the
 // screen draws frames further apart than half of it, so a slow animation or
 // a page painting in steps is waited for, up to MaxQuiet.
 func (w *Watcher) Settle(ctx context.Context, since time.Time, o SettleOptions) (SettleReport, error) {
-	all, _ := w.snapshot()
-	background := repeating(all, since)
+	all, _ := w.Snapshot()
+	w.mu.Lock()
+	waits := slices.Clone(w.waits)
+	w.mu.Unlock()
+	background := repeating(all, since, waits)
+	defer func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		drop := 0
+		for drop < len(w.waits) && since.Sub(w.waits[drop][1]) > historyFor {
+			drop++
+		}
+		w.waits = append(w.waits[drop:], [2]time.Time{since, time.Now()})
+	}()
 	deadline := since.Add(o.Timeout)
 	changeBy := since.Add(min(o.ChangeTimeout, o.Timeout))
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
-		all, wake := w.snapshot()
+		all, wake := w.Snapshot()
 		var caused []time.Time
 		for _, ch := range all {
 			if ch.At.After(since) && !within(ch.Rect, background) {
@@ -200,14 +216,22 @@ func quietFor(changes []time.Time, quiet, maxQuiet time.Duration) time.Duration 
 	return max(quiet, min(2*frame, maxQuiet))
 }
 
-// repeating returns the areas that changed at least twice in the history
-// before since: what the screen does by itself.
-func repeating(all []Change, since time.Time) []xproto.Rectangle {
+// repeating returns the areas that changed three times or more in the history
+// before since, outside the waits after earlier input: what the screen does
+// by itself.
+func repeating(all []Change, since time.Time, waits [][2]time.Time) []xproto.Rectangle {
 	var before []Change
+next:
 	for _, ch := range all {
-		if !ch.At.After(since) && since.Sub(ch.At) <= historyFor {
-			before = append(before, ch)
+		if ch.At.After(since) || since.Sub(ch.At) > historyFor {
+			continue
 		}
+		for _, w := range waits {
+			if !ch.At.Before(w[0]) && !ch.At.After(w[1]) {
+				continue next
+			}
+		}
+		before = append(before, ch)
 	}
 	var out []xproto.Rectangle
 	for _, a := range before {
@@ -220,7 +244,7 @@ func repeating(all []Change, since time.Time) []xproto.Rectangle {
 				n++
 			}
 		}
-		if n >= 2 && !within(a.Rect, out) {
+		if n >= 3 && !within(a.Rect, out) {
 			out = append(out, a.Rect)
 		}
 	}
