@@ -615,7 +615,7 @@ func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			fs.StringVar(&prompt, "prompt", "", "the task")
 			fs.StringVar(&provider, "provider", "anthropic", "anthropic, openai or gemini")
 			fs.StringVar(&model, "model", "", "model name (default: the provider's)")
-			fs.StringVar(&apiKey, "api-key", "", "provider key for this run (default: the server's)")
+			fs.StringVar(&apiKey, "provider-key", "", "provider key for this run (default: the server's -anthropic-api-key, -openai-api-key or -gemini-api-key)")
 			fs.StringVar(&baseURL, "base-url", "", "provider base URL")
 			fs.IntVar(&maxSteps, "max-steps", 0, "stop after this many model turns (0: 50)")
 		case "events":

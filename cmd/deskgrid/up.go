@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"strconv"
 
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	"github.com/deskgrid/deskgrid/services/platform/auth"
@@ -53,6 +55,10 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) (err er
 	if err != nil {
 		return err
 	}
+	// Every service of this process, and the gateway, talk to this one
+	// listener, wherever -grpc-addr put it.
+	self := dialAddr(lis.Addr())
+	cfg.NodeAddr, cfg.SessionAddr, cfg.AgentAddr, cfg.HistoryAddr = self, self, self, self
 	if _, err := s.addNode(ctx, srv, true, true); err != nil {
 		return err
 	}
@@ -84,6 +90,21 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) (err er
 	<-ctx.Done()
 	s.logger.Info("shutting down")
 	return nil
+}
+
+// dialAddr is the address a client on this machine dials to reach a
+// listener: a wildcard host (":9090", "0.0.0.0", "::") becomes loopback.
+func dialAddr(a net.Addr) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok {
+		return a.String()
+	}
+	ip := tcp.IP
+	if ip == nil || ip.IsUnspecified() {
+		// Go's wildcard listeners are dual-stack: IPv4 loopback reaches them.
+		ip = net.IPv4(127, 0, 0, 1)
+	}
+	return net.JoinHostPort(ip.String(), strconv.Itoa(tcp.Port))
 }
 
 // stopAllSessions deletes every session that is not finished.

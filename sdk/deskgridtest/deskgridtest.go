@@ -118,7 +118,6 @@ func StartIn(tb testing.TB, dataDir, runDir string, flags ...string) *Server {
 	s.GRPCAddr, s.HTTPURL = grpcAddr, "http://"+httpAddr
 	args := []string{"up",
 		"-http-addr", httpAddr, "-grpc-addr", grpcAddr,
-		"-node-addr", grpcAddr, "-session-addr", grpcAddr, "-agent-addr", grpcAddr, "-history-addr", grpcAddr,
 		"-data-dir", s.DataDir, "-runtime-dir", s.RunDir}
 	s.cmd = exec.Command(Binary(tb), append(args, flags...)...)
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs

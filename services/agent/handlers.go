@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
@@ -51,6 +52,13 @@ func (s *Service) CreateRun(ctx context.Context, req *agentv1.CreateRunRequest) 
 	}
 	if t := req.GetOptions().GetComputerTool(); t != "" && t != provider.Computer20250124 && t != provider.Computer20251124 {
 		return nil, status.Errorf(codes.InvalidArgument, "options.computer_tool must be %s or %s", provider.Computer20250124, provider.Computer20251124)
+	}
+	if st := req.GetOptions().GetSettle(); st != nil {
+		for name, d := range map[string]*durationpb.Duration{"change_timeout": st.GetChangeTimeout(), "quiet": st.GetQuiet(), "timeout": st.GetTimeout()} {
+			if d != nil && (d.CheckValid() != nil || d.AsDuration() < 0) {
+				return nil, status.Errorf(codes.InvalidArgument, "options.settle.%s must be a non-negative duration", name)
+			}
+		}
 	}
 	if s.deps.Display == nil || s.deps.Sandbox == nil {
 		return nil, status.Error(codes.FailedPrecondition, "this deskgrid has no display or sandbox service for agent runs")
@@ -147,6 +155,11 @@ func (s *Service) newProvider(ctx context.Context, name, key, baseURL string) (p
 	if errors.Is(err, provider.ErrUnknownProvider) {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	if errors.Is(err, provider.ErrNoKey) {
+		env := map[string]string{"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}[name]
+		return nil, status.Errorf(codes.InvalidArgument,
+			"no API key for provider %s: send api_key with the run (deskgrid runs create -provider-key), or start deskgrid with -%s-api-key or %s in its environment", name, name, env)
+	}
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "provider %s: %v", name, err)
 	}
@@ -158,6 +171,7 @@ func (s *Service) newRun(rec *agentv1.Run, prov provider.Provider, seq int64) *r
 	r.log = runlog.New(rec.GetSessionId(), rec.GetId(), seq, s.cfg.EventRing, 0, s.sink(rec), s.replayer)
 	r.exec = &tools.Executor{
 		Display: s.deps.Display, Sandbox: s.deps.Sandbox, SessionID: rec.GetSessionId(), BashTimeout: s.cfg.BashTimeout,
+		Settle: rec.GetOptions().GetSettle(),
 		LeaseToken: func() int64 {
 			r.mu.Lock()
 			defer r.mu.Unlock()

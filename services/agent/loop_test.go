@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,6 +47,17 @@ func TestCreateRunValidates(t *testing.T) {
 	if _, err := h2.client.CreateRun(context.Background(), &agentv1.CreateRunRequest{SessionId: "s-1", Prompt: "hi", Provider: "nobody"}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("unknown provider: %v", err)
 	}
+	// No key with the run and none configured: refused at once, saying
+	// where keys come from; nothing is stored.
+	for _, name := range []string{"anthropic", "openai", "gemini"} {
+		_, err := h2.client.CreateRun(context.Background(), &agentv1.CreateRunRequest{SessionId: "s-1", Prompt: "hi", Provider: name})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "-"+name+"-api-key") || !strings.Contains(err.Error(), strings.ToUpper(name)+"_API_KEY") {
+			t.Fatalf("%s without a key: %v", name, err)
+		}
+	}
+	if runs, err := h2.client.ListRuns(context.Background(), &agentv1.ListRunsRequest{SessionId: "s-1"}); err != nil || len(runs.GetRuns()) != 0 {
+		t.Fatalf("refused runs were stored: %v %v", runs, err)
+	}
 }
 
 // The model takes a screenshot, clicks, types, runs bash and edits a file;
@@ -56,11 +68,11 @@ func TestLoopDrivesDisplayAndSandbox(t *testing.T) {
 		toolTurn(call("t2", "computer", `{"action":"left_click","coordinate":[100,200]}`)),
 		toolTurn(call("t3", "computer", `{"action":"type","text":"hello"}`)),
 		toolTurn(call("t4", "bash", `{"command":"echo hi"}`)),
-		toolTurn(call("t5", "str_replace_based_edit_tool", `{"command":"create","path":"/work/a.txt","file_text":"one\ntwo\n"}`)),
-		toolTurn(call("t6", "str_replace_based_edit_tool", `{"command":"str_replace","path":"/work/a.txt","old_str":"two","new_str":"three"}`)),
-		toolTurn(call("t7", "str_replace_based_edit_tool", `{"command":"insert","path":"/work/a.txt","insert_line":0,"new_str":"zero"}`)),
-		toolTurn(call("t8", "str_replace_based_edit_tool", `{"command":"undo_edit","path":"/work/a.txt"}`)),
-		toolTurn(call("t9", "str_replace_based_edit_tool", `{"command":"view","path":"/work/a.txt"}`)),
+		toolTurn(call("t5", "str_replace_based_edit_tool", `{"command":"create","path":"/home/user/a.txt","file_text":"one\ntwo\n"}`)),
+		toolTurn(call("t6", "str_replace_based_edit_tool", `{"command":"str_replace","path":"/home/user/a.txt","old_str":"two","new_str":"three"}`)),
+		toolTurn(call("t7", "str_replace_based_edit_tool", `{"command":"insert","path":"/home/user/a.txt","insert_line":0,"new_str":"zero"}`)),
+		toolTurn(call("t8", "str_replace_based_edit_tool", `{"command":"undo_edit","path":"/home/user/a.txt"}`)),
+		toolTurn(call("t9", "str_replace_based_edit_tool", `{"command":"view","path":"/home/user/a.txt"}`)),
 	}}
 	h := newHarness(t, DefaultConfig(), fixed(p))
 	ctx := context.Background()
@@ -92,7 +104,7 @@ func TestLoopDrivesDisplayAndSandbox(t *testing.T) {
 	if len(execs) != 1 || execs[0] != "echo hi" {
 		t.Fatalf("execs = %v", execs)
 	}
-	if got := h.node.file("/work/a.txt"); got != "one\nthree\n" {
+	if got := h.node.file("a.txt"); got != "one\nthree\n" {
 		t.Fatalf("file = %q", got)
 	}
 	// The model saw the view of the file and the bash output.
@@ -105,10 +117,12 @@ func TestLoopDrivesDisplayAndSandbox(t *testing.T) {
 	// The whole stream, from the start, then resumed from the middle.
 	evs := collect(t, h.client, id, 0)
 	var tools, shots, states int
+	var usageIn int64
 	for i, ev := range evs {
 		if ev.GetSequence() != int64(i+1) || ev.GetRunId() != id {
 			t.Fatalf("event %d = %v", i, ev)
 		}
+		usageIn += ev.GetUsage().GetInputTokens()
 		switch {
 		case ev.GetToolCall() != nil && ev.GetToolCall().GetFinished():
 			tools++
@@ -120,6 +134,10 @@ func TestLoopDrivesDisplayAndSandbox(t *testing.T) {
 	}
 	if tools != 9 || shots != 3 || states != 3 {
 		t.Fatalf("tools %d shots %d states %d in %d events", tools, shots, states, len(evs))
+	}
+	// Each turn's usage is in the stream once: the events add up to the run's total.
+	if usageIn != run.GetUsage().GetInputTokens() {
+		t.Fatalf("usage events add up to %d input tokens, the run says %d", usageIn, run.GetUsage().GetInputTokens())
 	}
 	tail := collect(t, h.client, id, 10)
 	if len(tail) != len(evs)-10 || tail[0].GetSequence() != 11 {

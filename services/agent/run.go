@@ -208,7 +208,10 @@ func (r *run) execute(ctx context.Context) {
 		u.CacheReadTokens += resp.Usage.CacheReadTokens
 		u.CacheWriteTokens += resp.Usage.CacheWriteTokens
 		total := u.InputTokens + u.OutputTokens
-		usage := proto.Clone(u).(*agentv1.Usage)
+		// The event carries this turn's tokens as the provider reported them,
+		// so a reader adding up events counts each once; the record holds
+		// the run's total.
+		usage := &agentv1.Usage{InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens, CacheReadTokens: resp.Usage.CacheReadTokens, CacheWriteTokens: resp.Usage.CacheWriteTokens}
 		r.conv = append(r.conv, resp.Message)
 		step := r.rec.Steps
 		rec := proto.Clone(r.rec).(*agentv1.Run)

@@ -131,7 +131,7 @@ func anthropicTurn(w http.ResponseWriter, s step, turn int) {
 	case stepBash:
 		tool("bash", `{"command":"echo hi"}`)
 	case stepEdit:
-		tool("str_replace_based_edit_tool", `{"command":"create","path":"/work/a.txt","file_text":"one\ntwo\n"}`)
+		tool("str_replace_based_edit_tool", `{"command":"create","path":"/home/user/a.txt","file_text":"one\ntwo\n"}`)
 	case stepDone:
 		stop = "end_turn"
 		sse(w, "content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
@@ -181,7 +181,7 @@ func openaiTurn(w http.ResponseWriter, s step, turn int) {
 	case stepBash:
 		item = function("bash", `{"command":"echo hi"}`)
 	case stepEdit:
-		item = function("str_replace_based_edit_tool", `{"command":"create","path":"/work/a.txt","file_text":"one\ntwo\n"}`)
+		item = function("str_replace_based_edit_tool", `{"command":"create","path":"/home/user/a.txt","file_text":"one\ntwo\n"}`)
 	case stepDone:
 		msgID := fmt.Sprintf("msg_%d", turn)
 		ev("response.output_item.added", map[string]any{"output_index": 0, "item": map[string]any{"type": "message", "id": msgID, "role": "assistant", "status": "in_progress", "content": []any{}}})
@@ -221,7 +221,7 @@ func geminiTurn(w http.ResponseWriter, s step, _ int) {
 	case stepBash:
 		call("bash", map[string]any{"command": "echo hi"})
 	case stepEdit:
-		call("str_replace_based_edit_tool", map[string]any{"command": "create", "path": "/work/a.txt", "file_text": "one\ntwo\n"})
+		call("str_replace_based_edit_tool", map[string]any{"command": "create", "path": "/home/user/a.txt", "file_text": "one\ntwo\n"})
 	case stepDone:
 		p := halves(finalText)
 		chunk([]any{map[string]any{"text": p[0]}}, "")
@@ -355,7 +355,7 @@ func TestProvidersOverTheirWireFormat(t *testing.T) {
 			if got := h.node.shellCommands(); len(got) != 1 || got[0] != "echo hi" {
 				t.Fatalf("shell commands = %v", got)
 			}
-			if got := h.node.file("/work/a.txt"); got != "one\ntwo\n" {
+			if got := h.node.file("a.txt"); got != "one\ntwo\n" {
 				t.Fatalf("file = %q", got)
 			}
 

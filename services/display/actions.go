@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jezek/xgb/xproto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/display/capture"
@@ -69,13 +70,17 @@ func (s *Service) PerformActions(ctx context.Context, req *displayv1.PerformActi
 	if req.GetLeaseToken() < 0 {
 		return nil, s.toStatus(ctx, invalidf("lease_token %d is negative", req.GetLeaseToken()))
 	}
+	so, skip, err := s.settleOptions(req.GetSettle())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
 	var shot *shotSpec
 	if req.GetScreenshot() {
 		spec, _ := validateRegion(nil, m)
 		spec.format, spec.quality, spec.cursor = out.format, out.quality, out.cursor
 		shot = &spec
 	}
-	resp, err := s.perform(ctx, d, steps, shot, m, req.GetLeaseToken())
+	resp, err := s.perform(ctx, d, steps, shot, m, req.GetLeaseToken(), settleSpec{so, skip})
 	if err != nil {
 		return nil, s.toStatus(ctx, d.explain(err))
 	}
@@ -280,7 +285,7 @@ func abs(v int) int {
 	return v
 }
 
-func (s *Service) perform(ctx context.Context, d *display, steps []step, shot *shotSpec, m scale.Mapping, token int64) (*displayv1.PerformActionsResponse, error) {
+func (s *Service) perform(ctx context.Context, d *display, steps []step, shot *shotSpec, m scale.Mapping, token int64, settle settleSpec) (*displayv1.PerformActionsResponse, error) {
 	// Deleting the display ends a long wait or text at once.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -329,7 +334,7 @@ func (s *Service) perform(ctx context.Context, d *display, steps []step, shot *s
 	x, y = m.ToScaled(x, y)
 	resp.Cursor = &displayv1.Point{X: int32(x), Y: int32(y)}
 	if shot != nil {
-		if _, err := d.watch.WaitSettled(ctx, done, s.cfg.SettleQuiet, s.cfg.SettleTimeout); err != nil {
+		if resp.Settle, err = s.settle(ctx, d, done, settle); err != nil {
 			return nil, err
 		}
 		if resp.Screenshot, err = s.screenshot(d, *shot); err != nil {
@@ -337,6 +342,68 @@ func (s *Service) perform(ctx context.Context, d *display, steps []step, shot *s
 		}
 	}
 	return resp, nil
+}
+
+// maxSettle bounds any wait a request may ask for.
+const maxSettle = time.Minute
+
+// settleOptions is the request's settle settings over the configured ones.
+func (s *Service) settleOptions(req *displayv1.Settle) (capture.SettleOptions, bool, error) {
+	o := capture.SettleOptions{ChangeTimeout: s.cfg.SettleChange, Quiet: s.cfg.SettleQuiet, MaxQuiet: s.cfg.SettleMaxQuiet, Timeout: s.cfg.SettleTimeout}
+	if req == nil {
+		return o, false, nil
+	}
+	for _, f := range []struct {
+		name string
+		d    *durationpb.Duration
+		to   *time.Duration
+	}{{"change_timeout", req.GetChangeTimeout(), &o.ChangeTimeout}, {"quiet", req.GetQuiet(), &o.Quiet}, {"timeout", req.GetTimeout(), &o.Timeout}} {
+		if f.d == nil {
+			continue
+		}
+		if err := f.d.CheckValid(); err != nil {
+			return o, false, invalidf("settle.%s: %v", f.name, err)
+		}
+		v := f.d.AsDuration()
+		if v < 0 || v > maxSettle {
+			return o, false, invalidf("settle.%s %v is outside [0, %v]", f.name, v, maxSettle)
+		}
+		if v > 0 {
+			*f.to = v
+		}
+	}
+	o.MaxQuiet = max(o.MaxQuiet, o.Quiet)
+	return o, req.GetSkip(), nil
+}
+
+// settle waits for the effect of input that ended at done, as o says.
+func (s *Service) settle(ctx context.Context, d *display, done time.Time, o settleSpec) (*displayv1.SettleResult, error) {
+	if o.skip {
+		return &displayv1.SettleResult{Outcome: displayv1.SettleOutcome_SETTLE_OUTCOME_SKIPPED, Waited: durationpb.New(time.Since(done))}, nil
+	}
+	rep, err := d.watch.Settle(ctx, done, o.SettleOptions)
+	if err != nil {
+		return nil, err
+	}
+	out := &displayv1.SettleResult{Waited: durationpb.New(rep.Waited)}
+	switch rep.Outcome {
+	case capture.Settled:
+		out.Outcome = displayv1.SettleOutcome_SETTLE_OUTCOME_SETTLED
+	case capture.Busy:
+		out.Outcome = displayv1.SettleOutcome_SETTLE_OUTCOME_BUSY
+	case capture.NoChange:
+		out.Outcome = displayv1.SettleOutcome_SETTLE_OUTCOME_NO_CHANGE
+	}
+	if rep.Outcome != capture.NoChange {
+		out.FirstChange = durationpb.New(rep.FirstChange)
+	}
+	return out, nil
+}
+
+// settleSpec is a validated settle request.
+type settleSpec struct {
+	capture.SettleOptions
+	skip bool
 }
 
 func (s *Service) run(ctx context.Context, in *xinput.Injector, st step) error {

@@ -64,30 +64,35 @@ type Config struct {
 	GLX bool
 	// MaxWait bounds a single wait action.
 	MaxWait time.Duration
-	// SettleTimeout bounds the wait for the screen to settle before an
-	// action's screenshot; SettleQuiet is how long it must stay unchanged
-	// (DAMAGE reports every change). Applications answer input within a few
-	// milliseconds; a longer quiet catches slower ones at the cost of every
-	// step's latency.
-	SettleTimeout time.Duration
-	SettleQuiet   time.Duration
+	// Settle is how a screenshot after input waits for the input's effect
+	// when the request does not say: the first change (bounded by
+	// SettleChange), then quiet for SettleQuiet (stretched up to
+	// SettleMaxQuiet when the screen draws frames further apart), all
+	// within SettleTimeout. Effects that arrive late (a page load, a menu,
+	// an application's reply) are in the screenshot.
+	SettleChange   time.Duration
+	SettleQuiet    time.Duration
+	SettleMaxQuiet time.Duration
+	SettleTimeout  time.Duration
 }
 
 // DefaultConfig returns the configuration deskgrid runs with by default.
 func DefaultConfig() Config {
 	return Config{
-		RuntimeDir:    "/run/deskgrid",
-		XvfbPath:      "Xtigervnc",
-		FirstDisplay:  100,
-		MaxDisplays:   1000,
-		WarmDisplays:  1,
-		DefaultWidth:  1280,
-		DefaultHeight: 800,
-		StartTimeout:  10 * time.Second,
-		StopTimeout:   2 * time.Second,
-		MaxWait:       30 * time.Second,
-		SettleTimeout: time.Second,
-		SettleQuiet:   20 * time.Millisecond,
+		RuntimeDir:     "/run/deskgrid",
+		XvfbPath:       "Xtigervnc",
+		FirstDisplay:   100,
+		MaxDisplays:    1000,
+		WarmDisplays:   1,
+		DefaultWidth:   1280,
+		DefaultHeight:  800,
+		StartTimeout:   10 * time.Second,
+		StopTimeout:    2 * time.Second,
+		MaxWait:        30 * time.Second,
+		SettleChange:   time.Second,
+		SettleQuiet:    40 * time.Millisecond,
+		SettleMaxQuiet: 500 * time.Millisecond,
+		SettleTimeout:  3 * time.Second,
 	}
 }
 
@@ -280,6 +285,12 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	if cfg.SettleQuiet <= 0 {
 		cfg.SettleQuiet = def.SettleQuiet
+	}
+	if cfg.SettleChange <= 0 {
+		cfg.SettleChange = def.SettleChange
+	}
+	if cfg.SettleMaxQuiet <= 0 {
+		cfg.SettleMaxQuiet = def.SettleMaxQuiet
 	}
 	log := deps.Logger
 	if log == nil {

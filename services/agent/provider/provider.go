@@ -219,18 +219,28 @@ type Config struct {
 // ErrUnknownProvider is returned for a provider name deskgrid does not know.
 var ErrUnknownProvider = errors.New("unknown provider")
 
+// ErrNoKey is returned when a provider that needs an API key has none.
+var ErrNoKey = errors.New("no API key")
+
 // New returns the provider cfg names.
 func New(ctx context.Context, cfg Config) (Provider, error) {
+	var newFn func() (Provider, error)
 	switch cfg.Name {
 	case "anthropic", "":
-		return NewAnthropic(ctx, cfg)
+		newFn = func() (Provider, error) { return NewAnthropic(ctx, cfg) }
 	case "openai":
-		return NewOpenAI(cfg)
+		newFn = func() (Provider, error) { return NewOpenAI(cfg) }
 	case "gemini", "google":
-		return NewGemini(ctx, cfg)
+		newFn = func() (Provider, error) { return NewGemini(ctx, cfg) }
 	default:
 		return nil, fmt.Errorf("%w %q: use anthropic, openai or gemini", ErrUnknownProvider, cfg.Name)
 	}
+	// Without a key every request would fail with the SDK's login hint,
+	// after the loop's retries; say so at once instead.
+	if cfg.APIKey == "" && cfg.Platform == "" {
+		return nil, fmt.Errorf("%w for %s", ErrNoKey, cfg.Name)
+	}
+	return newFn()
 }
 
 // Error is a provider failure with what the loop needs to decide to retry.

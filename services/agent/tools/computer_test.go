@@ -120,3 +120,26 @@ func TestScaleToModel(t *testing.T) {
 		}
 	}
 }
+
+func TestEditorPaths(t *testing.T) {
+	e := &Executor{}
+	for in, want := range map[string]string{
+		"/home/user/a.txt":         "a.txt",
+		"/home/user/dir/../b.txt":  "b.txt",
+		"/home/user":               "",
+		"/home/user/":              "",
+		"notes/c.txt":              "notes/c.txt",
+		"/etc/passwd":              "!",
+		"/home/user/../etc/passwd": "!",
+		"/home/username/x":         "!",
+		"/":                        "!",
+	} {
+		got, ok := e.relPath(in)
+		if !ok {
+			got = "!"
+		}
+		if got != want {
+			t.Errorf("relPath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -37,6 +38,12 @@ func (e *Executor) edit(ctx context.Context, raw json.RawMessage) (Result, error
 	fail := func(format string, a ...any) (Result, error) {
 		return Result{Text: fmt.Sprintf(format, a...), IsError: true}, nil
 	}
+	shown := in.Path
+	rel, ok := e.relPath(in.Path)
+	if !ok {
+		return fail("%s is outside the session's files: give a path under %s", in.Path, e.home())
+	}
+	in.Path = rel
 	switch in.Command {
 	case "view":
 		content, ok, err := e.read(ctx, in.Path)
@@ -73,7 +80,7 @@ func (e *Executor) edit(ctx context.Context, raw json.RawMessage) (Result, error
 		if err := e.write(ctx, in.Path, []byte(*in.FileText), old, existed); err != nil {
 			return Result{}, err
 		}
-		return Result{Text: "File created successfully at: " + in.Path}, nil
+		return Result{Text: "File created successfully at: " + shown}, nil
 	case "str_replace":
 		if in.OldStr == nil {
 			return fail("str_replace needs old_str")
@@ -83,13 +90,13 @@ func (e *Executor) edit(ctx context.Context, raw json.RawMessage) (Result, error
 			return Result{}, err
 		}
 		if !ok {
-			return fail("%s does not exist", in.Path)
+			return fail("%s does not exist", shown)
 		}
 		switch n := strings.Count(string(content), *in.OldStr); {
 		case *in.OldStr == "" || n == 0:
-			return fail("No replacement was performed: old_str did not appear verbatim in %s.", in.Path)
+			return fail("No replacement was performed: old_str did not appear verbatim in %s.", shown)
 		case n > 1:
-			return fail("No replacement was performed: old_str appears %d times in %s; make it unique.", n, in.Path)
+			return fail("No replacement was performed: old_str appears %d times in %s; make it unique.", n, shown)
 		}
 		newStr := ""
 		if in.NewStr != nil {
@@ -99,7 +106,7 @@ func (e *Executor) edit(ctx context.Context, raw json.RawMessage) (Result, error
 		if err := e.write(ctx, in.Path, []byte(updated), content, true); err != nil {
 			return Result{}, err
 		}
-		return Result{Text: "The file " + in.Path + " has been edited."}, nil
+		return Result{Text: "The file " + shown + " has been edited."}, nil
 	case "insert":
 		text := in.NewStr
 		if in.InsertText != nil {
@@ -113,7 +120,7 @@ func (e *Executor) edit(ctx context.Context, raw json.RawMessage) (Result, error
 			return Result{}, err
 		}
 		if !ok {
-			return fail("%s does not exist", in.Path)
+			return fail("%s does not exist", shown)
 		}
 		lines := strings.Split(string(content), "\n")
 		at := *in.InsertLine
@@ -125,13 +132,13 @@ func (e *Executor) edit(ctx context.Context, raw json.RawMessage) (Result, error
 		if err := e.write(ctx, in.Path, []byte(strings.Join(lines, "\n")), content, true); err != nil {
 			return Result{}, err
 		}
-		return Result{Text: "The file " + in.Path + " has been edited."}, nil
+		return Result{Text: "The file " + shown + " has been edited."}, nil
 	case "undo_edit":
 		e.mu.Lock()
 		hist := e.undo[in.Path]
 		if len(hist) == 0 {
 			e.mu.Unlock()
-			return fail("No edit to undo for %s.", in.Path)
+			return fail("No edit to undo for %s.", shown)
 		}
 		prev := hist[len(hist)-1]
 		e.undo[in.Path] = hist[:len(hist)-1]
@@ -139,10 +146,38 @@ func (e *Executor) edit(ctx context.Context, raw json.RawMessage) (Result, error
 		if _, err := e.Sandbox.WriteFile(ctx, &sandboxv1.WriteFileRequest{SessionId: e.SessionID, Path: in.Path, Content: prev, Mode: 0o644}); err != nil {
 			return Result{}, err
 		}
-		return Result{Text: "Last edit to " + in.Path + " undone."}, nil
+		return Result{Text: "Last edit to " + shown + " undone."}, nil
 	default:
 		return fail("unknown editor command %q: use view, create, str_replace, insert or undo_edit", in.Command)
 	}
+}
+
+// DefaultHome is where a session's files appear to its programs.
+const DefaultHome = "/home/user"
+
+func (e *Executor) home() string {
+	if e.Home != "" {
+		return e.Home
+	}
+	return DefaultHome
+}
+
+// relPath turns the path a model sent into one relative to the sandbox's
+// files. Models send absolute paths (the reference editor tool requires
+// them); those beneath the home are taken, others refused. Relative paths
+// pass as they are: the sandbox resolves them beneath its root and refuses
+// any that climb out.
+func (e *Executor) relPath(p string) (string, bool) {
+	if !strings.HasPrefix(p, "/") {
+		return p, true
+	}
+	home := e.home()
+	clean := path.Clean(p)
+	if clean == home {
+		return "", true
+	}
+	rel, ok := strings.CutPrefix(clean, home+"/")
+	return rel, ok
 }
 
 // read returns a file's content; ok is false when it does not exist or is

@@ -34,6 +34,12 @@ type Executor struct {
 	BashTimeout time.Duration
 	// MaxOutput bounds the text returned to the model; 0 means 32 KiB.
 	MaxOutput int
+	// Settle is how the screenshot after an action waits for its effect;
+	// nil uses the display's defaults.
+	Settle *displayv1.Settle
+	// Home is where the sandbox's files appear to the session's programs;
+	// the editor takes absolute paths beneath it. Empty means DefaultHome.
+	Home string
 
 	mu   sync.Mutex
 	undo map[string][][]byte
@@ -156,7 +162,7 @@ func (e *Executor) computer(ctx context.Context, call *provider.ToolCall) (Resul
 	var shot *displayv1.ScreenshotResponse
 	var cursor *displayv1.Point
 	if len(actions) > 0 || plan.CursorOnly {
-		req := &displayv1.PerformActionsRequest{SessionId: e.SessionID, Actions: actions, Screenshot: plan.Screenshot && plan.Zoom == nil, ScaleTo: scaleTo}
+		req := &displayv1.PerformActionsRequest{SessionId: e.SessionID, Actions: actions, Screenshot: plan.Screenshot && plan.Zoom == nil, ScaleTo: scaleTo, Settle: e.Settle}
 		if e.LeaseToken != nil {
 			req.LeaseToken = e.LeaseToken()
 		}

@@ -3,6 +3,7 @@ package capture
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -11,16 +12,36 @@ import (
 	"github.com/jezek/xgb/xproto"
 )
 
-// Watcher learns from the DAMAGE extension when the screen last changed, so
-// a screenshot after input can wait for the screen to settle instead of for
-// a fixed time.
+// Watcher learns from the DAMAGE extension when and where the screen
+// changed, so a screenshot after input can wait for the input's effect
+// instead of for a fixed time.
 type Watcher struct {
 	c   *xgb.Conn
 	dmg damage.Damage
 
 	mu   sync.Mutex
 	last time.Time
+	// recent changes, oldest first, kept for historyFor.
+	recent []Change
+	// wake is closed, and replaced, at every change.
+	wake chan struct{}
+	// waits are the spans of recent settle waits: changes in them may be
+	// the effect of input, never what the screen does by itself.
+	waits [][2]time.Time
 }
+
+// Change is one report of damage: when, and the bounding box of what changed.
+type Change struct {
+	At   time.Time
+	Rect xproto.Rectangle
+}
+
+const (
+	// historyFor is how long changes are remembered: long enough to see a
+	// cursor blinking or a clock ticking three times.
+	historyFor = 3 * time.Second
+	maxHistory = 1024
+)
 
 // Watch starts reporting changes of root on a connection from xconn.Dial.
 // The caller feeds the connection's events to Handle.
@@ -33,24 +54,36 @@ func Watch(c *xgb.Conn, root xproto.Window) (*Watcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	// NonEmpty: one event when the damage region stops being empty; Handle
-	// empties it again. That is all a "has anything changed" needs.
-	if err := damage.CreateChecked(c, id, xproto.Drawable(root), damage.ReportLevelNonEmpty).Check(); err != nil {
+	// BoundingBox: an event with the damaged area's bounding box whenever
+	// it grows; Handle empties the region again, so each event is new damage.
+	if err := damage.CreateChecked(c, id, xproto.Drawable(root), damage.ReportLevelBoundingBox).Check(); err != nil {
 		return nil, fmt.Errorf("create damage: %w", err)
 	}
-	return &Watcher{c: c, dmg: id, last: time.Now()}, nil
+	return &Watcher{c: c, dmg: id, last: time.Now(), wake: make(chan struct{})}, nil
 }
 
 // Handle records ev if it is a damage event and reports whether it was.
 func (w *Watcher) Handle(ev xgb.Event) bool {
-	if _, ok := ev.(damage.NotifyEvent); !ok {
+	n, ok := ev.(damage.NotifyEvent)
+	if !ok {
 		return false
 	}
-	w.mu.Lock()
-	w.last = time.Now()
-	w.mu.Unlock()
+	w.note(Change{At: time.Now(), Rect: n.Area})
 	damage.Subtract(w.c, w.dmg, 0, 0)
 	return true
+}
+
+func (w *Watcher) note(ch Change) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.last = ch.At
+	drop := 0
+	for drop < len(w.recent) && (ch.At.Sub(w.recent[drop].At) > historyFor || len(w.recent)-drop >= maxHistory) {
+		drop++
+	}
+	w.recent = append(w.recent[drop:], ch)
+	close(w.wake)
+	w.wake = make(chan struct{})
 }
 
 // LastChange is when the screen last changed, as far as the events read so
@@ -61,34 +94,177 @@ func (w *Watcher) LastChange() time.Time {
 	return w.last
 }
 
-// WaitSettled returns once the screen has not changed for quiet since
-// since, or when timeout has passed; it reports whether it settled.
-func (w *Watcher) WaitSettled(ctx context.Context, since time.Time, quiet, timeout time.Duration) (bool, error) {
-	deadline := time.Now().Add(timeout)
-	t := time.NewTimer(0)
+// snapshot returns the remembered changes and a channel closed at the next.
+func (w *Watcher) Snapshot() ([]Change, <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]Change(nil), w.recent...), w.wake
+}
+
+// SettleOptions bound a wait for the effect of input.
+type SettleOptions struct {
+	// ChangeTimeout: how long to wait for the first change.
+	ChangeTimeout time.Duration
+	// Quiet: how long the screen must stay unchanged after a change;
+	// MaxQuiet caps it when the screen draws frames further apart.
+	Quiet, MaxQuiet time.Duration
+	// Timeout bounds the whole wait.
+	Timeout time.Duration
+}
+
+// Outcome is how a wait ended.
+type Outcome int
+
+const (
+	// Settled: the screen changed, then stayed quiet.
+	Settled Outcome = iota + 1
+	// Busy: the screen changed and kept changing until the bound.
+	Busy
+	// NoChange: nothing changed within ChangeTimeout.
+	NoChange
+)
+
+// SettleReport says how a wait ended: FirstChange is from since to the
+// first change (0 when none), Waited from since to the return.
+type SettleReport struct {
+	Outcome     Outcome
+	FirstChange time.Duration
+	Waited      time.Duration
+}
+
+// Settle waits for the effect of input that ended at since: for the first
+// change of the screen that is not one it was already repeating before the
+// input (a blinking cursor, a ticking clock: an area that changed at least
+// three times in the seconds before), then until the screen stays quiet. Quiet
+// stretches to twice the interval between the latest changes when the
+// screen draws frames further apart than half of it, so a slow animation or
+// a page painting in steps is waited for, up to MaxQuiet.
+func (w *Watcher) Settle(ctx context.Context, since time.Time, o SettleOptions) (SettleReport, error) {
+	all, _ := w.Snapshot()
+	w.mu.Lock()
+	waits := slices.Clone(w.waits)
+	w.mu.Unlock()
+	background := repeating(all, since, waits)
+	defer func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		drop := 0
+		for drop < len(w.waits) && since.Sub(w.waits[drop][1]) > historyFor {
+			drop++
+		}
+		w.waits = append(w.waits[drop:], [2]time.Time{since, time.Now()})
+	}()
+	deadline := since.Add(o.Timeout)
+	changeBy := since.Add(min(o.ChangeTimeout, o.Timeout))
+	t := time.NewTimer(time.Hour)
 	defer t.Stop()
-	<-t.C
 	for {
-		ref := w.LastChange()
-		if ref.Before(since) {
-			ref = since
+		all, wake := w.Snapshot()
+		var caused []time.Time
+		for _, ch := range all {
+			if ch.At.After(since) && !within(ch.Rect, background) {
+				caused = append(caused, ch.At)
+			}
 		}
 		now := time.Now()
-		ready := ref.Add(quiet)
-		if !now.Before(ready) {
-			return true, nil
+		rep := SettleReport{Waited: now.Sub(since)}
+		var until time.Time
+		if len(caused) == 0 {
+			if !now.Before(changeBy) {
+				rep.Outcome = NoChange
+				return rep, nil
+			}
+			until = changeBy
+		} else {
+			rep.FirstChange = caused[0].Sub(since)
+			last := caused[len(caused)-1]
+			ready := last.Add(quietFor(caused, o.Quiet, o.MaxQuiet))
+			switch {
+			case !now.Before(ready):
+				rep.Outcome = Settled
+				return rep, nil
+			case !now.Before(deadline):
+				rep.Outcome = Busy
+				return rep, nil
+			}
+			until = ready
+			if deadline.Before(until) {
+				until = deadline
+			}
 		}
-		if !now.Before(deadline) {
-			return false, nil
-		}
-		if ready.After(deadline) {
-			ready = deadline
-		}
-		t.Reset(ready.Sub(now))
+		t.Reset(until.Sub(now))
 		select {
 		case <-t.C:
+		case <-wake:
+			if !t.Stop() {
+				<-t.C
+			}
 		case <-ctx.Done():
-			return false, ctx.Err()
+			return SettleReport{}, ctx.Err()
 		}
 	}
 }
+
+// quietFor is how long to wait after the latest of changes: quiet, or twice
+// the longest of the last few intervals between changes when that is longer,
+// capped at maxQuiet.
+func quietFor(changes []time.Time, quiet, maxQuiet time.Duration) time.Duration {
+	var frame time.Duration
+	for i := max(1, len(changes)-3); i < len(changes); i++ {
+		frame = max(frame, changes[i].Sub(changes[i-1]))
+	}
+	return max(quiet, min(2*frame, maxQuiet))
+}
+
+// repeating returns the areas that changed three times or more in the history
+// before since, outside the waits after earlier input: what the screen does
+// by itself.
+func repeating(all []Change, since time.Time, waits [][2]time.Time) []xproto.Rectangle {
+	var before []Change
+next:
+	for _, ch := range all {
+		if ch.At.After(since) || since.Sub(ch.At) > historyFor {
+			continue
+		}
+		for _, w := range waits {
+			if !ch.At.Before(w[0]) && !ch.At.After(w[1]) {
+				continue next
+			}
+		}
+		before = append(before, ch)
+	}
+	var out []xproto.Rectangle
+	for _, a := range before {
+		n := 0
+		for _, b := range before {
+			// The same area again (b within a, at least half its size): a
+			// large repaint once does not make the small changes under it
+			// repeat.
+			if contains(a.Rect, b.Rect) && 2*area(b.Rect) >= area(a.Rect) {
+				n++
+			}
+		}
+		if n >= 3 && !within(a.Rect, out) {
+			out = append(out, a.Rect)
+		}
+	}
+	return out
+}
+
+func within(r xproto.Rectangle, areas []xproto.Rectangle) bool {
+	for _, a := range areas {
+		if contains(a, r) {
+			return true
+		}
+	}
+	return false
+}
+
+// contains reports whether outer contains inner.
+func contains(outer, inner xproto.Rectangle) bool {
+	return int(inner.X) >= int(outer.X) && int(inner.Y) >= int(outer.Y) &&
+		int(inner.X)+int(inner.Width) <= int(outer.X)+int(outer.Width) &&
+		int(inner.Y)+int(inner.Height) <= int(outer.Y)+int(outer.Height)
+}
+
+func area(r xproto.Rectangle) int { return int(r.Width) * int(r.Height) }

@@ -7,6 +7,7 @@
 package agentv1
 
 import (
+	v1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	_ "github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2/options"
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
@@ -292,8 +293,10 @@ type RunOptions struct {
 	ScreenHeight int32 `protobuf:"varint,11,opt,name=screen_height,json=screenHeight,proto3" json:"screen_height,omitempty"`
 	// Do not take the session's input lease (observers and tests of the lease itself).
 	SkipInputLease bool `protobuf:"varint,12,opt,name=skip_input_lease,json=skipInputLease,proto3" json:"skip_input_lease,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// How the screenshot after each action waits for its effect; unset uses the display's defaults.
+	Settle        *v1.Settle `protobuf:"bytes,13,opt,name=settle,proto3" json:"settle,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunOptions) Reset() {
@@ -408,6 +411,13 @@ func (x *RunOptions) GetSkipInputLease() bool {
 		return x.SkipInputLease
 	}
 	return false
+}
+
+func (x *RunOptions) GetSettle() *v1.Settle {
+	if x != nil {
+		return x.Settle
+	}
+	return nil
 }
 
 // Usage counts the tokens a run used.
@@ -2350,7 +2360,7 @@ var File_deskgrid_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x1ddeskgrid/agent/v1/agent.proto\x12\x11deskgrid.agent.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\x93\x05\n" +
+	"\x1ddeskgrid/agent/v1/agent.proto\x12\x11deskgrid.agent.v1\x1a!deskgrid/display/v1/display.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\x93\x05\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -2373,7 +2383,7 @@ const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"stopReason\x12.\n" +
 	"\x05usage\x18\x0f \x01(\v2\x18.deskgrid.agent.v1.UsageR\x05usage\x12G\n" +
 	"\x11pending_tool_call\x18\x10 \x01(\v2\x1b.deskgrid.agent.v1.ToolCallR\x0fpendingToolCall\x12%\n" +
-	"\x0eevent_sequence\x18\x11 \x01(\x03R\reventSequence\"\x9d\x04\n" +
+	"\x0eevent_sequence\x18\x11 \x01(\x03R\reventSequence\"\xd2\x04\n" +
 	"\n" +
 	"RunOptions\x12#\n" +
 	"\rsystem_prompt\x18\x01 \x01(\tR\fsystemPrompt\x12*\n" +
@@ -2388,7 +2398,8 @@ const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"\fscreen_width\x18\n" +
 	" \x01(\x05R\vscreenWidth\x12#\n" +
 	"\rscreen_height\x18\v \x01(\x05R\fscreenHeight\x12(\n" +
-	"\x10skip_input_lease\x18\f \x01(\bR\x0eskipInputLease\"\xa9\x01\n" +
+	"\x10skip_input_lease\x18\f \x01(\bR\x0eskipInputLease\x123\n" +
+	"\x06settle\x18\r \x01(\v2\x1b.deskgrid.display.v1.SettleR\x06settle\"\xa9\x01\n" +
 	"\x05Usage\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12#\n" +
 	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\x12*\n" +
@@ -2616,6 +2627,7 @@ var file_deskgrid_agent_v1_agent_proto_goTypes = []any{
 	(*ReleaseInputLeaseResponse)(nil), // 30: deskgrid.agent.v1.ReleaseInputLeaseResponse
 	(*timestamppb.Timestamp)(nil),     // 31: google.protobuf.Timestamp
 	(*durationpb.Duration)(nil),       // 32: google.protobuf.Duration
+	(*v1.Settle)(nil),                 // 33: deskgrid.display.v1.Settle
 }
 var file_deskgrid_agent_v1_agent_proto_depIdxs = []int32{
 	0,  // 0: deskgrid.agent.v1.Run.state:type_name -> deskgrid.agent.v1.RunState
@@ -2625,55 +2637,56 @@ var file_deskgrid_agent_v1_agent_proto_depIdxs = []int32{
 	3,  // 4: deskgrid.agent.v1.Run.usage:type_name -> deskgrid.agent.v1.Usage
 	15, // 5: deskgrid.agent.v1.Run.pending_tool_call:type_name -> deskgrid.agent.v1.ToolCall
 	32, // 6: deskgrid.agent.v1.RunOptions.approval_timeout:type_name -> google.protobuf.Duration
-	2,  // 7: deskgrid.agent.v1.CreateRunRequest.options:type_name -> deskgrid.agent.v1.RunOptions
-	1,  // 8: deskgrid.agent.v1.CreateRunResponse.run:type_name -> deskgrid.agent.v1.Run
-	1,  // 9: deskgrid.agent.v1.GetRunResponse.run:type_name -> deskgrid.agent.v1.Run
-	1,  // 10: deskgrid.agent.v1.ListRunsResponse.runs:type_name -> deskgrid.agent.v1.Run
-	1,  // 11: deskgrid.agent.v1.CancelRunResponse.run:type_name -> deskgrid.agent.v1.Run
-	31, // 12: deskgrid.agent.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
-	15, // 13: deskgrid.agent.v1.RunEvent.tool_call:type_name -> deskgrid.agent.v1.ToolCall
-	0,  // 14: deskgrid.agent.v1.RunEvent.state:type_name -> deskgrid.agent.v1.RunState
-	3,  // 15: deskgrid.agent.v1.RunEvent.usage:type_name -> deskgrid.agent.v1.Usage
-	4,  // 16: deskgrid.agent.v1.RunEvent.screenshot:type_name -> deskgrid.agent.v1.ScreenshotRef
-	14, // 17: deskgrid.agent.v1.RunEventRecord.event:type_name -> deskgrid.agent.v1.RunEvent
-	0,  // 18: deskgrid.agent.v1.RunEventRecord.state:type_name -> deskgrid.agent.v1.RunState
-	14, // 19: deskgrid.agent.v1.StreamRunEventsResponse.event:type_name -> deskgrid.agent.v1.RunEvent
-	1,  // 20: deskgrid.agent.v1.SendMessageResponse.run:type_name -> deskgrid.agent.v1.Run
-	1,  // 21: deskgrid.agent.v1.ApproveStepResponse.run:type_name -> deskgrid.agent.v1.Run
-	1,  // 22: deskgrid.agent.v1.RejectStepResponse.run:type_name -> deskgrid.agent.v1.Run
-	31, // 23: deskgrid.agent.v1.InputLease.expire_time:type_name -> google.protobuf.Timestamp
-	32, // 24: deskgrid.agent.v1.AcquireInputLeaseRequest.ttl:type_name -> google.protobuf.Duration
-	32, // 25: deskgrid.agent.v1.AcquireInputLeaseRequest.wait:type_name -> google.protobuf.Duration
-	24, // 26: deskgrid.agent.v1.AcquireInputLeaseResponse.lease:type_name -> deskgrid.agent.v1.InputLease
-	32, // 27: deskgrid.agent.v1.RenewInputLeaseRequest.ttl:type_name -> google.protobuf.Duration
-	24, // 28: deskgrid.agent.v1.RenewInputLeaseResponse.lease:type_name -> deskgrid.agent.v1.InputLease
-	5,  // 29: deskgrid.agent.v1.AgentService.CreateRun:input_type -> deskgrid.agent.v1.CreateRunRequest
-	7,  // 30: deskgrid.agent.v1.AgentService.GetRun:input_type -> deskgrid.agent.v1.GetRunRequest
-	9,  // 31: deskgrid.agent.v1.AgentService.ListRuns:input_type -> deskgrid.agent.v1.ListRunsRequest
-	11, // 32: deskgrid.agent.v1.AgentService.CancelRun:input_type -> deskgrid.agent.v1.CancelRunRequest
-	13, // 33: deskgrid.agent.v1.AgentService.StreamRunEvents:input_type -> deskgrid.agent.v1.StreamRunEventsRequest
-	18, // 34: deskgrid.agent.v1.AgentService.SendMessage:input_type -> deskgrid.agent.v1.SendMessageRequest
-	20, // 35: deskgrid.agent.v1.AgentService.ApproveStep:input_type -> deskgrid.agent.v1.ApproveStepRequest
-	22, // 36: deskgrid.agent.v1.AgentService.RejectStep:input_type -> deskgrid.agent.v1.RejectStepRequest
-	25, // 37: deskgrid.agent.v1.AgentService.AcquireInputLease:input_type -> deskgrid.agent.v1.AcquireInputLeaseRequest
-	27, // 38: deskgrid.agent.v1.AgentService.RenewInputLease:input_type -> deskgrid.agent.v1.RenewInputLeaseRequest
-	29, // 39: deskgrid.agent.v1.AgentService.ReleaseInputLease:input_type -> deskgrid.agent.v1.ReleaseInputLeaseRequest
-	6,  // 40: deskgrid.agent.v1.AgentService.CreateRun:output_type -> deskgrid.agent.v1.CreateRunResponse
-	8,  // 41: deskgrid.agent.v1.AgentService.GetRun:output_type -> deskgrid.agent.v1.GetRunResponse
-	10, // 42: deskgrid.agent.v1.AgentService.ListRuns:output_type -> deskgrid.agent.v1.ListRunsResponse
-	12, // 43: deskgrid.agent.v1.AgentService.CancelRun:output_type -> deskgrid.agent.v1.CancelRunResponse
-	17, // 44: deskgrid.agent.v1.AgentService.StreamRunEvents:output_type -> deskgrid.agent.v1.StreamRunEventsResponse
-	19, // 45: deskgrid.agent.v1.AgentService.SendMessage:output_type -> deskgrid.agent.v1.SendMessageResponse
-	21, // 46: deskgrid.agent.v1.AgentService.ApproveStep:output_type -> deskgrid.agent.v1.ApproveStepResponse
-	23, // 47: deskgrid.agent.v1.AgentService.RejectStep:output_type -> deskgrid.agent.v1.RejectStepResponse
-	26, // 48: deskgrid.agent.v1.AgentService.AcquireInputLease:output_type -> deskgrid.agent.v1.AcquireInputLeaseResponse
-	28, // 49: deskgrid.agent.v1.AgentService.RenewInputLease:output_type -> deskgrid.agent.v1.RenewInputLeaseResponse
-	30, // 50: deskgrid.agent.v1.AgentService.ReleaseInputLease:output_type -> deskgrid.agent.v1.ReleaseInputLeaseResponse
-	40, // [40:51] is the sub-list for method output_type
-	29, // [29:40] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	33, // 7: deskgrid.agent.v1.RunOptions.settle:type_name -> deskgrid.display.v1.Settle
+	2,  // 8: deskgrid.agent.v1.CreateRunRequest.options:type_name -> deskgrid.agent.v1.RunOptions
+	1,  // 9: deskgrid.agent.v1.CreateRunResponse.run:type_name -> deskgrid.agent.v1.Run
+	1,  // 10: deskgrid.agent.v1.GetRunResponse.run:type_name -> deskgrid.agent.v1.Run
+	1,  // 11: deskgrid.agent.v1.ListRunsResponse.runs:type_name -> deskgrid.agent.v1.Run
+	1,  // 12: deskgrid.agent.v1.CancelRunResponse.run:type_name -> deskgrid.agent.v1.Run
+	31, // 13: deskgrid.agent.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
+	15, // 14: deskgrid.agent.v1.RunEvent.tool_call:type_name -> deskgrid.agent.v1.ToolCall
+	0,  // 15: deskgrid.agent.v1.RunEvent.state:type_name -> deskgrid.agent.v1.RunState
+	3,  // 16: deskgrid.agent.v1.RunEvent.usage:type_name -> deskgrid.agent.v1.Usage
+	4,  // 17: deskgrid.agent.v1.RunEvent.screenshot:type_name -> deskgrid.agent.v1.ScreenshotRef
+	14, // 18: deskgrid.agent.v1.RunEventRecord.event:type_name -> deskgrid.agent.v1.RunEvent
+	0,  // 19: deskgrid.agent.v1.RunEventRecord.state:type_name -> deskgrid.agent.v1.RunState
+	14, // 20: deskgrid.agent.v1.StreamRunEventsResponse.event:type_name -> deskgrid.agent.v1.RunEvent
+	1,  // 21: deskgrid.agent.v1.SendMessageResponse.run:type_name -> deskgrid.agent.v1.Run
+	1,  // 22: deskgrid.agent.v1.ApproveStepResponse.run:type_name -> deskgrid.agent.v1.Run
+	1,  // 23: deskgrid.agent.v1.RejectStepResponse.run:type_name -> deskgrid.agent.v1.Run
+	31, // 24: deskgrid.agent.v1.InputLease.expire_time:type_name -> google.protobuf.Timestamp
+	32, // 25: deskgrid.agent.v1.AcquireInputLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	32, // 26: deskgrid.agent.v1.AcquireInputLeaseRequest.wait:type_name -> google.protobuf.Duration
+	24, // 27: deskgrid.agent.v1.AcquireInputLeaseResponse.lease:type_name -> deskgrid.agent.v1.InputLease
+	32, // 28: deskgrid.agent.v1.RenewInputLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	24, // 29: deskgrid.agent.v1.RenewInputLeaseResponse.lease:type_name -> deskgrid.agent.v1.InputLease
+	5,  // 30: deskgrid.agent.v1.AgentService.CreateRun:input_type -> deskgrid.agent.v1.CreateRunRequest
+	7,  // 31: deskgrid.agent.v1.AgentService.GetRun:input_type -> deskgrid.agent.v1.GetRunRequest
+	9,  // 32: deskgrid.agent.v1.AgentService.ListRuns:input_type -> deskgrid.agent.v1.ListRunsRequest
+	11, // 33: deskgrid.agent.v1.AgentService.CancelRun:input_type -> deskgrid.agent.v1.CancelRunRequest
+	13, // 34: deskgrid.agent.v1.AgentService.StreamRunEvents:input_type -> deskgrid.agent.v1.StreamRunEventsRequest
+	18, // 35: deskgrid.agent.v1.AgentService.SendMessage:input_type -> deskgrid.agent.v1.SendMessageRequest
+	20, // 36: deskgrid.agent.v1.AgentService.ApproveStep:input_type -> deskgrid.agent.v1.ApproveStepRequest
+	22, // 37: deskgrid.agent.v1.AgentService.RejectStep:input_type -> deskgrid.agent.v1.RejectStepRequest
+	25, // 38: deskgrid.agent.v1.AgentService.AcquireInputLease:input_type -> deskgrid.agent.v1.AcquireInputLeaseRequest
+	27, // 39: deskgrid.agent.v1.AgentService.RenewInputLease:input_type -> deskgrid.agent.v1.RenewInputLeaseRequest
+	29, // 40: deskgrid.agent.v1.AgentService.ReleaseInputLease:input_type -> deskgrid.agent.v1.ReleaseInputLeaseRequest
+	6,  // 41: deskgrid.agent.v1.AgentService.CreateRun:output_type -> deskgrid.agent.v1.CreateRunResponse
+	8,  // 42: deskgrid.agent.v1.AgentService.GetRun:output_type -> deskgrid.agent.v1.GetRunResponse
+	10, // 43: deskgrid.agent.v1.AgentService.ListRuns:output_type -> deskgrid.agent.v1.ListRunsResponse
+	12, // 44: deskgrid.agent.v1.AgentService.CancelRun:output_type -> deskgrid.agent.v1.CancelRunResponse
+	17, // 45: deskgrid.agent.v1.AgentService.StreamRunEvents:output_type -> deskgrid.agent.v1.StreamRunEventsResponse
+	19, // 46: deskgrid.agent.v1.AgentService.SendMessage:output_type -> deskgrid.agent.v1.SendMessageResponse
+	21, // 47: deskgrid.agent.v1.AgentService.ApproveStep:output_type -> deskgrid.agent.v1.ApproveStepResponse
+	23, // 48: deskgrid.agent.v1.AgentService.RejectStep:output_type -> deskgrid.agent.v1.RejectStepResponse
+	26, // 49: deskgrid.agent.v1.AgentService.AcquireInputLease:output_type -> deskgrid.agent.v1.AcquireInputLeaseResponse
+	28, // 50: deskgrid.agent.v1.AgentService.RenewInputLease:output_type -> deskgrid.agent.v1.RenewInputLeaseResponse
+	30, // 51: deskgrid.agent.v1.AgentService.ReleaseInputLease:output_type -> deskgrid.agent.v1.ReleaseInputLeaseResponse
+	41, // [41:52] is the sub-list for method output_type
+	30, // [30:41] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_deskgrid_agent_v1_agent_proto_init() }

@@ -135,6 +135,66 @@ func (MouseButton) EnumDescriptor() ([]byte, []int) {
 	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{1}
 }
 
+// SettleOutcome is how the wait before a screenshot ended.
+type SettleOutcome int32
+
+const (
+	SettleOutcome_SETTLE_OUTCOME_UNSPECIFIED SettleOutcome = 0
+	// The screen changed after the input, then stayed quiet.
+	SettleOutcome_SETTLE_OUTCOME_SETTLED SettleOutcome = 1
+	// The screen changed and was still changing when the bound ran out.
+	SettleOutcome_SETTLE_OUTCOME_BUSY SettleOutcome = 2
+	// Nothing changed within change_timeout.
+	SettleOutcome_SETTLE_OUTCOME_NO_CHANGE SettleOutcome = 3
+	// The request asked for no wait.
+	SettleOutcome_SETTLE_OUTCOME_SKIPPED SettleOutcome = 4
+)
+
+// Enum value maps for SettleOutcome.
+var (
+	SettleOutcome_name = map[int32]string{
+		0: "SETTLE_OUTCOME_UNSPECIFIED",
+		1: "SETTLE_OUTCOME_SETTLED",
+		2: "SETTLE_OUTCOME_BUSY",
+		3: "SETTLE_OUTCOME_NO_CHANGE",
+		4: "SETTLE_OUTCOME_SKIPPED",
+	}
+	SettleOutcome_value = map[string]int32{
+		"SETTLE_OUTCOME_UNSPECIFIED": 0,
+		"SETTLE_OUTCOME_SETTLED":     1,
+		"SETTLE_OUTCOME_BUSY":        2,
+		"SETTLE_OUTCOME_NO_CHANGE":   3,
+		"SETTLE_OUTCOME_SKIPPED":     4,
+	}
+)
+
+func (x SettleOutcome) Enum() *SettleOutcome {
+	p := new(SettleOutcome)
+	*p = x
+	return p
+}
+
+func (x SettleOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SettleOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_deskgrid_display_v1_display_proto_enumTypes[2].Descriptor()
+}
+
+func (SettleOutcome) Type() protoreflect.EnumType {
+	return &file_deskgrid_display_v1_display_proto_enumTypes[2]
+}
+
+func (x SettleOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SettleOutcome.Descriptor instead.
+func (SettleOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{2}
+}
+
 type ResizeDisplayRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -2011,8 +2071,10 @@ type PerformActionsRequest struct {
 	ScreenshotQuality int32 `protobuf:"varint,7,opt,name=screenshot_quality,json=screenshotQuality,proto3" json:"screenshot_quality,omitempty"`
 	// Draw the mouse pointer into the screenshot.
 	ScreenshotCursor bool `protobuf:"varint,8,opt,name=screenshot_cursor,json=screenshotCursor,proto3" json:"screenshot_cursor,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// How the screenshot waits for the actions' effect; unset uses the defaults.
+	Settle        *Settle `protobuf:"bytes,9,opt,name=settle,proto3" json:"settle,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PerformActionsRequest) Reset() {
@@ -2101,6 +2163,13 @@ func (x *PerformActionsRequest) GetScreenshotCursor() bool {
 	return false
 }
 
+func (x *PerformActionsRequest) GetSettle() *Settle {
+	if x != nil {
+		return x.Settle
+	}
+	return nil
+}
+
 type PerformActionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Pointer position after the actions (in scale_to coordinates if set).
@@ -2108,7 +2177,9 @@ type PerformActionsResponse struct {
 	// Present when the request asked for a screenshot.
 	Screenshot *ScreenshotResponse `protobuf:"bytes,2,opt,name=screenshot,proto3" json:"screenshot,omitempty"`
 	// One image per zoom action, in order.
-	Images        []*ScreenshotResponse `protobuf:"bytes,3,rep,name=images,proto3" json:"images,omitempty"`
+	Images []*ScreenshotResponse `protobuf:"bytes,3,rep,name=images,proto3" json:"images,omitempty"`
+	// How the wait before the screenshot ended; present with the screenshot.
+	Settle        *SettleResult `protobuf:"bytes,4,opt,name=settle,proto3" json:"settle,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2160,6 +2231,155 @@ func (x *PerformActionsResponse) GetScreenshot() *ScreenshotResponse {
 func (x *PerformActionsResponse) GetImages() []*ScreenshotResponse {
 	if x != nil {
 		return x.Images
+	}
+	return nil
+}
+
+func (x *PerformActionsResponse) GetSettle() *SettleResult {
+	if x != nil {
+		return x.Settle
+	}
+	return nil
+}
+
+// Settle says how a screenshot after input waits for what the input caused:
+// first for a change of the screen that is not one of the changes it was
+// already making before the input (a blinking cursor, a clock), then for the
+// screen to stay quiet, within an overall bound.
+type Settle struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How long to wait for the first change the input causes; 0 means 1s.
+	ChangeTimeout *durationpb.Duration `protobuf:"bytes,1,opt,name=change_timeout,json=changeTimeout,proto3" json:"change_timeout,omitempty"`
+	// How long the screen must stay unchanged after a change; 0 means 40ms.
+	// While the screen draws frames further apart than half of this (a slow
+	// animation or page load), the wait stretches to twice the frame interval,
+	// up to 500ms.
+	Quiet *durationpb.Duration `protobuf:"bytes,2,opt,name=quiet,proto3" json:"quiet,omitempty"`
+	// Bound on the whole wait, from the end of the input; 0 means 3s.
+	Timeout *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// Take the screenshot at once, without waiting.
+	Skip          bool `protobuf:"varint,4,opt,name=skip,proto3" json:"skip,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Settle) Reset() {
+	*x = Settle{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Settle) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Settle) ProtoMessage() {}
+
+func (x *Settle) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Settle.ProtoReflect.Descriptor instead.
+func (*Settle) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *Settle) GetChangeTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.ChangeTimeout
+	}
+	return nil
+}
+
+func (x *Settle) GetQuiet() *durationpb.Duration {
+	if x != nil {
+		return x.Quiet
+	}
+	return nil
+}
+
+func (x *Settle) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+func (x *Settle) GetSkip() bool {
+	if x != nil {
+		return x.Skip
+	}
+	return false
+}
+
+// SettleResult reports the wait before a screenshot.
+type SettleResult struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Outcome SettleOutcome          `protobuf:"varint,1,opt,name=outcome,proto3,enum=deskgrid.display.v1.SettleOutcome" json:"outcome,omitempty"`
+	// From the end of the input to the first change it caused; unset when nothing changed.
+	FirstChange *durationpb.Duration `protobuf:"bytes,2,opt,name=first_change,json=firstChange,proto3" json:"first_change,omitempty"`
+	// From the end of the input to the screenshot.
+	Waited        *durationpb.Duration `protobuf:"bytes,3,opt,name=waited,proto3" json:"waited,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleResult) Reset() {
+	*x = SettleResult{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleResult) ProtoMessage() {}
+
+func (x *SettleResult) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleResult.ProtoReflect.Descriptor instead.
+func (*SettleResult) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *SettleResult) GetOutcome() SettleOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return SettleOutcome_SETTLE_OUTCOME_UNSPECIFIED
+}
+
+func (x *SettleResult) GetFirstChange() *durationpb.Duration {
+	if x != nil {
+		return x.FirstChange
+	}
+	return nil
+}
+
+func (x *SettleResult) GetWaited() *durationpb.Duration {
+	if x != nil {
+		return x.Waited
 	}
 	return nil
 }
@@ -2288,7 +2508,7 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\x04zoom\x18\t \x01(\v2\x19.deskgrid.display.v1.ZoomH\x00R\x04zoom\x12N\n" +
 	"\x0fcursor_position\x18\n" +
 	" \x01(\v2#.deskgrid.display.v1.CursorPositionH\x00R\x0ecursorPosition:X\x92AU2S{\"click\": {\"at\": {\"x\": 100, \"y\": 200}, \"button\": \"MOUSE_BUTTON_LEFT\", \"clicks\": 2}}B\b\n" +
-	"\x06action\"\xca\x04\n" +
+	"\x06action\"\xff\x04\n" +
 	"\x15PerformActionsRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x125\n" +
@@ -2301,13 +2521,24 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\bscale_to\x18\x05 \x01(\v2\x19.deskgrid.display.v1.SizeR\ascaleTo\x12M\n" +
 	"\x11screenshot_format\x18\x06 \x01(\x0e2 .deskgrid.display.v1.ImageFormatR\x10screenshotFormat\x12-\n" +
 	"\x12screenshot_quality\x18\a \x01(\x05R\x11screenshotQuality\x12+\n" +
-	"\x11screenshot_cursor\x18\b \x01(\bR\x10screenshotCursor:\xb8\x01\x92A\xb4\x012\xb1\x01{\"actions\": [{\"click\": {\"at\": {\"x\": 640, \"y\": 400}, \"button\": \"MOUSE_BUTTON_LEFT\", \"clicks\": 1}}, {\"type\": {\"text\": \"hello\"}}, {\"key\": {\"chord\": \"Return\"}}], \"screenshot\": true}\"\xd6\x01\n" +
+	"\x11screenshot_cursor\x18\b \x01(\bR\x10screenshotCursor\x123\n" +
+	"\x06settle\x18\t \x01(\v2\x1b.deskgrid.display.v1.SettleR\x06settle:\xb8\x01\x92A\xb4\x012\xb1\x01{\"actions\": [{\"click\": {\"at\": {\"x\": 640, \"y\": 400}, \"button\": \"MOUSE_BUTTON_LEFT\", \"clicks\": 1}}, {\"type\": {\"text\": \"hello\"}}, {\"key\": {\"chord\": \"Return\"}}], \"screenshot\": true}\"\x91\x02\n" +
 	"\x16PerformActionsResponse\x122\n" +
 	"\x06cursor\x18\x01 \x01(\v2\x1a.deskgrid.display.v1.PointR\x06cursor\x12G\n" +
 	"\n" +
 	"screenshot\x18\x02 \x01(\v2'.deskgrid.display.v1.ScreenshotResponseR\n" +
 	"screenshot\x12?\n" +
-	"\x06images\x18\x03 \x03(\v2'.deskgrid.display.v1.ScreenshotResponseR\x06images*X\n" +
+	"\x06images\x18\x03 \x03(\v2'.deskgrid.display.v1.ScreenshotResponseR\x06images\x129\n" +
+	"\x06settle\x18\x04 \x01(\v2!.deskgrid.display.v1.SettleResultR\x06settle\"\xc4\x01\n" +
+	"\x06Settle\x12@\n" +
+	"\x0echange_timeout\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\rchangeTimeout\x12/\n" +
+	"\x05quiet\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05quiet\x123\n" +
+	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x12\n" +
+	"\x04skip\x18\x04 \x01(\bR\x04skip\"\xbd\x01\n" +
+	"\fSettleResult\x12<\n" +
+	"\aoutcome\x18\x01 \x01(\x0e2\".deskgrid.display.v1.SettleOutcomeR\aoutcome\x12<\n" +
+	"\ffirst_change\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\vfirstChange\x121\n" +
+	"\x06waited\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06waited*X\n" +
 	"\vImageFormat\x12\x1c\n" +
 	"\x18IMAGE_FORMAT_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10IMAGE_FORMAT_PNG\x10\x01\x12\x15\n" +
@@ -2318,7 +2549,13 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\x13MOUSE_BUTTON_MIDDLE\x10\x02\x12\x16\n" +
 	"\x12MOUSE_BUTTON_RIGHT\x10\x03\x12\x15\n" +
 	"\x11MOUSE_BUTTON_BACK\x10\x04\x12\x18\n" +
-	"\x14MOUSE_BUTTON_FORWARD\x10\x052\xed\x12\n" +
+	"\x14MOUSE_BUTTON_FORWARD\x10\x05*\x9e\x01\n" +
+	"\rSettleOutcome\x12\x1e\n" +
+	"\x1aSETTLE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16SETTLE_OUTCOME_SETTLED\x10\x01\x12\x17\n" +
+	"\x13SETTLE_OUTCOME_BUSY\x10\x02\x12\x1c\n" +
+	"\x18SETTLE_OUTCOME_NO_CHANGE\x10\x03\x12\x1a\n" +
+	"\x16SETTLE_OUTCOME_SKIPPED\x10\x042\xed\x12\n" +
 	"\x0eDisplayService\x12f\n" +
 	"\rCreateDisplay\x12).deskgrid.display.v1.CreateDisplayRequest\x1a*.deskgrid.display.v1.CreateDisplayResponse\x12\x91\x01\n" +
 	"\n" +
@@ -2351,104 +2588,115 @@ func file_deskgrid_display_v1_display_proto_rawDescGZIP() []byte {
 	return file_deskgrid_display_v1_display_proto_rawDescData
 }
 
-var file_deskgrid_display_v1_display_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_deskgrid_display_v1_display_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_deskgrid_display_v1_display_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_deskgrid_display_v1_display_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_deskgrid_display_v1_display_proto_goTypes = []any{
 	(ImageFormat)(0),               // 0: deskgrid.display.v1.ImageFormat
 	(MouseButton)(0),               // 1: deskgrid.display.v1.MouseButton
-	(*ResizeDisplayRequest)(nil),   // 2: deskgrid.display.v1.ResizeDisplayRequest
-	(*ResizeDisplayResponse)(nil),  // 3: deskgrid.display.v1.ResizeDisplayResponse
-	(*Size)(nil),                   // 4: deskgrid.display.v1.Size
-	(*Window)(nil),                 // 5: deskgrid.display.v1.Window
-	(*ConnectVNCRequest)(nil),      // 6: deskgrid.display.v1.ConnectVNCRequest
-	(*ConnectVNCResponse)(nil),     // 7: deskgrid.display.v1.ConnectVNCResponse
-	(*Display)(nil),                // 8: deskgrid.display.v1.Display
-	(*CreateDisplayRequest)(nil),   // 9: deskgrid.display.v1.CreateDisplayRequest
-	(*CreateDisplayResponse)(nil),  // 10: deskgrid.display.v1.CreateDisplayResponse
-	(*GetDisplayRequest)(nil),      // 11: deskgrid.display.v1.GetDisplayRequest
-	(*GetDisplayResponse)(nil),     // 12: deskgrid.display.v1.GetDisplayResponse
-	(*ListDisplaysRequest)(nil),    // 13: deskgrid.display.v1.ListDisplaysRequest
-	(*ListDisplaysResponse)(nil),   // 14: deskgrid.display.v1.ListDisplaysResponse
-	(*DeleteDisplayRequest)(nil),   // 15: deskgrid.display.v1.DeleteDisplayRequest
-	(*DeleteDisplayResponse)(nil),  // 16: deskgrid.display.v1.DeleteDisplayResponse
-	(*Rect)(nil),                   // 17: deskgrid.display.v1.Rect
-	(*ScreenshotRequest)(nil),      // 18: deskgrid.display.v1.ScreenshotRequest
-	(*ScreenshotResponse)(nil),     // 19: deskgrid.display.v1.ScreenshotResponse
-	(*Point)(nil),                  // 20: deskgrid.display.v1.Point
-	(*MouseMove)(nil),              // 21: deskgrid.display.v1.MouseMove
-	(*Click)(nil),                  // 22: deskgrid.display.v1.Click
-	(*Drag)(nil),                   // 23: deskgrid.display.v1.Drag
-	(*ButtonPress)(nil),            // 24: deskgrid.display.v1.ButtonPress
-	(*Scroll)(nil),                 // 25: deskgrid.display.v1.Scroll
-	(*Key)(nil),                    // 26: deskgrid.display.v1.Key
-	(*TypeText)(nil),               // 27: deskgrid.display.v1.TypeText
-	(*Wait)(nil),                   // 28: deskgrid.display.v1.Wait
-	(*Zoom)(nil),                   // 29: deskgrid.display.v1.Zoom
-	(*CursorPosition)(nil),         // 30: deskgrid.display.v1.CursorPosition
-	(*Action)(nil),                 // 31: deskgrid.display.v1.Action
-	(*PerformActionsRequest)(nil),  // 32: deskgrid.display.v1.PerformActionsRequest
-	(*PerformActionsResponse)(nil), // 33: deskgrid.display.v1.PerformActionsResponse
-	(*timestamppb.Timestamp)(nil),  // 34: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 35: google.protobuf.Duration
+	(SettleOutcome)(0),             // 2: deskgrid.display.v1.SettleOutcome
+	(*ResizeDisplayRequest)(nil),   // 3: deskgrid.display.v1.ResizeDisplayRequest
+	(*ResizeDisplayResponse)(nil),  // 4: deskgrid.display.v1.ResizeDisplayResponse
+	(*Size)(nil),                   // 5: deskgrid.display.v1.Size
+	(*Window)(nil),                 // 6: deskgrid.display.v1.Window
+	(*ConnectVNCRequest)(nil),      // 7: deskgrid.display.v1.ConnectVNCRequest
+	(*ConnectVNCResponse)(nil),     // 8: deskgrid.display.v1.ConnectVNCResponse
+	(*Display)(nil),                // 9: deskgrid.display.v1.Display
+	(*CreateDisplayRequest)(nil),   // 10: deskgrid.display.v1.CreateDisplayRequest
+	(*CreateDisplayResponse)(nil),  // 11: deskgrid.display.v1.CreateDisplayResponse
+	(*GetDisplayRequest)(nil),      // 12: deskgrid.display.v1.GetDisplayRequest
+	(*GetDisplayResponse)(nil),     // 13: deskgrid.display.v1.GetDisplayResponse
+	(*ListDisplaysRequest)(nil),    // 14: deskgrid.display.v1.ListDisplaysRequest
+	(*ListDisplaysResponse)(nil),   // 15: deskgrid.display.v1.ListDisplaysResponse
+	(*DeleteDisplayRequest)(nil),   // 16: deskgrid.display.v1.DeleteDisplayRequest
+	(*DeleteDisplayResponse)(nil),  // 17: deskgrid.display.v1.DeleteDisplayResponse
+	(*Rect)(nil),                   // 18: deskgrid.display.v1.Rect
+	(*ScreenshotRequest)(nil),      // 19: deskgrid.display.v1.ScreenshotRequest
+	(*ScreenshotResponse)(nil),     // 20: deskgrid.display.v1.ScreenshotResponse
+	(*Point)(nil),                  // 21: deskgrid.display.v1.Point
+	(*MouseMove)(nil),              // 22: deskgrid.display.v1.MouseMove
+	(*Click)(nil),                  // 23: deskgrid.display.v1.Click
+	(*Drag)(nil),                   // 24: deskgrid.display.v1.Drag
+	(*ButtonPress)(nil),            // 25: deskgrid.display.v1.ButtonPress
+	(*Scroll)(nil),                 // 26: deskgrid.display.v1.Scroll
+	(*Key)(nil),                    // 27: deskgrid.display.v1.Key
+	(*TypeText)(nil),               // 28: deskgrid.display.v1.TypeText
+	(*Wait)(nil),                   // 29: deskgrid.display.v1.Wait
+	(*Zoom)(nil),                   // 30: deskgrid.display.v1.Zoom
+	(*CursorPosition)(nil),         // 31: deskgrid.display.v1.CursorPosition
+	(*Action)(nil),                 // 32: deskgrid.display.v1.Action
+	(*PerformActionsRequest)(nil),  // 33: deskgrid.display.v1.PerformActionsRequest
+	(*PerformActionsResponse)(nil), // 34: deskgrid.display.v1.PerformActionsResponse
+	(*Settle)(nil),                 // 35: deskgrid.display.v1.Settle
+	(*SettleResult)(nil),           // 36: deskgrid.display.v1.SettleResult
+	(*timestamppb.Timestamp)(nil),  // 37: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 38: google.protobuf.Duration
 }
 var file_deskgrid_display_v1_display_proto_depIdxs = []int32{
-	8,  // 0: deskgrid.display.v1.ResizeDisplayResponse.display:type_name -> deskgrid.display.v1.Display
-	17, // 1: deskgrid.display.v1.Window.geometry:type_name -> deskgrid.display.v1.Rect
-	34, // 2: deskgrid.display.v1.Display.create_time:type_name -> google.protobuf.Timestamp
-	5,  // 3: deskgrid.display.v1.Display.windows:type_name -> deskgrid.display.v1.Window
-	8,  // 4: deskgrid.display.v1.CreateDisplayResponse.display:type_name -> deskgrid.display.v1.Display
-	8,  // 5: deskgrid.display.v1.GetDisplayResponse.display:type_name -> deskgrid.display.v1.Display
-	8,  // 6: deskgrid.display.v1.ListDisplaysResponse.displays:type_name -> deskgrid.display.v1.Display
+	9,  // 0: deskgrid.display.v1.ResizeDisplayResponse.display:type_name -> deskgrid.display.v1.Display
+	18, // 1: deskgrid.display.v1.Window.geometry:type_name -> deskgrid.display.v1.Rect
+	37, // 2: deskgrid.display.v1.Display.create_time:type_name -> google.protobuf.Timestamp
+	6,  // 3: deskgrid.display.v1.Display.windows:type_name -> deskgrid.display.v1.Window
+	9,  // 4: deskgrid.display.v1.CreateDisplayResponse.display:type_name -> deskgrid.display.v1.Display
+	9,  // 5: deskgrid.display.v1.GetDisplayResponse.display:type_name -> deskgrid.display.v1.Display
+	9,  // 6: deskgrid.display.v1.ListDisplaysResponse.displays:type_name -> deskgrid.display.v1.Display
 	0,  // 7: deskgrid.display.v1.ScreenshotRequest.format:type_name -> deskgrid.display.v1.ImageFormat
-	17, // 8: deskgrid.display.v1.ScreenshotRequest.region:type_name -> deskgrid.display.v1.Rect
-	4,  // 9: deskgrid.display.v1.ScreenshotRequest.scale_to:type_name -> deskgrid.display.v1.Size
-	20, // 10: deskgrid.display.v1.MouseMove.to:type_name -> deskgrid.display.v1.Point
-	20, // 11: deskgrid.display.v1.Click.at:type_name -> deskgrid.display.v1.Point
+	18, // 8: deskgrid.display.v1.ScreenshotRequest.region:type_name -> deskgrid.display.v1.Rect
+	5,  // 9: deskgrid.display.v1.ScreenshotRequest.scale_to:type_name -> deskgrid.display.v1.Size
+	21, // 10: deskgrid.display.v1.MouseMove.to:type_name -> deskgrid.display.v1.Point
+	21, // 11: deskgrid.display.v1.Click.at:type_name -> deskgrid.display.v1.Point
 	1,  // 12: deskgrid.display.v1.Click.button:type_name -> deskgrid.display.v1.MouseButton
-	20, // 13: deskgrid.display.v1.Drag.path:type_name -> deskgrid.display.v1.Point
+	21, // 13: deskgrid.display.v1.Drag.path:type_name -> deskgrid.display.v1.Point
 	1,  // 14: deskgrid.display.v1.ButtonPress.button:type_name -> deskgrid.display.v1.MouseButton
-	20, // 15: deskgrid.display.v1.Scroll.at:type_name -> deskgrid.display.v1.Point
-	35, // 16: deskgrid.display.v1.Key.hold:type_name -> google.protobuf.Duration
-	35, // 17: deskgrid.display.v1.Wait.duration:type_name -> google.protobuf.Duration
-	17, // 18: deskgrid.display.v1.Zoom.region:type_name -> deskgrid.display.v1.Rect
-	4,  // 19: deskgrid.display.v1.Zoom.size:type_name -> deskgrid.display.v1.Size
-	21, // 20: deskgrid.display.v1.Action.mouse_move:type_name -> deskgrid.display.v1.MouseMove
-	22, // 21: deskgrid.display.v1.Action.click:type_name -> deskgrid.display.v1.Click
-	23, // 22: deskgrid.display.v1.Action.drag:type_name -> deskgrid.display.v1.Drag
-	24, // 23: deskgrid.display.v1.Action.button:type_name -> deskgrid.display.v1.ButtonPress
-	25, // 24: deskgrid.display.v1.Action.scroll:type_name -> deskgrid.display.v1.Scroll
-	26, // 25: deskgrid.display.v1.Action.key:type_name -> deskgrid.display.v1.Key
-	27, // 26: deskgrid.display.v1.Action.type:type_name -> deskgrid.display.v1.TypeText
-	28, // 27: deskgrid.display.v1.Action.wait:type_name -> deskgrid.display.v1.Wait
-	29, // 28: deskgrid.display.v1.Action.zoom:type_name -> deskgrid.display.v1.Zoom
-	30, // 29: deskgrid.display.v1.Action.cursor_position:type_name -> deskgrid.display.v1.CursorPosition
-	31, // 30: deskgrid.display.v1.PerformActionsRequest.actions:type_name -> deskgrid.display.v1.Action
-	4,  // 31: deskgrid.display.v1.PerformActionsRequest.scale_to:type_name -> deskgrid.display.v1.Size
+	21, // 15: deskgrid.display.v1.Scroll.at:type_name -> deskgrid.display.v1.Point
+	38, // 16: deskgrid.display.v1.Key.hold:type_name -> google.protobuf.Duration
+	38, // 17: deskgrid.display.v1.Wait.duration:type_name -> google.protobuf.Duration
+	18, // 18: deskgrid.display.v1.Zoom.region:type_name -> deskgrid.display.v1.Rect
+	5,  // 19: deskgrid.display.v1.Zoom.size:type_name -> deskgrid.display.v1.Size
+	22, // 20: deskgrid.display.v1.Action.mouse_move:type_name -> deskgrid.display.v1.MouseMove
+	23, // 21: deskgrid.display.v1.Action.click:type_name -> deskgrid.display.v1.Click
+	24, // 22: deskgrid.display.v1.Action.drag:type_name -> deskgrid.display.v1.Drag
+	25, // 23: deskgrid.display.v1.Action.button:type_name -> deskgrid.display.v1.ButtonPress
+	26, // 24: deskgrid.display.v1.Action.scroll:type_name -> deskgrid.display.v1.Scroll
+	27, // 25: deskgrid.display.v1.Action.key:type_name -> deskgrid.display.v1.Key
+	28, // 26: deskgrid.display.v1.Action.type:type_name -> deskgrid.display.v1.TypeText
+	29, // 27: deskgrid.display.v1.Action.wait:type_name -> deskgrid.display.v1.Wait
+	30, // 28: deskgrid.display.v1.Action.zoom:type_name -> deskgrid.display.v1.Zoom
+	31, // 29: deskgrid.display.v1.Action.cursor_position:type_name -> deskgrid.display.v1.CursorPosition
+	32, // 30: deskgrid.display.v1.PerformActionsRequest.actions:type_name -> deskgrid.display.v1.Action
+	5,  // 31: deskgrid.display.v1.PerformActionsRequest.scale_to:type_name -> deskgrid.display.v1.Size
 	0,  // 32: deskgrid.display.v1.PerformActionsRequest.screenshot_format:type_name -> deskgrid.display.v1.ImageFormat
-	20, // 33: deskgrid.display.v1.PerformActionsResponse.cursor:type_name -> deskgrid.display.v1.Point
-	19, // 34: deskgrid.display.v1.PerformActionsResponse.screenshot:type_name -> deskgrid.display.v1.ScreenshotResponse
-	19, // 35: deskgrid.display.v1.PerformActionsResponse.images:type_name -> deskgrid.display.v1.ScreenshotResponse
-	9,  // 36: deskgrid.display.v1.DisplayService.CreateDisplay:input_type -> deskgrid.display.v1.CreateDisplayRequest
-	11, // 37: deskgrid.display.v1.DisplayService.GetDisplay:input_type -> deskgrid.display.v1.GetDisplayRequest
-	13, // 38: deskgrid.display.v1.DisplayService.ListDisplays:input_type -> deskgrid.display.v1.ListDisplaysRequest
-	15, // 39: deskgrid.display.v1.DisplayService.DeleteDisplay:input_type -> deskgrid.display.v1.DeleteDisplayRequest
-	18, // 40: deskgrid.display.v1.DisplayService.Screenshot:input_type -> deskgrid.display.v1.ScreenshotRequest
-	32, // 41: deskgrid.display.v1.DisplayService.PerformActions:input_type -> deskgrid.display.v1.PerformActionsRequest
-	6,  // 42: deskgrid.display.v1.DisplayService.ConnectVNC:input_type -> deskgrid.display.v1.ConnectVNCRequest
-	2,  // 43: deskgrid.display.v1.DisplayService.ResizeDisplay:input_type -> deskgrid.display.v1.ResizeDisplayRequest
-	10, // 44: deskgrid.display.v1.DisplayService.CreateDisplay:output_type -> deskgrid.display.v1.CreateDisplayResponse
-	12, // 45: deskgrid.display.v1.DisplayService.GetDisplay:output_type -> deskgrid.display.v1.GetDisplayResponse
-	14, // 46: deskgrid.display.v1.DisplayService.ListDisplays:output_type -> deskgrid.display.v1.ListDisplaysResponse
-	16, // 47: deskgrid.display.v1.DisplayService.DeleteDisplay:output_type -> deskgrid.display.v1.DeleteDisplayResponse
-	19, // 48: deskgrid.display.v1.DisplayService.Screenshot:output_type -> deskgrid.display.v1.ScreenshotResponse
-	33, // 49: deskgrid.display.v1.DisplayService.PerformActions:output_type -> deskgrid.display.v1.PerformActionsResponse
-	7,  // 50: deskgrid.display.v1.DisplayService.ConnectVNC:output_type -> deskgrid.display.v1.ConnectVNCResponse
-	3,  // 51: deskgrid.display.v1.DisplayService.ResizeDisplay:output_type -> deskgrid.display.v1.ResizeDisplayResponse
-	44, // [44:52] is the sub-list for method output_type
-	36, // [36:44] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	35, // 33: deskgrid.display.v1.PerformActionsRequest.settle:type_name -> deskgrid.display.v1.Settle
+	21, // 34: deskgrid.display.v1.PerformActionsResponse.cursor:type_name -> deskgrid.display.v1.Point
+	20, // 35: deskgrid.display.v1.PerformActionsResponse.screenshot:type_name -> deskgrid.display.v1.ScreenshotResponse
+	20, // 36: deskgrid.display.v1.PerformActionsResponse.images:type_name -> deskgrid.display.v1.ScreenshotResponse
+	36, // 37: deskgrid.display.v1.PerformActionsResponse.settle:type_name -> deskgrid.display.v1.SettleResult
+	38, // 38: deskgrid.display.v1.Settle.change_timeout:type_name -> google.protobuf.Duration
+	38, // 39: deskgrid.display.v1.Settle.quiet:type_name -> google.protobuf.Duration
+	38, // 40: deskgrid.display.v1.Settle.timeout:type_name -> google.protobuf.Duration
+	2,  // 41: deskgrid.display.v1.SettleResult.outcome:type_name -> deskgrid.display.v1.SettleOutcome
+	38, // 42: deskgrid.display.v1.SettleResult.first_change:type_name -> google.protobuf.Duration
+	38, // 43: deskgrid.display.v1.SettleResult.waited:type_name -> google.protobuf.Duration
+	10, // 44: deskgrid.display.v1.DisplayService.CreateDisplay:input_type -> deskgrid.display.v1.CreateDisplayRequest
+	12, // 45: deskgrid.display.v1.DisplayService.GetDisplay:input_type -> deskgrid.display.v1.GetDisplayRequest
+	14, // 46: deskgrid.display.v1.DisplayService.ListDisplays:input_type -> deskgrid.display.v1.ListDisplaysRequest
+	16, // 47: deskgrid.display.v1.DisplayService.DeleteDisplay:input_type -> deskgrid.display.v1.DeleteDisplayRequest
+	19, // 48: deskgrid.display.v1.DisplayService.Screenshot:input_type -> deskgrid.display.v1.ScreenshotRequest
+	33, // 49: deskgrid.display.v1.DisplayService.PerformActions:input_type -> deskgrid.display.v1.PerformActionsRequest
+	7,  // 50: deskgrid.display.v1.DisplayService.ConnectVNC:input_type -> deskgrid.display.v1.ConnectVNCRequest
+	3,  // 51: deskgrid.display.v1.DisplayService.ResizeDisplay:input_type -> deskgrid.display.v1.ResizeDisplayRequest
+	11, // 52: deskgrid.display.v1.DisplayService.CreateDisplay:output_type -> deskgrid.display.v1.CreateDisplayResponse
+	13, // 53: deskgrid.display.v1.DisplayService.GetDisplay:output_type -> deskgrid.display.v1.GetDisplayResponse
+	15, // 54: deskgrid.display.v1.DisplayService.ListDisplays:output_type -> deskgrid.display.v1.ListDisplaysResponse
+	17, // 55: deskgrid.display.v1.DisplayService.DeleteDisplay:output_type -> deskgrid.display.v1.DeleteDisplayResponse
+	20, // 56: deskgrid.display.v1.DisplayService.Screenshot:output_type -> deskgrid.display.v1.ScreenshotResponse
+	34, // 57: deskgrid.display.v1.DisplayService.PerformActions:output_type -> deskgrid.display.v1.PerformActionsResponse
+	8,  // 58: deskgrid.display.v1.DisplayService.ConnectVNC:output_type -> deskgrid.display.v1.ConnectVNCResponse
+	4,  // 59: deskgrid.display.v1.DisplayService.ResizeDisplay:output_type -> deskgrid.display.v1.ResizeDisplayResponse
+	52, // [52:60] is the sub-list for method output_type
+	44, // [44:52] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_deskgrid_display_v1_display_proto_init() }
@@ -2473,8 +2721,8 @@ func file_deskgrid_display_v1_display_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_deskgrid_display_v1_display_proto_rawDesc), len(file_deskgrid_display_v1_display_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   32,
+			NumEnums:      3,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,199 @@
+package display
+
+import (
+	"context"
+	"fmt"
+	"image/color"
+	"testing"
+	"time"
+
+	"github.com/jezek/xgb"
+	"github.com/jezek/xgb/xproto"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+)
+
+// lateClient is an X program that answers a click late: delay after each
+// button press it repaints its window in the next of colours, as a page
+// load, a menu or an application's reply does.
+func lateClient(t *testing.T, xc *xgb.Conn, x, y, w, h int, colours []uint32, delay *time.Duration) {
+	t.Helper()
+	wid := showWindow(t, xc, x, y, w, h, colours[0], xproto.EventMaskButtonPress)
+	go func() {
+		n := 0
+		for {
+			ev, err := xc.WaitForEvent()
+			if ev == nil && err == nil {
+				return
+			}
+			if _, ok := ev.(xproto.ButtonPressEvent); !ok {
+				continue
+			}
+			n++
+			c := colours[n%len(colours)]
+			time.AfterFunc(*delay, func() {
+				xproto.ChangeWindowAttributes(xc, wid, xproto.CwBackPixel, []uint32{c})
+				xproto.ClearArea(xc, false, wid, 0, 0, 0, 0)
+				_, _ = xproto.GetInputFocus(xc).Reply()
+			})
+		}
+	}()
+}
+
+// blinker is a text cursor: a small window that changes colour every
+// period for as long as the test runs.
+func blinker(t *testing.T, xc *xgb.Conn, x, y int, period time.Duration) {
+	t.Helper()
+	wid := showWindow(t, xc, x, y, 2, 16, 0xffffff, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() {
+		tk := time.NewTicker(period)
+		defer tk.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tk.C:
+			}
+			xproto.ChangeWindowAttributes(xc, wid, xproto.CwBackPixel, []uint32{uint32(0xffffff * (i % 2))})
+			xproto.ClearArea(xc, false, wid, 0, 0, 0, 0)
+			_, _ = xproto.GetInputFocus(xc).Reply()
+		}
+	}()
+}
+
+func rgb(c color.Color) uint32 {
+	r, g, b, _ := c.RGBA()
+	return (r>>8)<<16 | (g>>8)<<8 | b>>8
+}
+
+// A click whose effect arrives 0 to 500 ms late, on a screen where a
+// cursor blinks: every screenshot after the click shows the effect, and the
+// response says the screen settled after changing.
+func TestScreenshotShowsLateEffect(t *testing.T) {
+	s, c := testService(t, "")
+	createDisplay(t, c, "late", 400, 300)
+	colours := []uint32{0x0000ff, 0xff0000, 0x00ff00, 0xffff00}
+	var delay time.Duration
+	lateClient(t, clientConn(t, s, "late"), 50, 50, 100, 100, colours, &delay)
+	blinker(t, clientConn(t, s, "late"), 300, 200, 100*time.Millisecond)
+	// The blinking is known to the display before any click.
+	d, err := s.get(ctxT(t), "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	eventually(t, 10*time.Second, "the blinking cursor to be seen", func() bool {
+		return d.watch.LastChange().Sub(start) > 350*time.Millisecond
+	})
+	clicks := 0
+	for _, late := range []time.Duration{0, 50 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond} {
+		for try := range 3 {
+			t.Run(fmt.Sprintf("%v/%d", late, try), func(t *testing.T) {
+				delay = late
+				resp, err := c.PerformActions(ctxT(t), &displayv1.PerformActionsRequest{
+					SessionId:  "late",
+					Actions:    []*displayv1.Action{{Action: &displayv1.Action_Click{Click: &displayv1.Click{At: &displayv1.Point{X: 100, Y: 100}}}}},
+					Screenshot: true,
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				clicks++
+				want := colours[clicks%len(colours)]
+				img := decodePNG(t, resp.GetScreenshot().GetData())
+				if got := rgb(img.At(100, 100)); got != want {
+					t.Fatalf("screenshot shows %06x, want %06x (the click's effect); settle %v", got, want, resp.GetSettle())
+				}
+				if resp.GetSettle().GetOutcome() != displayv1.SettleOutcome_SETTLE_OUTCOME_SETTLED || resp.GetSettle().GetFirstChange().AsDuration() < late {
+					t.Fatalf("settle = %v, want settled after the late change", resp.GetSettle())
+				}
+			})
+		}
+	}
+
+	// A key that nothing answers changes nothing: said so after the change bound.
+	resp, err := c.PerformActions(ctxT(t), &displayv1.PerformActionsRequest{
+		SessionId:  "late",
+		Actions:    []*displayv1.Action{{Action: &displayv1.Action_Key{Key: &displayv1.Key{Chord: "shift"}}}},
+		Screenshot: true,
+		Settle:     &displayv1.Settle{ChangeTimeout: durationpb.New(200 * time.Millisecond)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := resp.GetSettle().GetOutcome(); o != displayv1.SettleOutcome_SETTLE_OUTCOME_NO_CHANGE || resp.GetSettle().GetFirstChange() != nil {
+		t.Fatalf("click on nothing: settle %v", resp.GetSettle())
+	}
+	// Asked not to wait, it does not: the screenshot shows the old colour.
+	delay = 500 * time.Millisecond
+	resp, err = c.PerformActions(ctxT(t), &displayv1.PerformActionsRequest{
+		SessionId:  "late",
+		Actions:    []*displayv1.Action{{Action: &displayv1.Action_Click{Click: &displayv1.Click{At: &displayv1.Point{X: 100, Y: 100}}}}},
+		Screenshot: true,
+		Settle:     &displayv1.Settle{Skip: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clicks++
+	if o := resp.GetSettle().GetOutcome(); o != displayv1.SettleOutcome_SETTLE_OUTCOME_SKIPPED {
+		t.Fatalf("skip: settle %v", resp.GetSettle())
+	}
+	if got := rgb(decodePNG(t, resp.GetScreenshot().GetData()).At(100, 100)); got != colours[(clicks-1)%len(colours)] {
+		t.Fatalf("an unwaited screenshot shows %06x, want the colour before the click", got)
+	}
+}
+
+// A screen that never stops changing where the input acted is reported
+// busy once the bound passes, not waited on forever.
+func TestSettleBusyScreenIsBounded(t *testing.T) {
+	s, c := testService(t, "")
+	createDisplay(t, c, "busy", 200, 200)
+	xc := clientConn(t, s, "busy")
+	wid := showWindow(t, xc, 0, 0, 200, 200, 0, xproto.EventMaskButtonPress)
+	go func() {
+		// From the first click on, an animation at about 60 frames a second.
+		for {
+			ev, err := xc.WaitForEvent()
+			if ev == nil && err == nil {
+				return
+			}
+			if _, ok := ev.(xproto.ButtonPressEvent); ok {
+				break
+			}
+		}
+		for i := 0; ; i++ {
+			xproto.ChangeWindowAttributes(xc, wid, xproto.CwBackPixel, []uint32{uint32(i*0x010203) & 0xffffff})
+			xproto.ClearArea(xc, false, wid, 0, 0, 0, 0)
+			if _, err := xproto.GetInputFocus(xc).Reply(); err != nil {
+				return
+			}
+			time.Sleep(16 * time.Millisecond)
+		}
+	}()
+	resp, err := c.PerformActions(ctxT(t), &displayv1.PerformActionsRequest{
+		SessionId:  "busy",
+		Actions:    []*displayv1.Action{{Action: &displayv1.Action_Click{Click: &displayv1.Click{At: &displayv1.Point{X: 100, Y: 100}}}}},
+		Screenshot: true,
+		Settle:     &displayv1.Settle{Timeout: durationpb.New(time.Second)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := resp.GetSettle(); st.GetOutcome() != displayv1.SettleOutcome_SETTLE_OUTCOME_BUSY || st.GetFirstChange() == nil {
+		t.Fatalf("settle on an animating screen = %v, want busy", st)
+	}
+	// Bad settings are refused before any input.
+	_, err = c.PerformActions(ctxT(t), &displayv1.PerformActionsRequest{
+		SessionId: "busy", Actions: []*displayv1.Action{moveTo(1, 1)}, Screenshot: true,
+		Settle: &displayv1.Settle{Quiet: durationpb.New(-time.Second)},
+	})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("negative quiet: %v", err)
+	}
+}
