@@ -94,7 +94,7 @@ func (s *Service) checkBaseURL(provider, raw string) error {
 	}
 	u, err := parseBaseURL(raw)
 	if err != nil {
-		return fmt.Errorf("base_url %q: %w", raw, err)
+		return fmt.Errorf("base_url %q: %w; runs may name only the provider base URLs the operator lists with %s", raw, err, ProviderBaseURLsFlag)
 	}
 	for _, r := range s.baseURLs {
 		if r.allows(u) {
