@@ -14,7 +14,8 @@ import (
 // Anthropic API speaking the real streaming wire format, approve its action,
 // and read the transcript and the history timeline.
 func TestEndToEndConsole(t *testing.T) {
-	p := startUp(t, t.TempDir(), t.TempDir())
+	// The fake provider listens on a loopback port the script picks.
+	p := startUp(t, t.TempDir(), t.TempDir(), "-provider-base-urls", "http://127.0.0.1:*")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	script, err := filepath.Abs("../../gateway/e2e/console.spec.mjs")

@@ -87,6 +87,7 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 		// side, tests) each reconcile only their own cgroups.
 		sc.CgroupParent = "deskgrid-" + shortHash(sc.Root)
 		sc.WorkspaceRoots = splitList(s.cfg.WorkspaceRoots)
+		sc.Limits.DiskBytes = s.cfg.SessionDiskBytes
 		deps := sandbox.Deps{Logger: s.logger.With("component", "sandbox"), Tenant: s.tenantHook()}
 		if n.display != nil {
 			deps.DisplayLookup = n.display.Lookup
@@ -392,6 +393,7 @@ func (s *setup) addAgent(ctx context.Context, srv *grpcserver.Server, js jetstre
 	cfg.RecoverInterruptedRuns = s.role == "up"
 	cfg.APIKeys = map[string]string{}
 	cfg.BaseURLs = map[string]string{}
+	cfg.ProviderBaseURLs = splitList(s.cfg.ProviderBaseURLs)
 	for name, p := range map[string]struct{ key, url string }{
 		"anthropic": {s.cfg.AnthropicAPIKey, s.cfg.AnthropicBaseURL},
 		"openai":    {s.cfg.OpenAIAPIKey, s.cfg.OpenAIBaseURL},

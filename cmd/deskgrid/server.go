@@ -24,6 +24,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/platform/natsembed"
 	"github.com/deskgrid/deskgrid/services/platform/telemetry"
 	"github.com/deskgrid/deskgrid/services/platform/trail"
+	"github.com/deskgrid/deskgrid/services/session"
 )
 
 // serverConfig is every setting of the server roles. Flags and DESKGRID_*
@@ -90,6 +91,8 @@ type serverConfig struct {
 	OTLPEndpoint string
 
 	ShutdownTimeout time.Duration
+
+	limitsConfig
 }
 
 func defaultDataDir() string {
@@ -141,7 +144,7 @@ func serverFlags(name string, stderr io.Writer) (*flag.FlagSet, *serverConfig) {
 	fs.StringVar(&c.SessionAddr, "session-addr", "127.0.0.1:9090", "gRPC address of the session service (gateway); up uses its own -grpc-addr")
 	fs.StringVar(&c.AgentAddr, "agent-addr", "127.0.0.1:9090", "gRPC address of the agent service (gateway); up uses its own -grpc-addr")
 	fs.StringVar(&c.HistoryAddr, "history-addr", "127.0.0.1:9090", "gRPC address of the history service (gateway); up uses its own -grpc-addr")
-	fs.Int64Var(&c.TenantMaxSessions, "tenant-max-sessions", 0, "unfinished sessions one tenant may hold (0: no limit)")
+	fs.Int64Var(&c.TenantMaxSessions, "tenant-max-sessions", session.DefaultTenantMaxSessions, "unfinished sessions one tenant may hold (0: no limit)")
 	fs.Int64Var(&c.TenantMaxCPUMillis, "tenant-max-cpu-millis", 0, "CPU one tenant's sessions may ask for in all, thousandths of a core (0: no limit)")
 	fs.Int64Var(&c.TenantMaxMemoryBytes, "tenant-max-memory-bytes", 0, "memory one tenant's sessions may ask for in all (0: no limit)")
 	fs.DurationVar(&c.DefaultTTL, "default-ttl", time.Hour, "session lifetime when the request gives none")
@@ -167,6 +170,7 @@ func serverFlags(name string, stderr io.Writer) (*flag.FlagSet, *serverConfig) {
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.OTLPEndpoint, "otlp-endpoint", "", "OTLP/gRPC collector host:port for traces; empty disables")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "bound on draining at shutdown")
+	limitFlags(fs, &c.limitsConfig)
 	return fs, c
 }
 

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -43,6 +44,12 @@ type Config struct {
 	APIKeys map[string]string
 	// BaseURLs per provider, used when a run names none.
 	BaseURLs map[string]string
+	// ProviderBaseURLs are the base URLs a run may name
+	// (scheme://host[:port][/path], a port of "*" for any; a run's URL must
+	// be one of them or beneath one), so a tenant cannot make the service
+	// call internal addresses. BaseURLs are allowed besides. Nil in
+	// means DefaultProviderBaseURLs; empty allows only BaseURLs.
+	ProviderBaseURLs []string
 	// AnthropicPlatform: "" (the API), "bedrock" or "vertex", with
 	// CloudRegion and CloudProject for those (Vertex also serves Gemini).
 	AnthropicPlatform string
@@ -81,7 +88,8 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		DefaultProvider: "anthropic",
+		DefaultProvider:  "anthropic",
+		ProviderBaseURLs: slices.Clone(DefaultProviderBaseURLs),
 		DefaultModels: map[string]string{
 			"anthropic": "claude-sonnet-4-5",
 			"openai":    "computer-use-preview",
@@ -138,6 +146,7 @@ const DefaultTenant = "default"
 type Service struct {
 	agentv1.UnimplementedAgentServiceServer
 	cfg      Config
+	baseURLs []baseURLRule // parsed ProviderBaseURLs
 	deps     Deps
 	logger   *slog.Logger
 	store    store.Store
@@ -205,7 +214,14 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	case deps.Tenant == nil:
 		return nil, errors.New("agent: Deps.Tenant is required")
 	}
-	s := &Service{cfg: cfg, deps: deps, logger: l, store: deps.Store, leases: deps.Leases, tenant: deps.Tenant, runs: map[string]*run{}}
+	if cfg.ProviderBaseURLs == nil {
+		cfg.ProviderBaseURLs = slices.Clone(DefaultProviderBaseURLs)
+	}
+	rules, err := parseBaseURLRules(cfg.ProviderBaseURLs)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	s := &Service{cfg: cfg, baseURLs: rules, deps: deps, logger: l, store: deps.Store, leases: deps.Leases, tenant: deps.Tenant, runs: map[string]*run{}}
 	if deps.NewProvider == nil {
 		s.deps.NewProvider = func(ctx context.Context, c provider.Config) (provider.Provider, error) { return provider.New(ctx, c) }
 	}

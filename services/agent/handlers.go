@@ -141,6 +141,9 @@ func (s *Service) checkSession(ctx context.Context, id string) error {
 // newProvider builds a provider, the run's own key and base URL first, the
 // service's configured ones otherwise.
 func (s *Service) newProvider(ctx context.Context, name, key, baseURL string) (provider.Provider, error) {
+	if err := s.checkBaseURL(name, baseURL); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
 	pcfg := provider.Config{Name: name, APIKey: key, BaseURL: baseURL}
 	if pcfg.APIKey == "" {
 		pcfg.APIKey = s.cfg.APIKeys[name]

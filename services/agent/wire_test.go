@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -302,6 +303,13 @@ func (l *logBuffer) String() string {
 	return l.buf.String()
 }
 
+// allowing lets runs name a fake provider's base URL, as an operator lists
+// a proxy with -provider-base-urls.
+func allowing(cfg Config, baseURL string) Config {
+	cfg.ProviderBaseURLs = append(slices.Clone(cfg.ProviderBaseURLs), baseURL)
+	return cfg
+}
+
 func captureLogs(logs *logBuffer) func(*Deps) {
 	return func(d *Deps) {
 		d.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -318,7 +326,7 @@ func TestProvidersOverTheirWireFormat(t *testing.T) {
 			key := "sk-" + tc.provider + "-wire-secret-0123456789"
 			ws := newWireServer(t, tc.authHeader, tc.turn)
 			logs := &logBuffer{}
-			h := newHarness(t, DefaultConfig(), nil, captureLogs(logs))
+			h := newHarness(t, allowing(DefaultConfig(), ws.srv.URL), nil, captureLogs(logs))
 			ctx := context.Background()
 			created, err := h.client.CreateRun(ctx, &agentv1.CreateRunRequest{
 				SessionId: "s-1", Prompt: "write the file", Provider: tc.provider, Model: tc.model,
@@ -428,7 +436,7 @@ func TestProviderErrorsNeverCarryTheKey(t *testing.T) {
 			key := "sk-" + tc.provider + "-leaky-secret-9876543210"
 			ws := newWireServer(t, tc.authHeader, tc.turn)
 			logs := &logBuffer{}
-			cfg := DefaultConfig()
+			cfg := allowing(DefaultConfig(), ws.srv.URL)
 			cfg.Retries = 2
 			cfg.RetryBackoff = time.Millisecond
 			h := newHarness(t, cfg, nil, captureLogs(logs))
@@ -528,7 +536,7 @@ func TestSafetyChecksOverTheWire(t *testing.T) {
 				}
 				map[string]func(http.ResponseWriter, step, int){"openai": openaiTurn, "gemini": geminiTurn}[tc.provider](w, stepDone, turn)
 			})
-			h := newHarness(t, DefaultConfig(), nil)
+			h := newHarness(t, allowing(DefaultConfig(), ws.srv.URL), nil)
 			ctx := context.Background()
 			resp, err := h.client.CreateRun(ctx, &agentv1.CreateRunRequest{SessionId: "s-1", Prompt: "x", Provider: tc.provider, Model: tc.model, ApiKey: "k-123456", BaseUrl: tc.base(ws.srv.URL)})
 			if err != nil {

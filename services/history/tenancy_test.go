@@ -259,23 +259,44 @@ func TestTenancyIsolatesHistory(t *testing.T) {
 				if status.Code(err) != codes.PermissionDenied {
 					t.Fatalf("import of the victim's lines: %v, want PermissionDenied", err)
 				}
-				// Lines naming no tenant become the importer's, even in a session
-				// id the victim uses; naming a blob it has no bytes for does not
-				// make the victim's screenshot readable.
-				resp, err := importLines(attacker, c, "victim-sess", line("forged-3", "", victimTarget.blob), line("forged-4", "attacker", ""))
-				if err != nil || resp.GetImported() != 2 {
-					t.Fatalf("import: %v, %v", resp, err)
+				// Another tenant's session id is not a target: NotFound, as for a
+				// session one does not own, and nothing is written into it.
+				_, err = importLines(attacker, c, "victim-sess", line("forged-3", "", ""), line("forged-4", "attacker", ""))
+				if status.Code(err) != codes.NotFound {
+					t.Fatalf("import into the victim's session: %v, want NotFound", err)
+				}
+				if _, err := c.ListSessionHistory(attacker, &historyv1.ListSessionHistoryRequest{SessionId: "victim-sess"}); status.Code(err) != codes.NotFound {
+					t.Fatalf("attacker's entries in the victim's session after a refused import: %v", err)
+				}
+				// Lines naming no tenant become the importer's, in a new id or
+				// one of its own sessions; naming a blob it has no bytes for
+				// does not make the victim's screenshot readable.
+				for _, sess := range []string{"attacker-new", "attacker-sess"} {
+					resp, err := importLines(attacker, c, sess, line(sess+"-5", "", victimTarget.blob), line(sess+"-6", "attacker", ""))
+					if err != nil || resp.GetImported() != 2 {
+						t.Fatalf("import into %s: %v, %v", sess, resp, err)
+					}
 				}
 				if _, err := c.GetBlob(attacker, &historyv1.GetBlobRequest{Hash: victimTarget.blob}); status.Code(err) != codes.NotFound {
 					t.Fatalf("attacker reads the victim's screenshot after naming it in an import: %v", err)
 				}
-				mine, err := c.ListSessionHistory(attacker, &historyv1.ListSessionHistoryRequest{SessionId: "victim-sess"})
+				mine, err := c.ListSessionHistory(attacker, &historyv1.ListSessionHistoryRequest{SessionId: "attacker-new"})
 				if err != nil || len(mine.GetEntries()) != 2 {
 					t.Fatalf("attacker's imported entries: %v, %v", mine, err)
 				}
 				for _, en := range mine.GetEntries() {
 					if en.GetTenant() != "attacker" || en.GetBlobHash() != "" {
 						t.Fatalf("imported entry %v: want the attacker's, with no blob", en)
+					}
+				}
+				// The victim's sequence numbers are its own, without a gap.
+				vs, err := c.ListSessionHistory(victim, &historyv1.ListSessionHistoryRequest{SessionId: "victim-sess"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, en := range vs.GetEntries() {
+					if en.GetTenant() != "victim" {
+						t.Fatalf("victim's session holds %v", en)
 					}
 				}
 				victimIntact(t, "import")

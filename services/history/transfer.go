@@ -76,7 +76,9 @@ func (s *Service) ExportSessionHistory(req *historyv1.ExportSessionHistoryReques
 // transaction. A caller acting for a tenant imports into that tenant only:
 // lines naming no tenant are stored as its own, and a line naming another
 // tenant fails the import (PermissionDenied), so an export can be taken
-// from one tenant to another only by removing its tenant fields.
+// from one tenant to another only by removing its tenant fields. The
+// target is one of the caller's sessions or a new id: a session holding
+// another tenant's entries is NotFound, and nothing is written into it.
 func (s *Service) ImportSessionHistory(stream grpc.ClientStreamingServer[historyv1.ImportSessionHistoryRequest, historyv1.ImportSessionHistoryResponse]) error {
 	ctx := stream.Context()
 	var doc bytes.Buffer
@@ -105,11 +107,15 @@ func (s *Service) ImportSessionHistory(stream grpc.ClientStreamingServer[history
 	if session == "" {
 		return status.Error(codes.InvalidArgument, "session_id is required in the first message")
 	}
-	entries, err := s.parseImport(ctx, session, s.callerTenant(ctx), doc.Bytes())
+	tenant := s.callerTenant(ctx)
+	entries, err := s.parseImport(ctx, session, tenant, doc.Bytes())
 	if err != nil {
 		return err
 	}
-	n, err := s.store.Append(ctx, entries)
+	n, err := s.store.Import(ctx, tenant, session, entries)
+	if errors.Is(err, store.ErrNotFound) {
+		return status.Errorf(codes.NotFound, "session %q: no session of yours by that id; import into one of your own sessions or a new id; nothing was imported", session)
+	}
 	if err != nil {
 		return s.storeError(ctx, err, "importing history")
 	}

@@ -94,6 +94,10 @@ const (
 	CgroupsOff      = "off"
 )
 
+// DefaultDiskBytes bounds a session's writable layer when its request
+// names no disk_bytes, so one session cannot fill the node's disk.
+const DefaultDiskBytes = 2 << 30
+
 // DefaultConfig returns the configuration used when nothing is set.
 func DefaultConfig() Config {
 	return Config{
@@ -113,7 +117,7 @@ func DefaultConfig() Config {
 		MkfsPath:          "mkfs.ext4",
 		MountPath:         "mount",
 		CgroupParent:      cgroup.DefaultParent,
-		Limits:            Limits{MemoryBytes: 2 << 30, CPUMillis: 1000, Pids: 512},
+		Limits:            Limits{MemoryBytes: 2 << 30, CPUMillis: 1000, Pids: 512, DiskBytes: DefaultDiskBytes},
 		MaxLimits:         Limits{MemoryBytes: 16 << 30, CPUMillis: int64(runtime.NumCPU()) * 1000, Pids: 8192},
 	}
 }

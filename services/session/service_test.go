@@ -1027,3 +1027,25 @@ func TestTenantQuota(t *testing.T) {
 		t.Fatalf("node holds %d displays and %d sandboxes, want 5 each", d, b)
 	}
 }
+
+// With nothing configured, one tenant cannot take every node slot: the
+// default cap refuses its next session, and another tenant still gets one.
+func TestDefaultTenantSessionCap(t *testing.T) {
+	h := newHarness(t)
+	as := func(tenant string) context.Context {
+		return metadata.AppendToOutgoingContext(context.Background(), tenantHeader, tenant)
+	}
+	for i := range DefaultTenantMaxSessions {
+		if _, err := h.client.CreateSession(as("greedy"), &sessionv1.CreateSessionRequest{}); err != nil {
+			t.Fatalf("session %d: %v", i+1, err)
+		}
+	}
+	_, err := h.client.CreateSession(as("greedy"), &sessionv1.CreateSessionRequest{})
+	wantCode(t, err, codes.ResourceExhausted)
+	if _, err := h.client.CreateSession(as("other"), &sessionv1.CreateSessionRequest{}); err != nil {
+		t.Fatalf("another tenant: %v", err)
+	}
+	if d, _ := h.node.Live(); d != DefaultTenantMaxSessions+1 {
+		t.Fatalf("node holds %d displays, want %d", d, DefaultTenantMaxSessions+1)
+	}
+}

@@ -69,8 +69,13 @@ func DefaultConfig() Config {
 		DefaultWidth:       1280,
 		DefaultHeight:      800,
 		DefaultDepth:       24,
+		TenantQuota:        quota.Amount{Sessions: DefaultTenantMaxSessions},
 	}
 }
+
+// DefaultTenantMaxSessions bounds a tenant's unfinished sessions unless
+// configured otherwise, so one tenant cannot take every node slot.
+const DefaultTenantMaxSessions = 16
 
 // Deps are what the service uses.
 type Deps struct {

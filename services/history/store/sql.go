@@ -90,6 +90,35 @@ const (
 
 // Append implements Store.
 func (s *SQL) Append(ctx context.Context, entries []Entry) (int, error) {
+	return s.append(ctx, entries, nil)
+}
+
+// Import implements Store.
+func (s *SQL) Import(ctx context.Context, tenant, sessionID string, entries []Entry) (int, error) {
+	for i, e := range entries {
+		if e.SessionID != sessionID || (tenant != "" && e.Tenant != tenant) {
+			return 0, fmt.Errorf("%w: entry %d is not of session %q and tenant %q", ErrInvalidQuery, i, sessionID, tenant)
+		}
+	}
+	if tenant == "" {
+		return s.append(ctx, entries, nil)
+	}
+	return s.append(ctx, entries, func(tx *sql.Tx) error {
+		var one int
+		err := tx.QueryRowContext(ctx, "SELECT 1 FROM history_entries WHERE session_id = "+s.d.placeholder(1)+" AND tenant != "+s.d.placeholder(2)+" LIMIT 1", sessionID, tenant).Scan(&one)
+		switch {
+		case err == sql.ErrNoRows:
+			return nil
+		case err != nil:
+			return fmt.Errorf("store: owner of session %s: %w", sessionID, err)
+		}
+		return fmt.Errorf("%w: session %s", ErrNotFound, sessionID)
+	})
+}
+
+// append inserts entries in one transaction, after check (when set)
+// passes inside it.
+func (s *SQL) append(ctx context.Context, entries []Entry, check func(*sql.Tx) error) (int, error) {
 	if len(entries) == 0 {
 		return 0, nil
 	}
@@ -111,6 +140,11 @@ func (s *SQL) Append(ctx context.Context, entries []Entry) (int, error) {
 		return 0, fmt.Errorf("store: begin: %w", err)
 	}
 	defer tx.Rollback()
+	if check != nil {
+		if err := check(tx); err != nil {
+			return 0, err
+		}
+	}
 	inserted, err := s.d.insertRows(ctx, tx, entries)
 	if err != nil {
 		return 0, fmt.Errorf("store: insert %d entries: %w", len(entries), err)

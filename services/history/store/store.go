@@ -97,6 +97,12 @@ type Store interface {
 	// entries whose id is already stored are skipped, so a redelivered batch
 	// is harmless.
 	Append(ctx context.Context, entries []Entry) (inserted int, err error)
+	// Import appends entries of one session for tenant as Append does, in
+	// one transaction with a check that the session holds no entry of
+	// another tenant (nor one recorded without a tenant): if it does, the
+	// session is not tenant's to write into, the answer is ErrNotFound and
+	// nothing is stored. An empty tenant (a system call) skips the check.
+	Import(ctx context.Context, tenant, sessionID string, entries []Entry) (inserted int, err error)
 	// List returns a page of entries and the token of the next page, empty
 	// after the last one. A first page of a session or run that has no entry
 	// at all is ErrNotFound.

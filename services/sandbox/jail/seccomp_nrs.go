@@ -6,8 +6,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// syscallNumbers names the calls the filter treats specially; x/sys gives
-// each architecture its own numbers under the same names.
+// syscallNumbers names the calls the policy names that every supported
+// architecture has; x/sys gives each its own numbers under the same names.
 func syscallNumbers() map[string]uint32 {
 	return map[string]uint32{
 		"ptrace":            unix.SYS_PTRACE,
@@ -51,5 +51,17 @@ func syscallNumbers() map[string]uint32 {
 		"clone3":            unix.SYS_CLONE3,
 		"unshare":           unix.SYS_UNSHARE,
 		"clone":             unix.SYS_CLONE,
+		"process_madvise":   unix.SYS_PROCESS_MADVISE,
+		"quotactl_fd":       unix.SYS_QUOTACTL_FD,
+		"syslog":            unix.SYS_SYSLOG,
+		"vhangup":           unix.SYS_VHANGUP,
+		"lookup_dcookie":    unix.SYS_LOOKUP_DCOOKIE,
+		"fanotify_init":     unix.SYS_FANOTIFY_INIT,
+		"nfsservctl":        unix.SYS_NFSSERVCTL,
+		"io_uring_setup":    unix.SYS_IO_URING_SETUP,
+		"io_uring_enter":    unix.SYS_IO_URING_ENTER,
+		"io_uring_register": unix.SYS_IO_URING_REGISTER,
+		"socket":            unix.SYS_SOCKET,
+		"personality":       unix.SYS_PERSONALITY,
 	}
 }
