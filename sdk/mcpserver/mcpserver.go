@@ -103,11 +103,6 @@ func addTool[In, Out any](s *mcp.Server, t *tools, tool *mcp.Tool, h mcp.ToolHan
 	})
 }
 
-func bearer(h http.Header) string {
-	key, _ := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
-	return strings.TrimSpace(key)
-}
-
 func (t *tools) session(ctx context.Context, id string) (*deskgrid.Session, error) {
 	if id == "" {
 		return nil, fmt.Errorf("session_id is required")
