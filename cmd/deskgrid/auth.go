@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 
 	"github.com/deskgrid/deskgrid/gateway"
@@ -32,6 +33,9 @@ type authState struct {
 	keys     *keystore.Store
 	verifier *auth.Verifier
 	internal string
+	// limiter is the per-key rate limit of this process's gRPC server and
+	// gateway; nil without -rate-limit.
+	limiter *ratelimit.Limiter
 }
 
 // authOn opens the key store and builds the verifier, once per process.
@@ -68,16 +72,61 @@ func (s *setup) authOn(ctx context.Context) (*authState, error) {
 	vc.InternalToken = token
 	vc.CacheTTL = s.cfg.AuthCacheTTL
 	s.auth = &authState{keys: ks, verifier: auth.NewVerifier(ks, vc, s.logger.With("component", "auth")), internal: token}
+	if s.auth.limiter, err = s.rateLimiter(ctx, token); err != nil {
+		return nil, err
+	}
 	return s.auth, nil
 }
 
-// serverOptions authenticate every call but health checks and reflection.
+// rateLimiter is the per-key limit every surface of this process applies:
+// counted in Redis in a cluster (so replicas share it), in memory for
+// deskgrid up or a role without -redis-url.
+func (s *setup) rateLimiter(ctx context.Context, internalToken string) (*ratelimit.Limiter, error) {
+	if s.cfg.RateLimit <= 0 {
+		return nil, nil
+	}
+	burst := max(1, int(2*s.cfg.RateLimit))
+	var counter ratelimit.Counter
+	if s.clustered() {
+		opt, err := redis.ParseURL(s.cfg.RedisURL)
+		if err != nil {
+			return nil, fmt.Errorf("-redis-url: %w", err)
+		}
+		rdb := redis.NewClient(opt)
+		s.closers.add("rate limit redis", func(context.Context) error { return rdb.Close() })
+		if counter, err = ratelimit.NewRedis(rdb, ratelimit.RedisConfig{Rate: s.cfg.RateLimit, Burst: burst, Prefix: s.cfg.RedisPrefix}); err != nil {
+			return nil, err
+		}
+	} else {
+		rc := ratelimit.DefaultConfig()
+		rc.Rate, rc.Burst = s.cfg.RateLimit, burst
+		counter = ratelimit.NewMemory(rc)
+	}
+	return ratelimit.New(ratelimit.Deps{Counter: counter, Logger: s.logger.With("component", "ratelimit"), InternalTokens: []string{internalToken}})
+}
+
+// serverOptions authenticate every call but health checks and reflection,
+// then apply the per-key rate limit.
 func (s *setup) serverOptions(ctx context.Context) ([]grpc.ServerOption, error) {
 	a, err := s.authOn(ctx)
 	if err != nil || a == nil {
 		return nil, err
 	}
-	return auth.ServerOptions(a.verifier, nil), nil
+	opts := auth.ServerOptions(a.verifier, nil)
+	if a.limiter != nil {
+		opts = append(opts, a.limiter.ServerOptions()...)
+	}
+	return opts, nil
+}
+
+// countedDialOption marks the calls the gateway relays for a request it has
+// already counted, so the services behind it do not count them again.
+func (s *setup) countedDialOption(ctx context.Context) ([]grpc.DialOption, error) {
+	a, err := s.authOn(ctx)
+	if err != nil || a == nil || a.limiter == nil {
+		return nil, err
+	}
+	return []grpc.DialOption{grpc.WithPerRPCCredentials(ratelimit.CountedCredentials(a.internal))}, nil
 }
 
 // internalDial connects to another deskgrid service. With auth on, calls
@@ -100,7 +149,8 @@ func (s *setup) internalDialOptions(ctx context.Context) ([]grpc.DialOption, err
 	if a != nil {
 		opts = append(opts, grpc.WithPerRPCCredentials(auth.InternalCredentials(a.internal)))
 	}
-	return opts, nil
+	counted, err := s.countedDialOption(ctx)
+	return append(opts, counted...), err
 }
 
 // tenantHook is the services' Deps.Tenant: the caller's tenant with auth on,
@@ -179,11 +229,6 @@ func (s *setup) gatewayAuth(ctx context.Context, deps *gateway.Deps) error {
 	deps.Viewer = iss
 	deps.NodeCredentials = auth.ActAs
 	deps.MetricsNeedKey = s.cfg.MetricsNeedKey
-	if s.cfg.RateLimit > 0 {
-		rc := ratelimit.DefaultConfig()
-		rc.Rate = s.cfg.RateLimit
-		rc.Burst = int(2 * s.cfg.RateLimit)
-		deps.RateLimit = ratelimit.New(rc)
-	}
+	deps.RateLimit = a.limiter
 	return nil
 }

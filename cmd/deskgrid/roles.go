@@ -484,7 +484,11 @@ func (s *setup) startGateway(ctx context.Context) (string, error) {
 		if c, ok := conns[addr]; ok {
 			return c, nil
 		}
-		c, err := dial(addr)
+		counted, err := s.countedDialOption(ctx)
+		if err != nil {
+			return nil, err
+		}
+		c, err := dial(addr, counted...)
 		if err != nil {
 			return nil, err
 		}

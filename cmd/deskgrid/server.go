@@ -330,6 +330,7 @@ func parseServerFlags(name string, args []string, stderr io.Writer) (*serverConf
 	if err := config.Parse(fs, args, nil); err != nil {
 		return nil, nil, err
 	}
+	warnSecretFlags(stderr, fs, args)
 	return cfg, fs.Args(), nil
 }
 

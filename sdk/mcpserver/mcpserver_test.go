@@ -162,9 +162,11 @@ func cli(t *testing.T, srv *deskgridtest.Server, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(deskgridtest.Binary(t), args...)
 	cmd.Env = append(os.Environ(), "DESKGRID_DATA_DIR="+srv.DataDir)
-	out, err := cmd.CombinedOutput()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("deskgrid %v: %v\n%s", args, err, out)
+		t.Fatalf("deskgrid %v: %v\n%s%s", args, err, out, stderr.String())
 	}
 	return strings.TrimSpace(string(out))
 }

@@ -5,6 +5,7 @@ package config
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 )
@@ -41,3 +42,28 @@ func Parse(fs *flag.FlagSet, args []string, lookup func(string) (string, bool)) 
 	}
 	return fs.Parse(args)
 }
+
+// SetOnCommandLine names the flags of fs that args set (not those the
+// environment set), parsed by the flag package's own rules.
+func SetOnCommandLine(fs *flag.FlagSet, args []string) map[string]bool {
+	probe := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	probe.SetOutput(io.Discard)
+	probe.Usage = func() {}
+	set := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) {
+		b, _ := f.Value.(interface{ IsBoolFlag() bool })
+		probe.Var(&recorder{name: f.Name, set: set, bool: b != nil && b.IsBoolFlag()}, f.Name, "")
+	})
+	_ = probe.Parse(args)
+	return set
+}
+
+type recorder struct {
+	name string
+	set  map[string]bool
+	bool bool
+}
+
+func (r *recorder) String() string   { return "" }
+func (r *recorder) IsBoolFlag() bool { return r.bool }
+func (r *recorder) Set(string) error { r.set[r.name] = true; return nil }

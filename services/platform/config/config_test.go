@@ -48,3 +48,26 @@ func TestEnvName(t *testing.T) {
 		t.Fatalf("EnvName = %q", got)
 	}
 }
+
+func TestSetOnCommandLine(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.String("internal-token", "", "")
+	fs.String("secret-key", "", "")
+	fs.Bool("auth", false, "")
+	fs.String("log-level", "", "")
+	env := map[string]string{"DESKGRID_SECRET_KEY": "from-env"}
+	args := []string{"-auth", "--internal-token=abc", "-log-level", "debug", "rest"}
+	if err := Parse(fs, args, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+		t.Fatal(err)
+	}
+	got := SetOnCommandLine(fs, args)
+	want := map[string]bool{"auth": true, "internal-token": true, "log-level": true}
+	if len(got) != len(want) {
+		t.Fatalf("set on the command line: %v, want %v", got, want)
+	}
+	for k := range want {
+		if !got[k] {
+			t.Fatalf("set on the command line: %v, want %v", got, want)
+		}
+	}
+}
