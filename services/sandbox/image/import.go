@@ -282,7 +282,7 @@ func tarNames(path string) (map[string]bool, error) {
 			return nil, err
 		}
 		if h.Typeflag == tar.TypeReg {
-			names[strings.TrimPrefix(filepath.Clean("/" + h.Name), "/")] = true
+			names[strings.TrimPrefix(filepath.Clean("/"+h.Name), "/")] = true
 		}
 	}
 }
