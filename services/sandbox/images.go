@@ -250,7 +250,7 @@ func (s *Service) commit(ctx context.Context, id, ref string) (*image.Image, err
 	}
 	var base *image.Image
 	if b.imageDigest != "" {
-		if base, err = s.images.Resolve(ctx, b.tenant, b.imageDigest); err != nil {
+		if base, err = s.images.Pinned(id); err != nil {
 			return nil, coded(image.Code(err), "commit %s: its image: %v", id, err)
 		}
 	}

@@ -629,3 +629,17 @@ func duBytes(p string) int64 {
 	})
 	return n
 }
+
+// Pinned returns the image owner pins, whatever tags point at it now.
+func (s *Store) Pinned(owner string) (*Image, error) {
+	var out *Image
+	err := s.withState(func(st *state) (bool, error) {
+		d, ok := st.Pins[owner]
+		if !ok || st.Images[d] == nil {
+			return false, fmt.Errorf("no image pinned by %s: %w", owner, ErrNotFound)
+		}
+		out = s.toImage(st.Images[d], d, false)
+		return false, nil
+	})
+	return out, err
+}
