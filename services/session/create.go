@@ -63,6 +63,7 @@ func (s *Service) create(ctx context.Context, req *sessionv1.CreateSessionReques
 		Autostart:      slices.Clone(req.GetAutostart()),
 		Workspace:      req.GetWorkspace(),
 		Network:        req.GetNetwork(),
+		Image:          req.GetImage(),
 		Ttl:            durationpb.New(sp.ttl),
 		IdleTimeout:    durationpb.New(sp.idleTimeout),
 		CreateTime:     timestamppb.New(now),
@@ -194,7 +195,13 @@ func (s *Service) startDesktop(ctx context.Context, cur *sessionv1.Session, node
 		return "", &nodeError{Node: nodeID, Op: "reach display service", Err: err}
 	}
 	lim := cur.GetLimits()
-	if _, err := sandboxes.CreateSandbox(ctx, &sandboxv1.CreateSandboxRequest{
+	// A session runs the image it first resolved to, by digest, even if the
+	// tag has moved since (a resume after hibernation).
+	img := cur.GetImage()
+	if cur.GetImageDigest() != "" {
+		img = cur.GetImageDigest()
+	}
+	sb, err := sandboxes.CreateSandbox(ctx, &sandboxv1.CreateSandboxRequest{
 		SessionId:   cur.GetId(),
 		Workspace:   cur.GetWorkspace(),
 		MemoryBytes: lim.GetMemoryBytes(),
@@ -203,8 +210,15 @@ func (s *Service) startDesktop(ctx context.Context, cur *sessionv1.Session, node
 		DiskBytes:   lim.GetDiskBytes(),
 		SnapshotId:  snapshotID,
 		Network:     cur.GetNetwork(),
-	}); err != nil {
+		Image:       img,
+	})
+	if err != nil {
 		return "", &nodeError{Node: nodeID, Op: "create sandbox", Err: err}
+	}
+	if d := sb.GetSandbox().GetImageDigest(); d != "" && d != cur.GetImageDigest() {
+		if _, err := s.update(ctx, cur.GetId(), func(n *sessionv1.Session) error { n.ImageDigest = d; return nil }); err != nil {
+			return "", err
+		}
 	}
 	d := cur.GetDisplay()
 	created, err := displays.CreateDisplay(ctx, &displayv1.CreateDisplayRequest{
