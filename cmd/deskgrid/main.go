@@ -76,6 +76,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runSessions(ctx, rest, stdout, stderr)
 	case "screenshot":
 		return runScreenshot(ctx, rest, stdout, stderr)
+	case "images", "image":
+		return runImages(ctx, rest, stdout, stderr)
 	case "mcp":
 		return runMCP(ctx, rest, stdout, stderr)
 	case "exec":
