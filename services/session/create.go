@@ -138,6 +138,7 @@ func (s *Service) start(ctx context.Context, sess *sessionv1.Session) (*sessionv
 	}
 	running, err := s.advance(ctx, cur, state.Running, "", func(n *sessionv1.Session) {
 		n.XDisplay = xd
+		n.ImageDigest = cur.GetImageDigest()
 		n.LastActiveTime = timestamppb.New(s.now())
 	})
 	if err != nil {
@@ -215,10 +216,9 @@ func (s *Service) startDesktop(ctx context.Context, cur *sessionv1.Session, node
 	if err != nil {
 		return "", &nodeError{Node: nodeID, Op: "create sandbox", Err: err}
 	}
-	if d := sb.GetSandbox().GetImageDigest(); d != "" && d != cur.GetImageDigest() {
-		if _, err := s.update(ctx, cur.GetId(), func(n *sessionv1.Session) error { n.ImageDigest = d; return nil }); err != nil {
-			return "", err
-		}
+	if d := sb.GetSandbox().GetImageDigest(); d != "" {
+		// Written with the move to RUNNING.
+		cur.ImageDigest = d
 	}
 	d := cur.GetDisplay()
 	created, err := displays.CreateDisplay(ctx, &displayv1.CreateDisplayRequest{
