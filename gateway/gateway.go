@@ -26,6 +26,7 @@ import (
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	historyv1 "github.com/deskgrid/deskgrid/proto/deskgrid/history/v1"
+	imagev1 "github.com/deskgrid/deskgrid/proto/deskgrid/image/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	"github.com/deskgrid/deskgrid/services/platform/auth"
@@ -179,6 +180,9 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Gateway, error) {
 		},
 		"sandbox": func() error {
 			return sandboxv1.RegisterSandboxServiceHandlerClient(ctx, mux, sandboxv1.NewSandboxServiceClient(b.Node))
+		},
+		"image": func() error {
+			return imagev1.RegisterImageServiceHandlerClient(ctx, mux, imagev1.NewImageServiceClient(b.Node))
 		},
 		"agent": func() error {
 			return agentv1.RegisterAgentServiceHandlerClient(ctx, mux, agentv1.NewAgentServiceClient(b.Agent))

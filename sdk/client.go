@@ -30,6 +30,7 @@ import (
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	historyv1 "github.com/deskgrid/deskgrid/proto/deskgrid/history/v1"
+	imagev1 "github.com/deskgrid/deskgrid/proto/deskgrid/image/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 )
@@ -44,11 +45,14 @@ type Client struct {
 	sandbox sandboxv1.SandboxServiceClient
 	agent   agentv1.AgentServiceClient
 	history historyv1.HistoryServiceClient
+	image   imagev1.ImageServiceClient
 
 	// Sessions creates, finds and deletes sessions.
 	Sessions *Sessions
 	// Runs starts and watches agent runs.
 	Runs *Runs
+	// Images lists, pulls, imports and deletes images.
+	Images *Images
 }
 
 type options struct {
@@ -95,6 +99,8 @@ var retryable = []string{
 	"deskgrid.agent.v1.AgentService/GetRun",
 	"deskgrid.agent.v1.AgentService/ListRuns",
 	"deskgrid.history.v1.HistoryService",
+	"deskgrid.image.v1.ImageService/ListImages",
+	"deskgrid.image.v1.ImageService/GetImage",
 }
 
 func serviceConfig(retries int) string {
@@ -163,8 +169,10 @@ func newClient(conn grpc.ClientConnInterface) *Client {
 		sandbox: sandboxv1.NewSandboxServiceClient(conn),
 		agent:   agentv1.NewAgentServiceClient(conn),
 		history: historyv1.NewHistoryServiceClient(conn),
+		image:   imagev1.NewImageServiceClient(conn),
 	}
 	c.Sessions = &Sessions{c: c}
+	c.Images = &Images{c: c}
 	c.Runs = &Runs{c: c}
 	return c
 }

@@ -31,6 +31,9 @@ type CreateOptions struct {
 	Autostart []string
 	// Workspace is a folder on the node used as the session's files.
 	Workspace string
+	// Image is the OCI image the session runs ("" for the default desktop);
+	// a node without it pulls it.
+	Image string
 	// RequestID makes a retried create return the first session; New picks
 	// one when empty.
 	RequestID string
@@ -60,6 +63,7 @@ func (s *Sessions) Create(ctx context.Context, o CreateOptions) (*Session, error
 		NodeSelector: o.NodeSelector,
 		Autostart:    o.Autostart,
 		Workspace:    o.Workspace,
+		Image:        o.Image,
 		RequestId:    o.RequestID,
 	}
 	if o.Width != 0 {

@@ -80,7 +80,7 @@ func runSessions(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		width, height, depth int
 		ttl, idle            time.Duration
 		labels, autostart    string
-		workspace            string
+		workspace, image     string
 		pageSize             int
 		states               string
 	)
@@ -94,6 +94,7 @@ func runSessions(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fs.StringVar(&labels, "labels", "", "labels, k=v,k2=v2")
 		fs.StringVar(&autostart, "autostart", "", "comma-separated programs to start on the desktop")
 		fs.StringVar(&workspace, "workspace", "", "workspace folder on the node")
+		fs.StringVar(&image, "image", "", "OCI image to run (pulled when the node lacks it)")
 	case "list":
 		fs.IntVar(&pageSize, "limit", 100, "sessions per page")
 		fs.StringVar(&states, "state", "", "only these states, comma-separated (running,stopped,...)")
@@ -101,6 +102,8 @@ func runSessions(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	case "get", "delete":
 	case "watch", "suspend", "resume", "keepalive":
 		return runSessionVerb(ctx, sub, args, stdout, stderr)
+	case "commit":
+		return runSessionCommit(ctx, args, stdout, stderr)
 	default:
 		return usageError("sessions: unknown subcommand %q", sub)
 	}
@@ -128,6 +131,7 @@ func runSessions(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			Labels:    lm,
 			Autostart: splitList(autostart),
 			Workspace: workspace,
+			Image:     image,
 		}
 		if ttl > 0 {
 			req.Ttl = durationpb.New(ttl)
@@ -305,4 +309,34 @@ func rpcError(err error) error {
 		return fmt.Errorf("%s: %s", strings.ToLower(st.Code().String()), st.Message())
 	}
 	return err
+}
+
+// runSessionCommit: `deskgrid sessions commit <id> <image>`.
+func runSessionCommit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, cf := newClientFlags("sessions commit", stderr)
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		return usageError("sessions commit: want a session id and an image name (my-team/qa-desktop:v3)")
+	}
+	conn, err := cf.conn()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
+	defer cancel()
+	resp, err := sessionv1.NewSessionServiceClient(conn).CommitSession(ctx, &sessionv1.CommitSessionRequest{SessionId: pos[0], Image: pos[1]})
+	if err != nil {
+		return rpcError(err)
+	}
+	if cf.output == "json" {
+		b, _ := protojson.Marshal(resp)
+		fmt.Fprintln(stdout, string(b))
+		return nil
+	}
+	fmt.Fprintf(stdout, "%s\t%s\t%d\n", resp.GetImage(), resp.GetDigest(), resp.GetSize())
+	return nil
 }

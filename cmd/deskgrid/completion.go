@@ -11,7 +11,8 @@ import (
 // commands lists each command and its subcommands, for shell completion.
 var commands = map[string][]string{
 	"up": nil, "gc": nil, "serve": roles, "version": nil, "help": nil, "mcp": nil, "completion": {"bash", "zsh"},
-	"sessions":   {"create", "list", "get", "delete", "watch", "suspend", "resume", "keepalive"},
+	"sessions":   {"create", "list", "get", "delete", "watch", "suspend", "resume", "keepalive", "commit"},
+	"images":     {"list", "pull", "import", "rm", "inspect", "build"},
 	"screenshot": nil, "exec": nil, "shell": nil,
 	"act":       nil,
 	"files":     nil,

@@ -28,6 +28,8 @@ Usage:
   deskgrid sessions delete <id>            stop a session and free what it used
   deskgrid screenshot <id> -o shot.png     save a screenshot of a session's desktop
   deskgrid sessions watch|suspend|resume|keepalive <id>
+  deskgrid sessions commit <id> IMAGE      save a session's changes as a new image (my-team/qa-desktop:v3)
+  deskgrid images list | pull REF | import FILE [-tag REF] | rm REF | inspect REF   the node's OCI images
   deskgrid exec <id> [--] <command> [args]  run a command in a session's sandbox, streaming its output
   deskgrid shell <id> <command line>        run a line in the session's persistent shell
   deskgrid act <id> click X Y | move X Y | type TEXT | key CHORD | scroll X Y DY
@@ -76,6 +78,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runSessions(ctx, rest, stdout, stderr)
 	case "screenshot":
 		return runScreenshot(ctx, rest, stdout, stderr)
+	case "images", "image":
+		return runImages(ctx, rest, stdout, stderr)
 	case "mcp":
 		return runMCP(ctx, rest, stdout, stderr)
 	case "exec":

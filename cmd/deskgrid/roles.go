@@ -22,6 +22,7 @@ import (
 
 	"github.com/deskgrid/deskgrid/gateway"
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	imagev1 "github.com/deskgrid/deskgrid/proto/deskgrid/image/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	deskgrid "github.com/deskgrid/deskgrid/sdk"
@@ -35,6 +36,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/platform/grpcserver"
 	"github.com/deskgrid/deskgrid/services/platform/noderoute"
 	"github.com/deskgrid/deskgrid/services/sandbox"
+	"github.com/deskgrid/deskgrid/services/sandbox/image"
 	"github.com/deskgrid/deskgrid/services/session"
 	"github.com/deskgrid/deskgrid/services/session/cluster"
 	"github.com/deskgrid/deskgrid/services/session/placement"
@@ -87,7 +89,12 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 		sc.CgroupParent = "deskgrid-" + shortHash(sc.Root)
 		sc.WorkspaceRoots = splitList(s.cfg.WorkspaceRoots)
 		sc.Limits.DiskBytes = s.cfg.SessionDiskBytes
-		deps := sandbox.Deps{Logger: s.logger.With("component", "sandbox"), Tenant: s.tenantHook()}
+		// The node's image store: layers unpacked once, shared by its sessions.
+		images, err := image.New(ctx, image.Deps{Dir: filepath.Join(s.cfg.DataDir, "images"), Logger: s.logger.With("component", "images")})
+		if err != nil {
+			return nil, fmt.Errorf("images: %w", err)
+		}
+		deps := sandbox.Deps{Logger: s.logger.With("component", "sandbox"), Tenant: s.tenantHook(), Images: images}
 		if n.display != nil {
 			deps.DisplayLookup = n.display.Lookup
 		}
@@ -103,6 +110,12 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 		}
 		b.Register(srv.GRPC)
 		srv.SetServing(sandboxv1.SandboxService_ServiceDesc.ServiceName)
+		is, err := sandbox.NewImageServer(sandbox.ImageDeps{Store: images, Logger: s.logger.With("component", "images"), Tenant: s.tenantHook()})
+		if err != nil {
+			return nil, fmt.Errorf("images: %w", err)
+		}
+		is.Register(srv.GRPC)
+		srv.SetServing(imagev1.ImageService_ServiceDesc.ServiceName)
 		n.sandbox = b
 	}
 	return n, nil
@@ -528,7 +541,7 @@ func (s *setup) startGateway(ctx context.Context) (string, error) {
 	}
 	// The MCP endpoint drives deskgrid through the Go SDK over the same backends.
 	client := deskgrid.NewWithConn(serviceConns{
-		"deskgrid.session.v1.": b.Session, "deskgrid.display.v1.": b.Node, "deskgrid.sandbox.v1.": b.Node,
+		"deskgrid.session.v1.": b.Session, "deskgrid.display.v1.": b.Node, "deskgrid.sandbox.v1.": b.Node, "deskgrid.image.v1.": b.Node,
 		"deskgrid.agent.v1.": b.Agent, "deskgrid.history.v1.": b.History,
 	})
 	deps := gateway.Deps{

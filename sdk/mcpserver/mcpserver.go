@@ -135,10 +135,11 @@ type createIn struct {
 	// Lifetime in minutes; 0 for the server default.
 	TTLMinutes int               `json:"ttl_minutes,omitempty" jsonschema:"lifetime in minutes (default: server's)"`
 	Labels     map[string]string `json:"labels,omitempty" jsonschema:"labels to find the session by"`
+	Image      string            `json:"image,omitempty" jsonschema:"OCI image to run, such as docker.io/library/debian:bookworm or a committed my-team/qa-desktop:v3 (default: the desktop image)"`
 }
 
 func (t *tools) createSession(ctx context.Context, _ *mcp.CallToolRequest, in createIn) (*mcp.CallToolResult, SessionInfo, error) {
-	s, err := t.c.Sessions.Create(ctx, deskgrid.CreateOptions{Width: in.Width, Height: in.Height, TTL: time.Duration(in.TTLMinutes) * time.Minute, Labels: in.Labels})
+	s, err := t.c.Sessions.Create(ctx, deskgrid.CreateOptions{Width: in.Width, Height: in.Height, TTL: time.Duration(in.TTLMinutes) * time.Minute, Labels: in.Labels, Image: in.Image})
 	if err != nil {
 		return nil, SessionInfo{}, err
 	}

@@ -39,6 +39,9 @@ type box struct {
 	fromSnapshot string
 	// network gives its commands outbound network.
 	network bool
+	// image is the image it runs, as asked, and that image's digest (pinned
+	// in the node's image store for the box's life); empty for none.
+	image, imageDigest string
 
 	// layer is held for reading by every call using the mounted layer, and
 	// for writing while DiscardChanges remounts it.

@@ -28,14 +28,16 @@ type server struct {
 
 func (b *box) proto() *sandboxv1.Sandbox {
 	out := &sandboxv1.Sandbox{
-		SessionId:  b.id,
-		LowerDir:   b.lower,
-		RootDir:    b.merged(),
-		Driver:     b.driver.Name(),
-		CreateTime: timestamppb.New(b.created),
-		Frozen:     b.isFrozen(),
-		Disk:       b.disk,
-		Network:    b.network,
+		SessionId:   b.id,
+		LowerDir:    b.lower,
+		RootDir:     b.merged(),
+		Driver:      b.driver.Name(),
+		CreateTime:  timestamppb.New(b.created),
+		Frozen:      b.isFrozen(),
+		Disk:        b.disk,
+		Network:     b.network,
+		Image:       b.image,
+		ImageDigest: b.imageDigest,
 	}
 	if b.cg != nil {
 		out.Limits = b.limits.proto()
@@ -87,11 +89,24 @@ func (s *Service) toStatus(ctx context.Context, op string, err error) error {
 }
 
 func (g *server) CreateSandbox(ctx context.Context, req *sandboxv1.CreateSandboxRequest) (*sandboxv1.CreateSandboxResponse, error) {
+	if err := validateSessionID(req.GetSessionId()); err != nil {
+		return nil, g.s.toStatus(ctx, "create sandbox", err)
+	}
+	im, err := g.s.sandboxImage(ctx, req.GetSessionId(), req.GetImage())
+	if err != nil {
+		return nil, g.s.toStatus(ctx, "create sandbox", err)
+	}
 	b, err := g.s.create(ctx, req.GetSessionId(), req.GetWorkspace(), Limits{
 		MemoryBytes: req.GetMemoryBytes(), CPUMillis: req.GetCpuMillis(), Pids: req.GetPids(), DiskBytes: req.GetDiskBytes(),
 	}, req.GetSnapshotId(), req.GetNetwork())
 	if err != nil {
+		if im != nil {
+			_ = g.s.images.Unpin(req.GetSessionId())
+		}
 		return nil, g.s.toStatus(ctx, "create sandbox", err)
+	}
+	if im != nil {
+		b.image, b.imageDigest = im.Ref, im.Digest
 	}
 	return &sandboxv1.CreateSandboxResponse{Sandbox: b.proto()}, nil
 }
@@ -117,8 +132,15 @@ func (g *server) ListSandboxes(ctx context.Context, _ *sandboxv1.ListSandboxesRe
 }
 
 func (g *server) DeleteSandbox(ctx context.Context, req *sandboxv1.DeleteSandboxRequest) (*sandboxv1.DeleteSandboxResponse, error) {
+	_, lookupErr := g.s.lookup(ctx, req.GetSessionId())
 	if err := g.s.deleteSandbox(ctx, req.GetSessionId()); err != nil {
 		return nil, g.s.toStatus(ctx, "delete sandbox", err)
+	}
+	// Only the owner's delete releases the image (another tenant's finds nothing).
+	if g.s.images != nil && lookupErr == nil {
+		if err := g.s.images.Unpin(req.GetSessionId()); err != nil {
+			g.s.log.WarnContext(ctx, "unpin the sandbox's image", "session_id", req.GetSessionId(), "error", err)
+		}
 	}
 	return &sandboxv1.DeleteSandboxResponse{}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/deskgrid/deskgrid/services/sandbox/image"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -136,6 +137,9 @@ type Deps struct {
 	// sandbox and its snapshots; a call for another tenant finds no such
 	// sandbox or snapshot. Nil turns ownership off.
 	Tenant func(ctx context.Context) string
+	// Images is the node's image store, for sandboxes created from an image
+	// and for commits; nil: this node runs sandboxes without images.
+	Images *image.Store
 }
 
 // Service holds a node's sandboxes; Register serves them as
@@ -150,6 +154,7 @@ type Service struct {
 	cgroups *cgroup.Hierarchy // nil: no limits on this node
 	disk    disk.Backing
 	seccomp []byte // compiled filter; nil when off
+	images  *image.Store
 
 	mu     sync.Mutex
 	boxes  map[string]*box
@@ -240,6 +245,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		log:     log.With("service", "sandbox"),
 		display: deps.DisplayLookup,
 		tenant:  deps.Tenant,
+		images:  deps.Images,
 		etcDir:  filepath.Join(cfg.Root, "etc"),
 		boxes:   map[string]*box{},
 	}

@@ -124,6 +124,10 @@ var sessionCalls = map[string]sandboxCall{
 		_, err := c.ListProcesses(ctx, &sandboxv1.ListProcessesRequest{SessionId: tg.session})
 		return err
 	},
+	"CommitSandbox": func(ctx context.Context, c sandboxv1.SandboxServiceClient, tg target) error {
+		_, err := c.CommitSandbox(ctx, &sandboxv1.CommitSandboxRequest{SessionId: tg.session, Image: "team/snap:v1"})
+		return err
+	},
 	"FreezeSandbox": func(ctx context.Context, c sandboxv1.SandboxServiceClient, tg target) error {
 		_, err := c.FreezeSandbox(ctx, &sandboxv1.FreezeSandboxRequest{SessionId: tg.session})
 		return err

@@ -63,6 +63,7 @@ func (s *Service) create(ctx context.Context, req *sessionv1.CreateSessionReques
 		Autostart:      slices.Clone(req.GetAutostart()),
 		Workspace:      req.GetWorkspace(),
 		Network:        req.GetNetwork(),
+		Image:          req.GetImage(),
 		Ttl:            durationpb.New(sp.ttl),
 		IdleTimeout:    durationpb.New(sp.idleTimeout),
 		CreateTime:     timestamppb.New(now),
@@ -137,6 +138,7 @@ func (s *Service) start(ctx context.Context, sess *sessionv1.Session) (*sessionv
 	}
 	running, err := s.advance(ctx, cur, state.Running, "", func(n *sessionv1.Session) {
 		n.XDisplay = xd
+		n.ImageDigest = cur.GetImageDigest()
 		n.LastActiveTime = timestamppb.New(s.now())
 	})
 	if err != nil {
@@ -194,7 +196,13 @@ func (s *Service) startDesktop(ctx context.Context, cur *sessionv1.Session, node
 		return "", &nodeError{Node: nodeID, Op: "reach display service", Err: err}
 	}
 	lim := cur.GetLimits()
-	if _, err := sandboxes.CreateSandbox(ctx, &sandboxv1.CreateSandboxRequest{
+	// A session runs the image it first resolved to, by digest, even if the
+	// tag has moved since (a resume after hibernation).
+	img := cur.GetImage()
+	if cur.GetImageDigest() != "" {
+		img = cur.GetImageDigest()
+	}
+	sb, err := sandboxes.CreateSandbox(ctx, &sandboxv1.CreateSandboxRequest{
 		SessionId:   cur.GetId(),
 		Workspace:   cur.GetWorkspace(),
 		MemoryBytes: lim.GetMemoryBytes(),
@@ -203,8 +211,14 @@ func (s *Service) startDesktop(ctx context.Context, cur *sessionv1.Session, node
 		DiskBytes:   lim.GetDiskBytes(),
 		SnapshotId:  snapshotID,
 		Network:     cur.GetNetwork(),
-	}); err != nil {
+		Image:       img,
+	})
+	if err != nil {
 		return "", &nodeError{Node: nodeID, Op: "create sandbox", Err: err}
+	}
+	if d := sb.GetSandbox().GetImageDigest(); d != "" {
+		// Written with the move to RUNNING.
+		cur.ImageDigest = d
 	}
 	d := cur.GetDisplay()
 	created, err := displays.CreateDisplay(ctx, &displayv1.CreateDisplayRequest{

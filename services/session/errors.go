@@ -98,7 +98,7 @@ func (s *Service) toStatus(ctx context.Context, err error) error {
 		// other failure means the node could not be reached or did not cope.
 		if st, ok := status.FromError(ne.Err); ok {
 			switch st.Code() {
-			case codes.InvalidArgument, codes.FailedPrecondition, codes.ResourceExhausted, codes.DeadlineExceeded:
+			case codes.InvalidArgument, codes.FailedPrecondition, codes.ResourceExhausted, codes.DeadlineExceeded, codes.NotFound, codes.Unavailable:
 				return status.Error(st.Code(), err.Error())
 			}
 		}

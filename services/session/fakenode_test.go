@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
@@ -147,6 +149,18 @@ func (s fakeSandbox) CreateSandbox(ctx context.Context, in *sandboxv1.CreateSand
 	defer s.n.mu.Unlock()
 	s.n.sandboxes[in.GetSessionId()] = true
 	return &sandboxv1.CreateSandboxResponse{Sandbox: &sandboxv1.Sandbox{SessionId: in.GetSessionId()}}, nil
+}
+
+func (s fakeSandbox) CommitSandbox(ctx context.Context, in *sandboxv1.CommitSandboxRequest, _ ...grpc.CallOption) (*sandboxv1.CommitSandboxResponse, error) {
+	if err := s.n.enter(ctx, "sandbox.commit", in.GetSessionId()); err != nil {
+		return nil, err
+	}
+	s.n.mu.Lock()
+	defer s.n.mu.Unlock()
+	if !s.n.sandboxes[in.GetSessionId()] {
+		return nil, status.Errorf(codes.NotFound, "no sandbox %s", in.GetSessionId())
+	}
+	return &sandboxv1.CommitSandboxResponse{Image: "docker.io/" + in.GetImage(), Digest: "sha256:" + strings.Repeat("c", 64), Size: 42}, nil
 }
 
 func (s fakeSandbox) DeleteSandbox(ctx context.Context, in *sandboxv1.DeleteSandboxRequest, _ ...grpc.CallOption) (*sandboxv1.DeleteSandboxResponse, error) {

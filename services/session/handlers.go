@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -183,4 +184,29 @@ func (s *Service) resume(ctx context.Context, id string) (*sessionv1.Session, er
 		n.SnapshotId = ""
 		n.LastActiveTime = timestamppb.New(s.now())
 	})
+}
+
+// CommitSession writes a running session's changes as a new image on its
+// node, on top of the session's image, tagged for the caller's tenant.
+func (s *Service) CommitSession(ctx context.Context, req *sessionv1.CommitSessionRequest) (*sessionv1.CommitSessionResponse, error) {
+	if strings.TrimSpace(req.GetImage()) == "" {
+		return nil, s.toStatus(ctx, invalid("image", "name the new image, such as my-team/qa-desktop:v3"))
+	}
+	sess, err := s.get(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	if st := sess.GetState(); st != state.Running && st != state.Suspended {
+		return nil, s.toStatus(ctx, &preconditionError{msg: fmt.Sprintf("session %s is %s; only a RUNNING or SUSPENDED session can be committed", sess.GetId(), state.Name(st))})
+	}
+	nodeID := sess.GetNodeId()
+	sandboxes, err := s.nodes.Sandbox(nodeID)
+	if err != nil {
+		return nil, s.toStatus(ctx, &nodeError{Node: nodeID, Op: "reach sandbox service", Err: err})
+	}
+	res, err := sandboxes.CommitSandbox(ctx, &sandboxv1.CommitSandboxRequest{SessionId: sess.GetId(), Image: req.GetImage()})
+	if err != nil {
+		return nil, s.toStatus(ctx, &nodeError{Node: nodeID, Op: "commit sandbox", Err: err})
+	}
+	return &sessionv1.CommitSessionResponse{Image: res.GetImage(), Digest: res.GetDigest(), Size: res.GetSize()}, nil
 }

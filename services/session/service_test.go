@@ -1049,3 +1049,42 @@ func TestDefaultTenantSessionCap(t *testing.T) {
 		t.Fatalf("node holds %d displays, want %d", d, DefaultTenantMaxSessions+1)
 	}
 }
+
+// TestCommitSession commits a running session on its node and refuses what
+// cannot be committed.
+func TestCommitSession(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	created, err := h.client.CreateSession(ctx, &sessionv1.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.GetSession().GetId()
+	got, err := h.client.CommitSession(ctx, &sessionv1.CommitSessionRequest{SessionId: id, Image: "my-team/qa-desktop:v3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.GetImage() != "docker.io/my-team/qa-desktop:v3" || got.GetDigest() == "" {
+		t.Fatalf("commit: %v", got)
+	}
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		req  *sessionv1.CommitSessionRequest
+		code codes.Code
+	}{
+		{"no image name", ctx, &sessionv1.CommitSessionRequest{SessionId: id}, codes.InvalidArgument},
+		{"other tenant", asTenant(ctx, "globex"), &sessionv1.CommitSessionRequest{SessionId: id, Image: "x/y:z"}, codes.NotFound},
+		{"unknown session", ctx, &sessionv1.CommitSessionRequest{SessionId: "s-aaaaaaaaaaaaaaaaaaaa", Image: "x/y:z"}, codes.NotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := h.client.CommitSession(tc.ctx, tc.req)
+			wantCode(t, err, tc.code)
+		})
+	}
+	if _, err := h.client.DeleteSession(ctx, &sessionv1.DeleteSessionRequest{SessionId: id}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.client.CommitSession(ctx, &sessionv1.CommitSessionRequest{SessionId: id, Image: "x/y:z"})
+	wantCode(t, err, codes.FailedPrecondition)
+}

@@ -22,6 +22,7 @@ import (
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
 	_ "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	_ "github.com/deskgrid/deskgrid/proto/deskgrid/history/v1"
+	_ "github.com/deskgrid/deskgrid/proto/deskgrid/image/v1"
 	_ "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	"github.com/deskgrid/deskgrid/services/platform/auth"

@@ -69,6 +69,7 @@ func DefaultMethodScopes() map[string]Scope {
 		sandbox = "/deskgrid.sandbox.v1.SandboxService/"
 		agent   = "/deskgrid.agent.v1.AgentService/"
 		history = "/deskgrid.history.v1.HistoryService/"
+		image   = "/deskgrid.image.v1.ImageService/"
 	)
 	r, w, a := ScopeRead, ScopeWrite, ScopeAdmin
 	return map[string]Scope{
@@ -80,6 +81,7 @@ func DefaultMethodScopes() map[string]Scope {
 		session + "SuspendSession":   w,
 		session + "ResumeSession":    w,
 		session + "KeepaliveSession": w,
+		session + "CommitSession":    w,
 
 		node + "ListNodes":   r,
 		node + "GetNode":     r,
@@ -96,6 +98,7 @@ func DefaultMethodScopes() map[string]Scope {
 		display + "ResizeDisplay":  w,
 
 		sandbox + "CreateSandbox":   a,
+		sandbox + "CommitSandbox":   a,
 		sandbox + "GetSandbox":      r,
 		sandbox + "ListSandboxes":   a,
 		sandbox + "DeleteSandbox":   a,
@@ -145,5 +148,13 @@ func DefaultMethodScopes() map[string]Scope {
 		history + "ImportSessionHistory": w,
 		history + "DeleteSessionHistory": w,
 		history + "GetBlob":              r,
+
+		image + "ListImages":     r,
+		image + "GetImage":       r,
+		image + "PullImage":      w,
+		image + "ImportImage":    w,
+		image + "DeleteImage":    w,
+		image + "SetImagePublic": a, // a public tag is seen by every tenant
+		image + "GetImageUsage":  r,
 	}
 }

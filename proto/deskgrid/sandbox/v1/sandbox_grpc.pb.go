@@ -20,6 +20,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	SandboxService_CreateSandbox_FullMethodName   = "/deskgrid.sandbox.v1.SandboxService/CreateSandbox"
+	SandboxService_CommitSandbox_FullMethodName   = "/deskgrid.sandbox.v1.SandboxService/CommitSandbox"
 	SandboxService_GetSandbox_FullMethodName      = "/deskgrid.sandbox.v1.SandboxService/GetSandbox"
 	SandboxService_ListSandboxes_FullMethodName   = "/deskgrid.sandbox.v1.SandboxService/ListSandboxes"
 	SandboxService_DeleteSandbox_FullMethodName   = "/deskgrid.sandbox.v1.SandboxService/DeleteSandbox"
@@ -59,6 +60,10 @@ const (
 type SandboxServiceClient interface {
 	// CreateSandbox mounts a session's writable layer. Called by the session service.
 	CreateSandbox(ctx context.Context, in *CreateSandboxRequest, opts ...grpc.CallOption) (*CreateSandboxResponse, error)
+	// CommitSandbox freezes the sandbox, writes its writable layer as a new
+	// image on top of its image, tags it, and thaws it. Called by the session
+	// service.
+	CommitSandbox(ctx context.Context, in *CommitSandboxRequest, opts ...grpc.CallOption) (*CommitSandboxResponse, error)
 	// GetSandbox describes a session's sandbox.
 	GetSandbox(ctx context.Context, in *GetSandboxRequest, opts ...grpc.CallOption) (*GetSandboxResponse, error)
 	// ListSandboxes lists the sandboxes this node holds.
@@ -141,6 +146,16 @@ func (c *sandboxServiceClient) CreateSandbox(ctx context.Context, in *CreateSand
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CreateSandboxResponse)
 	err := c.cc.Invoke(ctx, SandboxService_CreateSandbox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) CommitSandbox(ctx context.Context, in *CommitSandboxRequest, opts ...grpc.CallOption) (*CommitSandboxResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CommitSandboxResponse)
+	err := c.cc.Invoke(ctx, SandboxService_CommitSandbox_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -457,6 +472,10 @@ func (c *sandboxServiceClient) DeleteFile(ctx context.Context, in *DeleteFileReq
 type SandboxServiceServer interface {
 	// CreateSandbox mounts a session's writable layer. Called by the session service.
 	CreateSandbox(context.Context, *CreateSandboxRequest) (*CreateSandboxResponse, error)
+	// CommitSandbox freezes the sandbox, writes its writable layer as a new
+	// image on top of its image, tags it, and thaws it. Called by the session
+	// service.
+	CommitSandbox(context.Context, *CommitSandboxRequest) (*CommitSandboxResponse, error)
 	// GetSandbox describes a session's sandbox.
 	GetSandbox(context.Context, *GetSandboxRequest) (*GetSandboxResponse, error)
 	// ListSandboxes lists the sandboxes this node holds.
@@ -537,6 +556,9 @@ type UnimplementedSandboxServiceServer struct{}
 
 func (UnimplementedSandboxServiceServer) CreateSandbox(context.Context, *CreateSandboxRequest) (*CreateSandboxResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateSandbox not implemented")
+}
+func (UnimplementedSandboxServiceServer) CommitSandbox(context.Context, *CommitSandboxRequest) (*CommitSandboxResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CommitSandbox not implemented")
 }
 func (UnimplementedSandboxServiceServer) GetSandbox(context.Context, *GetSandboxRequest) (*GetSandboxResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetSandbox not implemented")
@@ -657,6 +679,24 @@ func _SandboxService_CreateSandbox_Handler(srv interface{}, ctx context.Context,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(SandboxServiceServer).CreateSandbox(ctx, req.(*CreateSandboxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_CommitSandbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CommitSandboxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).CommitSandbox(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_CommitSandbox_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).CommitSandbox(ctx, req.(*CommitSandboxRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1150,6 +1190,10 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CreateSandbox",
 			Handler:    _SandboxService_CreateSandbox_Handler,
+		},
+		{
+			MethodName: "CommitSandbox",
+			Handler:    _SandboxService_CommitSandbox_Handler,
 		},
 		{
 			MethodName: "GetSandbox",

@@ -209,6 +209,120 @@ func (NodeState) EnumDescriptor() ([]byte, []int) {
 	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{2}
 }
 
+type CommitSessionRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Tag for the new image, such as "my-team/qa-desktop:v3".
+	Image         string `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitSessionRequest) Reset() {
+	*x = CommitSessionRequest{}
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitSessionRequest) ProtoMessage() {}
+
+func (x *CommitSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitSessionRequest.ProtoReflect.Descriptor instead.
+func (*CommitSessionRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CommitSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *CommitSessionRequest) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+type CommitSessionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new image's reference and manifest digest.
+	Image         string `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
+	Digest        string `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	Size          int64  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitSessionResponse) Reset() {
+	*x = CommitSessionResponse{}
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitSessionResponse) ProtoMessage() {}
+
+func (x *CommitSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitSessionResponse.ProtoReflect.Descriptor instead.
+func (*CommitSessionResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CommitSessionResponse) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *CommitSessionResponse) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *CommitSessionResponse) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
 // DisplaySpec is the desktop a session asks for.
 type DisplaySpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -226,7 +340,7 @@ type DisplaySpec struct {
 
 func (x *DisplaySpec) Reset() {
 	*x = DisplaySpec{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[0]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -238,7 +352,7 @@ func (x *DisplaySpec) String() string {
 func (*DisplaySpec) ProtoMessage() {}
 
 func (x *DisplaySpec) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[0]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -251,7 +365,7 @@ func (x *DisplaySpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisplaySpec.ProtoReflect.Descriptor instead.
 func (*DisplaySpec) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{0}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *DisplaySpec) GetWidth() int32 {
@@ -299,7 +413,7 @@ type ResourceLimits struct {
 
 func (x *ResourceLimits) Reset() {
 	*x = ResourceLimits{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[1]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -311,7 +425,7 @@ func (x *ResourceLimits) String() string {
 func (*ResourceLimits) ProtoMessage() {}
 
 func (x *ResourceLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[1]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -324,7 +438,7 @@ func (x *ResourceLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceLimits.ProtoReflect.Descriptor instead.
 func (*ResourceLimits) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{1}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ResourceLimits) GetMemoryBytes() int64 {
@@ -393,14 +507,17 @@ type Session struct {
 	// The snapshot a hibernated session's files wait in until it resumes.
 	SnapshotId string `protobuf:"bytes,21,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
 	// The session's programs have outbound network.
-	Network       bool `protobuf:"varint,22,opt,name=network,proto3" json:"network,omitempty"`
+	Network bool `protobuf:"varint,22,opt,name=network,proto3" json:"network,omitempty"`
+	// The image the session runs, as asked, and its manifest digest.
+	Image         string `protobuf:"bytes,23,opt,name=image,proto3" json:"image,omitempty"`
+	ImageDigest   string `protobuf:"bytes,24,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[2]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -412,7 +529,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[2]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -425,7 +542,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{2}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Session) GetId() string {
@@ -582,6 +699,20 @@ func (x *Session) GetNetwork() bool {
 	return false
 }
 
+func (x *Session) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *Session) GetImageDigest() string {
+	if x != nil {
+		return x.ImageDigest
+	}
+	return ""
+}
+
 type CreateSessionRequest struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Display      *DisplaySpec           `protobuf:"bytes,1,opt,name=display,proto3" json:"display,omitempty"`
@@ -597,14 +728,18 @@ type CreateSessionRequest struct {
 	RequestId string `protobuf:"bytes,9,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Give the session's programs outbound network (user-mode, never the
 	// node's own addresses). Off by default.
-	Network       bool `protobuf:"varint,10,opt,name=network,proto3" json:"network,omitempty"`
+	Network bool `protobuf:"varint,10,opt,name=network,proto3" json:"network,omitempty"`
+	// OCI image the session runs ("docker.io/library/debian:bookworm", a tag
+	// of the caller's, or "sha256:..."); empty: the default desktop image. A
+	// node without it pulls it; the session records its digest.
+	Image         string `protobuf:"bytes,11,opt,name=image,proto3" json:"image,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateSessionRequest) Reset() {
 	*x = CreateSessionRequest{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[3]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +751,7 @@ func (x *CreateSessionRequest) String() string {
 func (*CreateSessionRequest) ProtoMessage() {}
 
 func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[3]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +764,7 @@ func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{3}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateSessionRequest) GetDisplay() *DisplaySpec {
@@ -702,6 +837,13 @@ func (x *CreateSessionRequest) GetNetwork() bool {
 	return false
 }
 
+func (x *CreateSessionRequest) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
 type CreateSessionResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Session       *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
@@ -711,7 +853,7 @@ type CreateSessionResponse struct {
 
 func (x *CreateSessionResponse) Reset() {
 	*x = CreateSessionResponse{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[4]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -723,7 +865,7 @@ func (x *CreateSessionResponse) String() string {
 func (*CreateSessionResponse) ProtoMessage() {}
 
 func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[4]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -736,7 +878,7 @@ func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSessionResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{4}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CreateSessionResponse) GetSession() *Session {
@@ -755,7 +897,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[5]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -767,7 +909,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[5]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -780,7 +922,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{5}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -799,7 +941,7 @@ type GetSessionResponse struct {
 
 func (x *GetSessionResponse) Reset() {
 	*x = GetSessionResponse{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[6]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -811,7 +953,7 @@ func (x *GetSessionResponse) String() string {
 func (*GetSessionResponse) ProtoMessage() {}
 
 func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[6]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -824,7 +966,7 @@ func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{6}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetSessionResponse) GetSession() *Session {
@@ -850,7 +992,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[7]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -862,7 +1004,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[7]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -875,7 +1017,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{7}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListSessionsRequest) GetPageSize() int32 {
@@ -917,7 +1059,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[8]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -929,7 +1071,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[8]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -942,7 +1084,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{8}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*Session {
@@ -968,7 +1110,7 @@ type DeleteSessionRequest struct {
 
 func (x *DeleteSessionRequest) Reset() {
 	*x = DeleteSessionRequest{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[9]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -980,7 +1122,7 @@ func (x *DeleteSessionRequest) String() string {
 func (*DeleteSessionRequest) ProtoMessage() {}
 
 func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[9]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -993,7 +1135,7 @@ func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSessionRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{9}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DeleteSessionRequest) GetSessionId() string {
@@ -1012,7 +1154,7 @@ type DeleteSessionResponse struct {
 
 func (x *DeleteSessionResponse) Reset() {
 	*x = DeleteSessionResponse{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[10]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1024,7 +1166,7 @@ func (x *DeleteSessionResponse) String() string {
 func (*DeleteSessionResponse) ProtoMessage() {}
 
 func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[10]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1037,7 +1179,7 @@ func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSessionResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{10}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeleteSessionResponse) GetSession() *Session {
@@ -1056,7 +1198,7 @@ type WatchSessionRequest struct {
 
 func (x *WatchSessionRequest) Reset() {
 	*x = WatchSessionRequest{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[11]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1068,7 +1210,7 @@ func (x *WatchSessionRequest) String() string {
 func (*WatchSessionRequest) ProtoMessage() {}
 
 func (x *WatchSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[11]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1081,7 +1223,7 @@ func (x *WatchSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSessionRequest.ProtoReflect.Descriptor instead.
 func (*WatchSessionRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{11}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WatchSessionRequest) GetSessionId() string {
@@ -1100,7 +1242,7 @@ type WatchSessionResponse struct {
 
 func (x *WatchSessionResponse) Reset() {
 	*x = WatchSessionResponse{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[12]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1112,7 +1254,7 @@ func (x *WatchSessionResponse) String() string {
 func (*WatchSessionResponse) ProtoMessage() {}
 
 func (x *WatchSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[12]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1125,7 +1267,7 @@ func (x *WatchSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSessionResponse.ProtoReflect.Descriptor instead.
 func (*WatchSessionResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{12}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WatchSessionResponse) GetSession() *Session {
@@ -1145,7 +1287,7 @@ type SuspendSessionRequest struct {
 
 func (x *SuspendSessionRequest) Reset() {
 	*x = SuspendSessionRequest{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[13]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1157,7 +1299,7 @@ func (x *SuspendSessionRequest) String() string {
 func (*SuspendSessionRequest) ProtoMessage() {}
 
 func (x *SuspendSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[13]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1170,7 +1312,7 @@ func (x *SuspendSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendSessionRequest.ProtoReflect.Descriptor instead.
 func (*SuspendSessionRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{13}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SuspendSessionRequest) GetSessionId() string {
@@ -1196,7 +1338,7 @@ type SuspendSessionResponse struct {
 
 func (x *SuspendSessionResponse) Reset() {
 	*x = SuspendSessionResponse{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[14]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1350,7 @@ func (x *SuspendSessionResponse) String() string {
 func (*SuspendSessionResponse) ProtoMessage() {}
 
 func (x *SuspendSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[14]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1363,7 @@ func (x *SuspendSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendSessionResponse.ProtoReflect.Descriptor instead.
 func (*SuspendSessionResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{14}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SuspendSessionResponse) GetSession() *Session {
@@ -1240,7 +1382,7 @@ type ResumeSessionRequest struct {
 
 func (x *ResumeSessionRequest) Reset() {
 	*x = ResumeSessionRequest{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[15]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1252,7 +1394,7 @@ func (x *ResumeSessionRequest) String() string {
 func (*ResumeSessionRequest) ProtoMessage() {}
 
 func (x *ResumeSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[15]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1265,7 +1407,7 @@ func (x *ResumeSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeSessionRequest.ProtoReflect.Descriptor instead.
 func (*ResumeSessionRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{15}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ResumeSessionRequest) GetSessionId() string {
@@ -1284,7 +1426,7 @@ type ResumeSessionResponse struct {
 
 func (x *ResumeSessionResponse) Reset() {
 	*x = ResumeSessionResponse{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[16]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1296,7 +1438,7 @@ func (x *ResumeSessionResponse) String() string {
 func (*ResumeSessionResponse) ProtoMessage() {}
 
 func (x *ResumeSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[16]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1309,7 +1451,7 @@ func (x *ResumeSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeSessionResponse.ProtoReflect.Descriptor instead.
 func (*ResumeSessionResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{16}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ResumeSessionResponse) GetSession() *Session {
@@ -1328,7 +1470,7 @@ type KeepaliveSessionRequest struct {
 
 func (x *KeepaliveSessionRequest) Reset() {
 	*x = KeepaliveSessionRequest{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[17]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1482,7 @@ func (x *KeepaliveSessionRequest) String() string {
 func (*KeepaliveSessionRequest) ProtoMessage() {}
 
 func (x *KeepaliveSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[17]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1495,7 @@ func (x *KeepaliveSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepaliveSessionRequest.ProtoReflect.Descriptor instead.
 func (*KeepaliveSessionRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{17}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *KeepaliveSessionRequest) GetSessionId() string {
@@ -1372,7 +1514,7 @@ type KeepaliveSessionResponse struct {
 
 func (x *KeepaliveSessionResponse) Reset() {
 	*x = KeepaliveSessionResponse{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[18]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +1526,7 @@ func (x *KeepaliveSessionResponse) String() string {
 func (*KeepaliveSessionResponse) ProtoMessage() {}
 
 func (x *KeepaliveSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[18]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +1539,7 @@ func (x *KeepaliveSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepaliveSessionResponse.ProtoReflect.Descriptor instead.
 func (*KeepaliveSessionResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{18}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *KeepaliveSessionResponse) GetSession() *Session {
@@ -1420,7 +1562,7 @@ type NodeResources struct {
 
 func (x *NodeResources) Reset() {
 	*x = NodeResources{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[19]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +1574,7 @@ func (x *NodeResources) String() string {
 func (*NodeResources) ProtoMessage() {}
 
 func (x *NodeResources) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[19]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +1587,7 @@ func (x *NodeResources) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeResources.ProtoReflect.Descriptor instead.
 func (*NodeResources) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{19}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *NodeResources) GetSessions() int64 {
@@ -1486,7 +1628,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[20]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1640,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[20]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1653,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{20}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Node) GetId() string {
@@ -1564,7 +1706,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[21]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1576,7 +1718,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[21]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1589,7 +1731,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{21}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{23}
 }
 
 type ListNodesResponse struct {
@@ -1601,7 +1743,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[22]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1755,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[22]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1768,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{22}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -1645,7 +1787,7 @@ type GetNodeRequest struct {
 
 func (x *GetNodeRequest) Reset() {
 	*x = GetNodeRequest{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[23]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1799,7 @@ func (x *GetNodeRequest) String() string {
 func (*GetNodeRequest) ProtoMessage() {}
 
 func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[23]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1812,7 @@ func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{23}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetNodeRequest) GetNodeId() string {
@@ -1689,7 +1831,7 @@ type GetNodeResponse struct {
 
 func (x *GetNodeResponse) Reset() {
 	*x = GetNodeResponse{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[24]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1701,7 +1843,7 @@ func (x *GetNodeResponse) String() string {
 func (*GetNodeResponse) ProtoMessage() {}
 
 func (x *GetNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[24]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1714,7 +1856,7 @@ func (x *GetNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeResponse.ProtoReflect.Descriptor instead.
 func (*GetNodeResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{24}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetNodeResponse) GetNode() *Node {
@@ -1733,7 +1875,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[25]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1745,7 +1887,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[25]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1758,7 +1900,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{25}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DrainNodeRequest) GetNodeId() string {
@@ -1777,7 +1919,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[26]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +1931,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[26]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +1944,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{26}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DrainNodeResponse) GetNode() *Node {
@@ -1821,7 +1963,7 @@ type UndrainNodeRequest struct {
 
 func (x *UndrainNodeRequest) Reset() {
 	*x = UndrainNodeRequest{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[27]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1833,7 +1975,7 @@ func (x *UndrainNodeRequest) String() string {
 func (*UndrainNodeRequest) ProtoMessage() {}
 
 func (x *UndrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[27]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1846,7 +1988,7 @@ func (x *UndrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UndrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*UndrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{27}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UndrainNodeRequest) GetNodeId() string {
@@ -1865,7 +2007,7 @@ type UndrainNodeResponse struct {
 
 func (x *UndrainNodeResponse) Reset() {
 	*x = UndrainNodeResponse{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[28]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1877,7 +2019,7 @@ func (x *UndrainNodeResponse) String() string {
 func (*UndrainNodeResponse) ProtoMessage() {}
 
 func (x *UndrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[28]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1890,7 +2032,7 @@ func (x *UndrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UndrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*UndrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{28}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *UndrainNodeResponse) GetNode() *Node {
@@ -1904,7 +2046,15 @@ var File_deskgrid_session_v1_session_proto protoreflect.FileDescriptor
 
 const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"\n" +
-	"!deskgrid/session/v1/session.proto\x12\x13deskgrid.session.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\xce\x01\n" +
+	"!deskgrid/session/v1/session.proto\x12\x13deskgrid.session.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"K\n" +
+	"\x14CommitSessionRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05image\x18\x02 \x01(\tR\x05image\"Y\n" +
+	"\x15CommitSessionResponse\x12\x14\n" +
+	"\x05image\x18\x01 \x01(\tR\x05image\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\"\xce\x01\n" +
 	"\vDisplaySpec\x12\x19\n" +
 	"\x05width\x18\x01 \x01(\x05H\x00R\x05width\x88\x01\x01\x12\x1b\n" +
 	"\x06height\x18\x02 \x01(\x05H\x01R\x06height\x88\x01\x01\x12\x19\n" +
@@ -1919,7 +2069,7 @@ const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"cpu_millis\x18\x02 \x01(\x03R\tcpuMillis\x12\x12\n" +
 	"\x04pids\x18\x03 \x01(\x03R\x04pids\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\xa7\v\n" +
+	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\xe0\v\n" +
 	"\aSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x127\n" +
@@ -1949,13 +2099,15 @@ const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"\fsuspend_mode\x18\x14 \x01(\x0e2 .deskgrid.session.v1.SuspendModeR\vsuspendMode\x12\x1f\n" +
 	"\vsnapshot_id\x18\x15 \x01(\tR\n" +
 	"snapshotId\x12\x18\n" +
-	"\anetwork\x18\x16 \x01(\bR\anetwork\x1a9\n" +
+	"\anetwork\x18\x16 \x01(\bR\anetwork\x12\x14\n" +
+	"\x05image\x18\x17 \x01(\tR\x05image\x12!\n" +
+	"\fimage_digest\x18\x18 \x01(\tR\vimageDigest\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
 	"\x11NodeSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01:\x91\x02\x92A\x8d\x022\x8a\x02{\"id\": \"s-k3v9q2m8x1c7d4f6h0j5\", \"tenant\": \"default\", \"state\": \"SESSION_STATE_RUNNING\", \"display\": {\"width\": 1280, \"height\": 800, \"depth\": 24}, \"labels\": {\"team\": \"qa\"}, \"nodeId\": \"node-1\", \"xDisplay\": \":101\", \"createTime\": \"2026-01-02T15:04:05Z\", \"generation\": \"3\"}\"\xec\x06\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01:\x91\x02\x92A\x8d\x022\x8a\x02{\"id\": \"s-k3v9q2m8x1c7d4f6h0j5\", \"tenant\": \"default\", \"state\": \"SESSION_STATE_RUNNING\", \"display\": {\"width\": 1280, \"height\": 800, \"depth\": 24}, \"labels\": {\"team\": \"qa\"}, \"nodeId\": \"node-1\", \"xDisplay\": \":101\", \"createTime\": \"2026-01-02T15:04:05Z\", \"generation\": \"3\"}\"\x82\a\n" +
 	"\x14CreateSessionRequest\x12:\n" +
 	"\adisplay\x18\x01 \x01(\v2 .deskgrid.session.v1.DisplaySpecR\adisplay\x12;\n" +
 	"\x06limits\x18\x02 \x01(\v2#.deskgrid.session.v1.ResourceLimitsR\x06limits\x12M\n" +
@@ -1968,7 +2120,8 @@ const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\t \x01(\tR\trequestId\x12\x18\n" +
 	"\anetwork\x18\n" +
-	" \x01(\bR\anetwork\x1a9\n" +
+	" \x01(\bR\anetwork\x12\x14\n" +
+	"\x05image\x18\v \x01(\tR\x05image\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
@@ -2071,7 +2224,7 @@ const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"\x16NODE_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10NODE_STATE_READY\x10\x01\x12\x17\n" +
 	"\x13NODE_STATE_DRAINING\x10\x02\x12\x13\n" +
-	"\x0fNODE_STATE_DOWN\x10\x032\x9b\x19\n" +
+	"\x0fNODE_STATE_DOWN\x10\x032\xb1\x1a\n" +
 	"\x0eSessionService\x12\xa5\a\n" +
 	"\rCreateSession\x12).deskgrid.session.v1.CreateSessionRequest\x1a*.deskgrid.session.v1.CreateSessionResponse\"\xbc\x06\x92A\x98\x06\x12\x10Create a session\x1a\xc8\x02Places a new desktop session on a node and answers once its display answers a screenshot, with the session RUNNING. Every field is optional: the empty body `{}` gives a 1280x800 desktop with the server's default time to live. Send a `request_id` to make retries safe: a second create with the same one returns the first session.J\xb8\x03\n" +
 	"\x03200\x12\xb0\x03\n" +
@@ -2093,7 +2246,8 @@ const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"\fWatchSession\x12(.deskgrid.session.v1.WatchSessionRequest\x1a).deskgrid.session.v1.WatchSessionResponse\"'\x82\xd3\xe4\x93\x02!\x12\x1f/v1/sessions/{session_id}:watch0\x01\x12\xa0\x01\n" +
 	"\x0eSuspendSession\x12*.deskgrid.session.v1.SuspendSessionRequest\x1a+.deskgrid.session.v1.SuspendSessionResponse\"5\x82\xd3\xe4\x93\x02/:\x01*b\asession\"!/v1/sessions/{session_id}:suspend\x12\x9c\x01\n" +
 	"\rResumeSession\x12).deskgrid.session.v1.ResumeSessionRequest\x1a*.deskgrid.session.v1.ResumeSessionResponse\"4\x82\xd3\xe4\x93\x02.:\x01*b\asession\" /v1/sessions/{session_id}:resume\x12\xa8\x01\n" +
-	"\x10KeepaliveSession\x12,.deskgrid.session.v1.KeepaliveSessionRequest\x1a-.deskgrid.session.v1.KeepaliveSessionResponse\"7\x82\xd3\xe4\x93\x021:\x01*b\asession\"#/v1/sessions/{session_id}:keepalive2\x8f\x04\n" +
+	"\x10KeepaliveSession\x12,.deskgrid.session.v1.KeepaliveSessionRequest\x1a-.deskgrid.session.v1.KeepaliveSessionResponse\"7\x82\xd3\xe4\x93\x021:\x01*b\asession\"#/v1/sessions/{session_id}:keepalive\x12\x93\x01\n" +
+	"\rCommitSession\x12).deskgrid.session.v1.CommitSessionRequest\x1a*.deskgrid.session.v1.CommitSessionResponse\"+\x82\xd3\xe4\x93\x02%:\x01*\" /v1/sessions/{session_id}:commit2\x8f\x04\n" +
 	"\vNodeService\x12m\n" +
 	"\tListNodes\x12%.deskgrid.session.v1.ListNodesRequest\x1a&.deskgrid.session.v1.ListNodesResponse\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/v1/nodes\x12w\n" +
 	"\aGetNode\x12#.deskgrid.session.v1.GetNodeRequest\x1a$.deskgrid.session.v1.GetNodeResponse\"!\x82\xd3\xe4\x93\x02\x1bb\x04node\x12\x13/v1/nodes/{node_id}\x12\x86\x01\n" +
@@ -2130,113 +2284,117 @@ func file_deskgrid_session_v1_session_proto_rawDescGZIP() []byte {
 }
 
 var file_deskgrid_session_v1_session_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_deskgrid_session_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_deskgrid_session_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_deskgrid_session_v1_session_proto_goTypes = []any{
 	(SessionState)(0),                // 0: deskgrid.session.v1.SessionState
 	(SuspendMode)(0),                 // 1: deskgrid.session.v1.SuspendMode
 	(NodeState)(0),                   // 2: deskgrid.session.v1.NodeState
-	(*DisplaySpec)(nil),              // 3: deskgrid.session.v1.DisplaySpec
-	(*ResourceLimits)(nil),           // 4: deskgrid.session.v1.ResourceLimits
-	(*Session)(nil),                  // 5: deskgrid.session.v1.Session
-	(*CreateSessionRequest)(nil),     // 6: deskgrid.session.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),    // 7: deskgrid.session.v1.CreateSessionResponse
-	(*GetSessionRequest)(nil),        // 8: deskgrid.session.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),       // 9: deskgrid.session.v1.GetSessionResponse
-	(*ListSessionsRequest)(nil),      // 10: deskgrid.session.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),     // 11: deskgrid.session.v1.ListSessionsResponse
-	(*DeleteSessionRequest)(nil),     // 12: deskgrid.session.v1.DeleteSessionRequest
-	(*DeleteSessionResponse)(nil),    // 13: deskgrid.session.v1.DeleteSessionResponse
-	(*WatchSessionRequest)(nil),      // 14: deskgrid.session.v1.WatchSessionRequest
-	(*WatchSessionResponse)(nil),     // 15: deskgrid.session.v1.WatchSessionResponse
-	(*SuspendSessionRequest)(nil),    // 16: deskgrid.session.v1.SuspendSessionRequest
-	(*SuspendSessionResponse)(nil),   // 17: deskgrid.session.v1.SuspendSessionResponse
-	(*ResumeSessionRequest)(nil),     // 18: deskgrid.session.v1.ResumeSessionRequest
-	(*ResumeSessionResponse)(nil),    // 19: deskgrid.session.v1.ResumeSessionResponse
-	(*KeepaliveSessionRequest)(nil),  // 20: deskgrid.session.v1.KeepaliveSessionRequest
-	(*KeepaliveSessionResponse)(nil), // 21: deskgrid.session.v1.KeepaliveSessionResponse
-	(*NodeResources)(nil),            // 22: deskgrid.session.v1.NodeResources
-	(*Node)(nil),                     // 23: deskgrid.session.v1.Node
-	(*ListNodesRequest)(nil),         // 24: deskgrid.session.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),        // 25: deskgrid.session.v1.ListNodesResponse
-	(*GetNodeRequest)(nil),           // 26: deskgrid.session.v1.GetNodeRequest
-	(*GetNodeResponse)(nil),          // 27: deskgrid.session.v1.GetNodeResponse
-	(*DrainNodeRequest)(nil),         // 28: deskgrid.session.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),        // 29: deskgrid.session.v1.DrainNodeResponse
-	(*UndrainNodeRequest)(nil),       // 30: deskgrid.session.v1.UndrainNodeRequest
-	(*UndrainNodeResponse)(nil),      // 31: deskgrid.session.v1.UndrainNodeResponse
-	nil,                              // 32: deskgrid.session.v1.Session.LabelsEntry
-	nil,                              // 33: deskgrid.session.v1.Session.NodeSelectorEntry
-	nil,                              // 34: deskgrid.session.v1.CreateSessionRequest.LabelsEntry
-	nil,                              // 35: deskgrid.session.v1.CreateSessionRequest.NodeSelectorEntry
-	nil,                              // 36: deskgrid.session.v1.ListSessionsRequest.LabelsEntry
-	nil,                              // 37: deskgrid.session.v1.Node.LabelsEntry
-	(*durationpb.Duration)(nil),      // 38: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 39: google.protobuf.Timestamp
+	(*CommitSessionRequest)(nil),     // 3: deskgrid.session.v1.CommitSessionRequest
+	(*CommitSessionResponse)(nil),    // 4: deskgrid.session.v1.CommitSessionResponse
+	(*DisplaySpec)(nil),              // 5: deskgrid.session.v1.DisplaySpec
+	(*ResourceLimits)(nil),           // 6: deskgrid.session.v1.ResourceLimits
+	(*Session)(nil),                  // 7: deskgrid.session.v1.Session
+	(*CreateSessionRequest)(nil),     // 8: deskgrid.session.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),    // 9: deskgrid.session.v1.CreateSessionResponse
+	(*GetSessionRequest)(nil),        // 10: deskgrid.session.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),       // 11: deskgrid.session.v1.GetSessionResponse
+	(*ListSessionsRequest)(nil),      // 12: deskgrid.session.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),     // 13: deskgrid.session.v1.ListSessionsResponse
+	(*DeleteSessionRequest)(nil),     // 14: deskgrid.session.v1.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil),    // 15: deskgrid.session.v1.DeleteSessionResponse
+	(*WatchSessionRequest)(nil),      // 16: deskgrid.session.v1.WatchSessionRequest
+	(*WatchSessionResponse)(nil),     // 17: deskgrid.session.v1.WatchSessionResponse
+	(*SuspendSessionRequest)(nil),    // 18: deskgrid.session.v1.SuspendSessionRequest
+	(*SuspendSessionResponse)(nil),   // 19: deskgrid.session.v1.SuspendSessionResponse
+	(*ResumeSessionRequest)(nil),     // 20: deskgrid.session.v1.ResumeSessionRequest
+	(*ResumeSessionResponse)(nil),    // 21: deskgrid.session.v1.ResumeSessionResponse
+	(*KeepaliveSessionRequest)(nil),  // 22: deskgrid.session.v1.KeepaliveSessionRequest
+	(*KeepaliveSessionResponse)(nil), // 23: deskgrid.session.v1.KeepaliveSessionResponse
+	(*NodeResources)(nil),            // 24: deskgrid.session.v1.NodeResources
+	(*Node)(nil),                     // 25: deskgrid.session.v1.Node
+	(*ListNodesRequest)(nil),         // 26: deskgrid.session.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),        // 27: deskgrid.session.v1.ListNodesResponse
+	(*GetNodeRequest)(nil),           // 28: deskgrid.session.v1.GetNodeRequest
+	(*GetNodeResponse)(nil),          // 29: deskgrid.session.v1.GetNodeResponse
+	(*DrainNodeRequest)(nil),         // 30: deskgrid.session.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),        // 31: deskgrid.session.v1.DrainNodeResponse
+	(*UndrainNodeRequest)(nil),       // 32: deskgrid.session.v1.UndrainNodeRequest
+	(*UndrainNodeResponse)(nil),      // 33: deskgrid.session.v1.UndrainNodeResponse
+	nil,                              // 34: deskgrid.session.v1.Session.LabelsEntry
+	nil,                              // 35: deskgrid.session.v1.Session.NodeSelectorEntry
+	nil,                              // 36: deskgrid.session.v1.CreateSessionRequest.LabelsEntry
+	nil,                              // 37: deskgrid.session.v1.CreateSessionRequest.NodeSelectorEntry
+	nil,                              // 38: deskgrid.session.v1.ListSessionsRequest.LabelsEntry
+	nil,                              // 39: deskgrid.session.v1.Node.LabelsEntry
+	(*durationpb.Duration)(nil),      // 40: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 41: google.protobuf.Timestamp
 }
 var file_deskgrid_session_v1_session_proto_depIdxs = []int32{
 	0,  // 0: deskgrid.session.v1.Session.state:type_name -> deskgrid.session.v1.SessionState
-	3,  // 1: deskgrid.session.v1.Session.display:type_name -> deskgrid.session.v1.DisplaySpec
-	4,  // 2: deskgrid.session.v1.Session.limits:type_name -> deskgrid.session.v1.ResourceLimits
-	32, // 3: deskgrid.session.v1.Session.labels:type_name -> deskgrid.session.v1.Session.LabelsEntry
-	33, // 4: deskgrid.session.v1.Session.node_selector:type_name -> deskgrid.session.v1.Session.NodeSelectorEntry
-	38, // 5: deskgrid.session.v1.Session.ttl:type_name -> google.protobuf.Duration
-	38, // 6: deskgrid.session.v1.Session.idle_timeout:type_name -> google.protobuf.Duration
-	39, // 7: deskgrid.session.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	39, // 8: deskgrid.session.v1.Session.update_time:type_name -> google.protobuf.Timestamp
-	39, // 9: deskgrid.session.v1.Session.expire_time:type_name -> google.protobuf.Timestamp
-	39, // 10: deskgrid.session.v1.Session.last_active_time:type_name -> google.protobuf.Timestamp
+	5,  // 1: deskgrid.session.v1.Session.display:type_name -> deskgrid.session.v1.DisplaySpec
+	6,  // 2: deskgrid.session.v1.Session.limits:type_name -> deskgrid.session.v1.ResourceLimits
+	34, // 3: deskgrid.session.v1.Session.labels:type_name -> deskgrid.session.v1.Session.LabelsEntry
+	35, // 4: deskgrid.session.v1.Session.node_selector:type_name -> deskgrid.session.v1.Session.NodeSelectorEntry
+	40, // 5: deskgrid.session.v1.Session.ttl:type_name -> google.protobuf.Duration
+	40, // 6: deskgrid.session.v1.Session.idle_timeout:type_name -> google.protobuf.Duration
+	41, // 7: deskgrid.session.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	41, // 8: deskgrid.session.v1.Session.update_time:type_name -> google.protobuf.Timestamp
+	41, // 9: deskgrid.session.v1.Session.expire_time:type_name -> google.protobuf.Timestamp
+	41, // 10: deskgrid.session.v1.Session.last_active_time:type_name -> google.protobuf.Timestamp
 	1,  // 11: deskgrid.session.v1.Session.suspend_mode:type_name -> deskgrid.session.v1.SuspendMode
-	3,  // 12: deskgrid.session.v1.CreateSessionRequest.display:type_name -> deskgrid.session.v1.DisplaySpec
-	4,  // 13: deskgrid.session.v1.CreateSessionRequest.limits:type_name -> deskgrid.session.v1.ResourceLimits
-	34, // 14: deskgrid.session.v1.CreateSessionRequest.labels:type_name -> deskgrid.session.v1.CreateSessionRequest.LabelsEntry
-	35, // 15: deskgrid.session.v1.CreateSessionRequest.node_selector:type_name -> deskgrid.session.v1.CreateSessionRequest.NodeSelectorEntry
-	38, // 16: deskgrid.session.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	38, // 17: deskgrid.session.v1.CreateSessionRequest.idle_timeout:type_name -> google.protobuf.Duration
-	5,  // 18: deskgrid.session.v1.CreateSessionResponse.session:type_name -> deskgrid.session.v1.Session
-	5,  // 19: deskgrid.session.v1.GetSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	5,  // 12: deskgrid.session.v1.CreateSessionRequest.display:type_name -> deskgrid.session.v1.DisplaySpec
+	6,  // 13: deskgrid.session.v1.CreateSessionRequest.limits:type_name -> deskgrid.session.v1.ResourceLimits
+	36, // 14: deskgrid.session.v1.CreateSessionRequest.labels:type_name -> deskgrid.session.v1.CreateSessionRequest.LabelsEntry
+	37, // 15: deskgrid.session.v1.CreateSessionRequest.node_selector:type_name -> deskgrid.session.v1.CreateSessionRequest.NodeSelectorEntry
+	40, // 16: deskgrid.session.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	40, // 17: deskgrid.session.v1.CreateSessionRequest.idle_timeout:type_name -> google.protobuf.Duration
+	7,  // 18: deskgrid.session.v1.CreateSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	7,  // 19: deskgrid.session.v1.GetSessionResponse.session:type_name -> deskgrid.session.v1.Session
 	0,  // 20: deskgrid.session.v1.ListSessionsRequest.states:type_name -> deskgrid.session.v1.SessionState
-	36, // 21: deskgrid.session.v1.ListSessionsRequest.labels:type_name -> deskgrid.session.v1.ListSessionsRequest.LabelsEntry
-	5,  // 22: deskgrid.session.v1.ListSessionsResponse.sessions:type_name -> deskgrid.session.v1.Session
-	5,  // 23: deskgrid.session.v1.DeleteSessionResponse.session:type_name -> deskgrid.session.v1.Session
-	5,  // 24: deskgrid.session.v1.WatchSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	38, // 21: deskgrid.session.v1.ListSessionsRequest.labels:type_name -> deskgrid.session.v1.ListSessionsRequest.LabelsEntry
+	7,  // 22: deskgrid.session.v1.ListSessionsResponse.sessions:type_name -> deskgrid.session.v1.Session
+	7,  // 23: deskgrid.session.v1.DeleteSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	7,  // 24: deskgrid.session.v1.WatchSessionResponse.session:type_name -> deskgrid.session.v1.Session
 	1,  // 25: deskgrid.session.v1.SuspendSessionRequest.mode:type_name -> deskgrid.session.v1.SuspendMode
-	5,  // 26: deskgrid.session.v1.SuspendSessionResponse.session:type_name -> deskgrid.session.v1.Session
-	5,  // 27: deskgrid.session.v1.ResumeSessionResponse.session:type_name -> deskgrid.session.v1.Session
-	5,  // 28: deskgrid.session.v1.KeepaliveSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	7,  // 26: deskgrid.session.v1.SuspendSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	7,  // 27: deskgrid.session.v1.ResumeSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	7,  // 28: deskgrid.session.v1.KeepaliveSessionResponse.session:type_name -> deskgrid.session.v1.Session
 	2,  // 29: deskgrid.session.v1.Node.state:type_name -> deskgrid.session.v1.NodeState
-	37, // 30: deskgrid.session.v1.Node.labels:type_name -> deskgrid.session.v1.Node.LabelsEntry
-	22, // 31: deskgrid.session.v1.Node.capacity:type_name -> deskgrid.session.v1.NodeResources
-	22, // 32: deskgrid.session.v1.Node.used:type_name -> deskgrid.session.v1.NodeResources
-	23, // 33: deskgrid.session.v1.ListNodesResponse.nodes:type_name -> deskgrid.session.v1.Node
-	23, // 34: deskgrid.session.v1.GetNodeResponse.node:type_name -> deskgrid.session.v1.Node
-	23, // 35: deskgrid.session.v1.DrainNodeResponse.node:type_name -> deskgrid.session.v1.Node
-	23, // 36: deskgrid.session.v1.UndrainNodeResponse.node:type_name -> deskgrid.session.v1.Node
-	6,  // 37: deskgrid.session.v1.SessionService.CreateSession:input_type -> deskgrid.session.v1.CreateSessionRequest
-	8,  // 38: deskgrid.session.v1.SessionService.GetSession:input_type -> deskgrid.session.v1.GetSessionRequest
-	10, // 39: deskgrid.session.v1.SessionService.ListSessions:input_type -> deskgrid.session.v1.ListSessionsRequest
-	12, // 40: deskgrid.session.v1.SessionService.DeleteSession:input_type -> deskgrid.session.v1.DeleteSessionRequest
-	14, // 41: deskgrid.session.v1.SessionService.WatchSession:input_type -> deskgrid.session.v1.WatchSessionRequest
-	16, // 42: deskgrid.session.v1.SessionService.SuspendSession:input_type -> deskgrid.session.v1.SuspendSessionRequest
-	18, // 43: deskgrid.session.v1.SessionService.ResumeSession:input_type -> deskgrid.session.v1.ResumeSessionRequest
-	20, // 44: deskgrid.session.v1.SessionService.KeepaliveSession:input_type -> deskgrid.session.v1.KeepaliveSessionRequest
-	24, // 45: deskgrid.session.v1.NodeService.ListNodes:input_type -> deskgrid.session.v1.ListNodesRequest
-	26, // 46: deskgrid.session.v1.NodeService.GetNode:input_type -> deskgrid.session.v1.GetNodeRequest
-	28, // 47: deskgrid.session.v1.NodeService.DrainNode:input_type -> deskgrid.session.v1.DrainNodeRequest
-	30, // 48: deskgrid.session.v1.NodeService.UndrainNode:input_type -> deskgrid.session.v1.UndrainNodeRequest
-	7,  // 49: deskgrid.session.v1.SessionService.CreateSession:output_type -> deskgrid.session.v1.CreateSessionResponse
-	9,  // 50: deskgrid.session.v1.SessionService.GetSession:output_type -> deskgrid.session.v1.GetSessionResponse
-	11, // 51: deskgrid.session.v1.SessionService.ListSessions:output_type -> deskgrid.session.v1.ListSessionsResponse
-	13, // 52: deskgrid.session.v1.SessionService.DeleteSession:output_type -> deskgrid.session.v1.DeleteSessionResponse
-	15, // 53: deskgrid.session.v1.SessionService.WatchSession:output_type -> deskgrid.session.v1.WatchSessionResponse
-	17, // 54: deskgrid.session.v1.SessionService.SuspendSession:output_type -> deskgrid.session.v1.SuspendSessionResponse
-	19, // 55: deskgrid.session.v1.SessionService.ResumeSession:output_type -> deskgrid.session.v1.ResumeSessionResponse
-	21, // 56: deskgrid.session.v1.SessionService.KeepaliveSession:output_type -> deskgrid.session.v1.KeepaliveSessionResponse
-	25, // 57: deskgrid.session.v1.NodeService.ListNodes:output_type -> deskgrid.session.v1.ListNodesResponse
-	27, // 58: deskgrid.session.v1.NodeService.GetNode:output_type -> deskgrid.session.v1.GetNodeResponse
-	29, // 59: deskgrid.session.v1.NodeService.DrainNode:output_type -> deskgrid.session.v1.DrainNodeResponse
-	31, // 60: deskgrid.session.v1.NodeService.UndrainNode:output_type -> deskgrid.session.v1.UndrainNodeResponse
-	49, // [49:61] is the sub-list for method output_type
-	37, // [37:49] is the sub-list for method input_type
+	39, // 30: deskgrid.session.v1.Node.labels:type_name -> deskgrid.session.v1.Node.LabelsEntry
+	24, // 31: deskgrid.session.v1.Node.capacity:type_name -> deskgrid.session.v1.NodeResources
+	24, // 32: deskgrid.session.v1.Node.used:type_name -> deskgrid.session.v1.NodeResources
+	25, // 33: deskgrid.session.v1.ListNodesResponse.nodes:type_name -> deskgrid.session.v1.Node
+	25, // 34: deskgrid.session.v1.GetNodeResponse.node:type_name -> deskgrid.session.v1.Node
+	25, // 35: deskgrid.session.v1.DrainNodeResponse.node:type_name -> deskgrid.session.v1.Node
+	25, // 36: deskgrid.session.v1.UndrainNodeResponse.node:type_name -> deskgrid.session.v1.Node
+	8,  // 37: deskgrid.session.v1.SessionService.CreateSession:input_type -> deskgrid.session.v1.CreateSessionRequest
+	10, // 38: deskgrid.session.v1.SessionService.GetSession:input_type -> deskgrid.session.v1.GetSessionRequest
+	12, // 39: deskgrid.session.v1.SessionService.ListSessions:input_type -> deskgrid.session.v1.ListSessionsRequest
+	14, // 40: deskgrid.session.v1.SessionService.DeleteSession:input_type -> deskgrid.session.v1.DeleteSessionRequest
+	16, // 41: deskgrid.session.v1.SessionService.WatchSession:input_type -> deskgrid.session.v1.WatchSessionRequest
+	18, // 42: deskgrid.session.v1.SessionService.SuspendSession:input_type -> deskgrid.session.v1.SuspendSessionRequest
+	20, // 43: deskgrid.session.v1.SessionService.ResumeSession:input_type -> deskgrid.session.v1.ResumeSessionRequest
+	22, // 44: deskgrid.session.v1.SessionService.KeepaliveSession:input_type -> deskgrid.session.v1.KeepaliveSessionRequest
+	3,  // 45: deskgrid.session.v1.SessionService.CommitSession:input_type -> deskgrid.session.v1.CommitSessionRequest
+	26, // 46: deskgrid.session.v1.NodeService.ListNodes:input_type -> deskgrid.session.v1.ListNodesRequest
+	28, // 47: deskgrid.session.v1.NodeService.GetNode:input_type -> deskgrid.session.v1.GetNodeRequest
+	30, // 48: deskgrid.session.v1.NodeService.DrainNode:input_type -> deskgrid.session.v1.DrainNodeRequest
+	32, // 49: deskgrid.session.v1.NodeService.UndrainNode:input_type -> deskgrid.session.v1.UndrainNodeRequest
+	9,  // 50: deskgrid.session.v1.SessionService.CreateSession:output_type -> deskgrid.session.v1.CreateSessionResponse
+	11, // 51: deskgrid.session.v1.SessionService.GetSession:output_type -> deskgrid.session.v1.GetSessionResponse
+	13, // 52: deskgrid.session.v1.SessionService.ListSessions:output_type -> deskgrid.session.v1.ListSessionsResponse
+	15, // 53: deskgrid.session.v1.SessionService.DeleteSession:output_type -> deskgrid.session.v1.DeleteSessionResponse
+	17, // 54: deskgrid.session.v1.SessionService.WatchSession:output_type -> deskgrid.session.v1.WatchSessionResponse
+	19, // 55: deskgrid.session.v1.SessionService.SuspendSession:output_type -> deskgrid.session.v1.SuspendSessionResponse
+	21, // 56: deskgrid.session.v1.SessionService.ResumeSession:output_type -> deskgrid.session.v1.ResumeSessionResponse
+	23, // 57: deskgrid.session.v1.SessionService.KeepaliveSession:output_type -> deskgrid.session.v1.KeepaliveSessionResponse
+	4,  // 58: deskgrid.session.v1.SessionService.CommitSession:output_type -> deskgrid.session.v1.CommitSessionResponse
+	27, // 59: deskgrid.session.v1.NodeService.ListNodes:output_type -> deskgrid.session.v1.ListNodesResponse
+	29, // 60: deskgrid.session.v1.NodeService.GetNode:output_type -> deskgrid.session.v1.GetNodeResponse
+	31, // 61: deskgrid.session.v1.NodeService.DrainNode:output_type -> deskgrid.session.v1.DrainNodeResponse
+	33, // 62: deskgrid.session.v1.NodeService.UndrainNode:output_type -> deskgrid.session.v1.UndrainNodeResponse
+	50, // [50:63] is the sub-list for method output_type
+	37, // [37:50] is the sub-list for method input_type
 	37, // [37:37] is the sub-list for extension type_name
 	37, // [37:37] is the sub-list for extension extendee
 	0,  // [0:37] is the sub-list for field type_name
@@ -2247,14 +2405,14 @@ func file_deskgrid_session_v1_session_proto_init() {
 	if File_deskgrid_session_v1_session_proto != nil {
 		return
 	}
-	file_deskgrid_session_v1_session_proto_msgTypes[0].OneofWrappers = []any{}
+	file_deskgrid_session_v1_session_proto_msgTypes[2].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_deskgrid_session_v1_session_proto_rawDesc), len(file_deskgrid_session_v1_session_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   35,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -27,6 +27,7 @@ const (
 	SessionService_SuspendSession_FullMethodName   = "/deskgrid.session.v1.SessionService/SuspendSession"
 	SessionService_ResumeSession_FullMethodName    = "/deskgrid.session.v1.SessionService/ResumeSession"
 	SessionService_KeepaliveSession_FullMethodName = "/deskgrid.session.v1.SessionService/KeepaliveSession"
+	SessionService_CommitSession_FullMethodName    = "/deskgrid.session.v1.SessionService/CommitSession"
 )
 
 // SessionServiceClient is the client API for SessionService service.
@@ -54,6 +55,10 @@ type SessionServiceClient interface {
 	ResumeSession(ctx context.Context, in *ResumeSessionRequest, opts ...grpc.CallOption) (*ResumeSessionResponse, error)
 	// KeepaliveSession resets the session's idle timer.
 	KeepaliveSession(ctx context.Context, in *KeepaliveSessionRequest, opts ...grpc.CallOption) (*KeepaliveSessionResponse, error)
+	// CommitSession turns the session's writable layer into a new image on
+	// top of the session's image, tagged for the caller's tenant on the
+	// session's node. The session is frozen while its layer is read.
+	CommitSession(ctx context.Context, in *CommitSessionRequest, opts ...grpc.CallOption) (*CommitSessionResponse, error)
 }
 
 type sessionServiceClient struct {
@@ -153,6 +158,16 @@ func (c *sessionServiceClient) KeepaliveSession(ctx context.Context, in *Keepali
 	return out, nil
 }
 
+func (c *sessionServiceClient) CommitSession(ctx context.Context, in *CommitSessionRequest, opts ...grpc.CallOption) (*CommitSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CommitSessionResponse)
+	err := c.cc.Invoke(ctx, SessionService_CommitSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SessionServiceServer is the server API for SessionService service.
 // All implementations must embed UnimplementedSessionServiceServer
 // for forward compatibility.
@@ -178,6 +193,10 @@ type SessionServiceServer interface {
 	ResumeSession(context.Context, *ResumeSessionRequest) (*ResumeSessionResponse, error)
 	// KeepaliveSession resets the session's idle timer.
 	KeepaliveSession(context.Context, *KeepaliveSessionRequest) (*KeepaliveSessionResponse, error)
+	// CommitSession turns the session's writable layer into a new image on
+	// top of the session's image, tagged for the caller's tenant on the
+	// session's node. The session is frozen while its layer is read.
+	CommitSession(context.Context, *CommitSessionRequest) (*CommitSessionResponse, error)
 	mustEmbedUnimplementedSessionServiceServer()
 }
 
@@ -211,6 +230,9 @@ func (UnimplementedSessionServiceServer) ResumeSession(context.Context, *ResumeS
 }
 func (UnimplementedSessionServiceServer) KeepaliveSession(context.Context, *KeepaliveSessionRequest) (*KeepaliveSessionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method KeepaliveSession not implemented")
+}
+func (UnimplementedSessionServiceServer) CommitSession(context.Context, *CommitSessionRequest) (*CommitSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CommitSession not implemented")
 }
 func (UnimplementedSessionServiceServer) mustEmbedUnimplementedSessionServiceServer() {}
 func (UnimplementedSessionServiceServer) testEmbeddedByValue()                        {}
@@ -370,6 +392,24 @@ func _SessionService_KeepaliveSession_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SessionService_CommitSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CommitSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServiceServer).CommitSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionService_CommitSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServiceServer).CommitSession(ctx, req.(*CommitSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SessionService_ServiceDesc is the grpc.ServiceDesc for SessionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -404,6 +444,10 @@ var SessionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "KeepaliveSession",
 			Handler:    _SessionService_KeepaliveSession_Handler,
+		},
+		{
+			MethodName: "CommitSession",
+			Handler:    _SessionService_CommitSession_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	imagev1 "github.com/deskgrid/deskgrid/proto/deskgrid/image/v1"
+)
+
+// imagesBuild, when set, makes an image from a recipe (`deskgrid images
+// build`); the default desktop image's builder installs it.
+var imagesBuild func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+
+func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageError("images: want list, pull, import, rm, inspect or build")
+	}
+	sub, args := args[0], args[1:]
+	if sub == "build" {
+		if imagesBuild == nil {
+			return usageError("images build: this build of deskgrid has no image builder")
+		}
+		return imagesBuild(ctx, args, stdout, stderr)
+	}
+	fs, cf := newClientFlags("images "+sub, stderr)
+	cf.timeout = 30 * time.Minute
+	var ref string
+	switch sub {
+	case "list", "ls", "pull", "rm", "delete", "inspect":
+	case "import":
+		fs.StringVar(&ref, "tag", "", "tag for the imported image (default: the names the archive carries)")
+	default:
+		return usageError("images: unknown subcommand %q", sub)
+	}
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	conn, err := cf.conn()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	client := imagev1.NewImageServiceClient(conn)
+	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
+	defer cancel()
+
+	one := func() (string, error) {
+		if len(pos) != 1 {
+			return "", usageError("images %s: want one image reference", sub)
+		}
+		return pos[0], nil
+	}
+	switch sub {
+	case "list", "ls":
+		resp, err := client.ListImages(ctx, &imagev1.ListImagesRequest{})
+		if err != nil {
+			return rpcError(err)
+		}
+		return printImages(stdout, cf.output, resp.GetImages()...)
+	case "inspect":
+		r, err := one()
+		if err != nil {
+			return err
+		}
+		resp, err := client.GetImage(ctx, &imagev1.GetImageRequest{Ref: r})
+		if err != nil {
+			return rpcError(err)
+		}
+		b, _ := protojson.MarshalOptions{Multiline: true}.Marshal(resp.GetImage())
+		fmt.Fprintln(stdout, string(b))
+		return nil
+	case "rm", "delete":
+		r, err := one()
+		if err != nil {
+			return err
+		}
+		if _, err := client.DeleteImage(ctx, &imagev1.DeleteImageRequest{Ref: r}); err != nil {
+			return rpcError(err)
+		}
+		fmt.Fprintln(stdout, "deleted", r)
+		return nil
+	case "pull":
+		r, err := one()
+		if err != nil {
+			return err
+		}
+		stream, err := client.PullImage(ctx, &imagev1.PullImageRequest{Ref: r})
+		if err != nil {
+			return rpcError(err)
+		}
+		for {
+			m, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				return errors.New("pull: the node ended the stream without an image")
+			}
+			if err != nil {
+				fmt.Fprintln(stderr)
+				return rpcError(err)
+			}
+			if p := m.GetProgress(); p != nil {
+				if cf.output == "table" {
+					fmt.Fprintf(stderr, "\r%s", progressLine(p))
+				}
+				continue
+			}
+			if cf.output == "table" {
+				fmt.Fprintln(stderr)
+			}
+			return printImages(stdout, cf.output, m.GetImage())
+		}
+	case "import":
+		path, err := one()
+		if err != nil {
+			return err
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return usageError("images import: %v", err)
+		}
+		defer f.Close()
+		fi, _ := f.Stat()
+		stream, err := client.ImportImage(ctx)
+		if err != nil {
+			return rpcError(err)
+		}
+		if err := stream.Send(&imagev1.ImportImageRequest{Data: &imagev1.ImportImageRequest_Header{Header: &imagev1.ImportImageHeader{Ref: ref}}}); err != nil {
+			return rpcError(err)
+		}
+		buf := make([]byte, 256<<10)
+		var sent int64
+		for {
+			n, rerr := f.Read(buf)
+			if n > 0 {
+				if err := stream.Send(&imagev1.ImportImageRequest{Data: &imagev1.ImportImageRequest_Chunk{Chunk: buf[:n]}}); err != nil {
+					break // the node's answer says why
+				}
+				sent += int64(n)
+				if cf.output == "table" && fi != nil && fi.Size() > 0 {
+					fmt.Fprintf(stderr, "\rimporting %s: %s / %s", path, humanBytes(sent), humanBytes(fi.Size()))
+				}
+			}
+			if errors.Is(rerr, io.EOF) {
+				break
+			}
+			if rerr != nil {
+				return fmt.Errorf("images import: %w", rerr)
+			}
+		}
+		resp, err := stream.CloseAndRecv()
+		if cf.output == "table" {
+			fmt.Fprintln(stderr)
+		}
+		if err != nil {
+			return rpcError(err)
+		}
+		return printImages(stdout, cf.output, resp.GetImages()...)
+	}
+	return nil
+}
+
+func progressLine(p *imagev1.PullProgress) string {
+	return fmt.Sprintf("%-9s layers %d/%d  %s / %s", p.GetPhase(), p.GetLayersDone(), p.GetLayersTotal(), humanBytes(p.GetDoneBytes()), humanBytes(p.GetTotalBytes()))
+}
+
+func printImages(w io.Writer, output string, imgs ...*imagev1.Image) error {
+	if output == "json" {
+		for _, im := range imgs {
+			b, err := protojson.Marshal(im)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(w, string(b))
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "REF\tDIGEST\tLAYERS\tSIZE\tPUBLIC")
+	for _, im := range imgs {
+		d := im.GetDigest()
+		if len(d) > 19 {
+			d = d[:19]
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%v\n", im.GetRef(), d, len(im.GetLayers()), humanBytes(im.GetSize()), im.GetPublic())
+	}
+	return tw.Flush()
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

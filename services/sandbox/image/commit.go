@@ -1,0 +1,171 @@
+package image
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containerd/containerd/v2/pkg/archive"
+	cfs "github.com/containerd/continuity/fs"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"golang.org/x/sys/unix"
+)
+
+// Commit turns an overlayfs upper directory into one OCI layer on top of
+// base (nil: an image of that layer alone) and tags the result ref for
+// tenant. Whiteouts (0/0 character devices) become .wh. files and opaque
+// directories (trusted.overlay.opaque=y) .wh..wh..opq entries. The upper
+// directory must not change while it is read: commit a frozen session.
+func (s *Store) Commit(ctx context.Context, tenant string, base *Image, upper string, ref string) (*Image, error) {
+	r, err := ParseRef(ref)
+	if err != nil {
+		return nil, err
+	}
+	if r.Tag == "" {
+		return nil, fmt.Errorf("commit: %s: name the new image with a tag, not a digest: %w", ref, ErrInvalid)
+	}
+	if fi, err := os.Stat(upper); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("commit: the session's writable layer %s is missing: %w", upper, ErrPrecondition)
+	}
+	var baseImg v1.Image
+	if base != nil {
+		h, err := v1.NewHash(base.Digest)
+		if err != nil {
+			return nil, fmt.Errorf("commit: base digest %q: %w", base.Digest, ErrInvalid)
+		}
+		if baseImg, err = s.layout.Image(h); err != nil {
+			return nil, fmt.Errorf("commit: base image %s: %v: %w", base.Digest, err, ErrNotFound)
+		}
+	} else {
+		baseImg, err = mutate.ConfigFile(empty.Image, &v1.ConfigFile{OS: s.os, Architecture: s.arch, RootFS: v1.RootFS{Type: "layers"}})
+		if err != nil {
+			return nil, err
+		}
+	}
+	work, cleanup, err := s.workDir()
+	if err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
+	defer cleanup()
+	gz := filepath.Join(work, "layer.tar.gz")
+	if err := writeUpperLayer(ctx, upper, gz); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	mt := types.OCILayer
+	if m, err := baseImg.MediaType(); err == nil && m == types.DockerManifestSchema2 {
+		mt = types.DockerLayer
+	}
+	layer, err := tarball.LayerFromFile(gz, tarball.WithMediaType(mt))
+	if err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	now := time.Now().UTC()
+	img, err := mutate.Append(baseImg, mutate.Addendum{
+		Layer:   layer,
+		History: v1.History{Created: v1.Time{Time: now}, CreatedBy: "deskgrid commit", Comment: r.Name},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	if img, err = mutate.CreatedAt(img, v1.Time{Time: now}); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	out, err := s.ingest(ctx, img, tenant, r.Name, nil)
+	if err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	return out, nil
+}
+
+// writeUpperLayer writes the OCI layer (a gzip tar) of an overlayfs upper
+// directory with containerd's change writer.
+func writeUpperLayer(ctx context.Context, upper, dst string) error {
+	f, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	zw := gzip.NewWriter(f)
+	cw := archive.NewChangeWriter(zw, upper)
+	err = filepath.Walk(upper, func(path string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(upper, path)
+		if err != nil {
+			return err
+		}
+		if rel == "." {
+			return nil
+		}
+		rel = "/" + rel
+		base := filepath.Base(rel)
+		switch {
+		case isWhiteoutDevice(fi):
+			return cw.HandleChange(cfs.ChangeKindDelete, rel, nil, nil)
+		case base == ".wh..wh..opq":
+			// fuse-overlayfs's opaque marker file
+			return cw.HandleChange(cfs.ChangeKindDelete, filepath.Join(filepath.Dir(rel), ".wh..opq"), nil, nil)
+		case strings.HasPrefix(base, ".wh."):
+			// fuse-overlayfs's whiteout file
+			return cw.HandleChange(cfs.ChangeKindDelete, filepath.Join(filepath.Dir(rel), strings.TrimPrefix(base, ".wh.")), nil, nil)
+		}
+		if err := cw.HandleChange(cfs.ChangeKindAdd, rel, fi, nil); err != nil {
+			return err
+		}
+		if fi.IsDir() && isOpaque(path) {
+			return cw.HandleChange(cfs.ChangeKindDelete, filepath.Join(rel, ".wh..opq"), nil, nil)
+		}
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("the writable layer changed while it was read (freeze the session first): %v: %w", err, ErrPrecondition)
+		}
+		return err
+	}
+	if err := cw.Close(); err != nil {
+		return err
+	}
+	if err := zw.Close(); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+func isWhiteoutDevice(fi os.FileInfo) bool {
+	if fi.Mode()&os.ModeCharDevice == 0 {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Rdev == 0
+}
+
+func isOpaque(path string) bool {
+	for _, attr := range []string{"trusted.overlay.opaque", "user.overlay.opaque", "user.fuseoverlayfs.opaque"} {
+		buf := make([]byte, 4)
+		n, err := unix.Lgetxattr(path, attr, buf)
+		if err == nil && bytes.Equal(buf[:n], []byte("y")) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,97 @@
+package image
+
+import (
+	"archive/tar"
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+)
+
+// TestCommitUpperDirBecomesALayer commits an overlayfs upper directory (a
+// new file, a deleted file as a 0/0 character device, an opaque directory)
+// on top of an image, then mounts the new image's layers and sees the
+// session's changes.
+func TestCommitUpperDirBecomesALayer(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newStore(t)
+	baseImg := makeImage(t, runtime.GOARCH, layerTar(t,
+		entry{name: "etc/", typ: tar.TypeDir}, entry{name: "etc/motd", body: "base"}, entry{name: "etc/old", body: "old"},
+		entry{name: "cache/", typ: tar.TypeDir}, entry{name: "cache/stale", body: "stale"}))
+	if _, err := s.ImportPath(ctx, "acme", writeLayout(t, baseImg, "base:v1"), ImportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	base, err := s.Resolve(ctx, "acme", "base:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	upper := t.TempDir()
+	must(t, os.MkdirAll(filepath.Join(upper, "usr/bin"), 0o755))
+	must(t, os.WriteFile(filepath.Join(upper, "usr/bin/jq"), []byte("#!/bin/sh\necho jq\n"), 0o755))
+	must(t, os.MkdirAll(filepath.Join(upper, "etc"), 0o755))
+	must(t, unix.Mknod(filepath.Join(upper, "etc/old"), unix.S_IFCHR, 0))
+	must(t, os.WriteFile(filepath.Join(upper, "etc/motd"), []byte("changed"), 0o644))
+	must(t, os.MkdirAll(filepath.Join(upper, "cache"), 0o755))
+	must(t, unix.Setxattr(filepath.Join(upper, "cache"), "trusted.overlay.opaque", []byte("y"), 0))
+	must(t, os.WriteFile(filepath.Join(upper, "cache/fresh"), []byte("fresh"), 0o644))
+
+	got, err := s.Commit(ctx, "acme", base, upper, "my-team/qa-desktop:v3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Ref != "docker.io/my-team/qa-desktop:v3" || len(got.Layers) != 2 || got.Layers[0] != base.Layers[0] {
+		t.Fatalf("committed %+v", got)
+	}
+	if got.Config.Labels["made-by"] != "test" {
+		t.Fatalf("base config lost: %+v", got.Config)
+	}
+	again, err := s.Resolve(ctx, "acme", "my-team/qa-desktop:v3")
+	if err != nil || again.Digest != got.Digest {
+		t.Fatalf("resolve: %+v %v", again, err)
+	}
+	_, err = s.Resolve(ctx, "other", "my-team/qa-desktop:v3")
+	wantCode(t, err, codes.NotFound)
+
+	merged := mountLowers(t, got.Layers)
+	mustRead(t, filepath.Join(merged, "usr/bin/jq"), "#!/bin/sh\necho jq\n")
+	mustRead(t, filepath.Join(merged, "etc/motd"), "changed")
+	mustRead(t, filepath.Join(merged, "cache/fresh"), "fresh")
+	for _, n := range []string{"etc/old", "cache/stale"} {
+		if _, err := os.Lstat(filepath.Join(merged, n)); !os.IsNotExist(err) {
+			t.Fatalf("%s survived the commit: %v", n, err)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(merged, "usr/bin/jq")); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("mode: %v %v", fi, err)
+	}
+
+	// A commit of a commit stacks another layer.
+	upper2 := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(upper2, "second"), []byte("2"), 0o644))
+	v4, err := s.Commit(ctx, "acme", got, upper2, "my-team/qa-desktop:v4")
+	if err != nil || len(v4.Layers) != 3 {
+		t.Fatalf("second commit: %+v %v", v4, err)
+	}
+
+	_, err = s.Commit(ctx, "acme", base, upper, "Bad Ref")
+	wantCode(t, err, codes.InvalidArgument)
+	_, err = s.Commit(ctx, "acme", base, upper, base.Digest)
+	wantCode(t, err, codes.InvalidArgument)
+	_, err = s.Commit(ctx, "acme", base, filepath.Join(upper, "missing"), "team/x:y")
+	wantCode(t, err, codes.FailedPrecondition)
+	if tmp, _ := os.ReadDir(s.tmp); len(tmp) != 0 {
+		t.Fatalf("work left: %v", tmp)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

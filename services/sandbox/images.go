@@ -1,0 +1,271 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	imagev1 "github.com/deskgrid/deskgrid/proto/deskgrid/image/v1"
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/sandbox/image"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// ImageServer serves a node's image store as imagev1.ImageService. Every
+// call acts for the caller's tenant: its own tags and the public ones.
+type ImageServer struct {
+	imagev1.UnimplementedImageServiceServer
+	store  *image.Store
+	tenant func(context.Context) string
+	log    *slog.Logger
+}
+
+// ImageDeps is what an ImageServer needs.
+type ImageDeps struct {
+	Store  *image.Store // required
+	Logger *slog.Logger // required
+	// Tenant names the caller's tenant; nil: every call is tenant "".
+	Tenant func(context.Context) string
+}
+
+// NewImageServer serves d.Store.
+func NewImageServer(d ImageDeps) (*ImageServer, error) {
+	if d.Store == nil || d.Logger == nil {
+		return nil, errors.New("image server: Store and Logger are required")
+	}
+	return &ImageServer{store: d.Store, tenant: d.Tenant, log: d.Logger}, nil
+}
+
+// Register adds the image service to a gRPC server.
+func (x *ImageServer) Register(r grpc.ServiceRegistrar) { imagev1.RegisterImageServiceServer(r, x) }
+
+func (x *ImageServer) tenantOf(ctx context.Context) string {
+	if x.tenant == nil {
+		return ""
+	}
+	return x.tenant(ctx)
+}
+
+// imageStatus maps a store error to a status, once, at the edge.
+func imageStatus(log *slog.Logger, ctx context.Context, op string, err error) error {
+	code := image.Code(err)
+	if code == codes.Internal {
+		log.ErrorContext(ctx, "image call failed", "op", op, "error", err)
+		return status.Errorf(codes.Internal, "%s failed on the node; see its logs", op)
+	}
+	return status.Error(code, err.Error())
+}
+
+// ImageProto is the API form of a stored image.
+func ImageProto(im *image.Image) *imagev1.Image {
+	out := &imagev1.Image{
+		Ref: im.Ref, Digest: im.Digest, Size: im.Size, Public: im.Public,
+		Architecture: im.Architecture, Os: im.OS,
+		Config: &imagev1.ImageConfig{
+			Env: im.Config.Env, Entrypoint: im.Config.Entrypoint, Cmd: im.Config.Cmd,
+			WorkingDir: im.Config.WorkingDir, User: im.Config.User, Labels: im.Config.Labels,
+		},
+	}
+	if !im.Created.IsZero() {
+		out.Created = timestamppb.New(im.Created)
+	}
+	for i := range im.LayerDigests {
+		l := &imagev1.Layer{Digest: im.LayerDigests[i]}
+		if i < len(im.DiffIDs) {
+			l.DiffId = im.DiffIDs[i]
+		}
+		out.Layers = append(out.Layers, l)
+	}
+	return out
+}
+
+func (x *ImageServer) ListImages(ctx context.Context, _ *imagev1.ListImagesRequest) (*imagev1.ListImagesResponse, error) {
+	list, err := x.store.List(ctx, x.tenantOf(ctx))
+	if err != nil {
+		return nil, imageStatus(x.log, ctx, "list images", err)
+	}
+	out := &imagev1.ListImagesResponse{}
+	for _, im := range list {
+		out.Images = append(out.Images, ImageProto(im))
+	}
+	return out, nil
+}
+
+func (x *ImageServer) GetImage(ctx context.Context, req *imagev1.GetImageRequest) (*imagev1.GetImageResponse, error) {
+	im, err := x.store.Resolve(ctx, x.tenantOf(ctx), req.GetRef())
+	if err != nil {
+		return nil, imageStatus(x.log, ctx, "get image", err)
+	}
+	return &imagev1.GetImageResponse{Image: ImageProto(im)}, nil
+}
+
+func (x *ImageServer) PullImage(req *imagev1.PullImageRequest, stream grpc.ServerStreamingServer[imagev1.PullImageResponse]) error {
+	ctx := stream.Context()
+	var sendErr error
+	im, err := x.store.Pull(ctx, x.tenantOf(ctx), req.GetRef(), func(p image.Progress) {
+		if sendErr != nil {
+			return
+		}
+		sendErr = stream.Send(&imagev1.PullImageResponse{Event: &imagev1.PullImageResponse_Progress{Progress: progressProto(p)}})
+	})
+	if err != nil {
+		return imageStatus(x.log, ctx, "pull image", err)
+	}
+	return stream.Send(&imagev1.PullImageResponse{Event: &imagev1.PullImageResponse_Image{Image: ImageProto(im)}})
+}
+
+func progressProto(p image.Progress) *imagev1.PullProgress {
+	return &imagev1.PullProgress{
+		Phase: p.Phase, Layer: p.Layer, DoneBytes: p.Done, TotalBytes: p.Total,
+		LayersDone: int32(p.LayersDone), LayersTotal: int32(p.LayersTotal),
+	}
+}
+
+func (x *ImageServer) ImportImage(stream grpc.ClientStreamingServer[imagev1.ImportImageRequest, imagev1.ImportImageResponse]) error {
+	ctx := stream.Context()
+	first, err := stream.Recv()
+	if err != nil {
+		return status.Error(codes.InvalidArgument, "import image: the first message must be a header")
+	}
+	h := first.GetHeader()
+	if h == nil {
+		return status.Error(codes.InvalidArgument, "import image: the first message must be a header")
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				pw.Close()
+				return
+			}
+			if err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+			if m.GetHeader() != nil {
+				pw.CloseWithError(fmt.Errorf("a second header: %w", image.ErrInvalid))
+				return
+			}
+			if _, err := pw.Write(m.GetChunk()); err != nil {
+				return
+			}
+		}
+	}()
+	imgs, err := x.store.Import(ctx, x.tenantOf(ctx), pr, image.ImportOptions{Ref: h.GetRef()})
+	pr.CloseWithError(io.ErrClosedPipe)
+	if err != nil {
+		return imageStatus(x.log, ctx, "import image", err)
+	}
+	out := &imagev1.ImportImageResponse{}
+	for _, im := range imgs {
+		out.Images = append(out.Images, ImageProto(im))
+	}
+	return stream.SendAndClose(out)
+}
+
+func (x *ImageServer) DeleteImage(ctx context.Context, req *imagev1.DeleteImageRequest) (*imagev1.DeleteImageResponse, error) {
+	if err := x.store.Delete(ctx, x.tenantOf(ctx), req.GetRef()); err != nil {
+		return nil, imageStatus(x.log, ctx, "delete image", err)
+	}
+	return &imagev1.DeleteImageResponse{}, nil
+}
+
+func (x *ImageServer) SetImagePublic(ctx context.Context, req *imagev1.SetImagePublicRequest) (*imagev1.SetImagePublicResponse, error) {
+	t := x.tenantOf(ctx)
+	if err := x.store.SetPublic(ctx, t, req.GetRef(), req.GetPublic()); err != nil {
+		return nil, imageStatus(x.log, ctx, "set image public", err)
+	}
+	im, err := x.store.Resolve(ctx, t, req.GetRef())
+	if err != nil {
+		return nil, imageStatus(x.log, ctx, "set image public", err)
+	}
+	return &imagev1.SetImagePublicResponse{Image: ImageProto(im)}, nil
+}
+
+func (x *ImageServer) GetImageUsage(ctx context.Context, _ *imagev1.GetImageUsageRequest) (*imagev1.GetImageUsageResponse, error) {
+	u, err := x.store.Usage(ctx)
+	if err != nil {
+		return nil, imageStatus(x.log, ctx, "image usage", err)
+	}
+	return &imagev1.GetImageUsageResponse{
+		Images: int32(u.Images), Layers: int32(u.Layers), LayerBytes: u.LayerBytes, BlobBytes: u.BlobBytes, PinnedBytes: u.PinnedBytes,
+	}, nil
+}
+
+// sandboxImage resolves the image a new sandbox runs, pulling it when this
+// node lacks it, and pins it for the sandbox's life.
+func (s *Service) sandboxImage(ctx context.Context, sessionID, ref string) (*image.Image, error) {
+	if ref == "" {
+		return nil, nil
+	}
+	if s.images == nil {
+		return nil, coded(codes.FailedPrecondition, "this node keeps no images: sessions here run without one")
+	}
+	tenant := s.callerTenant(ctx)
+	im, err := s.images.Resolve(ctx, tenant, ref)
+	if errors.Is(err, image.ErrNotFound) {
+		im, err = s.images.Pull(ctx, tenant, ref, nil)
+	}
+	if err != nil {
+		return nil, coded(image.Code(err), "image %s: %v", ref, err)
+	}
+	if err := s.images.Pin(sessionID, im.Digest); err != nil {
+		return nil, coded(image.Code(err), "image %s: %v", ref, err)
+	}
+	return im, nil
+}
+
+// commit freezes a sandbox, writes its writable layer as an image on top of
+// the sandbox's image, and thaws it.
+func (s *Service) commit(ctx context.Context, id, ref string) (*image.Image, error) {
+	b, release, err := s.acquire(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if s.images == nil {
+		return nil, coded(codes.FailedPrecondition, "this node keeps no images")
+	}
+	if b.cg != nil {
+		b.pmu.Lock()
+		wasFrozen := b.frozen
+		if !wasFrozen {
+			if err := b.cg.Freeze(); err != nil {
+				b.pmu.Unlock()
+				return nil, fmt.Errorf("commit %s: freeze: %w", id, err)
+			}
+			defer func() {
+				if err := b.cg.Thaw(); err != nil {
+					s.log.ErrorContext(ctx, "commit: thaw failed", "session_id", id, "error", err)
+				}
+			}()
+		}
+		defer b.pmu.Unlock()
+	}
+	var base *image.Image
+	if b.imageDigest != "" {
+		if base, err = s.images.Pinned(id); err != nil {
+			return nil, coded(image.Code(err), "commit %s: its image: %v", id, err)
+		}
+	}
+	im, err := s.images.Commit(ctx, b.tenant, base, b.upper(), ref)
+	if err != nil {
+		return nil, coded(image.Code(err), "commit %s: %v", id, err)
+	}
+	s.log.InfoContext(ctx, "sandbox committed", "session_id", id, "image", im.Ref, "digest", im.Digest)
+	return im, nil
+}
+
+func (g *server) CommitSandbox(ctx context.Context, req *sandboxv1.CommitSandboxRequest) (*sandboxv1.CommitSandboxResponse, error) {
+	im, err := g.s.commit(ctx, req.GetSessionId(), req.GetImage())
+	if err != nil {
+		return nil, g.s.toStatus(ctx, "commit sandbox", err)
+	}
+	return &sandboxv1.CommitSandboxResponse{Image: im.Ref, Digest: im.Digest, Size: im.Size}, nil
+}
