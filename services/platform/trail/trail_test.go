@@ -62,7 +62,7 @@ func (node) Exec(r *sandboxv1.ExecRequest, s grpc.ServerStreamingServer[sandboxv
 			return err
 		}
 	}
-	m.Output = &sandboxv1.ExecResponse_Exit{Exit: &sandboxv1.ExecExit{Code: 3}}
+	m.Output = &sandboxv1.ExecResponse_Exit{Exit: &sandboxv1.ExecExit{ExitCode: 3}}
 	return s.Send(m)
 }
 
@@ -180,6 +180,8 @@ func callOf(t *testing.T, ev *eventsv1.Event) *eventsv1.Call {
 func TestCallsAreRecordedWithTheirCaller(t *testing.T) {
 	cfg := trail.DefaultConfig()
 	cfg.MaxContent = 16
+	// One worker publishes in the order of the calls; more may reorder.
+	cfg.Workers = 1
 	h := start(t, cfg, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -242,7 +244,7 @@ func TestCallsAreRecordedWithTheirCaller(t *testing.T) {
 		t.Fatalf("exec input keeps an environment value or loses its name: %s", exec.GetInput())
 	}
 	lines := strings.Split(exec.GetOutput(), "\n")
-	if len(lines) != 3 || !strings.Contains(lines[0], `"stdout":"hello\n"`) || !strings.Contains(lines[1], "world") || !strings.Contains(lines[2], `"code":3`) {
+	if len(lines) != 3 || !strings.Contains(lines[0], `"stdout":"hello\n"`) || !strings.Contains(lines[1], "world") || !strings.Contains(lines[2], `"exitCode":3`) {
 		t.Fatalf("exec output = %q", exec.GetOutput())
 	}
 	write := callOf(t, evs[4])
