@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	"github.com/deskgrid/deskgrid/services/agent/lease"
 	"github.com/deskgrid/deskgrid/services/agent/provider"
@@ -592,5 +593,21 @@ func (s *Service) ReleaseInputLease(ctx context.Context, req *agentv1.ReleaseInp
 	if err := s.leases.Release(ctx, req.GetSessionId(), req.GetLeaseId()); err != nil {
 		return nil, leaseErr(err)
 	}
+	s.releaseAtDisplay(ctx, req.GetSessionId(), req.GetToken())
 	return &agentv1.ReleaseInputLeaseResponse{}, nil
+}
+
+// releaseAtDisplay tells the session's display that the lease of token was
+// given up, so input without a token is accepted again. A display that
+// cannot be told keeps refusing it until a newer holder releases.
+func (s *Service) releaseAtDisplay(ctx context.Context, sessionID string, token int64) {
+	if s.deps.Display == nil || token <= 0 {
+		return
+	}
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		ctx = metadata.NewOutgoingContext(ctx, md.Copy())
+	}
+	if _, err := s.deps.Display.PerformActions(ctx, &displayv1.PerformActionsRequest{SessionId: sessionID, LeaseToken: token, ReleaseLease: true}); err != nil {
+		s.logger.Warn("release input lease at the display", "session", sessionID, "err", err)
+	}
 }

@@ -34,15 +34,17 @@ type fakeNode struct {
 	mu      sync.Mutex
 	actions []*displayv1.Action
 	tokens  []int64
-	execs   [][]string
-	files   map[string][]byte
-	png     []byte
-	token   int64
-	block   chan struct{} // when set, Exec and RunShell wait for it or the call's end
-	shell   []string      // commands run in the persistent shell
-	restart int
-	scales  []*displayv1.Size // scale_to of each display call
-	shots   map[[2]int32][]byte
+	// released are the lease tokens given up at the display.
+	released []int64
+	execs    [][]string
+	files    map[string][]byte
+	png      []byte
+	token    int64
+	block    chan struct{} // when set, Exec and RunShell wait for it or the call's end
+	shell    []string      // commands run in the persistent shell
+	restart  int
+	scales   []*displayv1.Size // scale_to of each display call
+	shots    map[[2]int32][]byte
 }
 
 func newFakeNode() *fakeNode {
@@ -115,6 +117,10 @@ func (f *fakeNode) Screenshot(_ context.Context, req *displayv1.ScreenshotReques
 func (f *fakeNode) PerformActions(_ context.Context, req *displayv1.PerformActionsRequest) (*displayv1.PerformActionsResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if req.GetReleaseLease() && len(req.GetActions()) == 0 {
+		f.released = append(f.released, req.GetLeaseToken())
+		return &displayv1.PerformActionsResponse{}, nil
+	}
 	if req.GetLeaseToken() < f.token || (f.token > 0 && req.GetLeaseToken() == 0) {
 		return nil, status.Errorf(codes.FailedPrecondition, "input lease token %d is older than %d", req.GetLeaseToken(), f.token)
 	}

@@ -464,6 +464,11 @@ func TestTwoRunsOnOneSessionTakeTurns(t *testing.T) {
 	if len(h.node.tokens) != 4 {
 		t.Fatalf("tokens = %v", h.node.tokens)
 	}
+	// Each run gave its lease up at the display when it ended, so input
+	// without a token is accepted again.
+	if len(h.node.released) != 2 || h.node.released[0] != 1 || h.node.released[1] != 2 {
+		t.Fatalf("leases released at the display = %v, want [1 2]", h.node.released)
+	}
 	for i := range want {
 		if h.node.tokens[i] != want[i] {
 			t.Fatalf("tokens = %v, want %v", h.node.tokens, want)

@@ -285,6 +285,7 @@ func (r *run) takeLease(ctx context.Context) (func(), error) {
 		stop()
 		<-done
 		_ = s.leases.Release(context.WithoutCancel(ctx), l.SessionID, l.ID)
+		s.releaseAtDisplay(context.WithoutCancel(ctx), l.SessionID, l.Token)
 	}, nil
 }
 

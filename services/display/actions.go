@@ -62,6 +62,17 @@ func (s *Service) PerformActions(ctx context.Context, req *displayv1.PerformActi
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
+	if req.GetReleaseLease() {
+		if req.GetLeaseToken() <= 0 {
+			return nil, s.toStatus(ctx, invalidf("release_lease needs the lease_token being released"))
+		}
+		if len(req.GetActions()) == 0 && !req.GetScreenshot() {
+			d.inputMu.Lock()
+			d.release(req.GetLeaseToken())
+			d.inputMu.Unlock()
+			return &displayv1.PerformActionsResponse{}, nil
+		}
+	}
 	out := shotOptions{format: format, quality: int(req.GetScreenshotQuality()), cursor: req.GetScreenshotCursor()}
 	steps, err := s.plan(req.GetActions(), m, out)
 	if err != nil {
@@ -83,6 +94,11 @@ func (s *Service) PerformActions(ctx context.Context, req *displayv1.PerformActi
 	resp, err := s.perform(ctx, d, steps, shot, m, req.GetLeaseToken(), settleSpec{so, skip})
 	if err != nil {
 		return nil, s.toStatus(ctx, d.explain(err))
+	}
+	if req.GetReleaseLease() {
+		d.inputMu.Lock()
+		d.release(req.GetLeaseToken())
+		d.inputMu.Unlock()
 	}
 	return resp, nil
 }
@@ -501,17 +517,27 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // fence admits input by lease fencing token, the way a store guards against
 // a writer whose lock expired: tokens only grow, so a caller holding an
-// older token than one already seen has lost its lease. Once a display has
-// seen a token, input without one is refused too. Callers hold inputMu.
+// older token than one already seen has lost its lease. While a lease is
+// held (a token seen and not released), input without one is refused too.
+// Callers hold inputMu.
 func (d *display) fence(token int64) error {
 	switch {
-	case token == 0 && d.leaseToken == 0:
+	case token == 0 && !d.leaseHeld:
 		return nil
 	case token == 0:
 		return fmt.Errorf("input to session %s is leased; pass the lease token: %w", d.sessionID, errStaleLease)
 	case token < d.leaseToken:
 		return fmt.Errorf("input lease token %d is older than %d: the lease has passed to another holder: %w", token, d.leaseToken, errStaleLease)
 	}
-	d.leaseToken = token
+	d.leaseToken, d.leaseHeld = token, true
 	return nil
+}
+
+// release marks the lease of token given up, when it is the newest seen:
+// input without a token is accepted again, older tokens stay refused.
+// Callers hold inputMu.
+func (d *display) release(token int64) {
+	if token >= d.leaseToken {
+		d.leaseToken, d.leaseHeld = token, false
+	}
 }

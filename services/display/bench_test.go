@@ -55,10 +55,13 @@ func BenchmarkCreateToFirstScreenshot(b *testing.B) {
 }
 
 // BenchmarkClickAndScreenshot measures a click followed by the screenshot of
-// the settled screen, as an agent step does.
+// the settled screen, as an agent step does: the click repaints a window
+// (an X client answering at once), and the screenshot waits for it.
 func BenchmarkClickAndScreenshot(b *testing.B) {
-	_, c := testService(b, "")
+	s, c := testService(b, "")
 	createDisplay(b, c, "bench-click", 1280, 800)
+	var delay time.Duration
+	lateClient(b, clientConn(b, s, "bench-click"), 540, 300, 200, 200, []uint32{0x0000ff, 0xff0000}, &delay)
 	ctx := ctxT(b)
 	req := &displayv1.PerformActionsRequest{
 		SessionId: "bench-click",
@@ -74,6 +77,9 @@ func BenchmarkClickAndScreenshot(b *testing.B) {
 		}
 		if len(resp.GetScreenshot().GetData()) == 0 {
 			b.Fatal("no screenshot")
+		}
+		if o := resp.GetSettle().GetOutcome(); o != displayv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+			b.Fatalf("settle %v", resp.GetSettle())
 		}
 	}
 }

@@ -420,11 +420,21 @@ func TestLeaseFencing(t *testing.T) {
 		{7, codes.OK},                 // a newer holder takes over
 		{5, codes.FailedPrecondition}, // the previous one cannot act
 		{-1, codes.InvalidArgument},
+		{5, codes.OK | 100},           // the old holder cannot release the newer lease
+		{0, codes.FailedPrecondition}, // so input without a token is still refused
+		{7, codes.OK | 100},           // the holder gives the lease up
+		{0, codes.OK},                 // no lease held: input without a token is accepted again
+		{5, codes.FailedPrecondition}, // an old holder stays fenced off
+		{8, codes.OK},                 // and a new holder fences again
+		{0, codes.FailedPrecondition},
 	}
 	for i, st := range steps {
-		_, err := c.PerformActions(ctxT(t), &displayv1.PerformActionsRequest{
-			SessionId: "lease", LeaseToken: st.token, Actions: []*displayv1.Action{moveTo(int32(i), 1)},
-		})
+		req := &displayv1.PerformActionsRequest{SessionId: "lease", LeaseToken: st.token, Actions: []*displayv1.Action{moveTo(int32(i), 1)}}
+		if st.code == codes.OK|100 {
+			req.Actions, req.ReleaseLease = nil, true
+			st.code = codes.OK
+		}
+		_, err := c.PerformActions(ctxT(t), req)
 		if status.Code(err) != st.code {
 			t.Fatalf("step %d (token %d): %v, want %v", i, st.token, err, st.code)
 		}

@@ -167,6 +167,8 @@ type display struct {
 	// the newest input lease fencing token seen.
 	inputMu    sync.Mutex
 	leaseToken int64
+	// leaseHeld: leaseToken's holder has not released it.
+	leaseHeld bool
 	// shotMu guards the shared-memory segment from grab to encoded bytes;
 	// shared is created at the first screenshot, noShared when it cannot be.
 	shotMu   sync.Mutex

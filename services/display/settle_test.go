@@ -19,7 +19,7 @@ import (
 // lateClient is an X program that answers a click late: delay after each
 // button press it repaints its window in the next of colours, as a page
 // load, a menu or an application's reply does.
-func lateClient(t *testing.T, xc *xgb.Conn, x, y, w, h int, colours []uint32, delay *time.Duration) {
+func lateClient(t testing.TB, xc *xgb.Conn, x, y, w, h int, colours []uint32, delay *time.Duration) {
 	t.Helper()
 	wid := showWindow(t, xc, x, y, w, h, colours[0], xproto.EventMaskButtonPress)
 	go func() {

@@ -2072,7 +2072,10 @@ type PerformActionsRequest struct {
 	// Draw the mouse pointer into the screenshot.
 	ScreenshotCursor bool `protobuf:"varint,8,opt,name=screenshot_cursor,json=screenshotCursor,proto3" json:"screenshot_cursor,omitempty"`
 	// How the screenshot waits for the actions' effect; unset uses the defaults.
-	Settle        *Settle `protobuf:"bytes,9,opt,name=settle,proto3" json:"settle,omitempty"`
+	Settle *Settle `protobuf:"bytes,9,opt,name=settle,proto3" json:"settle,omitempty"`
+	// The holder of lease_token gives the lease up: input without a token is
+	// accepted again until a newer token is seen. Actions may then be empty.
+	ReleaseLease  bool `protobuf:"varint,10,opt,name=release_lease,json=releaseLease,proto3" json:"release_lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2168,6 +2171,13 @@ func (x *PerformActionsRequest) GetSettle() *Settle {
 		return x.Settle
 	}
 	return nil
+}
+
+func (x *PerformActionsRequest) GetReleaseLease() bool {
+	if x != nil {
+		return x.ReleaseLease
+	}
+	return false
 }
 
 type PerformActionsResponse struct {
@@ -2508,7 +2518,7 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\x04zoom\x18\t \x01(\v2\x19.deskgrid.display.v1.ZoomH\x00R\x04zoom\x12N\n" +
 	"\x0fcursor_position\x18\n" +
 	" \x01(\v2#.deskgrid.display.v1.CursorPositionH\x00R\x0ecursorPosition:X\x92AU2S{\"click\": {\"at\": {\"x\": 100, \"y\": 200}, \"button\": \"MOUSE_BUTTON_LEFT\", \"clicks\": 2}}B\b\n" +
-	"\x06action\"\xff\x04\n" +
+	"\x06action\"\xa4\x05\n" +
 	"\x15PerformActionsRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x125\n" +
@@ -2522,7 +2532,9 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\x11screenshot_format\x18\x06 \x01(\x0e2 .deskgrid.display.v1.ImageFormatR\x10screenshotFormat\x12-\n" +
 	"\x12screenshot_quality\x18\a \x01(\x05R\x11screenshotQuality\x12+\n" +
 	"\x11screenshot_cursor\x18\b \x01(\bR\x10screenshotCursor\x123\n" +
-	"\x06settle\x18\t \x01(\v2\x1b.deskgrid.display.v1.SettleR\x06settle:\xb8\x01\x92A\xb4\x012\xb1\x01{\"actions\": [{\"click\": {\"at\": {\"x\": 640, \"y\": 400}, \"button\": \"MOUSE_BUTTON_LEFT\", \"clicks\": 1}}, {\"type\": {\"text\": \"hello\"}}, {\"key\": {\"chord\": \"Return\"}}], \"screenshot\": true}\"\x91\x02\n" +
+	"\x06settle\x18\t \x01(\v2\x1b.deskgrid.display.v1.SettleR\x06settle\x12#\n" +
+	"\rrelease_lease\x18\n" +
+	" \x01(\bR\freleaseLease:\xb8\x01\x92A\xb4\x012\xb1\x01{\"actions\": [{\"click\": {\"at\": {\"x\": 640, \"y\": 400}, \"button\": \"MOUSE_BUTTON_LEFT\", \"clicks\": 1}}, {\"type\": {\"text\": \"hello\"}}, {\"key\": {\"chord\": \"Return\"}}], \"screenshot\": true}\"\x91\x02\n" +
 	"\x16PerformActionsResponse\x122\n" +
 	"\x06cursor\x18\x01 \x01(\v2\x1a.deskgrid.display.v1.PointR\x06cursor\x12G\n" +
 	"\n" +
