@@ -235,7 +235,9 @@ func (b *Builder) mmdebstrap(ctx context.Context, r *Recipe, out string) error {
 	args = append(args, b.d.Sources...)
 
 	cmd := exec.CommandContext(ctx, b.d.Mmdebstrap, args...)
-	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+	// The system's PATH: mmdebstrap's helpers (mmtarfilter, a python3 script)
+	// and the tools its hooks run must be Debian's, not a user's shims.
+	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive", "PATH="+systemPath)
 	pr, pw := io.Pipe()
 	cmd.Stdout = pw
 	cmd.Stderr = pw
@@ -327,6 +329,8 @@ func (b *Builder) compress(ctx context.Context, start time.Time, src, dst string
 func (b *Builder) step(start time.Time, format string, a ...any) {
 	fmt.Fprintf(b.d.Progress, "[%6.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, a...))
 }
+
+const systemPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
 
