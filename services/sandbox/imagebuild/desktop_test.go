@@ -127,14 +127,14 @@ func TestDesktopImageShowsPanelAndOpensBrowser(t *testing.T) {
 		"--bind", rootfs, "/",
 		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp",
 		"--ro-bind", xserver.SocketDir, xserver.SocketDir,
-		"--ro-bind", auth, "/run/deskgrid/Xauthority",
+		"--ro-bind", auth, "/tmp/.Xauthority",
 		"--clearenv",
 	}
 	for _, kv := range cf.Config.Env {
 		k, v, _ := strings.Cut(kv, "=")
 		args = append(args, "--setenv", k, v)
 	}
-	args = append(args, "--setenv", "DISPLAY", display, "--setenv", "XAUTHORITY", "/run/deskgrid/Xauthority",
+	args = append(args, "--setenv", "DISPLAY", display, "--setenv", "XAUTHORITY", "/tmp/.Xauthority",
 		"--setenv", "DESKGRID_SESSION_LOG", "/home/user/session.log",
 		"--chdir", cf.Config.WorkingDir, "--", session)
 	cmd := exec.Command("bwrap", args...)
