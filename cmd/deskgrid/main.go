@@ -39,6 +39,7 @@ Usage:
   deskgrid runs create <id> -prompt TEXT | get|cancel|events|approve|reject <run> | list <id> | send <run> TEXT
   deskgrid history list <id> | search WORDS | export <id> | import <id> | delete <id>
   deskgrid nodes list | get|drain|undrain <id>   the nodes of a cluster
+  deskgrid images build <recipe> -o <dir>  build a session image from a recipe (deploy/images/desktop) into an OCI layout
   deskgrid gc [-dry-run]                   list and remove what a stopped deskgrid's sessions left behind
   deskgrid tenants create <id> | list | delete <id>     tenants (on the deskgrid machine)
   deskgrid keys create -tenant T -scopes read,write | list | revoke <key-id>
@@ -68,6 +69,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return usageError("no command given")
+	}
+	if len(args) >= 2 && args[0] == "images" && args[1] == "build" {
+		return runImagesBuild(ctx, args[2:], stdout, stderr)
 	}
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "up":

@@ -1,0 +1,349 @@
+package imagebuild
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/klauspost/compress/gzip"
+)
+
+// Deps are what a Builder needs from the machine.
+type Deps struct {
+	// Mmdebstrap is the mmdebstrap executable.
+	Mmdebstrap string
+	// Sources are apt sources files (one-line or deb822) naming the archive
+	// packages come from; empty means mmdebstrap's default mirror.
+	Sources []string
+	// Progress receives one line per step and mmdebstrap's own messages.
+	Progress io.Writer
+}
+
+// Builder turns recipes into OCI image layouts.
+type Builder struct {
+	d Deps
+}
+
+// New returns a Builder; every dependency but Sources is required.
+func New(d Deps) (*Builder, error) {
+	switch {
+	case d.Mmdebstrap == "":
+		return nil, errors.New("imagebuild: no mmdebstrap executable given")
+	case d.Progress == nil:
+		return nil, errors.New("imagebuild: no progress writer given")
+	}
+	return &Builder{d: d}, nil
+}
+
+// HostSources lists the apt sources files of this machine, so an image is
+// built from the same archive the machine installs from.
+func HostSources() []string {
+	var out []string
+	if fi, err := os.Stat("/etc/apt/sources.list"); err == nil && fi.Size() > 0 {
+		out = append(out, "/etc/apt/sources.list")
+	}
+	for _, pat := range []string{"/etc/apt/sources.list.d/*.list", "/etc/apt/sources.list.d/*.sources"} {
+		m, _ := filepath.Glob(pat)
+		out = append(out, m...)
+	}
+	return out
+}
+
+// Result describes a built image.
+type Result struct {
+	// Digest is the image manifest's digest.
+	Digest v1.Hash
+	// Size is the size of the compressed layer; Uncompressed of the root
+	// filesystem tar.
+	Size, Uncompressed int64
+	// Packages is how many packages the root filesystem holds.
+	Packages int
+	// Duration is the whole build, from mmdebstrap to the written layout.
+	Duration time.Duration
+}
+
+// Build builds r into a new OCI image layout at out, which must not exist or
+// be empty. Nothing is left at out when the build fails.
+func (b *Builder) Build(ctx context.Context, r *Recipe, out string) (Result, error) {
+	start := time.Now()
+	if err := checkOut(out); err != nil {
+		return Result{}, err
+	}
+	parent := filepath.Dir(filepath.Clean(out))
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return Result{}, fmt.Errorf("build %s: %w", r.Name, err)
+	}
+	work, err := os.MkdirTemp(parent, ".build-"+filepath.Base(out)+"-")
+	if err != nil {
+		return Result{}, fmt.Errorf("build %s: %w", r.Name, err)
+	}
+	defer os.RemoveAll(work)
+
+	b.step(start, "building %s: %d Debian packages (%s), %s", r.Name, len(r.Packages), r.Suite, strings.Join(r.Packages, " "))
+	rootfs := filepath.Join(work, "rootfs.tar")
+	if err := b.mmdebstrap(ctx, r, rootfs); err != nil {
+		return Result{}, err
+	}
+	fi, err := os.Stat(rootfs)
+	if err != nil {
+		return Result{}, fmt.Errorf("build %s: root filesystem: %w", r.Name, err)
+	}
+	res := Result{Uncompressed: fi.Size()}
+	b.step(start, "root filesystem done: %s", mb(fi.Size()))
+
+	gz := filepath.Join(work, "layer.tar.gz")
+	if err := b.compress(ctx, start, rootfs, gz, fi.Size()); err != nil {
+		return Result{}, err
+	}
+	_ = os.Remove(rootfs)
+
+	layer, err := tarball.LayerFromFile(gz, tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		return Result{}, fmt.Errorf("build %s: layer: %w", r.Name, err)
+	}
+	if res.Size, err = layer.Size(); err != nil {
+		return Result{}, fmt.Errorf("build %s: layer: %w", r.Name, err)
+	}
+	b.step(start, "layer compressed: %s", mb(res.Size))
+
+	img, err := r.image(layer)
+	if err != nil {
+		return Result{}, fmt.Errorf("build %s: %w", r.Name, err)
+	}
+	staged := filepath.Join(work, "layout")
+	p, err := layout.Write(staged, empty.Index)
+	if err != nil {
+		return Result{}, fmt.Errorf("build %s: layout: %w", r.Name, err)
+	}
+	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{
+		"org.opencontainers.image.ref.name": r.Name,
+		"io.containerd.image.name":          r.Name,
+	})); err != nil {
+		return Result{}, fmt.Errorf("build %s: write layout: %w", r.Name, err)
+	}
+	if res.Digest, err = img.Digest(); err != nil {
+		return Result{}, fmt.Errorf("build %s: %w", r.Name, err)
+	}
+	if err := os.Chmod(staged, 0o755); err != nil {
+		return Result{}, fmt.Errorf("build %s: %w", r.Name, err)
+	}
+	_ = os.Remove(out) // an empty directory checkOut allowed
+	if err := os.Rename(staged, out); err != nil {
+		return Result{}, fmt.Errorf("build %s: %w", r.Name, err)
+	}
+	res.Packages = len(r.Packages)
+	res.Duration = time.Since(start)
+	b.step(start, "wrote %s (%s) to %s", r.Name, res.Digest, out)
+	return res, nil
+}
+
+func checkOut(out string) error {
+	entries, err := os.ReadDir(out)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("output %s: %w", out, err)
+	case len(entries) > 0:
+		return fmt.Errorf("output %s already exists and is not empty", out)
+	}
+	return nil
+}
+
+// image is the OCI image of one root filesystem layer and r's config.
+func (r *Recipe) image(layer v1.Layer) (v1.Image, error) {
+	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+	img, err := mutate.Append(img, mutate.Addendum{
+		Layer:     layer,
+		MediaType: types.OCILayer,
+		History: v1.History{
+			Created:   v1.Time{Time: time.Now().UTC()},
+			CreatedBy: "mmdebstrap --variant=" + r.variant() + " " + r.Suite + " (" + strings.Join(r.Packages, ",") + ")",
+			Comment:   "deskgrid images build",
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf = cf.DeepCopy()
+	cf.Architecture = runtime.GOARCH
+	cf.OS = "linux"
+	cf.Created = v1.Time{Time: time.Now().UTC()}
+	cf.Author = "deskgrid"
+	cf.Config.User = r.Config.User
+	cf.Config.WorkingDir = r.Config.WorkingDir
+	cf.Config.Env = r.Config.Env
+	cf.Config.Cmd = r.Config.Cmd
+	cf.Config.Labels = map[string]string{}
+	for k, v := range r.Config.Labels {
+		cf.Config.Labels[k] = v
+	}
+	if r.Description != "" {
+		cf.Config.Labels["org.opencontainers.image.description"] = r.Description
+	}
+	return mutate.ConfigFile(img, cf)
+}
+
+func (r *Recipe) variant() string {
+	if r.Variant == "" {
+		return "apt"
+	}
+	return r.Variant
+}
+
+// mmdebstrap builds r's root filesystem into the tar file out.
+func (b *Builder) mmdebstrap(ctx context.Context, r *Recipe, out string) error {
+	args := []string{
+		"--variant=" + r.variant(),
+		"--include=" + strings.Join(r.Packages, ","),
+		// No device nodes in the layer: the runtime gives a session its /dev.
+		"--skip=output/dev",
+	}
+	for _, o := range r.DpkgOptions {
+		args = append(args, "--dpkgopt="+o)
+	}
+	for _, dir := range r.FileDirs {
+		// Owned by root, never group- or world-writable, existing directories
+		// keep their own modes.
+		args = append(args, "--customize-hook=tar -C "+shellQuote(dir)+
+			" --owner=0 --group=0 --numeric-owner --mode=go-w -cf - . | tar -C \"$1\" --no-overwrite-dir -xpf -")
+	}
+	for _, s := range r.Scripts {
+		args = append(args, "--customize-hook=chroot \"$1\" /bin/sh -eu -s < "+shellQuote(s))
+	}
+	args = append(args, r.Suite, out)
+	args = append(args, b.d.Sources...)
+
+	cmd := exec.CommandContext(ctx, b.d.Mmdebstrap, args...)
+	// The system's PATH: mmdebstrap's helpers (mmtarfilter, a python3 script)
+	// and the tools its hooks run must be Debian's, not a user's shims.
+	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive", "PATH="+systemPath)
+	pr, pw := io.Pipe()
+	cmd.Stdout = pw
+	cmd.Stderr = pw
+	var tail lastLines
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			tail.add(line)
+			fmt.Fprintf(b.d.Progress, "  mmdebstrap: %s\n", line)
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	err := cmd.Run()
+	pw.Close()
+	<-done
+	if err != nil {
+		_ = os.Remove(out)
+		if ctx.Err() != nil {
+			return fmt.Errorf("build %s: %w", r.Name, ctx.Err())
+		}
+		return fmt.Errorf("build %s: mmdebstrap: %w\n%s", r.Name, err, tail.String())
+	}
+	return nil
+}
+
+// compress gzips src into dst, reporting progress every few seconds.
+func (b *Builder) compress(ctx context.Context, start time.Time, src, dst string, total int64) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("compress layer: %w", err)
+	}
+	defer in.Close()
+	f, err := os.Create(dst)
+	if err != nil {
+		return fmt.Errorf("compress layer: %w", err)
+	}
+	defer f.Close()
+	zw, err := gzip.NewWriterLevel(f, gzip.DefaultCompression)
+	if err != nil {
+		return fmt.Errorf("compress layer: %w", err)
+	}
+	var n atomic.Int64
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		t := time.NewTicker(5 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				b.step(start, "compressing layer: %s of %s", mb(n.Load()), mb(total))
+			}
+		}
+	}()
+	buf := make([]byte, 1<<20)
+	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("compress layer: %w", err)
+		}
+		k, rerr := in.Read(buf)
+		if k > 0 {
+			if _, err := zw.Write(buf[:k]); err != nil {
+				return fmt.Errorf("compress layer: %w", err)
+			}
+			n.Add(int64(k))
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return fmt.Errorf("compress layer: %w", rerr)
+		}
+	}
+	if err := zw.Close(); err != nil {
+		return fmt.Errorf("compress layer: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("compress layer: %w", err)
+	}
+	return nil
+}
+
+func (b *Builder) step(start time.Time, format string, a ...any) {
+	fmt.Fprintf(b.d.Progress, "[%6.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, a...))
+}
+
+const systemPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// lastLines keeps the last few lines of a command's output for its error.
+type lastLines struct{ lines []string }
+
+func (l *lastLines) add(s string) {
+	l.lines = append(l.lines, s)
+	if len(l.lines) > 20 {
+		l.lines = l.lines[1:]
+	}
+}
+
+func (l *lastLines) String() string { return strings.Join(l.lines, "\n") }
