@@ -96,7 +96,9 @@ const (
 )
 
 // DefaultDiskBytes bounds a session's writable layer when its request
-// names no disk_bytes, so one session cannot fill the node's disk.
+// names no disk_bytes, so one session cannot fill the node's disk. The node
+// roles set it as Config.Limits.DiskBytes (-session-disk-bytes); a bare
+// Config has no disk limit.
 const DefaultDiskBytes = 2 << 30
 
 // DefaultConfig returns the configuration used when nothing is set.
@@ -118,7 +120,7 @@ func DefaultConfig() Config {
 		MkfsPath:          "mkfs.ext4",
 		MountPath:         "mount",
 		CgroupParent:      cgroup.DefaultParent,
-		Limits:            Limits{MemoryBytes: 2 << 30, CPUMillis: 1000, Pids: 512, DiskBytes: DefaultDiskBytes},
+		Limits:            Limits{MemoryBytes: 2 << 30, CPUMillis: 1000, Pids: 512},
 		MaxLimits:         Limits{MemoryBytes: 16 << 30, CPUMillis: int64(runtime.NumCPU()) * 1000, Pids: 8192},
 	}
 }
