@@ -66,7 +66,6 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 		dc.RuntimeDir = s.cfg.RuntimeDir
 		dc.WarmDisplays = s.cfg.WarmDisplays
 		dc.FirstDisplay = s.cfg.FirstDisplay
-		dc.WindowManager = strings.Fields(s.cfg.WindowManager)
 		d, err := display.New(ctx, dc, display.Deps{Logger: s.logger.With("component", "display"), Tenant: s.tenantHook()})
 		if err != nil {
 			return nil, fmt.Errorf("display: %w", err)
@@ -198,6 +197,7 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 	cfg.MaxTTL = s.cfg.MaxTTL
 	cfg.DefaultIdleTimeout = s.cfg.DefaultIdleTimeout
 	cfg.CreateTimeout = s.cfg.CreateTimeout
+	cfg.Desktop = strings.Fields(s.cfg.WindowManager)
 	cfg.TenantQuota = quota.Amount{Sessions: s.cfg.TenantMaxSessions, CPUMillis: s.cfg.TenantMaxCPUMillis, MemoryBytes: s.cfg.TenantMaxMemoryBytes}
 	svc, err := session.New(ctx, cfg, session.Deps{
 		Logger: s.logger.With("component", "session"),

@@ -139,7 +139,7 @@ func serverFlags(name string, stderr io.Writer) (*flag.FlagSet, *serverConfig) {
 	fs.IntVar(&c.NodeMaxSessions, "node-max-sessions", 64, "sessions one node holds at once")
 	fs.IntVar(&c.WarmDisplays, "warm-displays", 1, "X servers kept started at the default size, so creating a session does not wait for one")
 	fs.IntVar(&c.FirstDisplay, "first-display", 100, "lowest X display number the node uses; give nodes sharing one machine's /tmp disjoint ranges")
-	fs.StringVar(&c.WindowManager, "window-manager", "", "window manager started on every display, such as openbox; empty runs bare X")
+	fs.StringVar(&c.WindowManager, "window-manager", "", "window manager started inside every session's sandbox on its display, such as openbox; empty runs bare X")
 	fs.StringVar(&c.WorkspaceRoots, "workspace-roots", "", "comma-separated folders whose subfolders sessions may use as workspaces")
 	fs.StringVar(&c.SessionAddr, "session-addr", "127.0.0.1:9090", "gRPC address of the session service (gateway); up uses its own -grpc-addr")
 	fs.StringVar(&c.AgentAddr, "agent-addr", "127.0.0.1:9090", "gRPC address of the agent service (gateway); up uses its own -grpc-addr")

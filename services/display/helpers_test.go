@@ -9,6 +9,7 @@ import (
 	"image/png"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/display/xauthority"
 	"github.com/deskgrid/deskgrid/services/display/xconn"
+	"github.com/deskgrid/deskgrid/services/display/xserver"
 )
 
 // testService starts a Service behind a real gRPC server and returns both
@@ -100,6 +102,25 @@ func decodePNG(tb testing.TB, data []byte) image.Image {
 
 // clientConn connects to a session's display as a program in its sandbox
 // would: with the display name and Xauthority file Lookup gives.
+// startClient runs argv (a window manager, say) as an X client of the
+// session's display until the test ends.
+func startClient(tb testing.TB, s *Service, sessionID string, argv []string) {
+	tb.Helper()
+	xd, xauth, ok := s.Lookup(sessionID)
+	if !ok {
+		tb.Fatalf("no display for %s", sessionID)
+	}
+	num, err := strconv.Atoi(xd[1:])
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c, err := xserver.StartClient(num, xauth, filepath.Join(tb.TempDir(), "client.log"), argv, 5*time.Second)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = c.Stop(context.Background()) })
+}
+
 func clientConn(tb testing.TB, s *Service, sessionID string) *xgb.Conn {
 	tb.Helper()
 	xd, xauth, ok := s.Lookup(sessionID)

@@ -56,10 +56,6 @@ type Config struct {
 	StartTimeout time.Duration
 	// StopTimeout is the grace between SIGTERM and SIGKILL.
 	StopTimeout time.Duration
-	// WindowManager, when set, is started on every display (such as
-	// "openbox"): it gives windows frames and focus on click, as the desktop
-	// applications expect. Empty runs bare X.
-	WindowManager []string
 	// GLX keeps the X server's OpenGL extension (and its memory); off by default.
 	GLX bool
 	// MaxWait bounds a single wait action.
@@ -153,7 +149,6 @@ type display struct {
 	dir       string
 	xauthPath string
 	server    *xserver.Server
-	wm        *xserver.Client // nil without a window manager
 	conn      *xgb.Conn
 	screen    capture.Screen
 	input     *xinput.Injector
@@ -246,7 +241,6 @@ const (
 	xauthFile = "Xauthority"
 	logFile   = "xvfb.log"
 	vncSocket = "vnc.sock"
-	wmLogFile = "wm.log"
 )
 
 // New returns a service; it starts nothing until displays are created.
@@ -491,14 +485,6 @@ func (s *Service) launch(ctx context.Context, dir string, spec displaySpec) (_ *
 		conn.Close()
 		return nil, err
 	}
-	if len(s.cfg.WindowManager) > 0 {
-		wm, err := xserver.StartClient(srv.Display, xauthPath, filepath.Join(dir, wmLogFile), s.cfg.WindowManager, s.cfg.StopTimeout)
-		if err != nil {
-			conn.Close()
-			return nil, err
-		}
-		d.wm = wm
-	}
 	// The cursor overlay needs XFIXES; screenshots go on without it.
 	d.cursorOK = capture.InitCursor(conn) == nil
 	d.conn, d.screen, d.input, d.watch, d.windows = conn, screen, input, watch, lister
@@ -731,13 +717,7 @@ func (s *Service) stop(ctx context.Context, d *display) error {
 	d.inputMu.Lock()
 	d.conn.Close()
 	d.inputMu.Unlock()
-	var err error
-	if d.wm != nil {
-		err = d.wm.Stop(ctx)
-	}
-	if serr := d.server.Stop(ctx); serr != nil {
-		err = serr
-	}
+	err := d.server.Stop(ctx)
 	d.shotMu.Lock()
 	if d.shared != nil {
 		_ = d.shared.Close()

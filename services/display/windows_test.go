@@ -1,9 +1,7 @@
 package display
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"os/exec"
 	"strings"
 	"testing"
@@ -11,43 +9,9 @@ import (
 
 	"github.com/jezek/xgb"
 	"github.com/jezek/xgb/xproto"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 )
-
-// testServiceWith is testService with a changed configuration.
-func testServiceWith(tb testing.TB, change func(*Config)) (*Service, displayv1.DisplayServiceClient) {
-	tb.Helper()
-	cfg := DefaultConfig()
-	cfg.RuntimeDir = tb.TempDir()
-	cfg.WarmDisplays = 0
-	change(&cfg)
-	s, err := New(context.Background(), cfg, Deps{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if err := s.Close(context.Background()); err != nil {
-			tb.Errorf("close: %v", err)
-		}
-	})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	s.Register(gs)
-	go func() { _ = gs.Serve(lis) }()
-	tb.Cleanup(gs.Stop)
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { cc.Close() })
-	return s, displayv1.NewDisplayServiceClient(cc)
-}
 
 func atom(tb testing.TB, c *xgb.Conn, name string) xproto.Atom {
 	tb.Helper()
@@ -184,9 +148,12 @@ func TestGetDisplayListsWindows(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s, c := testServiceWith(t, func(cfg *Config) { cfg.WindowManager = tc.wm })
+			s, c := testService(t, "")
 			id := strings.ReplaceAll(strings.ToLower(tc.name), " ", "-")
 			createDisplay(t, c, id, 800, 600)
+			if tc.wm != nil {
+				startClient(t, s, id, tc.wm)
+			}
 			xc := clientConn(t, s, id)
 			root := xproto.Setup(xc).DefaultScreen(xc).Root
 			if tc.wm != nil {

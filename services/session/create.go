@@ -239,8 +239,13 @@ func (s *Service) startDesktop(ctx context.Context, cur *sessionv1.Session, node
 	}); err != nil {
 		return "", &nodeError{Node: nodeID, Op: "first screenshot", Err: err}
 	}
-	// Autostart programs run inside the sandbox, on the session's display,
-	// until the session ends.
+	// The desktop and the autostart programs run inside the sandbox, on the
+	// session's display, until the session ends.
+	if len(s.cfg.Desktop) > 0 {
+		if _, err := sandboxes.StartProcess(ctx, &sandboxv1.StartProcessRequest{SessionId: cur.GetId(), Argv: slices.Clone(s.cfg.Desktop)}); err != nil {
+			return "", &nodeError{Node: nodeID, Op: fmt.Sprintf("start the desktop %q", s.cfg.Desktop[0]), Err: err}
+		}
+	}
 	for _, prog := range cur.GetAutostart() {
 		if _, err := sandboxes.StartProcess(ctx, &sandboxv1.StartProcessRequest{SessionId: cur.GetId(), Argv: []string{"sh", "-c", prog}}); err != nil {
 			return "", &nodeError{Node: nodeID, Op: fmt.Sprintf("start autostart program %q", prog), Err: err}

@@ -1088,3 +1088,25 @@ func TestCommitSession(t *testing.T) {
 	_, err = h.client.CommitSession(ctx, &sessionv1.CommitSessionRequest{SessionId: id, Image: "x/y:z"})
 	wantCode(t, err, codes.FailedPrecondition)
 }
+
+// The window manager is the session's own program: create asks the sandbox
+// to start it (inside the session's namespaces, seccomp and cgroup, as the
+// session's user) before the autostart programs, and asks the display for
+// nothing but its X server. A window manager started by the display service
+// ran on the host, where its menu's terminal was a root shell on the node.
+func TestWindowManagerStartsInsideTheSandbox(t *testing.T) {
+	h := newHarness(t, withConfig(func(c *Config) { c.Desktop = []string{"openbox", "--sm-disable"} }))
+	resp, err := h.client.CreateSession(context.Background(), &sessionv1.CreateSessionRequest{Autostart: []string{"xterm"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetSession().GetId()
+	want := []string{
+		"sandbox.create " + id, "display.create " + id, "display.screenshot " + id,
+		"sandbox.start openbox --sm-disable " + id,
+		"sandbox.start sh -c xterm " + id,
+	}
+	if got := h.node.Calls(); !slices.Equal(got, want) {
+		t.Fatalf("node calls %v, want %v", got, want)
+	}
+}

@@ -50,6 +50,12 @@ type Config struct {
 	// TenantQuotas overrides it per tenant.
 	TenantQuota  quota.Amount
 	TenantQuotas map[string]quota.Amount
+	// Desktop, when set, is the program that starts a session's desktop
+	// (such as openbox): it runs inside the session's sandbox, as the
+	// session's user, on its display, whenever the desktop starts (create
+	// and resume), before the session's autostart programs. Nothing drawn
+	// on a session's screen runs on the host.
+	Desktop []string
 	// Display defaults.
 	DefaultWidth  int32
 	DefaultHeight int32
