@@ -225,7 +225,9 @@ func TestMCPSessionsCannotBeRidden(t *testing.T) {
 	}
 	defer c.Close()
 	hs := httptest.NewServer(mcpserver.HTTPHandler(c, "test"))
-	defer hs.Close()
+	// Closed after the MCP clients (their cleanups run first): Close waits
+	// for their open streams.
+	t.Cleanup(hs.Close)
 
 	cli(t, srv, "tenants", "create", "mallory")
 	otherTenant := cli(t, srv, "keys", "create", "-tenant", "mallory", "-scopes", "read,write")
