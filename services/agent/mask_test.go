@@ -17,6 +17,8 @@ import (
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
+	"github.com/deskgrid/deskgrid/services/agent/lease"
 	"github.com/deskgrid/deskgrid/services/agent/store"
 	"github.com/deskgrid/deskgrid/services/platform/grpcserver"
 )
@@ -32,7 +34,11 @@ func TestStoreFailureReachesClientMasked(t *testing.T) {
 		t.Fatal(err)
 	}
 	node := startNode(t, newFakeNode())
-	svc, err := New(ctx, DefaultConfig(), Deps{Display: displayv1.NewDisplayServiceClient(node), Sandbox: sandboxv1.NewSandboxServiceClient(node), Store: st})
+	svc, err := New(ctx, DefaultConfig(), Deps{
+		Display: displayv1.NewDisplayServiceClient(node), Sandbox: sandboxv1.NewSandboxServiceClient(node), Store: st,
+		Leases: lease.NewMemory(nil), Tenant: tenantFromMetadata,
+		Sessions: sessionv1.NewSessionServiceClient(startSessions(t, &fakeSessions{})),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
