@@ -27,6 +27,7 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -312,7 +313,7 @@ func (l *lines) String() string {
 }
 
 func (r *Recorder) enqueue(rec *record) {
-	if rec.session == "" {
+	if rec.session == "" || refused(rec.err) {
 		return
 	}
 	r.mu.RLock()
@@ -580,4 +581,16 @@ func (r *Recorder) content(b []byte) any {
 func redactEnv(kv string) string {
 	name, _, _ := strings.Cut(kv, "=")
 	return name + "=…"
+}
+
+// refused reports a call that never reached a session its caller may act
+// on (another tenant's or a missing one, no key, no scope). It belongs to
+// no session's story: recorded under the id it named, another tenant's
+// attempts would land in, and be readable through, that session's history.
+func refused(err error) bool {
+	switch status.Code(err) {
+	case codes.NotFound, codes.PermissionDenied, codes.Unauthenticated:
+		return true
+	}
+	return false
 }
