@@ -1,0 +1,268 @@
+"""The Python SDK against a real ``deskgrid up`` (DESKGRID_BIN, else
+``deskgrid`` on PATH): run with ``python3 -m unittest discover -s tests``
+from sdk/python."""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+from typing import Any, List, Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import deskgrid  # noqa: E402
+from deskgrid import actions  # noqa: E402
+from deskgrid.testing import DeskgridServer  # noqa: E402
+
+REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+
+server: Optional[DeskgridServer] = None
+
+
+def setUpModule() -> None:
+    global server
+    server = DeskgridServer().start()
+
+
+def tearDownModule() -> None:
+    if server is not None:
+        server.stop()
+
+
+def png_size(data: bytes) -> "tuple[int, int]":
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:16]
+    assert data[12:16] == b"IHDR"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+class SessionTest(unittest.TestCase):
+    """One session through create, act, exec, files, watch and delete."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        assert server is not None
+        cls.dg = server.client()
+        cls.s = cls.dg.sessions.create(width=640, height=480, labels={"suite": "python-sdk"})
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        try:
+            cls.s.delete()
+        except deskgrid.NotFound:
+            pass
+
+    def test_created_running(self) -> None:
+        self.assertTrue(self.s.id.startswith("s-"), self.s.id)
+        self.assertEqual(self.s.state, "SESSION_STATE_RUNNING")
+        self.assertEqual((self.s.width, self.s.height), (640, 480))
+        got = self.dg.sessions.get(self.s.id)
+        self.assertEqual(got.id, self.s.id)
+        self.assertEqual(got.labels, {"suite": "python-sdk"})
+
+    def test_list_finds_it_by_label_and_pages(self) -> None:
+        ids = [x.id for x in self.dg.sessions.list(labels={"suite": "python-sdk"}, page_size=1)]
+        self.assertIn(self.s.id, ids)
+        none = list(self.dg.sessions.list(labels={"suite": "nobody"}))
+        self.assertEqual(none, [])
+
+    def test_screenshot_is_png_of_the_screen(self) -> None:
+        png = self.s.screenshot()
+        self.assertEqual(png_size(png), (640, 480))
+        small = self.s.screenshot(scale_to=(320, 240))
+        self.assertEqual(png_size(small), (320, 240))
+        jpeg = self.s.screenshot(format="jpeg", quality=50)
+        self.assertEqual(jpeg[:2], b"\xff\xd8")
+
+    def test_click_type_and_cursor(self) -> None:
+        self.s.click(100, 120)
+        self.assertEqual(self.s.cursor_position(), (100, 120))
+        self.s.move_mouse(200, 210)
+        self.s.type("héllo")
+        self.s.key("Return")
+        r = self.s.act(actions.mouse_move(33, 44), actions.cursor_position(), screenshot=True, scale_to=(160, 120))
+        self.assertEqual(r["cursor"], {"x": 33, "y": 44})
+        self.assertEqual(png_size(base64.b64decode(r["screenshot"]["data"])), (160, 120))
+
+    def test_exec_output_and_exit_code(self) -> None:
+        r = self.s.exec("sh", "-c", "echo out; echo err >&2; exit 3")
+        self.assertEqual(r.stdout, b"out\n")
+        self.assertEqual(r.stderr, b"err\n")
+        self.assertEqual(r.exit_code, 3)
+        r = self.s.exec("cat", stdin="from stdin", env={"A": "1"})
+        self.assertEqual(r.stdout, b"from stdin")
+        r = self.s.exec("sh", "-c", 'echo "$A"', env={"A": "b c"})
+        self.assertEqual(r.text, "b c\n")
+        parts = list(self.s.exec_stream("sh", "-c", "echo one; echo two"))
+        self.assertEqual(parts[-1][0], "exit")
+        self.assertEqual(b"".join(v for k, v in parts if k == "stdout"), b"one\ntwo\n")  # type: ignore[misc]
+
+    def test_exec_timeout(self) -> None:
+        r = self.s.exec("sleep", "30", timeout=0.5)
+        self.assertTrue(r.timed_out, r)
+
+    def test_shell_keeps_state(self) -> None:
+        self.s.shell("cd /tmp && export X=kept")
+        r = self.s.shell("echo $X $PWD")
+        self.assertEqual(r.output.strip(), "kept /tmp")
+        self.assertEqual(r.exit_code, 0)
+
+    def test_files_round_trip(self) -> None:
+        blob = bytes(range(256)) * 10
+        self.s.files.write("dir-py/blob.bin", blob)
+        self.assertEqual(self.s.files.read("dir-py/blob.bin"), blob)
+        self.s.files.write("dir-py/a.txt", "text ✓")
+        self.assertEqual(self.s.files.read_text("dir-py/a.txt"), "text ✓")
+        names = {f["name"] for f in self.s.files.list("dir-py")}
+        self.assertEqual(names, {"blob.bin", "a.txt"})
+        self.assertEqual(b"".join(self.s.files.download("dir-py/blob.bin")), blob)
+        r = self.s.exec("cat", "dir-py/a.txt")
+        self.assertEqual(r.text, "text ✓")
+        with self.assertRaises(deskgrid.NotFound) as cm:
+            self.s.files.read("dir-py/missing.txt")
+        self.assertEqual(cm.exception.status, 404)
+
+    def test_history_records_the_calls(self) -> None:
+        self.s.exec("true")
+        kinds = [e.get("type", "") for e in self.s.history()]
+        self.assertTrue(kinds, "no history")
+        self.assertTrue(self.s.export_history().strip().startswith(b"{"))
+
+    def test_viewer_token(self) -> None:
+        t = self.s.viewer_token("view", ttl_seconds=60)
+        self.assertTrue(t["token"])
+        self.assertEqual(t["session_id"], self.s.id)
+
+
+class ErrorTest(unittest.TestCase):
+    def setUp(self) -> None:
+        assert server is not None
+        self.dg = server.client()
+
+    def test_404_is_not_found(self) -> None:
+        with self.assertRaises(deskgrid.NotFound) as cm:
+            self.dg.sessions.get("s-aaaaaaaaaaaaaaaaaaaa")
+        e = cm.exception
+        self.assertEqual((e.status, e.code), (404, 5))
+        self.assertIn("not found", e.message)
+        self.assertIsInstance(e, deskgrid.DeskgridError)
+
+    def test_400_is_invalid_argument_and_creates_nothing(self) -> None:
+        before = {s.id for s in self.dg.sessions.list()}
+        with self.assertRaises(deskgrid.InvalidArgument) as cm:
+            self.dg.sessions.create(width=1)
+        self.assertEqual((cm.exception.status, cm.exception.code), (400, 3))
+        self.assertIn("display.width", cm.exception.message)
+        self.assertEqual({s.id for s in self.dg.sessions.list()}, before)
+
+    def test_401_without_key(self) -> None:
+        assert server is not None
+        with self.assertRaises(deskgrid.Unauthenticated) as cm:
+            list(deskgrid.Client(server.url, "").sessions.list())
+        self.assertEqual(cm.exception.status, 401)
+
+    def test_wrong_key_is_refused(self) -> None:
+        assert server is not None
+        with self.assertRaises(deskgrid.Unauthenticated):
+            deskgrid.Client(server.url, "dg_nope_nope").sessions.get("s-aaaaaaaaaaaaaaaaaaaa")
+
+    def test_unreachable_is_unavailable_after_retries(self) -> None:
+        tries: List[int] = []
+        dead = deskgrid.Client(
+            "http://" + deskgrid.testing.free_addr(), "k", retries=3, on_retry=lambda n, e, w: tries.append(n)
+        )
+        with self.assertRaises(deskgrid.Unavailable):
+            dead.sessions.get("s-x")
+        self.assertEqual(tries, [1, 2])
+
+    def test_exec_of_a_missing_program(self) -> None:
+        with self.dg.sessions.create(width=320, height=240) as s:
+            with self.assertRaises(deskgrid.DeskgridError) as cm:
+                r = s.exec("/no/such/program")
+                # Some sandboxes report it as exit 127 rather than an error.
+                if r.exit_code == 127:
+                    raise deskgrid.NotFound("exit 127")
+            self.assertIn(cm.exception.code, (3, 5, 9))
+
+
+class LifeTest(unittest.TestCase):
+    def setUp(self) -> None:
+        assert server is not None
+        self.dg = server.client()
+
+    def test_context_manager_deletes_and_watch_sees_it_end(self) -> None:
+        seen: List[str] = []
+        with self.dg.sessions.create(width=320, height=240) as s:
+            sid = s.id
+            ready = threading.Event()
+
+            def follow() -> None:
+                for snap in s.watch():
+                    seen.append(snap.get("state", ""))
+                    ready.set()
+
+            t = threading.Thread(target=follow, daemon=True)
+            t.start()
+            self.assertTrue(ready.wait(30), "watch yielded nothing")
+            s.keepalive()
+        t.join(30)
+        self.assertFalse(t.is_alive(), "watch did not end with the session")
+        self.assertEqual(seen[0], "SESSION_STATE_RUNNING")
+        self.assertIn(seen[-1], ("SESSION_STATE_STOPPED", "SESSION_STATE_STOPPING"))
+        self.assertIn(self.dg.sessions.get(sid).state, ("SESSION_STATE_STOPPED", "SESSION_STATE_STOPPING"))
+        with self.assertRaises(deskgrid.DeskgridError):
+            self.dg.sessions.get(sid).screenshot()
+
+    def test_request_id_makes_create_idempotent(self) -> None:
+        a = self.dg.sessions.create(width=320, height=240, request_id="py-sdk-req-1")
+        try:
+            b = self.dg.sessions.create(width=320, height=240, request_id="py-sdk-req-1")
+            self.assertEqual(a.id, b.id)
+        finally:
+            a.delete()
+
+    def test_rate_limit_429_is_retried_after_retry_after(self) -> None:
+        # A deskgrid allowing one request a second per key: the burst of
+        # calls below is answered 429 with Retry-After, and the client waits
+        # and repeats them until each succeeds.
+        with DeskgridServer(["-rate-limit", "1"]) as slow:
+            retried: List[Any] = []
+            dg = slow.client(on_retry=lambda n, e, w: retried.append((e.status, e.retry_after)))
+            for _ in range(4):
+                self.assertEqual(list(dg.sessions.list()), [])
+            self.assertTrue(retried, "no call was refused")
+            self.assertTrue(all(st == 429 and ra is not None and ra >= 1 for st, ra in retried), retried)
+            once = slow.client(retries=1)
+            with self.assertRaises(deskgrid.ResourceExhausted) as cm:
+                for _ in range(10):
+                    list(once.sessions.list())
+            self.assertEqual(cm.exception.status, 429)
+            self.assertIsNotNone(cm.exception.retry_after)
+
+
+class ExampleTest(unittest.TestCase):
+    def test_quickstart_example(self) -> None:
+        assert server is not None
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "shot.png")
+            env = dict(os.environ, DESKGRID_URL=server.url, DESKGRID_API_KEY=server.api_key,
+                       PYTHONPATH=os.path.dirname(HERE))  # fmt: skip
+            p = subprocess.run(
+                [sys.executable, os.path.join(REPO, "examples", "python", "quickstart.py"), out],
+                env=env,
+                capture_output=True,
+                timeout=120,
+            )
+            self.assertEqual(p.returncode, 0, p.stderr.decode())
+            with open(out, "rb") as f:
+                self.assertEqual(png_size(f.read()), (1024, 768))
+            self.assertIn(b"hello from Linux", p.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
