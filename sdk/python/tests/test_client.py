@@ -263,6 +263,21 @@ class ExampleTest(unittest.TestCase):
                 self.assertEqual(png_size(f.read()), (1024, 768))
             self.assertIn(b"hello from Linux", p.stdout)
 
+    def test_readme_example(self) -> None:
+        assert server is not None
+        with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+            readme = f.read()
+        section = readme[readme.index("### Python and TypeScript SDKs"):]
+        code = section[section.index("```python\n") + 10:]
+        code = code[: code.index("```")]
+        with tempfile.TemporaryDirectory() as d:
+            env = dict(os.environ, DESKGRID_URL=server.url, DESKGRID_API_KEY=server.api_key,
+                       PYTHONPATH=os.path.dirname(HERE))  # fmt: skip
+            p = subprocess.run([sys.executable, "-c", code], cwd=d, env=env, capture_output=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr.decode())
+            with open(os.path.join(d, "shot.png"), "rb") as f:
+                self.assertEqual(png_size(f.read()), (1024, 768))
+
 
 if __name__ == "__main__":
     unittest.main()

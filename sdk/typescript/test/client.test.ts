@@ -223,15 +223,25 @@ describe('package', () => {
       writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'example', private: true, type: 'module' }));
       execFileSync('npm', ['install', '--offline', '--no-audit', '--no-fund', '--silent', join(dir, tgz)], { cwd: dir });
       copyFileSync(join(repo, 'examples', 'typescript', 'quickstart.ts'), join(dir, 'quickstart.ts'));
+      // The README's example, as written.
+      const readme = readFileSync(join(repo, 'README.md'), 'utf8');
+      const section = readme.slice(readme.indexOf('### Python and TypeScript SDKs'));
+      const code = section.slice(section.indexOf('```ts\n') + 6);
+      writeFileSync(join(dir, 'readme.ts'), code.slice(0, code.indexOf('```')));
       execFileSync(join(pkgDir, 'node_modules', '.bin', 'tsc'), [
         '--target', 'ES2022', '--module', 'NodeNext', '--moduleResolution', 'NodeNext', '--strict',
         '--lib', 'ES2022,DOM,ESNext.Disposable', '--typeRoots', join(pkgDir, 'node_modules', '@types'), '--types', 'node',
-        '--skipLibCheck', 'quickstart.ts',
+        '--skipLibCheck', 'quickstart.ts', 'readme.ts',
       ], { cwd: dir, stdio: 'pipe' });
       const out = execFileSync(process.execPath, ['quickstart.js', join(dir, 'shot.png')], {
         cwd: dir, encoding: 'utf8', env: { ...process.env, DESKGRID_URL: srv.url, DESKGRID_API_KEY: srv.apiKey },
       });
       assert.match(out, /hello from Linux/);
+      assert.deepEqual(pngSize(readFileSync(join(dir, 'shot.png'))), [1024, 768]);
+      rmSync(join(dir, 'shot.png'));
+      execFileSync(process.execPath, ['readme.js'], {
+        cwd: dir, env: { ...process.env, DESKGRID_URL: srv.url, DESKGRID_API_KEY: srv.apiKey },
+      });
       assert.deepEqual(pngSize(readFileSync(join(dir, 'shot.png'))), [1024, 768]);
     } finally {
       rmSync(dir, { recursive: true, force: true });
