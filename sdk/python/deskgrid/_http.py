@@ -12,7 +12,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import DeskgridError, StreamError, Unavailable, error_from_reply
 
@@ -70,7 +70,7 @@ class Transport:
     def url(self, path: str, query: Optional[Query] = None) -> str:
         u = self.base_url + path
         if query:
-            pairs = []
+            pairs: List[Tuple[str, str]] = []
             for k, v in query.items():
                 if v is None or v == "" or v is False:
                     continue

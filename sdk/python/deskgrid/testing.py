@@ -14,6 +14,7 @@ session-wide fixture of the same.
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import signal
@@ -24,7 +25,7 @@ import time
 import urllib.error
 import urllib.request
 from types import TracebackType
-from typing import Any, Iterator, List, Optional, Sequence, Type
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Type
 
 from .client import Client
 
@@ -139,14 +140,19 @@ class DeskgridServer:
         self.stop()
 
 
-try:  # a pytest fixture when pytest is there; nothing needs it otherwise
-    import pytest
+def _serve() -> Iterator[DeskgridServer]:
+    with DeskgridServer() as srv:
+        yield srv
 
-    @pytest.fixture(scope="session")
-    def deskgrid_server() -> Iterator[DeskgridServer]:
-        """A deskgrid shared by the test session."""
-        with DeskgridServer() as srv:
-            yield srv
 
-except ImportError:  # pragma: no cover
-    deskgrid_server = None  # type: ignore[assignment]
+def _pytest_fixture() -> Any:
+    try:
+        pytest = importlib.import_module("pytest")
+    except ImportError:
+        return None
+    fixture: Callable[[Callable[[], Iterator[DeskgridServer]]], Any] = pytest.fixture(scope="session", name="deskgrid_server")
+    return fixture(_serve)
+
+
+#: With pytest: a deskgrid shared by the test session (None without pytest).
+deskgrid_server = _pytest_fixture()

@@ -245,6 +245,17 @@ class LifeTest(unittest.TestCase):
             self.assertIsNotNone(cm.exception.retry_after)
 
 
+class TypesTest(unittest.TestCase):
+    def test_mypy_strict(self) -> None:
+        # mypy is Debian's package (scripts/setup --dev installs it).
+        p = subprocess.run(
+            [sys.executable, "-m", "mypy", "--strict", "--cache-dir", os.path.join(tempfile.gettempdir(), "deskgrid-mypy"),
+             "deskgrid"],
+            cwd=os.path.dirname(HERE), capture_output=True, timeout=300,
+        )  # fmt: skip
+        self.assertEqual(p.returncode, 0, (p.stdout + p.stderr).decode())
+
+
 class ExampleTest(unittest.TestCase):
     def test_quickstart_example(self) -> None:
         assert server is not None
