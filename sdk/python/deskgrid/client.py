@@ -493,7 +493,7 @@ class Session:
             body["timeout"] = _dur(timeout)
         r = self._call("POST", "/shell:run", body=body, timeout=max(self._c.transport.timeout, (timeout or 0) + 30))
         return ShellResult(
-            output=str(r.get("output", "")),
+            output=_unb64(r.get("output")).decode("utf-8", "replace"),
             exit_code=int(r.get("exitCode", 0)),
             timed_out=bool(r.get("timedOut", False)),
             truncated=bool(r.get("truncated", False)),
@@ -535,12 +535,14 @@ class Session:
     def export_history(self, *, include_blobs: bool = False) -> bytes:
         """The session's whole history as JSON Lines (what ``deskgrid
         history import`` reads back)."""
-        return b"".join(
-            _unb64(m.get("chunk"))
-            for m in self._c.transport.stream(
-                "GET", self._path("/history:export"), query={"includeBlobs": include_blobs}
-            )
+        raw, _ = self._c.transport.call_raw(
+            "GET",
+            self._path("/history:export"),
+            query={"includeBlobs": include_blobs},
+            accept="application/x-ndjson",
+            timeout=max(self._c.transport.timeout, 300.0),
         )
+        return raw
 
     def run(self, prompt: str, **options: Any) -> JSON:
         """Starts an agent run on this session; see :meth:`Runs.create`."""

@@ -182,6 +182,8 @@ def error_from_reply(
     code: Optional[int] = None
     message = ""
     details: List[Any] = []
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        body = body["error"]  # a stream's error line, sent as the whole reply
     if isinstance(body, dict):
         if isinstance(body.get("code"), int):
             code = body["code"]

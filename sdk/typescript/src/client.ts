@@ -481,7 +481,7 @@ export class Session implements AsyncDisposable {
       body: { command, timeout: dur(o.timeout) }, signal: o.signal,
       timeoutMs: Math.max(this.dg.transport.o.timeoutMs, ((o.timeout ?? 0) + 30) * 1000),
     });
-    return { output: r.output ?? '', exitCode: r.exitCode ?? 0, timedOut: r.timedOut ?? false, truncated: r.truncated ?? false };
+    return { output: dec.decode(fromBase64(r.output)), exitCode: r.exitCode ?? 0, timedOut: r.timedOut ?? false, truncated: r.truncated ?? false };
   }
 
   /** What the session changed in its filesystem. */
@@ -509,11 +509,11 @@ export class Session implements AsyncDisposable {
 
   /** The whole history as JSON Lines (what `deskgrid history import` reads back). */
   async exportHistory(o: { includeBlobs?: boolean } = {}): Promise<string> {
-    const parts: Uint8Array[] = [];
-    for await (const m of this.dg.transport.stream<S['v1ExportSessionHistoryResponse']>('GET', this.path('/history:export'), {
-      query: { includeBlobs: o.includeBlobs },
-    })) parts.push(fromBase64(m.chunk));
-    return dec.decode(concat(parts));
+    const { data } = await this.dg.transport.raw('GET', this.path('/history:export'), {
+      query: { includeBlobs: o.includeBlobs }, accept: 'application/x-ndjson',
+      timeoutMs: Math.max(this.dg.transport.o.timeoutMs, 300_000),
+    });
+    return dec.decode(data);
   }
 
   /** Starts an agent run on this session. */

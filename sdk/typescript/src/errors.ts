@@ -69,6 +69,8 @@ export function errorFromReply(status: number, body: unknown, retryAfter?: numbe
   let code: number | undefined;
   let message = '';
   let details: unknown[] = [];
+  const inner = (body as { error?: unknown } | null)?.error;
+  if (inner && typeof inner === 'object') body = inner; // a stream's error line, sent as the whole reply
   if (body && typeof body === 'object') {
     const b = body as { code?: unknown; message?: unknown; details?: unknown };
     if (typeof b.code === 'number') code = b.code;
