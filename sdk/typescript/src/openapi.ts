@@ -1060,6 +1060,66 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{sessionId}/viewerToken": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Issue a viewer token
+         * @description Issues a short-lived signed token that lets a browser watch (mode `view`) or drive (mode `control`) one session's desktop through the live view, without an API key.
+         */
+        post: operations["Gateway_IssueViewerToken"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{sessionId}/vnc": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Watch a desktop live (WebSocket)
+         * @description A WebSocket (subprotocol `binary`) carrying the session's RFB (VNC) stream, for noVNC and other viewers. It takes a viewer token in `?token=`, not an API key.
+         */
+        get: operations["Gateway_ConnectVNC"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/viewerTokens/{tokenId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke a viewer token
+         * @description Revokes a viewer token by its id: live views it opened end, and it opens no new one.
+         */
+        delete: operations["Gateway_RevokeViewerToken"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1082,11 +1142,11 @@ export interface components {
         AgentServiceCancelRunBody: Record<string, never>;
         /**
          * @example {
-         *       "prompt": "Open example.com and tell me its heading.",
-         *       "provider": "anthropic",
-         *       "model": "claude-sonnet-4-5",
+         *       "apiKey": "sk-ant-...",
          *       "maxSteps": 20,
-         *       "apiKey": "sk-ant-..."
+         *       "model": "claude-sonnet-4-5",
+         *       "prompt": "Open example.com and tell me its heading.",
+         *       "provider": "anthropic"
          *     }
          */
         AgentServiceCreateRunBody: {
@@ -1373,10 +1433,10 @@ export interface components {
          *         "-c",
          *         "echo hello"
          *       ],
+         *       "cwd": "",
          *       "env": [
          *         "LANG=C.UTF-8"
          *       ],
-         *       "cwd": "",
          *       "timeout": "30s"
          *     }
          */
@@ -1421,9 +1481,9 @@ export interface components {
         };
         /**
          * @example {
-         *       "path": "notes/todo.txt",
          *       "content": "aGVsbG8gd29ybGQK",
-         *       "mode": 420
+         *       "mode": 420,
+         *       "path": "notes/todo.txt"
          *     }
          */
         SandboxServiceWriteFileBody: {
@@ -1543,19 +1603,19 @@ export interface components {
         };
         /**
          * @example {
-         *       "display": {
-         *         "width": 1280,
-         *         "height": 800
-         *       },
-         *       "labels": {
-         *         "team": "qa"
-         *       },
-         *       "ttl": "7200s",
-         *       "idleTimeout": "900s",
          *       "autostart": [
          *         "chromium --no-first-run https://example.com"
          *       ],
-         *       "requestId": "create-7f3a"
+         *       "display": {
+         *         "height": 800,
+         *         "width": 1280
+         *       },
+         *       "idleTimeout": "900s",
+         *       "labels": {
+         *         "team": "qa"
+         *       },
+         *       "requestId": "create-7f3a",
+         *       "ttl": "7200s"
          *     }
          */
         v1CreateSessionRequest: {
@@ -1644,10 +1704,10 @@ export interface components {
         /**
          * @description DisplaySpec is the desktop a session asks for.
          * @example {
-         *       "width": 1280,
-         *       "height": 800,
          *       "depth": 24,
-         *       "dpi": 96
+         *       "dpi": 96,
+         *       "height": 800,
+         *       "width": 1280
          *     }
          */
         v1DisplaySpec: {
@@ -2090,6 +2150,10 @@ export interface components {
         v1ResumeSessionResponse: {
             session?: components["schemas"]["v1Session"];
         };
+        v1RevokeViewerTokenResponse: {
+            revoked?: boolean;
+            token_id?: string;
+        };
         /** @description Run is one agent loop on a session. */
         v1Run: {
             /** Format: date-time */
@@ -2328,21 +2392,21 @@ export interface components {
         /**
          * @description Session is one isolated desktop.
          * @example {
-         *       "id": "s-k3v9q2m8x1c7d4f6h0j5",
-         *       "tenant": "default",
-         *       "state": "SESSION_STATE_RUNNING",
+         *       "createTime": "2026-01-02T15:04:05Z",
          *       "display": {
-         *         "width": 1280,
+         *         "depth": 24,
          *         "height": 800,
-         *         "depth": 24
+         *         "width": 1280
          *       },
+         *       "generation": "3",
+         *       "id": "s-k3v9q2m8x1c7d4f6h0j5",
          *       "labels": {
          *         "team": "qa"
          *       },
          *       "nodeId": "node-1",
-         *       "xDisplay": ":101",
-         *       "createTime": "2026-01-02T15:04:05Z",
-         *       "generation": "3"
+         *       "state": "SESSION_STATE_RUNNING",
+         *       "tenant": "default",
+         *       "xDisplay": ":101"
          *     }
          */
         v1Session: {
@@ -2523,6 +2587,37 @@ export interface components {
             inputTokens?: string;
             /** Format: int64 */
             outputTokens?: string;
+        };
+        v1ViewerToken: {
+            /** Format: date-time */
+            expire_time?: string;
+            /** @enum {string} */
+            mode?: "view" | "control";
+            session_id?: string;
+            /** @description The token: pass it as `?token=` to the live view. */
+            token?: string;
+            /** @description Its id, to revoke it. */
+            token_id?: string;
+            /** @description The console's viewer page for the session, with the token. */
+            url?: string;
+        };
+        /**
+         * @example {
+         *       "mode": "view",
+         *       "ttl_seconds": 600
+         *     }
+         */
+        v1ViewerTokenRequest: {
+            /**
+             * @description `view` watches only; `control` may also send input (needs a key with the `write` scope).
+             * @enum {string}
+             */
+            mode?: "view" | "control";
+            /**
+             * Format: int64
+             * @description Lifetime; 0 or none is the default, longer than the maximum is the maximum.
+             */
+            ttl_seconds?: number;
         };
         /** @description Wait pauses between actions. */
         v1Wait: {
@@ -3220,13 +3315,14 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description A stream of run events. */
+            /** @description A stream, newline-delimited JSON (`application/x-ndjson`): one object a line, `{"result": <message>}`, or `{"error": <status>}` if the stream fails. With `Accept: text/event-stream`, server-sent events: each is sent twice with the same id and data, once named for its type (for `addEventListener`) and once unnamed (for `onmessage`). Event names: the run event's kind (`text_delta`, `thinking_delta`, `tool_call`, `tool_result`, `screenshot`, `usage`, `state`, ...; data: a StreamRunEventsResponse, id: the event's sequence) and `end`, whose data is `{"code": <gRPC code>, "message": ...}` when the stream has finished for good (code 0 when it simply ended). A reconnecting client sends `Last-Event-ID` and resumes after it. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
+                    "application/json": unknown;
+                    "application/x-ndjson": {
                         error?: components["schemas"]["rpcStatus"];
                         result?: components["schemas"]["v1StreamRunEventsResponse"];
                     };
@@ -3242,7 +3338,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["rpcStatus"];
+                    "application/x-ndjson": components["schemas"]["rpcStatus"];
                     "text/event-stream": components["schemas"]["rpcStatus"];
                 };
             };
@@ -3462,13 +3558,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description A stream of output chunks, then the exit. */
+            /** @description A stream, newline-delimited JSON (`application/x-ndjson`): one object a line, `{"result": <message>}`, or `{"error": <status>}` if the stream fails. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
+                    "application/json": unknown;
+                    "application/x-ndjson": {
                         error?: components["schemas"]["rpcStatus"];
                         result?: components["schemas"]["v1ExecResponse"];
                     };
@@ -3480,7 +3577,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["rpcStatus"];
+                    "application/x-ndjson": components["schemas"]["rpcStatus"];
                 };
             };
         };
@@ -3598,13 +3695,17 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description A successful response.(streaming responses) */
+            /** @description A stream, newline-delimited JSON (`application/x-ndjson`): one object a line, `{"result": <message>}`, or `{"error": <status>}` if the stream fails. With `Accept: text/event-stream`, server-sent events: each is sent twice with the same id and data, once named for its type (for `addEventListener`) and once unnamed (for `onmessage`). Event names: `session` (data: a WatchSessionResponse, id: the session's generation) and `end`, whose data is `{"code": <gRPC code>, "message": ...}` when the stream has finished for good (code 0 when it simply ended). A reconnecting client sends `Last-Event-ID` and resumes after it. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
+                    "application/x-ndjson": {
+                        error?: components["schemas"]["rpcStatus"];
+                        result?: components["schemas"]["v1WatchSessionResponse"];
+                    };
+                    "text/event-stream": {
                         error?: components["schemas"]["rpcStatus"];
                         result?: components["schemas"]["v1WatchSessionResponse"];
                     };
@@ -3616,7 +3717,8 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["rpcStatus"];
+                    "application/x-ndjson": components["schemas"]["rpcStatus"];
+                    "text/event-stream": components["schemas"]["rpcStatus"];
                 };
             };
         };
@@ -3940,13 +4042,13 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description A successful response.(streaming responses) */
+            /** @description A stream, newline-delimited JSON (`application/x-ndjson`): one object a line, `{"result": <message>}`, or `{"error": <status>}` if the stream fails. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
+                    "application/x-ndjson": {
                         error?: components["schemas"]["rpcStatus"];
                         result?: components["schemas"]["v1DownloadFileResponse"];
                     };
@@ -3958,7 +4060,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["rpcStatus"];
+                    "application/x-ndjson": components["schemas"]["rpcStatus"];
                 };
             };
         };
@@ -4236,16 +4338,13 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description A successful response.(streaming responses) */
+            /** @description The export itself, JSON Lines: one Entry in its JSON form per line, in sequence order (`curl .../history:export > s.jsonl`; `deskgrid history import` and ImportSessionHistory read it). */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        error?: components["schemas"]["rpcStatus"];
-                        result?: components["schemas"]["v1ExportSessionHistoryResponse"];
-                    };
+                    "application/x-ndjson": components["schemas"]["v1Entry"];
                 };
             };
             /** @description An unexpected error response. */
@@ -4254,7 +4353,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["rpcStatus"];
+                    "application/x-ndjson": components["schemas"]["rpcStatus"];
                 };
             };
         };
@@ -4516,15 +4615,19 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The image (image/png or image/jpeg), or with Accept: application/json its JSON form. */
+            /** @description The image itself, `image/png` (or `image/jpeg` as `format` asks), its size in the `X-Deskgrid-Width` and `X-Deskgrid-Height` headers. With `Accept: application/json`, a ScreenshotResponse with the bytes base64 in `data`. */
             200: {
                 headers: {
+                    /** @description The image's height in pixels. */
+                    "X-Deskgrid-Height"?: number;
+                    /** @description The image's width in pixels. */
+                    "X-Deskgrid-Width"?: number;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["v1ScreenshotResponse"];
-                    "image/jpeg": components["schemas"]["v1ScreenshotResponse"];
-                    "image/png": components["schemas"]["v1ScreenshotResponse"];
+                    "application/json": string;
+                    "image/jpeg": string;
+                    "image/png": string;
                 };
             };
             /** @description An unexpected error response. */
@@ -4735,6 +4838,109 @@ export interface operations {
                 };
             };
             /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["rpcStatus"];
+                };
+            };
+        };
+    };
+    Gateway_IssueViewerToken: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The session's id. */
+                sessionId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["v1ViewerTokenRequest"];
+            };
+        };
+        responses: {
+            /** @description The token. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["v1ViewerToken"];
+                };
+            };
+            /** @description An error. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["rpcStatus"];
+                };
+            };
+        };
+    };
+    Gateway_ConnectVNC: {
+        parameters: {
+            query?: {
+                /** @description A viewer token of this session. */
+                token?: string;
+                /** @description Watch only, even with a control token. */
+                view_only?: boolean;
+            };
+            header?: never;
+            path: {
+                /** @description The session's id. */
+                sessionId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Switching to the WebSocket protocol. */
+            101: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The upgrade was refused. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["rpcStatus"];
+                };
+            };
+        };
+    };
+    Gateway_RevokeViewerToken: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The token's id (`token_id`). */
+                tokenId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Revoked. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["v1RevokeViewerTokenResponse"];
+                };
+            };
+            /** @description An error. */
             default: {
                 headers: {
                     [name: string]: unknown;

@@ -219,7 +219,7 @@ describe('package', () => {
   test('npm pack installs, and the quickstart example runs from it', () => {
     const dir = mkdtempSync(join(tmpdir(), 'deskgrid-ts-example-'));
     try {
-      const tgz = execFileSync('npm', ['pack', '--silent', '--pack-destination', dir], { cwd: pkgDir, encoding: 'utf8' }).trim().split('\n').at(-1)!;
+      const tgz = execFileSync('npm', ['pack', '--silent', '--ignore-scripts', '--pack-destination', dir], { cwd: pkgDir, encoding: 'utf8' }).trim().split('\n').at(-1)!;
       writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'example', private: true, type: 'module' }));
       execFileSync('npm', ['install', '--offline', '--no-audit', '--no-fund', '--silent', join(dir, tgz)], { cwd: dir });
       copyFileSync(join(repo, 'examples', 'typescript', 'quickstart.ts'), join(dir, 'quickstart.ts'));
