@@ -12,6 +12,7 @@ import sys
 import tempfile
 import threading
 import unittest
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -24,16 +25,47 @@ from deskgrid.testing import DeskgridServer  # noqa: E402
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 
 server: Optional[DeskgridServer] = None
+model: Optional[ThreadingHTTPServer] = None
+
+
+class FakeAnthropic(BaseHTTPRequestHandler):
+    """Answers every Messages call with a short final text, streamed in the
+    Messages API's server-sent events (the one fake: an LLM provider)."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+
+        def ev(name: str, data: Any) -> None:
+            self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+
+        ev("message_start", {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+           "model": "claude-test", "content": [], "usage": {"input_tokens": 10, "output_tokens": 1}}})  # fmt: skip
+        ev("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+        ev("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Done."}})
+        ev("content_block_stop", {"type": "content_block_stop", "index": 0})
+        ev("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}})
+        ev("message_stop", {"type": "message_stop"})
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
 
 
 def setUpModule() -> None:
-    global server
-    server = DeskgridServer().start()
+    global server, model
+    model = ThreadingHTTPServer(("127.0.0.1", 0), FakeAnthropic)
+    threading.Thread(target=model.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{model.server_address[1]}"
+    server = DeskgridServer(["-anthropic-api-key", "sk-test", "-anthropic-base-url", base]).start()
 
 
 def tearDownModule() -> None:
     if server is not None:
         server.stop()
+    if model is not None:
+        model.shutdown()
 
 
 def png_size(data: bytes) -> "tuple[int, int]":
@@ -191,6 +223,24 @@ class ErrorTest(unittest.TestCase):
         self.assertIn("s-aaaaaaaaaaaaaaaaaaaa", cm.exception.message)
         with self.assertRaises(deskgrid.NotFound):
             list(gone.watch())
+
+
+class RunTest(unittest.TestCase):
+    def test_run_events_until_it_ends(self) -> None:
+        assert server is not None
+        dg = server.client()
+        with dg.sessions.create(width=320, height=240) as s:
+            run = s.run("Say done", provider="anthropic", model="claude-test", max_steps=2)
+            self.assertTrue(run["id"].startswith("run-"), run)
+            events = list(dg.runs.events(run["id"]))
+            self.assertIn("Done.", "".join(e.get("textDelta", "") for e in events))
+            seqs = [int(e["sequence"]) for e in events]
+            self.assertEqual(seqs, sorted(set(seqs)))
+            self.assertEqual(dg.runs.get(run["id"])["state"], "RUN_STATE_SUCCEEDED")
+            # Resuming after a sequence yields only what came after it.
+            later = list(dg.runs.events(run["id"], after_sequence=seqs[0]))
+            self.assertEqual([int(e["sequence"]) for e in later], seqs[1:])
+            self.assertEqual([r["id"] for r in dg.runs.list(s.id)], [run["id"]])
 
 
 class LifeTest(unittest.TestCase):

@@ -3,6 +3,8 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -22,13 +24,37 @@ function pngSize(b: Uint8Array): [number, number] {
 
 let srv: DeskgridServer;
 let dg: Deskgrid;
+let model: Server;
+
+// Answers every Messages call with a short final text, streamed in the
+// Messages API's server-sent events (the one fake: an LLM provider).
+function fakeAnthropic(): Promise<Server> {
+  const m = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      res.writeHead(200, { 'Content-Type': 'text/event-stream' });
+      const ev = (name: string, data: unknown) => res.write(`event: ${name}\ndata: ${JSON.stringify(data)}\n\n`);
+      ev('message_start', { type: 'message_start', message: { id: 'msg_1', type: 'message', role: 'assistant', model: 'claude-test', content: [], usage: { input_tokens: 10, output_tokens: 1 } } });
+      ev('content_block_start', { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } });
+      ev('content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Done.' } });
+      ev('content_block_stop', { type: 'content_block_stop', index: 0 });
+      ev('message_delta', { type: 'message_delta', delta: { stop_reason: 'end_turn' }, usage: { output_tokens: 2 } });
+      ev('message_stop', { type: 'message_stop' });
+      res.end();
+    });
+  });
+  return new Promise((r) => m.listen(0, '127.0.0.1', () => r(m)));
+}
 
 before(async () => {
-  srv = await DeskgridServer.start();
+  model = await fakeAnthropic();
+  const port = (model.address() as AddressInfo).port;
+  srv = await DeskgridServer.start(['-anthropic-api-key', 'sk-test', '-anthropic-base-url', `http://127.0.0.1:${port}`]);
   dg = srv.client();
 });
 after(async () => {
   await srv?.stop();
+  model?.close();
 });
 
 describe('a session', () => {
@@ -170,6 +196,26 @@ describe('errors', () => {
     assert.ok(e instanceof ResourceExhausted, String(e));
     assert.equal(e.status, 429);
     assert.ok(e.retryAfter !== undefined);
+  });
+});
+
+describe('runs', () => {
+  test('events follow a run until it ends, and resume after a sequence', async () => {
+    await using s = await dg.sessions.create({ width: 320, height: 240 });
+    const run = await s.run('Say done', { provider: 'anthropic', model: 'claude-test', maxSteps: 2 });
+    assert.match(run.id ?? '', /^run-/);
+    const events = [];
+    for await (const e of dg.runs.events(run.id!)) events.push(e);
+    assert.match(events.map((e) => e.textDelta ?? '').join(''), /Done\./);
+    const seqs = events.map((e) => Number(e.sequence));
+    assert.deepEqual(seqs, [...new Set(seqs)].sort((a, b) => a - b));
+    assert.equal((await dg.runs.get(run.id!)).state, 'RUN_STATE_SUCCEEDED');
+    const later = [];
+    for await (const e of dg.runs.events(run.id!, { afterSequence: seqs[0] })) later.push(Number(e.sequence));
+    assert.deepEqual(later, seqs.slice(1));
+    const ids = [];
+    for await (const r of dg.runs.list(s.id)) ids.push(r.id);
+    assert.deepEqual(ids, [run.id]);
   });
 });
 
