@@ -13,7 +13,7 @@ The client speaks the REST/JSON API of a deskgrid gateway
 ``$DESKGRID_API_KEY``, using only the standard library.
 """
 
-from . import actions
+from . import actions, aio
 from .client import Client, ExecResult, Files, History, Images, Runs, Session, Sessions, ShellResult
 from .errors import *  # noqa: F401,F403
 from .errors import __all__ as _errors
@@ -22,6 +22,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "actions",
+    "aio",
     "Client",
     "ExecResult",
     "Files",

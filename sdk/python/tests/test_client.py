@@ -4,6 +4,7 @@ from sdk/python."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -20,6 +21,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import deskgrid  # noqa: E402
 from deskgrid import actions  # noqa: E402
+from deskgrid.aio import AsyncClient  # noqa: E402
 from deskgrid.testing import DeskgridServer  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
@@ -223,6 +225,29 @@ class ErrorTest(unittest.TestCase):
         self.assertIn("s-aaaaaaaaaaaaaaaaaaaa", cm.exception.message)
         with self.assertRaises(deskgrid.NotFound):
             list(gone.watch())
+
+
+class AsyncTest(unittest.IsolatedAsyncioTestCase):
+    async def test_async_client(self) -> None:
+        assert server is not None
+        async with AsyncClient(server.url, server.api_key) as dg:
+            async with await dg.sessions.create(width=320, height=240, labels={"suite": "aio"}) as s:
+                sid = s.id
+                await s.click(10, 20)
+                self.assertEqual(await s.cursor_position(), (10, 20))
+                self.assertEqual(png_size(await s.screenshot()), (320, 240))
+                # Two calls at once on one loop.
+                a, b = await asyncio.gather(s.exec("echo", "a"), s.exec("echo", "b"))
+                self.assertEqual((a.stdout, b.stdout), (b"a\n", b"b\n"))
+                await s.write_file("x.txt", "async")
+                self.assertEqual(await s.read_file("x.txt"), b"async")
+                self.assertEqual([x.id async for x in dg.sessions.list(labels={"suite": "aio"})], [sid])
+                async for snap in s.watch():
+                    self.assertEqual(snap["state"], "SESSION_STATE_RUNNING")
+                    break
+            self.assertIn((await dg.sessions.get(sid)).state, ("SESSION_STATE_STOPPED", "SESSION_STATE_STOPPING"))
+            with self.assertRaises(deskgrid.NotFound):
+                await dg.sessions.get("s-aaaaaaaaaaaaaaaaaaaa")
 
 
 class RunTest(unittest.TestCase):
