@@ -352,6 +352,21 @@ class ExampleTest(unittest.TestCase):
                 self.assertEqual(png_size(f.read()), (1024, 768))
             self.assertIn(b"hello from Linux", p.stdout)
 
+    def test_parallel_example(self) -> None:
+        assert server is not None
+        env = dict(os.environ, DESKGRID_URL=server.url, DESKGRID_API_KEY=server.api_key,
+                   PYTHONPATH=os.path.dirname(HERE))  # fmt: skip
+        p = subprocess.run(
+            [sys.executable, os.path.join(REPO, "examples", "python", "parallel.py"), "3"],
+            env=env, capture_output=True, timeout=180,
+        )  # fmt: skip
+        self.assertEqual(p.returncode, 0, p.stdout.decode() + p.stderr.decode())
+        self.assertIn(b"3/3 tasks passed", p.stdout)
+        ids = {json.loads(x)["session"] for x in p.stdout.splitlines() if x.startswith(b"{")}
+        self.assertEqual(len(ids), 3)
+        dg = server.client()
+        self.assertTrue(all(dg.sessions.get(i).state in ("SESSION_STATE_STOPPED", "SESSION_STATE_STOPPING") for i in ids))
+
     def test_readme_example(self) -> None:
         assert server is not None
         with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:

@@ -10,10 +10,10 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
   actions, Deskgrid, DeskgridError, InvalidArgument, NotFound, ResourceExhausted, Session, Unauthenticated, Unavailable,
-} from '../src/index.js';
+} from '../dist/index.js';
 import { DeskgridServer, freeAddr } from './server.js';
 
-const pkgDir = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const pkgDir = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const repo = resolve(pkgDir, '..', '..');
 
 function pngSize(b: Uint8Array): [number, number] {
@@ -262,13 +262,13 @@ describe('package', () => {
     });
   });
 
-  test('npm pack installs, and the quickstart example runs from it', () => {
+  test('npm pack installs, and the examples run from it', () => {
     const dir = mkdtempSync(join(tmpdir(), 'deskgrid-ts-example-'));
     try {
       const tgz = execFileSync('npm', ['pack', '--silent', '--ignore-scripts', '--pack-destination', dir], { cwd: pkgDir, encoding: 'utf8' }).trim().split('\n').at(-1)!;
       writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'example', private: true, type: 'module' }));
       execFileSync('npm', ['install', '--offline', '--no-audit', '--no-fund', '--silent', join(dir, tgz)], { cwd: dir });
-      copyFileSync(join(repo, 'examples', 'typescript', 'quickstart.ts'), join(dir, 'quickstart.ts'));
+      for (const f of ['quickstart.ts', 'parallel.ts']) copyFileSync(join(repo, 'examples', 'typescript', f), join(dir, f));
       // The README's example, as written.
       const readme = readFileSync(join(repo, 'README.md'), 'utf8');
       const section = readme.slice(readme.indexOf('### Python and TypeScript SDKs'));
@@ -277,7 +277,7 @@ describe('package', () => {
       execFileSync(join(pkgDir, 'node_modules', '.bin', 'tsc'), [
         '--target', 'ES2022', '--module', 'NodeNext', '--moduleResolution', 'NodeNext', '--strict',
         '--lib', 'ES2022,DOM,ESNext.Disposable', '--typeRoots', join(pkgDir, 'node_modules', '@types'), '--types', 'node',
-        '--skipLibCheck', 'quickstart.ts', 'readme.ts',
+        '--skipLibCheck', 'quickstart.ts', 'parallel.ts', 'readme.ts',
       ], { cwd: dir, stdio: 'pipe' });
       const out = execFileSync(process.execPath, ['quickstart.js', join(dir, 'shot.png')], {
         cwd: dir, encoding: 'utf8', env: { ...process.env, DESKGRID_URL: srv.url, DESKGRID_API_KEY: srv.apiKey },
@@ -285,6 +285,10 @@ describe('package', () => {
       assert.match(out, /hello from Linux/);
       assert.deepEqual(pngSize(readFileSync(join(dir, 'shot.png'))), [1024, 768]);
       rmSync(join(dir, 'shot.png'));
+      const par = execFileSync(process.execPath, ['parallel.js', '3'], {
+        cwd: dir, encoding: 'utf8', env: { ...process.env, DESKGRID_URL: srv.url, DESKGRID_API_KEY: srv.apiKey },
+      });
+      assert.match(par, /3\/3 tasks passed/);
       execFileSync(process.execPath, ['readme.js'], {
         cwd: dir, env: { ...process.env, DESKGRID_URL: srv.url, DESKGRID_API_KEY: srv.apiKey },
       });

@@ -6,7 +6,7 @@ import { mkdtempSync, openSync, readFileSync, rmSync, existsSync } from 'node:fs
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Deskgrid, type ClientOptions } from '../src/index.js';
+import { Deskgrid, type ClientOptions } from '../dist/index.js';
 
 export async function freeAddr(): Promise<string> {
   return new Promise((resolve, reject) => {
