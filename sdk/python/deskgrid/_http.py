@@ -14,7 +14,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
-from .errors import DeskgridError, StreamError, Unavailable, error_from_reply
+from .errors import DeadlineExceeded, DeskgridError, StreamError, Unavailable, error_from_reply
 
 Query = Mapping[str, Union[str, int, bool, Sequence[str], None]]
 
@@ -110,8 +110,12 @@ class Transport:
             raw = e.read()
             raise error_from_reply(e.code, _parse_body(raw), _retry_after(e.headers)) from None
         except urllib.error.URLError as e:
+            if isinstance(e.reason, (socket.timeout, TimeoutError)):
+                raise DeadlineExceeded(f"{method} {path}: no answer in {timeout}s") from e
             raise Unavailable(f"{method} {path}: {e.reason}") from e
-        except (ConnectionError, socket.timeout, TimeoutError) as e:
+        except (socket.timeout, TimeoutError) as e:
+            raise DeadlineExceeded(f"{method} {path}: no answer in {timeout}s") from e
+        except ConnectionError as e:
             raise Unavailable(f"{method} {path}: {e}") from e
 
     def _with_retries(self, idempotent: bool, call: Callable[[], Any]) -> Any:
@@ -170,7 +174,9 @@ class Transport:
             with resp:
                 try:
                     return resp.read(), resp.headers.get("Content-Type", "")
-                except (ConnectionError, socket.timeout, TimeoutError) as e:
+                except (socket.timeout, TimeoutError) as e:
+                    raise DeadlineExceeded(f"{method} {path}: no answer in {t}s") from e
+                except ConnectionError as e:
                     raise Unavailable(f"{method} {path}: {e}") from e
 
         result: Tuple[bytes, str] = self._with_retries(idempotent, once)

@@ -217,6 +217,21 @@ class ErrorTest(unittest.TestCase):
             dead.sessions.get("s-x")
         self.assertEqual(tries, [1, 2])
 
+    def test_timeout_is_deadline_exceeded(self) -> None:
+        assert server is not None
+        # A listener that accepts and never answers.
+        import socket as sk
+
+        l = sk.socket()
+        l.bind(("127.0.0.1", 0))
+        l.listen(1)
+        try:
+            c = deskgrid.Client("http://127.0.0.1:%d" % l.getsockname()[1], "k", timeout=0.3)
+            with self.assertRaises(deskgrid.DeadlineExceeded):
+                c.sessions.get("s-x")
+        finally:
+            l.close()
+
     def test_stream_errors_map_too(self) -> None:
         gone = deskgrid.Session(self.dg, {"id": "s-aaaaaaaaaaaaaaaaaaaa"})
         with self.assertRaises(deskgrid.NotFound) as cm:
