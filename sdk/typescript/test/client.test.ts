@@ -4,12 +4,12 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { createServer as netServer, type AddressInfo, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
-  actions, Deskgrid, DeskgridError, InvalidArgument, NotFound, ResourceExhausted, Session, Unauthenticated, Unavailable,
+  actions, DeadlineExceeded, Deskgrid, DeskgridError, InvalidArgument, NotFound, ResourceExhausted, Session, Unauthenticated, Unavailable,
 } from '../dist/index.js';
 import { DeskgridServer, freeAddr } from './server.js';
 
@@ -176,6 +176,19 @@ describe('errors', () => {
     const dead = new Deskgrid({ baseUrl: `http://${await freeAddr()}`, apiKey: 'k', retries: 3, onRetry: (n) => tries.push(n) });
     await assert.rejects(dead.sessions.get('s-x'), Unavailable);
     assert.deepEqual(tries, [1, 2]);
+  });
+
+  test('no answer within timeoutMs is DeadlineExceeded', async () => {
+    const conns: Socket[] = [];
+    const silent = netServer((c) => conns.push(c)); // accepts and never answers
+    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+    try {
+      const c = new Deskgrid({ baseUrl: `http://127.0.0.1:${(silent.address() as AddressInfo).port}`, apiKey: 'k', timeoutMs: 300 });
+      await assert.rejects(c.sessions.get('s-x'), DeadlineExceeded);
+    } finally {
+      for (const c of conns) c.destroy();
+      silent.close();
+    }
   });
 
   test('429 is retried after Retry-After, and surfaces as ResourceExhausted', async () => {
