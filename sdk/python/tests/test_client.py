@@ -349,6 +349,28 @@ class TypesTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0, (p.stdout + p.stderr).decode())
 
 
+class PackageTest(unittest.TestCase):
+    def test_wheel_builds_offline_and_installs(self) -> None:
+        # As the README says: pip with Debian's setuptools and wheel, no index.
+        py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+        with tempfile.TemporaryDirectory() as d:
+            for args in (
+                ["wheel", "--no-build-isolation", "--no-deps", "-q", "-w", d, os.path.dirname(HERE)],
+                ["install", "--no-deps", "--no-index", "-q", "--target", os.path.join(d, "site"),
+                 os.path.join(d, "deskgrid-%s-py3-none-any.whl" % deskgrid.__version__)],
+            ):  # fmt: skip
+                p = subprocess.run([py, "-m", "pip", *args], capture_output=True, timeout=300,
+                                   env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_ROOT_USER_ACTION="ignore"))  # fmt: skip
+                self.assertEqual(p.returncode, 0, p.stderr.decode())
+            p = subprocess.run(
+                [py, "-c", "import deskgrid, deskgrid.aio, deskgrid.testing; print(deskgrid.__file__)"],
+                env=dict(os.environ, PYTHONPATH=os.path.join(d, "site")), cwd=d, capture_output=True, timeout=60,
+            )  # fmt: skip
+            self.assertEqual(p.returncode, 0, p.stderr.decode())
+            self.assertTrue(p.stdout.decode().startswith(os.path.join(d, "site")), p.stdout)
+            self.assertTrue(os.path.exists(os.path.join(d, "site", "deskgrid", "py.typed")))
+
+
 class ExampleTest(unittest.TestCase):
     def test_quickstart_example(self) -> None:
         assert server is not None
