@@ -404,6 +404,20 @@ class ExampleTest(unittest.TestCase):
         dg = server.client()
         self.assertTrue(all(dg.sessions.get(i).state in ("SESSION_STATE_STOPPED", "SESSION_STATE_STOPPING") for i in ids))
 
+    def test_agent_loop_example(self) -> None:
+        assert server is not None
+        env = dict(os.environ, DESKGRID_URL=server.url, DESKGRID_API_KEY=server.api_key,
+                   PYTHONPATH=os.path.dirname(HERE))  # fmt: skip
+        p = subprocess.run(
+            [sys.executable, os.path.join(REPO, "examples", "python", "agent_loop.py")],
+            env=env, capture_output=True, timeout=120,
+        )  # fmt: skip
+        self.assertEqual(p.returncode, 0, p.stdout.decode() + p.stderr.decode())
+        self.assertEqual(
+            p.stdout.decode().splitlines(),
+            ["step 1: click, type", "step 2: key", "step 3: result: done"],
+        )
+
     def test_readme_example(self) -> None:
         assert server is not None
         with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
