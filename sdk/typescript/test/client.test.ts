@@ -281,7 +281,7 @@ describe('package', () => {
       const tgz = execFileSync('npm', ['pack', '--silent', '--ignore-scripts', '--pack-destination', dir], { cwd: pkgDir, encoding: 'utf8' }).trim().split('\n').at(-1)!;
       writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'example', private: true, type: 'module' }));
       execFileSync('npm', ['install', '--offline', '--no-audit', '--no-fund', '--silent', join(dir, tgz)], { cwd: dir });
-      for (const f of ['quickstart.ts', 'parallel.ts']) copyFileSync(join(repo, 'examples', 'typescript', f), join(dir, f));
+      for (const f of ['quickstart.ts', 'parallel.ts', 'agent_loop.ts']) copyFileSync(join(repo, 'examples', 'typescript', f), join(dir, f));
       // The README's example, as written.
       const readme = readFileSync(join(repo, 'README.md'), 'utf8');
       const section = readme.slice(readme.indexOf('### Python and TypeScript SDKs'));
@@ -290,7 +290,7 @@ describe('package', () => {
       execFileSync(join(pkgDir, 'node_modules', '.bin', 'tsc'), [
         '--target', 'ES2022', '--module', 'NodeNext', '--moduleResolution', 'NodeNext', '--strict',
         '--lib', 'ES2022,DOM,ESNext.Disposable', '--typeRoots', join(pkgDir, 'node_modules', '@types'), '--types', 'node',
-        '--skipLibCheck', 'quickstart.ts', 'parallel.ts', 'readme.ts',
+        '--skipLibCheck', 'quickstart.ts', 'parallel.ts', 'agent_loop.ts', 'readme.ts',
       ], { cwd: dir, stdio: 'pipe' });
       const out = execFileSync(process.execPath, ['quickstart.js', join(dir, 'shot.png')], {
         cwd: dir, encoding: 'utf8', env: { ...process.env, DESKGRID_URL: srv.url, DESKGRID_API_KEY: srv.apiKey },
@@ -302,6 +302,10 @@ describe('package', () => {
         cwd: dir, encoding: 'utf8', env: { ...process.env, DESKGRID_URL: srv.url, DESKGRID_API_KEY: srv.apiKey },
       });
       assert.match(par, /3\/3 tasks passed/);
+      const loop = execFileSync(process.execPath, ['agent_loop.js'], {
+        cwd: dir, encoding: 'utf8', env: { ...process.env, DESKGRID_URL: srv.url, DESKGRID_API_KEY: srv.apiKey },
+      });
+      assert.deepEqual(loop.trim().split('\n'), ['step 1: click, type', 'step 2: key', 'step 3: result: done']);
       execFileSync(process.execPath, ['readme.js'], {
         cwd: dir, env: { ...process.env, DESKGRID_URL: srv.url, DESKGRID_API_KEY: srv.apiKey },
       });
