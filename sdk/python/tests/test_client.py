@@ -105,6 +105,9 @@ class SessionTest(unittest.TestCase):
         self.assertIn(self.s.id, ids)
         none = list(self.dg.sessions.list(labels={"suite": "nobody"}))
         self.assertEqual(none, [])
+        running = [x.id for x in self.dg.sessions.list(states=["RUNNING"], labels={"suite": "python-sdk"})]
+        self.assertEqual(running, [self.s.id])
+        self.assertEqual(list(self.dg.sessions.list(states=["SESSION_STATE_STOPPED"], labels={"suite": "python-sdk"})), [])
 
     def test_screenshot_is_png_of_the_screen(self) -> None:
         png = self.s.screenshot()

@@ -75,6 +75,10 @@ describe('a session', () => {
     for await (const x of dg.sessions.list({ labels: { suite: 'ts-sdk' }, pageSize: 1 })) ids.push(x.id);
     assert.deepEqual(ids, [s.id]);
     for await (const x of dg.sessions.list({ labels: { suite: 'nobody' } })) assert.fail(`unexpected ${x.id}`);
+    const running: string[] = [];
+    for await (const x of dg.sessions.list({ states: ['RUNNING'], labels: { suite: 'ts-sdk' } })) running.push(x.id);
+    assert.deepEqual(running, [s.id]);
+    for await (const x of dg.sessions.list({ states: ['SESSION_STATE_STOPPED'], labels: { suite: 'ts-sdk' } })) assert.fail(`unexpected ${x.id}`);
   });
 
   test('screenshot is a PNG of the screen, scaled on request', async () => {
