@@ -31,6 +31,8 @@ lint: generate
 
 test: build
 	@set -o pipefail; for m in $(MODULES); do echo "== $$m"; (cd $$m && go test $(GO_TEST_FLAGS) ./...) || exit 1; done
+	@echo "== sdk/python"; cd sdk/python && DESKGRID_BIN=$(CURDIR)/bin/deskgrid python3 -m unittest discover -s tests
+	@echo "== sdk/typescript"; cd sdk/typescript && DESKGRID_BIN=$(CURDIR)/bin/deskgrid npm test --silent
 
 # What CI runs: setup on a fresh machine, lint, the full test suite.
 ci: setup lint test
