@@ -72,15 +72,32 @@ func (s *Service) MoveWindow(ctx context.Context, req *displayv1.MoveWindowReque
 	if x < -maxWidth || x > maxWidth || y < -maxHeight || y > maxHeight {
 		return nil, s.toStatus(ctx, invalidf("geometry position %d,%d is outside ±%d,±%d", x, y, maxWidth, maxHeight))
 	}
+	at := func(w windows.Window) bool {
+		return w.X == x && w.Y == y && (gw == 0 || w.Width == gw) && (gh == 0 || w.Height == gh)
+	}
+	var before windows.Window
 	w, _, err := s.changeWindow(ctx, req.GetSessionId(), req.GetWindowId(), req.GetLeaseToken(),
-		func(d *display, _ windows.Window) error {
+		func(d *display, now windows.Window) error {
+			before = now
 			return d.windows.MoveResize(xproto.Window(req.GetWindowId()), x, y, gw, gh)
 		},
 		func(w windows.Window) bool {
-			return w.X == x && w.Y == y && (gw == 0 || w.Width == gw) && (gh == 0 || w.Height == gh)
+			return at(w) || w.X != before.X || w.Y != before.Y || w.Width != before.Width || w.Height != before.Height
 		})
 	if err != nil {
 		return nil, err
+	}
+	// A window manager may place the client area off by the border the
+	// window had before it took the window; one corrected move puts it
+	// exactly where asked.
+	if dx, dy := int(w.GetGeometry().GetX())-x, int(w.GetGeometry().GetY())-y; (dx != 0 || dy != 0) && abs(dx) <= 32 && abs(dy) <= 32 {
+		w, _, err = s.changeWindow(ctx, req.GetSessionId(), req.GetWindowId(), req.GetLeaseToken(),
+			func(d *display, _ windows.Window) error {
+				return d.windows.MoveResize(xproto.Window(req.GetWindowId()), x-dx, y-dy, gw, gh)
+			}, at)
+		if err != nil {
+			return nil, err
+		}
 	}
 	return &displayv1.MoveWindowResponse{Window: w}, nil
 }
@@ -177,8 +194,13 @@ func (s *Service) changeWindow(ctx context.Context, sessionID string, id uint32,
 			return nil, false, s.toStatus(ctx, err)
 		}
 		switch {
-		case !ok:
+		case !ok && done == nil:
 			return nil, true, nil
+		case !ok && time.Now().After(deadline):
+			return nil, false, s.toStatus(ctx, fmt.Errorf("window %#x of session %s went away: %w", id, sessionID, errNotFound))
+		case !ok:
+			// A window manager starting up takes windows out of the
+			// listing for a moment while it frames them.
 		case done != nil && done(w) && w == prev:
 			return protoWindow(w), false, nil
 		case time.Now().After(deadline):

@@ -192,6 +192,12 @@ func TestWindowControlUnderOpenbox(t *testing.T) {
 	if msg.GetClass() != "Xmessage" {
 		t.Fatalf("xmessage listed as %v", msg)
 	}
+	// xmessage's window has a border, which openbox counts in static
+	// gravity: the move still lands the client area exactly.
+	mv, err = c.MoveWindow(ctx, &displayv1.MoveWindowRequest{SessionId: id, WindowId: msg.GetId(), Geometry: &displayv1.Rect{X: 30, Y: 40, Width: 300, Height: 120}})
+	if err != nil || geomOf(mv.GetWindow()) != "300x120+30+40" {
+		t.Fatalf("move xmessage: %v (%s), %v", mv, geomOf(mv.GetWindow()), err)
+	}
 	cl, err = c.CloseWindow(ctx, &displayv1.CloseWindowRequest{SessionId: id, WindowId: msg.GetId()})
 	if err != nil || !cl.GetClosed() {
 		t.Fatalf("close xmessage: %v, %v", cl, err)

@@ -115,7 +115,9 @@ func (l *Lister) MoveResize(w xproto.Window, x, y, width, height int) error {
 		return err
 	}
 	if wm {
-		// StaticGravity (10): x, y are the client area's own position.
+		// StaticGravity (10): x, y are the client area's own position
+		// (give or take the border the window had before the manager
+		// took it, which the caller corrects).
 		flags := uint32(10) | 1<<8 | 1<<9 | sourcePager<<12
 		if width > 0 {
 			flags |= 1 << 10
@@ -125,6 +127,13 @@ func (l *Lister) MoveResize(w xproto.Window, x, y, width, height int) error {
 		}
 		return l.rootMessage(w, l.netMoveResizeWindow, flags, uint32(int32(x)), uint32(int32(y)), uint32(width), uint32(height))
 	}
+	// A window's position is its border's outer corner; the listing gives
+	// the area inside the border.
+	g, err := xproto.GetGeometry(l.c, xproto.Drawable(w)).Reply()
+	if err != nil {
+		return fmt.Errorf("window geometry: %w", err)
+	}
+	x, y = x-int(g.BorderWidth), y-int(g.BorderWidth)
 	mask := uint16(xproto.ConfigWindowX | xproto.ConfigWindowY)
 	vals := []uint32{uint32(int32(x)), uint32(int32(y))}
 	if width > 0 {
