@@ -294,3 +294,53 @@ func TestClipboardBadInput(t *testing.T) {
 		t.Fatalf("after the unresponsive owner: %v, %v", resp, err)
 	}
 }
+
+// A paste action puts the text on the clipboard and presses the chord; the
+// focused program sees the chord and pastes exactly the text.
+func TestTypePaste(t *testing.T) {
+	s, c := testService(t, "")
+	createDisplay(t, c, "paste", 320, 240)
+	ctx := ctxT(t)
+	xc := clientConn(t, s, "paste")
+	win := showWindow(t, xc, 0, 0, 100, 100, 0x202020, xproto.EventMaskKeyPress)
+	if err := xproto.SetInputFocusChecked(xc, xproto.InputFocusParent, win, xproto.TimeCurrentTime).Check(); err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Repeat("Привет, 世界! ✓ ", 1500) // 33 kB, 22500 characters: past what typing takes
+	paste := func(chord string) error {
+		_, err := c.PerformActions(ctx, &displayv1.PerformActionsRequest{SessionId: "paste", Actions: []*displayv1.Action{
+			{Action: &displayv1.Action_Type{Type: &displayv1.TypeText{Text: text, Paste: true, PasteChord: chord}}},
+		}})
+		return err
+	}
+	for _, tc := range []struct {
+		chord string
+		state uint16
+	}{{"", xproto.ModMaskControl}, {"ctrl+shift+v", xproto.ModMaskControl | xproto.ModMaskShift}} {
+		if err := paste(tc.chord); err != nil {
+			t.Fatalf("paste with %q: %v", tc.chord, err)
+		}
+		// The chord's last key, pressed with exactly its modifiers held
+		// (waits until it arrives).
+		nextEvent(t, xc, func(e xproto.KeyPressEvent) bool {
+			return e.State&(xproto.ModMaskControl|xproto.ModMaskShift) == tc.state
+		})
+		if _, got := readSelection(t, xc, "CLIPBOARD", "UTF8_STRING"); string(got) != text {
+			t.Fatalf("pasted %d bytes, want the %d typed", len(got), len(text))
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		tt   *displayv1.TypeText
+	}{
+		{"chord without paste", &displayv1.TypeText{Text: "x", PasteChord: "ctrl+v"}},
+		{"two chords", &displayv1.TypeText{Text: "x", Paste: true, PasteChord: "ctrl+v ctrl+v"}},
+		{"unknown key", &displayv1.TypeText{Text: "x", Paste: true, PasteChord: "ctrl+nosuchkey"}},
+		{"over 1 MiB", &displayv1.TypeText{Text: strings.Repeat("x", 1<<20+1), Paste: true}},
+	} {
+		_, err := c.PerformActions(ctx, &displayv1.PerformActionsRequest{SessionId: "paste", Actions: []*displayv1.Action{{Action: &displayv1.Action_Type{Type: tc.tt}}}})
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v, want InvalidArgument", tc.name, err)
+		}
+	}
+}

@@ -2566,8 +2566,15 @@ func (x *Key) GetHold() *durationpb.Duration {
 
 // TypeText types Unicode text.
 type TypeText struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Text  string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	// Paste instead of typing: put the text on the CLIPBOARD (replacing what
+	// was there) and press paste_chord once. Fast and exact for long or
+	// non-Latin text (up to 1 MiB), in programs that paste with that chord.
+	Paste bool `protobuf:"varint,2,opt,name=paste,proto3" json:"paste,omitempty"`
+	// The chord that pastes; "ctrl+v" when empty (terminals take
+	// "ctrl+shift+v"). Only with paste.
+	PasteChord    string `protobuf:"bytes,3,opt,name=paste_chord,json=pasteChord,proto3" json:"paste_chord,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2605,6 +2612,20 @@ func (*TypeText) Descriptor() ([]byte, []int) {
 func (x *TypeText) GetText() string {
 	if x != nil {
 		return x.Text
+	}
+	return ""
+}
+
+func (x *TypeText) GetPaste() bool {
+	if x != nil {
+		return x.Paste
+	}
+	return false
+}
+
+func (x *TypeText) GetPasteChord() string {
+	if x != nil {
+		return x.PasteChord
 	}
 	return ""
 }
@@ -3465,9 +3486,12 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\thold_keys\x18\x04 \x03(\tR\bholdKeys\"J\n" +
 	"\x03Key\x12\x14\n" +
 	"\x05chord\x18\x01 \x01(\tR\x05chord\x12-\n" +
-	"\x04hold\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04hold\"\x1e\n" +
+	"\x04hold\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04hold\"U\n" +
 	"\bTypeText\x12\x12\n" +
-	"\x04text\x18\x01 \x01(\tR\x04text\"=\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\x12\x14\n" +
+	"\x05paste\x18\x02 \x01(\bR\x05paste\x12\x1f\n" +
+	"\vpaste_chord\x18\x03 \x01(\tR\n" +
+	"pasteChord\"=\n" +
 	"\x04Wait\x125\n" +
 	"\bduration\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\bduration\"h\n" +
 	"\x04Zoom\x121\n" +
