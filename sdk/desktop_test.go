@@ -73,6 +73,12 @@ func TestClipboardAndWindows(t *testing.T) {
 	if err := s.SetClipboard(ctx, strings.Repeat("x", 1<<20+1)); !errors.Is(err, deskgrid.ErrInvalidArgument) {
 		t.Fatalf("over 1 MiB: %v", err)
 	}
+	if err := s.Paste(ctx, "вставка 粘贴"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Clipboard(ctx); err != nil || got != "вставка 粘贴" {
+		t.Fatalf("clipboard after paste %q, %v", got, err)
+	}
 	code, v := rest(t, srv, "POST", "/v1/sessions/"+s.GetId()+"/clipboard", `{"text":"from REST ✓"}`)
 	if code != 200 {
 		t.Fatalf("POST clipboard: %d %v", code, v)
