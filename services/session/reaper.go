@@ -143,3 +143,19 @@ func (s *Service) SessionEnded(ctx context.Context, id string) (bool, error) {
 	}
 	return state.IsEnded(sess.GetState()), nil
 }
+
+// Placed returns every session the records place on a node that has not
+// ended: what the cluster's session map is rebuilt from when Redis lost it.
+func (s *Service) Placed(ctx context.Context) ([]*sessionv1.Session, error) {
+	active, err := s.store.ListActive(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	out := active[:0]
+	for _, sess := range active {
+		if sess.GetNodeId() != "" {
+			out = append(out, sess)
+		}
+	}
+	return out, nil
+}
