@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -239,6 +240,35 @@ func TestClusterRecovery(t *testing.T) {
 			}
 			return true
 		})
+	})
+
+	t.Run("session replica restarted behind a gateway", func(t *testing.T) {
+		httpAddr := freeAddr(t)
+		startProc(t, "gateway", httpAddr, append([]string{"serve", "gateway", "-http-addr", httpAddr,
+			"-session-addr", addr, "-agent-addr", addr, "-history-addr", addr, "-nats-url", nats.URL()}, c.common...)...)
+		list := func() int {
+			resp, err := http.Get("http://" + httpAddr + "/v1/sessions?page_size=1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		if code := list(); code != http.StatusOK {
+			t.Fatalf("list through the gateway: %d", code)
+		}
+		replica.stop()
+		// Down for a while, with calls failing meanwhile.
+		for range 16 {
+			if code := list(); code != http.StatusServiceUnavailable {
+				t.Fatalf("list with the replica down: %d, want 503", code)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		replica.start()
+		ready := time.Now()
+		c.waitFor("the gateway to reach the restarted replica", 60*time.Second, func() bool { return list() == http.StatusOK })
+		t.Logf("session replica restart: the gateway answered 200 %s after the replica was ready", time.Since(ready).Round(time.Millisecond))
 	})
 
 	t.Run("Redis loses its data", func(t *testing.T) {
