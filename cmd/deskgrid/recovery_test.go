@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -139,7 +140,9 @@ func TestClusterRecovery(t *testing.T) {
 	replica := startProc(t, "session", addr, append([]string{"serve", "session", "-grpc-addr", addr, "-postgres-url", pg,
 		"-nats-url", nats.URL(), "-tenant-max-sessions", "0"}, c.common...)...)
 	c.replicas = append(c.replicas, replica)
-	conn, err := dial(addr)
+	// The test's own calls wait for the replica (each has a deadline): it
+	// is restarted below.
+	conn, err := dial(addr, grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +230,9 @@ func TestClusterRecovery(t *testing.T) {
 
 	t.Run("Redis frozen", func(t *testing.T) {
 		rs.signal(syscall.SIGSTOP)
+		frozen := time.Now()
 		_, err := c.createWith(&sessionv1.CreateSessionRequest{})
+		t.Logf("Redis frozen: the create answered %v after %s", status.Code(err), time.Since(frozen).Round(time.Millisecond))
 		rs.signal(syscall.SIGCONT)
 		if status.Code(err) != codes.Unavailable {
 			t.Fatalf("create with Redis frozen: %v, want Unavailable", err)
@@ -286,6 +291,10 @@ func TestClusterRecovery(t *testing.T) {
 		// Every desktop keeps running and is reachable by its session.
 		survives := func(what string) {
 			t.Helper()
+			lost := time.Now()
+			defer func() {
+				t.Logf("after %s: session map rebuilt, every desktop running and reachable, %s later", what, time.Since(lost).Round(time.Millisecond))
+			}()
 			c.waitFor("the session map rebuilt after "+what, 30*time.Second, func() bool {
 				for _, ids := range before {
 					for _, id := range ids {
