@@ -233,6 +233,16 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 				return err
 			},
 			Ended: svc.SessionEnded,
+			// Redis is a cache of placement; the records are the truth.
+			Records: func(ctx context.Context) ([]cluster.Assignment, error) {
+				placed, err := svc.Placed(ctx)
+				out := make([]cluster.Assignment, 0, len(placed))
+				for _, p := range placed {
+					out = append(out, cluster.Assignment{SessionID: p.GetId(), NodeID: p.GetNodeId(), Tenant: p.GetTenant(),
+						CPUMillis: p.GetLimits().GetCpuMillis(), Memory: p.GetLimits().GetMemoryBytes()})
+				}
+				return out, err
+			},
 		})
 		s.closers.add("node watcher", w.Close)
 		cluster.NewNodeService(reg, s.logger.With("component", "nodes")).Register(srv.GRPC)

@@ -35,6 +35,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	default:
 		return usageError("serve: unknown role %q, want one of %v", role, roles)
 	}
+	if err := checkExposure(role, cfg); err != nil {
+		return err
+	}
 	for _, d := range []string{cfg.DataDir, cfg.RuntimeDir} {
 		if role == "gateway" || role == "agent" {
 			break

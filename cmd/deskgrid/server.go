@@ -72,6 +72,7 @@ type serverConfig struct {
 	CreateTimeout      time.Duration
 
 	Auth           bool
+	Insecure       bool
 	AuthCacheTTL   time.Duration
 	InternalToken  string
 	ViewerKeys     string
@@ -154,6 +155,7 @@ func serverFlags(name string, stderr io.Writer) (*flag.FlagSet, *serverConfig) {
 	// On by default for the all-in-one deskgrid; a cluster turns it on for
 	// every role together, with -internal-token and -viewer-keys.
 	fs.BoolVar(&c.Auth, "auth", name == "up", "require API keys on every call but health checks (deskgrid up makes and prints the first one)")
+	fs.BoolVar(&c.Insecure, "insecure", false, "let a serve role without -auth listen on an address other machines reach (a trusted test network only)")
 	fs.DurationVar(&c.AuthCacheTTL, "auth-cache-ttl", 10*time.Second, "how long a verified key is trusted before the store is asked again (revocation takes this long)")
 	fs.StringVar(&c.ViewerKeys, "viewer-keys", "", "keys signing live-view tokens, id:base64 of 32+ bytes, comma-separated, newest first; deskgrid up makes one")
 	fs.BoolVar(&c.MetricsNeedKey, "metrics-need-key", false, "with -auth, /metrics needs an API key too")
@@ -297,10 +299,13 @@ func (s *setup) httpServer(h http.Handler) (*http.Server, net.Listener, error) {
 }
 
 func dial(addr string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
-	opts := append([]grpc.DialOption{
+	opts := append(append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcserver.MaxMessageBytes), grpc.MaxCallSendMsgSize(grpcserver.MaxMessageBytes)),
-	}, extra...)
+		// An address naming several replicas (a DNS name with an address
+		// per replica) spreads calls over all of them and skips a dead one.
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
+	}, grpcserver.ClientOptions()...), extra...)
 	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
@@ -344,4 +349,36 @@ func (s *setup) serveGRPC(srv *grpcserver.Server, lis net.Listener) {
 	}()
 	s.closers.add("gRPC server", func(ctx context.Context) error { srv.Stop(ctx); return nil })
 	srv.SetServing("")
+}
+
+// checkExposure refuses a serve role that would answer anyone on the
+// network without authentication: without -auth it may only listen on a
+// loopback address, unless -insecure says so on purpose.
+func checkExposure(role string, cfg *serverConfig) error {
+	if cfg.Auth || cfg.Insecure {
+		return nil
+	}
+	addr, flagName := cfg.GRPCAddr, "-grpc-addr"
+	if role == "gateway" {
+		addr, flagName = cfg.HTTPAddr, "-http-addr"
+	}
+	if loopback(addr) {
+		return nil
+	}
+	return usageError("serve %s: %s %s is reachable from other machines and -auth is off: every call would be let through. "+
+		"Set -auth with -internal-token and -viewer-keys (DESKGRID_AUTH, DESKGRID_INTERNAL_TOKEN, DESKGRID_VIEWER_KEYS), "+
+		"or -insecure on a trusted test network", role, flagName, addr)
+}
+
+// loopback reports whether addr (host:port) listens on loopback only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -78,6 +78,11 @@ func (s *Service) Reap(ctx context.Context) (int, error) {
 // LOST with reason, and releases their placements. The node's own reconcile
 // removes whatever they left there. The all-in-one mode calls it at start,
 // for the sessions of the process before. It returns how many it marked.
+//
+// A session still STARTING, for less than the create timeout, is left to
+// its create: that call is finding the node unreachable and re-places the
+// session on another node or marks it FAILED. (One whose create died with
+// its replica is ended by the reaper once stale.)
 func (s *Service) MarkNodeSessionsLost(ctx context.Context, nodeID, reason string) (int, error) {
 	active, err := s.store.ListActive(ctx, nodeID)
 	if err != nil {
@@ -90,6 +95,9 @@ func (s *Service) MarkNodeSessionsLost(ctx context.Context, nodeID, reason strin
 		for attempt := 0; ; attempt++ {
 			if state.Check(cur.GetState(), state.Lost) != nil {
 				break // such as PENDING, which has no node yet
+			}
+			if cur.GetState() == state.Starting && s.now().Sub(cur.GetUpdateTime().AsTime()) < s.cfg.CreateTimeout {
+				break
 			}
 			_, err := s.advance(ctx, cur, state.Lost, reason, nil)
 			if err == nil {
@@ -142,4 +150,20 @@ func (s *Service) SessionEnded(ctx context.Context, id string) (bool, error) {
 		return false, err
 	}
 	return state.IsEnded(sess.GetState()), nil
+}
+
+// Placed returns every session the records place on a node that has not
+// ended: what the cluster's session map is rebuilt from when Redis lost it.
+func (s *Service) Placed(ctx context.Context) ([]*sessionv1.Session, error) {
+	active, err := s.store.ListActive(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	out := active[:0]
+	for _, sess := range active {
+		if sess.GetNodeId() != "" {
+			out = append(out, sess)
+		}
+	}
+	return out, nil
 }
