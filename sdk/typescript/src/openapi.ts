@@ -619,6 +619,31 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{sessionId}/clipboard": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the clipboard
+         * @description Returns the text in the session's CLIPBOARD selection (or PRIMARY with `?selection=SELECTION_PRIMARY`), as the program that copied it offers it. `owned` is false when no program holds the selection. Text beyond 1 MiB is cut off and `truncated` says so.
+         */
+        get: operations["DisplayService_GetClipboard"];
+        put?: never;
+        /**
+         * SetClipboard makes the display service the owner of a selection holding
+         *     text, which programs on the display then paste. Text is at most 1 MiB
+         *     of UTF-8.
+         */
+        post: operations["DisplayService_SetClipboard"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{sessionId}/display": {
         parameters: {
             query?: never;
@@ -1100,6 +1125,106 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{sessionId}/windows": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * ListWindows lists the session's top-level windows, bottom to top, as
+         *     GetDisplay does.
+         */
+        get: operations["DisplayService_ListWindows"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{sessionId}/windows/{windowId}:activate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * ActivateWindow raises a window and gives it the input focus (restoring
+         *     it when minimised), through the window manager when one runs.
+         */
+        post: operations["DisplayService_ActivateWindow"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{sessionId}/windows/{windowId}:close": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * CloseWindow asks a window's program to close it, as its close button
+         *     does; force disconnects the program from the display instead.
+         */
+        post: operations["DisplayService_CloseWindow"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{sessionId}/windows/{windowId}:move": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * MoveWindow moves and resizes a window's client area (without the
+         *     window manager's frame), in screen pixels.
+         */
+        post: operations["DisplayService_MoveWindow"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{sessionId}/windows/{windowId}:setState": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * SetWindowState minimises, maximises, makes full-screen or restores a
+         *     window. It needs an EWMH window manager (such as openbox).
+         */
+        post: operations["DisplayService_SetWindowState"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/viewerTokens/{tokenId}": {
         parameters: {
             query?: never;
@@ -1213,6 +1338,24 @@ export interface components {
             apiKey?: string;
             text?: string;
         };
+        DisplayServiceActivateWindowBody: {
+            /** Format: int64 */
+            leaseToken?: string;
+        };
+        DisplayServiceCloseWindowBody: {
+            /**
+             * @description Disconnect the window's program from the display (XKillClient) instead
+             *     of asking it; it loses every window it has.
+             */
+            force?: boolean;
+            /** Format: int64 */
+            leaseToken?: string;
+        };
+        DisplayServiceMoveWindowBody: {
+            geometry?: components["schemas"]["v1Rect"];
+            /** Format: int64 */
+            leaseToken?: string;
+        };
         /**
          * @example {
          *       "actions": [
@@ -1270,6 +1413,27 @@ export interface components {
             height?: number;
             /** Format: int32 */
             width?: number;
+        };
+        /**
+         * @example {
+         *       "selection": "SELECTION_CLIPBOARD",
+         *       "text": "Grüße, 世界"
+         *     }
+         */
+        DisplayServiceSetClipboardBody: {
+            /**
+             * Format: int64
+             * @description Fencing token of the caller's input lease, when leases are in use.
+             */
+            leaseToken?: string;
+            selection?: components["schemas"]["v1Selection"];
+            /** @description UTF-8 text, at most 1 MiB. */
+            text?: string;
+        };
+        DisplayServiceSetWindowStateBody: {
+            /** Format: int64 */
+            leaseToken?: string;
+            state?: components["schemas"]["v1WindowState"];
         };
         NodeServiceDrainNodeBody: Record<string, never>;
         NodeServiceUndrainNodeBody: Record<string, never>;
@@ -1540,6 +1704,9 @@ export interface components {
             wait?: components["schemas"]["v1Wait"];
             zoom?: components["schemas"]["v1Zoom"];
         };
+        v1ActivateWindowResponse: {
+            window?: components["schemas"]["v1Window"];
+        };
         v1ApplyChangesResponse: {
             /** @description Paths written to or removed from the workspace. */
             applied?: string[];
@@ -1585,6 +1752,13 @@ export interface components {
             clicks?: number;
             /** @description Keys held while clicking, such as "shift". */
             holdKeys?: string[];
+        };
+        v1CloseWindowResponse: {
+            /**
+             * @description The window is gone. False when the program is still showing it (it
+             *     may be asking whether to save); list the windows again later.
+             */
+            closed?: boolean;
         };
         v1CommitSessionResponse: {
             digest?: string;
@@ -1822,6 +1996,16 @@ export interface components {
             /** Format: byte */
             data?: string;
         };
+        v1GetClipboardResponse: {
+            /**
+             * @description A program (or the display service) holds the selection; false means
+             *     it is empty.
+             */
+            owned?: boolean;
+            text?: string;
+            /** @description The text was longer than 1 MiB and is cut off there. */
+            truncated?: boolean;
+        };
         v1GetDisplayResponse: {
             display?: components["schemas"]["v1Display"];
         };
@@ -1993,6 +2177,10 @@ export interface components {
         v1ListSnapshotsResponse: {
             snapshots?: components["schemas"]["v1Snapshot"][];
         };
+        v1ListWindowsResponse: {
+            /** @description Bottom to top. */
+            windows?: components["schemas"]["v1Window"][];
+        };
         v1MakeDirectoryResponse: Record<string, never>;
         /**
          * @description MouseButton names a mouse button.
@@ -2007,6 +2195,9 @@ export interface components {
             to?: components["schemas"]["v1Point"];
         };
         v1MoveFileResponse: Record<string, never>;
+        v1MoveWindowResponse: {
+            window?: components["schemas"]["v1Window"];
+        };
         /** @description Node is a machine that runs sessions' displays and sandboxes. */
         v1Node: {
             /** @description gRPC address of its display and sandbox services. */
@@ -2386,6 +2577,16 @@ export interface components {
             entries?: components["schemas"]["v1Entry"][];
             nextPageToken?: string;
         };
+        /**
+         * @description Selection names an X selection.
+         *
+         *      - SELECTION_UNSPECIFIED: CLIPBOARD.
+         *      - SELECTION_CLIPBOARD: What copy and paste (ctrl+c, ctrl+v) use.
+         *      - SELECTION_PRIMARY: The text last selected with the mouse, pasted with the middle button.
+         * @default SELECTION_UNSPECIFIED
+         * @enum {string}
+         */
+        v1Selection: "SELECTION_UNSPECIFIED" | "SELECTION_CLIPBOARD" | "SELECTION_PRIMARY";
         v1SendMessageResponse: {
             run?: components["schemas"]["v1Run"];
         };
@@ -2468,6 +2669,7 @@ export interface components {
          * @enum {string}
          */
         v1SessionState: "SESSION_STATE_UNSPECIFIED" | "SESSION_STATE_PENDING" | "SESSION_STATE_STARTING" | "SESSION_STATE_RUNNING" | "SESSION_STATE_SUSPENDING" | "SESSION_STATE_SUSPENDED" | "SESSION_STATE_RESUMING" | "SESSION_STATE_STOPPING" | "SESSION_STATE_STOPPED" | "SESSION_STATE_FAILED" | "SESSION_STATE_LOST";
+        v1SetClipboardResponse: Record<string, never>;
         v1SetImagePublicRequest: {
             public?: boolean;
             ref?: string;
@@ -2514,6 +2716,9 @@ export interface components {
             outcome?: components["schemas"]["v1SettleOutcome"];
             /** @description From the end of the input to the screenshot. */
             waited?: string;
+        };
+        v1SetWindowStateResponse: {
+            window?: components["schemas"]["v1Window"];
         };
         /** @description Size is a width and height in pixels. */
         v1Size: {
@@ -2572,6 +2777,17 @@ export interface components {
         };
         /** @description TypeText types Unicode text. */
         v1TypeText: {
+            /**
+             * @description Paste instead of typing: put the text on the CLIPBOARD (replacing what
+             *     was there) and press paste_chord once. Fast and exact for long or
+             *     non-Latin text (up to 1 MiB), in programs that paste with that chord.
+             */
+            paste?: boolean;
+            /**
+             * @description The chord that pastes; "ctrl+v" when empty (terminals take
+             *     "ctrl+shift+v"). Only with paste.
+             */
+            pasteChord?: string;
             text?: string;
         };
         v1UndrainNodeResponse: {
@@ -2632,6 +2848,7 @@ export interface components {
             class?: string;
             /** @description The window has the input focus. */
             focused?: boolean;
+            fullscreen?: boolean;
             geometry?: components["schemas"]["v1Rect"];
             /**
              * Format: int64
@@ -2644,9 +2861,27 @@ export interface components {
              *     or one the application has hidden.
              */
             mapped?: boolean;
+            /** @description Maximised both ways (_NET_WM_STATE_MAXIMIZED_VERT and _HORZ). */
+            maximized?: boolean;
+            /** @description Minimised (iconic, or _NET_WM_STATE_HIDDEN). */
+            minimized?: boolean;
+            /**
+             * Format: int64
+             * @description _NET_WM_PID: the process id the program reports, in the session
+             *     sandbox's process namespace; 0 when it reports none.
+             */
+            pid?: number;
             /** @description _NET_WM_NAME, else WM_NAME. */
             title?: string;
         };
+        /**
+         * @description WindowState is a window's state to set.
+         *
+         *      - WINDOW_STATE_NORMAL: Neither minimised, maximised nor full-screen, and shown.
+         * @default WINDOW_STATE_UNSPECIFIED
+         * @enum {string}
+         */
+        v1WindowState: "WINDOW_STATE_UNSPECIFIED" | "WINDOW_STATE_NORMAL" | "WINDOW_STATE_MINIMIZED" | "WINDOW_STATE_MAXIMIZED" | "WINDOW_STATE_FULLSCREEN";
         v1WriteFileResponse: Record<string, never>;
         /**
          * @description Zoom captures a region of the screen at full resolution and returns it
@@ -3895,6 +4130,79 @@ export interface operations {
             };
         };
     };
+    DisplayService_GetClipboard: {
+        parameters: {
+            query?: {
+                /**
+                 * @description - SELECTION_UNSPECIFIED: CLIPBOARD.
+                 *      - SELECTION_CLIPBOARD: What copy and paste (ctrl+c, ctrl+v) use.
+                 *      - SELECTION_PRIMARY: The text last selected with the mouse, pasted with the middle button.
+                 */
+                selection?: "SELECTION_UNSPECIFIED" | "SELECTION_CLIPBOARD" | "SELECTION_PRIMARY";
+            };
+            header?: never;
+            path: {
+                sessionId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The selection's text. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["v1GetClipboardResponse"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["rpcStatus"];
+                };
+            };
+        };
+    };
+    DisplayService_SetClipboard: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DisplayServiceSetClipboardBody"];
+            };
+        };
+        responses: {
+            /** @description A successful response. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["v1SetClipboardResponse"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["rpcStatus"];
+                };
+            };
+        };
+    };
     DisplayService_GetDisplay: {
         parameters: {
             query?: never;
@@ -4909,6 +5217,182 @@ export interface operations {
                 content?: never;
             };
             /** @description The upgrade was refused. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["rpcStatus"];
+                };
+            };
+        };
+    };
+    DisplayService_ListWindows: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A successful response. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["v1ListWindowsResponse"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["rpcStatus"];
+                };
+            };
+        };
+    };
+    DisplayService_ActivateWindow: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionId: string;
+                /** @description X window id, as Window.id. */
+                windowId: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DisplayServiceActivateWindowBody"];
+            };
+        };
+        responses: {
+            /** @description A successful response. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["v1ActivateWindowResponse"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["rpcStatus"];
+                };
+            };
+        };
+    };
+    DisplayService_CloseWindow: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionId: string;
+                windowId: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DisplayServiceCloseWindowBody"];
+            };
+        };
+        responses: {
+            /** @description A successful response. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["v1CloseWindowResponse"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["rpcStatus"];
+                };
+            };
+        };
+    };
+    DisplayService_MoveWindow: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionId: string;
+                windowId: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DisplayServiceMoveWindowBody"];
+            };
+        };
+        responses: {
+            /** @description A successful response. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["v1MoveWindowResponse"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["rpcStatus"];
+                };
+            };
+        };
+    };
+    DisplayService_SetWindowState: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionId: string;
+                windowId: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DisplayServiceSetWindowStateBody"];
+            };
+        };
+        responses: {
+            /** @description A successful response. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["v1SetWindowStateResponse"];
+                };
+            };
+            /** @description An unexpected error response. */
             default: {
                 headers: {
                     [name: string]: unknown;
