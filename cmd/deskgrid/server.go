@@ -76,6 +76,7 @@ type serverConfig struct {
 	InternalToken  string
 	ViewerKeys     string
 	MetricsNeedKey bool
+	MetricsAddr    string
 	RateLimit      float64
 
 	SecretKey        string
@@ -156,6 +157,7 @@ func serverFlags(name string, stderr io.Writer) (*flag.FlagSet, *serverConfig) {
 	fs.BoolVar(&c.Auth, "auth", name == "up", "require API keys on every call but health checks (deskgrid up makes and prints the first one)")
 	fs.DurationVar(&c.AuthCacheTTL, "auth-cache-ttl", 10*time.Second, "how long a verified key is trusted before the store is asked again (revocation takes this long)")
 	fs.StringVar(&c.ViewerKeys, "viewer-keys", "", "keys signing live-view tokens, id:base64 of 32+ bytes, comma-separated, newest first; deskgrid up makes one")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "where a role without the gateway serves /metrics for Prometheus, such as 0.0.0.0:9464; empty serves none (the gateway and up serve /metrics on -http-addr)")
 	fs.BoolVar(&c.MetricsNeedKey, "metrics-need-key", false, "with -auth, /metrics needs an API key too")
 	fs.Float64Var(&c.RateLimit, "rate-limit", 50, "with -auth, requests per second one API key may make through the gateway (0: no limit)")
 	fs.StringVar(&c.InternalToken, "internal-token", "", "token services use to call each other with -auth; the same on every role (deskgrid up makes one)")
@@ -300,7 +302,8 @@ func dial(addr string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcserver.MaxMessageBytes), grpc.MaxCallSendMsgSize(grpcserver.MaxMessageBytes)),
-	}, extra...)
+	}, telemetryDialOptions()...)
+	opts = append(opts, extra...)
 	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
