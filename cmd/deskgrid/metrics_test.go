@@ -89,7 +89,8 @@ type labels = map[string]string
 // /metrics, that each step moved the metric an operator watches, with the
 // labels docs/operations.md names.
 func TestMetricsOfASessionsLife(t *testing.T) {
-	p := startUp(t, t.TempDir(), t.TempDir())
+	model := fakeAnthropic(t)
+	p := startUp(t, t.TempDir(), t.TempDir(), "-anthropic-api-key", "sk-test", "-anthropic-base-url", model.URL)
 	before := p.scrape()
 
 	// A create refused before anything is made is counted with its code.
@@ -110,7 +111,30 @@ func TestMetricsOfASessionsLife(t *testing.T) {
 	if code, body, _ := p.do("POST", "/v1/sessions/"+s.ID+"/shell:run", `{"command":"echo hi"}`); code != http.StatusOK {
 		t.Fatalf("shell: %d %s", code, body)
 	}
-	running := p.scrape()
+	// An agent run against a provider speaking Anthropic's wire format: its
+	// state changes and tokens are counted from the event stream.
+	if code, body, _ := p.do("POST", "/v1/sessions/"+s.ID+"/runs", `{"prompt":"say done","provider":"anthropic"}`); code != http.StatusOK {
+		t.Fatalf("run: %d %s", code, body)
+	}
+	var running scrape
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		running = p.scrape()
+		if running.value("deskgrid_agent_run_transitions_total", labels{"state": "succeeded", "provider": "anthropic"}) >= 1 &&
+			running.value("deskgrid_agent_tokens_total", labels{"provider": "anthropic", "kind": "input"}) >= 10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a run: runs %v, tokens %v\n%s", running.labelValues("deskgrid_agent_run_transitions_total", "state"),
+				running.value("deskgrid_agent_tokens_total", nil), p.logs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The run is over: the input lease is free at once.
+	if code, body, _ := p.do("POST", "/v1/sessions/"+s.ID+"/inputLease:acquire", `{"holder":"metrics-test"}`); code != http.StatusOK {
+		t.Fatalf("acquire lease: %d %s", code, body)
+	}
+	running = p.scrape()
 
 	moved := func(name string, l labels, by float64) {
 		t.Helper()
@@ -145,7 +169,14 @@ func TestMetricsOfASessionsLife(t *testing.T) {
 		t.Errorf("deskgrid_node_used{resource=sessions} = %v, want 1", v)
 	}
 	moved("deskgrid_session_transitions_total", labels{"state": "running", "reason": "none"}, 1)
-	moved("deskgrid_session_transitions_total", labels{"state": "failed"}, 0)
+	moved("deskgrid_agent_tokens_total", labels{"provider": "anthropic", "kind": "output"}, 1)
+	moved("deskgrid_agent_lease_wait_duration_seconds", labels{"outcome": "ok"}, 1)
+	// Counters an alert reads exist from the start, at zero.
+	for _, name := range []string{"deskgrid_rate_limited_total", "deskgrid_image_pulls_total", "deskgrid_events_publish_failures_total", "deskgrid_node_reconcile_removed_total"} {
+		if before[name] == nil {
+			t.Errorf("%s not exported before anything happened", name)
+		}
+	}
 	// No series is labelled by a session.
 	for name, f := range running {
 		for _, m := range f.GetMetric() {
@@ -160,12 +191,19 @@ func TestMetricsOfASessionsLife(t *testing.T) {
 	if code, body, _ := p.do("DELETE", "/v1/sessions/"+s.ID, ""); code != http.StatusOK {
 		t.Fatalf("delete: %d %s", code, body)
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	deadline = time.Now().Add(20 * time.Second)
 	for {
 		after := p.scrape()
 		stopped := after.value("deskgrid_session_transitions_total", labels{"state": "stopped", "reason": "deleted"})
 		live := after.value("deskgrid_sessions", nil)
 		if stopped >= 1 && live == 0 && after.value("deskgrid_node_used", labels{"resource": "sessions"}) == 0 {
+			// The dashboards and alerts read only what was exported.
+			for name, f := range running {
+				if after[name] == nil {
+					after[name] = f
+				}
+			}
+			checkObservability(t, after)
 			break
 		}
 		if time.Now().After(deadline) {

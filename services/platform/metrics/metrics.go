@@ -197,3 +197,24 @@ func Reason(reason string) string {
 	}
 	return "other"
 }
+
+// Start zeroes the counters whose label values are known up front, so the
+// series exist from the first scrape: a rate or increase over a counter
+// that appears only at its first count misses that count, and alerts on
+// them (failed pulls, failed publishes) would never fire on the first.
+// telemetry.Setup calls it once the meter provider is installed.
+func Start(ctx context.Context) {
+	for _, s := range []string{"http", "grpc"} {
+		rateLimited.Add(ctx, 0, attrs("surface", s))
+	}
+	for _, o := range []string{"ok", "failed"} {
+		imagePulls.Add(ctx, 0, attrs("outcome", o))
+	}
+	imagePullB.Add(ctx, 0)
+	screenshotB.Add(ctx, 0)
+	for _, k := range []string{"display", "sandbox"} {
+		reconciled.Add(ctx, 0, attrs("kind", k))
+	}
+	publishFailure.Add(ctx, 0, attrs("type", "session.state_changed.v1"))
+	sessionTransitions.Add(ctx, 0, attrs("state", "lost", "reason", "node_lost"))
+}
