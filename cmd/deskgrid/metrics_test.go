@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -210,5 +213,31 @@ func TestMetricsOfASessionsLife(t *testing.T) {
 			t.Fatalf("after delete: transitions to stopped %v, live sessions %v", stopped, live)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A role other than the gateway serves its metrics on -metrics-addr.
+func TestServeRoleMetricsAddr(t *testing.T) {
+	out := &syncBuffer{}
+	cmd := exec.Command(deskgridBinary(t), "serve", "sandbox", "-grpc-addr", freeAddr(t), "-metrics-addr", "127.0.0.1:0",
+		"-data-dir", t.TempDir(), "-runtime-dir", t.TempDir())
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() })
+	re := regexp.MustCompile(`metrics on (http://\S+/metrics)`)
+	deadline := time.Now().Add(30 * time.Second)
+	for re.FindStringSubmatch(out.String()) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("no metrics address printed:\n%s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	got := scrapeURL(t, re.FindStringSubmatch(out.String())[1])
+	for _, name := range []string{"deskgrid_image_pulls_total", "deskgrid_node_reconcile_removed_total", "go_goroutines"} {
+		if got[name] == nil {
+			t.Errorf("serve sandbox's /metrics has no %s", name)
+		}
 	}
 }
