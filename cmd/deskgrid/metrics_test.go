@@ -93,7 +93,7 @@ type labels = map[string]string
 // labels docs/operations.md names.
 func TestMetricsOfASessionsLife(t *testing.T) {
 	model := fakeAnthropic(t)
-	p := startUp(t, t.TempDir(), t.TempDir(), "-anthropic-api-key", "sk-test", "-anthropic-base-url", model.URL)
+	p := startUp(t, t.TempDir(), t.TempDir(), "-anthropic-api-key", "sk-test", "-anthropic-base-url", model.URL, "-metrics-tenant-usage")
 	before := p.scrape()
 
 	// A create refused before anything is made is counted with its code.
@@ -174,6 +174,12 @@ func TestMetricsOfASessionsLife(t *testing.T) {
 	moved("deskgrid_session_transitions_total", labels{"state": "running", "reason": "none"}, 1)
 	moved("deskgrid_agent_tokens_total", labels{"provider": "anthropic", "kind": "output"}, 1)
 	moved("deskgrid_agent_lease_wait_duration_seconds", labels{"outcome": "ok"}, 1)
+	// Per-tenant usage, asked for with -metrics-tenant-usage.
+	if tenants := running.labelValues("deskgrid_tenant_sessions", "tenant"); len(tenants) != 1 || tenants[0] == "" ||
+		running.value("deskgrid_tenant_sessions", labels{"tenant": tenants[0], "state": "running"}) != 1 ||
+		running.value("deskgrid_tenant_tokens_total", labels{"tenant": tenants[0], "provider": "anthropic", "kind": "input"}) < 10 {
+		t.Errorf("per-tenant usage: tenants %v, sessions %v, tokens %v", tenants, running.value("deskgrid_tenant_sessions", nil), running.value("deskgrid_tenant_tokens_total", nil))
+	}
 	// Counters an alert reads exist from the start, at zero.
 	for _, name := range []string{"deskgrid_rate_limited_total", "deskgrid_image_pulls_total", "deskgrid_events_publish_failures_total", "deskgrid_node_reconcile_removed_total"} {
 		if before[name] == nil {

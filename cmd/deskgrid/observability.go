@@ -64,8 +64,8 @@ func (s *setup) observeSessions(st sessionstore.Store) error {
 	stop, err := metrics.ObserveSessions(func(ctx context.Context) ([]metrics.SessionCount, error) {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		type key struct{ node, state string }
-		counts := map[key]int64{}
+		type key struct{ node, state, tenant string }
+		counts, cpu := map[key]int64{}, map[key]int64{}
 		f := sessionstore.Filter{States: liveStates, PageSize: 1000}
 		for {
 			page, next, err := st.List(ctx, f)
@@ -73,7 +73,9 @@ func (s *setup) observeSessions(st sessionstore.Store) error {
 				return nil, err
 			}
 			for _, ss := range page {
-				counts[key{ss.GetNodeId(), strings.ToLower(strings.TrimPrefix(ss.GetState().String(), "SESSION_STATE_"))}]++
+				k := key{ss.GetNodeId(), strings.ToLower(strings.TrimPrefix(ss.GetState().String(), "SESSION_STATE_")), ss.GetTenant()}
+				counts[k]++
+				cpu[k] += ss.GetLimits().GetCpuMillis()
 			}
 			if next == "" {
 				break
@@ -82,10 +84,10 @@ func (s *setup) observeSessions(st sessionstore.Store) error {
 		}
 		out := make([]metrics.SessionCount, 0, len(counts))
 		for k, n := range counts {
-			out = append(out, metrics.SessionCount{Node: k.node, State: k.state, N: n})
+			out = append(out, metrics.SessionCount{Node: k.node, State: k.state, Tenant: k.tenant, N: n, CPUMillis: cpu[k]})
 		}
 		return out, nil
-	})
+	}, s.cfg.MetricsTenantUsage)
 	if err != nil {
 		return err
 	}

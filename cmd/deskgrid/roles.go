@@ -465,7 +465,7 @@ func (s *setup) addAgent(ctx context.Context, srv *grpcserver.Server, js jetstre
 		return fmt.Errorf("agent: %w", err)
 	}
 	s.closers.add("agent", a.Close)
-	if err := s.countEvents(js.Conn(), metrics.EventKinds{Runs: true}); err != nil {
+	if err := s.countEvents(js.Conn(), metrics.EventKinds{Runs: true, TenantUsage: s.cfg.MetricsTenantUsage}); err != nil {
 		return err
 	}
 	a.Register(srv.GRPC)

@@ -77,7 +77,9 @@ type serverConfig struct {
 	ViewerKeys     string
 	MetricsNeedKey bool
 	MetricsAddr    string
-	RateLimit      float64
+	// MetricsTenantUsage adds per-tenant series (sessions, CPU asked, tokens).
+	MetricsTenantUsage bool
+	RateLimit          float64
 
 	SecretKey        string
 	AnthropicAPIKey  string
@@ -158,6 +160,7 @@ func serverFlags(name string, stderr io.Writer) (*flag.FlagSet, *serverConfig) {
 	fs.DurationVar(&c.AuthCacheTTL, "auth-cache-ttl", 10*time.Second, "how long a verified key is trusted before the store is asked again (revocation takes this long)")
 	fs.StringVar(&c.ViewerKeys, "viewer-keys", "", "keys signing live-view tokens, id:base64 of 32+ bytes, comma-separated, newest first; deskgrid up makes one")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "where a role without the gateway serves /metrics for Prometheus, such as 0.0.0.0:9464; empty serves none (the gateway and up serve /metrics on -http-addr)")
+	fs.BoolVar(&c.MetricsTenantUsage, "metrics-tenant-usage", false, "add per-tenant usage metrics (sessions, CPU asked, tokens), labelled by tenant id")
 	fs.BoolVar(&c.MetricsNeedKey, "metrics-need-key", false, "with -auth, /metrics needs an API key too")
 	fs.Float64Var(&c.RateLimit, "rate-limit", 50, "with -auth, requests per second one API key may make through the gateway (0: no limit)")
 	fs.StringVar(&c.InternalToken, "internal-token", "", "token services use to call each other with -auth; the same on every role (deskgrid up makes one)")

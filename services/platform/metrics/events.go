@@ -27,6 +27,8 @@ const (
 type EventKinds struct {
 	Sessions bool // session state changes (session role)
 	Runs     bool // agent run state changes and token usage (agent role)
+	// TenantUsage counts tokens per tenant too (deskgrid_tenant_tokens_total).
+	TenantUsage bool
 }
 
 // CountEvents counts session and run state changes and token usage as
@@ -85,6 +87,9 @@ func CountEvents(nc *nats.Conn, kinds EventKinds) (stop func() error, err error)
 			for kind, n := range map[string]int64{"input": r.GetInputTokens(), "output": r.GetOutputTokens(), "cache_read": r.GetCacheReadTokens(), "cache_write": r.GetCacheWriteTokens()} {
 				if n > 0 {
 					agentTokens.Add(ctx, n, attrs("provider", p, "kind", kind))
+					if kinds.TenantUsage {
+						tenantTokens.Add(ctx, n, attrs("tenant", ev.GetTenant(), "provider", p, "kind", kind))
+					}
 				}
 			}
 		}); err != nil {

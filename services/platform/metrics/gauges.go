@@ -7,10 +7,11 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// SessionCount is how many sessions are in one state on one node.
+// SessionCount is how many sessions of one tenant are in one state on one
+// node, and the CPU they asked for.
 type SessionCount struct {
-	Node, State string
-	N           int64
+	Node, State, Tenant string
+	N, CPUMillis        int64
 }
 
 // NodeUsage is what a node offers and what reservations hold of it.
@@ -25,9 +26,20 @@ type NodeUsage struct {
 }
 
 // ObserveSessions reports deskgrid_sessions{node,state} from count, called
-// at every collection (every scrape). The returned function stops it.
-func ObserveSessions(count func(context.Context) ([]SessionCount, error)) (func() error, error) {
+// at every collection (every scrape); with perTenant, also each tenant's
+// sessions and the CPU they asked for (the per-tenant usage an operator
+// bills by: integrated over time they are session-seconds and reserved
+// CPU-seconds). The returned function stops it.
+func ObserveSessions(count func(context.Context) ([]SessionCount, error), perTenant bool) (func() error, error) {
 	g, err := meter.Int64ObservableGauge("deskgrid.sessions", metric.WithDescription("unfinished sessions, by node and state"))
+	if err != nil {
+		return nil, err
+	}
+	tg, err := meter.Int64ObservableGauge("deskgrid.tenant.sessions", metric.WithDescription("unfinished sessions of each tenant, by state (with -metrics-tenant-usage)"))
+	if err != nil {
+		return nil, err
+	}
+	tc, err := meter.Int64ObservableGauge("deskgrid.tenant.cpu_millis", metric.WithDescription("CPU the running sessions of each tenant asked for, thousandths of a core (with -metrics-tenant-usage)"))
 	if err != nil {
 		return nil, err
 	}
@@ -36,11 +48,29 @@ func ObserveSessions(count func(context.Context) ([]SessionCount, error)) (func(
 		if err != nil {
 			return err
 		}
+		type nodeState struct{ node, state string }
+		type tenantState struct{ tenant, state string }
+		byNode, byTenant, cpu := map[nodeState]int64{}, map[tenantState]int64{}, map[string]int64{}
 		for _, c := range counts {
-			o.ObserveInt64(g, c.N, attrs("node", nodeLabel(c.Node), "state", c.State))
+			byNode[nodeState{nodeLabel(c.Node), c.State}] += c.N
+			byTenant[tenantState{c.Tenant, c.State}] += c.N
+			if c.State == "running" {
+				cpu[c.Tenant] += c.CPUMillis
+			}
+		}
+		for k, n := range byNode {
+			o.ObserveInt64(g, n, attrs("node", k.node, "state", k.state))
+		}
+		if perTenant {
+			for k, n := range byTenant {
+				o.ObserveInt64(tg, n, attrs("tenant", k.tenant, "state", k.state))
+			}
+			for t, n := range cpu {
+				o.ObserveInt64(tc, n, attrs("tenant", t))
+			}
 		}
 		return nil
-	}, g)
+	}, g, tg, tc)
 	if err != nil {
 		return nil, err
 	}

@@ -69,7 +69,10 @@ var (
 
 	agentRuns   = counter("deskgrid.agent.run.transitions", "", "agent run state changes, by the state entered and provider")
 	agentTokens = counter("deskgrid.agent.tokens", "", "model tokens used by agent runs, by provider and kind")
-	leaseWait   = histogram("deskgrid.agent.lease.wait.duration", "time an AcquireInputLease waited, by outcome")
+	// Per tenant, only with -metrics-tenant-usage: tenants are made by an
+	// operator, so their number is bounded, but it may be large.
+	tenantTokens = counter("deskgrid.tenant.tokens", "", "model tokens used by each tenant's agent runs, by provider and kind")
+	leaseWait    = histogram("deskgrid.agent.lease.wait.duration", "time an AcquireInputLease waited, by outcome")
 
 	rateLimited    = counter("deskgrid.rate_limited", "", "calls refused by the per-key rate limit, by surface")
 	publishFailure = counter("deskgrid.events.publish.failures", "", "events that could not be published to NATS, by event type")
