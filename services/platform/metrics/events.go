@@ -57,28 +57,24 @@ func CountEvents(nc *nats.Conn, kinds EventKinds) (stop func() error, err error)
 		return nil
 	}
 	ctx := context.Background()
-	if kinds.Sessions {
-		if err := sub(sessionStateSubject, func(ev *eventsv1.Event) {
+	handlers := []struct {
+		on      bool
+		subject string
+		fn      func(*eventsv1.Event)
+	}{
+		{kinds.Sessions, sessionStateSubject, func(ev *eventsv1.Event) {
 			var sc eventsv1.SessionStateChanged
 			if ev.GetPayload().UnmarshalTo(&sc) == nil {
 				sessionTransitions.Add(ctx, 1, attrs("state", stateName(sc.GetTo().String(), "SESSION_STATE_"), "reason", Reason(sc.GetReason())))
 			}
-		}); err != nil {
-			_ = stop()
-			return nil, err
-		}
-	}
-	if kinds.Runs {
-		if err := sub(runStateSubject, func(ev *eventsv1.Event) {
+		}},
+		{kinds.Runs, runStateSubject, func(ev *eventsv1.Event) {
 			var r agentv1.RunEventRecord
 			if ev.GetPayload().UnmarshalTo(&r) == nil {
 				agentRuns.Add(ctx, 1, attrs("state", stateName(r.GetState().String(), "RUN_STATE_"), "provider", Provider(r.GetProvider())))
 			}
-		}); err != nil {
-			_ = stop()
-			return nil, err
-		}
-		if err := sub(usageSubject, func(ev *eventsv1.Event) {
+		}},
+		{kinds.Runs, usageSubject, func(ev *eventsv1.Event) {
 			var r agentv1.RunEventRecord
 			if ev.GetPayload().UnmarshalTo(&r) != nil {
 				return
@@ -92,7 +88,13 @@ func CountEvents(nc *nats.Conn, kinds EventKinds) (stop func() error, err error)
 					}
 				}
 			}
-		}); err != nil {
+		}},
+	}
+	for _, h := range handlers {
+		if !h.on {
+			continue
+		}
+		if err := sub(h.subject, h.fn); err != nil {
 			_ = stop()
 			return nil, err
 		}
