@@ -34,6 +34,7 @@ import (
 	historystore "github.com/deskgrid/deskgrid/services/history/store"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/platform/grpcserver"
+	"github.com/deskgrid/deskgrid/services/platform/metrics"
 	"github.com/deskgrid/deskgrid/services/platform/noderoute"
 	"github.com/deskgrid/deskgrid/services/sandbox"
 	"github.com/deskgrid/deskgrid/services/sandbox/image"
@@ -74,6 +75,7 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 		if removed, err := d.Reconcile(ctx, nil); err != nil {
 			return nil, fmt.Errorf("display: clean up after the previous run: %w", err)
 		} else if len(removed) > 0 {
+			metrics.Reconciled(ctx, "display", len(removed))
 			s.logger.Info("removed displays left by a previous run", "sessions", removed)
 		}
 		d.Register(srv.GRPC)
@@ -105,6 +107,7 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 		if removed, err := b.Reconcile(ctx, nil); err != nil {
 			return nil, fmt.Errorf("sandbox: clean up after the previous run: %w", err)
 		} else if len(removed) > 0 {
+			metrics.Reconciled(ctx, "sandbox", len(removed))
 			s.logger.Info("removed sandboxes left by a previous run", "sessions", removed)
 		}
 		b.Register(srv.GRPC)
@@ -167,6 +170,7 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 		nodes  session.Nodes
 		reg    *cluster.Registry
 		conns  *cluster.NodeConns
+		local  *placement.Local
 	)
 	if s.clustered() {
 		// Cluster mode: nodes come from the registry; placement reserves
@@ -179,7 +183,7 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 		if err != nil {
 			return nil, err
 		}
-		conns = cluster.NewNodeConns(reg, dopts...)
+		conns = cluster.NewNodeConns(reg, append(dopts, telemetryDialOptions()...)...)
 		s.closers.add("node connections", func(context.Context) error { return conns.Close() })
 		nodes = conns
 	} else {
@@ -188,7 +192,8 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 			return nil, err
 		}
 		s.closers.add("node connection", func(context.Context) error { return conn.Close() })
-		placer = placement.NewLocal(placement.Node{ID: s.cfg.NodeID, Address: s.cfg.NodeAddr}, s.cfg.NodeMaxSessions)
+		local = placement.NewLocal(placement.Node{ID: s.cfg.NodeID, Address: s.cfg.NodeAddr}, s.cfg.NodeMaxSessions)
+		placer = local
 		nodes = staticNodes{id: s.cfg.NodeID, conn: conn}
 	}
 
@@ -212,6 +217,17 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 		return nil, fmt.Errorf("session: %w", err)
 	}
 	s.closers.add("session", svc.Close)
+	if err := s.observeSessions(st); err != nil {
+		return nil, err
+	}
+	if err := s.observeNodes(reg, local); err != nil {
+		return nil, err
+	}
+	if nc != nil {
+		if err := s.countEvents(nc, metrics.EventKinds{Sessions: true}); err != nil {
+			return nil, err
+		}
+	}
 	if nodeLost {
 		n, err := svc.MarkNodeSessionsLost(ctx, s.cfg.NodeID, "node restarted")
 		if err != nil {
@@ -323,11 +339,15 @@ func (n *node) reconcile(ctx context.Context, keep map[string]bool) error {
 			if !keep[d.GetSessionId()] {
 				if _, err := n.displays.DeleteDisplay(ctx, &displayv1.DeleteDisplayRequest{SessionId: d.GetSessionId()}); err != nil {
 					errs = append(errs, err)
+				} else {
+					metrics.Reconciled(ctx, "display", 1)
 				}
 			}
 		}
-		if _, err := n.display.Reconcile(ctx, func(id string) bool { return keep[id] }); err != nil {
+		if removed, err := n.display.Reconcile(ctx, func(id string) bool { return keep[id] }); err != nil {
 			errs = append(errs, err)
+		} else {
+			metrics.Reconciled(ctx, "display", len(removed))
 		}
 	}
 	if n.sandbox != nil {
@@ -339,11 +359,15 @@ func (n *node) reconcile(ctx context.Context, keep map[string]bool) error {
 			if !keep[b.GetSessionId()] {
 				if _, err := n.sandboxes.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SessionId: b.GetSessionId()}); err != nil {
 					errs = append(errs, err)
+				} else {
+					metrics.Reconciled(ctx, "sandbox", 1)
 				}
 			}
 		}
-		if _, err := n.sandbox.Reconcile(ctx, func(id string) bool { return keep[id] }); err != nil {
+		if removed, err := n.sandbox.Reconcile(ctx, func(id string) bool { return keep[id] }); err != nil {
 			errs = append(errs, err)
+		} else {
+			metrics.Reconciled(ctx, "sandbox", len(removed))
 		}
 	}
 	return errors.Join(errs...)
@@ -444,13 +468,16 @@ func (s *setup) addAgent(ctx context.Context, srv *grpcserver.Server, js jetstre
 		Sessions:  sessionv1.NewSessionServiceClient(sessConn),
 		Store:     st,
 		JetStream: js,
-		Leases:    leases,
+		Leases:    timedLeases{leases},
 		Tenant:    tenant,
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
 	s.closers.add("agent", a.Close)
+	if err := s.countEvents(js.Conn(), metrics.EventKinds{Runs: true, TenantUsage: s.cfg.MetricsTenantUsage}); err != nil {
+		return err
+	}
 	a.Register(srv.GRPC)
 	return nil
 }
@@ -627,6 +654,7 @@ func (s *setup) nodeRouter(ctx context.Context, internal bool) (*noderoute.Route
 			return nil, err
 		}
 	}
+	dopts = append(dopts, telemetryDialOptions()...)
 	r, err := noderoute.New(noderoute.Options{
 		Resolver:    reg.RouteResolver(),
 		DialOptions: dopts,

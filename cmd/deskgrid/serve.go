@@ -63,6 +63,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		}
 	}()
 
+	if role != "gateway" {
+		maddr, err := s.serveMetrics()
+		if err != nil {
+			return err
+		}
+		if maddr != "" {
+			fmt.Fprintf(stdout, "deskgrid %s metrics on http://%s/metrics\n", role, maddr)
+		}
+	}
 	if role == "gateway" {
 		addr, err := s.startGateway(ctx)
 		if err != nil {

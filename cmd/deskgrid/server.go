@@ -77,7 +77,10 @@ type serverConfig struct {
 	InternalToken  string
 	ViewerKeys     string
 	MetricsNeedKey bool
-	RateLimit      float64
+	MetricsAddr    string
+	// MetricsTenantUsage adds per-tenant series (sessions, CPU asked, tokens).
+	MetricsTenantUsage bool
+	RateLimit          float64
 
 	SecretKey        string
 	AnthropicAPIKey  string
@@ -158,6 +161,8 @@ func serverFlags(name string, stderr io.Writer) (*flag.FlagSet, *serverConfig) {
 	fs.BoolVar(&c.Insecure, "insecure", false, "let a serve role without -auth listen on an address other machines reach (a trusted test network only)")
 	fs.DurationVar(&c.AuthCacheTTL, "auth-cache-ttl", 10*time.Second, "how long a verified key is trusted before the store is asked again (revocation takes this long)")
 	fs.StringVar(&c.ViewerKeys, "viewer-keys", "", "keys signing live-view tokens, id:base64 of 32+ bytes, comma-separated, newest first; deskgrid up makes one")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "where a role without the gateway serves /metrics for Prometheus, such as 0.0.0.0:9464; empty serves none (the gateway and up serve /metrics on -http-addr)")
+	fs.BoolVar(&c.MetricsTenantUsage, "metrics-tenant-usage", false, "add per-tenant usage metrics (sessions, CPU asked, tokens), labelled by tenant id")
 	fs.BoolVar(&c.MetricsNeedKey, "metrics-need-key", false, "with -auth, /metrics needs an API key too")
 	fs.Float64Var(&c.RateLimit, "rate-limit", 50, "with -auth, requests per second one API key may make through the gateway (0: no limit)")
 	fs.StringVar(&c.InternalToken, "internal-token", "", "token services use to call each other with -auth; the same on every role (deskgrid up makes one)")
@@ -305,7 +310,8 @@ func dial(addr string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 		// An address naming several replicas (a DNS name with an address
 		// per replica) spreads calls over all of them and skips a dead one.
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
-	}, grpcserver.ClientOptions()...), extra...)
+	}, grpcserver.ClientOptions()...), telemetryDialOptions()...)
+	opts = append(opts, extra...)
 	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)

@@ -20,6 +20,7 @@ import (
 	"github.com/jezek/xgb"
 	"github.com/jezek/xgb/xproto"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/display/capture"
@@ -370,6 +371,8 @@ func (s *Service) create(ctx context.Context, spec displaySpec) (*display, error
 	s.mu.Unlock()
 
 	d := s.takeWarm(ctx, spec)
+	// Tells the caller's metrics whether the warm pool served it.
+	_ = grpc.SetTrailer(ctx, metadata.Pairs("deskgrid-metric-warm", strconv.FormatBool(d != nil)))
 	var err error
 	if d == nil {
 		d, err = s.start(ctx, spec)
