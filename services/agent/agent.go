@@ -144,7 +144,9 @@ type Deps struct {
 	NATS *nats.Conn
 	// Activity, when set, holds a run's session in use while the run is in
 	// progress (activity.Tracker), so it is never stopped as idle under it.
-	Activity interface{ Hold(sessionID string) (release func()) }
+	Activity interface {
+		Hold(sessionID string) (release func())
+	}
 }
 
 // DefaultTenant is the tenant of a deskgrid without authentication.
