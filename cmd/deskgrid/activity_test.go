@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/platform/auth"
+)
+
+// TestEndToEndSessionsLiveWhileUsed: with a short idle timeout, a session
+// hit with screenshots and execs more often than its timeout keeps
+// running, and so does one a VNC viewer watches; one left alone stops as
+// idle, and a run asked for on it is refused. Once nobody uses the others,
+// they stop too.
+func TestEndToEndSessionsLiveWhileUsed(t *testing.T) {
+	const idle = 4 * time.Second
+	p := startUp(t, t.TempDir(), t.TempDir(), "-default-idle-timeout", idle.String(), "-activity-interval", "500ms", "-reap-interval", "500ms")
+	defer p.stop()
+	alone, used, viewed := p.createSession(640, 480), p.createSession(640, 480), p.createSession(640, 480)
+
+	conn, err := dial(p.grpc, grpc.WithPerRPCCredentials(auth.KeyCredentials(p.key)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	displays, sandboxes := displayv1.NewDisplayServiceClient(conn), sandboxv1.NewSandboxServiceClient(conn)
+	ctx := context.Background()
+
+	vctx, leave := context.WithCancel(ctx)
+	defer leave()
+	viewer, err := displays.ConnectVNC(vctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := viewer.Send(&displayv1.ConnectVNCRequest{SessionId: viewed.ID, ViewOnly: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := viewer.Recv(); err != nil { // the RFB greeting: the viewer is connected
+		t.Fatalf("VNC: %v", err)
+	}
+
+	state := func(id string) sessionJSON {
+		code, body, _ := p.do("GET", "/v1/sessions/"+id, "")
+		if code != http.StatusOK {
+			t.Fatalf("get %s: %d %s", id, code, body)
+		}
+		var s sessionJSON
+		if err := json.Unmarshal(body, &s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	// Three idle timeouts of use, a call every second.
+	for i := 0; time.Duration(i)*time.Second < 3*idle; i++ {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		if i%2 == 0 {
+			_, err = displays.Screenshot(cctx, &displayv1.ScreenshotRequest{SessionId: used.ID})
+		} else {
+			var st sandboxv1.SandboxService_ExecClient
+			if st, err = sandboxes.Exec(cctx, &sandboxv1.ExecRequest{SessionId: used.ID, Argv: []string{"true"}}); err == nil {
+				for err == nil {
+					_, err = st.Recv()
+				}
+				if err.Error() == "EOF" {
+					err = nil
+				}
+			}
+		}
+		cancel()
+		if err != nil {
+			t.Fatalf("use %d: %v", i, err)
+		}
+		for _, s := range []sessionJSON{used, viewed} {
+			if got := state(s.ID); got.State != "SESSION_STATE_RUNNING" {
+				t.Fatalf("session in use %s after %ds: %s (%s)\n%s", s.ID, i, got.State, got.StateReason, p.logs)
+			}
+		}
+		time.Sleep(time.Second)
+	}
+	if got := state(alone.ID); got.State != "SESSION_STATE_STOPPED" || got.StateReason != "idle timeout" {
+		t.Fatalf("session left alone: %s (%s)", got.State, got.StateReason)
+	}
+	// A run on the stopped session is refused, saying why.
+	code, body, _ := p.do("POST", "/v1/sessions/"+alone.ID+"/runs", `{"prompt":"work"}`)
+	if code != http.StatusBadRequest || !strings.Contains(string(body), "STOPPED") {
+		t.Fatalf("run on a stopped session: %d %s", code, body)
+	}
+
+	leave()
+	deadline := time.Now().Add(60 * time.Second)
+	for _, s := range []sessionJSON{used, viewed} {
+		for {
+			got := state(s.ID)
+			if got.State == "SESSION_STATE_STOPPED" {
+				if got.StateReason != "idle timeout" {
+					t.Fatalf("%s stopped for %q", s.ID, got.StateReason)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("session no longer used %s still %s", s.ID, got.State)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+}
