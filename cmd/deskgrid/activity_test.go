@@ -21,11 +21,9 @@ import (
 // idle, and a run asked for on it is refused. Once nobody uses the others,
 // they stop too.
 func TestEndToEndSessionsLiveWhileUsed(t *testing.T) {
-	const idle = 4 * time.Second
+	const idle = 6 * time.Second
 	p := startUp(t, t.TempDir(), t.TempDir(), "-default-idle-timeout", idle.String(), "-activity-interval", "500ms", "-reap-interval", "500ms")
 	defer p.stop()
-	alone, used, viewed := p.createSession(640, 480), p.createSession(640, 480), p.createSession(640, 480)
-
 	conn, err := dial(p.grpc, grpc.WithPerRPCCredentials(auth.KeyCredentials(p.key)))
 	if err != nil {
 		t.Fatal(err)
@@ -34,6 +32,13 @@ func TestEndToEndSessionsLiveWhileUsed(t *testing.T) {
 	displays, sandboxes := displayv1.NewDisplayServiceClient(conn), sandboxv1.NewSandboxServiceClient(conn)
 	ctx := context.Background()
 
+	// Each put to use as soon as it runs (creating the next may take a
+	// while on a loaded machine).
+	used := p.createSession(640, 480)
+	if _, err := displays.Screenshot(ctx, &displayv1.ScreenshotRequest{SessionId: used.ID}); err != nil {
+		t.Fatal(err)
+	}
+	viewed := p.createSession(640, 480)
 	vctx, leave := context.WithCancel(ctx)
 	defer leave()
 	viewer, err := displays.ConnectVNC(vctx)
@@ -46,6 +51,7 @@ func TestEndToEndSessionsLiveWhileUsed(t *testing.T) {
 	if _, err := viewer.Recv(); err != nil { // the RFB greeting: the viewer is connected
 		t.Fatalf("VNC: %v", err)
 	}
+	alone := p.createSession(640, 480)
 
 	state := func(id string) sessionJSON {
 		code, body, _ := p.do("GET", "/v1/sessions/"+id, "")
@@ -58,8 +64,8 @@ func TestEndToEndSessionsLiveWhileUsed(t *testing.T) {
 		}
 		return s
 	}
-	// Three idle timeouts of use, a call every second.
-	for i := 0; time.Duration(i)*time.Second < 3*idle; i++ {
+	// Two idle timeouts of use, a call every second.
+	for i := 0; time.Duration(i)*time.Second < 2*idle+2*time.Second; i++ {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		if i%2 == 0 {
 			_, err = displays.Screenshot(cctx, &displayv1.ScreenshotRequest{SessionId: used.ID})

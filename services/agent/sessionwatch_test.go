@@ -101,7 +101,9 @@ func TestRunFailsWithItsSession(t *testing.T) {
 				t.Fatalf("run %s %q, want FAILED %q", run.GetState(), run.GetStateReason(), tc.want)
 			}
 			// The run's events end with the same news.
-			st, err := h.client.StreamRunEvents(ctx, &agentv1.StreamRunEventsRequest{RunId: id})
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			st, err := h.client.StreamRunEvents(sctx, &agentv1.StreamRunEventsRequest{RunId: id})
 			if err != nil {
 				t.Fatal(err)
 			}
