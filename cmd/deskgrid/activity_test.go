@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -116,5 +117,84 @@ func TestEndToEndSessionsLiveWhileUsed(t *testing.T) {
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
+	}
+}
+
+// TestEndToEndRunKeepsItsSessionAndFailsWithIt: an agent run in progress
+// (its model slow to answer) keeps its session from stopping as idle;
+// deleting the session fails the run with the reason.
+func TestEndToEndRunKeepsItsSessionAndFailsWithIt(t *testing.T) {
+	const idle = 6 * time.Second
+	// A model that never answers: the run stays in progress.
+	asked := make(chan struct{}, 16)
+	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+		<-r.Context().Done()
+	}))
+	defer model.Close()
+	defer model.CloseClientConnections()
+	p := startUp(t, t.TempDir(), t.TempDir(), "-default-idle-timeout", idle.String(), "-activity-interval", "500ms", "-reap-interval", "500ms",
+		"-anthropic-api-key", "sk-test", "-anthropic-base-url", model.URL)
+	defer p.stop()
+	s := p.createSession(640, 480)
+	code, body, _ := p.do("POST", "/v1/sessions/"+s.ID+"/runs", `{"prompt":"work","options":{"skipInputLease":true}}`)
+	if code != http.StatusOK {
+		t.Fatalf("create run: %d %s", code, body)
+	}
+	var created struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(body, &created); err != nil || created.ID == "" {
+		t.Fatalf("run %s: %v", body, err)
+	}
+	select {
+	case <-asked:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the model was never asked")
+	}
+	type stateJSON struct {
+		State       string `json:"state"`
+		StateReason string `json:"stateReason"`
+	}
+	get := func(path string) stateJSON {
+		code, body, _ := p.do("GET", path, "")
+		if code != http.StatusOK {
+			t.Fatalf("get %s: %d %s", path, code, body)
+		}
+		var st stateJSON
+		if err := json.Unmarshal(body, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	// Two idle timeouts and more with nothing but the run in progress.
+	for start := time.Now(); time.Since(start) < 2*idle+2*time.Second; time.Sleep(time.Second) {
+		if st := get("/v1/sessions/" + s.ID); st.State != "SESSION_STATE_RUNNING" {
+			t.Fatalf("session with a run in progress: %s (%s)\n%s", st.State, st.StateReason, p.logs)
+		}
+		if st := get("/v1/runs/" + created.ID); st.State != "RUN_STATE_RUNNING" {
+			t.Fatalf("run: %s (%s)", st.State, st.StateReason)
+		}
+	}
+	if code, body, _ := p.do("DELETE", "/v1/sessions/"+s.ID, ""); code != http.StatusOK {
+		t.Fatalf("delete: %d %s", code, body)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st := get("/v1/runs/" + created.ID)
+		if st.State != "RUN_STATE_RUNNING" && st.State != "RUN_STATE_QUEUED" {
+			want := "session " + s.ID + " stopped: deleted"
+			if st.State != "RUN_STATE_FAILED" || st.StateReason != want {
+				t.Fatalf("run after its session was deleted: %s %q, want FAILED %q", st.State, st.StateReason, want)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run still %s after its session was deleted", st.State)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
