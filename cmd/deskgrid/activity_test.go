@@ -127,15 +127,19 @@ func TestEndToEndRunKeepsItsSessionAndFailsWithIt(t *testing.T) {
 	const idle = 6 * time.Second
 	// A model that never answers: the run stays in progress.
 	asked := make(chan struct{}, 16)
+	quit := make(chan struct{})
 	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case asked <- struct{}{}:
 		default:
 		}
-		<-r.Context().Done()
+		select {
+		case <-r.Context().Done():
+		case <-quit:
+		}
 	}))
 	defer model.Close()
-	defer model.CloseClientConnections()
+	defer close(quit)
 	p := startUp(t, t.TempDir(), t.TempDir(), "-default-idle-timeout", idle.String(), "-activity-interval", "500ms", "-reap-interval", "500ms",
 		"-anthropic-api-key", "sk-test", "-anthropic-base-url", model.URL)
 	defer p.stop()
