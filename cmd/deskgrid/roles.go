@@ -32,6 +32,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/display"
 	"github.com/deskgrid/deskgrid/services/history"
 	historystore "github.com/deskgrid/deskgrid/services/history/store"
+	"github.com/deskgrid/deskgrid/services/platform/activity"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/platform/grpcserver"
 	"github.com/deskgrid/deskgrid/services/platform/metrics"
@@ -202,16 +203,25 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 	cfg.MaxTTL = s.cfg.MaxTTL
 	cfg.DefaultIdleTimeout = s.cfg.DefaultIdleTimeout
 	cfg.CreateTimeout = s.cfg.CreateTimeout
+	cfg.ReapInterval = s.cfg.ReapInterval
 	cfg.Desktop = strings.Fields(s.cfg.WindowManager)
 	cfg.TenantQuota = quota.Amount{Sessions: s.cfg.TenantMaxSessions, CPUMillis: s.cfg.TenantMaxCPUMillis, MemoryBytes: s.cfg.TenantMaxMemoryBytes}
+	// The nodes' and the agent's reports of use, for the idle reaper.
+	usage, err := activity.NewMonitor(activity.MonitorConfig{Interval: s.cfg.ActivityInterval},
+		activity.MonitorDeps{NATS: nc, Logger: s.logger.With("component", "activity")})
+	if err != nil {
+		return nil, err
+	}
+	s.closers.add("activity monitor", usage.Close)
 	svc, err := session.New(ctx, cfg, session.Deps{
-		Logger: s.logger.With("component", "session"),
-		Store:  st,
-		Placer: placer,
-		Nodes:  nodes,
-		Events: events.NewPublisher(js),
-		NATS:   nc,
-		Tenant: s.tenantHook(),
+		Activity: usage,
+		Logger:   s.logger.With("component", "session"),
+		Store:    st,
+		Placer:   placer,
+		Nodes:    nodes,
+		Events:   events.NewPublisher(js),
+		NATS:     nc,
+		Tenant:   s.tenantHook(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("session: %w", err)
@@ -398,7 +408,7 @@ func (s *setup) addHistory(ctx context.Context, srv *grpcserver.Server, js jetst
 // addAgent starts the agent service. It reaches sessions' displays and
 // sandboxes through the node (or, in a cluster, the node router), stores runs
 // beside the other records and makes run events durable on JetStream.
-func (s *setup) addAgent(ctx context.Context, srv *grpcserver.Server, js jetstream.JetStream) error {
+func (s *setup) addAgent(ctx context.Context, srv *grpcserver.Server, nc *nats.Conn, js jetstream.JetStream, act *activity.Tracker) error {
 	var nodes grpc.ClientConnInterface
 	if s.clustered() {
 		r, err := s.nodeRouter(ctx, true)
@@ -470,6 +480,8 @@ func (s *setup) addAgent(ctx context.Context, srv *grpcserver.Server, js jetstre
 		JetStream: js,
 		Leases:    timedLeases{leases},
 		Tenant:    tenant,
+		NATS:      nc,
+		Activity:  act,
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)

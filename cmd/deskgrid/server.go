@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/deskgrid/deskgrid/services/platform/activity"
 	"github.com/deskgrid/deskgrid/services/platform/config"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/platform/grpcserver"
@@ -70,6 +71,8 @@ type serverConfig struct {
 	MaxTTL             time.Duration
 	DefaultIdleTimeout time.Duration
 	CreateTimeout      time.Duration
+	ReapInterval       time.Duration
+	ActivityInterval   time.Duration
 
 	Auth           bool
 	Insecure       bool
@@ -155,6 +158,8 @@ func serverFlags(name string, stderr io.Writer) (*flag.FlagSet, *serverConfig) {
 	fs.DurationVar(&c.MaxTTL, "max-ttl", 24*time.Hour, "longest session lifetime a request may ask for")
 	fs.DurationVar(&c.DefaultIdleTimeout, "default-idle-timeout", 15*time.Minute, "idle time after which a session stops, when the request gives none")
 	fs.DurationVar(&c.CreateTimeout, "create-timeout", 30*time.Second, "bound on starting one session")
+	fs.DurationVar(&c.ReapInterval, "reap-interval", 5*time.Second, "how often the session service looks for sessions past their TTL or idle timeout")
+	fs.DurationVar(&c.ActivityInterval, "activity-interval", activity.DefaultInterval, "how often nodes and the agent report which sessions were used (the same on every role)")
 	// On by default for the all-in-one deskgrid; a cluster turns it on for
 	// every role together, with -internal-token and -viewer-keys.
 	fs.BoolVar(&c.Auth, "auth", name == "up", "require API keys on every call but health checks (deskgrid up makes and prints the first one)")
@@ -276,14 +281,18 @@ func (s *setup) natsConn(ctx context.Context, embedded bool) (*nats.Conn, jetstr
 // service is built; serveGRPC starts serving once services are registered.
 //
 // With rec, the calls made on the display and sandbox served here are
-// recorded (after authentication, which names the caller).
-func (s *setup) grpcServer(ctx context.Context, rec *trail.Recorder) (*grpcserver.Server, net.Listener, error) {
+// recorded (after authentication, which names the caller); with act, they
+// count as uses of their sessions.
+func (s *setup) grpcServer(ctx context.Context, rec *trail.Recorder, act *activity.Tracker) (*grpcserver.Server, net.Listener, error) {
 	opts, err := s.serverOptions(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	if rec != nil {
 		opts = append(opts, rec.ServerOptions()...)
+	}
+	if act != nil {
+		opts = append(opts, act.ServerOptions()...)
 	}
 	lis, err := net.Listen("tcp", s.cfg.GRPCAddr)
 	if err != nil {
@@ -333,6 +342,19 @@ func (s *setup) trail(js jetstream.JetStream) (*trail.Recorder, error) {
 	// before the NATS connection (whose closer came earlier).
 	s.closers.add("trail", r.Close)
 	return r, nil
+}
+
+// activityTracker reports which sessions this process's calls and runs
+// use, for the session service's idle reaper.
+func (s *setup) activityTracker(nc *nats.Conn) (*activity.Tracker, error) {
+	t, err := activity.NewTracker(activity.TrackerConfig{Reporter: s.role + "@" + s.cfg.NodeID, Interval: s.cfg.ActivityInterval},
+		activity.TrackerDeps{NATS: nc, Logger: s.logger.With("component", "activity")})
+	if err != nil {
+		return nil, err
+	}
+	// Closed after the gRPC server drains, before the NATS connection.
+	s.closers.add("activity tracker", t.Close)
+	return t, nil
 }
 
 // parseServerFlags parses a role's flags.
