@@ -2,8 +2,8 @@ package container
 
 import (
 	"bytes"
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
