@@ -24,7 +24,7 @@ import (
 )
 
 // InitPath is where the host's catatonit appears inside every container.
-const InitPath = "/.deskgrid/init"
+const InitPath = "/run/deskgrid/init"
 
 // Runtime is runc and the state directory it keeps its containers in.
 type Runtime struct {

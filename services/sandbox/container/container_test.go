@@ -24,7 +24,7 @@ func busyboxRoot(t *testing.T, dir string, r idmap.Range) {
 	if err != nil {
 		t.Fatal("busybox is required (Debian package busybox-static)")
 	}
-	for _, d := range []string{"bin", "proc", "dev", "sys", "tmp", "run", "etc", "root", ".deskgrid"} {
+	for _, d := range []string{"bin", "proc", "dev", "sys", "tmp", "run", "etc", "root"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -44,9 +44,6 @@ func busyboxRoot(t *testing.T, dir string, r idmap.Range) {
 		if err := os.Symlink("busybox", filepath.Join(dir, "bin", n)); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, ".deskgrid", "init"), nil, 0o755); err != nil {
-		t.Fatal(err)
 	}
 	_ = filepath.Walk(dir, func(p string, _ os.FileInfo, _ error) error {
 		return os.Lchown(p, int(r.Base), int(r.Base))
