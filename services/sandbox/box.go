@@ -307,7 +307,7 @@ func (s *Service) build(ctx context.Context, b *box) (err error) {
 		}
 	}
 	if b.fromSnapshot != "" {
-		if err := s.extractSnapshot(b.fromSnapshot, b.lower, layers.Upper); err != nil {
+		if err := s.extractSnapshot(b.fromSnapshot, b.lowerID(), layers.Upper); err != nil {
 			return err
 		}
 	}
@@ -534,9 +534,6 @@ func (s *Service) buildContainer(ctx context.Context, b *box) error {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return fmt.Errorf("create sandbox dir: %w", err)
 		}
-	}
-	if b.fromSnapshot != "" {
-		return coded(codes.InvalidArgument, "a sandbox from an image cannot start from a snapshot; commit the session to an image and start from that")
 	}
 	if err := s.mountImage(b); err != nil {
 		return err

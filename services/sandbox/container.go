@@ -162,15 +162,8 @@ func (s *Service) mountImage(b *box) error {
 		lowers = append(lowers, dst)
 	}
 	slices.Reverse(lowers) // overlay lists the top layer first
-	if err := os.Chown(b.upper(), int(im.Range.Base), int(im.Range.Base)); err != nil {
-		return err
-	}
-	opts := "lowerdir=" + strings.Join(lowers, ":") + ",upperdir=" + b.upper() + ",workdir=" + b.work()
 	if len(im.Layers) == 0 {
 		return coded(codes.InvalidArgument, "image %s has no layers", im.Ref)
-	}
-	if err := unix.Mount("overlay", b.merged(), "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return fmt.Errorf("mount the image's root filesystem: %w", err)
 	}
 	// The changes API compares the upper with the image as stored.
 	if err := os.Mkdir(b.lowerView(), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
@@ -193,7 +186,56 @@ func (s *Service) mountImage(b *box) error {
 		}
 	}
 	b.lower = b.lowerView()
+	if b.fromSnapshot != "" {
+		if err := s.extractSnapshot(b.fromSnapshot, b.lowerID(), b.upper()); err != nil {
+			return err
+		}
+		if err := shiftOwners(b.upper(), s.cfg.IDRangeBase, im.Range); err != nil {
+			return fmt.Errorf("restore snapshot: %w", err)
+		}
+		b.fromSnapshot = "" // once: an adopt remounts what is there
+	}
+	if err := os.Chown(b.upper(), int(im.Range.Base), int(im.Range.Base)); err != nil {
+		return err
+	}
+	opts := "lowerdir=" + strings.Join(lowers, ":") + ",upperdir=" + b.upper() + ",workdir=" + b.work()
+	if err := unix.Mount("overlay", b.merged(), "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount the image's root filesystem: %w", err)
+	}
 	return nil
+}
+
+// shiftOwners moves the files of a restored upper layer, owned by whatever
+// range the snapshotted session had, into range r (the same id inside).
+func shiftOwners(dir string, base uint32, r idmap.Range) error {
+	return filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			return nil
+		}
+		shift := func(id uint32) int {
+			if id >= base {
+				return int(r.Base + (id-base)%idRangeSize)
+			}
+			return int(r.Base + min(id, idRangeSize-1))
+		}
+		uid, gid := shift(st.Uid), shift(st.Gid)
+		if uint32(uid) == st.Uid && uint32(gid) == st.Gid {
+			return nil
+		}
+		mode := fi.Mode()
+		if err := os.Lchown(p, uid, gid); err != nil {
+			return err
+		}
+		// chown clears setuid and setgid bits; the snapshot had them.
+		if mode&(os.ModeSetuid|os.ModeSetgid) != 0 && mode&os.ModeSymlink == 0 {
+			return os.Chmod(p, mode)
+		}
+		return nil
+	})
 }
 
 func isMountPoint(p string) (bool, error) {
@@ -448,4 +490,45 @@ func (s *Service) removeContainer(ctx context.Context, id, dir string) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// lowerID names what a sandbox's upper layer lies on, as its snapshots
+// record it: the lower dir, or the image's digest.
+func (b *box) lowerID() string {
+	if b.img != nil {
+		return "image:" + b.img.Digest
+	}
+	return b.lower
+}
+
+// unmountRoot takes a sandbox's root filesystem down so that its upper
+// layer can change: a container sandbox's container goes first (its
+// processes with it; the caller made sure none but the init runs).
+func (s *Service) unmountRoot(ctx context.Context, b *box) error {
+	if b.img == nil {
+		return b.driver.Unmount(ctx, b.merged())
+	}
+	b.stopShell()
+	if err := s.runtime().Delete(ctx, b.id); err != nil {
+		return err
+	}
+	if err := container.Cleanup(s.bundle(b.id)); err != nil {
+		return err
+	}
+	if err := cleanupX11(s.bundle(b.id) + ".x11"); err != nil {
+		return err
+	}
+	if err := unix.Unmount(b.merged(), unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("unmount %s: %w", b.merged(), err)
+	}
+	return nil
+}
+
+// remountContainer mounts a container sandbox's root filesystem again and
+// starts its container.
+func (s *Service) remountContainer(ctx context.Context, b *box) error {
+	if err := s.mountImage(b); err != nil {
+		return fmt.Errorf("remount session %s: %w", b.id, err)
+	}
+	return s.startContainer(ctx, b)
 }

@@ -292,6 +292,13 @@ func TestImageSessionCommitAndDelete(t *testing.T) {
 	if got := h.sh(t, "derived", "cat /usr/bin/tool; id -u"); got != "installed\n0" {
 		t.Errorf("in a session from the committed image: %q", got)
 	}
+	// Discarding a change restarts the container on the layer without it.
+	if _, err := h.client.DiscardChanges(ctx, &sandboxv1.DiscardChangesRequest{SessionId: "base", Paths: []string{"usr/bin/tool"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.sh(t, "base", "test -e /usr/bin/tool && echo present || echo absent"); got != "absent" {
+		t.Errorf("after discard: %q", got)
+	}
 	b := h.svc.boxes["derived"]
 	slot := filepath.Join(h.cfg.IDSlotDir, itoa(b.img.Slot))
 	if _, err := os.Stat(slot); err != nil {
