@@ -300,7 +300,7 @@ func (s *Service) startContainer(ctx context.Context, b *box) error {
 		Range:    b.img.Range,
 		Init:     s.cfg.CatatonitPath,
 		Hostname: "sandbox",
-		Env:      containerEnv(b.img.Config.Env),
+		Env:      containerEnv(b.img.Config),
 		Seccomp:  s.ociSeccomp,
 		Mounts: []specs.Mount{
 			// The X socket and cookie of the session's display are placed
@@ -400,9 +400,17 @@ func (s *Service) shareDisplay(b *box, sock, n, xauth string, uid, gid int) ([]s
 	return env, nil
 }
 
-// containerEnv is the image's environment with a PATH and a HOME.
-func containerEnv(env []string) []string {
-	out := slices.Clone(env)
+// SessionLabel names an image's desktop program; a container sandbox
+// gives it to its commands as DESKGRID_SESSION.
+const SessionLabel = "org.deskgrid.session"
+
+// containerEnv is the image's environment with a PATH, a TERM and the
+// image's desktop program.
+func containerEnv(c image.Config) []string {
+	out := slices.Clone(c.Env)
+	if p := c.Labels[SessionLabel]; p != "" {
+		out = append(out, "DESKGRID_SESSION="+p)
+	}
 	has := func(k string) bool {
 		for _, kv := range out {
 			if strings.HasPrefix(kv, k+"=") {
