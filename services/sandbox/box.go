@@ -20,6 +20,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/sandbox/container"
 	"github.com/deskgrid/deskgrid/services/sandbox/disk"
 	"github.com/deskgrid/deskgrid/services/sandbox/image"
+	"github.com/deskgrid/deskgrid/services/sandbox/jail"
 	"github.com/deskgrid/deskgrid/services/sandbox/overlay"
 )
 
@@ -48,6 +49,8 @@ type box struct {
 	img *boxImage
 	// xmu serialises placing the display in the container.
 	xmu sync.Mutex
+	// slirp serves a container sandbox's network, when it has one.
+	slirp *jail.Slirp
 
 	// layer is held for reading by every call using the mounted layer, and
 	// for writing while DiscardChanges remounts it.
@@ -498,6 +501,7 @@ func (s *Service) deleteSandbox(ctx context.Context, id string) error {
 	b.users.Wait()
 	var err error
 	if b.img != nil {
+		b.stopNetwork()
 		err = s.removeContainer(ctx, b.id, b.dir)
 	}
 	if err == nil {
@@ -883,6 +887,11 @@ func (s *Service) adoptContainer(ctx context.Context, id, dir string, m meta) er
 		_ = container.Cleanup(s.bundle(id))
 		_ = cleanupX11(s.bundle(id) + ".x11")
 		if err := s.startContainer(ctx, b); err != nil {
+			return fail(err)
+		}
+	} else if b.network {
+		// slirp4netns died with the previous process.
+		if err := s.attachNetwork(ctx, b); err != nil {
 			return fail(err)
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/sandbox/container"
 	"github.com/deskgrid/deskgrid/services/sandbox/idmap"
 	"github.com/deskgrid/deskgrid/services/sandbox/image"
+	"github.com/deskgrid/deskgrid/services/sandbox/jail"
 )
 
 // A sandbox created from an image is one runc container (package
@@ -322,7 +323,48 @@ func (s *Service) startContainer(ctx context.Context, b *box) error {
 		}
 		return err
 	}
+	if b.network {
+		if err := s.attachNetwork(ctx, b); err != nil {
+			_ = s.runtime().Delete(context.WithoutCancel(ctx), b.id)
+			_ = container.Cleanup(s.bundle(b.id))
+			_ = cleanupX11(x11)
+			return err
+		}
+	}
 	return nil
+}
+
+// attachNetwork connects a container's network namespace to the host's in
+// user mode (slirp4netns), as a bubblewrap sandbox's commands are.
+func (s *Service) attachNetwork(ctx context.Context, b *box) error {
+	st, err := s.runtime().State(ctx, b.id)
+	if err != nil {
+		return err
+	}
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", st.Pid))
+	if err != nil {
+		return fmt.Errorf("open the container's network namespace: %w", err)
+	}
+	defer ns.Close()
+	deny, err := jail.HostAddrs()
+	if err != nil {
+		return err
+	}
+	sl, err := (&jail.Network{Slirp: s.cfg.SlirpPath, Hardened: true, Deny: deny}).Attach(ns)
+	if err != nil {
+		return err
+	}
+	b.stopNetwork()
+	b.slirp = sl
+	return nil
+}
+
+// stopNetwork ends a container sandbox's slirp4netns, if any.
+func (b *box) stopNetwork() {
+	if b.slirp != nil {
+		b.slirp.Stop()
+		b.slirp = nil
+	}
 }
 
 // prepareX11 makes the host directory seen as /tmp/.X11-unix in a
@@ -517,6 +559,7 @@ func (s *Service) unmountRoot(ctx context.Context, b *box) error {
 		return b.driver.Unmount(ctx, b.merged())
 	}
 	b.stopShell()
+	b.stopNetwork()
 	if err := s.runtime().Delete(ctx, b.id); err != nil {
 		return err
 	}

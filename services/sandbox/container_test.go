@@ -404,3 +404,21 @@ func TestImageSessionReconciledAfterCrash(t *testing.T) {
 	}
 	_ = time.Second
 }
+
+// TestImageSessionNetwork: a session from an image with network has the
+// user-mode network of bubblewrap sandboxes (tap0, default route through
+// slirp4netns); one without has loopback only.
+func TestImageSessionNetwork(t *testing.T) {
+	h, _ := newImageHarness(t)
+	ctx := context.Background()
+	if _, err := h.client.CreateSandbox(ctx, &sandboxv1.CreateSandboxRequest{SessionId: "net", Image: "test/busybox:root", Network: true}); err != nil {
+		t.Fatal(err)
+	}
+	h.createFrom(t, "nonet", "test/busybox:root")
+	if got := h.sh(t, "net", "cat /proc/net/route"); !strings.Contains(got, "tap0\t00000000") {
+		t.Errorf("with network, routes: %q", got)
+	}
+	if got := h.sh(t, "nonet", "cat /proc/net/dev"); strings.Contains(got, "tap0") {
+		t.Errorf("without network, devices: %q", got)
+	}
+}
