@@ -30,7 +30,7 @@ import (
 // busyboxImage is a small image made of the host's static busybox: a root
 // filesystem with a shell, accounts (user 1000), /tmp and a home, run as
 // user (the image config's User: "" for root).
-func busyboxImage(t *testing.T, user string) v1.Image {
+func busyboxImage(t testing.TB, user string) v1.Image {
 	t.Helper()
 	bb, err := exec.LookPath("busybox")
 	if err != nil {
@@ -55,7 +55,7 @@ func busyboxImage(t *testing.T, user string) v1.Image {
 	dir("tmp", 0o1777, 0)
 	dir("home/user", 0o755, 1000)
 	file("bin/busybox", 0o755, data)
-	for _, n := range []string{"sh", "id", "cat", "touch", "sleep", "ls", "cp", "chmod", "stat", "echo", "ps", "test", "rm"} {
+	for _, n := range []string{"sh", "id", "cat", "touch", "sleep", "ls", "cp", "chmod", "stat", "echo", "ps", "test", "rm", "true", "tr", "grep"} {
 		_ = tw.WriteHeader(&tar.Header{Name: "bin/" + n, Typeflag: tar.TypeSymlink, Linkname: "busybox"})
 	}
 	file("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/home/user:/bin/sh\n"))
@@ -83,7 +83,7 @@ func busyboxImage(t *testing.T, user string) v1.Image {
 }
 
 // importImage puts img into store as ref.
-func importImage(t *testing.T, store *image.Store, img v1.Image, ref string) {
+func importImage(t testing.TB, store *image.Store, img v1.Image, ref string) {
 	t.Helper()
 	var archive bytes.Buffer
 	tag, err := name.NewTag(ref)
@@ -98,7 +98,7 @@ func importImage(t *testing.T, store *image.Store, img v1.Image, ref string) {
 	}
 }
 
-func newImageHarness(t *testing.T) (*harness, *image.Store) {
+func newImageHarness(t testing.TB) (*harness, *image.Store) {
 	t.Helper()
 	store, err := image.New(context.Background(), image.Deps{Dir: filepath.Join(t.TempDir(), "images"), Logger: quietLogger()})
 	if err != nil {
@@ -110,7 +110,7 @@ func newImageHarness(t *testing.T) (*harness, *image.Store) {
 	return h, store
 }
 
-func (h *harness) createFrom(t *testing.T, id, ref string) *sandboxv1.Sandbox {
+func (h *harness) createFrom(t testing.TB, id, ref string) *sandboxv1.Sandbox {
 	t.Helper()
 	resp, err := h.client.CreateSandbox(context.Background(), &sandboxv1.CreateSandboxRequest{SessionId: id, Image: ref})
 	if err != nil {
@@ -420,5 +420,31 @@ func TestImageSessionNetwork(t *testing.T) {
 	}
 	if got := h.sh(t, "nonet", "cat /proc/net/dev"); strings.Contains(got, "tap0") {
 		t.Errorf("without network, devices: %q", got)
+	}
+}
+
+// BenchmarkExecTrueInContainer is BenchmarkExecTrue in a session from an
+// image: a runc exec into its running container.
+func BenchmarkExecTrueInContainer(b *testing.B) {
+	h, _ := newImageHarness(b)
+	h.createFrom(b, "bench", "test/busybox:root")
+	for b.Loop() {
+		res := h.mustExec(b, "bench", "true")
+		if res.exit.GetExitCode() != 0 {
+			b.Fatal(res)
+		}
+	}
+}
+
+// BenchmarkCreateDeleteImageSandbox is BenchmarkCreateDeleteSandbox for a
+// session from an image: mounts, container start and removal.
+func BenchmarkCreateDeleteImageSandbox(b *testing.B) {
+	h, _ := newImageHarness(b)
+	ctx := context.Background()
+	for b.Loop() {
+		h.createFrom(b, "bench", "test/busybox:root")
+		if _, err := h.client.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SessionId: "bench"}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
