@@ -239,6 +239,13 @@ func TestImageSessionIsAContainerInItsOwnRange(t *testing.T) {
 	if err != nil || string(rf.GetContent()) != "x\n" {
 		t.Errorf("ReadFile: %q %v", rf.GetContent(), err)
 	}
+	// A file written through the API belongs to the image's user inside.
+	if _, err := h.client.WriteFile(context.Background(), &sandboxv1.WriteFileRequest{SessionId: "ua", Path: "home/user/notes/api.txt", Content: []byte("hi")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.sh(t, "ua", "stat -c %u:%g /home/user/notes/api.txt; echo more >> /home/user/notes/api.txt && touch /home/user/notes/new && echo appended"); got != "1000:1000\nappended" {
+		t.Errorf("a file written through the API, inside: %q", got)
+	}
 }
 
 func procUID(pid int) (real, effective uint32, ok bool) {
