@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -453,5 +454,40 @@ func BenchmarkCreateDeleteImageSandbox(b *testing.B) {
 		if _, err := h.client.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SessionId: "bench"}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestImageSessionDisplay: a session from an image reaches its display
+// through the socket and cookie placed into its running container, as the
+// image's user; another session sees neither.
+func TestImageSessionDisplay(t *testing.T) {
+	store, err := image.New(context.Background(), image.Deps{Dir: filepath.Join(t.TempDir(), "images"), Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	importImage(t, store, busyboxImage(t, "1000:1000"), "test/busybox:user")
+	cfg := testConfig(t)
+	cfg.X11SocketDir = t.TempDir()
+	lis, err := net.Listen("unix", filepath.Join(cfg.X11SocketDir, "X42"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lis.Close() })
+	cookie := filepath.Join(t.TempDir(), "xauth")
+	if err := os.WriteFile(cookie, []byte("cookie"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, cfg, Deps{Images: store, DisplayLookup: func(id string) (string, string, bool) {
+		return ":42", cookie, id == "gui"
+	}})
+	h.createFrom(t, "gui", "test/busybox:user")
+	h.createFrom(t, "headless", "test/busybox:user")
+	// A program started before the display was placed sees it too: the
+	// socket arrives in the running container's /tmp/.X11-unix.
+	if got := h.sh(t, "gui", `echo $DISPLAY $XAUTHORITY; test -S /tmp/.X11-unix/X42 && echo socket; cat "$XAUTHORITY"; echo; id -u`); got != ":42 /tmp/.X11-unix/.Xauthority-deskgrid\nsocket\ncookie\n1000" {
+		t.Fatalf("gui session: %q", got)
+	}
+	if got := h.sh(t, "headless", `echo "[$DISPLAY]"; ls -A /tmp/.X11-unix | wc -l`); got != "[]\n0" {
+		t.Fatalf("headless session: %q", got)
 	}
 }
