@@ -143,7 +143,13 @@ func serverFlags(name string, stderr io.Writer) (*flag.FlagSet, *serverConfig) {
 	fs.IntVar(&c.WarmDisplays, "warm-displays", 1, "X servers kept started at the default size, so creating a session does not wait for one")
 	fs.IntVar(&c.FirstDisplay, "first-display", 100, "lowest X display number the node uses; give nodes sharing one machine's /tmp disjoint ranges")
 	fs.StringVar(&c.WindowManager, "window-manager", "", "window manager started inside every session's sandbox on its display, such as openbox; empty runs bare X")
-	fs.StringVar(&c.DefaultImage, "default-image", defaultImage, "image of a session that names none (and no workspace); \"\" runs such sessions on the node's own programs")
+	// up is one node that imports its default image; in a cluster the
+	// session role cannot see the nodes' stores, so the default is asked for.
+	defImage := ""
+	if name == "up" {
+		defImage = defaultImage
+	}
+	fs.StringVar(&c.DefaultImage, "default-image", defImage, "image of a session that names none (and no workspace); \"\" runs such sessions on the node's own programs (up: "+defaultImage+"; serve: none, set it on the session role and give the nodes the image)")
 	fs.StringVar(&c.DefaultImageDir, "default-image-dir", imagebuild.DefaultCacheDir+"/desktop", "OCI layout imported as -default-image at start when the node's store lacks it (scripts/setup builds the desktop image there)")
 	fs.StringVar(&c.WorkspaceRoots, "workspace-roots", "", "comma-separated folders whose subfolders sessions may use as workspaces")
 	fs.StringVar(&c.SessionAddr, "session-addr", "127.0.0.1:9090", "gRPC address of the session service (gateway); up uses its own -grpc-addr")

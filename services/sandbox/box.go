@@ -529,6 +529,10 @@ func (s *Service) deleteSandbox(ctx context.Context, id string) error {
 // buildContainer makes the rest of a sandbox that runs its image: a host
 // id range, the root filesystem, the cgroup and the container.
 func (s *Service) buildContainer(ctx context.Context, b *box) error {
+	// Made on first use: a node that never runs an image keeps /run clean.
+	if err := s.prepareContainers(); err != nil {
+		return err
+	}
 	slot, r, err := s.claimSlot(b.dir)
 	if err != nil {
 		return err
@@ -837,6 +841,9 @@ func (s *Service) adopt(ctx context.Context, id string) error {
 func (s *Service) adoptContainer(ctx context.Context, id, dir string, m meta) error {
 	if s.images == nil {
 		return fmt.Errorf("sandbox %s runs an image, and this node keeps none", id)
+	}
+	if err := s.prepareContainers(); err != nil {
+		return err
 	}
 	kill, cancel := context.WithCancel(context.Background())
 	b := &box{id: id, tenant: m.Tenant, dir: dir, lower: m.Lower, driver: overlay.Kernel{}, created: m.Created,

@@ -308,9 +308,6 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		return nil, err
 	}
 	if deps.Images != nil {
-		if err := s.prepareContainers(); err != nil {
-			return nil, err
-		}
 		if cat, err := exec.LookPath(cfg.CatatonitPath); err == nil {
 			s.cfg.CatatonitPath = cat
 		} else {
