@@ -75,7 +75,9 @@ func (s *syncBuffer) String() string {
 // startUp runs `deskgrid up` in the given dirs and waits for /readyz.
 func startUp(t testing.TB, dataDir, runDir string, extra ...string) *upProcess {
 	t.Helper()
-	s := deskgridtest.StartIn(t, dataDir, runDir, append([]string{"-log-level", "debug"}, extra...)...)
+	// Sessions run on the node's own programs unless a test asks for an
+	// image: the default desktop image is tested by TestDesktopImageSession.
+	s := deskgridtest.StartIn(t, dataDir, runDir, append([]string{"-log-level", "debug", "-default-image", ""}, extra...)...)
 	return &upProcess{Server: s, t: t, key: s.APIKey, grpc: s.GRPCAddr, httpURL: s.HTTPURL, dataDir: dataDir, logs: logsOf{s}}
 }
 

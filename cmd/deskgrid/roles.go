@@ -96,6 +96,7 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 		if err != nil {
 			return nil, fmt.Errorf("images: %w", err)
 		}
+		s.ensureDefaultImage(ctx, images)
 		deps := sandbox.Deps{Logger: s.logger.With("component", "sandbox"), Tenant: s.tenantHook(), Images: images}
 		if n.display != nil {
 			deps.DisplayLookup = n.display.Lookup
@@ -205,6 +206,7 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 	cfg.CreateTimeout = s.cfg.CreateTimeout
 	cfg.ReapInterval = s.cfg.ReapInterval
 	cfg.Desktop = strings.Fields(s.cfg.WindowManager)
+	cfg.DefaultImage = s.cfg.DefaultImage
 	cfg.TenantQuota = quota.Amount{Sessions: s.cfg.TenantMaxSessions, CPUMillis: s.cfg.TenantMaxCPUMillis, MemoryBytes: s.cfg.TenantMaxMemoryBytes}
 	// The nodes' and the agent's reports of use, for the idle reaper.
 	usage, err := activity.NewMonitor(activity.MonitorConfig{Interval: s.cfg.ActivityInterval},
@@ -695,4 +697,37 @@ func (s *setup) nodeRouter(ctx context.Context, internal bool) (*noderoute.Route
 func shortHash(s string) string {
 	h := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(h[:4])
+}
+
+// defaultImage is the image of sessions that name none: the desktop that
+// scripts/setup builds (deploy/images/desktop).
+const defaultImage = "deskgrid/desktop:latest"
+
+// ensureDefaultImage makes -default-image runnable on this node: kept when
+// the store has it, imported (public to every tenant) from
+// -default-image-dir when not. When neither works, sessions that name no
+// image run on the node's own programs, and the log says why.
+func (s *setup) ensureDefaultImage(ctx context.Context, images *image.Store) {
+	ref := s.cfg.DefaultImage
+	if ref == "" {
+		return
+	}
+	if _, err := images.Resolve(ctx, "", ref); err == nil {
+		return
+	}
+	dir := s.cfg.DefaultImageDir
+	if _, err := os.Stat(filepath.Join(dir, "index.json")); err != nil {
+		s.logger.Warn("the default image is not on this node and there is none to import: sessions that name no image run on the node's own programs (build it with scripts/setup, or set -default-image)", "image", ref, "dir", dir)
+		s.cfg.DefaultImage = ""
+		return
+	}
+	s.logger.Info("importing the default image (once per node)", "image", ref, "from", dir)
+	if _, err := images.ImportPath(ctx, "", dir, image.ImportOptions{Ref: ref}); err != nil {
+		s.logger.Error("import the default image: sessions that name no image run on the node's own programs", "image", ref, "from", dir, "error", err)
+		s.cfg.DefaultImage = ""
+		return
+	}
+	if err := images.SetPublic(ctx, "", ref, true); err != nil {
+		s.logger.Warn("make the default image public", "image", ref, "error", err)
+	}
 }

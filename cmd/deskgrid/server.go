@@ -25,6 +25,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/platform/natsembed"
 	"github.com/deskgrid/deskgrid/services/platform/telemetry"
 	"github.com/deskgrid/deskgrid/services/platform/trail"
+	"github.com/deskgrid/deskgrid/services/sandbox/imagebuild"
 	"github.com/deskgrid/deskgrid/services/session"
 )
 
@@ -58,6 +59,8 @@ type serverConfig struct {
 	FirstDisplay    int
 	WindowManager   string
 	WorkspaceRoots  string
+	DefaultImage    string
+	DefaultImageDir string
 
 	SessionAddr string
 	AgentAddr   string
@@ -147,6 +150,14 @@ func serverFlags(name string, stderr io.Writer) (*flag.FlagSet, *serverConfig) {
 	fs.IntVar(&c.WarmDisplays, "warm-displays", 1, "X servers kept started at the default size, so creating a session does not wait for one")
 	fs.IntVar(&c.FirstDisplay, "first-display", 100, "lowest X display number the node uses; give nodes sharing one machine's /tmp disjoint ranges")
 	fs.StringVar(&c.WindowManager, "window-manager", "", "window manager started inside every session's sandbox on its display, such as openbox; empty runs bare X")
+	// up is one node that imports its default image; in a cluster the
+	// session role cannot see the nodes' stores, so the default is asked for.
+	defImage := ""
+	if name == "up" {
+		defImage = defaultImage
+	}
+	fs.StringVar(&c.DefaultImage, "default-image", defImage, "image of a session that names none (and no workspace); \"\" runs such sessions on the node's own programs (up: "+defaultImage+"; serve: none, set it on the session role and give the nodes the image)")
+	fs.StringVar(&c.DefaultImageDir, "default-image-dir", imagebuild.DefaultCacheDir+"/desktop", "OCI layout imported as -default-image at start when the node's store lacks it (scripts/setup builds the desktop image there)")
 	fs.StringVar(&c.WorkspaceRoots, "workspace-roots", "", "comma-separated folders whose subfolders sessions may use as workspaces")
 	fs.StringVar(&c.SessionAddr, "session-addr", "127.0.0.1:9090", "gRPC address of the session service (gateway); up uses its own -grpc-addr")
 	fs.StringVar(&c.AgentAddr, "agent-addr", "127.0.0.1:9090", "gRPC address of the agent service (gateway); up uses its own -grpc-addr")

@@ -103,7 +103,10 @@ func freeAddr(tb testing.TB) string {
 }
 
 // Start runs `deskgrid up` with extra flags and waits until it is ready.
-// It is stopped (as with Ctrl-C) when the test ends.
+// It is stopped (as with Ctrl-C) when the test ends. Its sessions run on the
+// machine's own programs unless the flags name a default image
+// ("-default-image", "deskgrid/desktop:latest"): importing the desktop image
+// into every test's fresh data dir would cost each test a gigabyte.
 func Start(tb testing.TB, flags ...string) *Server {
 	tb.Helper()
 	return StartIn(tb, tb.TempDir(), tb.TempDir(), flags...)
@@ -118,7 +121,8 @@ func StartIn(tb testing.TB, dataDir, runDir string, flags ...string) *Server {
 	s.GRPCAddr, s.HTTPURL = grpcAddr, "http://"+httpAddr
 	args := []string{"up",
 		"-http-addr", httpAddr, "-grpc-addr", grpcAddr,
-		"-data-dir", s.DataDir, "-runtime-dir", s.RunDir}
+		"-data-dir", s.DataDir, "-runtime-dir", s.RunDir,
+		"-default-image", ""}
 	s.cmd = exec.Command(Binary(tb), append(args, flags...)...)
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
 	if err := s.cmd.Start(); err != nil {

@@ -17,7 +17,10 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/deskgrid/deskgrid/services/sandbox/cgroup"
+	"github.com/deskgrid/deskgrid/services/sandbox/container"
 	"github.com/deskgrid/deskgrid/services/sandbox/disk"
+	"github.com/deskgrid/deskgrid/services/sandbox/image"
+	"github.com/deskgrid/deskgrid/services/sandbox/jail"
 	"github.com/deskgrid/deskgrid/services/sandbox/overlay"
 )
 
@@ -42,6 +45,12 @@ type box struct {
 	// image is the image it runs, as asked, and that image's digest (pinned
 	// in the node's image store for the box's life); empty for none.
 	image, imageDigest string
+	// img is set for a sandbox that runs its image as a container.
+	img *boxImage
+	// xmu serialises placing the display in the container.
+	xmu sync.Mutex
+	// slirp serves a container sandbox's network, when it has one.
+	slirp *jail.Slirp
 
 	// layer is held for reading by every call using the mounted layer, and
 	// for writing while DiscardChanges remounts it.
@@ -87,6 +96,8 @@ type meta struct {
 	Limits    Limits         `json:"limits"`
 	Disk      string         `json:"disk,omitempty"`
 	Network   bool           `json:"network,omitempty"`
+	// Image is set for a sandbox run as a container of its image.
+	Image *boxImage `json:"image,omitempty"`
 }
 
 const maxSessionID = 64
@@ -165,14 +176,17 @@ func (s *Service) workspaceLower(workspace string) (string, error) {
 
 // createSandbox mounts a new sandbox with the default limits.
 func (s *Service) createSandbox(ctx context.Context, id, workspace string) (*box, error) {
-	return s.create(ctx, id, workspace, Limits{}, "", false)
+	return s.create(ctx, id, workspace, Limits{}, "", false, nil)
 }
 
 // create mounts a new sandbox and makes its cgroup. On any failure nothing
 // of it remains.
-func (s *Service) create(ctx context.Context, id, workspace string, req Limits, snapshotID string, network bool) (*box, error) {
+func (s *Service) create(ctx context.Context, id, workspace string, req Limits, snapshotID string, network bool, im *image.Image) (*box, error) {
 	if err := validateSessionID(id); err != nil {
 		return nil, err
+	}
+	if im != nil && workspace != "" {
+		return nil, coded(codes.InvalidArgument, "a sandbox runs either an image or a workspace, not both")
 	}
 	if snapshotID != "" {
 		// Only a snapshot of the caller's own tenant may seed its sandbox.
@@ -204,6 +218,10 @@ func (s *Service) create(ctx context.Context, id, workspace string, req Limits, 
 		cancel:       cancel,
 		fromSnapshot: snapshotID,
 		network:      network,
+	}
+	if im != nil {
+		b.image, b.imageDigest = im.Ref, im.Digest
+		b.img = &boxImage{Ref: im.Ref, Digest: im.Digest, Layers: im.Layers, Config: im.Config, Slot: -1}
 	}
 	s.mu.Lock()
 	switch {
@@ -247,10 +265,18 @@ func (s *Service) build(ctx context.Context, b *box) (err error) {
 		if err == nil {
 			return
 		}
+		if b.img != nil {
+			if cerr := s.removeContainer(context.WithoutCancel(ctx), b.id, b.dir); cerr != nil {
+				s.log.ErrorContext(ctx, "remove container after failed create", "session_id", b.id, "error", cerr)
+			}
+		}
 		if b.cg != nil {
 			if cerr := b.cg.Delete(); cerr != nil {
 				s.log.ErrorContext(ctx, "remove cgroup after failed create", "session_id", b.id, "error", cerr)
 			}
+		}
+		if b.img != nil && b.img.Slot >= 0 {
+			defer s.releaseSlot(b.img.Slot, b.dir)
 		}
 		// Whatever got mounted is unmounted first; files are removed only
 		// when no mount is left.
@@ -268,6 +294,9 @@ func (s *Service) build(ctx context.Context, b *box) (err error) {
 		}
 		b.disk = s.disk.Kind
 	}
+	if b.img != nil {
+		return s.buildContainer(ctx, b)
+	}
 	layers := overlay.Layers{
 		Lower:  b.lower,
 		Upper:  b.upper(),
@@ -281,7 +310,7 @@ func (s *Service) build(ctx context.Context, b *box) (err error) {
 		}
 	}
 	if b.fromSnapshot != "" {
-		if err := s.extractSnapshot(b.fromSnapshot, b.lower, layers.Upper); err != nil {
+		if err := s.extractSnapshot(b.fromSnapshot, b.lowerID(), layers.Upper); err != nil {
 			return err
 		}
 	}
@@ -470,7 +499,14 @@ func (s *Service) deleteSandbox(ctx context.Context, id string) error {
 	b.cancel() // kills every running command
 	b.stopAll()
 	b.users.Wait()
-	err := s.teardown(ctx, b.dir, b.driver)
+	var err error
+	if b.img != nil {
+		b.stopNetwork()
+		err = s.removeContainer(ctx, b.id, b.dir)
+	}
+	if err == nil {
+		err = s.teardown(ctx, b.dir, b.driver)
+	}
 	if err == nil && b.cg != nil {
 		err = b.cg.Delete()
 	}
@@ -483,8 +519,55 @@ func (s *Service) deleteSandbox(ctx context.Context, id string) error {
 	delete(s.boxes, id)
 	close(b.deleted)
 	s.mu.Unlock()
+	if b.img != nil {
+		s.releaseSlot(b.img.Slot, b.dir)
+	}
 	s.log.InfoContext(ctx, "sandbox deleted", "session_id", id)
 	return nil
+}
+
+// buildContainer makes the rest of a sandbox that runs its image: a host
+// id range, the root filesystem, the cgroup and the container.
+func (s *Service) buildContainer(ctx context.Context, b *box) error {
+	// Made on first use: a node that never runs an image keeps /run clean.
+	if err := s.prepareContainers(); err != nil {
+		return err
+	}
+	slot, r, err := s.claimSlot(b.dir)
+	if err != nil {
+		return err
+	}
+	b.img.Slot, b.img.Range = slot, r
+	for _, d := range []string{b.upper(), b.work(), b.merged()} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return fmt.Errorf("create sandbox dir: %w", err)
+		}
+	}
+	if err := s.mountImage(b); err != nil {
+		return err
+	}
+	b.driver = overlay.Kernel{}
+	if s.cgroups != nil {
+		cg, err := s.cgroups.Create(b.id, b.limits.cgroup())
+		if err != nil {
+			return fmt.Errorf("sandbox %s: %w", b.id, err)
+		}
+		b.cg = cg
+	}
+	// Recorded before the container starts: a crash from here on leaves
+	// what reconcile needs to find the container, its range and its mounts.
+	if err := writeMeta(b.dir, b.meta()); err != nil {
+		return err
+	}
+	return s.startContainer(ctx, b)
+}
+
+func (b *box) meta() meta {
+	m := meta{SessionID: b.id, Tenant: b.tenant, Lower: b.lower, Owner: b.owner, Created: b.created, Limits: b.limits, Disk: b.disk, Network: b.network, Image: b.img}
+	if b.driver != nil {
+		m.Driver = b.driver.Name()
+	}
+	return m
 }
 
 // teardown unmounts everything beneath dir and removes it. Files are removed
@@ -521,13 +604,29 @@ func (s *Service) teardown(ctx context.Context, dir string, d overlay.Driver) er
 func (s *Service) removeLeftover(ctx context.Context, id string) error {
 	dir := filepath.Join(s.sandboxesDir(), id)
 	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		if s.images != nil {
+			// A container whose sandbox dir is gone.
+			if err := s.removeContainer(ctx, id, dir); err != nil {
+				return err
+			}
+		}
 		return nil
 	}
 	killTagged(dir)
+	m, merr := readMeta(dir)
+	if err := s.removeContainer(ctx, id, dir); err != nil {
+		return err
+	}
 	if err := s.removeCgroup(id); err != nil {
 		return err
 	}
-	return s.teardown(ctx, dir, nil)
+	if err := s.teardown(ctx, dir, nil); err != nil {
+		return err
+	}
+	if merr == nil && m.Image != nil {
+		s.releaseSlot(m.Image.Slot, dir)
+	}
+	return nil
 }
 
 // removeCgroup kills what runs in a leftover cgroup of id and removes it.
@@ -605,6 +704,15 @@ func (s *Service) Reconcile(ctx context.Context, keep func(sessionID string) boo
 			ids[id] = true
 		}
 	}
+	if s.images != nil {
+		list, err := s.runtime().List(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("reconcile: %w", err)
+		}
+		for _, c := range list {
+			ids[c.ID] = true
+		}
+	}
 	if s.cgroups != nil {
 		groups, err := s.cgroups.List()
 		if err != nil {
@@ -634,14 +742,12 @@ func (s *Service) Reconcile(ctx context.Context, keep func(sessionID string) boo
 			// Half-made by a create that crashed: nothing to keep.
 			s.log.WarnContext(ctx, "removing half-made sandbox", "session_id", id, "error", aerr)
 		}
-		dir := filepath.Join(s.sandboxesDir(), id)
-		killTagged(dir)
-		if cerr := s.removeCgroup(id); cerr != nil {
-			errs = append(errs, fmt.Errorf("remove %s: %w", id, cerr))
-			continue
+		rerr := s.removeLeftover(ctx, id)
+		if rerr == nil {
+			rerr = s.removeCgroup(id) // a group whose sandbox dir is gone
 		}
-		if terr := s.teardown(ctx, dir, nil); terr != nil {
-			errs = append(errs, fmt.Errorf("remove %s: %w", id, terr))
+		if rerr != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", id, rerr))
 			continue
 		}
 		removed = append(removed, id)
@@ -660,6 +766,9 @@ func (s *Service) adopt(ctx context.Context, id string) error {
 	}
 	if m.SessionID != id {
 		return fmt.Errorf("%w: meta.json names session %q", errNoMeta, m.SessionID)
+	}
+	if m.Image != nil {
+		return s.adoptContainer(ctx, id, dir, m)
 	}
 	var driver overlay.Driver = overlay.FUSE{Binary: s.cfg.FuseOverlayfsPath}
 	if m.Driver == (overlay.Kernel{}).Name() {
@@ -723,5 +832,84 @@ func (s *Service) adopt(ctx context.Context, id string) error {
 	}
 	s.boxes[id] = b
 	s.log.InfoContext(ctx, "adopted sandbox", "session_id", id, "driver", driver.Name())
+	return nil
+}
+
+// adoptContainer takes over a container sandbox a previous process made:
+// its mounts and container are made again when gone (after a reboot), a
+// running container is kept with its processes.
+func (s *Service) adoptContainer(ctx context.Context, id, dir string, m meta) error {
+	if s.images == nil {
+		return fmt.Errorf("sandbox %s runs an image, and this node keeps none", id)
+	}
+	if err := s.prepareContainers(); err != nil {
+		return err
+	}
+	kill, cancel := context.WithCancel(context.Background())
+	b := &box{id: id, tenant: m.Tenant, dir: dir, lower: m.Lower, driver: overlay.Kernel{}, created: m.Created,
+		limits: m.Limits, disk: m.Disk, network: m.Network, procs: map[string]*proc{}, img: m.Image,
+		image: m.Image.Ref, imageDigest: m.Image.Digest,
+		ready: make(chan struct{}), ok: true, deleted: make(chan struct{}), kill: kill, cancel: cancel}
+	fail := func(err error) error { cancel(); return err }
+	// The slot stays this sandbox's: claim it again if a reboot cleared /run.
+	p := filepath.Join(s.cfg.IDSlotDir, strconv.Itoa(m.Image.Slot))
+	if err := os.Mkdir(p, 0o700); err == nil {
+		_ = os.WriteFile(filepath.Join(p, "owner"), []byte(dir), 0o600)
+	}
+	st, serr := s.runtime().State(ctx, id)
+	running := serr == nil && st.Status == "running"
+	if m.Disk != "" {
+		if ok, err := overlay.IsMounted(b.layerDir()); err != nil {
+			return fail(err)
+		} else if !ok {
+			if err := (disk.Backing{Kind: m.Disk, Mkfs: s.disk.Mkfs, Mount: s.disk.Mount}).Remount(ctx, b.layerDir(), filepath.Join(dir, "disk.img")); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	if mounted, err := overlay.IsMounted(b.merged()); err != nil {
+		return fail(err)
+	} else if !mounted {
+		if running {
+			_ = s.runtime().Delete(ctx, id)
+			running = false
+		}
+		if err := s.mountImage(b); err != nil {
+			return fail(err)
+		}
+	}
+	if s.cgroups != nil {
+		cg, err := s.cgroups.Load(id)
+		if errors.Is(err, fs.ErrNotExist) {
+			cg, err = s.cgroups.Create(id, m.Limits.cgroup())
+		}
+		if err != nil {
+			return fail(err)
+		}
+		b.cg = cg
+		b.frozen = cg.Frozen()
+	}
+	if !running {
+		_ = s.runtime().Delete(ctx, id)
+		_ = container.Cleanup(s.bundle(id))
+		_ = cleanupX11(s.bundle(id) + ".x11")
+		if err := s.startContainer(ctx, b); err != nil {
+			return fail(err)
+		}
+	} else if b.network {
+		// slirp4netns died with the previous process.
+		if err := s.attachNetwork(ctx, b); err != nil {
+			return fail(err)
+		}
+	}
+	close(b.ready)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.boxes[id] != nil {
+		cancel()
+		return nil
+	}
+	s.boxes[id] = b
+	s.log.InfoContext(ctx, "adopted container sandbox", "session_id", id, "restarted", !running)
 	return nil
 }

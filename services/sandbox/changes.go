@@ -180,6 +180,9 @@ func (s *Service) applyChanges(ctx context.Context, id string, paths []string) (
 		return nil, nil, err
 	}
 	defer release()
+	if b.img != nil {
+		return nil, nil, coded(codes.FailedPrecondition, "session %q runs an image, not a workspace: there is nothing to apply changes to (commit it to an image instead)", id)
+	}
 	if b.lower == s.cfg.BaseDir {
 		return nil, nil, coded(codes.FailedPrecondition, "session %q works on the node's base, not a workspace: there is nothing to apply changes to", id)
 	}
@@ -339,7 +342,7 @@ func (s *Service) discardChanges(ctx context.Context, id string, paths []string)
 	if b.copied() {
 		return s.discardCopied(ctx, b, drop)
 	}
-	if err := b.driver.Unmount(ctx, b.merged()); err != nil {
+	if err := s.unmountRoot(ctx, b); err != nil {
 		return nil, err
 	}
 	var out []string
@@ -369,6 +372,9 @@ func (s *Service) discardChanges(ctx context.Context, id string, paths []string)
 func (b *box) running() int {
 	if b.cg != nil {
 		if pids, err := b.cg.Pids(); err == nil {
+			if b.img != nil && len(pids) > 0 {
+				return len(pids) - 1 // the container's init
+			}
 			return len(pids)
 		}
 	}

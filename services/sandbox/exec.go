@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path"
@@ -161,6 +162,9 @@ func (s *Service) exec(ctx context.Context, req *sandboxv1.ExecRequest, send fun
 // jailSpec is how a command runs in b: its home, accounts, display and
 // cgroup. cwd is checked relative to the home; asked is what the caller wrote.
 func (s *Service) jailSpec(b *box, argv, extraEnv []string, cwd, asked string) (jail.Spec, error) {
+	if b.img != nil {
+		return s.containerSpec(b, argv, extraEnv, cwd, asked)
+	}
 	if cwd != "." {
 		r, err := s.root(b)
 		if err != nil {
@@ -229,4 +233,58 @@ func (s *Service) jailSpec(b *box, argv, extraEnv []string, cwd, asked string) (
 	}
 	return spec, nil
 
+}
+
+// containerSpec is how a command runs in a sandbox that runs its image: a
+// `runc exec` as the image's user, in the image's working directory or the
+// asked one below /home/user, with the session's display.
+func (s *Service) containerSpec(b *box, argv, extraEnv []string, cwd, asked string) (jail.Spec, error) {
+	uid, gid, err := imageUser(b.merged(), b.img.Config.User)
+	if err != nil {
+		return jail.Spec{}, coded(codes.FailedPrecondition, "session %q: %v", b.id, err)
+	}
+	wd := b.img.Config.WorkingDir
+	if wd == "" {
+		wd = "/"
+	}
+	if cwd != "." {
+		r, err := s.root(b)
+		if err != nil {
+			return jail.Spec{}, err
+		}
+		rel := strings.TrimPrefix(path.Join(jail.Home, cwd), "/")
+		real, err := r.Resolve(rel)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return jail.Spec{}, coded(codes.InvalidArgument, "cwd %q does not exist in the sandbox", asked)
+			}
+			return jail.Spec{}, err
+		}
+		if st, err := os.Stat(filepath.Join(b.merged(), real)); err != nil || !st.IsDir() {
+			return jail.Spec{}, coded(codes.InvalidArgument, "cwd %q is not a directory", asked)
+		}
+		wd = "/" + real
+	}
+	spec := jail.Spec{
+		Argv:      argv,
+		Cwd:       wd,
+		Container: &jail.Container{Runtime: s.runtime(), ID: b.id, User: fmt.Sprintf("%d:%d", uid, gid)},
+	}
+	var env []string
+	if s.display != nil {
+		if disp, xauth, ok := s.display(b.id); ok {
+			sock, n, err := jail.HostSocket(s.cfg.X11SocketDir, disp)
+			if err != nil {
+				return jail.Spec{}, err
+			}
+			if _, err := os.Stat(sock); err != nil {
+				return jail.Spec{}, coded(codes.FailedPrecondition, "session %q's display %s has no X socket on this node: %v", b.id, disp, err)
+			}
+			if env, err = s.shareDisplay(b, sock, n, xauth, uid, gid); err != nil {
+				return jail.Spec{}, err
+			}
+		}
+	}
+	spec.Env = append(env, extraEnv...)
+	return spec, nil
 }

@@ -17,6 +17,15 @@ func (s *Service) root(b *box) (*fsroot.Root, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", b.id, err)
 	}
+	if b.img != nil {
+		// What the file API makes belongs to the image's user, in the
+		// session's range, as if the user had made it inside.
+		uid, gid, err := imageUser(b.merged(), b.img.Config.User)
+		if err != nil {
+			uid, gid = 0, 0
+		}
+		return r.Owned(int(b.img.Range.Host(uint32(uid))), int(b.img.Range.Host(uint32(gid)))), nil
+	}
 	return r, nil
 }
 

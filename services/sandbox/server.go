@@ -98,15 +98,12 @@ func (g *server) CreateSandbox(ctx context.Context, req *sandboxv1.CreateSandbox
 	}
 	b, err := g.s.create(ctx, req.GetSessionId(), req.GetWorkspace(), Limits{
 		MemoryBytes: req.GetMemoryBytes(), CPUMillis: req.GetCpuMillis(), Pids: req.GetPids(), DiskBytes: req.GetDiskBytes(),
-	}, req.GetSnapshotId(), req.GetNetwork())
+	}, req.GetSnapshotId(), req.GetNetwork(), im)
 	if err != nil {
 		if im != nil {
 			_ = g.s.images.Unpin(req.GetSessionId())
 		}
 		return nil, g.s.toStatus(ctx, "create sandbox", err)
-	}
-	if im != nil {
-		b.image, b.imageDigest = im.Ref, im.Digest
 	}
 	return &sandboxv1.CreateSandboxResponse{Sandbox: b.proto()}, nil
 }

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/grpc"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
@@ -80,6 +81,20 @@ type Config struct {
 	// MkfsPath and MountPath name the helpers of the ext4 backing.
 	MkfsPath  string
 	MountPath string
+	// RuncPath and CatatonitPath name the programs that run a sandbox
+	// created from an image: runc (Debian package runc) and the init of its
+	// container (Debian package catatonit).
+	RuncPath      string
+	CatatonitPath string
+	// ContainerDir holds the bundles and runc's state of this service's
+	// containers; empty means a directory under /run/deskgrid/containers
+	// named for Root.
+	ContainerDir string
+	// IDSlotDir holds the node's claims of host uid/gid ranges, shared by
+	// every service on the node; IDRangeBase is the first host id handed
+	// out (range n is IDRangeBase + n*65536, 65536 ids).
+	IDSlotDir   string
+	IDRangeBase uint32
 	// NoSeccomp turns off the seccomp filter of sandboxed programs.
 	NoSeccomp bool
 	// Limits apply when a request names none; MaxLimits bound what a
@@ -109,6 +124,10 @@ func DefaultConfig() Config {
 		FuseOverlayfsPath: "fuse-overlayfs",
 		BwrapPath:         "bwrap",
 		SlirpPath:         "slirp4netns",
+		RuncPath:          "runc",
+		CatatonitPath:     "catatonit",
+		IDSlotDir:         "/run/deskgrid/idslots",
+		IDRangeBase:       1_000_000,
 		ExecTimeout:       60 * time.Second,
 		MaxExecTimeout:    time.Hour,
 		ExecChunkBytes:    32 << 10,
@@ -156,7 +175,9 @@ type Service struct {
 	cgroups *cgroup.Hierarchy // nil: no limits on this node
 	disk    disk.Backing
 	seccomp []byte // compiled filter; nil when off
-	images  *image.Store
+	// ociSeccomp is the same policy for containers; nil when off.
+	ociSeccomp *specs.LinuxSeccomp
+	images     *image.Store
 
 	mu     sync.Mutex
 	boxes  map[string]*box
@@ -181,6 +202,18 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	}
 	if cfg.SlirpPath == "" {
 		cfg.SlirpPath = def.SlirpPath
+	}
+	if cfg.RuncPath == "" {
+		cfg.RuncPath = def.RuncPath
+	}
+	if cfg.CatatonitPath == "" {
+		cfg.CatatonitPath = def.CatatonitPath
+	}
+	if cfg.IDSlotDir == "" {
+		cfg.IDSlotDir = def.IDSlotDir
+	}
+	if cfg.IDRangeBase == 0 {
+		cfg.IDRangeBase = def.IDRangeBase
 	}
 	if cfg.ExecTimeout <= 0 {
 		cfg.ExecTimeout = def.ExecTimeout
@@ -214,6 +247,9 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		return nil, fmt.Errorf("sandbox root: %w", err)
 	}
 	cfg.Root = root
+	if cfg.ContainerDir == "" {
+		cfg.ContainerDir = defaultContainerDir(cfg.Root)
+	}
 	if cfg.BaseDir == "" {
 		cfg.BaseDir = filepath.Join(cfg.Root, "base")
 		if err := makeBase(cfg.BaseDir); err != nil {
@@ -271,8 +307,18 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err := writeEtc(s.etcDir); err != nil {
 		return nil, err
 	}
+	if deps.Images != nil {
+		if cat, err := exec.LookPath(cfg.CatatonitPath); err == nil {
+			s.cfg.CatatonitPath = cat
+		} else {
+			s.log.WarnContext(ctx, "catatonit not found: sessions from images will fail", "catatonit", cfg.CatatonitPath, "error", err)
+		}
+	}
 	if !cfg.NoSeccomp {
 		if s.seccomp, err = jail.SeccompFilter(); err != nil {
+			return nil, fmt.Errorf("sandbox seccomp filter: %w (set NoSeccomp to run without)", err)
+		}
+		if s.ociSeccomp, err = jail.OCISeccomp(); err != nil {
 			return nil, fmt.Errorf("sandbox seccomp filter: %w (set NoSeccomp to run without)", err)
 		}
 	}
@@ -364,6 +410,11 @@ func (s *Service) Close(ctx context.Context) error {
 	}
 	if s.cgroups != nil && len(errs) == 0 {
 		s.cgroups.RemoveParent() // only when empty: another node may share it
+	}
+	if s.images != nil && len(errs) == 0 {
+		// Only when empty: a container adopted later keeps its state.
+		_ = os.Remove(s.runtime().Root)
+		_ = os.Remove(s.cfg.ContainerDir)
 	}
 	return errors.Join(errs...)
 }

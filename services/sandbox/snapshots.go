@@ -110,7 +110,7 @@ func (s *Service) createSnapshot(ctx context.Context, id string) (snapshotMeta, 
 	}
 	var raw [12]byte
 	_, _ = rand.Read(raw[:])
-	m := snapshotMeta{ID: "snap-" + hex.EncodeToString(raw[:]), SessionID: id, Tenant: b.tenant, Lower: b.lower, Created: time.Now().UTC()}
+	m := snapshotMeta{ID: "snap-" + hex.EncodeToString(raw[:]), SessionID: id, Tenant: b.tenant, Lower: b.lowerID(), Created: time.Now().UTC()}
 	archive := filepath.Join(s.snapshotsDir(), m.ID+".tar.zst")
 	tmp := archive + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
@@ -249,14 +249,17 @@ func (s *Service) restoreSnapshot(ctx context.Context, sessionID, id string) err
 	if b.copied() {
 		return errCopiedSnapshot(sessionID)
 	}
-	if err := b.driver.Unmount(ctx, b.merged()); err != nil {
+	if err := s.unmountRoot(ctx, b); err != nil {
 		return err
 	}
 	fresh := b.upper() + ".restore"
 	_ = os.RemoveAll(fresh)
 	err = os.Mkdir(fresh, 0o755)
 	if err == nil {
-		err = s.extractSnapshot(id, b.lower, fresh)
+		err = s.extractSnapshot(id, b.lowerID(), fresh)
+	}
+	if err == nil && b.img != nil {
+		err = shiftOwners(fresh, s.cfg.IDRangeBase, b.img.Range)
 	}
 	if err == nil {
 		err = os.RemoveAll(b.upper())
@@ -282,6 +285,9 @@ func (s *Service) restoreSnapshot(ctx context.Context, sessionID, id string) err
 }
 
 func (s *Service) remount(ctx context.Context, b *box) error {
+	if b.img != nil {
+		return s.remountContainer(ctx, b)
+	}
 	if err := b.driver.Mount(ctx, overlay.Layers{Lower: b.lower, Upper: b.upper(), Work: b.work(), Merged: b.merged(), Owner: b.owner}); err != nil {
 		return fmt.Errorf("remount session %s: %w", b.id, err)
 	}

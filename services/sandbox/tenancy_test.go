@@ -419,7 +419,7 @@ func TestTenancySurvivesReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(tenantMD, "victim"))
-	if _, err := crashed.create(ctx, "kept", "", Limits{}, "", false); err != nil {
+	if _, err := crashed.create(ctx, "kept", "", Limits{}, "", false, nil); err != nil {
 		t.Fatal(err)
 	}
 	crashed = nil // dropped without Close, as a killed process would

@@ -73,7 +73,7 @@ func (s *Service) create(ctx context.Context, req *sessionv1.CreateSessionReques
 		Autostart:      slices.Clone(req.GetAutostart()),
 		Workspace:      req.GetWorkspace(),
 		Network:        req.GetNetwork(),
-		Image:          req.GetImage(),
+		Image:          s.imageFor(req.GetImage(), req.GetWorkspace()),
 		Ttl:            durationpb.New(sp.ttl),
 		IdleTimeout:    durationpb.New(sp.idleTimeout),
 		CreateTime:     timestamppb.New(now),
@@ -307,9 +307,9 @@ func (s *Service) startDesktop(ctx context.Context, cur *sessionv1.Session, node
 	}
 	// The desktop and the autostart programs run inside the sandbox, on the
 	// session's display, until the session ends.
-	if len(s.cfg.Desktop) > 0 {
-		if _, err := sandboxes.StartProcess(ctx, &sandboxv1.StartProcessRequest{SessionId: cur.GetId(), Argv: slices.Clone(s.cfg.Desktop)}); err != nil {
-			return "", &nodeError{Node: nodeID, Op: fmt.Sprintf("start the desktop %q", s.cfg.Desktop[0]), Err: err}
+	if argv := s.desktopArgv(img != ""); len(argv) > 0 {
+		if _, err := sandboxes.StartProcess(ctx, &sandboxv1.StartProcessRequest{SessionId: cur.GetId(), Argv: argv}); err != nil {
+			return "", &nodeError{Node: nodeID, Op: fmt.Sprintf("start the desktop %q", argv[0]), Err: err}
 		}
 	}
 	for _, prog := range cur.GetAutostart() {
@@ -375,4 +375,31 @@ func (s *Service) releaseQuietly(ctx context.Context, nodeID, id string) {
 	if err := s.placer.Release(ctx, nodeID, id); err != nil {
 		s.log.WarnContext(ctx, "release placement", "session", id, "node", nodeID, "err", err)
 	}
+}
+
+// imageFor is the image a new session runs: the asked one, else the
+// default unless the session works on a workspace (a sandbox runs one or
+// the other).
+func (s *Service) imageFor(asked, workspace string) string {
+	if asked != "" || workspace != "" {
+		return asked
+	}
+	return s.cfg.DefaultImage
+}
+
+// desktopArgv starts a session's desktop. In a session from an image it is
+// the image's own desktop program, which the node gives its container as
+// DESKGRID_SESSION (the org.deskgrid.session label), falling back to
+// Desktop; elsewhere Desktop.
+func (s *Service) desktopArgv(fromImage bool) []string {
+	if !fromImage {
+		return slices.Clone(s.cfg.Desktop)
+	}
+	script := `if [ -n "$DESKGRID_SESSION" ]; then exec $DESKGRID_SESSION; fi; `
+	if len(s.cfg.Desktop) > 0 {
+		script += `exec "$@"`
+	} else {
+		script += "exit 0"
+	}
+	return append([]string{"/bin/sh", "-c", script, "deskgrid-session"}, s.cfg.Desktop...)
 }

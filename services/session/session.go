@@ -57,6 +57,12 @@ type Config struct {
 	// and resume), before the session's autostart programs. Nothing drawn
 	// on a session's screen runs on the host.
 	Desktop []string
+	// DefaultImage is the image of a session whose request names none and
+	// no workspace (such as deskgrid/desktop:latest); empty: such sessions
+	// run on the node's own programs. A session from an image starts the
+	// image's desktop program (its org.deskgrid.session label) instead of
+	// Desktop; Desktop runs when the image names none.
+	DefaultImage string
 	// Display defaults.
 	DefaultWidth  int32
 	DefaultHeight int32

@@ -444,8 +444,20 @@ func (h Hierarchy) parents() []string {
 		return []string{filepath.Join(h.Mountpoint, h.Parent)}
 	}
 	out := make([]string, 0, len(v1Controllers))
+	seen := map[string]bool{}
 	for _, c := range v1Controllers {
 		out = append(out, filepath.Join(h.Mountpoint, string(c), h.Parent))
+		seen[string(c)] = true
+	}
+	// An OCI runtime placing a container in a group makes it in every
+	// controller it finds; those parents are ours to remove too.
+	entries, _ := os.ReadDir(h.Mountpoint)
+	for _, e := range entries {
+		if !seen[e.Name()] && e.IsDir() {
+			if _, err := os.Stat(filepath.Join(h.Mountpoint, e.Name(), h.Parent)); err == nil {
+				out = append(out, filepath.Join(h.Mountpoint, e.Name(), h.Parent))
+			}
+		}
 	}
 	return out
 }
@@ -465,3 +477,7 @@ func (h Hierarchy) RemoveParent() {
 
 // Version is "v1" or "v2".
 func (g *Group) Version() string { return g.h.Name() }
+
+// Path is the group's path below the cgroup root ("/<parent>/<id>"), as an
+// OCI runtime spec's cgroupsPath names it.
+func (g *Group) Path() string { return g.h.group(g.id) }

@@ -75,6 +75,17 @@ func Clean(p string) (string, error) {
 type Root struct {
 	dir  string // as given
 	real string // with symlinks resolved, to check what the kernel reports
+	// owned, when set, gives files and directories this makes to uid:gid.
+	owned    bool
+	uid, gid int
+}
+
+// Owned returns a Root that gives the files and directories it creates to
+// uid:gid (host ids), as a container's user would own them.
+func (r *Root) Owned(uid, gid int) *Root {
+	c := *r
+	c.owned, c.uid, c.gid = true, uid, gid
+	return &c
 }
 
 // New returns a Root for dir, which must exist.
@@ -238,7 +249,7 @@ func (r *Root) Create(p string, perm fs.FileMode) (*Writer, error) {
 	}
 	dir, name := filepath.Split(clean)
 	if dir != "" {
-		if err := root.MkdirAll(dir, 0o755); err != nil {
+		if err := r.mkdirAll(root, filepath.Clean(dir), 0o755); err != nil {
 			root.Close()
 			return nil, classify(err)
 		}
@@ -254,6 +265,14 @@ func (r *Root) Create(p string, perm fs.FileMode) (*Writer, error) {
 	if err != nil {
 		root.Close()
 		return nil, classify(err)
+	}
+	if r.owned {
+		if err := f.Chown(r.uid, r.gid); err != nil {
+			f.Close()
+			_ = root.Remove(tmp)
+			root.Close()
+			return nil, err
+		}
 	}
 	return &Writer{root: root, f: f, tmp: tmp, path: clean, perm: perm}, nil
 }
@@ -354,10 +373,15 @@ func (r *Root) Mkdir(p string, perm fs.FileMode, parents bool) error {
 	}
 	defer root.Close()
 	if parents {
-		return classify(root.MkdirAll(clean, perm&fs.ModePerm))
+		return classify(r.mkdirAll(root, clean, perm&fs.ModePerm))
 	}
 	if err := root.Mkdir(clean, perm&fs.ModePerm); err != nil {
 		return classify(err)
+	}
+	if r.owned {
+		if err := root.Lchown(clean, r.uid, r.gid); err != nil {
+			return classify(err)
+		}
 	}
 	return classify(root.Chmod(clean, perm&fs.ModePerm))
 }
@@ -475,4 +499,27 @@ func describe(m fs.FileMode) string {
 	default:
 		return "not a regular file"
 	}
+}
+
+// mkdirAll is root.MkdirAll, giving the directories it makes to the
+// Root's owner when it has one.
+func (r *Root) mkdirAll(root *os.Root, dir string, perm fs.FileMode) error {
+	var made []string
+	if r.owned {
+		for p := dir; p != "." && p != "/" && p != ""; p = filepath.Dir(p) {
+			if _, err := root.Lstat(p); err == nil {
+				break
+			}
+			made = append(made, p)
+		}
+	}
+	if err := root.MkdirAll(dir, perm); err != nil {
+		return err
+	}
+	for _, p := range made {
+		if err := root.Lchown(p, r.uid, r.gid); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -16,10 +16,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/deskgrid/deskgrid/services/sandbox/container"
 )
 
 // Home is where the session's writable layer appears inside the sandbox.
@@ -77,6 +80,21 @@ type Spec struct {
 	// Network, when set, gives the command outbound network through
 	// user-mode networking instead of none.
 	Network *Network
+	// pidFile is where runc writes the pid of a Container's command.
+	pidFile string
+	// Container, when set, runs the command with `runc exec` in a session's
+	// running container instead of a bwrap of its own: HomeDir, Etc, Binds,
+	// Hostname, Place, Seccomp and Network are the container's, set when it
+	// was made, and are ignored here.
+	Container *Container
+}
+
+// Container names a running container and who runs in it.
+type Container struct {
+	Runtime container.Runtime
+	ID      string
+	// User is "uid:gid" inside the container.
+	User string
 }
 
 // Stream tells stdout from stderr.
@@ -119,10 +137,16 @@ func ValidateEnv(env []string) error {
 	return nil
 }
 
-// Args builds bwrap's command line.
+// Args builds bwrap's (or, for a Container, runc's) command line.
 func Args(spec Spec) ([]string, error) {
 	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
 		return nil, errors.New("argv is empty")
+	}
+	if c := spec.Container; c != nil {
+		if err := ValidateEnv(spec.Env); err != nil {
+			return nil, err
+		}
+		return c.Runtime.ExecArgs(container.Exec{ID: c.ID, Argv: spec.Argv, Env: spec.Env, Cwd: spec.Cwd, User: c.User, PidFile: spec.pidFile}), nil
 	}
 	if spec.HomeDir == "" {
 		return nil, errors.New("no home directory")
@@ -230,6 +254,11 @@ type chunk struct {
 // command and everything it started have ended. The command is killed when
 // the timeout expires (Exit.TimedOut), when ctx ends, or when out fails.
 func Run(ctx context.Context, spec Spec, timeout time.Duration, chunkSize int, out func(Stream, []byte) error) (Exit, error) {
+	cleanup, err := withPidFile(&spec)
+	if err != nil {
+		return Exit{}, err
+	}
+	defer cleanup()
 	args, err := Args(spec)
 	if err != nil {
 		return Exit{}, err
@@ -269,7 +298,7 @@ func Run(ctx context.Context, spec Spec, timeout time.Duration, chunkSize int, o
 	// Killing bwrap is enough: --die-with-parent kills the namespace's init,
 	// and with it every process of the namespace. os.Process signals through
 	// a pidfd, so a late kill cannot hit a reused pid.
-	stopKill := context.AfterFunc(runCtx, func() { _ = cmd.Process.Kill() })
+	stopKill := context.AfterFunc(runCtx, func() { kill(spec, cmd) })
 
 	chunks := make(chan chunk, 4) // bounded: a slow reader stalls the command, not memory
 	var readers sync.WaitGroup
@@ -321,6 +350,33 @@ func Run(ctx context.Context, spec Spec, timeout time.Duration, chunkSize int, o
 	return exit, nil
 }
 
+// withPidFile gives a Container's command a file for its pid, so that it
+// can be killed with its descendants: killing runc exec alone would leave
+// them running in the container.
+func withPidFile(spec *Spec) (cleanup func(), err error) {
+	if spec.Container == nil {
+		return func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", "deskgrid-exec-")
+	if err != nil {
+		return nil, err
+	}
+	spec.pidFile = filepath.Join(dir, "pid")
+	return func() { _ = os.RemoveAll(dir) }, nil
+}
+
+// kill ends a command and everything it started.
+func kill(spec Spec, cmd *exec.Cmd) {
+	if spec.Container != nil {
+		if data, err := os.ReadFile(spec.pidFile); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && pid > 1 {
+				container.KillTree(pid)
+			}
+		}
+	}
+	_ = cmd.Process.Kill()
+}
+
 // launch is bwrap's command and the pipes it shares with it.
 type launch struct {
 	cmd *exec.Cmd
@@ -354,6 +410,10 @@ func command(spec Spec, args []string) (*launch, error) {
 	bin := spec.Bwrap
 	if bin == "" {
 		bin = "bwrap"
+	}
+	if spec.Container != nil {
+		bin = spec.Container.Runtime.Bin()
+		spec.Seccomp, spec.Network = nil, nil
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = []string{}
@@ -404,7 +464,7 @@ func command(spec Spec, args []string) (*launch, error) {
 // bwrap has been killed and waited for.
 func (l *launch) started(spec Spec) (*slirp, error) {
 	l.closeChild()
-	if spec.Network == nil {
+	if spec.Network == nil || spec.Container != nil {
 		return nil, nil
 	}
 	sl, err := spec.Network.connect(spec, l.info, l.block)
@@ -419,7 +479,7 @@ func (l *launch) started(spec Spec) (*slirp, error) {
 }
 
 func place(spec Spec, cmd *exec.Cmd) (start func() error, done func()) {
-	if spec.Place == nil {
+	if spec.Place == nil || spec.Container != nil {
 		return cmd.Start, func() {}
 	}
 	return spec.Place(cmd)
@@ -455,22 +515,31 @@ func exitOf(waitErr error) (Exit, error) {
 
 // Proc is a command started by Spawn that runs on its own.
 type Proc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	exit Exit
-	err  error
+	spec Spec
+	// cleanup removes what withPidFile made, once the command has ended.
+	cleanup func()
+	cmd     *exec.Cmd
+	done    chan struct{}
+	exit    Exit
+	err     error
 }
 
 // Spawn starts the command without waiting for it; it reads stdin and its
 // output goes to out (nil: nothing to read, output discarded). It ends when
 // killed, or when the caller's process ends (--die-with-parent).
 func Spawn(spec Spec, stdin, out *os.File) (*Proc, error) {
+	cleanup, err := withPidFile(&spec)
+	if err != nil {
+		return nil, err
+	}
 	args, err := Args(spec)
 	if err != nil {
+		cleanup()
 		return nil, err
 	}
 	l, err := command(spec, args)
 	if err != nil {
+		cleanup()
 		return nil, err
 	}
 	defer l.release() // bwrap has its own copy once started
@@ -484,16 +553,19 @@ func Spawn(spec Spec, stdin, out *os.File) (*Proc, error) {
 	start, placed := place(spec, cmd)
 	if err := start(); err != nil {
 		placed()
+		cleanup()
 		return nil, startError(err)
 	}
 	net, err := l.started(spec)
 	if err != nil {
 		placed()
+		cleanup()
 		return nil, err
 	}
-	p := &Proc{cmd: cmd, done: make(chan struct{})}
+	p := &Proc{spec: spec, cleanup: cleanup, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
+		defer cleanup()
 		defer placed()
 		p.exit, p.err = exitOf(cmd.Wait())
 		net.stop()
@@ -516,7 +588,12 @@ func (p *Proc) Exit() (Exit, error) {
 // Kill kills the command and everything it started; it does not wait.
 func (p *Proc) Kill() {
 	// Through a pidfd: a late kill cannot hit a reused pid.
-	_ = p.cmd.Process.Kill()
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	kill(p.spec, p.cmd)
 }
 
 // HostSocket returns the host's X socket for display ":N" or ":N.S".

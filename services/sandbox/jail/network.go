@@ -246,3 +246,24 @@ func (sl *slirp) stop() {
 	}
 	sl.done()
 }
+
+// Slirp is a running slirp4netns serving a namespace; Stop ends it.
+type Slirp = slirp
+
+// Stop ends slirp4netns and waits for it; nil is a no-op.
+func (sl *slirp) Stop() { sl.stop() }
+
+// Attach gives the network namespace ns (an open /proc/<pid>/ns/net of a
+// running container's init) outbound network until Stop, as Run does for
+// one command's namespace.
+func (n *Network) Attach(ns *os.File) (*Slirp, error) {
+	sl, err := n.start(Spec{}, ns)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.deny(ns); err != nil {
+		sl.stop()
+		return nil, err
+	}
+	return sl, nil
+}

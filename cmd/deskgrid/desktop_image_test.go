@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/color"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	imagestore "github.com/deskgrid/deskgrid/services/sandbox/image"
+	"github.com/deskgrid/deskgrid/services/sandbox/imagebuild"
+)
+
+// execIn runs argv in a session through REST and returns its stdout and
+// exit code.
+func (p *upProcess) execIn(id string, argv ...string) (string, int) {
+	p.t.Helper()
+	body, _ := json.Marshal(map[string]any{"argv": argv, "timeout": "120s"})
+	code, out, _ := p.do("POST", "/v1/sessions/"+id+":exec", string(body))
+	if code != 200 {
+		p.t.Fatalf("exec %v: %d %s", argv, code, out)
+	}
+	var stdout, stderr strings.Builder
+	exit := -1
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var m struct {
+			Result struct {
+				Stdout []byte `json:"stdout"`
+				Stderr []byte `json:"stderr"`
+				Exit   *struct {
+					ExitCode int `json:"exitCode"`
+				} `json:"exit"`
+			} `json:"result"`
+		}
+		_ = json.Unmarshal([]byte(line), &m)
+		stdout.Write(m.Result.Stdout)
+		stderr.Write(m.Result.Stderr)
+		if m.Result.Exit != nil {
+			exit = m.Result.Exit.ExitCode
+		}
+	}
+	if exit != 0 {
+		p.t.Logf("exec %v: exit %d, stderr %s", argv, exit, stderr.String())
+	}
+	return strings.TrimSpace(stdout.String()), exit
+}
+
+func (p *upProcess) createWith(body string) sessionJSON {
+	p.t.Helper()
+	code, out, _ := p.do("POST", "/v1/sessions", body)
+	if code != 200 {
+		p.t.Fatalf("create %s: %d %s\n%s", body, code, out, p.logs)
+	}
+	var s sessionJSON
+	if err := json.Unmarshal(out, &s); err != nil || s.State != "SESSION_STATE_RUNNING" {
+		p.t.Fatalf("created %s: %v", out, err)
+	}
+	return s
+}
+
+// panelShown reports whether a screenshot shows a desktop with its panel:
+// not black, and a bottom strip (tint2, 36 px) with launcher icons and a
+// clock, many colours unlike the plain background above it.
+func panelShown(img image.Image) (bool, string) {
+	b := img.Bounds()
+	dark := 0
+	for y := b.Min.Y; y < b.Max.Y; y += 4 {
+		for x := b.Min.X; x < b.Max.X; x += 4 {
+			r, g, bl, _ := img.At(x, y).RGBA()
+			if r+g+bl < 3*0x1000 {
+				dark++
+			}
+		}
+	}
+	total := (b.Dx() / 4) * (b.Dy() / 4)
+	panel := map[color.RGBA]bool{}
+	for y := b.Max.Y - 34; y < b.Max.Y-2; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			r, g, bl, _ := img.At(x, y).RGBA()
+			panel[color.RGBA{uint8(r >> 8), uint8(g >> 8), uint8(bl >> 8), 0}] = true
+		}
+	}
+	above := map[color.RGBA]bool{}
+	for y := b.Max.Y - 140; y < b.Max.Y-108; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			r, g, bl, _ := img.At(x, y).RGBA()
+			above[color.RGBA{uint8(r >> 8), uint8(g >> 8), uint8(bl >> 8), 0}] = true
+		}
+	}
+	desc := fmt.Sprintf("%d/%d dark samples, %d colours in the panel strip, %d in the strip above", dark, total, len(panel), len(above))
+	return dark < total/2 && len(panel) >= 24 && len(panel) > len(above), desc
+}
+
+// TestDesktopImageSession: `deskgrid up` with the default desktop image
+// (built by scripts/setup) gives every session that names no image a real
+// desktop: the panel on screen, Chromium and a terminal inside, the image's
+// user mapped to the session's own host uid range, sudo and dpkg working
+// in that session only, commit then create showing the change, and nothing
+// left behind by a delete or by a crash of the service.
+func TestDesktopImageSession(t *testing.T) {
+	layout := imagebuild.DesktopLayout()
+	if _, err := os.Stat(filepath.Join(layout, "index.json")); err != nil {
+		t.Fatalf("the default desktop image is not built (%s): run scripts/setup (it builds it), or deskgrid images build -cache %s deploy/images/desktop", layout, imagebuild.DefaultCacheDir)
+	}
+	dataDir, runDir := t.TempDir(), t.TempDir()
+	// Imported here rather than by up at start, so that the start stays
+	// within its readiness wait; up's own import is the same call.
+	store, err := imagestore.New(context.Background(), imagestore.Deps{Dir: filepath.Join(dataDir, "images"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.ImportPath(context.Background(), "", layout, imagestore.ImportOptions{Ref: defaultImage}); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SetPublic(context.Background(), "", defaultImage, true); err != nil {
+		t.Fatal(err)
+	}
+	p := startUp(t, dataDir, runDir, "-default-image", defaultImage)
+	root := filepath.Join(dataDir, "sandbox")
+	h := sha256.Sum256([]byte(root))
+	runcRoot := filepath.Join("/run/deskgrid/containers", hex.EncodeToString(h[:6]), "runc")
+
+	a := p.createWith(`{"display":{"width":1280,"height":800}}`)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ok, desc := panelShown(p.screenshot(a.ID))
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no panel on the session's screen: %s\n%s", desc, p.logs)
+		}
+		time.Sleep(500 * time.Millisecond) // the desktop draws in its own time
+	}
+
+	if out, code := p.execIn(a.ID, "sh", "-c", "id -u; which chromium lxterminal firefox-esr"); code != 0 || !strings.HasPrefix(out, "1000\n") || !strings.Contains(out, "/usr/bin/chromium") || !strings.Contains(out, "/usr/bin/lxterminal") {
+		t.Fatalf("in the session: %q (exit %d)", out, code)
+	}
+	// sudo makes root of the session's own namespace; a package built and
+	// installed with dpkg lands in the session's layer only.
+	script := `set -e
+touch ~/made-by-user
+mkdir -p /tmp/pkg/DEBIAN /tmp/pkg/usr/bin
+printf 'Package: dg-test\nVersion: 1.0\nArchitecture: all\nMaintainer: deskgrid <t@example.org>\nDescription: test\n' > /tmp/pkg/DEBIAN/control
+printf '#!/bin/sh\necho dg-test-ok\n' > /tmp/pkg/usr/bin/dg-test
+chmod 755 /tmp/pkg/usr/bin/dg-test
+dpkg-deb --root-owner-group --build /tmp/pkg /tmp/dg-test.deb >/dev/null
+sudo -n id -u
+sudo -n dpkg -i /tmp/dg-test.deb >/dev/null
+sudo -n cp /bin/true /usr/local/bin/suid-true
+sudo -n chmod 4755 /usr/local/bin/suid-true
+dg-test`
+	if out, code := p.execIn(a.ID, "sh", "-c", script); code != 0 || out != "0\ndg-test-ok" {
+		t.Fatalf("sudo and dpkg in the session: %q (exit %d)", out, code)
+	}
+	uppers, _ := filepath.Glob(filepath.Join(root, "sandboxes", a.ID, "*upper"))
+	uppers2, _ := filepath.Glob(filepath.Join(root, "sandboxes", a.ID, "disk", "upper"))
+	uppers = append(uppers, uppers2...)
+	if len(uppers) != 1 {
+		t.Fatalf("the session's upper layer: %v", uppers)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(filepath.Join(uppers[0], "home/user/made-by-user"), &st); err != nil {
+		t.Fatal(err)
+	}
+	base := st.Uid - 1000
+	if st.Uid < 1_000_000 || base%65536 != 1_000_000%65536 {
+		t.Errorf("a file the session's user made is host uid %d, not in a session range", st.Uid)
+	}
+	if err := syscall.Lstat(filepath.Join(uppers[0], "usr/local/bin/suid-true"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Uid != base || st.Mode&syscall.S_ISUID == 0 {
+		t.Errorf("the setuid file the session's root made: host uid %d mode %o, want uid %d and setuid", st.Uid, st.Mode, base)
+	}
+	// The session's processes run in its range on the host.
+	if out, _ := exec.Command("ps", "-eo", "uid=,args=").Output(); !strings.Contains(string(out), fmt.Sprint(base+1000)) {
+		t.Errorf("no process of host uid %d (the session's user) on the host", base+1000)
+	}
+
+	b := p.createWith(`{"display":{"width":640,"height":480}}`)
+	if out, code := p.execIn(b.ID, "sh", "-c", "command -v dg-test; ls /usr/local/bin; ls /home/user; id -u"); code != 0 || strings.Contains(out, "dg-test") || strings.Contains(out, "suid-true") || strings.Contains(out, "made-by-user") {
+		t.Errorf("another session sees the first one's changes: %q (exit %d)", out, code)
+	}
+
+	code, out, _ := p.do("POST", "/v1/sessions/"+a.ID+":commit", `{"image":"team/desk:v1"}`)
+	if code != 200 {
+		t.Fatalf("commit: %d %s", code, out)
+	}
+	c := p.createWith(`{"display":{"width":640,"height":480},"image":"team/desk:v1"}`)
+	if out, code := p.execIn(c.ID, "dg-test"); code != 0 || out != "dg-test-ok" {
+		t.Errorf("a session from the committed image: %q (exit %d)", out, code)
+	}
+
+	for _, id := range []string{a.ID, b.ID, c.ID} {
+		if code, out, _ := p.do("DELETE", "/v1/sessions/"+id, ""); code != 200 {
+			t.Fatalf("delete: %d %s", code, out)
+		}
+	}
+	waitNoContainers := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			out, _ := exec.Command("runc", "--root", runcRoot, "list", "-q").Output()
+			mounts, _ := os.ReadFile("/proc/self/mountinfo")
+			if len(strings.TrimSpace(string(out))) == 0 && !strings.Contains(string(mounts), root+"/sandboxes/") {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: containers %q, mounts under %s left", what, out, root)
+			}
+			time.Sleep(100 * time.Millisecond) // stop runs after the answer
+		}
+	}
+	waitNoContainers("after delete")
+	for _, id := range []string{a.ID, b.ID, c.ID} {
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", "deskgrid-"+shortHash(root), id)); err == nil {
+			t.Errorf("the cgroup of %s is left", id)
+		}
+	}
+
+	// A crash: the service killed with a session running; the next start
+	// removes its container, mounts and cgroup.
+	d := p.createWith(`{"display":{"width":640,"height":480}}`)
+	if out, _ := exec.Command("runc", "--root", runcRoot, "list", "-q").Output(); !strings.Contains(string(out), d.ID) {
+		t.Fatalf("runc list before the crash: %q", out)
+	}
+	p.kill9()
+	startUp(t, dataDir, runDir, "-default-image", defaultImage)
+	waitNoContainers("after a crash and a restart")
+}

@@ -1,0 +1,493 @@
+package sandbox
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/sandbox/container"
+	"github.com/deskgrid/deskgrid/services/sandbox/image"
+)
+
+// busyboxImage is a small image made of the host's static busybox: a root
+// filesystem with a shell, accounts (user 1000), /tmp and a home, run as
+// user (the image config's User: "" for root).
+func busyboxImage(t testing.TB, user string) v1.Image {
+	t.Helper()
+	bb, err := exec.LookPath("busybox")
+	if err != nil {
+		t.Fatal("busybox is required (Debian package busybox-static)")
+	}
+	data, err := os.ReadFile(bb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	dir := func(n string, mode int64, uid int) {
+		_ = tw.WriteHeader(&tar.Header{Name: n + "/", Typeflag: tar.TypeDir, Mode: mode, Uid: uid, Gid: uid})
+	}
+	file := func(n string, mode int64, body []byte) {
+		_ = tw.WriteHeader(&tar.Header{Name: n, Typeflag: tar.TypeReg, Mode: mode, Size: int64(len(body))})
+		_, _ = tw.Write(body)
+	}
+	for _, d := range []string{"bin", "usr", "usr/bin", "etc", "root", "home", "proc", "dev", "sys", "run"} {
+		dir(d, 0o755, 0)
+	}
+	dir("tmp", 0o1777, 0)
+	dir("home/user", 0o755, 1000)
+	file("bin/busybox", 0o755, data)
+	for _, n := range []string{"sh", "id", "cat", "touch", "sleep", "ls", "cp", "chmod", "stat", "echo", "ps", "test", "rm", "true", "tr", "grep"} {
+		_ = tw.WriteHeader(&tar.Header{Name: "bin/" + n, Typeflag: tar.TypeSymlink, Linkname: "busybox"})
+	}
+	file("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/home/user:/bin/sh\n"))
+	file("etc/group", 0o644, []byte("root:x:0:\nuser:x:1000:\n"))
+	_ = tw.Close()
+	b := buf.Bytes()
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }, tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, _ := img.ConfigFile()
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", runtime.GOARCH
+	cf.Config.User = user
+	cf.Config.WorkingDir = "/home/user"
+	cf.Config.Env = []string{"PATH=/bin:/usr/bin", "HOME=/home/user"}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// importImage puts img into store as ref.
+func importImage(t testing.TB, store *image.Store, img v1.Image, ref string) {
+	t.Helper()
+	var archive bytes.Buffer
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tarball.Write(tag, img, &archive); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Import(context.Background(), "", &archive, image.ImportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newImageHarness(t testing.TB) (*harness, *image.Store) {
+	t.Helper()
+	store, err := image.New(context.Background(), image.Deps{Dir: filepath.Join(t.TempDir(), "images"), Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	importImage(t, store, busyboxImage(t, "1000:1000"), "test/busybox:user")
+	importImage(t, store, busyboxImage(t, ""), "test/busybox:root")
+	h := newHarness(t, testConfig(t), Deps{Images: store})
+	return h, store
+}
+
+func (h *harness) createFrom(t testing.TB, id, ref string) *sandboxv1.Sandbox {
+	t.Helper()
+	resp, err := h.client.CreateSandbox(context.Background(), &sandboxv1.CreateSandboxRequest{SessionId: id, Image: ref})
+	if err != nil {
+		t.Fatalf("CreateSandbox(%s from %s): %v", id, ref, err)
+	}
+	return resp.GetSandbox()
+}
+
+func (h *harness) sh(t *testing.T, id, script string) string {
+	t.Helper()
+	r := h.mustExec(t, id, "sh", "-c", script)
+	return strings.TrimSpace(r.stdout)
+}
+
+func hostOwner(t *testing.T, p string) (uint32, uint32, os.FileMode) {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Lstat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := os.Lstat(p)
+	return st.Uid, st.Gid, fi.Mode()
+}
+
+// TestImageSessionIsAContainerInItsOwnRange: a session from an image runs
+// on the image's root filesystem as the image's user, root inside its own
+// user namespace is an unprivileged host range no other session shares, and
+// a setuid file it makes is not host-root-owned.
+func TestImageSessionIsAContainerInItsOwnRange(t *testing.T) {
+	h, _ := newImageHarness(t)
+	h.createFrom(t, "ua", "test/busybox:user")
+	h.createFrom(t, "ra", "test/busybox:root")
+	h.createFrom(t, "rb", "test/busybox:root")
+	ua, ra, rb := h.svc.boxes["ua"], h.svc.boxes["ra"], h.svc.boxes["rb"]
+	if ua.img.Range == ra.img.Range || ra.img.Range == rb.img.Range || ua.img.Range == rb.img.Range {
+		t.Fatalf("sessions share a range: %v %v %v", ua.img.Range, ra.img.Range, rb.img.Range)
+	}
+
+	// The image's root filesystem and user, and pid 1 the init.
+	if got := h.sh(t, "ua", "id -u; id -g; pwd; cat /proc/1/cmdline"); !strings.HasPrefix(got, "1000\n1000\n/home/user\n"+container.InitPath) {
+		t.Errorf("in the user image: %q", got)
+	}
+	if got := h.sh(t, "ra", "id -u"); got != "0" {
+		t.Errorf("in the root image: id -u = %q", got)
+	}
+	// The host sees the session's range, in files and in processes.
+	h.sh(t, "ua", "touch /home/user/made-by-user")
+	if uid, gid, _ := hostOwner(t, filepath.Join(ua.upper(), "home/user/made-by-user")); uid != ua.img.Range.Host(1000) || gid != ua.img.Range.Host(1000) {
+		t.Errorf("a file the user made is host %d:%d, want %d", uid, gid, ua.img.Range.Host(1000))
+	}
+	status := h.sh(t, "ua", "cat /proc/self/status")
+	if !strings.Contains(status, "Uid:\t1000\t1000") {
+		t.Errorf("inside, the command's status: %q", status)
+	}
+	pid := h.sh(t, "ra", "sleep 30 >/dev/null 2>&1 & echo $!")
+	_ = pid // its host pid is found by its cgroup below
+	hostUIDs := map[uint32]bool{}
+	pids, err := ra.cg.Pids()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pids {
+		if _, uid, ok := procUID(p); ok {
+			hostUIDs[uid] = true
+		}
+	}
+	if len(hostUIDs) == 0 {
+		t.Fatal("no process of the session in its cgroup")
+	}
+	for uid := range hostUIDs {
+		if !ra.img.Range.Contains(uid) {
+			t.Errorf("a process of the session runs as host uid %d, outside its range %v", uid, ra.img.Range)
+		}
+	}
+
+	// Root of the session writes the image's /usr/bin and makes a setuid file.
+	h.sh(t, "ra", "cp /bin/busybox /usr/bin/suid-shell && chmod 4755 /usr/bin/suid-shell && echo x > /usr/bin/only-in-ra")
+	uid, _, mode := hostOwner(t, filepath.Join(ra.upper(), "usr/bin/suid-shell"))
+	if mode&os.ModeSetuid == 0 {
+		t.Errorf("the setuid bit did not stick: %v", mode)
+	}
+	if uid == 0 || !ra.img.Range.Contains(uid) {
+		t.Errorf("a setuid-root file made in a session is host uid %d, want in %v", uid, ra.img.Range)
+	}
+	var sfs syscall.Statfs_t
+	if err := syscall.Statfs(ra.merged(), &sfs); err != nil {
+		t.Fatal(err)
+	}
+	if sfs.Flags&syscall.MS_NOSUID == 0 || sfs.Flags&syscall.MS_NODEV == 0 {
+		t.Errorf("the merged tree is mounted without nosuid,nodev on the host: %#x", sfs.Flags)
+	}
+	// Inside, the setuid bit works (sudo does): the user becomes root of
+	// its own namespace, not of the host.
+	h.sh(t, "ra", "chmod 4755 /bin/busybox")
+	// Another session sees none of it, nor the first one's processes.
+	if got := h.sh(t, "rb", "ls /usr/bin; ls /proc | grep -c '^[0-9]'"); strings.Contains(got, "only-in-ra") || strings.Contains(got, "suid-shell") {
+		t.Errorf("session rb sees ra's files: %q", got)
+	}
+	if got := h.sh(t, "rb", "cat /proc/*/cmdline 2>/dev/null | tr '\\0' ' '"); strings.Contains(got, "sleep 30") {
+		t.Errorf("session rb sees ra's processes: %q", got)
+	}
+	// The shared layer on disk is untouched and host-root-owned.
+	if _, err := os.Stat(filepath.Join(ra.img.Layers[0], "usr/bin/only-in-ra")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the image's layer changed: %v", err)
+	}
+	if uid, _, _ := hostOwner(t, filepath.Join(ra.img.Layers[0], "bin/busybox")); uid != 0 {
+		t.Errorf("the layer's busybox is host uid %d on disk", uid)
+	}
+
+	// The changes API sees the session's changes over the whole root.
+	ch, err := h.client.ListChanges(context.Background(), &sandboxv1.ListChangesRequest{SessionId: "ra"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, c := range ch.GetChanges() {
+		if c.GetPath() == "usr/bin/only-in-ra" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("changes do not list usr/bin/only-in-ra: %v", ch.GetChanges())
+	}
+	// The file API reads the container's root filesystem.
+	rf, err := h.client.ReadFile(context.Background(), &sandboxv1.ReadFileRequest{SessionId: "ra", Path: "usr/bin/only-in-ra"})
+	if err != nil || string(rf.GetContent()) != "x\n" {
+		t.Errorf("ReadFile: %q %v", rf.GetContent(), err)
+	}
+	// A file written through the API belongs to the image's user inside.
+	if _, err := h.client.WriteFile(context.Background(), &sandboxv1.WriteFileRequest{SessionId: "ua", Path: "home/user/notes/api.txt", Content: []byte("hi")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.sh(t, "ua", "stat -c %u:%g /home/user/notes/api.txt; echo more >> /home/user/notes/api.txt && touch /home/user/notes/new && echo appended"); got != "1000:1000\nappended" {
+		t.Errorf("a file written through the API, inside: %q", got)
+	}
+}
+
+func procUID(pid int) (real, effective uint32, ok bool) {
+	data, err := os.ReadFile("/proc/" + itoa(pid) + "/status")
+	if err != nil {
+		return 0, 0, false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && f[0] == "Uid:" {
+			var r, e uint32
+			for i, c := range f[1:3] {
+				var n uint32
+				for _, d := range c {
+					n = n*10 + uint32(d-'0')
+				}
+				if i == 0 {
+					r = n
+				} else {
+					e = n
+				}
+			}
+			return r, e, true
+		}
+	}
+	return 0, 0, false
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var b []byte
+	for ; n > 0; n /= 10 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+	}
+	return string(b)
+}
+
+// TestImageSessionCommitAndDelete: a session's change committed becomes an
+// image whose new sessions have it; a deleted session leaves no mount, no
+// runc container, no cgroup and no claimed range.
+func TestImageSessionCommitAndDelete(t *testing.T) {
+	h, _ := newImageHarness(t)
+	ctx := context.Background()
+	h.createFrom(t, "base", "test/busybox:root")
+	h.sh(t, "base", "echo installed > /usr/bin/tool && chmod 755 /usr/bin/tool")
+	if _, err := h.client.CommitSandbox(ctx, &sandboxv1.CommitSandboxRequest{SessionId: "base", Image: "test/busybox:tool"}); err != nil {
+		t.Fatal(err)
+	}
+	h.createFrom(t, "derived", "test/busybox:tool")
+	if got := h.sh(t, "derived", "cat /usr/bin/tool; id -u"); got != "installed\n0" {
+		t.Errorf("in a session from the committed image: %q", got)
+	}
+	// Discarding a change restarts the container on the layer without it.
+	if _, err := h.client.DiscardChanges(ctx, &sandboxv1.DiscardChangesRequest{SessionId: "base", Paths: []string{"usr/bin/tool"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.sh(t, "base", "test -e /usr/bin/tool && echo present || echo absent"); got != "absent" {
+		t.Errorf("after discard: %q", got)
+	}
+	b := h.svc.boxes["derived"]
+	slot := filepath.Join(h.cfg.IDSlotDir, itoa(b.img.Slot))
+	if _, err := os.Stat(slot); err != nil {
+		t.Fatalf("the session's range is not claimed: %v", err)
+	}
+	cgPath := b.cg.Path()
+	for _, id := range []string{"base", "derived"} {
+		if _, err := h.client.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SessionId: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := h.svc.runtime().List(ctx)
+	if err != nil || len(list) != 0 {
+		t.Errorf("runc containers left: %+v %v", list, err)
+	}
+	if out, _ := exec.Command("runc", "--root", h.svc.runtime().Root, "list", "-q").Output(); len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("runc list: %q", out)
+	}
+	assertNothingLeft(t, h.cfg.Root)
+	assertNoContainerMounts(t, h.cfg.ContainerDir)
+	if _, err := os.Stat(slot); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the range's claim is left: %v", err)
+	}
+	for _, c := range []string{"memory", "pids", "freezer", "cpuset", "devices"} {
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", c, cgPath)); err == nil {
+			t.Errorf("cgroup %s left in %s", cgPath, c)
+		}
+	}
+}
+
+func assertNoContainerMounts(t *testing.T, dir string) {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			t.Errorf("mount left: %s", f[4])
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.Name() != "runc" {
+			t.Errorf("container dir left: %s", e.Name())
+		}
+	}
+}
+
+// TestImageSessionReconciledAfterCrash: a service killed with its
+// containers running leaves them to the next start, which adopts the ones
+// it keeps (commands work again, files kept) and removes the rest (runc
+// delete, unmount, range released).
+func TestImageSessionReconciledAfterCrash(t *testing.T) {
+	ctx := context.Background()
+	store, err := image.New(ctx, image.Deps{Dir: filepath.Join(t.TempDir(), "images"), Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	importImage(t, store, busyboxImage(t, ""), "test/busybox:root")
+	cfg := testConfig(t)
+	crashed, err := New(ctx, cfg, Deps{Logger: quietLogger(), Images: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := store.Resolve(ctx, "", "test/busybox:root")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"keep", "drop"} {
+		if _, err := crashed.create(ctx, id, "", Limits{}, "", false, im); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dropSlot := crashed.boxes["drop"].img.Slot
+	keepRange := crashed.boxes["keep"].img.Range
+	if err := os.WriteFile(filepath.Join(crashed.boxes["keep"].merged(), "root", "kept"), []byte("yes\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The process is gone; its containers, mounts and cgroups are not.
+
+	h := newHarness(t, cfg, Deps{Images: store})
+	removed, err := h.svc.Reconcile(ctx, func(id string) bool { return id == "keep" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != 1 || removed[0] != "drop" {
+		t.Errorf("removed %v, want [drop]", removed)
+	}
+	if _, err := h.svc.runtime().State(ctx, "drop"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the dropped session's container: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.IDSlotDir, itoa(dropSlot))); err == nil {
+		if data, _ := os.ReadFile(filepath.Join(cfg.IDSlotDir, itoa(dropSlot), "owner")); strings.HasSuffix(string(data), "/drop") {
+			t.Errorf("the dropped session's range is still claimed")
+		}
+	}
+	if got := h.sh(t, "keep", "cat /root/kept; id -u"); got != "yes\n0" {
+		t.Errorf("in the adopted session: %q", got)
+	}
+	if h.svc.boxes["keep"].img.Range != keepRange {
+		t.Errorf("the adopted session's range changed: %v, was %v", h.svc.boxes["keep"].img.Range, keepRange)
+	}
+	_ = time.Second
+}
+
+// TestImageSessionNetwork: a session from an image with network has the
+// user-mode network of bubblewrap sandboxes (tap0, default route through
+// slirp4netns); one without has loopback only.
+func TestImageSessionNetwork(t *testing.T) {
+	h, _ := newImageHarness(t)
+	ctx := context.Background()
+	if _, err := h.client.CreateSandbox(ctx, &sandboxv1.CreateSandboxRequest{SessionId: "net", Image: "test/busybox:root", Network: true}); err != nil {
+		t.Fatal(err)
+	}
+	h.createFrom(t, "nonet", "test/busybox:root")
+	if got := h.sh(t, "net", "cat /proc/net/route"); !strings.Contains(got, "tap0\t00000000") {
+		t.Errorf("with network, routes: %q", got)
+	}
+	if got := h.sh(t, "nonet", "cat /proc/net/dev"); strings.Contains(got, "tap0") {
+		t.Errorf("without network, devices: %q", got)
+	}
+}
+
+// BenchmarkExecTrueInContainer is BenchmarkExecTrue in a session from an
+// image: a runc exec into its running container.
+func BenchmarkExecTrueInContainer(b *testing.B) {
+	h, _ := newImageHarness(b)
+	h.createFrom(b, "bench", "test/busybox:root")
+	for b.Loop() {
+		res := h.mustExec(b, "bench", "true")
+		if res.exit.GetExitCode() != 0 {
+			b.Fatal(res)
+		}
+	}
+}
+
+// BenchmarkCreateDeleteImageSandbox is BenchmarkCreateDeleteSandbox for a
+// session from an image: mounts, container start and removal.
+func BenchmarkCreateDeleteImageSandbox(b *testing.B) {
+	h, _ := newImageHarness(b)
+	ctx := context.Background()
+	for b.Loop() {
+		h.createFrom(b, "bench", "test/busybox:root")
+		if _, err := h.client.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SessionId: "bench"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestImageSessionDisplay: a session from an image reaches its display
+// through the socket and cookie placed into its running container, as the
+// image's user; another session sees neither.
+func TestImageSessionDisplay(t *testing.T) {
+	store, err := image.New(context.Background(), image.Deps{Dir: filepath.Join(t.TempDir(), "images"), Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	importImage(t, store, busyboxImage(t, "1000:1000"), "test/busybox:user")
+	cfg := testConfig(t)
+	cfg.X11SocketDir = t.TempDir()
+	lis, err := net.Listen("unix", filepath.Join(cfg.X11SocketDir, "X42"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lis.Close() })
+	cookie := filepath.Join(t.TempDir(), "xauth")
+	if err := os.WriteFile(cookie, []byte("cookie"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, cfg, Deps{Images: store, DisplayLookup: func(id string) (string, string, bool) {
+		return ":42", cookie, id == "gui"
+	}})
+	h.createFrom(t, "gui", "test/busybox:user")
+	h.createFrom(t, "headless", "test/busybox:user")
+	// A program started before the display was placed sees it too: the
+	// socket arrives in the running container's /tmp/.X11-unix.
+	if got := h.sh(t, "gui", `echo $DISPLAY $XAUTHORITY; test -S /tmp/.X11-unix/X42 && echo socket; cat "$XAUTHORITY"; echo; id -u`); got != ":42 /tmp/.X11-unix/.Xauthority-deskgrid\nsocket\ncookie\n1000" {
+		t.Fatalf("gui session: %q", got)
+	}
+	if got := h.sh(t, "headless", `echo "[$DISPLAY]"; ls -A /tmp/.X11-unix | wc -l`); got != "[]\n0" {
+		t.Fatalf("headless session: %q", got)
+	}
+}
