@@ -60,7 +60,12 @@ func waitPanel(b *testing.B, p *upProcess, id string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("no panel on %s's screen: %s", id, desc)
+			log, _ := p.execIn(id, "sh", "-c", "tail -5 /tmp/runtime-*/deskgrid-session.log; ls -la /tmp/.X11-unix")
+			logs := p.logs.String()
+			if len(logs) > 3000 {
+				logs = logs[len(logs)-3000:]
+			}
+			b.Fatalf("no panel on %s's screen: %s\nthe session: %s\n%s", id, desc, log, logs)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -183,7 +188,7 @@ const mib = 1 << 20
 // the panel appeared: one session alone, then ten at once (PSS each, lowered
 // by the image's pages they share).
 func BenchmarkDesktopIdleMemory(b *testing.B) {
-	p, root := startDesktopUp(b, "-warm-displays", "0")
+	p, root := startDesktopUp(b)
 	defer p.stop()
 	idle := func(n int) (private, pss float64, procs int) {
 		var ss []sessionJSON
@@ -283,7 +288,7 @@ func xAuthOf(b *testing.B, xDisplay string) string {
 // session's loopback (python3 -m http.server in the session; the session's
 // network namespace does not reach the host's loopback).
 func BenchmarkDesktopClickChromium(b *testing.B) {
-	p, _ := startDesktopUp(b, "-warm-displays", "0")
+	p, _ := startDesktopUp(b)
 	defer p.stop()
 	for _, tool := range []string{"xdotool", "scrot"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -376,7 +381,7 @@ func BenchmarkDesktopClickChromium(b *testing.B) {
 // file into /usr/local/bin, then a create from the committed image (until
 // the create answers, and until its panel shows); the file is checked there.
 func BenchmarkDesktopCommit(b *testing.B) {
-	p, _ := startDesktopUp(b, "-warm-displays", "0")
+	p, _ := startDesktopUp(b)
 	defer p.stop()
 	var commit, create, panel []time.Duration
 	for i := 0; i < b.N; i++ {
