@@ -14,9 +14,12 @@ build:
 setup:
 	scripts/setup --dev
 
-# Regenerates Go code, gateway handlers and the OpenAPI document from proto/.
+# Regenerates Go code, gateway handlers and the OpenAPI document from proto/,
+# and the TypeScript SDK's types from the document the gateway serves.
 generate:
 	PATH="$(BIN):$$PATH" $(BIN)/buf generate
+	@mkdir -p .cache && (cd gateway && go run ./openapi/dump) > .cache/openapi.json
+	cd sdk/typescript && node scripts/generate.mjs ../../.cache/openapi.json
 
 # gofmt, go vet, buf lint, the OpenAPI document the gateway serves linted by
 # Redocly (zero errors; installed by scripts/setup --dev), and proof that the
@@ -25,12 +28,13 @@ lint: generate
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@for m in $(MODULES); do (cd $$m && go vet ./...) || exit 1; done
 	$(BIN)/buf lint
-	@mkdir -p .cache && (cd gateway && go run ./openapi/dump) > .cache/openapi.json
 	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true gateway/e2e/node_modules/.bin/redocly lint --format stylish .cache/openapi.json
-	git diff --exit-code -- proto gateway/openapi
+	git diff --exit-code -- proto gateway/openapi sdk/typescript/src/openapi.ts
 
 test: build
 	@set -o pipefail; for m in $(MODULES); do echo "== $$m"; (cd $$m && go test $(GO_TEST_FLAGS) ./...) || exit 1; done
+	@echo "== sdk/python"; cd sdk/python && DESKGRID_BIN=$(CURDIR)/bin/deskgrid python3 -m unittest discover -s tests
+	@echo "== sdk/typescript"; cd sdk/typescript && DESKGRID_BIN=$(CURDIR)/bin/deskgrid npm test --silent
 
 # What CI runs: setup on a fresh machine, lint, the full test suite.
 ci: setup lint test

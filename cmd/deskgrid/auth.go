@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 
 	"github.com/deskgrid/deskgrid/gateway"
@@ -88,12 +87,10 @@ func (s *setup) rateLimiter(ctx context.Context, internalToken string) (*ratelim
 	burst := max(1, int(2*s.cfg.RateLimit))
 	var counter ratelimit.Counter
 	if s.clustered() {
-		opt, err := redis.ParseURL(s.cfg.RedisURL)
+		rdb, err := s.redisClient(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("-redis-url: %w", err)
+			return nil, err
 		}
-		rdb := redis.NewClient(opt)
-		s.closers.add("rate limit redis", func(context.Context) error { return rdb.Close() })
 		if counter, err = ratelimit.NewRedis(rdb, ratelimit.RedisConfig{Rate: s.cfg.RateLimit, Burst: burst, Prefix: s.cfg.RedisPrefix}); err != nil {
 			return nil, err
 		}

@@ -2,22 +2,117 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"go.yaml.in/yaml/v4"
 )
 
-// The compose file is what `docker compose config` accepts.
+// The compose file is what `docker compose config` accepts once its secrets
+// are given, and refuses without them; every deskgrid role runs with
+// authentication and the shared secrets, and both session replicas answer
+// to the one name the gateway and agent call.
 func TestDockerComposeConfigValid(t *testing.T) {
-	out, err := exec.Command("docker-compose", "-f", filepath.Join("..", "..", "docker-compose.yml"), "config", "-q").CombinedOutput()
+	file := filepath.Join("..", "..", "docker-compose.yml")
+	compose := func(env ...string) ([]byte, error) {
+		cmd := exec.Command("docker-compose", "-f", file, "config")
+		cmd.Env = append(os.Environ(), env...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			return stderr.Bytes(), err
+		}
+		return stdout.Bytes(), nil
+	}
+	if out, err := compose("DESKGRID_INTERNAL_TOKEN=", "DESKGRID_VIEWER_KEYS=", "DESKGRID_SECRET_KEY="); err == nil || !strings.Contains(string(out), "DESKGRID_INTERNAL_TOKEN") {
+		t.Fatalf("docker-compose config without the secrets: %v\n%s", err, out)
+	}
+	secrets := map[string]string{"DESKGRID_INTERNAL_TOKEN": "tok-" + randomHex(8), "DESKGRID_VIEWER_KEYS": "v1:" + randomHex(16), "DESKGRID_SECRET_KEY": randomHex(16)}
+	var env []string
+	for k, v := range secrets {
+		env = append(env, k+"="+v)
+	}
+	out, err := compose(env...)
 	if err != nil {
 		t.Fatalf("docker-compose config: %v\n%s", err, out)
+	}
+	var cfg struct {
+		Services map[string]struct {
+			Image       string
+			Command     []string
+			Environment map[string]string
+			Networks    map[string]struct{ Aliases []string }
+		}
+	}
+	if err := yaml.Unmarshal(out, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	roles := map[string]int{}
+	for name, svc := range cfg.Services {
+		if !strings.HasPrefix(svc.Image, "deskgrid/") {
+			continue
+		}
+		if len(svc.Command) < 2 || svc.Command[0] != "serve" {
+			t.Fatalf("%s: command %v", name, svc.Command)
+		}
+		roles[svc.Command[1]]++
+		if svc.Environment["DESKGRID_AUTH"] != "true" {
+			t.Errorf("%s runs without DESKGRID_AUTH=true", name)
+		}
+		for k, v := range secrets {
+			if svc.Environment[k] != v {
+				t.Errorf("%s: %s is %q, want the one given", name, k, svc.Environment[k])
+			}
+		}
+		if svc.Command[1] == "session" && !slices.Contains(svc.Networks["default"].Aliases, "session") {
+			t.Errorf("%s does not answer to the name session", name)
+		}
+		if r := svc.Command[1]; (r == "gateway" || r == "agent") && svc.Environment["DESKGRID_SESSION_ADDR"] != "session:9090" {
+			t.Errorf("%s calls the session service at %q, want session:9090 (every replica)", name, svc.Environment["DESKGRID_SESSION_ADDR"])
+		}
+	}
+	if roles["session"] < 2 || roles["node"] < 2 || roles["gateway"] < 1 || roles["agent"] < 1 || roles["history"] < 1 {
+		t.Fatalf("roles %v", roles)
+	}
+}
+
+// A serve role without -auth listens only on loopback, unless -insecure.
+func TestServeRefusesExposureWithoutAuth(t *testing.T) {
+	for _, tc := range []struct {
+		role, grpcAddr, httpAddr string
+		auth, insecure, ok       bool
+	}{
+		{"session", "127.0.0.1:9090", "", false, false, true},
+		{"session", "localhost:9090", "", false, false, true},
+		{"node", "[::1]:9090", "", false, false, true},
+		{"session", "0.0.0.0:9090", "", false, false, false},
+		{"node", ":9090", "", false, false, false},
+		{"agent", "10.1.2.3:9090", "", false, false, false},
+		{"gateway", "127.0.0.1:9090", "0.0.0.0:8080", false, false, false},
+		{"gateway", "0.0.0.0:9090", "127.0.0.1:8080", false, false, true},
+		{"session", "0.0.0.0:9090", "", true, false, true},
+		{"session", "0.0.0.0:9090", "", false, true, true},
+	} {
+		err := checkExposure(tc.role, &serverConfig{GRPCAddr: tc.grpcAddr, HTTPAddr: tc.httpAddr, Auth: tc.auth, Insecure: tc.insecure})
+		if (err == nil) != tc.ok {
+			t.Errorf("%+v: %v", tc, err)
+		}
+		if err != nil && !strings.Contains(err.Error(), "-insecure") {
+			t.Errorf("%+v: the refusal does not name the way out: %v", tc, err)
+		}
+	}
+	// Through the command line: refused before anything starts.
+	var out bytes.Buffer
+	err := runServe(context.Background(), []string{"session", "-grpc-addr", "0.0.0.0:0"}, &out, &out)
+	if err == nil || !strings.Contains(err.Error(), "-auth is off") {
+		t.Fatalf("serve session on 0.0.0.0 without -auth: %v", err)
 	}
 }
 
@@ -50,8 +145,29 @@ func TestKubernetesManifests(t *testing.T) {
 				t.Fatalf("%s: a document without kind or apiVersion", f)
 			}
 			kinds[kind]++
+			if kind == "ConfigMap" {
+				data, _ := doc["data"].(map[string]any)
+				if data["DESKGRID_AUTH"] != "true" {
+					t.Fatalf("%s: the ConfigMap does not set DESKGRID_AUTH=true", f)
+				}
+			}
+			if kind == "Service" {
+				name, _ := doc["metadata"].(map[string]any)["name"].(string)
+				spec, _ := doc["spec"].(map[string]any)
+				if (name == "session" || name == "agent" || name == "history") && spec["clusterIP"] != "None" {
+					t.Fatalf("%s: Service %s is not headless: callers would reach one replica per connection", f, name)
+				}
+			}
 			if kind == "Deployment" || kind == "DaemonSet" {
 				s := string(mustMarshal(t, doc))
+				// Every role gets the settings, the shared secrets and the
+				// key store.
+				refs := envFromRefs(doc)
+				for _, want := range []string{"configMapRef/deskgrid", "secretRef/deskgrid-secrets", "secretRef/deskgrid-postgres"} {
+					if !refs[want] {
+						t.Fatalf("%s: a %s without %s (has %v)", f, kind, want, refs)
+					}
+				}
 				if !strings.Contains(s, "readinessProbe") || !strings.Contains(s, "livenessProbe") {
 					t.Fatalf("%s: %s without probes", f, kind)
 				}
@@ -72,4 +188,26 @@ func mustMarshal(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// envFromRefs lists what a workload's containers take their environment
+// from, as "configMapRef/<name>" and "secretRef/<name>".
+func envFromRefs(doc map[string]any) map[string]bool {
+	out := map[string]bool{}
+	get := func(m any, k string) any {
+		mm, _ := m.(map[string]any)
+		return mm[k]
+	}
+	containers, _ := get(get(get(get(doc, "spec"), "template"), "spec"), "containers").([]any)
+	for _, c := range containers {
+		from, _ := get(c, "envFrom").([]any)
+		for _, e := range from {
+			for _, kind := range []string{"configMapRef", "secretRef"} {
+				if name, ok := get(get(e, kind), "name").(string); ok {
+					out[kind+"/"+name] = true
+				}
+			}
+		}
+	}
+	return out
 }

@@ -32,8 +32,10 @@ import (
 	"github.com/deskgrid/deskgrid/services/display"
 	"github.com/deskgrid/deskgrid/services/history"
 	historystore "github.com/deskgrid/deskgrid/services/history/store"
+	"github.com/deskgrid/deskgrid/services/platform/activity"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/platform/grpcserver"
+	"github.com/deskgrid/deskgrid/services/platform/metrics"
 	"github.com/deskgrid/deskgrid/services/platform/noderoute"
 	"github.com/deskgrid/deskgrid/services/sandbox"
 	"github.com/deskgrid/deskgrid/services/sandbox/image"
@@ -74,6 +76,7 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 		if removed, err := d.Reconcile(ctx, nil); err != nil {
 			return nil, fmt.Errorf("display: clean up after the previous run: %w", err)
 		} else if len(removed) > 0 {
+			metrics.Reconciled(ctx, "display", len(removed))
 			s.logger.Info("removed displays left by a previous run", "sessions", removed)
 		}
 		d.Register(srv.GRPC)
@@ -106,6 +109,7 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 		if removed, err := b.Reconcile(ctx, nil); err != nil {
 			return nil, fmt.Errorf("sandbox: clean up after the previous run: %w", err)
 		} else if len(removed) > 0 {
+			metrics.Reconciled(ctx, "sandbox", len(removed))
 			s.logger.Info("removed sandboxes left by a previous run", "sessions", removed)
 		}
 		b.Register(srv.GRPC)
@@ -168,6 +172,7 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 		nodes  session.Nodes
 		reg    *cluster.Registry
 		conns  *cluster.NodeConns
+		local  *placement.Local
 	)
 	if s.clustered() {
 		// Cluster mode: nodes come from the registry; placement reserves
@@ -180,7 +185,7 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 		if err != nil {
 			return nil, err
 		}
-		conns = cluster.NewNodeConns(reg, dopts...)
+		conns = cluster.NewNodeConns(reg, append(dopts, telemetryDialOptions()...)...)
 		s.closers.add("node connections", func(context.Context) error { return conns.Close() })
 		nodes = conns
 	} else {
@@ -189,7 +194,8 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 			return nil, err
 		}
 		s.closers.add("node connection", func(context.Context) error { return conn.Close() })
-		placer = placement.NewLocal(placement.Node{ID: s.cfg.NodeID, Address: s.cfg.NodeAddr}, s.cfg.NodeMaxSessions)
+		local = placement.NewLocal(placement.Node{ID: s.cfg.NodeID, Address: s.cfg.NodeAddr}, s.cfg.NodeMaxSessions)
+		placer = local
 		nodes = staticNodes{id: s.cfg.NodeID, conn: conn}
 	}
 
@@ -198,22 +204,42 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 	cfg.MaxTTL = s.cfg.MaxTTL
 	cfg.DefaultIdleTimeout = s.cfg.DefaultIdleTimeout
 	cfg.CreateTimeout = s.cfg.CreateTimeout
+	cfg.ReapInterval = s.cfg.ReapInterval
 	cfg.Desktop = strings.Fields(s.cfg.WindowManager)
 	cfg.DefaultImage = s.cfg.DefaultImage
 	cfg.TenantQuota = quota.Amount{Sessions: s.cfg.TenantMaxSessions, CPUMillis: s.cfg.TenantMaxCPUMillis, MemoryBytes: s.cfg.TenantMaxMemoryBytes}
+	// The nodes' and the agent's reports of use, for the idle reaper.
+	usage, err := activity.NewMonitor(activity.MonitorConfig{Interval: s.cfg.ActivityInterval},
+		activity.MonitorDeps{NATS: nc, Logger: s.logger.With("component", "activity")})
+	if err != nil {
+		return nil, err
+	}
+	s.closers.add("activity monitor", usage.Close)
 	svc, err := session.New(ctx, cfg, session.Deps{
-		Logger: s.logger.With("component", "session"),
-		Store:  st,
-		Placer: placer,
-		Nodes:  nodes,
-		Events: events.NewPublisher(js),
-		NATS:   nc,
-		Tenant: s.tenantHook(),
+		Activity: usage,
+		Logger:   s.logger.With("component", "session"),
+		Store:    st,
+		Placer:   placer,
+		Nodes:    nodes,
+		Events:   events.NewPublisher(js),
+		NATS:     nc,
+		Tenant:   s.tenantHook(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("session: %w", err)
 	}
 	s.closers.add("session", svc.Close)
+	if err := s.observeSessions(st); err != nil {
+		return nil, err
+	}
+	if err := s.observeNodes(reg, local); err != nil {
+		return nil, err
+	}
+	if nc != nil {
+		if err := s.countEvents(nc, metrics.EventKinds{Sessions: true}); err != nil {
+			return nil, err
+		}
+	}
 	if nodeLost {
 		n, err := svc.MarkNodeSessionsLost(ctx, s.cfg.NodeID, "node restarted")
 		if err != nil {
@@ -235,6 +261,16 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 				return err
 			},
 			Ended: svc.SessionEnded,
+			// Redis is a cache of placement; the records are the truth.
+			Records: func(ctx context.Context) ([]cluster.Assignment, error) {
+				placed, err := svc.Placed(ctx)
+				out := make([]cluster.Assignment, 0, len(placed))
+				for _, p := range placed {
+					out = append(out, cluster.Assignment{SessionID: p.GetId(), NodeID: p.GetNodeId(), Tenant: p.GetTenant(),
+						CPUMillis: p.GetLimits().GetCpuMillis(), Memory: p.GetLimits().GetMemoryBytes()})
+				}
+				return out, err
+			},
 		})
 		s.closers.add("node watcher", w.Close)
 		cluster.NewNodeService(reg, s.logger.With("component", "nodes")).Register(srv.GRPC)
@@ -315,11 +351,15 @@ func (n *node) reconcile(ctx context.Context, keep map[string]bool) error {
 			if !keep[d.GetSessionId()] {
 				if _, err := n.displays.DeleteDisplay(ctx, &displayv1.DeleteDisplayRequest{SessionId: d.GetSessionId()}); err != nil {
 					errs = append(errs, err)
+				} else {
+					metrics.Reconciled(ctx, "display", 1)
 				}
 			}
 		}
-		if _, err := n.display.Reconcile(ctx, func(id string) bool { return keep[id] }); err != nil {
+		if removed, err := n.display.Reconcile(ctx, func(id string) bool { return keep[id] }); err != nil {
 			errs = append(errs, err)
+		} else {
+			metrics.Reconciled(ctx, "display", len(removed))
 		}
 	}
 	if n.sandbox != nil {
@@ -331,11 +371,15 @@ func (n *node) reconcile(ctx context.Context, keep map[string]bool) error {
 			if !keep[b.GetSessionId()] {
 				if _, err := n.sandboxes.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SessionId: b.GetSessionId()}); err != nil {
 					errs = append(errs, err)
+				} else {
+					metrics.Reconciled(ctx, "sandbox", 1)
 				}
 			}
 		}
-		if _, err := n.sandbox.Reconcile(ctx, func(id string) bool { return keep[id] }); err != nil {
+		if removed, err := n.sandbox.Reconcile(ctx, func(id string) bool { return keep[id] }); err != nil {
 			errs = append(errs, err)
+		} else {
+			metrics.Reconciled(ctx, "sandbox", len(removed))
 		}
 	}
 	return errors.Join(errs...)
@@ -366,7 +410,7 @@ func (s *setup) addHistory(ctx context.Context, srv *grpcserver.Server, js jetst
 // addAgent starts the agent service. It reaches sessions' displays and
 // sandboxes through the node (or, in a cluster, the node router), stores runs
 // beside the other records and makes run events durable on JetStream.
-func (s *setup) addAgent(ctx context.Context, srv *grpcserver.Server, js jetstream.JetStream) error {
+func (s *setup) addAgent(ctx context.Context, srv *grpcserver.Server, nc *nats.Conn, js jetstream.JetStream, act *activity.Tracker) error {
 	var nodes grpc.ClientConnInterface
 	if s.clustered() {
 		r, err := s.nodeRouter(ctx, true)
@@ -436,13 +480,18 @@ func (s *setup) addAgent(ctx context.Context, srv *grpcserver.Server, js jetstre
 		Sessions:  sessionv1.NewSessionServiceClient(sessConn),
 		Store:     st,
 		JetStream: js,
-		Leases:    leases,
+		Leases:    timedLeases{leases},
 		Tenant:    tenant,
+		NATS:      nc,
+		Activity:  act,
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
 	s.closers.add("agent", a.Close)
+	if err := s.countEvents(js.Conn(), metrics.EventKinds{Runs: true, TenantUsage: s.cfg.MetricsTenantUsage}); err != nil {
+		return err
+	}
 	a.Register(srv.GRPC)
 	return nil
 }
@@ -619,6 +668,7 @@ func (s *setup) nodeRouter(ctx context.Context, internal bool) (*noderoute.Route
 			return nil, err
 		}
 	}
+	dopts = append(dopts, telemetryDialOptions()...)
 	r, err := noderoute.New(noderoute.Options{
 		Resolver:    reg.RouteResolver(),
 		DialOptions: dopts,

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
+	"github.com/deskgrid/deskgrid/services/platform/activity"
 	"github.com/deskgrid/deskgrid/services/platform/trail"
 )
 
@@ -34,6 +35,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	case "node", "display", "sandbox", "session", "history", "agent", "gateway":
 	default:
 		return usageError("serve: unknown role %q, want one of %v", role, roles)
+	}
+	if err := checkExposure(role, cfg); err != nil {
+		return err
 	}
 	for _, d := range []string{cfg.DataDir, cfg.RuntimeDir} {
 		if role == "gateway" || role == "agent" {
@@ -60,6 +64,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		}
 	}()
 
+	if role != "gateway" {
+		maddr, err := s.serveMetrics()
+		if err != nil {
+			return err
+		}
+		if maddr != "" {
+			fmt.Fprintf(stdout, "deskgrid %s metrics on http://%s/metrics\n", role, maddr)
+		}
+	}
 	if role == "gateway" {
 		addr, err := s.startGateway(ctx)
 		if err != nil {
@@ -70,23 +83,30 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		return nil
 	}
 
-	var rec *trail.Recorder
+	var (
+		rec *trail.Recorder
+		act *activity.Tracker
+	)
 	if role == "node" || role == "display" || role == "sandbox" {
 		// The calls made on a node go to the history through the event
-		// stream; a node without one records none.
+		// stream, and are reported as uses of their sessions; a node
+		// without one records none.
 		if cfg.NATSURL == "" {
-			s.logger.Warn("no -nats-url: calls made on this node's sessions are not recorded in their history")
+			s.logger.Warn("no -nats-url: calls made on this node's sessions are not recorded in their history, nor count as their use for the idle timeout")
 		} else {
-			_, js, err := s.natsConn(ctx, false)
+			nc, js, err := s.natsConn(ctx, false)
 			if err != nil {
 				return err
 			}
 			if rec, err = s.trail(js); err != nil {
 				return err
 			}
+			if act, err = s.activityTracker(nc); err != nil {
+				return err
+			}
 		}
 	}
-	srv, lis, err := s.grpcServer(ctx, rec)
+	srv, lis, err := s.grpcServer(ctx, rec, act)
 	if err != nil {
 		return err
 	}
@@ -113,11 +133,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			return err
 		}
 	case "agent":
-		_, js, err := s.natsConn(ctx, false)
+		nc, js, err := s.natsConn(ctx, false)
 		if err != nil {
 			return err
 		}
-		if err := s.addAgent(ctx, srv, js); err != nil {
+		act, err := s.activityTracker(nc)
+		if err != nil {
+			return err
+		}
+		if err := s.addAgent(ctx, srv, nc, js, act); err != nil {
 			return err
 		}
 	}

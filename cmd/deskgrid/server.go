@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/deskgrid/deskgrid/services/platform/activity"
 	"github.com/deskgrid/deskgrid/services/platform/config"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/platform/grpcserver"
@@ -73,13 +74,19 @@ type serverConfig struct {
 	MaxTTL             time.Duration
 	DefaultIdleTimeout time.Duration
 	CreateTimeout      time.Duration
+	ReapInterval       time.Duration
+	ActivityInterval   time.Duration
 
 	Auth           bool
+	Insecure       bool
 	AuthCacheTTL   time.Duration
 	InternalToken  string
 	ViewerKeys     string
 	MetricsNeedKey bool
-	RateLimit      float64
+	MetricsAddr    string
+	// MetricsTenantUsage adds per-tenant series (sessions, CPU asked, tokens).
+	MetricsTenantUsage bool
+	RateLimit          float64
 
 	SecretKey        string
 	AnthropicAPIKey  string
@@ -156,11 +163,16 @@ func serverFlags(name string, stderr io.Writer) (*flag.FlagSet, *serverConfig) {
 	fs.DurationVar(&c.MaxTTL, "max-ttl", 24*time.Hour, "longest session lifetime a request may ask for")
 	fs.DurationVar(&c.DefaultIdleTimeout, "default-idle-timeout", 15*time.Minute, "idle time after which a session stops, when the request gives none")
 	fs.DurationVar(&c.CreateTimeout, "create-timeout", 30*time.Second, "bound on starting one session")
+	fs.DurationVar(&c.ReapInterval, "reap-interval", 5*time.Second, "how often the session service looks for sessions past their TTL or idle timeout")
+	fs.DurationVar(&c.ActivityInterval, "activity-interval", activity.DefaultInterval, "how often nodes and the agent report which sessions were used (the same on every role)")
 	// On by default for the all-in-one deskgrid; a cluster turns it on for
 	// every role together, with -internal-token and -viewer-keys.
 	fs.BoolVar(&c.Auth, "auth", name == "up", "require API keys on every call but health checks (deskgrid up makes and prints the first one)")
+	fs.BoolVar(&c.Insecure, "insecure", false, "let a serve role without -auth listen on an address other machines reach (a trusted test network only)")
 	fs.DurationVar(&c.AuthCacheTTL, "auth-cache-ttl", 10*time.Second, "how long a verified key is trusted before the store is asked again (revocation takes this long)")
 	fs.StringVar(&c.ViewerKeys, "viewer-keys", "", "keys signing live-view tokens, id:base64 of 32+ bytes, comma-separated, newest first; deskgrid up makes one")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "where a role without the gateway serves /metrics for Prometheus, such as 0.0.0.0:9464; empty serves none (the gateway and up serve /metrics on -http-addr)")
+	fs.BoolVar(&c.MetricsTenantUsage, "metrics-tenant-usage", false, "add per-tenant usage metrics (sessions, CPU asked, tokens), labelled by tenant id")
 	fs.BoolVar(&c.MetricsNeedKey, "metrics-need-key", false, "with -auth, /metrics needs an API key too")
 	fs.Float64Var(&c.RateLimit, "rate-limit", 50, "with -auth, requests per second one API key may make through the gateway (0: no limit)")
 	fs.StringVar(&c.InternalToken, "internal-token", "", "token services use to call each other with -auth; the same on every role (deskgrid up makes one)")
@@ -274,14 +286,18 @@ func (s *setup) natsConn(ctx context.Context, embedded bool) (*nats.Conn, jetstr
 // service is built; serveGRPC starts serving once services are registered.
 //
 // With rec, the calls made on the display and sandbox served here are
-// recorded (after authentication, which names the caller).
-func (s *setup) grpcServer(ctx context.Context, rec *trail.Recorder) (*grpcserver.Server, net.Listener, error) {
+// recorded (after authentication, which names the caller); with act, they
+// count as uses of their sessions.
+func (s *setup) grpcServer(ctx context.Context, rec *trail.Recorder, act *activity.Tracker) (*grpcserver.Server, net.Listener, error) {
 	opts, err := s.serverOptions(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	if rec != nil {
 		opts = append(opts, rec.ServerOptions()...)
+	}
+	if act != nil {
+		opts = append(opts, act.ServerOptions()...)
 	}
 	lis, err := net.Listen("tcp", s.cfg.GRPCAddr)
 	if err != nil {
@@ -302,10 +318,14 @@ func (s *setup) httpServer(h http.Handler) (*http.Server, net.Listener, error) {
 }
 
 func dial(addr string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
-	opts := append([]grpc.DialOption{
+	opts := append(append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcserver.MaxMessageBytes), grpc.MaxCallSendMsgSize(grpcserver.MaxMessageBytes)),
-	}, extra...)
+		// An address naming several replicas (a DNS name with an address
+		// per replica) spreads calls over all of them and skips a dead one.
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
+	}, grpcserver.ClientOptions()...), telemetryDialOptions()...)
+	opts = append(opts, extra...)
 	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
@@ -329,6 +349,19 @@ func (s *setup) trail(js jetstream.JetStream) (*trail.Recorder, error) {
 	return r, nil
 }
 
+// activityTracker reports which sessions this process's calls and runs
+// use, for the session service's idle reaper.
+func (s *setup) activityTracker(nc *nats.Conn) (*activity.Tracker, error) {
+	t, err := activity.NewTracker(activity.TrackerConfig{Reporter: s.role + "@" + s.cfg.NodeID, Interval: s.cfg.ActivityInterval},
+		activity.TrackerDeps{NATS: nc, Logger: s.logger.With("component", "activity")})
+	if err != nil {
+		return nil, err
+	}
+	// Closed after the gRPC server drains, before the NATS connection.
+	s.closers.add("activity tracker", t.Close)
+	return t, nil
+}
+
 // parseServerFlags parses a role's flags.
 func parseServerFlags(name string, args []string, stderr io.Writer) (*serverConfig, []string, error) {
 	fs, cfg := serverFlags(name, stderr)
@@ -349,4 +382,36 @@ func (s *setup) serveGRPC(srv *grpcserver.Server, lis net.Listener) {
 	}()
 	s.closers.add("gRPC server", func(ctx context.Context) error { srv.Stop(ctx); return nil })
 	srv.SetServing("")
+}
+
+// checkExposure refuses a serve role that would answer anyone on the
+// network without authentication: without -auth it may only listen on a
+// loopback address, unless -insecure says so on purpose.
+func checkExposure(role string, cfg *serverConfig) error {
+	if cfg.Auth || cfg.Insecure {
+		return nil
+	}
+	addr, flagName := cfg.GRPCAddr, "-grpc-addr"
+	if role == "gateway" {
+		addr, flagName = cfg.HTTPAddr, "-http-addr"
+	}
+	if loopback(addr) {
+		return nil
+	}
+	return usageError("serve %s: %s %s is reachable from other machines and -auth is off: every call would be let through. "+
+		"Set -auth with -internal-token and -viewer-keys (DESKGRID_AUTH, DESKGRID_INTERNAL_TOKEN, DESKGRID_VIEWER_KEYS), "+
+		"or -insecure on a trusted test network", role, flagName, addr)
+}
+
+// loopback reports whether addr (host:port) listens on loopback only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

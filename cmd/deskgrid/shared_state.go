@@ -16,12 +16,21 @@ import (
 // up, or a role started without -redis-url. Each choice is made here, by
 // name, never by a constructor's nil default.
 
+// redisTimeout bounds one Redis round trip.
+const redisTimeout = 2 * time.Second
+
 // redisClient connects to -redis-url, checking it answers.
 func (s *setup) redisClient(ctx context.Context) (*redis.Client, error) {
 	opt, err := redis.ParseURL(s.cfg.RedisURL)
 	if err != nil {
 		return nil, fmt.Errorf("-redis-url: %w", err)
 	}
+	// Every call has a deadline: the caller's context (go-redis ignores it
+	// unless told), and at most redisTimeout for one round trip, so a
+	// frozen Redis fails calls fast (Unavailable) instead of holding them.
+	opt.ContextTimeoutEnabled = true
+	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = redisTimeout, redisTimeout, redisTimeout
+	opt.PoolTimeout = redisTimeout
 	rdb := redis.NewClient(opt)
 	s.closers.add("redis", func(context.Context) error { return rdb.Close() })
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)

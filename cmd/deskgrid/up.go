@@ -51,7 +51,12 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) (err er
 	if err != nil {
 		return err
 	}
-	srv, lis, err := s.grpcServer(ctx, rec)
+	// One tracker for the node's calls and the agent's runs.
+	act, err := s.activityTracker(nc)
+	if err != nil {
+		return err
+	}
+	srv, lis, err := s.grpcServer(ctx, rec, act)
 	if err != nil {
 		return err
 	}
@@ -69,7 +74,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) (err er
 	if err := s.addHistory(ctx, srv, js); err != nil {
 		return err
 	}
-	if err := s.addAgent(ctx, srv, js); err != nil {
+	if err := s.addAgent(ctx, srv, nc, js, act); err != nil {
 		return err
 	}
 	s.serveGRPC(srv, lis)

@@ -42,6 +42,7 @@ func newServer(t *tools, version string) *mcp.Server {
 	addTool(s, t, &mcp.Tool{Name: "type_text", Description: "Type text (any Unicode) into the focused window."}, t.typeText)
 	addTool(s, t, &mcp.Tool{Name: "press_key", Description: "Press a key chord in xdotool names, such as Return, ctrl+c, ctrl+shift+t."}, t.pressKey)
 	addTool(s, t, &mcp.Tool{Name: "scroll", Description: "Scroll at (x, y): positive dy scrolls down, negative up, in wheel clicks."}, t.scroll)
+	addDesktopTools(s, t)
 	addTool(s, t, &mcp.Tool{Name: "run_command", Description: "Run a shell command in the session's sandbox (its home is the working directory) and return its output and exit code."}, t.runCommand)
 	addTool(s, t, &mcp.Tool{Name: "read_file", Description: "Read a file from the session's home (path relative to it)."}, t.readFile)
 	addTool(s, t, &mcp.Tool{Name: "write_file", Description: "Create or replace a file in the session's home (path relative to it)."}, t.writeFile)

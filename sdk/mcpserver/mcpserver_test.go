@@ -54,7 +54,7 @@ func exercise(t *testing.T, cs *mcp.ClientSession) {
 	for _, tool := range tl.Tools {
 		names[tool.Name] = true
 	}
-	for _, want := range []string{"create_session", "list_sessions", "delete_session", "screenshot", "click", "type_text", "press_key", "run_command", "read_file", "write_file", "start_run"} {
+	for _, want := range []string{"create_session", "list_sessions", "delete_session", "screenshot", "click", "type_text", "press_key", "run_command", "read_file", "write_file", "start_run", "get_clipboard", "set_clipboard", "list_windows", "window"} {
 		if !names[want] {
 			t.Errorf("tool %s missing", want)
 		}
@@ -83,6 +83,31 @@ func exercise(t *testing.T, cs *mcp.ClientSession) {
 	}
 	if res := call(t, cs, "click", map[string]any{"session_id": s.ID, "x": 10000, "y": 10}); !res.IsError {
 		t.Fatal("a click off the screen was not a tool error")
+	}
+	if res := call(t, cs, "set_clipboard", map[string]any{"session_id": s.ID, "text": "κείμενο ✓"}); res.IsError {
+		t.Fatalf("set_clipboard: %v", res.Content)
+	}
+	res = call(t, cs, "get_clipboard", map[string]any{"session_id": s.ID})
+	if got := structured[struct {
+		Text string `json:"text"`
+	}](t, res); res.IsError || got.Text != "κείμενο ✓" {
+		t.Fatalf("get_clipboard: %+v %v", got, res.Content)
+	}
+	if res := call(t, cs, "get_clipboard", map[string]any{"session_id": s.ID, "selection": "secondary"}); !res.IsError {
+		t.Fatal("an unknown selection was not a tool error")
+	}
+	res = call(t, cs, "list_windows", map[string]any{"session_id": s.ID})
+	if got := structured[struct {
+		Windows []mcpserver.WindowInfo `json:"windows"`
+	}](t, res); res.IsError || got.Windows == nil {
+		t.Fatalf("list_windows: %+v %v", got, res.Content)
+	}
+	res = call(t, cs, "window", map[string]any{"session_id": s.ID, "window_id": 12345, "action": "activate"})
+	if !res.IsError || !strings.Contains(textOf(res), "no window") {
+		t.Fatalf("window on an unknown id: %v", textOf(res))
+	}
+	if res := call(t, cs, "window", map[string]any{"session_id": s.ID, "window_id": 12345, "action": "explode"}); !res.IsError {
+		t.Fatal("an unknown window action was not a tool error")
 	}
 	if res := call(t, cs, "write_file", map[string]any{"session_id": s.ID, "path": "a.txt", "content": "from mcp"}); res.IsError {
 		t.Fatalf("write_file: %v", res.Content)

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -137,6 +138,15 @@ type Deps struct {
 	// Tenant (required) names the caller's tenant. A run is visible only
 	// to its tenant.
 	Tenant func(ctx context.Context) string
+	// NATS carries the sessions' state changes: a run whose session stops,
+	// fails, is lost, deleted or suspended fails at once, with the reason.
+	// nil: a run learns it only when its next tool call fails.
+	NATS *nats.Conn
+	// Activity, when set, holds a run's session in use while the run is in
+	// progress (activity.Tracker), so it is never stopped as idle under it.
+	Activity interface {
+		Hold(sessionID string) (release func())
+	}
 }
 
 // DefaultTenant is the tenant of a deskgrid without authentication.
@@ -162,6 +172,10 @@ type Service struct {
 	mu     sync.Mutex
 	runs   map[string]*run
 	closed bool
+	// ended are sessions that ended lately (see sessionEnded).
+	ended       map[string]endedAt
+	endedPruned time.Time
+	sessionSub  *nats.Subscription
 }
 
 // New returns the agent service.
@@ -246,6 +260,11 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		}
 	}
 	s.ctx, s.stop = context.WithCancel(context.Background())
+	if deps.NATS != nil {
+		if s.sessionSub, err = s.watchSessions(deps.NATS); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -262,6 +281,9 @@ func (s *Service) Close(ctx context.Context) error {
 		runs = append(runs, r)
 	}
 	s.mu.Unlock()
+	if s.sessionSub != nil {
+		_ = s.sessionSub.Unsubscribe()
+	}
 	s.stop()
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()

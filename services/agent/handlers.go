@@ -64,7 +64,7 @@ func (s *Service) CreateRun(ctx context.Context, req *agentv1.CreateRunRequest) 
 	if s.deps.Display == nil || s.deps.Sandbox == nil {
 		return nil, status.Error(codes.FailedPrecondition, "this deskgrid has no display or sandbox service for agent runs")
 	}
-	if err := s.checkSession(ctx, req.GetSessionId()); err != nil {
+	if err := s.checkSession(ctx, req.GetSessionId(), true); err != nil {
 		return nil, err
 	}
 	name := req.GetProvider()
@@ -118,14 +118,22 @@ func (s *Service) CreateRun(ctx context.Context, req *agentv1.CreateRunRequest) 
 }
 
 // checkSession asks the session service, as the caller, whether the session
-// exists and is the caller's.
-func (s *Service) checkSession(ctx context.Context, id string) error {
+// exists and is the caller's, and with running whether it is RUNNING (a run
+// cannot work on a desktop that is not).
+func (s *Service) checkSession(ctx context.Context, id string, running bool) error {
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		ctx = metadata.NewOutgoingContext(ctx, md.Copy())
 	}
-	_, err := s.deps.Sessions.GetSession(ctx, &sessionv1.GetSessionRequest{SessionId: id})
+	resp, err := s.deps.Sessions.GetSession(ctx, &sessionv1.GetSessionRequest{SessionId: id})
 	switch status.Code(err) {
 	case codes.OK:
+		if st := resp.GetSession().GetState(); running && st != sessionv1.SessionState_SESSION_STATE_RUNNING {
+			msg := fmt.Sprintf("session %s is %s", id, strings.TrimPrefix(st.String(), "SESSION_STATE_"))
+			if r := resp.GetSession().GetStateReason(); r != "" {
+				msg += " (" + r + ")"
+			}
+			return status.Errorf(codes.FailedPrecondition, "%s; a run needs a RUNNING session", msg)
+		}
 		return nil
 	case codes.NotFound, codes.PermissionDenied:
 		return status.Errorf(codes.NotFound, "session %s not found", id)
@@ -193,6 +201,9 @@ func (s *Service) admit(r *run) error {
 	defer s.mu.Unlock()
 	if s.closed {
 		return status.Error(codes.Unavailable, "the agent service is shutting down")
+	}
+	if why := s.endedRecently(r.rec.GetSessionId()); why != nil {
+		return status.Errorf(codes.FailedPrecondition, "%s; a run needs a RUNNING session", why.Error())
 	}
 	s.runs[r.id] = r
 	return nil
@@ -293,7 +304,7 @@ func (s *Service) CancelRun(ctx context.Context, req *agentv1.CancelRunRequest) 
 	cancel, done := r.cancel, r.done
 	r.mu.Unlock()
 	if cancel != nil {
-		cancel()
+		cancel(nil)
 		select {
 		case <-done:
 		case <-ctx.Done():
@@ -330,6 +341,16 @@ func (s *Service) SendMessage(ctx context.Context, req *agentv1.SendMessageReque
 	r.mu.Unlock()
 	if done != nil {
 		<-done
+	}
+	// Continuing starts the loop again: only on a RUNNING session.
+	if err := s.checkSession(ctx, rec.GetSessionId(), true); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	why := s.endedRecently(rec.GetSessionId())
+	s.mu.Unlock()
+	if why != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "%s; a run needs a RUNNING session", why.Error())
 	}
 	r.mu.Lock()
 	r.conv = append(r.conv, provider.UserText(req.GetText()))
@@ -548,7 +569,7 @@ func (s *Service) AcquireInputLease(ctx context.Context, req *agentv1.AcquireInp
 	if req.GetSessionId() == "" || req.GetHolder() == "" {
 		return nil, status.Error(codes.InvalidArgument, "session_id and holder are required")
 	}
-	if err := s.checkSession(ctx, req.GetSessionId()); err != nil {
+	if err := s.checkSession(ctx, req.GetSessionId(), false); err != nil {
 		return nil, err
 	}
 	if wait > 0 {
@@ -572,7 +593,7 @@ func (s *Service) RenewInputLease(ctx context.Context, req *agentv1.RenewInputLe
 	if req.GetSessionId() == "" || req.GetLeaseId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "session_id and lease_id are required")
 	}
-	if err := s.checkSession(ctx, req.GetSessionId()); err != nil {
+	if err := s.checkSession(ctx, req.GetSessionId(), false); err != nil {
 		return nil, err
 	}
 	l, err := s.leases.Renew(ctx, req.GetSessionId(), req.GetLeaseId(), ttl)
@@ -587,7 +608,7 @@ func (s *Service) ReleaseInputLease(ctx context.Context, req *agentv1.ReleaseInp
 	if req.GetSessionId() == "" || req.GetLeaseId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "session_id and lease_id are required")
 	}
-	if err := s.checkSession(ctx, req.GetSessionId()); err != nil {
+	if err := s.checkSession(ctx, req.GetSessionId(), false); err != nil {
 		return nil, err
 	}
 	if err := s.leases.Release(ctx, req.GetSessionId(), req.GetLeaseId()); err != nil {

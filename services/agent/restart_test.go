@@ -240,13 +240,31 @@ func TestRunsBelongToTheirTenant(t *testing.T) {
 type fakeSessions struct {
 	sessionv1.UnimplementedSessionServiceServer
 	owner map[string]string
+	// state of each session; RUNNING when not given.
+	mu    sync.Mutex
+	state map[string]sessionv1.SessionState
+}
+
+func (f *fakeSessions) set(id string, st sessionv1.SessionState) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.state == nil {
+		f.state = map[string]sessionv1.SessionState{}
+	}
+	f.state[id] = st
 }
 
 func (f *fakeSessions) GetSession(ctx context.Context, req *sessionv1.GetSessionRequest) (*sessionv1.GetSessionResponse, error) {
 	if f.owner != nil && f.owner[req.GetSessionId()] != tenantFromMetadata(ctx) {
 		return nil, status.Errorf(codes.NotFound, "session %s not found", req.GetSessionId())
 	}
-	return &sessionv1.GetSessionResponse{Session: &sessionv1.Session{Id: req.GetSessionId()}}, nil
+	f.mu.Lock()
+	st, ok := f.state[req.GetSessionId()]
+	f.mu.Unlock()
+	if !ok {
+		st = sessionv1.SessionState_SESSION_STATE_RUNNING
+	}
+	return &sessionv1.GetSessionResponse{Session: &sessionv1.Session{Id: req.GetSessionId(), State: st}}, nil
 }
 
 // A run starts only on a session the caller owns.

@@ -32,7 +32,7 @@ type run struct {
 	rec      *agentv1.Run
 	conv     []provider.Message
 	inbox    []string
-	cancel   context.CancelFunc
+	cancel   context.CancelCauseFunc
 	done     chan struct{}
 	decision chan decision
 	lease    lease.Lease
@@ -113,17 +113,23 @@ func (r *run) saveConversation(ctx context.Context) {
 
 // start runs the loop in the background.
 func (r *run) start() {
-	ctx, cancel := context.WithCancel(r.svc.ctx)
+	ctx, cancel := context.WithCancelCause(r.svc.ctx)
 	r.mu.Lock()
 	r.cancel = cancel
 	r.done = make(chan struct{})
 	done := r.done
 	r.mu.Unlock()
+	// A run in progress keeps its session from being stopped as idle.
+	release := func() {}
+	if a := r.svc.deps.Activity; a != nil {
+		release = a.Hold(r.rec.GetSessionId())
+	}
 	r.svc.wg.Add(1)
 	go func() {
 		defer r.svc.wg.Done()
 		defer close(done)
-		defer cancel()
+		defer release()
+		defer cancel(nil)
 		r.execute(ctx)
 		r.log.Finish()
 		r.svc.forgetLater(r)
@@ -136,7 +142,10 @@ func (r *run) execute(ctx context.Context) {
 	opts := r.rec.GetOptions()
 	r.setState(ctx, agentv1.RunState_RUN_STATE_RUNNING, "")
 	fail := func(err error) {
+		var ended *sessionEndedError
 		switch {
+		case errors.As(context.Cause(ctx), &ended):
+			r.setState(ctx, agentv1.RunState_RUN_STATE_FAILED, ended.Error())
 		case ctx.Err() != nil:
 			reason := "cancelled"
 			if s.ctx.Err() != nil {
@@ -244,6 +253,11 @@ func (r *run) execute(ctx context.Context) {
 		}
 		r.mu.Unlock()
 		r.saveConversation(ctx)
+		if ctx.Err() != nil {
+			// Cancelled, or its session ended, while the model answered.
+			fail(ctx.Err())
+			return
+		}
 		if len(results) == 0 {
 			r.setState(ctx, agentv1.RunState_RUN_STATE_SUCCEEDED, resp.StopReason)
 			return

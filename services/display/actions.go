@@ -12,6 +12,7 @@ import (
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/display/capture"
 	"github.com/deskgrid/deskgrid/services/display/scale"
+	"github.com/deskgrid/deskgrid/services/display/selection"
 	"github.com/deskgrid/deskgrid/services/display/xinput"
 )
 
@@ -37,6 +38,7 @@ type step struct {
 	chords   [][]xproto.Keysym
 	holdFor  time.Duration
 	text     []xproto.Keysym
+	paste    string
 	duration time.Duration
 	zoom     shotSpec
 }
@@ -239,6 +241,27 @@ func (s *Service) plan(actions []*displayv1.Action, m scale.Mapping, out shotOpt
 			if text == "" {
 				return nil, invalidf("action %d: type needs text", i)
 			}
+			if act.Type.GetPaste() {
+				st.kind = "paste"
+				if len(text) > selection.MaxBytes {
+					return nil, invalidf("action %d: text to paste is %d bytes; at most %d (1 MiB)", i, len(text), selection.MaxBytes)
+				}
+				chord := act.Type.GetPasteChord()
+				if chord == "" {
+					chord = "ctrl+v"
+				}
+				if st.chords, err = xinput.ParseChords(chord); err != nil {
+					return nil, invalidf("action %d: paste_chord: %v", i, err)
+				}
+				if len(st.chords) != 1 {
+					return nil, invalidf("action %d: paste_chord %q is not one chord", i, chord)
+				}
+				st.paste = text
+				break
+			}
+			if act.Type.GetPasteChord() != "" {
+				return nil, invalidf("action %d: paste_chord needs paste", i)
+			}
 			if n := utf8.RuneCountInString(text); n > maxTextRunes {
 				return nil, invalidf("action %d: text has %d characters; at most %d", i, n, maxTextRunes)
 			}
@@ -333,6 +356,12 @@ func (s *Service) perform(ctx context.Context, d *display, steps []step, shot *s
 				return nil, err
 			}
 			resp.Images = append(resp.Images, img)
+			continue
+		}
+		if st.kind == "paste" {
+			if err := d.paste(ctx, in, st); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		if err := s.run(ctx, in, st); err != nil {
@@ -540,4 +569,20 @@ func (d *display) release(token int64) {
 	if token >= d.leaseToken {
 		d.leaseToken, d.leaseHeld = token, false
 	}
+}
+
+// paste puts the step's text on the CLIPBOARD and presses its chord.
+// Callers hold inputMu.
+func (d *display) paste(ctx context.Context, in *xinput.Injector, st step) error {
+	wctx, cancel := context.WithTimeout(ctx, clipboardTimeout)
+	defer cancel()
+	if err := d.selections.Set(wctx, selection.Clipboard, st.paste); err != nil {
+		return fmt.Errorf("put the text to paste on the clipboard: %w", err)
+	}
+	codes, err := in.KeyDown(st.chords[0])
+	if err != nil {
+		return err
+	}
+	in.KeyUp(codes)
+	return nil
 }

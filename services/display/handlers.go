@@ -229,11 +229,12 @@ func (s *Service) toStatus(ctx context.Context, err error) error {
 		return status.Error(codes.AlreadyExists, err.Error())
 	case errors.Is(err, errExhausted):
 		return status.Error(codes.ResourceExhausted, err.Error())
-	case errors.Is(err, errGone), errors.Is(err, errStaleLease), errors.Is(err, errCannotResize):
+	case errors.Is(err, errGone), errors.Is(err, errStaleLease), errors.Is(err, errCannotResize),
+		errors.Is(err, errNoText), errors.Is(err, errNoWindowManager):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, errResized):
 		return status.Error(codes.Aborted, err.Error())
-	case errors.Is(err, errClosed):
+	case errors.Is(err, errClosed), errors.Is(err, errUnresponsive):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "deadline exceeded")

@@ -104,7 +104,7 @@ func decodePNG(tb testing.TB, data []byte) image.Image {
 // would: with the display name and Xauthority file Lookup gives.
 // startClient runs argv (a window manager, say) as an X client of the
 // session's display until the test ends.
-func startClient(tb testing.TB, s *Service, sessionID string, argv []string) {
+func startClient(tb testing.TB, s *Service, sessionID string, argv []string) *xserver.Client {
 	tb.Helper()
 	xd, xauth, ok := s.Lookup(sessionID)
 	if !ok {
@@ -119,6 +119,7 @@ func startClient(tb testing.TB, s *Service, sessionID string, argv []string) {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = c.Stop(context.Background()) })
+	return c
 }
 
 func clientConn(tb testing.TB, s *Service, sessionID string) *xgb.Conn {

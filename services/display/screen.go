@@ -7,6 +7,7 @@ import (
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/display/resize"
+	"github.com/deskgrid/deskgrid/services/display/windows"
 )
 
 // ResizeDisplay changes the size of a session's screen.
@@ -72,15 +73,23 @@ func (d *display) protoWindows() ([]*displayv1.Window, error) {
 	}
 	out := make([]*displayv1.Window, 0, len(ws))
 	for _, w := range ws {
-		out = append(out, &displayv1.Window{
-			Id:       uint32(w.ID),
-			Title:    w.Title,
-			Class:    w.Class,
-			Instance: w.Instance,
-			Geometry: &displayv1.Rect{X: int32(w.X), Y: int32(w.Y), Width: int32(w.Width), Height: int32(w.Height)},
-			Focused:  w.Focused,
-			Mapped:   w.Mapped,
-		})
+		out = append(out, protoWindow(w))
 	}
 	return out, nil
+}
+
+func protoWindow(w windows.Window) *displayv1.Window {
+	return &displayv1.Window{
+		Id:         uint32(w.ID),
+		Title:      w.Title,
+		Class:      w.Class,
+		Instance:   w.Instance,
+		Geometry:   &displayv1.Rect{X: int32(w.X), Y: int32(w.Y), Width: int32(w.Width), Height: int32(w.Height)},
+		Focused:    w.Focused,
+		Mapped:     w.Mapped,
+		Pid:        w.PID,
+		Minimized:  w.Minimized,
+		Maximized:  w.Maximized,
+		Fullscreen: w.Fullscreen,
+	}
 }

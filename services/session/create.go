@@ -8,6 +8,9 @@ import (
 	"maps"
 	"slices"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -39,10 +42,17 @@ func (s *Service) create(ctx context.Context, req *sessionv1.CreateSessionReques
 	rid := req.GetRequestId()
 	if rid != "" {
 		prev, err := s.store.FindByRequestID(ctx, tenant, rid)
-		if err == nil {
+		switch {
+		case err == nil && prev.GetState() == state.Failed:
+			// The request's session failed to start: the retry starts a
+			// new one rather than answer with a dead session.
+			if _, err := s.store.ForgetFailedRequest(ctx, tenant, rid, prev.GetId()); err != nil {
+				return nil, err
+			}
+			s.log.InfoContext(ctx, "retrying a create whose session failed", "request_id", rid, "failed_session", prev.GetId())
+		case err == nil:
 			return prev, nil
-		}
-		if !errors.Is(err, store.ErrNotFound) {
+		case !errors.Is(err, store.ErrNotFound):
 			return nil, err
 		}
 	}
@@ -102,8 +112,12 @@ func (s *Service) create(ctx context.Context, req *sessionv1.CreateSessionReques
 // start takes a PENDING session to RUNNING. On failure it removes whatever
 // it made on the node, releases the placement and leaves the session FAILED
 // (unless another call, such as a delete, took it over).
+//
+// A node that cannot be reached (it died and its heartbeat has not expired
+// yet) does not fail the create: the session is re-placed on another node,
+// up to maxPlacements in all, within the create's deadline.
 func (s *Service) start(ctx context.Context, sess *sessionv1.Session) (*sessionv1.Session, error) {
-	node, err := s.placer.Place(ctx, placement.Request{
+	req := placement.Request{
 		SessionID:    sess.GetId(),
 		Tenant:       sess.GetTenant(),
 		NodeSelector: sess.GetNodeSelector(),
@@ -112,7 +126,8 @@ func (s *Service) start(ctx context.Context, sess *sessionv1.Session) (*sessionv
 			CPUMillis:   sess.GetLimits().GetCpuMillis(),
 			DiskBytes:   sess.GetLimits().GetDiskBytes(),
 		},
-	})
+	}
+	node, err := s.placer.Place(ctx, req)
 	if err != nil {
 		err = fmt.Errorf("placement: %w", err)
 		s.abandon(ctx, sess, "", false, err)
@@ -124,34 +139,85 @@ func (s *Service) start(ctx context.Context, sess *sessionv1.Session) (*sessionv
 		return nil, s.lostRace(ctx, sess.GetId(), err)
 	}
 
-	made := false // whether anything may exist on the node
-	fail := func(err error) (*sessionv1.Session, error) {
-		s.abandon(ctx, cur, node.ID, made, err)
-		return nil, err
-	}
-
-	// A call that fails on our side may still have succeeded there.
-	made = true
-	xd, err := s.startDesktop(ctx, cur, node.ID, "")
-	if err != nil {
-		return fail(err)
-	}
-	running, err := s.advance(ctx, cur, state.Running, "", func(n *sessionv1.Session) {
-		n.XDisplay = xd
-		n.ImageDigest = cur.GetImageDigest()
-		n.LastActiveTime = timestamppb.New(s.now())
-	})
-	if err != nil {
-		if errors.Is(err, store.ErrConflict) {
-			// Deleted while starting: the delete owns the record, this call
-			// only takes back what it made.
-			s.undo(ctx, cur.GetId(), node.ID)
-			s.releaseQuietly(ctx, node.ID, cur.GetId())
-			return nil, s.lostRace(ctx, cur.GetId(), err)
+	for attempt := 1; ; attempt++ {
+		// A call that fails on our side may still have succeeded there.
+		xd, err := s.startDesktop(ctx, cur, node.ID, "")
+		if err != nil && attempt < maxPlacements && nodeUnreachable(err) && ctx.Err() == nil {
+			next, moved, rerr := s.replace(ctx, cur, node.ID, &req, err)
+			if rerr == nil {
+				cur, node = moved, next
+				continue
+			}
+			if errors.Is(rerr, store.ErrConflict) {
+				return nil, s.lostRace(ctx, cur.GetId(), rerr)
+			}
+			// No other node: the create fails for the first node's reason.
 		}
-		return fail(err)
+		if err != nil {
+			s.abandon(ctx, cur, node.ID, true, err)
+			return nil, err
+		}
+		running, err := s.advance(ctx, cur, state.Running, "", func(n *sessionv1.Session) {
+			n.XDisplay = xd
+			n.ImageDigest = cur.GetImageDigest()
+			n.LastActiveTime = timestamppb.New(s.now())
+		})
+		if err != nil {
+			if errors.Is(err, store.ErrConflict) {
+				// Deleted while starting: the delete owns the record, this call
+				// only takes back what it made.
+				s.undo(ctx, cur.GetId(), node.ID)
+				s.releaseQuietly(ctx, node.ID, cur.GetId())
+				return nil, s.lostRace(ctx, cur.GetId(), err)
+			}
+			s.abandon(ctx, cur, node.ID, true, err)
+			return nil, err
+		}
+		return running, nil
 	}
-	return running, nil
+}
+
+// maxPlacements bounds the nodes one create tries.
+const maxPlacements = 3
+
+// nodeUnreachable: the node could not be reached (connection refused,
+// reset, not registered any more), as opposed to refusing the request.
+func nodeUnreachable(err error) bool {
+	var ne *nodeError
+	if !errors.As(err, &ne) {
+		return false
+	}
+	if _, ok := status.FromError(ne.Err); !ok {
+		return true // the node is not known any more
+	}
+	return status.Code(ne.Err) == codes.Unavailable
+}
+
+// replace moves a STARTING session off a node that failed before it
+// started: what it may have made there is removed (best effort: the node's
+// own reconcile removes what is left, as the map no longer gives it the
+// session), its reservation released, and it is placed on another node.
+// The record stays STARTING with the new node and the reason.
+func (s *Service) replace(ctx context.Context, cur *sessionv1.Session, failed string, req *placement.Request, cause error) (placement.Node, *sessionv1.Session, error) {
+	s.undo(ctx, cur.GetId(), failed)
+	s.releaseQuietly(ctx, failed, cur.GetId())
+	req.Exclude = append(req.Exclude, failed)
+	node, err := s.placer.Place(ctx, *req)
+	if err != nil {
+		return placement.Node{}, nil, err
+	}
+	next := proto.Clone(cur).(*sessionv1.Session)
+	next.NodeId = node.ID
+	next.StateReason = "re-placed: " + cause.Error()
+	next.Generation = cur.GetGeneration() + 1
+	next.UpdateTime = timestamppb.New(s.now())
+	if err := s.store.Update(ctx, next, cur.GetGeneration()); err != nil {
+		s.releaseQuietly(ctx, node.ID, cur.GetId())
+		return placement.Node{}, nil, err
+	}
+	s.log.WarnContext(ctx, "node failed before the session started; re-placed", "session", cur.GetId(), "from", failed, "to", node.ID, "err", cause)
+	s.publish(ctx, cur.GetState(), next)
+	return node, next, nil
 }
 
 // admit checks a new session fits its tenant's quota. Concurrent creates of

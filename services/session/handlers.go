@@ -20,7 +20,7 @@ func (s *Service) GetSession(ctx context.Context, req *sessionv1.GetSessionReque
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	return &sessionv1.GetSessionResponse{Session: sess}, nil
+	return &sessionv1.GetSessionResponse{Session: s.withActivity(sess)}, nil
 }
 
 // ListSessions pages through the caller's sessions, newest first.
@@ -38,6 +38,9 @@ func (s *Service) ListSessions(ctx context.Context, req *sessionv1.ListSessionsR
 	})
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
+	}
+	for _, sess := range page {
+		s.withActivity(sess)
 	}
 	return &sessionv1.ListSessionsResponse{Sessions: page, NextPageToken: next}, nil
 }

@@ -22,6 +22,7 @@ import (
 
 	eventsv1 "github.com/deskgrid/deskgrid/proto/deskgrid/events/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
+	"github.com/deskgrid/deskgrid/services/platform/activity"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/platform/natsembed/natstest"
 	"github.com/deskgrid/deskgrid/services/session/placement"
@@ -45,7 +46,9 @@ type harness struct {
 type option func(*Config, *harnessOpts)
 
 type harnessOpts struct {
-	capacity  int
+	capacity int
+	// activity: the service hears activity reports sent at this interval.
+	activity  time.Duration
 	openStore func(testing.TB) store.Store
 }
 
@@ -54,7 +57,10 @@ func withStore(open func(testing.TB) store.Store) option {
 }
 
 func withConfig(f func(*Config)) option { return func(c *Config, _ *harnessOpts) { f(c) } }
-func withCapacity(n int) option         { return func(_ *Config, o *harnessOpts) { o.capacity = n } }
+func withActivity(interval time.Duration) option {
+	return func(_ *Config, o *harnessOpts) { o.activity = interval }
+}
+func withCapacity(n int) option { return func(_ *Config, o *harnessOpts) { o.capacity = n } }
 
 func newHarness(t testing.TB, opts ...option) *harness {
 	t.Helper()
@@ -83,14 +89,24 @@ func newHarness(t testing.TB, opts ...option) *harness {
 		nc:     nc,
 	}
 	h.nodes = fakeNodes{"node-1": h.node}
+	var usage Activity
+	if ho.activity > 0 {
+		m, err := activity.NewMonitor(activity.MonitorConfig{Interval: ho.activity}, activity.MonitorDeps{NATS: nc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Close(context.Background()) })
+		usage = m
+	}
 	var err error
 	h.svc, err = New(ctx, cfg, Deps{
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Store:  st,
-		Placer: h.placer,
-		Nodes:  h.nodes,
-		Events: events.NewPublisher(js),
-		NATS:   nc,
+		Activity: usage,
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Store:    st,
+		Placer:   h.placer,
+		Nodes:    h.nodes,
+		Events:   events.NewPublisher(js),
+		NATS:     nc,
 		Tenant: func(ctx context.Context) string {
 			if v := metadata.ValueFromIncomingContext(ctx, tenantHeader); len(v) > 0 {
 				return v[0]

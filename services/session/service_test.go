@@ -282,6 +282,32 @@ func (h *harness) sp(req *sessionv1.CreateSessionRequest) (spec, error) {
 	return h.svc.validateCreate(req)
 }
 
+// A retry of a create whose session failed starts a new session; it never
+// answers 200 with the dead one.
+func TestCreateRetryAfterFailure(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	req := &sessionv1.CreateSessionRequest{RequestId: "after-503"}
+	h.node.failOn("sandbox.create", status.Error(codes.Unavailable, "connection refused"))
+	if _, err := h.client.CreateSession(ctx, req); status.Code(err) != codes.Unavailable {
+		t.Fatalf("create on an unreachable node: %v, want Unavailable", err)
+	}
+	failed, err := h.store.FindByRequestID(ctx, DefaultTenant, "after-503")
+	if err != nil || failed.GetState() != state.Failed {
+		t.Fatalf("first try: %v, %v", failed, err)
+	}
+	h.node.failOn("sandbox.create", nil)
+	again, err := h.client.CreateSession(ctx, req)
+	if err != nil || again.GetSession().GetState() != state.Running || again.GetSession().GetId() == failed.GetId() {
+		t.Fatalf("retry after the failure: %v, %v", again.GetSession(), err)
+	}
+	// From now on the retries name the running session.
+	third, err := h.client.CreateSession(ctx, req)
+	if err != nil || third.GetSession().GetId() != again.GetSession().GetId() {
+		t.Fatalf("third try: %v, %v", third.GetSession(), err)
+	}
+}
+
 func TestCreateIdempotentByRequestID(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
+	"github.com/deskgrid/deskgrid/services/platform/activity"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/session/placement"
 	"github.com/deskgrid/deskgrid/services/session/store"
@@ -106,6 +107,17 @@ type Deps struct {
 	NATS *nats.Conn
 	// Tenant names the caller's tenant; nil means every caller is "default".
 	Tenant func(ctx context.Context) string
+	// Activity says which sessions are in use (activity.Monitor, fed by
+	// the nodes' and the agent's reports); the reaper stops no session it
+	// says is busy or was used within its idle timeout. nil: only create,
+	// resume and keepalive count as use.
+	Activity Activity
+}
+
+// Activity is what the reports of sessions' use say (activity.Monitor).
+type Activity interface {
+	Session(id string) activity.State
+	Forget(id string)
 }
 
 // DefaultTenant owns every session when Deps.Tenant is nil.
@@ -123,6 +135,7 @@ type Service struct {
 	events events.Publisher
 	nc     *nats.Conn
 	tenant func(ctx context.Context) string
+	usage  Activity
 	now    func() time.Time
 
 	// done closes when Close starts; watches and the reaper end.
@@ -189,6 +202,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		events: deps.Events,
 		nc:     deps.NATS,
 		tenant: tenant,
+		usage:  deps.Activity,
 		now:    time.Now,
 		done:   make(chan struct{}),
 	}

@@ -88,6 +88,9 @@ func (s *Service) stop(ctx context.Context, id, reason string) (*sessionv1.Sessi
 		if err != nil {
 			return nil, err
 		}
+		if s.usage != nil {
+			s.usage.Forget(id)
+		}
 		s.log.InfoContext(ctx, "session stopped", "session", id, "reason", reason)
 		return next, nil
 	}

@@ -90,6 +90,7 @@ func Record(info RunInfo, ev *agentv1.RunEvent, data []byte) *agentv1.RunEventRe
 		r.InputTokens, r.OutputTokens, r.CacheReadTokens, r.CacheWriteTokens = u.GetInputTokens(), u.GetOutputTokens(), u.GetCacheReadTokens(), u.GetCacheWriteTokens()
 	case *agentv1.RunEvent_State:
 		r.State, r.Reason = e.State, ev.GetReason()
+		r.Provider, r.Model = info.Provider, info.Model
 	}
 	return r
 }

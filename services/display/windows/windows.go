@@ -30,6 +30,13 @@ type Window struct {
 	Mapped bool
 	// Focused: the input focus is on the window or inside it.
 	Focused bool
+	// PID is _NET_WM_PID, 0 when unset.
+	PID uint32
+	// Minimized: WM_STATE is Iconic, or _NET_WM_STATE has _HIDDEN.
+	Minimized bool
+	// Maximized: _NET_WM_STATE has both _MAXIMIZED_VERT and _HORZ.
+	Maximized  bool
+	Fullscreen bool
 }
 
 // Lister lists the windows of one display. Its atoms are interned once.
@@ -40,6 +47,11 @@ type Lister struct {
 	netWMName, utf8String, wmState     xproto.Atom
 	clientList, clientListStacking     xproto.Atom
 	supportingWMCheck, netActiveWindow xproto.Atom
+
+	netWMPID, netWMState, stateHidden     xproto.Atom
+	stateMaxVert, stateMaxHorz, stateFull xproto.Atom
+	netCloseWindow, netMoveResizeWindow   xproto.Atom
+	wmProtocols, wmDeleteWindow, wmChange xproto.Atom
 }
 
 // maxDepth bounds the search for a client window inside a frame; frames
@@ -64,6 +76,17 @@ func New(c *xgb.Conn, root xproto.Window) (*Lister, error) {
 		{"_NET_CLIENT_LIST_STACKING", &l.clientListStacking},
 		{"_NET_SUPPORTING_WM_CHECK", &l.supportingWMCheck},
 		{"_NET_ACTIVE_WINDOW", &l.netActiveWindow},
+		{"_NET_WM_PID", &l.netWMPID},
+		{"_NET_WM_STATE", &l.netWMState},
+		{"_NET_WM_STATE_HIDDEN", &l.stateHidden},
+		{"_NET_WM_STATE_MAXIMIZED_VERT", &l.stateMaxVert},
+		{"_NET_WM_STATE_MAXIMIZED_HORZ", &l.stateMaxHorz},
+		{"_NET_WM_STATE_FULLSCREEN", &l.stateFull},
+		{"_NET_CLOSE_WINDOW", &l.netCloseWindow},
+		{"_NET_MOVERESIZE_WINDOW", &l.netMoveResizeWindow},
+		{"WM_PROTOCOLS", &l.wmProtocols},
+		{"WM_DELETE_WINDOW", &l.wmDeleteWindow},
+		{"WM_CHANGE_STATE", &l.wmChange},
 	}
 	cookies := make([]xproto.InternAtomCookie, len(names))
 	for i, n := range names {
@@ -222,6 +245,7 @@ func (l *Lister) describe(ids []xproto.Window) ([]Window, error) {
 		attrs                xproto.GetWindowAttributesCookie
 		geom                 xproto.GetGeometryCookie
 		pos                  xproto.TranslateCoordinatesCookie
+		pid, state, wmState  xproto.GetPropertyCookie
 	}
 	ps := make([]pending, len(ids))
 	for i, w := range ids {
@@ -232,6 +256,9 @@ func (l *Lister) describe(ids []xproto.Window) ([]Window, error) {
 			attrs:   xproto.GetWindowAttributes(l.c, w),
 			geom:    xproto.GetGeometry(l.c, xproto.Drawable(w)),
 			pos:     xproto.TranslateCoordinates(l.c, w, l.root, 0, 0),
+			pid:     xproto.GetProperty(l.c, false, w, l.netWMPID, xproto.AtomCardinal, 0, 1),
+			state:   xproto.GetProperty(l.c, false, w, l.netWMState, xproto.AtomAtom, 0, 64),
+			wmState: xproto.GetProperty(l.c, false, w, l.wmState, l.wmState, 0, 2),
 		}
 	}
 	out := make([]Window, 0, len(ids))
@@ -244,7 +271,10 @@ func (l *Lister) describe(ids []xproto.Window) ([]Window, error) {
 		attrs, err4 := p.attrs.Reply()
 		geom, err5 := p.geom.Reply()
 		pos, err6 := p.pos.Reply()
-		if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
+		pid, err7 := p.pid.Reply()
+		state, err8 := p.state.Reply()
+		wmState, err9 := p.wmState.Reply()
+		if err := errors.Join(err1, err2, err3, err4, err5, err6, err7, err8, err9); err != nil {
 			// Every reply was read, so the connection stays in step.
 			if !isWindowError(err) && firstErr == nil {
 				firstErr = fmt.Errorf("describe window %#x: %w", ids[i], err)
@@ -267,6 +297,29 @@ func (l *Lister) describe(ids []xproto.Window) ([]Window, error) {
 		win.Mapped = attrs.MapState == xproto.MapStateViewable
 		win.Width, win.Height = int(geom.Width), int(geom.Height)
 		win.X, win.Y = int(pos.DstX), int(pos.DstY)
+		if pid.Format == 32 && len(pid.Value) >= 4 {
+			win.PID = xgb.Get32(pid.Value)
+		}
+		var vert, horz bool
+		if state.Format == 32 {
+			for i := 0; i+4 <= len(state.Value); i += 4 {
+				switch xproto.Atom(xgb.Get32(state.Value[i:])) {
+				case l.stateHidden:
+					win.Minimized = true
+				case l.stateMaxVert:
+					vert = true
+				case l.stateMaxHorz:
+					horz = true
+				case l.stateFull:
+					win.Fullscreen = true
+				}
+			}
+		}
+		win.Maximized = vert && horz
+		// WM_STATE IconicState (3).
+		if wmState.Format == 32 && len(wmState.Value) >= 4 && xgb.Get32(wmState.Value) == 3 {
+			win.Minimized = true
+		}
 		out = append(out, win)
 	}
 	if firstErr != nil {

@@ -316,10 +316,12 @@ func toEntry(ctx context.Context, m jetstream.Msg) (store.Entry, error) {
 	if err != nil {
 		return store.Entry{}, fmt.Errorf("no JetStream metadata: %w", err)
 	}
-	_, ev, err := events.Decode(ctx, m.Data(), m.Headers())
+	ctx, ev, err := events.Decode(ctx, m.Data(), m.Headers())
 	if err != nil {
 		return store.Entry{}, err
 	}
+	_, span := events.StartConsume(ctx, "history", ev)
+	defer span.End()
 	if err := validate(ev); err != nil {
 		return store.Entry{}, err
 	}

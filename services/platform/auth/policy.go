@@ -96,6 +96,13 @@ func DefaultMethodScopes() map[string]Scope {
 		display + "PerformActions": w,
 		display + "ConnectVNC":     a, // the gateway's, after a viewer token
 		display + "ResizeDisplay":  w,
+		display + "GetClipboard":   r,
+		display + "SetClipboard":   w,
+		display + "ListWindows":    r,
+		display + "ActivateWindow": w,
+		display + "CloseWindow":    w,
+		display + "MoveWindow":     w,
+		display + "SetWindowState": w,
 
 		sandbox + "CreateSandbox":   a,
 		sandbox + "CommitSandbox":   a,

@@ -17,12 +17,16 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventsv1 "github.com/deskgrid/deskgrid/proto/deskgrid/events/v1"
+	"github.com/deskgrid/deskgrid/services/platform/metrics"
 )
 
 const (
@@ -36,6 +40,8 @@ const (
 	// TypeSessionStateChanged carries an eventsv1.SessionStateChanged.
 	TypeSessionStateChanged = "session.state_changed.v1"
 )
+
+var tracer = otel.Tracer("github.com/deskgrid/deskgrid/services/platform/events")
 
 // Subject is where an event of type typ about a session is published.
 func Subject(sessionID, typ string) string {
@@ -105,9 +111,16 @@ func (p *NATSPublisher) Publish(ctx context.Context, meta Meta, payload proto.Me
 	}
 	msg := nats.NewMsg(Subject(meta.SessionID, meta.Type))
 	msg.Data = data
+	// The publish is a span of the caller's trace; consumers link to it.
+	ctx, span := tracer.Start(ctx, "publish "+meta.Type, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.String("messaging.system", "nats"), attribute.String("messaging.destination.name", SubjectPrefix+".<session>."+meta.Type),
+			attribute.String("messaging.message.id", ev.Id)))
+	defer span.End()
 	otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(msg.Header))
 	// The message id lets JetStream drop a duplicate when a publish is retried.
 	if _, err := p.js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.Id)); err != nil {
+		metrics.PublishFailed(ctx, meta.Type)
+		span.SetStatus(otelcodes.Error, err.Error())
 		return nil, fmt.Errorf("events: publish %s: %w", msg.Subject, err)
 	}
 	return ev, nil
@@ -124,6 +137,20 @@ func Decode(ctx context.Context, data []byte, header nats.Header) (context.Conte
 		ctx = otel.GetTextMapPropagator().Extract(ctx, propagation.HeaderCarrier(header))
 	}
 	return ctx, ev, nil
+}
+
+// StartConsume starts the span of a consumer handling ev, whose Decode
+// returned ctx: a new trace linked to the publisher's span rather than a
+// child of it, as one consumer batch handles events of many traces. The
+// caller ends the span.
+func StartConsume(ctx context.Context, consumer string, ev *eventsv1.Event) (context.Context, trace.Span) {
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithNewRoot(),
+		trace.WithAttributes(attribute.String("messaging.system", "nats"), attribute.String("messaging.consumer.group.name", consumer),
+			attribute.String("messaging.message.id", ev.GetId()), attribute.String("deskgrid.event.type", ev.GetType()))}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+	}
+	return tracer.Start(ctx, "consume "+ev.GetType(), opts...)
 }
 
 // StreamConfig is the configuration of the event stream.

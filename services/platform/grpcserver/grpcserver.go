@@ -1,5 +1,6 @@
 // Package grpcserver builds the one kind of gRPC server every deskgrid service
-// runs: panic recovery, OpenTelemetry, request logging that skips health
+// runs: panic recovery, OpenTelemetry (traces, and the domain metrics of
+// package metrics), request logging that skips health
 // checks, internal errors masked before they reach a client (mask.go),
 // keepalive, reflection, and a health service that says NOT_SERVING until the
 // owner marks each service ready.
@@ -25,6 +26,8 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+
+	"github.com/deskgrid/deskgrid/services/platform/metrics"
 )
 
 // MaxMessageBytes bounds one gRPC message; screenshots of large screens and
@@ -65,11 +68,13 @@ func New(opts Options) *Server {
 		grpc.ChainUnaryInterceptor(
 			recovery.UnaryServerInterceptor(recoverOpt),
 			selector.UnaryServerInterceptor(logging.UnaryServerInterceptor(slogAdapter(logger), logOpts...), notHealth),
+			metrics.UnaryServerInterceptor(),
 			maskUnary(logger),
 		),
 		grpc.ChainStreamInterceptor(
 			recovery.StreamServerInterceptor(recoverOpt),
 			selector.StreamServerInterceptor(logging.StreamServerInterceptor(slogAdapter(logger), logOpts...), notHealth),
+			metrics.StreamServerInterceptor(),
 			maskStream(logger),
 		),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),

@@ -26,6 +26,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/deskgrid/deskgrid/services/platform/grpcserver"
 )
 
 // Resolver returns the gRPC address of the node a session runs on. An error
@@ -96,7 +98,7 @@ func New(opts Options) (*Router, error) {
 		opts.CallTimeout = 30 * time.Second
 	}
 	if opts.Dial == nil {
-		dopts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts.DialOptions...)
+		dopts := append(append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, grpcserver.ClientOptions()...), opts.DialOptions...)
 		opts.Dial = func(addr string) (*grpc.ClientConn, error) { return grpc.NewClient(addr, dopts...) }
 	}
 	log := opts.Logger

@@ -24,6 +24,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/deskgrid/deskgrid/services/platform/metrics"
 )
 
 // Options configure Setup.
@@ -80,6 +82,7 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res))
 	otel.SetMeterProvider(mp)
+	metrics.Start(ctx)
 	t.shutdown = append(t.shutdown, mp.Shutdown)
 	t.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 

@@ -473,6 +473,9 @@ func callerOf(ctx context.Context) *eventsv1.Caller {
 }
 
 // sessionOf reads a request's session_id.
+// SessionOf is the session a request names in its session_id field, or "".
+func SessionOf(m proto.Message) string { return sessionOf(m) }
+
 func sessionOf(m proto.Message) string {
 	if m == nil {
 		return ""
@@ -582,6 +585,9 @@ func redactEnv(kv string) string {
 	name, _, _ := strings.Cut(kv, "=")
 	return name + "=…"
 }
+
+// Refused is refused, for other recorders of calls (such as activity).
+func Refused(err error) bool { return refused(err) }
 
 // refused reports a call that never reached a session its caller may act
 // on (another tenant's or a missing one, no key, no scope). It belongs to

@@ -348,6 +348,9 @@ func TestMemberWatcherAndRejoin(t *testing.T) {
 func TestMemberReconcilesAfterLapse(t *testing.T) {
 	reg, rdb := newRegistry(t)
 	ctx := context.Background()
+	if _, err := reg.Restore(ctx, nil); err != nil { // a session replica built the map
+		t.Fatal(err)
+	}
 	calls := make(chan map[string]bool, 10)
 	cfg := MemberConfig{Node: NodeInfo{ID: "n1", Address: "127.0.0.1:9", Capacity: placement.Capacity{Sessions: 5}},
 		Interval: 50 * time.Millisecond, TTL: 2 * time.Second}
@@ -460,5 +463,124 @@ func TestSweepEnded(t *testing.T) {
 	n, _ := reg.Node(ctx, "a")
 	if n.Used.Sessions != 1 {
 		t.Fatalf("used %d after the sweep, want 1", n.Used.Sessions)
+	}
+}
+
+// Redis losing its data (restarted empty, flushed) is no verdict on the
+// nodes: a node keeps every desktop until a session replica has rebuilt the
+// map from the session records, then keeps what the records say runs on
+// it. A node that is really gone has its sessions reported lost.
+func TestMemberKeepsSessionsWhenRedisForgets(t *testing.T) {
+	reg, rdb := newRegistry(t)
+	ctx := context.Background()
+	if _, err := reg.Restore(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	calls := make(chan map[string]bool, 100)
+	cfg := MemberConfig{Node: NodeInfo{ID: "n1", Address: "127.0.0.1:9", Capacity: placement.Capacity{Sessions: 5}},
+		Interval: 50 * time.Millisecond, TTL: 500 * time.Millisecond}
+	m, err := Join(ctx, reg, cfg, nil, func(_ context.Context, keep map[string]bool) error {
+		calls <- keep
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close(context.Background(), true) })
+	<-calls
+	if _, err := NewPlacer(reg, PlacerConfig{Seed: 1}).Place(ctx, placement.Request{SessionID: "s1", Tenant: "t"}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Redis forgets everything of this deployment.
+	flush := func() {
+		iter := rdb.Scan(ctx, 0, reg.Prefix()+"*", 1000).Iterator()
+		var ks []string
+		for iter.Next(ctx) {
+			ks = append(ks, iter.Val())
+		}
+		if err := rdb.Del(ctx, ks...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flush()
+	waitFor(t, "the node to heartbeat into the empty Redis", func() bool {
+		n, err := reg.Node(ctx, "n1")
+		return err == nil && n.Alive
+	})
+	// Several heartbeats later it has still not been told to drop s1.
+	time.Sleep(5 * cfg.Interval)
+	select {
+	case keep := <-calls:
+		t.Fatalf("node reconciled against an empty Redis, keeping %v", keep)
+	default:
+	}
+
+	// A session replica rebuilds the map from the records, which also
+	// place s2 on n2, a node that never comes back.
+	records := []Assignment{{SessionID: "s1", NodeID: "n1", Tenant: "t"}, {SessionID: "s2", NodeID: "n2", Tenant: "t"}}
+	lost := make(chan string, 10)
+	w := WatchWith(reg, WatchConfig{Interval: 50 * time.Millisecond,
+		Records: func(context.Context) ([]Assignment, error) { return records, nil },
+		Lost: func(_ context.Context, id string) error {
+			select {
+			case lost <- id:
+			default:
+			}
+			return nil
+		}})
+	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	select {
+	case keep := <-calls:
+		if len(keep) != 1 || !keep["s1"] {
+			t.Fatalf("reconciled against the rebuilt map keeping %v, want s1", keep)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("node did not reconcile against the rebuilt map")
+	}
+	select {
+	case id := <-lost:
+		if id != "n2" {
+			t.Fatalf("reported %s lost, want n2", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sessions of a node that is gone were not reported lost")
+	}
+	if a, err := reg.Lookup(ctx, "s1"); err != nil || a.NodeID != "n1" {
+		t.Fatalf("s1 in the rebuilt map: %+v, %v", a, err)
+	}
+	if n, _ := reg.Node(ctx, "n1"); n.Used.Sessions != 1 {
+		t.Fatalf("n1 uses %d after the rebuild, want 1", n.Used.Sessions)
+	}
+}
+
+// A frozen Redis (it accepts connections and never answers) fails every
+// registry call, and so every placement, instead of holding it forever.
+func TestRegistryCallsHaveDeadlines(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() }) // read nothing, answer nothing
+		}
+	}()
+	rdb := redis.NewClient(&redis.Options{Addr: l.Addr().String(), ContextTimeoutEnabled: true, ReadTimeout: -1, WriteTimeout: -1, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	reg := NewRegistry(rdb, "dgtest:frozen:")
+	reg.timeout = 200 * time.Millisecond
+	// context.Background: only the registry's own deadline can end these.
+	_, err = NewPlacer(reg, PlacerConfig{}).Place(context.Background(), placement.Request{SessionID: "s"})
+	if !errors.Is(err, placement.ErrUnavailable) {
+		t.Fatalf("Place with Redis frozen: %v, want ErrUnavailable", err)
+	}
+	if _, err := reg.Heartbeat(context.Background(), "n1", "boot", time.Second); err == nil {
+		t.Fatal("heartbeat to a frozen Redis succeeded")
 	}
 }

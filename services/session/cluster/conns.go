@@ -8,10 +8,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/platform/grpcserver"
 	"github.com/deskgrid/deskgrid/services/platform/noderoute"
 )
 
@@ -19,6 +21,11 @@ import (
 // implements session.Nodes). A node's address is read from the registry
 // and its connection kept; a node that re-registers at a new address is
 // picked up once the old address stops answering and is looked up again.
+//
+// A node the registry says is alive is reached at once when it is back:
+// a connection still waiting out its reconnect back-off (the node was
+// down) is told to try again and given up to readyWait to connect, so the
+// first call after a restarted node heartbeats reaches it.
 type NodeConns struct {
 	reg         *Registry
 	dialOptions []grpc.DialOption
@@ -26,13 +33,21 @@ type NodeConns struct {
 	mu    sync.Mutex
 	addrs map[string]cachedAddr
 	conns map[string]*grpc.ClientConn
+	// failedWait: when a wait for a connection last ended without it
+	// connecting; calls within readyWait of it do not wait again.
+	failedWait map[*grpc.ClientConn]time.Time
 }
 
-// cachedAddr is a node's address as last read from the registry.
+// cachedAddr is a node's address and liveness as last read from the registry.
 type cachedAddr struct {
-	addr string
-	read time.Time
+	addr  string
+	alive bool
+	read  time.Time
 }
+
+// readyWait bounds how long a call to a node the registry calls alive waits
+// for its connection to (re)connect.
+const readyWait = time.Second
 
 // addrTTL bounds how long a node's address is trusted without reading the
 // registry again: a node restarted on a new address (kill -9 and back before
@@ -41,8 +56,9 @@ const addrTTL = 250 * time.Millisecond
 
 // NewNodeConns dials nodes with opts (insecure transport is added).
 func NewNodeConns(reg *Registry, opts ...grpc.DialOption) *NodeConns {
-	return &NodeConns{reg: reg, dialOptions: append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...),
-		addrs: map[string]cachedAddr{}, conns: map[string]*grpc.ClientConn{}}
+	base := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, grpcserver.ClientOptions()...)
+	return &NodeConns{reg: reg, dialOptions: append(base, opts...),
+		addrs: map[string]cachedAddr{}, conns: map[string]*grpc.ClientConn{}, failedWait: map[*grpc.ClientConn]time.Time{}}
 }
 
 // lookupTimeout bounds reading a node's address; the caller's own call has
@@ -54,7 +70,7 @@ func (c *NodeConns) Conn(id string) (*grpc.ClientConn, error) {
 	c.mu.Lock()
 	cached, ok := c.addrs[id]
 	c.mu.Unlock()
-	addr := cached.addr
+	addr, alive := cached.addr, cached.alive
 	if !ok || time.Since(cached.read) > addrTTL {
 		ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
 		defer cancel()
@@ -62,22 +78,60 @@ func (c *NodeConns) Conn(id string) (*grpc.ClientConn, error) {
 		if err != nil {
 			return nil, err
 		}
-		addr = n.Address
+		addr, alive = n.Address, n.Alive
 		c.mu.Lock()
-		c.addrs[id] = cachedAddr{addr: addr, read: time.Now()}
+		c.addrs[id] = cachedAddr{addr: addr, alive: alive, read: time.Now()}
 		c.mu.Unlock()
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if cc, ok := c.conns[addr]; ok {
-		return cc, nil
+	cc, ok := c.conns[addr]
+	if !ok {
+		var err error
+		if cc, err = grpc.NewClient(addr, c.dialOptions...); err != nil {
+			c.mu.Unlock()
+			return nil, fmt.Errorf("dial node %s at %s: %w", id, addr, err)
+		}
+		c.conns[addr] = cc
 	}
-	cc, err := grpc.NewClient(addr, c.dialOptions...)
-	if err != nil {
-		return nil, fmt.Errorf("dial node %s at %s: %w", id, addr, err)
+	waitedRecently := time.Since(c.failedWait[cc]) < readyWait
+	c.mu.Unlock()
+	if alive && !waitedRecently && !awaitReady(cc, readyWait) {
+		c.mu.Lock()
+		c.failedWait[cc] = time.Now()
+		c.mu.Unlock()
 	}
-	c.conns[addr] = cc
 	return cc, nil
+}
+
+// awaitReady makes cc connect now, skipping what is left of its reconnect
+// back-off, and waits until it is ready, one attempt failed, or within
+// passed. A failed attempt is left for the call to report (Unavailable).
+func awaitReady(cc *grpc.ClientConn, within time.Duration) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	attempted := false
+	for {
+		st := cc.GetState()
+		switch st {
+		case connectivity.Ready:
+			return true
+		case connectivity.Shutdown:
+			return false
+		case connectivity.Idle:
+			cc.Connect()
+		case connectivity.Connecting:
+			attempted = true
+		case connectivity.TransientFailure:
+			if attempted {
+				return false
+			}
+			attempted = true
+			cc.ResetConnectBackoff()
+		}
+		if !cc.WaitForStateChange(ctx, st) {
+			return false
+		}
+	}
 }
 
 // Forget drops node id's cached address, so the next call reads it again.
@@ -113,6 +167,7 @@ func (c *NodeConns) Close() error {
 	for addr, cc := range c.conns {
 		errs = append(errs, cc.Close())
 		delete(c.conns, addr)
+		delete(c.failedWait, cc)
 	}
 	return errors.Join(errs...)
 }

@@ -15,6 +15,9 @@
 //	sessions:<id>      set of the sessions the node is given
 //	smap               hash: session -> node, generation, cpu, mem, tenant
 //	gen                counter the generations come from
+//	epoch              a random id set once the session map was built (or
+//	                   rebuilt from the session records); missing when
+//	                   Redis lost its data (restarted empty, flushed)
 //
 // A snapshot of every node is a handful of commands whatever the number of
 // nodes, which keeps placement fast at hundreds of nodes. Scripts touch keys
@@ -46,6 +49,7 @@ func (k keys) used() string              { return string(k) + "used" }
 func (k keys) tenants(id string) string  { return string(k) + "tenants:" + id }
 func (k keys) sessions(id string) string { return string(k) + "sessions:" + id }
 func (k keys) smap() string              { return string(k) + "smap" }
+func (k keys) epoch() string             { return string(k) + "epoch" }
 
 // Assignment is one session-map entry.
 type Assignment struct {

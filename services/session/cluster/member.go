@@ -33,6 +33,11 @@ type Member struct {
 	log       *slog.Logger
 	reconcile func(ctx context.Context, keep map[string]bool) error
 	bootID    string
+	// epoch is the session map this node last reconciled against; unsure
+	// is set while Redis holds no map (it lost its data) or one this node
+	// has not reconciled against yet.
+	epoch  string
+	unsure bool
 
 	stop chan struct{}
 	done chan struct{}
@@ -107,10 +112,17 @@ func (m *Member) waitForPreviousLife(ctx context.Context) error {
 }
 
 func (m *Member) rejoin(ctx context.Context) error {
+	epoch, err := m.reg.Epoch(ctx)
+	if err != nil {
+		return err
+	}
 	keep, err := m.reg.Assigned(ctx, m.cfg.Node.ID)
 	if err != nil {
 		return err
 	}
+	// Without a map (no session replica has built one yet), what the node
+	// keeps is decided again once one is built.
+	m.epoch, m.unsure = epoch, epoch == ""
 	if m.reconcile != nil {
 		if err := m.reconcile(ctx, keep); err != nil {
 			return fmt.Errorf("reconcile node %s: %w", m.cfg.Node.ID, err)
@@ -134,14 +146,9 @@ func (m *Member) loop() {
 		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Interval)
 		rejoined, err := m.reg.Heartbeat(ctx, m.cfg.Node.ID, m.bootID, m.cfg.TTL)
 		if err == nil && rejoined {
-			// Declared gone meanwhile: its sessions were marked lost and
-			// released; take down what is no longer ours. Registration is
-			// refreshed too, in case it expired.
-			m.log.Warn("heartbeat had expired; reconciling with the session map")
-			err = m.reg.Register(ctx, m.cfg.Node)
-			if err == nil {
-				err = m.rejoin(ctx)
-			}
+			err = m.rejoined(ctx)
+		} else if err == nil && m.unsure {
+			err = m.settle(ctx)
 		}
 		cancel()
 		switch {
@@ -153,6 +160,53 @@ func (m *Member) loop() {
 			failing = false
 		}
 	}
+}
+
+// rejoined handles a heartbeat that had expired. If the session map is the
+// one this node knew, the control plane declared the node gone meanwhile:
+// its sessions were marked lost and released, so it takes down what is no
+// longer its own. If Redis lost its data instead (restarted empty,
+// flushed), the missing map says nothing about this node's sessions: it
+// keeps every desktop until a session replica has rebuilt the map from the
+// session records, and reconciles against that (settle). Registration is
+// refreshed either way, in case it was lost too.
+func (m *Member) rejoined(ctx context.Context) error {
+	if err := m.reg.Register(ctx, m.cfg.Node); err != nil {
+		return err
+	}
+	epoch, err := m.reg.Epoch(ctx)
+	if err != nil {
+		return err
+	}
+	if epoch != "" && epoch == m.epoch {
+		m.log.Warn("heartbeat had expired; reconciling with the session map")
+		return m.rejoin(ctx)
+	}
+	if !m.unsure {
+		m.log.Warn("Redis lost the cluster state (restarted empty?); keeping every desktop until the session map is rebuilt from the session records")
+	}
+	m.unsure = true
+	return m.settle(ctx)
+}
+
+// settle reconciles against a session map built since Redis lost its data.
+func (m *Member) settle(ctx context.Context) error {
+	epoch, err := m.reg.Epoch(ctx)
+	if err != nil || epoch == "" {
+		return err
+	}
+	keep, err := m.reg.Assigned(ctx, m.cfg.Node.ID)
+	if err != nil {
+		return err
+	}
+	if m.reconcile != nil {
+		if err := m.reconcile(ctx, keep); err != nil {
+			return fmt.Errorf("reconcile node %s: %w", m.cfg.Node.ID, err)
+		}
+	}
+	m.log.Info("session map rebuilt; reconciled with it", "sessions", len(keep))
+	m.epoch, m.unsure = epoch, false
+	return nil
 }
 
 // Close stops heartbeating and, when leave is set, ends the heartbeat at
@@ -183,6 +237,7 @@ type Watcher struct {
 	log      *slog.Logger
 	ended    func(ctx context.Context, sessionID string) (bool, error)
 	sweep    time.Duration
+	records  func(ctx context.Context) ([]Assignment, error)
 
 	stop chan struct{}
 	done chan struct{}
@@ -206,6 +261,11 @@ type WatchConfig struct {
 	// reservations whose release failed (Redis unreachable at that moment).
 	Ended      func(ctx context.Context, sessionID string) (bool, error)
 	SweepEvery time.Duration
+	// Records, when set, lists the sessions the session records place on
+	// a node and that have not ended. Whenever Redis holds no session map
+	// (at first, or after it lost its data) the watcher rebuilds it from
+	// them before it judges any heartbeat.
+	Records func(ctx context.Context) ([]Assignment, error)
 }
 
 // WatchWith starts a watcher.
@@ -219,7 +279,7 @@ func WatchWith(reg *Registry, cfg WatchConfig) *Watcher {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	w := &Watcher{reg: reg, interval: cfg.Interval, lost: cfg.Lost, log: cfg.Logger, ended: cfg.Ended, sweep: cfg.SweepEvery,
+	w := &Watcher{reg: reg, interval: cfg.Interval, lost: cfg.Lost, log: cfg.Logger, ended: cfg.Ended, sweep: cfg.SweepEvery, records: cfg.Records,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go w.loop()
 	return w
@@ -248,7 +308,7 @@ func (w *Watcher) loop() {
 			return
 		case <-t.C:
 		}
-		if err := w.reg.rdb.Ping(ctx).Err(); err != nil {
+		if err := w.reg.Ping(ctx); err != nil {
 			if ctx.Err() == nil && !failing {
 				w.log.Warn("check node heartbeats: Redis unreachable", "err", err)
 			}
@@ -259,6 +319,20 @@ func (w *Watcher) loop() {
 			failing = false
 			reachableSince = time.Now()
 			w.log.Info("Redis reachable again; trusting heartbeats after a grace period", "grace", grace)
+		}
+		if w.records != nil {
+			rebuilt, err := w.rebuild(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					w.log.Warn("rebuild the session map from the session records", "err", err)
+				}
+				continue
+			}
+			if rebuilt {
+				// Nodes' heartbeats were lost with the rest: give them
+				// time to heartbeat again before judging any.
+				reachableSince = time.Now()
+			}
 		}
 		if time.Since(reachableSince) < grace {
 			continue
@@ -275,6 +349,26 @@ func (w *Watcher) loop() {
 			}
 		}
 	}
+}
+
+// rebuild restores the session map from the records if Redis has none.
+func (w *Watcher) rebuild(ctx context.Context) (bool, error) {
+	epoch, err := w.reg.Epoch(ctx)
+	if err != nil || epoch != "" {
+		return false, err
+	}
+	recs, err := w.records(ctx)
+	if err != nil {
+		return false, err
+	}
+	n, err := w.reg.Restore(ctx, recs)
+	if err != nil {
+		return false, err
+	}
+	if n > 0 {
+		w.log.Warn("Redis held no session map (restarted empty?); rebuilt it from the session records", "sessions", n)
+	}
+	return true, nil
 }
 
 // Check runs one pass.

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,10 +19,14 @@ import (
 )
 
 // Registry reads and writes the cluster state in Redis. It is safe for
-// concurrent use.
+// concurrent use. Every call to Redis has a deadline (CallTimeout unless
+// the caller's is sooner), so a frozen or unreachable Redis fails calls
+// fast instead of holding creates past their clients' timeouts. The client
+// must be made with ContextTimeoutEnabled, or go-redis ignores deadlines.
 type Registry struct {
-	rdb redis.UniversalClient
-	k   keys
+	rdb     redis.UniversalClient
+	k       keys
+	timeout time.Duration
 	// labelCache maps a node's raw label JSON to its decoded labels.
 	labelCache sync.Map
 }
@@ -30,7 +36,16 @@ func NewRegistry(rdb redis.UniversalClient, prefix string) *Registry {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	return &Registry{rdb: rdb, k: keys(prefix)}
+	return &Registry{rdb: rdb, k: keys(prefix), timeout: CallTimeout}
+}
+
+// CallTimeout bounds one call to Redis. Every call the registry makes is a
+// few commands or one short script: well under a millisecond when Redis is
+// well.
+const CallTimeout = 2 * time.Second
+
+func (r *Registry) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, r.timeout)
 }
 
 // Prefix is the prefix of every key the registry uses.
@@ -48,6 +63,8 @@ type NodeInfo struct {
 // Register records (or updates) a node's address, capacity and labels. It
 // does not make the node alive: the first Heartbeat does.
 func (r *Registry) Register(ctx context.Context, n NodeInfo) error {
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
 	if n.ID == "" || n.Address == "" || n.Capacity.Sessions <= 0 {
 		return fmt.Errorf("register node: id, address and a session capacity above zero are required")
 	}
@@ -69,6 +86,8 @@ func (r *Registry) Register(ctx context.Context, n NodeInfo) error {
 // heartbeat had expired (or this is the first): the control plane may have
 // declared the node's sessions lost, so the node must reconcile.
 func (r *Registry) Heartbeat(ctx context.Context, id, bootID string, ttl time.Duration) (rejoined bool, err error) {
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
 	n, err := heartbeatScript.Run(ctx, r.rdb, []string{r.k.alive(id)}, ttl.Milliseconds(), bootID).Int()
 	if err != nil {
 		return false, fmt.Errorf("heartbeat of node %s: %w", id, err)
@@ -79,11 +98,15 @@ func (r *Registry) Heartbeat(ctx context.Context, id, bootID string, ttl time.Du
 // Leave ends node id's heartbeat at once, as when it shuts down: its
 // sessions are declared lost without waiting for the TTL.
 func (r *Registry) Leave(ctx context.Context, id string) error {
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
 	return r.rdb.Del(ctx, r.k.alive(id)).Err()
 }
 
 // SetDraining marks node id as draining (no new sessions) or not.
 func (r *Registry) SetDraining(ctx context.Context, id string, draining bool) error {
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
 	ok, err := r.rdb.HExists(ctx, r.k.nodes(), id).Result()
 	if err != nil {
 		return err
@@ -101,6 +124,8 @@ func (r *Registry) SetDraining(ctx context.Context, id string, draining bool) er
 // usage, sorted by id; TenantSessions counts tenant's sessions (when tenant
 // is not empty). One round trip, a fixed number of commands.
 func (r *Registry) Snapshot(ctx context.Context, tenant string) ([]placement.NodeState, error) {
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
 	res, err := snapshotScript.Run(ctx, r.rdb, nil, string(r.k), tenant).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("read nodes: %w", err)
@@ -179,6 +204,8 @@ func (r *Registry) Node(ctx context.Context, id string) (placement.NodeState, er
 // Forget removes a node that is gone for good from the registry. Its
 // sessions must have been released first.
 func (r *Registry) Forget(ctx context.Context, id string) error {
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
 	_, err := r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HDel(ctx, r.k.nodes(), id)
 		p.HDel(ctx, r.k.used(), id+"\ts", id+"\tc", id+"\tm")
@@ -193,6 +220,8 @@ func (r *Registry) Forget(ctx context.Context, id string) error {
 // draining and has room for the ask, and returns the generation of the
 // placement. A session already on id returns its generation again.
 func (r *Registry) Reserve(ctx context.Context, id string, req placement.Request) (int64, error) {
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
 	res, err := reserveScript.Run(ctx, r.rdb, nil, string(r.k), id, req.SessionID,
 		req.Resources.CPUMillis, req.Resources.MemoryBytes, req.Tenant).StringSlice()
 	if err != nil {
@@ -213,6 +242,8 @@ func (r *Registry) Reserve(ctx context.Context, id string, req placement.Request
 // Release gives back what sessionID reserved on node id (on whichever node
 // it is when id is empty). Releasing what is not held succeeds.
 func (r *Registry) Release(ctx context.Context, id, sessionID string) error {
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
 	if err := releaseScript.Run(ctx, r.rdb, nil, string(r.k), id, sessionID).Err(); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("release session %s: %w", sessionID, err)
 	}
@@ -235,6 +266,8 @@ func (r *Registry) ReleaseNode(ctx context.Context, id string) error {
 
 // Lookup returns the session-map entry of sessionID.
 func (r *Registry) Lookup(ctx context.Context, sessionID string) (Assignment, error) {
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
 	v, err := r.rdb.HGet(ctx, r.k.smap(), sessionID).Result()
 	if errors.Is(err, redis.Nil) {
 		return Assignment{}, fmt.Errorf("session %s: %w", sessionID, ErrSessionNotPlaced)
@@ -252,6 +285,8 @@ func (r *Registry) Lookup(ctx context.Context, sessionID string) (Assignment, er
 // Resolve returns the gRPC address of the node sessionID runs on, in one
 // round trip; ErrSessionNotPlaced when the map has no entry.
 func (r *Registry) Resolve(ctx context.Context, sessionID string) (string, error) {
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
 	res, err := resolveScript.Run(ctx, r.rdb, nil, string(r.k), sessionID).StringSlice()
 	if errors.Is(err, redis.Nil) {
 		return "", fmt.Errorf("session %s: %w", sessionID, ErrSessionNotPlaced)
@@ -268,6 +303,8 @@ func (r *Registry) Resolve(ctx context.Context, sessionID string) (string, error
 // Assigned returns the sessions the map gives node id: what the node keeps
 // when it reconciles.
 func (r *Registry) Assigned(ctx context.Context, id string) (map[string]bool, error) {
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
 	ids, err := r.rdb.SMembers(ctx, r.k.sessions(id)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("sessions of node %s: %w", id, err)
@@ -282,6 +319,8 @@ func (r *Registry) Assigned(ctx context.Context, id string) (map[string]bool, er
 // DeadWithSessions returns the nodes whose heartbeat expired while the map
 // still gives them sessions.
 func (r *Registry) DeadWithSessions(ctx context.Context) ([]string, error) {
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
 	ids, err := r.rdb.HKeys(ctx, r.k.nodes()).Result()
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
@@ -327,6 +366,8 @@ func atoi(s string) int64 {
 
 // Ping checks that Redis answers.
 func (r *Registry) Ping(ctx context.Context) error {
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
 	return r.rdb.Ping(ctx).Err()
 }
 
@@ -357,4 +398,48 @@ func (r *Registry) SweepEnded(ctx context.Context, ended func(ctx context.Contex
 		n++
 	}
 	return n, iter.Err()
+}
+
+// Epoch returns the id of the session map Redis holds, "" when it has none:
+// Redis lost its data (restarted empty, flushed) and the map has not been
+// rebuilt from the session records yet.
+func (r *Registry) Epoch(ctx context.Context) (string, error) {
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
+	v, err := r.rdb.Get(ctx, r.k.epoch()).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read the session map's epoch: %w", err)
+	}
+	return v, nil
+}
+
+// Restore rebuilds the session map from the session records: each
+// assignment is put back on its node unless the map already has the
+// session. Then it marks the map built (a new epoch, unless another
+// replica set one first) and returns how many it restored.
+func (r *Registry) Restore(ctx context.Context, records []Assignment) (int, error) {
+	n := 0
+	for _, a := range records {
+		if a.NodeID == "" || strings.ContainsAny(a.NodeID, "\t") {
+			continue
+		}
+		cctx, cancel := r.bound(ctx)
+		done, err := restoreScript.Run(cctx, r.rdb, nil, string(r.k), a.NodeID, a.SessionID, a.CPUMillis, a.Memory, a.Tenant).Int()
+		cancel()
+		if err != nil {
+			return n, fmt.Errorf("restore session %s on node %s: %w", a.SessionID, a.NodeID, err)
+		}
+		n += done
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	cctx, cancel := r.bound(ctx)
+	defer cancel()
+	if err := r.rdb.SetNX(cctx, r.k.epoch(), hex.EncodeToString(b[:]), 0).Err(); err != nil {
+		return n, fmt.Errorf("mark the session map built: %w", err)
+	}
+	return n, nil
 }

@@ -109,3 +109,28 @@ if #nodes > 0 then
 end
 return {nodes, alive, redis.call('SMEMBERS', p..'draining'), redis.call('HGETALL', p..'used'), tenants}
 `)
+
+// restoreScript puts a session back in the map on its node, whatever the
+// node's liveness and capacity: the session records say it runs there. A
+// node that is not registered gets a placeholder entry (no address, no
+// capacity) so the watcher sees it and, if it never heartbeats, marks its
+// sessions lost. A session already in the map is left as it is. Returns 1
+// if it restored.
+//
+// ARGV: prefix, node, session, cpu, mem, tenant.
+var restoreScript = redis.NewScript(`
+local p, node, sid, tenant = ARGV[1], ARGV[2], ARGV[3], ARGV[6]
+local cpu, mem = tonumber(ARGV[4]), tonumber(ARGV[5])
+if redis.call('HEXISTS', p..'smap', sid) == 1 then return 0 end
+if redis.call('HEXISTS', p..'nodes', node) == 0 then
+  redis.call('HSET', p..'nodes', node, '\t0\t0\t0\tnull')
+end
+redis.call('HINCRBY', p..'used', node..'\ts', 1)
+redis.call('HINCRBY', p..'used', node..'\tc', cpu)
+redis.call('HINCRBY', p..'used', node..'\tm', mem)
+redis.call('HINCRBY', p..'tenants:'..node, tenant, 1)
+redis.call('SADD', p..'sessions:'..node, sid)
+local g = redis.call('INCR', p..'gen')
+redis.call('HSET', p..'smap', sid, node..'\t'..g..'\t'..cpu..'\t'..mem..'\t'..tenant)
+return 1
+`)

@@ -108,6 +108,9 @@ func Choose(snapshot []NodeState, req Request, opts ChooseOptions, rng *rand.Ran
 			continue
 		}
 		matching++
+		if slices.Contains(req.Exclude, n.ID) {
+			continue
+		}
 		if Fits(n, req.NodeSelector, req.Resources) {
 			feasible = append(feasible, i)
 		}

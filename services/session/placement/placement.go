@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 )
 
@@ -38,6 +39,9 @@ type Request struct {
 	// NodeSelector: labels the chosen node must carry, all of them.
 	NodeSelector map[string]string
 	Resources    Resources
+	// Exclude names nodes not to use: a create re-placed after its first
+	// node failed before the session started.
+	Exclude []string
 }
 
 // Node is where a session was placed.
@@ -93,6 +97,9 @@ func (l *Local) Place(ctx context.Context, req Request) (Node, error) {
 	}
 	if !Matches(l.labels, req.NodeSelector) {
 		return Node{}, fmt.Errorf("node %s: %w %v", l.node.ID, ErrNoMatchingNode, req.NodeSelector)
+	}
+	if slices.Contains(req.Exclude, l.node.ID) {
+		return Node{}, fmt.Errorf("node %s failed and there is no other: %w", l.node.ID, ErrUnavailable)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

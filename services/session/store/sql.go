@@ -350,6 +350,19 @@ func (s *sqlStore) FindByRequestID(ctx context.Context, tenant, requestID string
 	return decode(data)
 }
 
+func (s *sqlStore) ForgetFailedRequest(ctx context.Context, tenant, requestID, id string) (bool, error) {
+	res, err := s.w.ExecContext(ctx, s.bind(`UPDATE session_records SET request_id = NULL
+		WHERE tenant = ? AND request_id = ? AND id = ? AND state = ?`), tenant, requestID, id, int32(state.Failed))
+	if err != nil {
+		return false, fmt.Errorf("forget request %q: %w", requestID, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("forget request %q: %w", requestID, err)
+	}
+	return n == 1, nil
+}
+
 func (s *sqlStore) query(ctx context.Context, what, q string, args ...any) ([]*sessionv1.Session, error) {
 	rows, err := s.r.QueryContext(ctx, s.bind(q), args...)
 	if err != nil {

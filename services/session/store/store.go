@@ -60,6 +60,11 @@ type Store interface {
 	List(ctx context.Context, f Filter) ([]*sessionv1.Session, string, error)
 	// FindByRequestID returns the session a tenant created with requestID.
 	FindByRequestID(ctx context.Context, tenant, requestID string) (*sessionv1.Session, error)
+	// ForgetFailedRequest detaches requestID from session id if that
+	// session FAILED, so a retry of the request makes a new session. It
+	// reports whether it did; false means another retry did first or the
+	// session is not (or no longer) a failed one of that request.
+	ForgetFailedRequest(ctx context.Context, tenant, requestID, id string) (bool, error)
 	// ListExpired returns up to limit sessions to reap at now: RUNNING or
 	// SUSPENDED ones past their expire_time, and RUNNING ones idle past
 	// last_active_time + idle_timeout.

@@ -25,6 +25,116 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Selection names an X selection.
+type Selection int32
+
+const (
+	// CLIPBOARD.
+	Selection_SELECTION_UNSPECIFIED Selection = 0
+	// What copy and paste (ctrl+c, ctrl+v) use.
+	Selection_SELECTION_CLIPBOARD Selection = 1
+	// The text last selected with the mouse, pasted with the middle button.
+	Selection_SELECTION_PRIMARY Selection = 2
+)
+
+// Enum value maps for Selection.
+var (
+	Selection_name = map[int32]string{
+		0: "SELECTION_UNSPECIFIED",
+		1: "SELECTION_CLIPBOARD",
+		2: "SELECTION_PRIMARY",
+	}
+	Selection_value = map[string]int32{
+		"SELECTION_UNSPECIFIED": 0,
+		"SELECTION_CLIPBOARD":   1,
+		"SELECTION_PRIMARY":     2,
+	}
+)
+
+func (x Selection) Enum() *Selection {
+	p := new(Selection)
+	*p = x
+	return p
+}
+
+func (x Selection) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Selection) Descriptor() protoreflect.EnumDescriptor {
+	return file_deskgrid_display_v1_display_proto_enumTypes[0].Descriptor()
+}
+
+func (Selection) Type() protoreflect.EnumType {
+	return &file_deskgrid_display_v1_display_proto_enumTypes[0]
+}
+
+func (x Selection) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Selection.Descriptor instead.
+func (Selection) EnumDescriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{0}
+}
+
+// WindowState is a window's state to set.
+type WindowState int32
+
+const (
+	WindowState_WINDOW_STATE_UNSPECIFIED WindowState = 0
+	// Neither minimised, maximised nor full-screen, and shown.
+	WindowState_WINDOW_STATE_NORMAL     WindowState = 1
+	WindowState_WINDOW_STATE_MINIMIZED  WindowState = 2
+	WindowState_WINDOW_STATE_MAXIMIZED  WindowState = 3
+	WindowState_WINDOW_STATE_FULLSCREEN WindowState = 4
+)
+
+// Enum value maps for WindowState.
+var (
+	WindowState_name = map[int32]string{
+		0: "WINDOW_STATE_UNSPECIFIED",
+		1: "WINDOW_STATE_NORMAL",
+		2: "WINDOW_STATE_MINIMIZED",
+		3: "WINDOW_STATE_MAXIMIZED",
+		4: "WINDOW_STATE_FULLSCREEN",
+	}
+	WindowState_value = map[string]int32{
+		"WINDOW_STATE_UNSPECIFIED": 0,
+		"WINDOW_STATE_NORMAL":      1,
+		"WINDOW_STATE_MINIMIZED":   2,
+		"WINDOW_STATE_MAXIMIZED":   3,
+		"WINDOW_STATE_FULLSCREEN":  4,
+	}
+)
+
+func (x WindowState) Enum() *WindowState {
+	p := new(WindowState)
+	*p = x
+	return p
+}
+
+func (x WindowState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WindowState) Descriptor() protoreflect.EnumDescriptor {
+	return file_deskgrid_display_v1_display_proto_enumTypes[1].Descriptor()
+}
+
+func (WindowState) Type() protoreflect.EnumType {
+	return &file_deskgrid_display_v1_display_proto_enumTypes[1]
+}
+
+func (x WindowState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WindowState.Descriptor instead.
+func (WindowState) EnumDescriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{1}
+}
+
 // ImageFormat is the encoding of a screenshot.
 type ImageFormat int32
 
@@ -59,11 +169,11 @@ func (x ImageFormat) String() string {
 }
 
 func (ImageFormat) Descriptor() protoreflect.EnumDescriptor {
-	return file_deskgrid_display_v1_display_proto_enumTypes[0].Descriptor()
+	return file_deskgrid_display_v1_display_proto_enumTypes[2].Descriptor()
 }
 
 func (ImageFormat) Type() protoreflect.EnumType {
-	return &file_deskgrid_display_v1_display_proto_enumTypes[0]
+	return &file_deskgrid_display_v1_display_proto_enumTypes[2]
 }
 
 func (x ImageFormat) Number() protoreflect.EnumNumber {
@@ -72,7 +182,7 @@ func (x ImageFormat) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ImageFormat.Descriptor instead.
 func (ImageFormat) EnumDescriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{0}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{2}
 }
 
 // MouseButton names a mouse button.
@@ -119,11 +229,11 @@ func (x MouseButton) String() string {
 }
 
 func (MouseButton) Descriptor() protoreflect.EnumDescriptor {
-	return file_deskgrid_display_v1_display_proto_enumTypes[1].Descriptor()
+	return file_deskgrid_display_v1_display_proto_enumTypes[3].Descriptor()
 }
 
 func (MouseButton) Type() protoreflect.EnumType {
-	return &file_deskgrid_display_v1_display_proto_enumTypes[1]
+	return &file_deskgrid_display_v1_display_proto_enumTypes[3]
 }
 
 func (x MouseButton) Number() protoreflect.EnumNumber {
@@ -132,7 +242,7 @@ func (x MouseButton) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use MouseButton.Descriptor instead.
 func (MouseButton) EnumDescriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{1}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{3}
 }
 
 // SettleOutcome is how the wait before a screenshot ended.
@@ -179,11 +289,11 @@ func (x SettleOutcome) String() string {
 }
 
 func (SettleOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_deskgrid_display_v1_display_proto_enumTypes[2].Descriptor()
+	return file_deskgrid_display_v1_display_proto_enumTypes[4].Descriptor()
 }
 
 func (SettleOutcome) Type() protoreflect.EnumType {
-	return &file_deskgrid_display_v1_display_proto_enumTypes[2]
+	return &file_deskgrid_display_v1_display_proto_enumTypes[4]
 }
 
 func (x SettleOutcome) Number() protoreflect.EnumNumber {
@@ -192,7 +302,767 @@ func (x SettleOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SettleOutcome.Descriptor instead.
 func (SettleOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{4}
+}
+
+type GetClipboardRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Selection     Selection              `protobuf:"varint,2,opt,name=selection,proto3,enum=deskgrid.display.v1.Selection" json:"selection,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetClipboardRequest) Reset() {
+	*x = GetClipboardRequest{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetClipboardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetClipboardRequest) ProtoMessage() {}
+
+func (x *GetClipboardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetClipboardRequest.ProtoReflect.Descriptor instead.
+func (*GetClipboardRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *GetClipboardRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *GetClipboardRequest) GetSelection() Selection {
+	if x != nil {
+		return x.Selection
+	}
+	return Selection_SELECTION_UNSPECIFIED
+}
+
+type GetClipboardResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Text  string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	// A program (or the display service) holds the selection; false means
+	// it is empty.
+	Owned bool `protobuf:"varint,2,opt,name=owned,proto3" json:"owned,omitempty"`
+	// The text was longer than 1 MiB and is cut off there.
+	Truncated     bool `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetClipboardResponse) Reset() {
+	*x = GetClipboardResponse{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetClipboardResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetClipboardResponse) ProtoMessage() {}
+
+func (x *GetClipboardResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetClipboardResponse.ProtoReflect.Descriptor instead.
+func (*GetClipboardResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GetClipboardResponse) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *GetClipboardResponse) GetOwned() bool {
+	if x != nil {
+		return x.Owned
+	}
+	return false
+}
+
+func (x *GetClipboardResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+type SetClipboardRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Selection Selection              `protobuf:"varint,2,opt,name=selection,proto3,enum=deskgrid.display.v1.Selection" json:"selection,omitempty"`
+	// UTF-8 text, at most 1 MiB.
+	Text string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
+	// Fencing token of the caller's input lease, when leases are in use.
+	LeaseToken    int64 `protobuf:"varint,4,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetClipboardRequest) Reset() {
+	*x = SetClipboardRequest{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetClipboardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetClipboardRequest) ProtoMessage() {}
+
+func (x *SetClipboardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetClipboardRequest.ProtoReflect.Descriptor instead.
+func (*SetClipboardRequest) Descriptor() ([]byte, []int) {
 	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SetClipboardRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SetClipboardRequest) GetSelection() Selection {
+	if x != nil {
+		return x.Selection
+	}
+	return Selection_SELECTION_UNSPECIFIED
+}
+
+func (x *SetClipboardRequest) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *SetClipboardRequest) GetLeaseToken() int64 {
+	if x != nil {
+		return x.LeaseToken
+	}
+	return 0
+}
+
+type SetClipboardResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetClipboardResponse) Reset() {
+	*x = SetClipboardResponse{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetClipboardResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetClipboardResponse) ProtoMessage() {}
+
+func (x *SetClipboardResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetClipboardResponse.ProtoReflect.Descriptor instead.
+func (*SetClipboardResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{3}
+}
+
+type ListWindowsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWindowsRequest) Reset() {
+	*x = ListWindowsRequest{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWindowsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWindowsRequest) ProtoMessage() {}
+
+func (x *ListWindowsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWindowsRequest.ProtoReflect.Descriptor instead.
+func (*ListWindowsRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ListWindowsRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type ListWindowsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bottom to top.
+	Windows       []*Window `protobuf:"bytes,1,rep,name=windows,proto3" json:"windows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWindowsResponse) Reset() {
+	*x = ListWindowsResponse{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWindowsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWindowsResponse) ProtoMessage() {}
+
+func (x *ListWindowsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWindowsResponse.ProtoReflect.Descriptor instead.
+func (*ListWindowsResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ListWindowsResponse) GetWindows() []*Window {
+	if x != nil {
+		return x.Windows
+	}
+	return nil
+}
+
+type ActivateWindowRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// X window id, as Window.id.
+	WindowId      uint32 `protobuf:"varint,2,opt,name=window_id,json=windowId,proto3" json:"window_id,omitempty"`
+	LeaseToken    int64  `protobuf:"varint,3,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActivateWindowRequest) Reset() {
+	*x = ActivateWindowRequest{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActivateWindowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActivateWindowRequest) ProtoMessage() {}
+
+func (x *ActivateWindowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActivateWindowRequest.ProtoReflect.Descriptor instead.
+func (*ActivateWindowRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ActivateWindowRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ActivateWindowRequest) GetWindowId() uint32 {
+	if x != nil {
+		return x.WindowId
+	}
+	return 0
+}
+
+func (x *ActivateWindowRequest) GetLeaseToken() int64 {
+	if x != nil {
+		return x.LeaseToken
+	}
+	return 0
+}
+
+type ActivateWindowResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The window after the change.
+	Window        *Window `protobuf:"bytes,1,opt,name=window,proto3" json:"window,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActivateWindowResponse) Reset() {
+	*x = ActivateWindowResponse{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActivateWindowResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActivateWindowResponse) ProtoMessage() {}
+
+func (x *ActivateWindowResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActivateWindowResponse.ProtoReflect.Descriptor instead.
+func (*ActivateWindowResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ActivateWindowResponse) GetWindow() *Window {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+type CloseWindowRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	WindowId  uint32                 `protobuf:"varint,2,opt,name=window_id,json=windowId,proto3" json:"window_id,omitempty"`
+	// Disconnect the window's program from the display (XKillClient) instead
+	// of asking it; it loses every window it has.
+	Force         bool  `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
+	LeaseToken    int64 `protobuf:"varint,4,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseWindowRequest) Reset() {
+	*x = CloseWindowRequest{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseWindowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseWindowRequest) ProtoMessage() {}
+
+func (x *CloseWindowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseWindowRequest.ProtoReflect.Descriptor instead.
+func (*CloseWindowRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *CloseWindowRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *CloseWindowRequest) GetWindowId() uint32 {
+	if x != nil {
+		return x.WindowId
+	}
+	return 0
+}
+
+func (x *CloseWindowRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+func (x *CloseWindowRequest) GetLeaseToken() int64 {
+	if x != nil {
+		return x.LeaseToken
+	}
+	return 0
+}
+
+type CloseWindowResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The window is gone. False when the program is still showing it (it
+	// may be asking whether to save); list the windows again later.
+	Closed        bool `protobuf:"varint,1,opt,name=closed,proto3" json:"closed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseWindowResponse) Reset() {
+	*x = CloseWindowResponse{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseWindowResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseWindowResponse) ProtoMessage() {}
+
+func (x *CloseWindowResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseWindowResponse.ProtoReflect.Descriptor instead.
+func (*CloseWindowResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CloseWindowResponse) GetClosed() bool {
+	if x != nil {
+		return x.Closed
+	}
+	return false
+}
+
+type MoveWindowRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	WindowId  uint32                 `protobuf:"varint,2,opt,name=window_id,json=windowId,proto3" json:"window_id,omitempty"`
+	// New position and size of the client area; a width or height of 0
+	// keeps the current one.
+	Geometry      *Rect `protobuf:"bytes,3,opt,name=geometry,proto3" json:"geometry,omitempty"`
+	LeaseToken    int64 `protobuf:"varint,4,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveWindowRequest) Reset() {
+	*x = MoveWindowRequest{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveWindowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveWindowRequest) ProtoMessage() {}
+
+func (x *MoveWindowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveWindowRequest.ProtoReflect.Descriptor instead.
+func (*MoveWindowRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *MoveWindowRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *MoveWindowRequest) GetWindowId() uint32 {
+	if x != nil {
+		return x.WindowId
+	}
+	return 0
+}
+
+func (x *MoveWindowRequest) GetGeometry() *Rect {
+	if x != nil {
+		return x.Geometry
+	}
+	return nil
+}
+
+func (x *MoveWindowRequest) GetLeaseToken() int64 {
+	if x != nil {
+		return x.LeaseToken
+	}
+	return 0
+}
+
+type MoveWindowResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The window after the change; a window manager or the program may have
+	// adjusted the size (size hints, the screen's edge).
+	Window        *Window `protobuf:"bytes,1,opt,name=window,proto3" json:"window,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveWindowResponse) Reset() {
+	*x = MoveWindowResponse{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveWindowResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveWindowResponse) ProtoMessage() {}
+
+func (x *MoveWindowResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveWindowResponse.ProtoReflect.Descriptor instead.
+func (*MoveWindowResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *MoveWindowResponse) GetWindow() *Window {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+type SetWindowStateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	WindowId      uint32                 `protobuf:"varint,2,opt,name=window_id,json=windowId,proto3" json:"window_id,omitempty"`
+	State         WindowState            `protobuf:"varint,3,opt,name=state,proto3,enum=deskgrid.display.v1.WindowState" json:"state,omitempty"`
+	LeaseToken    int64                  `protobuf:"varint,4,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetWindowStateRequest) Reset() {
+	*x = SetWindowStateRequest{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetWindowStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetWindowStateRequest) ProtoMessage() {}
+
+func (x *SetWindowStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetWindowStateRequest.ProtoReflect.Descriptor instead.
+func (*SetWindowStateRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SetWindowStateRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SetWindowStateRequest) GetWindowId() uint32 {
+	if x != nil {
+		return x.WindowId
+	}
+	return 0
+}
+
+func (x *SetWindowStateRequest) GetState() WindowState {
+	if x != nil {
+		return x.State
+	}
+	return WindowState_WINDOW_STATE_UNSPECIFIED
+}
+
+func (x *SetWindowStateRequest) GetLeaseToken() int64 {
+	if x != nil {
+		return x.LeaseToken
+	}
+	return 0
+}
+
+type SetWindowStateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Window        *Window                `protobuf:"bytes,1,opt,name=window,proto3" json:"window,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetWindowStateResponse) Reset() {
+	*x = SetWindowStateResponse{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetWindowStateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetWindowStateResponse) ProtoMessage() {}
+
+func (x *SetWindowStateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetWindowStateResponse.ProtoReflect.Descriptor instead.
+func (*SetWindowStateResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SetWindowStateResponse) GetWindow() *Window {
+	if x != nil {
+		return x.Window
+	}
+	return nil
 }
 
 type ResizeDisplayRequest struct {
@@ -206,7 +1076,7 @@ type ResizeDisplayRequest struct {
 
 func (x *ResizeDisplayRequest) Reset() {
 	*x = ResizeDisplayRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[0]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -218,7 +1088,7 @@ func (x *ResizeDisplayRequest) String() string {
 func (*ResizeDisplayRequest) ProtoMessage() {}
 
 func (x *ResizeDisplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[0]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -231,7 +1101,7 @@ func (x *ResizeDisplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeDisplayRequest.ProtoReflect.Descriptor instead.
 func (*ResizeDisplayRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{0}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ResizeDisplayRequest) GetSessionId() string {
@@ -264,7 +1134,7 @@ type ResizeDisplayResponse struct {
 
 func (x *ResizeDisplayResponse) Reset() {
 	*x = ResizeDisplayResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[1]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -276,7 +1146,7 @@ func (x *ResizeDisplayResponse) String() string {
 func (*ResizeDisplayResponse) ProtoMessage() {}
 
 func (x *ResizeDisplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[1]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -289,7 +1159,7 @@ func (x *ResizeDisplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeDisplayResponse.ProtoReflect.Descriptor instead.
 func (*ResizeDisplayResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{1}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ResizeDisplayResponse) GetDisplay() *Display {
@@ -310,7 +1180,7 @@ type Size struct {
 
 func (x *Size) Reset() {
 	*x = Size{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[2]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -322,7 +1192,7 @@ func (x *Size) String() string {
 func (*Size) ProtoMessage() {}
 
 func (x *Size) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[2]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -335,7 +1205,7 @@ func (x *Size) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Size.ProtoReflect.Descriptor instead.
 func (*Size) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{2}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Size) GetWidth() int32 {
@@ -368,14 +1238,22 @@ type Window struct {
 	Focused bool `protobuf:"varint,6,opt,name=focused,proto3" json:"focused,omitempty"`
 	// The window is shown (viewable): false for a minimised (iconic) window
 	// or one the application has hidden.
-	Mapped        bool `protobuf:"varint,7,opt,name=mapped,proto3" json:"mapped,omitempty"`
+	Mapped bool `protobuf:"varint,7,opt,name=mapped,proto3" json:"mapped,omitempty"`
+	// _NET_WM_PID: the process id the program reports, in the session
+	// sandbox's process namespace; 0 when it reports none.
+	Pid uint32 `protobuf:"varint,8,opt,name=pid,proto3" json:"pid,omitempty"`
+	// Minimised (iconic, or _NET_WM_STATE_HIDDEN).
+	Minimized bool `protobuf:"varint,9,opt,name=minimized,proto3" json:"minimized,omitempty"`
+	// Maximised both ways (_NET_WM_STATE_MAXIMIZED_VERT and _HORZ).
+	Maximized     bool `protobuf:"varint,10,opt,name=maximized,proto3" json:"maximized,omitempty"`
+	Fullscreen    bool `protobuf:"varint,11,opt,name=fullscreen,proto3" json:"fullscreen,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Window) Reset() {
 	*x = Window{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[3]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -387,7 +1265,7 @@ func (x *Window) String() string {
 func (*Window) ProtoMessage() {}
 
 func (x *Window) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[3]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -400,7 +1278,7 @@ func (x *Window) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Window.ProtoReflect.Descriptor instead.
 func (*Window) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{3}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Window) GetId() uint32 {
@@ -452,6 +1330,34 @@ func (x *Window) GetMapped() bool {
 	return false
 }
 
+func (x *Window) GetPid() uint32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *Window) GetMinimized() bool {
+	if x != nil {
+		return x.Minimized
+	}
+	return false
+}
+
+func (x *Window) GetMaximized() bool {
+	if x != nil {
+		return x.Maximized
+	}
+	return false
+}
+
+func (x *Window) GetFullscreen() bool {
+	if x != nil {
+		return x.Fullscreen
+	}
+	return false
+}
+
 // ConnectVNCRequest is one client-to-server message of a VNC connection.
 type ConnectVNCRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -467,7 +1373,7 @@ type ConnectVNCRequest struct {
 
 func (x *ConnectVNCRequest) Reset() {
 	*x = ConnectVNCRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[4]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -479,7 +1385,7 @@ func (x *ConnectVNCRequest) String() string {
 func (*ConnectVNCRequest) ProtoMessage() {}
 
 func (x *ConnectVNCRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[4]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -492,7 +1398,7 @@ func (x *ConnectVNCRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectVNCRequest.ProtoReflect.Descriptor instead.
 func (*ConnectVNCRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{4}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ConnectVNCRequest) GetSessionId() string {
@@ -527,7 +1433,7 @@ type ConnectVNCResponse struct {
 
 func (x *ConnectVNCResponse) Reset() {
 	*x = ConnectVNCResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[5]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -539,7 +1445,7 @@ func (x *ConnectVNCResponse) String() string {
 func (*ConnectVNCResponse) ProtoMessage() {}
 
 func (x *ConnectVNCResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[5]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -552,7 +1458,7 @@ func (x *ConnectVNCResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectVNCResponse.ProtoReflect.Descriptor instead.
 func (*ConnectVNCResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{5}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ConnectVNCResponse) GetData() []byte {
@@ -583,7 +1489,7 @@ type Display struct {
 
 func (x *Display) Reset() {
 	*x = Display{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[6]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -595,7 +1501,7 @@ func (x *Display) String() string {
 func (*Display) ProtoMessage() {}
 
 func (x *Display) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[6]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -608,7 +1514,7 @@ func (x *Display) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Display.ProtoReflect.Descriptor instead.
 func (*Display) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{6}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Display) GetSessionId() string {
@@ -680,7 +1586,7 @@ type CreateDisplayRequest struct {
 
 func (x *CreateDisplayRequest) Reset() {
 	*x = CreateDisplayRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[7]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -692,7 +1598,7 @@ func (x *CreateDisplayRequest) String() string {
 func (*CreateDisplayRequest) ProtoMessage() {}
 
 func (x *CreateDisplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[7]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -705,7 +1611,7 @@ func (x *CreateDisplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDisplayRequest.ProtoReflect.Descriptor instead.
 func (*CreateDisplayRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{7}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateDisplayRequest) GetSessionId() string {
@@ -752,7 +1658,7 @@ type CreateDisplayResponse struct {
 
 func (x *CreateDisplayResponse) Reset() {
 	*x = CreateDisplayResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[8]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -764,7 +1670,7 @@ func (x *CreateDisplayResponse) String() string {
 func (*CreateDisplayResponse) ProtoMessage() {}
 
 func (x *CreateDisplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[8]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -777,7 +1683,7 @@ func (x *CreateDisplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDisplayResponse.ProtoReflect.Descriptor instead.
 func (*CreateDisplayResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{8}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CreateDisplayResponse) GetDisplay() *Display {
@@ -796,7 +1702,7 @@ type GetDisplayRequest struct {
 
 func (x *GetDisplayRequest) Reset() {
 	*x = GetDisplayRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[9]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -808,7 +1714,7 @@ func (x *GetDisplayRequest) String() string {
 func (*GetDisplayRequest) ProtoMessage() {}
 
 func (x *GetDisplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[9]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -821,7 +1727,7 @@ func (x *GetDisplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDisplayRequest.ProtoReflect.Descriptor instead.
 func (*GetDisplayRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{9}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetDisplayRequest) GetSessionId() string {
@@ -840,7 +1746,7 @@ type GetDisplayResponse struct {
 
 func (x *GetDisplayResponse) Reset() {
 	*x = GetDisplayResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[10]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -852,7 +1758,7 @@ func (x *GetDisplayResponse) String() string {
 func (*GetDisplayResponse) ProtoMessage() {}
 
 func (x *GetDisplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[10]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -865,7 +1771,7 @@ func (x *GetDisplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDisplayResponse.ProtoReflect.Descriptor instead.
 func (*GetDisplayResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{10}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetDisplayResponse) GetDisplay() *Display {
@@ -883,7 +1789,7 @@ type ListDisplaysRequest struct {
 
 func (x *ListDisplaysRequest) Reset() {
 	*x = ListDisplaysRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[11]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -895,7 +1801,7 @@ func (x *ListDisplaysRequest) String() string {
 func (*ListDisplaysRequest) ProtoMessage() {}
 
 func (x *ListDisplaysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[11]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -908,7 +1814,7 @@ func (x *ListDisplaysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDisplaysRequest.ProtoReflect.Descriptor instead.
 func (*ListDisplaysRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{11}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{25}
 }
 
 type ListDisplaysResponse struct {
@@ -920,7 +1826,7 @@ type ListDisplaysResponse struct {
 
 func (x *ListDisplaysResponse) Reset() {
 	*x = ListDisplaysResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[12]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -932,7 +1838,7 @@ func (x *ListDisplaysResponse) String() string {
 func (*ListDisplaysResponse) ProtoMessage() {}
 
 func (x *ListDisplaysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[12]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -945,7 +1851,7 @@ func (x *ListDisplaysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDisplaysResponse.ProtoReflect.Descriptor instead.
 func (*ListDisplaysResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{12}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListDisplaysResponse) GetDisplays() []*Display {
@@ -964,7 +1870,7 @@ type DeleteDisplayRequest struct {
 
 func (x *DeleteDisplayRequest) Reset() {
 	*x = DeleteDisplayRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[13]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -976,7 +1882,7 @@ func (x *DeleteDisplayRequest) String() string {
 func (*DeleteDisplayRequest) ProtoMessage() {}
 
 func (x *DeleteDisplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[13]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -989,7 +1895,7 @@ func (x *DeleteDisplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDisplayRequest.ProtoReflect.Descriptor instead.
 func (*DeleteDisplayRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{13}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeleteDisplayRequest) GetSessionId() string {
@@ -1007,7 +1913,7 @@ type DeleteDisplayResponse struct {
 
 func (x *DeleteDisplayResponse) Reset() {
 	*x = DeleteDisplayResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[14]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1019,7 +1925,7 @@ func (x *DeleteDisplayResponse) String() string {
 func (*DeleteDisplayResponse) ProtoMessage() {}
 
 func (x *DeleteDisplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[14]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1032,7 +1938,7 @@ func (x *DeleteDisplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDisplayResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDisplayResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{14}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{28}
 }
 
 // Rect is a region of the screen in pixels.
@@ -1048,7 +1954,7 @@ type Rect struct {
 
 func (x *Rect) Reset() {
 	*x = Rect{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[15]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1060,7 +1966,7 @@ func (x *Rect) String() string {
 func (*Rect) ProtoMessage() {}
 
 func (x *Rect) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[15]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1073,7 +1979,7 @@ func (x *Rect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rect.ProtoReflect.Descriptor instead.
 func (*Rect) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{15}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Rect) GetX() int32 {
@@ -1127,7 +2033,7 @@ type ScreenshotRequest struct {
 
 func (x *ScreenshotRequest) Reset() {
 	*x = ScreenshotRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[16]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1139,7 +2045,7 @@ func (x *ScreenshotRequest) String() string {
 func (*ScreenshotRequest) ProtoMessage() {}
 
 func (x *ScreenshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[16]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1152,7 +2058,7 @@ func (x *ScreenshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScreenshotRequest.ProtoReflect.Descriptor instead.
 func (*ScreenshotRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{16}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ScreenshotRequest) GetSessionId() string {
@@ -1210,7 +2116,7 @@ type ScreenshotResponse struct {
 
 func (x *ScreenshotResponse) Reset() {
 	*x = ScreenshotResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[17]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +2128,7 @@ func (x *ScreenshotResponse) String() string {
 func (*ScreenshotResponse) ProtoMessage() {}
 
 func (x *ScreenshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[17]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +2141,7 @@ func (x *ScreenshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScreenshotResponse.ProtoReflect.Descriptor instead.
 func (*ScreenshotResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{17}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ScreenshotResponse) GetContentType() string {
@@ -1277,7 +2183,7 @@ type Point struct {
 
 func (x *Point) Reset() {
 	*x = Point{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[18]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1289,7 +2195,7 @@ func (x *Point) String() string {
 func (*Point) ProtoMessage() {}
 
 func (x *Point) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[18]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1302,7 +2208,7 @@ func (x *Point) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Point.ProtoReflect.Descriptor instead.
 func (*Point) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{18}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Point) GetX() int32 {
@@ -1329,7 +2235,7 @@ type MouseMove struct {
 
 func (x *MouseMove) Reset() {
 	*x = MouseMove{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[19]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1341,7 +2247,7 @@ func (x *MouseMove) String() string {
 func (*MouseMove) ProtoMessage() {}
 
 func (x *MouseMove) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[19]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1354,7 +2260,7 @@ func (x *MouseMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MouseMove.ProtoReflect.Descriptor instead.
 func (*MouseMove) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{19}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *MouseMove) GetTo() *Point {
@@ -1379,7 +2285,7 @@ type Click struct {
 
 func (x *Click) Reset() {
 	*x = Click{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[20]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +2297,7 @@ func (x *Click) String() string {
 func (*Click) ProtoMessage() {}
 
 func (x *Click) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[20]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +2310,7 @@ func (x *Click) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Click.ProtoReflect.Descriptor instead.
 func (*Click) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{20}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Click) GetAt() *Point {
@@ -1445,7 +2351,7 @@ type Drag struct {
 
 func (x *Drag) Reset() {
 	*x = Drag{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[21]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +2363,7 @@ func (x *Drag) String() string {
 func (*Drag) ProtoMessage() {}
 
 func (x *Drag) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[21]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +2376,7 @@ func (x *Drag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drag.ProtoReflect.Descriptor instead.
 func (*Drag) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{21}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Drag) GetPath() []*Point {
@@ -1491,7 +2397,7 @@ type ButtonPress struct {
 
 func (x *ButtonPress) Reset() {
 	*x = ButtonPress{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[22]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1503,7 +2409,7 @@ func (x *ButtonPress) String() string {
 func (*ButtonPress) ProtoMessage() {}
 
 func (x *ButtonPress) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[22]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1516,7 +2422,7 @@ func (x *ButtonPress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ButtonPress.ProtoReflect.Descriptor instead.
 func (*ButtonPress) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{22}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ButtonPress) GetButton() MouseButton {
@@ -1548,7 +2454,7 @@ type Scroll struct {
 
 func (x *Scroll) Reset() {
 	*x = Scroll{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[23]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1560,7 +2466,7 @@ func (x *Scroll) String() string {
 func (*Scroll) ProtoMessage() {}
 
 func (x *Scroll) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[23]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1573,7 +2479,7 @@ func (x *Scroll) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Scroll.ProtoReflect.Descriptor instead.
 func (*Scroll) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{23}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Scroll) GetAt() *Point {
@@ -1616,7 +2522,7 @@ type Key struct {
 
 func (x *Key) Reset() {
 	*x = Key{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[24]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1628,7 +2534,7 @@ func (x *Key) String() string {
 func (*Key) ProtoMessage() {}
 
 func (x *Key) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[24]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1641,7 +2547,7 @@ func (x *Key) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Key.ProtoReflect.Descriptor instead.
 func (*Key) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{24}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Key) GetChord() string {
@@ -1660,15 +2566,22 @@ func (x *Key) GetHold() *durationpb.Duration {
 
 // TypeText types Unicode text.
 type TypeText struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Text  string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	// Paste instead of typing: put the text on the CLIPBOARD (replacing what
+	// was there) and press paste_chord once. Fast and exact for long or
+	// non-Latin text (up to 1 MiB), in programs that paste with that chord.
+	Paste bool `protobuf:"varint,2,opt,name=paste,proto3" json:"paste,omitempty"`
+	// The chord that pastes; "ctrl+v" when empty (terminals take
+	// "ctrl+shift+v"). Only with paste.
+	PasteChord    string `protobuf:"bytes,3,opt,name=paste_chord,json=pasteChord,proto3" json:"paste_chord,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TypeText) Reset() {
 	*x = TypeText{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[25]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1680,7 +2593,7 @@ func (x *TypeText) String() string {
 func (*TypeText) ProtoMessage() {}
 
 func (x *TypeText) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[25]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1693,12 +2606,26 @@ func (x *TypeText) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeText.ProtoReflect.Descriptor instead.
 func (*TypeText) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{25}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TypeText) GetText() string {
 	if x != nil {
 		return x.Text
+	}
+	return ""
+}
+
+func (x *TypeText) GetPaste() bool {
+	if x != nil {
+		return x.Paste
+	}
+	return false
+}
+
+func (x *TypeText) GetPasteChord() string {
+	if x != nil {
+		return x.PasteChord
 	}
 	return ""
 }
@@ -1713,7 +2640,7 @@ type Wait struct {
 
 func (x *Wait) Reset() {
 	*x = Wait{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[26]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +2652,7 @@ func (x *Wait) String() string {
 func (*Wait) ProtoMessage() {}
 
 func (x *Wait) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[26]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +2665,7 @@ func (x *Wait) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Wait.ProtoReflect.Descriptor instead.
 func (*Wait) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{26}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Wait) GetDuration() *durationpb.Duration {
@@ -1763,7 +2690,7 @@ type Zoom struct {
 
 func (x *Zoom) Reset() {
 	*x = Zoom{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[27]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1775,7 +2702,7 @@ func (x *Zoom) String() string {
 func (*Zoom) ProtoMessage() {}
 
 func (x *Zoom) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[27]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1788,7 +2715,7 @@ func (x *Zoom) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Zoom.ProtoReflect.Descriptor instead.
 func (*Zoom) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{27}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Zoom) GetRegion() *Rect {
@@ -1815,7 +2742,7 @@ type CursorPosition struct {
 
 func (x *CursorPosition) Reset() {
 	*x = CursorPosition{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[28]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1827,7 +2754,7 @@ func (x *CursorPosition) String() string {
 func (*CursorPosition) ProtoMessage() {}
 
 func (x *CursorPosition) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[28]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1840,7 +2767,7 @@ func (x *CursorPosition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CursorPosition.ProtoReflect.Descriptor instead.
 func (*CursorPosition) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{28}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{42}
 }
 
 // Action is one input step: exactly one of its fields is set.
@@ -1865,7 +2792,7 @@ type Action struct {
 
 func (x *Action) Reset() {
 	*x = Action{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[29]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1877,7 +2804,7 @@ func (x *Action) String() string {
 func (*Action) ProtoMessage() {}
 
 func (x *Action) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[29]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1890,7 +2817,7 @@ func (x *Action) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Action.ProtoReflect.Descriptor instead.
 func (*Action) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{29}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Action) GetAction() isAction_Action {
@@ -2082,7 +3009,7 @@ type PerformActionsRequest struct {
 
 func (x *PerformActionsRequest) Reset() {
 	*x = PerformActionsRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[30]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2094,7 +3021,7 @@ func (x *PerformActionsRequest) String() string {
 func (*PerformActionsRequest) ProtoMessage() {}
 
 func (x *PerformActionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[30]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2107,7 +3034,7 @@ func (x *PerformActionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PerformActionsRequest.ProtoReflect.Descriptor instead.
 func (*PerformActionsRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{30}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PerformActionsRequest) GetSessionId() string {
@@ -2196,7 +3123,7 @@ type PerformActionsResponse struct {
 
 func (x *PerformActionsResponse) Reset() {
 	*x = PerformActionsResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[31]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2208,7 +3135,7 @@ func (x *PerformActionsResponse) String() string {
 func (*PerformActionsResponse) ProtoMessage() {}
 
 func (x *PerformActionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[31]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2221,7 +3148,7 @@ func (x *PerformActionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PerformActionsResponse.ProtoReflect.Descriptor instead.
 func (*PerformActionsResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{31}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PerformActionsResponse) GetCursor() *Point {
@@ -2275,7 +3202,7 @@ type Settle struct {
 
 func (x *Settle) Reset() {
 	*x = Settle{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[32]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2287,7 +3214,7 @@ func (x *Settle) String() string {
 func (*Settle) ProtoMessage() {}
 
 func (x *Settle) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[32]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2300,7 +3227,7 @@ func (x *Settle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Settle.ProtoReflect.Descriptor instead.
 func (*Settle) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{32}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Settle) GetChangeTimeout() *durationpb.Duration {
@@ -2345,7 +3272,7 @@ type SettleResult struct {
 
 func (x *SettleResult) Reset() {
 	*x = SettleResult{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[33]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2357,7 +3284,7 @@ func (x *SettleResult) String() string {
 func (*SettleResult) ProtoMessage() {}
 
 func (x *SettleResult) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[33]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2370,7 +3297,7 @@ func (x *SettleResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleResult.ProtoReflect.Descriptor instead.
 func (*SettleResult) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{33}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SettleResult) GetOutcome() SettleOutcome {
@@ -2398,7 +3325,63 @@ var File_deskgrid_display_v1_display_proto protoreflect.FileDescriptor
 
 const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\n" +
-	"!deskgrid/display/v1/display.proto\x12\x13deskgrid.display.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"c\n" +
+	"!deskgrid/display/v1/display.proto\x12\x13deskgrid.display.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"r\n" +
+	"\x13GetClipboardRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12<\n" +
+	"\tselection\x18\x02 \x01(\x0e2\x1e.deskgrid.display.v1.SelectionR\tselection\"^\n" +
+	"\x14GetClipboardResponse\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\x12\x14\n" +
+	"\x05owned\x18\x02 \x01(\bR\x05owned\x12\x1c\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\xed\x01\n" +
+	"\x13SetClipboardRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12<\n" +
+	"\tselection\x18\x02 \x01(\x0e2\x1e.deskgrid.display.v1.SelectionR\tselection\x12\x12\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\x12\x1f\n" +
+	"\vlease_token\x18\x04 \x01(\x03R\n" +
+	"leaseToken:D\x92AA2?{\"text\": \"Grüße, 世界\", \"selection\": \"SELECTION_CLIPBOARD\"}\"\x16\n" +
+	"\x14SetClipboardResponse\"3\n" +
+	"\x12ListWindowsRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"L\n" +
+	"\x13ListWindowsResponse\x125\n" +
+	"\awindows\x18\x01 \x03(\v2\x1b.deskgrid.display.v1.WindowR\awindows\"t\n" +
+	"\x15ActivateWindowRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
+	"\twindow_id\x18\x02 \x01(\rR\bwindowId\x12\x1f\n" +
+	"\vlease_token\x18\x03 \x01(\x03R\n" +
+	"leaseToken\"M\n" +
+	"\x16ActivateWindowResponse\x123\n" +
+	"\x06window\x18\x01 \x01(\v2\x1b.deskgrid.display.v1.WindowR\x06window\"\x87\x01\n" +
+	"\x12CloseWindowRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
+	"\twindow_id\x18\x02 \x01(\rR\bwindowId\x12\x14\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\x12\x1f\n" +
+	"\vlease_token\x18\x04 \x01(\x03R\n" +
+	"leaseToken\"-\n" +
+	"\x13CloseWindowResponse\x12\x16\n" +
+	"\x06closed\x18\x01 \x01(\bR\x06closed\"\xa7\x01\n" +
+	"\x11MoveWindowRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
+	"\twindow_id\x18\x02 \x01(\rR\bwindowId\x125\n" +
+	"\bgeometry\x18\x03 \x01(\v2\x19.deskgrid.display.v1.RectR\bgeometry\x12\x1f\n" +
+	"\vlease_token\x18\x04 \x01(\x03R\n" +
+	"leaseToken\"I\n" +
+	"\x12MoveWindowResponse\x123\n" +
+	"\x06window\x18\x01 \x01(\v2\x1b.deskgrid.display.v1.WindowR\x06window\"\xac\x01\n" +
+	"\x15SetWindowStateRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
+	"\twindow_id\x18\x02 \x01(\rR\bwindowId\x126\n" +
+	"\x05state\x18\x03 \x01(\x0e2 .deskgrid.display.v1.WindowStateR\x05state\x12\x1f\n" +
+	"\vlease_token\x18\x04 \x01(\x03R\n" +
+	"leaseToken\"M\n" +
+	"\x16SetWindowStateResponse\x123\n" +
+	"\x06window\x18\x01 \x01(\v2\x1b.deskgrid.display.v1.WindowR\x06window\"c\n" +
 	"\x14ResizeDisplayRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
@@ -2408,7 +3391,7 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\adisplay\x18\x01 \x01(\v2\x1c.deskgrid.display.v1.DisplayR\adisplay\"4\n" +
 	"\x04Size\x12\x14\n" +
 	"\x05width\x18\x01 \x01(\x05R\x05width\x12\x16\n" +
-	"\x06height\x18\x02 \x01(\x05R\x06height\"\xc9\x01\n" +
+	"\x06height\x18\x02 \x01(\x05R\x06height\"\xb7\x02\n" +
 	"\x06Window\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12\x14\n" +
@@ -2416,7 +3399,14 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\binstance\x18\x04 \x01(\tR\binstance\x125\n" +
 	"\bgeometry\x18\x05 \x01(\v2\x19.deskgrid.display.v1.RectR\bgeometry\x12\x18\n" +
 	"\afocused\x18\x06 \x01(\bR\afocused\x12\x16\n" +
-	"\x06mapped\x18\a \x01(\bR\x06mapped\"c\n" +
+	"\x06mapped\x18\a \x01(\bR\x06mapped\x12\x10\n" +
+	"\x03pid\x18\b \x01(\rR\x03pid\x12\x1c\n" +
+	"\tminimized\x18\t \x01(\bR\tminimized\x12\x1c\n" +
+	"\tmaximized\x18\n" +
+	" \x01(\bR\tmaximized\x12\x1e\n" +
+	"\n" +
+	"fullscreen\x18\v \x01(\bR\n" +
+	"fullscreen\"c\n" +
 	"\x11ConnectVNCRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
@@ -2496,9 +3486,12 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\thold_keys\x18\x04 \x03(\tR\bholdKeys\"J\n" +
 	"\x03Key\x12\x14\n" +
 	"\x05chord\x18\x01 \x01(\tR\x05chord\x12-\n" +
-	"\x04hold\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04hold\"\x1e\n" +
+	"\x04hold\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04hold\"U\n" +
 	"\bTypeText\x12\x12\n" +
-	"\x04text\x18\x01 \x01(\tR\x04text\"=\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\x12\x14\n" +
+	"\x05paste\x18\x02 \x01(\bR\x05paste\x12\x1f\n" +
+	"\vpaste_chord\x18\x03 \x01(\tR\n" +
+	"pasteChord\"=\n" +
 	"\x04Wait\x125\n" +
 	"\bduration\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\bduration\"h\n" +
 	"\x04Zoom\x121\n" +
@@ -2550,7 +3543,17 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\fSettleResult\x12<\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\".deskgrid.display.v1.SettleOutcomeR\aoutcome\x12<\n" +
 	"\ffirst_change\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\vfirstChange\x121\n" +
-	"\x06waited\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06waited*X\n" +
+	"\x06waited\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06waited*V\n" +
+	"\tSelection\x12\x19\n" +
+	"\x15SELECTION_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13SELECTION_CLIPBOARD\x10\x01\x12\x15\n" +
+	"\x11SELECTION_PRIMARY\x10\x02*\x99\x01\n" +
+	"\vWindowState\x12\x1c\n" +
+	"\x18WINDOW_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13WINDOW_STATE_NORMAL\x10\x01\x12\x1a\n" +
+	"\x16WINDOW_STATE_MINIMIZED\x10\x02\x12\x1a\n" +
+	"\x16WINDOW_STATE_MAXIMIZED\x10\x03\x12\x1b\n" +
+	"\x17WINDOW_STATE_FULLSCREEN\x10\x04*X\n" +
 	"\vImageFormat\x12\x1c\n" +
 	"\x18IMAGE_FORMAT_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10IMAGE_FORMAT_PNG\x10\x01\x12\x15\n" +
@@ -2567,7 +3570,7 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\x16SETTLE_OUTCOME_SETTLED\x10\x01\x12\x17\n" +
 	"\x13SETTLE_OUTCOME_BUSY\x10\x02\x12\x1c\n" +
 	"\x18SETTLE_OUTCOME_NO_CHANGE\x10\x03\x12\x1a\n" +
-	"\x16SETTLE_OUTCOME_SKIPPED\x10\x042\xed\x12\n" +
+	"\x16SETTLE_OUTCOME_SKIPPED\x10\x042\xb8\x1e\n" +
 	"\x0eDisplayService\x12f\n" +
 	"\rCreateDisplay\x12).deskgrid.display.v1.CreateDisplayRequest\x1a*.deskgrid.display.v1.CreateDisplayResponse\x12\x91\x01\n" +
 	"\n" +
@@ -2586,7 +3589,18 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\x10application/json\x12\x84\x01{\"cursor\": {\"x\": 640, \"y\": 400}, \"screenshot\": {\"contentType\": \"image/png\", \"data\": \"iVBORw0KGgo...\", \"width\": 1280, \"height\": 800}}\x82\xd3\xe4\x93\x02&:\x01*\"!/v1/sessions/{session_id}/actions\x12a\n" +
 	"\n" +
 	"ConnectVNC\x12&.deskgrid.display.v1.ConnectVNCRequest\x1a'.deskgrid.display.v1.ConnectVNCResponse(\x010\x01\x12\x9b\x01\n" +
-	"\rResizeDisplay\x12).deskgrid.display.v1.ResizeDisplayRequest\x1a*.deskgrid.display.v1.ResizeDisplayResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/v1/sessions/{session_id}/display:resizeBBZ@github.com/deskgrid/deskgrid/proto/deskgrid/display/v1;displayv1b\x06proto3"
+	"\rResizeDisplay\x12).deskgrid.display.v1.ResizeDisplayRequest\x1a*.deskgrid.display.v1.ResizeDisplayResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/v1/sessions/{session_id}/display:resize\x12\x84\x04\n" +
+	"\fGetClipboard\x12(.deskgrid.display.v1.GetClipboardRequest\x1a).deskgrid.display.v1.GetClipboardResponse\"\x9e\x03\x92A\xef\x02\x12\x12Read the clipboard\x1a\xfc\x01Returns the text in the session's CLIPBOARD selection (or PRIMARY with `?selection=SELECTION_PRIMARY`), as the program that copied it offers it. `owned` is false when no program holds the selection. Text beyond 1 MiB is cut off and `truncated` says so.JZ\n" +
+	"\x03200\x12S\n" +
+	"\x15The selection's text.\":\n" +
+	"\x10application/json\x12&{\"text\": \"copied text\", \"owned\": true}\x82\xd3\xe4\x93\x02%\x12#/v1/sessions/{session_id}/clipboard\x12\x93\x01\n" +
+	"\fSetClipboard\x12(.deskgrid.display.v1.SetClipboardRequest\x1a).deskgrid.display.v1.SetClipboardResponse\".\x82\xd3\xe4\x93\x02(:\x01*\"#/v1/sessions/{session_id}/clipboard\x12\x8b\x01\n" +
+	"\vListWindows\x12'.deskgrid.display.v1.ListWindowsRequest\x1a(.deskgrid.display.v1.ListWindowsResponse\")\x82\xd3\xe4\x93\x02#\x12!/v1/sessions/{session_id}/windows\x12\xac\x01\n" +
+	"\x0eActivateWindow\x12*.deskgrid.display.v1.ActivateWindowRequest\x1a+.deskgrid.display.v1.ActivateWindowResponse\"A\x82\xd3\xe4\x93\x02;:\x01*\"6/v1/sessions/{session_id}/windows/{window_id}:activate\x12\xa0\x01\n" +
+	"\vCloseWindow\x12'.deskgrid.display.v1.CloseWindowRequest\x1a(.deskgrid.display.v1.CloseWindowResponse\">\x82\xd3\xe4\x93\x028:\x01*\"3/v1/sessions/{session_id}/windows/{window_id}:close\x12\x9c\x01\n" +
+	"\n" +
+	"MoveWindow\x12&.deskgrid.display.v1.MoveWindowRequest\x1a'.deskgrid.display.v1.MoveWindowResponse\"=\x82\xd3\xe4\x93\x027:\x01*\"2/v1/sessions/{session_id}/windows/{window_id}:move\x12\xac\x01\n" +
+	"\x0eSetWindowState\x12*.deskgrid.display.v1.SetWindowStateRequest\x1a+.deskgrid.display.v1.SetWindowStateResponse\"A\x82\xd3\xe4\x93\x02;:\x01*\"6/v1/sessions/{session_id}/windows/{window_id}:setStateBBZ@github.com/deskgrid/deskgrid/proto/deskgrid/display/v1;displayv1b\x06proto3"
 
 var (
 	file_deskgrid_display_v1_display_proto_rawDescOnce sync.Once
@@ -2600,115 +3614,153 @@ func file_deskgrid_display_v1_display_proto_rawDescGZIP() []byte {
 	return file_deskgrid_display_v1_display_proto_rawDescData
 }
 
-var file_deskgrid_display_v1_display_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_deskgrid_display_v1_display_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_deskgrid_display_v1_display_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_deskgrid_display_v1_display_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_deskgrid_display_v1_display_proto_goTypes = []any{
-	(ImageFormat)(0),               // 0: deskgrid.display.v1.ImageFormat
-	(MouseButton)(0),               // 1: deskgrid.display.v1.MouseButton
-	(SettleOutcome)(0),             // 2: deskgrid.display.v1.SettleOutcome
-	(*ResizeDisplayRequest)(nil),   // 3: deskgrid.display.v1.ResizeDisplayRequest
-	(*ResizeDisplayResponse)(nil),  // 4: deskgrid.display.v1.ResizeDisplayResponse
-	(*Size)(nil),                   // 5: deskgrid.display.v1.Size
-	(*Window)(nil),                 // 6: deskgrid.display.v1.Window
-	(*ConnectVNCRequest)(nil),      // 7: deskgrid.display.v1.ConnectVNCRequest
-	(*ConnectVNCResponse)(nil),     // 8: deskgrid.display.v1.ConnectVNCResponse
-	(*Display)(nil),                // 9: deskgrid.display.v1.Display
-	(*CreateDisplayRequest)(nil),   // 10: deskgrid.display.v1.CreateDisplayRequest
-	(*CreateDisplayResponse)(nil),  // 11: deskgrid.display.v1.CreateDisplayResponse
-	(*GetDisplayRequest)(nil),      // 12: deskgrid.display.v1.GetDisplayRequest
-	(*GetDisplayResponse)(nil),     // 13: deskgrid.display.v1.GetDisplayResponse
-	(*ListDisplaysRequest)(nil),    // 14: deskgrid.display.v1.ListDisplaysRequest
-	(*ListDisplaysResponse)(nil),   // 15: deskgrid.display.v1.ListDisplaysResponse
-	(*DeleteDisplayRequest)(nil),   // 16: deskgrid.display.v1.DeleteDisplayRequest
-	(*DeleteDisplayResponse)(nil),  // 17: deskgrid.display.v1.DeleteDisplayResponse
-	(*Rect)(nil),                   // 18: deskgrid.display.v1.Rect
-	(*ScreenshotRequest)(nil),      // 19: deskgrid.display.v1.ScreenshotRequest
-	(*ScreenshotResponse)(nil),     // 20: deskgrid.display.v1.ScreenshotResponse
-	(*Point)(nil),                  // 21: deskgrid.display.v1.Point
-	(*MouseMove)(nil),              // 22: deskgrid.display.v1.MouseMove
-	(*Click)(nil),                  // 23: deskgrid.display.v1.Click
-	(*Drag)(nil),                   // 24: deskgrid.display.v1.Drag
-	(*ButtonPress)(nil),            // 25: deskgrid.display.v1.ButtonPress
-	(*Scroll)(nil),                 // 26: deskgrid.display.v1.Scroll
-	(*Key)(nil),                    // 27: deskgrid.display.v1.Key
-	(*TypeText)(nil),               // 28: deskgrid.display.v1.TypeText
-	(*Wait)(nil),                   // 29: deskgrid.display.v1.Wait
-	(*Zoom)(nil),                   // 30: deskgrid.display.v1.Zoom
-	(*CursorPosition)(nil),         // 31: deskgrid.display.v1.CursorPosition
-	(*Action)(nil),                 // 32: deskgrid.display.v1.Action
-	(*PerformActionsRequest)(nil),  // 33: deskgrid.display.v1.PerformActionsRequest
-	(*PerformActionsResponse)(nil), // 34: deskgrid.display.v1.PerformActionsResponse
-	(*Settle)(nil),                 // 35: deskgrid.display.v1.Settle
-	(*SettleResult)(nil),           // 36: deskgrid.display.v1.SettleResult
-	(*timestamppb.Timestamp)(nil),  // 37: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 38: google.protobuf.Duration
+	(Selection)(0),                 // 0: deskgrid.display.v1.Selection
+	(WindowState)(0),               // 1: deskgrid.display.v1.WindowState
+	(ImageFormat)(0),               // 2: deskgrid.display.v1.ImageFormat
+	(MouseButton)(0),               // 3: deskgrid.display.v1.MouseButton
+	(SettleOutcome)(0),             // 4: deskgrid.display.v1.SettleOutcome
+	(*GetClipboardRequest)(nil),    // 5: deskgrid.display.v1.GetClipboardRequest
+	(*GetClipboardResponse)(nil),   // 6: deskgrid.display.v1.GetClipboardResponse
+	(*SetClipboardRequest)(nil),    // 7: deskgrid.display.v1.SetClipboardRequest
+	(*SetClipboardResponse)(nil),   // 8: deskgrid.display.v1.SetClipboardResponse
+	(*ListWindowsRequest)(nil),     // 9: deskgrid.display.v1.ListWindowsRequest
+	(*ListWindowsResponse)(nil),    // 10: deskgrid.display.v1.ListWindowsResponse
+	(*ActivateWindowRequest)(nil),  // 11: deskgrid.display.v1.ActivateWindowRequest
+	(*ActivateWindowResponse)(nil), // 12: deskgrid.display.v1.ActivateWindowResponse
+	(*CloseWindowRequest)(nil),     // 13: deskgrid.display.v1.CloseWindowRequest
+	(*CloseWindowResponse)(nil),    // 14: deskgrid.display.v1.CloseWindowResponse
+	(*MoveWindowRequest)(nil),      // 15: deskgrid.display.v1.MoveWindowRequest
+	(*MoveWindowResponse)(nil),     // 16: deskgrid.display.v1.MoveWindowResponse
+	(*SetWindowStateRequest)(nil),  // 17: deskgrid.display.v1.SetWindowStateRequest
+	(*SetWindowStateResponse)(nil), // 18: deskgrid.display.v1.SetWindowStateResponse
+	(*ResizeDisplayRequest)(nil),   // 19: deskgrid.display.v1.ResizeDisplayRequest
+	(*ResizeDisplayResponse)(nil),  // 20: deskgrid.display.v1.ResizeDisplayResponse
+	(*Size)(nil),                   // 21: deskgrid.display.v1.Size
+	(*Window)(nil),                 // 22: deskgrid.display.v1.Window
+	(*ConnectVNCRequest)(nil),      // 23: deskgrid.display.v1.ConnectVNCRequest
+	(*ConnectVNCResponse)(nil),     // 24: deskgrid.display.v1.ConnectVNCResponse
+	(*Display)(nil),                // 25: deskgrid.display.v1.Display
+	(*CreateDisplayRequest)(nil),   // 26: deskgrid.display.v1.CreateDisplayRequest
+	(*CreateDisplayResponse)(nil),  // 27: deskgrid.display.v1.CreateDisplayResponse
+	(*GetDisplayRequest)(nil),      // 28: deskgrid.display.v1.GetDisplayRequest
+	(*GetDisplayResponse)(nil),     // 29: deskgrid.display.v1.GetDisplayResponse
+	(*ListDisplaysRequest)(nil),    // 30: deskgrid.display.v1.ListDisplaysRequest
+	(*ListDisplaysResponse)(nil),   // 31: deskgrid.display.v1.ListDisplaysResponse
+	(*DeleteDisplayRequest)(nil),   // 32: deskgrid.display.v1.DeleteDisplayRequest
+	(*DeleteDisplayResponse)(nil),  // 33: deskgrid.display.v1.DeleteDisplayResponse
+	(*Rect)(nil),                   // 34: deskgrid.display.v1.Rect
+	(*ScreenshotRequest)(nil),      // 35: deskgrid.display.v1.ScreenshotRequest
+	(*ScreenshotResponse)(nil),     // 36: deskgrid.display.v1.ScreenshotResponse
+	(*Point)(nil),                  // 37: deskgrid.display.v1.Point
+	(*MouseMove)(nil),              // 38: deskgrid.display.v1.MouseMove
+	(*Click)(nil),                  // 39: deskgrid.display.v1.Click
+	(*Drag)(nil),                   // 40: deskgrid.display.v1.Drag
+	(*ButtonPress)(nil),            // 41: deskgrid.display.v1.ButtonPress
+	(*Scroll)(nil),                 // 42: deskgrid.display.v1.Scroll
+	(*Key)(nil),                    // 43: deskgrid.display.v1.Key
+	(*TypeText)(nil),               // 44: deskgrid.display.v1.TypeText
+	(*Wait)(nil),                   // 45: deskgrid.display.v1.Wait
+	(*Zoom)(nil),                   // 46: deskgrid.display.v1.Zoom
+	(*CursorPosition)(nil),         // 47: deskgrid.display.v1.CursorPosition
+	(*Action)(nil),                 // 48: deskgrid.display.v1.Action
+	(*PerformActionsRequest)(nil),  // 49: deskgrid.display.v1.PerformActionsRequest
+	(*PerformActionsResponse)(nil), // 50: deskgrid.display.v1.PerformActionsResponse
+	(*Settle)(nil),                 // 51: deskgrid.display.v1.Settle
+	(*SettleResult)(nil),           // 52: deskgrid.display.v1.SettleResult
+	(*timestamppb.Timestamp)(nil),  // 53: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 54: google.protobuf.Duration
 }
 var file_deskgrid_display_v1_display_proto_depIdxs = []int32{
-	9,  // 0: deskgrid.display.v1.ResizeDisplayResponse.display:type_name -> deskgrid.display.v1.Display
-	18, // 1: deskgrid.display.v1.Window.geometry:type_name -> deskgrid.display.v1.Rect
-	37, // 2: deskgrid.display.v1.Display.create_time:type_name -> google.protobuf.Timestamp
-	6,  // 3: deskgrid.display.v1.Display.windows:type_name -> deskgrid.display.v1.Window
-	9,  // 4: deskgrid.display.v1.CreateDisplayResponse.display:type_name -> deskgrid.display.v1.Display
-	9,  // 5: deskgrid.display.v1.GetDisplayResponse.display:type_name -> deskgrid.display.v1.Display
-	9,  // 6: deskgrid.display.v1.ListDisplaysResponse.displays:type_name -> deskgrid.display.v1.Display
-	0,  // 7: deskgrid.display.v1.ScreenshotRequest.format:type_name -> deskgrid.display.v1.ImageFormat
-	18, // 8: deskgrid.display.v1.ScreenshotRequest.region:type_name -> deskgrid.display.v1.Rect
-	5,  // 9: deskgrid.display.v1.ScreenshotRequest.scale_to:type_name -> deskgrid.display.v1.Size
-	21, // 10: deskgrid.display.v1.MouseMove.to:type_name -> deskgrid.display.v1.Point
-	21, // 11: deskgrid.display.v1.Click.at:type_name -> deskgrid.display.v1.Point
-	1,  // 12: deskgrid.display.v1.Click.button:type_name -> deskgrid.display.v1.MouseButton
-	21, // 13: deskgrid.display.v1.Drag.path:type_name -> deskgrid.display.v1.Point
-	1,  // 14: deskgrid.display.v1.ButtonPress.button:type_name -> deskgrid.display.v1.MouseButton
-	21, // 15: deskgrid.display.v1.Scroll.at:type_name -> deskgrid.display.v1.Point
-	38, // 16: deskgrid.display.v1.Key.hold:type_name -> google.protobuf.Duration
-	38, // 17: deskgrid.display.v1.Wait.duration:type_name -> google.protobuf.Duration
-	18, // 18: deskgrid.display.v1.Zoom.region:type_name -> deskgrid.display.v1.Rect
-	5,  // 19: deskgrid.display.v1.Zoom.size:type_name -> deskgrid.display.v1.Size
-	22, // 20: deskgrid.display.v1.Action.mouse_move:type_name -> deskgrid.display.v1.MouseMove
-	23, // 21: deskgrid.display.v1.Action.click:type_name -> deskgrid.display.v1.Click
-	24, // 22: deskgrid.display.v1.Action.drag:type_name -> deskgrid.display.v1.Drag
-	25, // 23: deskgrid.display.v1.Action.button:type_name -> deskgrid.display.v1.ButtonPress
-	26, // 24: deskgrid.display.v1.Action.scroll:type_name -> deskgrid.display.v1.Scroll
-	27, // 25: deskgrid.display.v1.Action.key:type_name -> deskgrid.display.v1.Key
-	28, // 26: deskgrid.display.v1.Action.type:type_name -> deskgrid.display.v1.TypeText
-	29, // 27: deskgrid.display.v1.Action.wait:type_name -> deskgrid.display.v1.Wait
-	30, // 28: deskgrid.display.v1.Action.zoom:type_name -> deskgrid.display.v1.Zoom
-	31, // 29: deskgrid.display.v1.Action.cursor_position:type_name -> deskgrid.display.v1.CursorPosition
-	32, // 30: deskgrid.display.v1.PerformActionsRequest.actions:type_name -> deskgrid.display.v1.Action
-	5,  // 31: deskgrid.display.v1.PerformActionsRequest.scale_to:type_name -> deskgrid.display.v1.Size
-	0,  // 32: deskgrid.display.v1.PerformActionsRequest.screenshot_format:type_name -> deskgrid.display.v1.ImageFormat
-	35, // 33: deskgrid.display.v1.PerformActionsRequest.settle:type_name -> deskgrid.display.v1.Settle
-	21, // 34: deskgrid.display.v1.PerformActionsResponse.cursor:type_name -> deskgrid.display.v1.Point
-	20, // 35: deskgrid.display.v1.PerformActionsResponse.screenshot:type_name -> deskgrid.display.v1.ScreenshotResponse
-	20, // 36: deskgrid.display.v1.PerformActionsResponse.images:type_name -> deskgrid.display.v1.ScreenshotResponse
-	36, // 37: deskgrid.display.v1.PerformActionsResponse.settle:type_name -> deskgrid.display.v1.SettleResult
-	38, // 38: deskgrid.display.v1.Settle.change_timeout:type_name -> google.protobuf.Duration
-	38, // 39: deskgrid.display.v1.Settle.quiet:type_name -> google.protobuf.Duration
-	38, // 40: deskgrid.display.v1.Settle.timeout:type_name -> google.protobuf.Duration
-	2,  // 41: deskgrid.display.v1.SettleResult.outcome:type_name -> deskgrid.display.v1.SettleOutcome
-	38, // 42: deskgrid.display.v1.SettleResult.first_change:type_name -> google.protobuf.Duration
-	38, // 43: deskgrid.display.v1.SettleResult.waited:type_name -> google.protobuf.Duration
-	10, // 44: deskgrid.display.v1.DisplayService.CreateDisplay:input_type -> deskgrid.display.v1.CreateDisplayRequest
-	12, // 45: deskgrid.display.v1.DisplayService.GetDisplay:input_type -> deskgrid.display.v1.GetDisplayRequest
-	14, // 46: deskgrid.display.v1.DisplayService.ListDisplays:input_type -> deskgrid.display.v1.ListDisplaysRequest
-	16, // 47: deskgrid.display.v1.DisplayService.DeleteDisplay:input_type -> deskgrid.display.v1.DeleteDisplayRequest
-	19, // 48: deskgrid.display.v1.DisplayService.Screenshot:input_type -> deskgrid.display.v1.ScreenshotRequest
-	33, // 49: deskgrid.display.v1.DisplayService.PerformActions:input_type -> deskgrid.display.v1.PerformActionsRequest
-	7,  // 50: deskgrid.display.v1.DisplayService.ConnectVNC:input_type -> deskgrid.display.v1.ConnectVNCRequest
-	3,  // 51: deskgrid.display.v1.DisplayService.ResizeDisplay:input_type -> deskgrid.display.v1.ResizeDisplayRequest
-	11, // 52: deskgrid.display.v1.DisplayService.CreateDisplay:output_type -> deskgrid.display.v1.CreateDisplayResponse
-	13, // 53: deskgrid.display.v1.DisplayService.GetDisplay:output_type -> deskgrid.display.v1.GetDisplayResponse
-	15, // 54: deskgrid.display.v1.DisplayService.ListDisplays:output_type -> deskgrid.display.v1.ListDisplaysResponse
-	17, // 55: deskgrid.display.v1.DisplayService.DeleteDisplay:output_type -> deskgrid.display.v1.DeleteDisplayResponse
-	20, // 56: deskgrid.display.v1.DisplayService.Screenshot:output_type -> deskgrid.display.v1.ScreenshotResponse
-	34, // 57: deskgrid.display.v1.DisplayService.PerformActions:output_type -> deskgrid.display.v1.PerformActionsResponse
-	8,  // 58: deskgrid.display.v1.DisplayService.ConnectVNC:output_type -> deskgrid.display.v1.ConnectVNCResponse
-	4,  // 59: deskgrid.display.v1.DisplayService.ResizeDisplay:output_type -> deskgrid.display.v1.ResizeDisplayResponse
-	52, // [52:60] is the sub-list for method output_type
-	44, // [44:52] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	0,  // 0: deskgrid.display.v1.GetClipboardRequest.selection:type_name -> deskgrid.display.v1.Selection
+	0,  // 1: deskgrid.display.v1.SetClipboardRequest.selection:type_name -> deskgrid.display.v1.Selection
+	22, // 2: deskgrid.display.v1.ListWindowsResponse.windows:type_name -> deskgrid.display.v1.Window
+	22, // 3: deskgrid.display.v1.ActivateWindowResponse.window:type_name -> deskgrid.display.v1.Window
+	34, // 4: deskgrid.display.v1.MoveWindowRequest.geometry:type_name -> deskgrid.display.v1.Rect
+	22, // 5: deskgrid.display.v1.MoveWindowResponse.window:type_name -> deskgrid.display.v1.Window
+	1,  // 6: deskgrid.display.v1.SetWindowStateRequest.state:type_name -> deskgrid.display.v1.WindowState
+	22, // 7: deskgrid.display.v1.SetWindowStateResponse.window:type_name -> deskgrid.display.v1.Window
+	25, // 8: deskgrid.display.v1.ResizeDisplayResponse.display:type_name -> deskgrid.display.v1.Display
+	34, // 9: deskgrid.display.v1.Window.geometry:type_name -> deskgrid.display.v1.Rect
+	53, // 10: deskgrid.display.v1.Display.create_time:type_name -> google.protobuf.Timestamp
+	22, // 11: deskgrid.display.v1.Display.windows:type_name -> deskgrid.display.v1.Window
+	25, // 12: deskgrid.display.v1.CreateDisplayResponse.display:type_name -> deskgrid.display.v1.Display
+	25, // 13: deskgrid.display.v1.GetDisplayResponse.display:type_name -> deskgrid.display.v1.Display
+	25, // 14: deskgrid.display.v1.ListDisplaysResponse.displays:type_name -> deskgrid.display.v1.Display
+	2,  // 15: deskgrid.display.v1.ScreenshotRequest.format:type_name -> deskgrid.display.v1.ImageFormat
+	34, // 16: deskgrid.display.v1.ScreenshotRequest.region:type_name -> deskgrid.display.v1.Rect
+	21, // 17: deskgrid.display.v1.ScreenshotRequest.scale_to:type_name -> deskgrid.display.v1.Size
+	37, // 18: deskgrid.display.v1.MouseMove.to:type_name -> deskgrid.display.v1.Point
+	37, // 19: deskgrid.display.v1.Click.at:type_name -> deskgrid.display.v1.Point
+	3,  // 20: deskgrid.display.v1.Click.button:type_name -> deskgrid.display.v1.MouseButton
+	37, // 21: deskgrid.display.v1.Drag.path:type_name -> deskgrid.display.v1.Point
+	3,  // 22: deskgrid.display.v1.ButtonPress.button:type_name -> deskgrid.display.v1.MouseButton
+	37, // 23: deskgrid.display.v1.Scroll.at:type_name -> deskgrid.display.v1.Point
+	54, // 24: deskgrid.display.v1.Key.hold:type_name -> google.protobuf.Duration
+	54, // 25: deskgrid.display.v1.Wait.duration:type_name -> google.protobuf.Duration
+	34, // 26: deskgrid.display.v1.Zoom.region:type_name -> deskgrid.display.v1.Rect
+	21, // 27: deskgrid.display.v1.Zoom.size:type_name -> deskgrid.display.v1.Size
+	38, // 28: deskgrid.display.v1.Action.mouse_move:type_name -> deskgrid.display.v1.MouseMove
+	39, // 29: deskgrid.display.v1.Action.click:type_name -> deskgrid.display.v1.Click
+	40, // 30: deskgrid.display.v1.Action.drag:type_name -> deskgrid.display.v1.Drag
+	41, // 31: deskgrid.display.v1.Action.button:type_name -> deskgrid.display.v1.ButtonPress
+	42, // 32: deskgrid.display.v1.Action.scroll:type_name -> deskgrid.display.v1.Scroll
+	43, // 33: deskgrid.display.v1.Action.key:type_name -> deskgrid.display.v1.Key
+	44, // 34: deskgrid.display.v1.Action.type:type_name -> deskgrid.display.v1.TypeText
+	45, // 35: deskgrid.display.v1.Action.wait:type_name -> deskgrid.display.v1.Wait
+	46, // 36: deskgrid.display.v1.Action.zoom:type_name -> deskgrid.display.v1.Zoom
+	47, // 37: deskgrid.display.v1.Action.cursor_position:type_name -> deskgrid.display.v1.CursorPosition
+	48, // 38: deskgrid.display.v1.PerformActionsRequest.actions:type_name -> deskgrid.display.v1.Action
+	21, // 39: deskgrid.display.v1.PerformActionsRequest.scale_to:type_name -> deskgrid.display.v1.Size
+	2,  // 40: deskgrid.display.v1.PerformActionsRequest.screenshot_format:type_name -> deskgrid.display.v1.ImageFormat
+	51, // 41: deskgrid.display.v1.PerformActionsRequest.settle:type_name -> deskgrid.display.v1.Settle
+	37, // 42: deskgrid.display.v1.PerformActionsResponse.cursor:type_name -> deskgrid.display.v1.Point
+	36, // 43: deskgrid.display.v1.PerformActionsResponse.screenshot:type_name -> deskgrid.display.v1.ScreenshotResponse
+	36, // 44: deskgrid.display.v1.PerformActionsResponse.images:type_name -> deskgrid.display.v1.ScreenshotResponse
+	52, // 45: deskgrid.display.v1.PerformActionsResponse.settle:type_name -> deskgrid.display.v1.SettleResult
+	54, // 46: deskgrid.display.v1.Settle.change_timeout:type_name -> google.protobuf.Duration
+	54, // 47: deskgrid.display.v1.Settle.quiet:type_name -> google.protobuf.Duration
+	54, // 48: deskgrid.display.v1.Settle.timeout:type_name -> google.protobuf.Duration
+	4,  // 49: deskgrid.display.v1.SettleResult.outcome:type_name -> deskgrid.display.v1.SettleOutcome
+	54, // 50: deskgrid.display.v1.SettleResult.first_change:type_name -> google.protobuf.Duration
+	54, // 51: deskgrid.display.v1.SettleResult.waited:type_name -> google.protobuf.Duration
+	26, // 52: deskgrid.display.v1.DisplayService.CreateDisplay:input_type -> deskgrid.display.v1.CreateDisplayRequest
+	28, // 53: deskgrid.display.v1.DisplayService.GetDisplay:input_type -> deskgrid.display.v1.GetDisplayRequest
+	30, // 54: deskgrid.display.v1.DisplayService.ListDisplays:input_type -> deskgrid.display.v1.ListDisplaysRequest
+	32, // 55: deskgrid.display.v1.DisplayService.DeleteDisplay:input_type -> deskgrid.display.v1.DeleteDisplayRequest
+	35, // 56: deskgrid.display.v1.DisplayService.Screenshot:input_type -> deskgrid.display.v1.ScreenshotRequest
+	49, // 57: deskgrid.display.v1.DisplayService.PerformActions:input_type -> deskgrid.display.v1.PerformActionsRequest
+	23, // 58: deskgrid.display.v1.DisplayService.ConnectVNC:input_type -> deskgrid.display.v1.ConnectVNCRequest
+	19, // 59: deskgrid.display.v1.DisplayService.ResizeDisplay:input_type -> deskgrid.display.v1.ResizeDisplayRequest
+	5,  // 60: deskgrid.display.v1.DisplayService.GetClipboard:input_type -> deskgrid.display.v1.GetClipboardRequest
+	7,  // 61: deskgrid.display.v1.DisplayService.SetClipboard:input_type -> deskgrid.display.v1.SetClipboardRequest
+	9,  // 62: deskgrid.display.v1.DisplayService.ListWindows:input_type -> deskgrid.display.v1.ListWindowsRequest
+	11, // 63: deskgrid.display.v1.DisplayService.ActivateWindow:input_type -> deskgrid.display.v1.ActivateWindowRequest
+	13, // 64: deskgrid.display.v1.DisplayService.CloseWindow:input_type -> deskgrid.display.v1.CloseWindowRequest
+	15, // 65: deskgrid.display.v1.DisplayService.MoveWindow:input_type -> deskgrid.display.v1.MoveWindowRequest
+	17, // 66: deskgrid.display.v1.DisplayService.SetWindowState:input_type -> deskgrid.display.v1.SetWindowStateRequest
+	27, // 67: deskgrid.display.v1.DisplayService.CreateDisplay:output_type -> deskgrid.display.v1.CreateDisplayResponse
+	29, // 68: deskgrid.display.v1.DisplayService.GetDisplay:output_type -> deskgrid.display.v1.GetDisplayResponse
+	31, // 69: deskgrid.display.v1.DisplayService.ListDisplays:output_type -> deskgrid.display.v1.ListDisplaysResponse
+	33, // 70: deskgrid.display.v1.DisplayService.DeleteDisplay:output_type -> deskgrid.display.v1.DeleteDisplayResponse
+	36, // 71: deskgrid.display.v1.DisplayService.Screenshot:output_type -> deskgrid.display.v1.ScreenshotResponse
+	50, // 72: deskgrid.display.v1.DisplayService.PerformActions:output_type -> deskgrid.display.v1.PerformActionsResponse
+	24, // 73: deskgrid.display.v1.DisplayService.ConnectVNC:output_type -> deskgrid.display.v1.ConnectVNCResponse
+	20, // 74: deskgrid.display.v1.DisplayService.ResizeDisplay:output_type -> deskgrid.display.v1.ResizeDisplayResponse
+	6,  // 75: deskgrid.display.v1.DisplayService.GetClipboard:output_type -> deskgrid.display.v1.GetClipboardResponse
+	8,  // 76: deskgrid.display.v1.DisplayService.SetClipboard:output_type -> deskgrid.display.v1.SetClipboardResponse
+	10, // 77: deskgrid.display.v1.DisplayService.ListWindows:output_type -> deskgrid.display.v1.ListWindowsResponse
+	12, // 78: deskgrid.display.v1.DisplayService.ActivateWindow:output_type -> deskgrid.display.v1.ActivateWindowResponse
+	14, // 79: deskgrid.display.v1.DisplayService.CloseWindow:output_type -> deskgrid.display.v1.CloseWindowResponse
+	16, // 80: deskgrid.display.v1.DisplayService.MoveWindow:output_type -> deskgrid.display.v1.MoveWindowResponse
+	18, // 81: deskgrid.display.v1.DisplayService.SetWindowState:output_type -> deskgrid.display.v1.SetWindowStateResponse
+	67, // [67:82] is the sub-list for method output_type
+	52, // [52:67] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_deskgrid_display_v1_display_proto_init() }
@@ -2716,7 +3768,7 @@ func file_deskgrid_display_v1_display_proto_init() {
 	if File_deskgrid_display_v1_display_proto != nil {
 		return
 	}
-	file_deskgrid_display_v1_display_proto_msgTypes[29].OneofWrappers = []any{
+	file_deskgrid_display_v1_display_proto_msgTypes[43].OneofWrappers = []any{
 		(*Action_MouseMove)(nil),
 		(*Action_Click)(nil),
 		(*Action_Drag)(nil),
@@ -2733,8 +3785,8 @@ func file_deskgrid_display_v1_display_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_deskgrid_display_v1_display_proto_rawDesc), len(file_deskgrid_display_v1_display_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   34,
+			NumEnums:      5,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,13 @@ const (
 	DisplayService_PerformActions_FullMethodName = "/deskgrid.display.v1.DisplayService/PerformActions"
 	DisplayService_ConnectVNC_FullMethodName     = "/deskgrid.display.v1.DisplayService/ConnectVNC"
 	DisplayService_ResizeDisplay_FullMethodName  = "/deskgrid.display.v1.DisplayService/ResizeDisplay"
+	DisplayService_GetClipboard_FullMethodName   = "/deskgrid.display.v1.DisplayService/GetClipboard"
+	DisplayService_SetClipboard_FullMethodName   = "/deskgrid.display.v1.DisplayService/SetClipboard"
+	DisplayService_ListWindows_FullMethodName    = "/deskgrid.display.v1.DisplayService/ListWindows"
+	DisplayService_ActivateWindow_FullMethodName = "/deskgrid.display.v1.DisplayService/ActivateWindow"
+	DisplayService_CloseWindow_FullMethodName    = "/deskgrid.display.v1.DisplayService/CloseWindow"
+	DisplayService_MoveWindow_FullMethodName     = "/deskgrid.display.v1.DisplayService/MoveWindow"
+	DisplayService_SetWindowState_FullMethodName = "/deskgrid.display.v1.DisplayService/SetWindowState"
 )
 
 // DisplayServiceClient is the client API for DisplayService service.
@@ -62,6 +69,30 @@ type DisplayServiceClient interface {
 	// and VNC viewers that support it are sent the new size. A size the X
 	// server cannot take is FailedPrecondition.
 	ResizeDisplay(ctx context.Context, in *ResizeDisplayRequest, opts ...grpc.CallOption) (*ResizeDisplayResponse, error)
+	// GetClipboard reads the text a program on the session's display holds in
+	// a selection: CLIPBOARD (copy and paste) by default, or PRIMARY (the
+	// mouse selection). It asks the selection's owner as any X program does,
+	// as UTF-8 (else Latin-1 STRING).
+	GetClipboard(ctx context.Context, in *GetClipboardRequest, opts ...grpc.CallOption) (*GetClipboardResponse, error)
+	// SetClipboard makes the display service the owner of a selection holding
+	// text, which programs on the display then paste. Text is at most 1 MiB
+	// of UTF-8.
+	SetClipboard(ctx context.Context, in *SetClipboardRequest, opts ...grpc.CallOption) (*SetClipboardResponse, error)
+	// ListWindows lists the session's top-level windows, bottom to top, as
+	// GetDisplay does.
+	ListWindows(ctx context.Context, in *ListWindowsRequest, opts ...grpc.CallOption) (*ListWindowsResponse, error)
+	// ActivateWindow raises a window and gives it the input focus (restoring
+	// it when minimised), through the window manager when one runs.
+	ActivateWindow(ctx context.Context, in *ActivateWindowRequest, opts ...grpc.CallOption) (*ActivateWindowResponse, error)
+	// CloseWindow asks a window's program to close it, as its close button
+	// does; force disconnects the program from the display instead.
+	CloseWindow(ctx context.Context, in *CloseWindowRequest, opts ...grpc.CallOption) (*CloseWindowResponse, error)
+	// MoveWindow moves and resizes a window's client area (without the
+	// window manager's frame), in screen pixels.
+	MoveWindow(ctx context.Context, in *MoveWindowRequest, opts ...grpc.CallOption) (*MoveWindowResponse, error)
+	// SetWindowState minimises, maximises, makes full-screen or restores a
+	// window. It needs an EWMH window manager (such as openbox).
+	SetWindowState(ctx context.Context, in *SetWindowStateRequest, opts ...grpc.CallOption) (*SetWindowStateResponse, error)
 }
 
 type displayServiceClient struct {
@@ -155,6 +186,76 @@ func (c *displayServiceClient) ResizeDisplay(ctx context.Context, in *ResizeDisp
 	return out, nil
 }
 
+func (c *displayServiceClient) GetClipboard(ctx context.Context, in *GetClipboardRequest, opts ...grpc.CallOption) (*GetClipboardResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetClipboardResponse)
+	err := c.cc.Invoke(ctx, DisplayService_GetClipboard_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *displayServiceClient) SetClipboard(ctx context.Context, in *SetClipboardRequest, opts ...grpc.CallOption) (*SetClipboardResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetClipboardResponse)
+	err := c.cc.Invoke(ctx, DisplayService_SetClipboard_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *displayServiceClient) ListWindows(ctx context.Context, in *ListWindowsRequest, opts ...grpc.CallOption) (*ListWindowsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListWindowsResponse)
+	err := c.cc.Invoke(ctx, DisplayService_ListWindows_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *displayServiceClient) ActivateWindow(ctx context.Context, in *ActivateWindowRequest, opts ...grpc.CallOption) (*ActivateWindowResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ActivateWindowResponse)
+	err := c.cc.Invoke(ctx, DisplayService_ActivateWindow_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *displayServiceClient) CloseWindow(ctx context.Context, in *CloseWindowRequest, opts ...grpc.CallOption) (*CloseWindowResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CloseWindowResponse)
+	err := c.cc.Invoke(ctx, DisplayService_CloseWindow_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *displayServiceClient) MoveWindow(ctx context.Context, in *MoveWindowRequest, opts ...grpc.CallOption) (*MoveWindowResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MoveWindowResponse)
+	err := c.cc.Invoke(ctx, DisplayService_MoveWindow_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *displayServiceClient) SetWindowState(ctx context.Context, in *SetWindowStateRequest, opts ...grpc.CallOption) (*SetWindowStateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetWindowStateResponse)
+	err := c.cc.Invoke(ctx, DisplayService_SetWindowState_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DisplayServiceServer is the server API for DisplayService service.
 // All implementations must embed UnimplementedDisplayServiceServer
 // for forward compatibility.
@@ -188,6 +289,30 @@ type DisplayServiceServer interface {
 	// and VNC viewers that support it are sent the new size. A size the X
 	// server cannot take is FailedPrecondition.
 	ResizeDisplay(context.Context, *ResizeDisplayRequest) (*ResizeDisplayResponse, error)
+	// GetClipboard reads the text a program on the session's display holds in
+	// a selection: CLIPBOARD (copy and paste) by default, or PRIMARY (the
+	// mouse selection). It asks the selection's owner as any X program does,
+	// as UTF-8 (else Latin-1 STRING).
+	GetClipboard(context.Context, *GetClipboardRequest) (*GetClipboardResponse, error)
+	// SetClipboard makes the display service the owner of a selection holding
+	// text, which programs on the display then paste. Text is at most 1 MiB
+	// of UTF-8.
+	SetClipboard(context.Context, *SetClipboardRequest) (*SetClipboardResponse, error)
+	// ListWindows lists the session's top-level windows, bottom to top, as
+	// GetDisplay does.
+	ListWindows(context.Context, *ListWindowsRequest) (*ListWindowsResponse, error)
+	// ActivateWindow raises a window and gives it the input focus (restoring
+	// it when minimised), through the window manager when one runs.
+	ActivateWindow(context.Context, *ActivateWindowRequest) (*ActivateWindowResponse, error)
+	// CloseWindow asks a window's program to close it, as its close button
+	// does; force disconnects the program from the display instead.
+	CloseWindow(context.Context, *CloseWindowRequest) (*CloseWindowResponse, error)
+	// MoveWindow moves and resizes a window's client area (without the
+	// window manager's frame), in screen pixels.
+	MoveWindow(context.Context, *MoveWindowRequest) (*MoveWindowResponse, error)
+	// SetWindowState minimises, maximises, makes full-screen or restores a
+	// window. It needs an EWMH window manager (such as openbox).
+	SetWindowState(context.Context, *SetWindowStateRequest) (*SetWindowStateResponse, error)
 	mustEmbedUnimplementedDisplayServiceServer()
 }
 
@@ -221,6 +346,27 @@ func (UnimplementedDisplayServiceServer) ConnectVNC(grpc.BidiStreamingServer[Con
 }
 func (UnimplementedDisplayServiceServer) ResizeDisplay(context.Context, *ResizeDisplayRequest) (*ResizeDisplayResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResizeDisplay not implemented")
+}
+func (UnimplementedDisplayServiceServer) GetClipboard(context.Context, *GetClipboardRequest) (*GetClipboardResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetClipboard not implemented")
+}
+func (UnimplementedDisplayServiceServer) SetClipboard(context.Context, *SetClipboardRequest) (*SetClipboardResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetClipboard not implemented")
+}
+func (UnimplementedDisplayServiceServer) ListWindows(context.Context, *ListWindowsRequest) (*ListWindowsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListWindows not implemented")
+}
+func (UnimplementedDisplayServiceServer) ActivateWindow(context.Context, *ActivateWindowRequest) (*ActivateWindowResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ActivateWindow not implemented")
+}
+func (UnimplementedDisplayServiceServer) CloseWindow(context.Context, *CloseWindowRequest) (*CloseWindowResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CloseWindow not implemented")
+}
+func (UnimplementedDisplayServiceServer) MoveWindow(context.Context, *MoveWindowRequest) (*MoveWindowResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MoveWindow not implemented")
+}
+func (UnimplementedDisplayServiceServer) SetWindowState(context.Context, *SetWindowStateRequest) (*SetWindowStateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetWindowState not implemented")
 }
 func (UnimplementedDisplayServiceServer) mustEmbedUnimplementedDisplayServiceServer() {}
 func (UnimplementedDisplayServiceServer) testEmbeddedByValue()                        {}
@@ -376,6 +522,132 @@ func _DisplayService_ResizeDisplay_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DisplayService_GetClipboard_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetClipboardRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DisplayServiceServer).GetClipboard(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DisplayService_GetClipboard_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DisplayServiceServer).GetClipboard(ctx, req.(*GetClipboardRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _DisplayService_SetClipboard_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetClipboardRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DisplayServiceServer).SetClipboard(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DisplayService_SetClipboard_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DisplayServiceServer).SetClipboard(ctx, req.(*SetClipboardRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _DisplayService_ListWindows_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListWindowsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DisplayServiceServer).ListWindows(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DisplayService_ListWindows_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DisplayServiceServer).ListWindows(ctx, req.(*ListWindowsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _DisplayService_ActivateWindow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ActivateWindowRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DisplayServiceServer).ActivateWindow(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DisplayService_ActivateWindow_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DisplayServiceServer).ActivateWindow(ctx, req.(*ActivateWindowRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _DisplayService_CloseWindow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CloseWindowRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DisplayServiceServer).CloseWindow(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DisplayService_CloseWindow_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DisplayServiceServer).CloseWindow(ctx, req.(*CloseWindowRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _DisplayService_MoveWindow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MoveWindowRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DisplayServiceServer).MoveWindow(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DisplayService_MoveWindow_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DisplayServiceServer).MoveWindow(ctx, req.(*MoveWindowRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _DisplayService_SetWindowState_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetWindowStateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DisplayServiceServer).SetWindowState(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DisplayService_SetWindowState_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DisplayServiceServer).SetWindowState(ctx, req.(*SetWindowStateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DisplayService_ServiceDesc is the grpc.ServiceDesc for DisplayService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -410,6 +682,34 @@ var DisplayService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResizeDisplay",
 			Handler:    _DisplayService_ResizeDisplay_Handler,
+		},
+		{
+			MethodName: "GetClipboard",
+			Handler:    _DisplayService_GetClipboard_Handler,
+		},
+		{
+			MethodName: "SetClipboard",
+			Handler:    _DisplayService_SetClipboard_Handler,
+		},
+		{
+			MethodName: "ListWindows",
+			Handler:    _DisplayService_ListWindows_Handler,
+		},
+		{
+			MethodName: "ActivateWindow",
+			Handler:    _DisplayService_ActivateWindow_Handler,
+		},
+		{
+			MethodName: "CloseWindow",
+			Handler:    _DisplayService_CloseWindow_Handler,
+		},
+		{
+			MethodName: "MoveWindow",
+			Handler:    _DisplayService_MoveWindow_Handler,
+		},
+		{
+			MethodName: "SetWindowState",
+			Handler:    _DisplayService_SetWindowState_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -42,6 +42,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/deskgrid/deskgrid/services/platform/auth"
+	"github.com/deskgrid/deskgrid/services/platform/metrics"
 )
 
 // Config tunes a Limiter.
@@ -238,6 +239,7 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 		key := CallerKey(r.Context(), host)
 		if key != "" && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
 			if ok, d := l.allow(r.Context(), key); !ok {
+				metrics.RateLimited(r.Context(), "http")
 				w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds(d)))
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusTooManyRequests)
@@ -273,6 +275,7 @@ func (l *Limiter) check(ctx context.Context, method string) (metadata.MD, error)
 	if ok {
 		return nil, nil
 	}
+	metrics.RateLimited(ctx, "grpc")
 	st := status.New(codes.ResourceExhausted, message(d))
 	if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)}); err == nil {
 		st = withInfo

@@ -1,0 +1,169 @@
+package mcpserver
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	deskgrid "github.com/deskgrid/deskgrid/sdk"
+)
+
+// addDesktopTools registers the clipboard and window tools.
+func addDesktopTools(s *mcp.Server, t *tools) {
+	addTool(s, t, &mcp.Tool{Name: "get_clipboard", Description: "Read the text on a session's clipboard (or the mouse selection with selection=primary)."}, t.getClipboard)
+	addTool(s, t, &mcp.Tool{Name: "set_clipboard", Description: "Put text (any Unicode, at most 1 MiB) on a session's clipboard, for its programs to paste with ctrl+v."}, t.setClipboard)
+	addTool(s, t, &mcp.Tool{Name: "list_windows", Description: "List a session's open windows: id, title, class, pid, geometry, focused, minimized, maximized."}, t.listWindows)
+	addTool(s, t, &mcp.Tool{Name: "window", Description: "Act on a window by id: activate, close, minimize, maximize, fullscreen, restore, or move (x, y and optionally width, height). Returns the window afterwards."}, t.window)
+}
+
+type clipboardIn struct {
+	SessionID string `json:"session_id"`
+	Selection string `json:"selection,omitempty" jsonschema:"clipboard (default) or primary"`
+}
+
+type clipboardOut struct {
+	Text string `json:"text"`
+}
+
+func clipboardOpts(sel string) ([]deskgrid.ClipboardOption, error) {
+	switch sel {
+	case "", "clipboard":
+		return nil, nil
+	case "primary":
+		return []deskgrid.ClipboardOption{deskgrid.PrimarySelection()}, nil
+	}
+	return nil, fmt.Errorf("selection %q: want clipboard or primary", sel)
+}
+
+func (t *tools) getClipboard(ctx context.Context, _ *mcp.CallToolRequest, in clipboardIn) (*mcp.CallToolResult, clipboardOut, error) {
+	opts, err := clipboardOpts(in.Selection)
+	if err != nil {
+		return nil, clipboardOut{}, err
+	}
+	s, err := t.session(ctx, in.SessionID)
+	if err != nil {
+		return nil, clipboardOut{}, err
+	}
+	text, err := s.Clipboard(ctx, opts...)
+	if err != nil {
+		return nil, clipboardOut{}, err
+	}
+	return nil, clipboardOut{Text: text}, nil
+}
+
+type setClipboardIn struct {
+	SessionID string `json:"session_id"`
+	Text      string `json:"text"`
+	Selection string `json:"selection,omitempty" jsonschema:"clipboard (default) or primary"`
+}
+
+func (t *tools) setClipboard(ctx context.Context, _ *mcp.CallToolRequest, in setClipboardIn) (*mcp.CallToolResult, done, error) {
+	opts, err := clipboardOpts(in.Selection)
+	if err != nil {
+		return nil, done{}, err
+	}
+	s, err := t.session(ctx, in.SessionID)
+	if err != nil {
+		return nil, done{}, err
+	}
+	if err := s.SetClipboard(ctx, in.Text, opts...); err != nil {
+		return nil, done{}, err
+	}
+	return nil, done{OK: true}, nil
+}
+
+// WindowInfo is what the tools say about a window.
+type WindowInfo struct {
+	ID         uint32 `json:"id"`
+	Title      string `json:"title"`
+	Class      string `json:"class,omitempty"`
+	PID        uint32 `json:"pid,omitempty"`
+	X          int32  `json:"x"`
+	Y          int32  `json:"y"`
+	Width      int32  `json:"width"`
+	Height     int32  `json:"height"`
+	Focused    bool   `json:"focused"`
+	Minimized  bool   `json:"minimized"`
+	Maximized  bool   `json:"maximized"`
+	Fullscreen bool   `json:"fullscreen"`
+}
+
+func windowInfo(w *displayv1.Window) WindowInfo {
+	g := w.GetGeometry()
+	return WindowInfo{
+		ID: w.GetId(), Title: w.GetTitle(), Class: w.GetClass(), PID: w.GetPid(),
+		X: g.GetX(), Y: g.GetY(), Width: g.GetWidth(), Height: g.GetHeight(),
+		Focused: w.GetFocused(), Minimized: w.GetMinimized(), Maximized: w.GetMaximized(), Fullscreen: w.GetFullscreen(),
+	}
+}
+
+type windowsOut struct {
+	Windows []WindowInfo `json:"windows"`
+}
+
+func (t *tools) listWindows(ctx context.Context, _ *mcp.CallToolRequest, in sessionIn) (*mcp.CallToolResult, windowsOut, error) {
+	s, err := t.session(ctx, in.SessionID)
+	if err != nil {
+		return nil, windowsOut{}, err
+	}
+	ws, err := s.Windows(ctx)
+	if err != nil {
+		return nil, windowsOut{}, err
+	}
+	out := windowsOut{Windows: []WindowInfo{}}
+	for _, w := range ws {
+		out.Windows = append(out.Windows, windowInfo(w))
+	}
+	return nil, out, nil
+}
+
+type windowIn struct {
+	SessionID string `json:"session_id"`
+	WindowID  uint32 `json:"window_id"`
+	Action    string `json:"action" jsonschema:"activate, close, minimize, maximize, fullscreen, restore or move"`
+	X         int    `json:"x,omitempty"`
+	Y         int    `json:"y,omitempty"`
+	Width     int    `json:"width,omitempty" jsonschema:"move: new width; 0 keeps it"`
+	Height    int    `json:"height,omitempty" jsonschema:"move: new height; 0 keeps it"`
+}
+
+type windowOut struct {
+	// Closed: the window is gone (close).
+	Closed bool        `json:"closed,omitempty"`
+	Window *WindowInfo `json:"window,omitempty"`
+}
+
+func (t *tools) window(ctx context.Context, _ *mcp.CallToolRequest, in windowIn) (*mcp.CallToolResult, windowOut, error) {
+	s, err := t.session(ctx, in.SessionID)
+	if err != nil {
+		return nil, windowOut{}, err
+	}
+	var w *displayv1.Window
+	switch in.Action {
+	case "activate":
+		w, err = s.ActivateWindow(ctx, in.WindowID)
+	case "close":
+		closed, err := s.CloseWindow(ctx, in.WindowID)
+		if err != nil {
+			return nil, windowOut{}, err
+		}
+		return nil, windowOut{Closed: closed}, nil
+	case "move":
+		w, err = s.MoveWindow(ctx, in.WindowID, in.X, in.Y, in.Width, in.Height)
+	case "minimize", "maximize", "fullscreen", "restore":
+		st := map[string]displayv1.WindowState{
+			"minimize": displayv1.WindowState_WINDOW_STATE_MINIMIZED, "maximize": displayv1.WindowState_WINDOW_STATE_MAXIMIZED,
+			"fullscreen": displayv1.WindowState_WINDOW_STATE_FULLSCREEN, "restore": displayv1.WindowState_WINDOW_STATE_NORMAL,
+		}[in.Action]
+		w, err = s.SetWindowState(ctx, in.WindowID, st)
+	default:
+		return nil, windowOut{}, fmt.Errorf("action %q: want activate, close, minimize, maximize, fullscreen, restore or move", in.Action)
+	}
+	if err != nil {
+		return nil, windowOut{}, err
+	}
+	info := windowInfo(w)
+	return nil, windowOut{Window: &info}, nil
+}

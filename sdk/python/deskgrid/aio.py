@@ -1,0 +1,204 @@
+"""The asyncio client: the same calls as :class:`deskgrid.Client`, awaited.
+
+    from deskgrid.aio import AsyncClient
+
+    async with AsyncClient() as dg, await dg.sessions.create(width=1024, height=768) as s:
+        await s.click(100, 200)
+        png = await s.screenshot()
+
+Each call runs the standard-library client in a worker thread
+(``asyncio.to_thread``), so the event loop never blocks and the SDK still
+needs no package beyond the standard library. Streams (``watch``, run
+events, ``list``) are async iterators; cancelling one while it waits for the
+server stops at the next message or when its timeout passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import TracebackType
+from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union, cast
+
+from . import actions as A
+from .client import Client, ExecResult, Session, ShellResult
+from .errors import NotFound
+
+__all__ = ["AsyncClient", "AsyncSession", "AsyncSessions", "AsyncRuns"]
+
+T = TypeVar("T")
+JSON = Dict[str, Any]
+
+_DONE = object()
+
+
+async def _aiter(make: Callable[[], Iterator[T]]) -> AsyncIterator[T]:
+    it = await asyncio.to_thread(lambda: iter(make()))
+
+    def step() -> object:
+        return next(it, _DONE)
+
+    while True:
+        v = await asyncio.to_thread(step)
+        if v is _DONE:
+            return
+        yield cast(T, v)
+
+
+class AsyncClient:
+    """A deskgrid deployment; arguments as for :class:`deskgrid.Client`."""
+
+    def __init__(self, base_url: Optional[str] = None, api_key: Optional[str] = None, **kw: Any) -> None:
+        #: The synchronous client the calls run on.
+        self.sync = Client(base_url, api_key, **kw)
+        self.sessions = AsyncSessions(self.sync)
+        self.runs = AsyncRuns(self.sync)
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(
+        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        self.sync.close()
+
+    async def call(self, method: str, path: str, **kw: Any) -> Any:
+        """Any route of the API: ``await dg.call("GET", "/v1/images")``."""
+        return await asyncio.to_thread(self.sync.transport.call, method, path, **kw)
+
+
+class AsyncSessions:
+    def __init__(self, c: Client) -> None:
+        self._c = c
+
+    async def create(self, **options: Any) -> "AsyncSession":
+        """As :meth:`deskgrid.Sessions.create`."""
+        return AsyncSession(await asyncio.to_thread(lambda: self._c.sessions.create(**options)))
+
+    async def get(self, session_id: str) -> "AsyncSession":
+        return AsyncSession(await asyncio.to_thread(self._c.sessions.get, session_id))
+
+    async def list(
+        self, *, states: Optional[Sequence[str]] = None, labels: Optional[Mapping[str, str]] = None, page_size: int = 100
+    ) -> AsyncIterator["AsyncSession"]:
+        async for s in _aiter(lambda: self._c.sessions.list(states=states, labels=labels, page_size=page_size)):
+            yield AsyncSession(s)
+
+    async def delete(self, session_id: str) -> None:
+        await asyncio.to_thread(self._c.sessions.delete, session_id)
+
+
+class AsyncSession:
+    """One desktop; ``async with`` deletes it. ``sync`` is the blocking twin."""
+
+    def __init__(self, s: Session) -> None:
+        self.sync = s
+
+    def __repr__(self) -> str:
+        return f"<deskgrid.aio.AsyncSession {self.id} {self.state}>"
+
+    @property
+    def id(self) -> str:
+        return self.sync.id
+
+    @property
+    def state(self) -> str:
+        return self.sync.state
+
+    @property
+    def data(self) -> JSON:
+        return self.sync.data
+
+    async def __aenter__(self) -> "AsyncSession":
+        return self
+
+    async def __aexit__(
+        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        try:
+            await self.delete()
+        except NotFound:
+            pass
+
+    async def refresh(self) -> "AsyncSession":
+        await asyncio.to_thread(self.sync.refresh)
+        return self
+
+    async def delete(self) -> None:
+        await asyncio.to_thread(self.sync.delete)
+
+    async def keepalive(self) -> None:
+        await asyncio.to_thread(self.sync.keepalive)
+
+    async def suspend(self, mode: Optional[str] = None) -> None:
+        await asyncio.to_thread(self.sync.suspend, mode)
+
+    async def resume(self) -> None:
+        await asyncio.to_thread(self.sync.resume)
+
+    def watch(self, *, timeout: Optional[float] = None) -> AsyncIterator[JSON]:
+        return _aiter(lambda: self.sync.watch(timeout=timeout))
+
+    async def screenshot(self, **options: Any) -> bytes:
+        return await asyncio.to_thread(lambda: self.sync.screenshot(**options))
+
+    async def act(self, *actions: A.Action, **options: Any) -> JSON:
+        return await asyncio.to_thread(lambda: self.sync.act(*actions, **options))
+
+    async def click(self, x: int, y: int, *, button: str = "left", clicks: int = 1) -> None:
+        await self.act(A.click(x, y, button=button, clicks=clicks))
+
+    async def move_mouse(self, x: int, y: int) -> None:
+        await self.act(A.mouse_move(x, y))
+
+    async def drag(self, *path: Tuple[int, int]) -> None:
+        await self.act(A.drag(path))
+
+    async def scroll(self, x: int, y: int, dy: int = 0, dx: int = 0) -> None:
+        await self.act(A.scroll(x, y, dy, dx))
+
+    async def key(self, chord: str) -> None:
+        await self.act(A.key(chord))
+
+    async def type(self, text: str) -> None:
+        await self.act(A.type(text))
+
+    async def cursor_position(self) -> Tuple[int, int]:
+        return await asyncio.to_thread(self.sync.cursor_position)
+
+    async def exec(self, *argv: str, **options: Any) -> ExecResult:
+        return await asyncio.to_thread(lambda: self.sync.exec(*argv, **options))
+
+    def exec_stream(self, *argv: str, **options: Any) -> AsyncIterator[Tuple[str, Union[bytes, JSON]]]:
+        return _aiter(lambda: self.sync.exec_stream(*argv, **options))
+
+    async def shell(self, command: str, *, timeout: Optional[float] = None) -> ShellResult:
+        return await asyncio.to_thread(self.sync.shell, command, timeout=timeout)
+
+    async def read_file(self, path: str) -> bytes:
+        return await asyncio.to_thread(self.sync.files.read, path)
+
+    async def write_file(self, path: str, content: Union[bytes, str], *, mode: int = 0) -> None:
+        await asyncio.to_thread(self.sync.files.write, path, content, mode=mode)
+
+    async def list_files(self, path: str = "") -> List[JSON]:
+        return await asyncio.to_thread(self.sync.files.list, path)
+
+    async def run(self, prompt: str, **options: Any) -> JSON:
+        return await asyncio.to_thread(lambda: self.sync.run(prompt, **options))
+
+
+class AsyncRuns:
+    def __init__(self, c: Client) -> None:
+        self._c = c
+
+    async def create(self, session_id: str, prompt: str, **options: Any) -> JSON:
+        return await asyncio.to_thread(lambda: self._c.runs.create(session_id, prompt, **options))
+
+    async def get(self, run_id: str) -> JSON:
+        return await asyncio.to_thread(self._c.runs.get, run_id)
+
+    async def cancel(self, run_id: str) -> JSON:
+        return await asyncio.to_thread(self._c.runs.cancel, run_id)
+
+    def events(self, run_id: str, *, after_sequence: int = 0) -> AsyncIterator[JSON]:
+        return _aiter(lambda: self._c.runs.events(run_id, after_sequence=after_sequence))

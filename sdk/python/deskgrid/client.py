@@ -1,0 +1,754 @@
+"""The deskgrid client over the REST/JSON API."""
+
+from __future__ import annotations
+
+import base64
+import os
+import secrets
+from dataclasses import dataclass
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+    Union,
+)
+from types import TracebackType
+from urllib.parse import quote
+
+from . import actions as A
+from ._http import DEFAULT_TIMEOUT, Transport
+from .errors import DeskgridError, NotFound, StreamError
+
+__all__ = ["Client", "Session", "Sessions", "Files", "ExecResult", "ShellResult", "Runs", "Images", "History"]
+
+JSON = Dict[str, Any]
+
+
+def _q(s: str) -> str:
+    return quote(s, safe="")
+
+
+def _dur(seconds: Optional[float]) -> Optional[str]:
+    return None if seconds is None else f"{seconds:g}s"
+
+
+def _b64(data: Union[bytes, str]) -> str:
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(s: Optional[str]) -> bytes:
+    return base64.b64decode(s) if s else b""
+
+
+@dataclass
+class ExecResult:
+    """How a command ended and what it printed."""
+
+    stdout: bytes
+    stderr: bytes
+    exit_code: int
+    signal: str = ""
+    timed_out: bool = False
+
+    @property
+    def text(self) -> str:
+        """stdout decoded as UTF-8."""
+        return self.stdout.decode("utf-8", "replace")
+
+
+@dataclass
+class ShellResult:
+    """What a command in the session's persistent shell printed."""
+
+    output: str
+    exit_code: int
+    timed_out: bool = False
+    truncated: bool = False
+
+
+class Client:
+    """A deskgrid deployment, reached over its REST gateway.
+
+    ``base_url`` defaults to ``$DESKGRID_URL`` or http://127.0.0.1:8080 and
+    ``api_key`` to ``$DESKGRID_API_KEY``. ``timeout`` bounds each call in
+    seconds (for streams: each wait for the next message). Calls refused
+    with 429 are repeated after the server's Retry-After, and calls safe to
+    repeat (reads, deletes, creates that carry a request id) also when the
+    server is unavailable, up to ``retries`` tries in all.
+
+    Use it as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        retries: int = 4,
+        max_retry_wait: float = 30.0,
+        on_retry: Optional[Callable[[int, DeskgridError, float], None]] = None,
+    ) -> None:
+        base_url = base_url or os.environ.get("DESKGRID_URL") or "http://127.0.0.1:8080"
+        if api_key is None:
+            api_key = os.environ.get("DESKGRID_API_KEY") or None
+        self.transport = Transport(
+            base_url, api_key, timeout=timeout, retries=retries, max_retry_wait=max_retry_wait, on_retry=on_retry
+        )
+        #: Sessions: create, get, list, delete.
+        self.sessions = Sessions(self)
+        #: Agent runs.
+        self.runs = Runs(self)
+        #: OCI images the sessions run.
+        self.images = Images(self)
+        #: Session history across sessions.
+        self.history = History(self)
+
+    @property
+    def base_url(self) -> str:
+        return self.transport.base_url
+
+    def close(self) -> None:
+        """Releases the client (each call uses its own connection; nothing is held)."""
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+    def ready(self) -> bool:
+        """Whether every backend answers (``/readyz``)."""
+        try:
+            self.transport.call_raw("GET", "/readyz", accept="*/*", idempotent=False)
+            return True
+        except DeskgridError:
+            return False
+
+
+class Sessions:
+    """The session API: ``client.sessions``."""
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def create(
+        self,
+        *,
+        width: Optional[int] = None,
+        height: Optional[int] = None,
+        depth: Optional[int] = None,
+        dpi: Optional[int] = None,
+        image: Optional[str] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        node_selector: Optional[Mapping[str, str]] = None,
+        autostart: Optional[Sequence[str]] = None,
+        workspace: Optional[str] = None,
+        ttl: Optional[float] = None,
+        idle_timeout: Optional[float] = None,
+        network: bool = False,
+        memory_bytes: Optional[int] = None,
+        cpu_millis: Optional[int] = None,
+        pids: Optional[int] = None,
+        disk_bytes: Optional[int] = None,
+        request_id: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> "Session":
+        """Starts a session and returns once its desktop answers.
+
+        ``ttl`` and ``idle_timeout`` are seconds. The request id (one is
+        picked when none is given) makes a retried create return the first
+        session rather than start a second.
+        """
+        display: JSON = {}
+        for k, v in (("width", width), ("height", height), ("depth", depth), ("dpi", dpi)):
+            if v is not None:
+                display[k] = v
+        limits: JSON = {}
+        for k, v in (("memoryBytes", memory_bytes), ("cpuMillis", cpu_millis), ("pids", pids), ("diskBytes", disk_bytes)):
+            if v is not None:
+                limits[k] = str(v)
+        body: JSON = {"requestId": request_id or secrets.token_hex(16)}
+        if display:
+            body["display"] = display
+        if limits:
+            body["limits"] = limits
+        if labels:
+            body["labels"] = dict(labels)
+        if node_selector:
+            body["nodeSelector"] = dict(node_selector)
+        if autostart:
+            body["autostart"] = list(autostart)
+        if workspace:
+            body["workspace"] = workspace
+        if image:
+            body["image"] = image
+        if ttl is not None:
+            body["ttl"] = _dur(ttl)
+        if idle_timeout is not None:
+            body["idleTimeout"] = _dur(idle_timeout)
+        if network:
+            body["network"] = True
+        data = self._c.transport.call(
+            "POST", "/v1/sessions", body=body, idempotent=True, timeout=timeout or max(self._c.transport.timeout, 120.0)
+        )
+        return Session(self._c, data)
+
+    def get(self, session_id: str) -> "Session":
+        """Returns a session by id (NotFound when the caller has none such)."""
+        return Session(self._c, self._c.transport.call("GET", f"/v1/sessions/{_q(session_id)}"))
+
+    def list(
+        self,
+        *,
+        states: Optional[Sequence[str]] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        page_size: int = 100,
+    ) -> Iterator["Session"]:
+        """Yields every session that matches, fetching pages as it goes.
+        ``states`` are names such as "SESSION_STATE_RUNNING" (or "RUNNING")."""
+        token = ""
+        st = [s if s.startswith("SESSION_STATE_") else "SESSION_STATE_" + s.upper() for s in states or []]
+        while True:
+            query: Dict[str, Any] = {"pageSize": page_size, "pageToken": token, "states": st}
+            for k, v in (labels or {}).items():
+                query[f"labels[{k}]"] = v
+            page = self._c.transport.call("GET", "/v1/sessions", query=query)
+            for s in page.get("sessions", []):
+                yield Session(self._c, s)
+            token = page.get("nextPageToken", "")
+            if not token:
+                return
+
+    def delete(self, session_id: str) -> None:
+        """Stops a session and frees what it used."""
+        self._c.transport.call("DELETE", f"/v1/sessions/{_q(session_id)}")
+
+
+class Session:
+    """One desktop. ``data`` is the session's JSON as last read."""
+
+    def __init__(self, client: Client, data: JSON) -> None:
+        self._c = client
+        self.data: JSON = data
+        #: The session's file API.
+        self.files = Files(self)
+
+    def __repr__(self) -> str:
+        return f"<deskgrid.Session {self.id} {self.state}>"
+
+    # --- what it is ---
+
+    @property
+    def id(self) -> str:
+        return str(self.data.get("id", ""))
+
+    @property
+    def state(self) -> str:
+        """Such as "SESSION_STATE_RUNNING"."""
+        return str(self.data.get("state", ""))
+
+    @property
+    def width(self) -> int:
+        return int(self.data.get("display", {}).get("width", 0))
+
+    @property
+    def height(self) -> int:
+        return int(self.data.get("display", {}).get("height", 0))
+
+    @property
+    def labels(self) -> Dict[str, str]:
+        return dict(self.data.get("labels", {}))
+
+    def _path(self, suffix: str = "") -> str:
+        return f"/v1/sessions/{_q(self.id)}{suffix}"
+
+    def _call(self, method: str, suffix: str, **kw: Any) -> Any:
+        return self._c.transport.call(method, self._path(suffix), **kw)
+
+    # --- life ---
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        try:
+            self.delete()
+        except NotFound:
+            pass
+
+    def refresh(self) -> "Session":
+        """Reads the session again."""
+        self.data = self._call("GET", "")
+        return self
+
+    def delete(self) -> None:
+        """Stops the session."""
+        self.data = self._call("DELETE", "")
+
+    def keepalive(self) -> None:
+        """Resets the session's idle timer."""
+        self.data = self._call("POST", ":keepalive", idempotent=True)
+
+    def suspend(self, mode: Optional[str] = None) -> None:
+        """Suspends the session ("SUSPEND_MODE_FREEZE", ...; None: the server's choice)."""
+        self.data = self._call("POST", ":suspend", body={"mode": mode} if mode else {}, timeout=120.0)
+
+    def resume(self) -> None:
+        """Resumes a suspended session."""
+        self.data = self._call("POST", ":resume", timeout=120.0)
+
+    def watch(self, *, timeout: Optional[float] = None) -> Iterator[JSON]:
+        """Yields the session's JSON now and after every change, until it
+        ends. ``timeout`` bounds each wait for a change (None: no bound)."""
+        for m in self._c.transport.stream("GET", self._path(":watch"), timeout=timeout or 24 * 3600.0):
+            s = m.get("session")
+            if s:
+                self.data = s
+                yield s
+
+    # --- display ---
+
+    def screenshot(
+        self,
+        *,
+        format: str = "png",
+        quality: Optional[int] = None,
+        scale_to: Optional[Tuple[int, int]] = None,
+        region: Optional[Tuple[int, int, int, int]] = None,
+        cursor: bool = False,
+    ) -> bytes:
+        """The screen as PNG (or JPEG with ``format="jpeg"``) bytes, of a
+        ``region`` (x, y, width, height) when given, scaled to ``scale_to``
+        (width, height) when given."""
+        query: Dict[str, Any] = {"format": "IMAGE_FORMAT_" + format.upper(), "quality": quality, "cursor": cursor}
+        if scale_to:
+            query["scaleTo.width"], query["scaleTo.height"] = scale_to
+        if region:
+            query["region.x"], query["region.y"], query["region.width"], query["region.height"] = region
+        raw, ctype = self._c.transport.call_raw("GET", self._path("/screenshot"), query=query, accept="image/*")
+        if ctype.startswith("application/json"):  # an older gateway: base64 in JSON
+            import json
+
+            return _unb64(json.loads(raw).get("data"))
+        return raw
+
+    def act(
+        self,
+        *actions: A.Action,
+        screenshot: bool = False,
+        scale_to: Optional[Tuple[int, int]] = None,
+        screenshot_format: Optional[str] = None,
+        lease_token: Optional[str] = None,
+        settle: Optional[JSON] = None,
+    ) -> JSON:
+        """Performs actions (see :mod:`deskgrid.actions`) in order, and
+        returns the reply: ``cursor``, ``images`` of zooms and, with
+        ``screenshot=True``, ``screenshot`` ({"data": base64, ...}) of the
+        screen afterwards, scaled to ``scale_to`` when given."""
+        body: JSON = {"actions": list(actions)}
+        if screenshot:
+            body["screenshot"] = True
+        if scale_to:
+            body["scaleTo"] = {"width": scale_to[0], "height": scale_to[1]}
+        if screenshot_format:
+            body["screenshotFormat"] = "IMAGE_FORMAT_" + screenshot_format.upper()
+        if lease_token:
+            body["leaseToken"] = lease_token
+        if settle is not None:
+            body["settle"] = settle
+        result: JSON = self._call("POST", "/actions", body=body)
+        return result
+
+    def click(self, x: int, y: int, *, button: str = "left", clicks: int = 1) -> None:
+        """Clicks at (x, y)."""
+        self.act(A.click(x, y, button=button, clicks=clicks))
+
+    def double_click(self, x: int, y: int) -> None:
+        self.act(A.double_click(x, y))
+
+    def right_click(self, x: int, y: int) -> None:
+        self.act(A.right_click(x, y))
+
+    def move_mouse(self, x: int, y: int) -> None:
+        """Moves the pointer to (x, y)."""
+        self.act(A.mouse_move(x, y))
+
+    def drag(self, *path: Tuple[int, int]) -> None:
+        """Drags with the left button along the points."""
+        self.act(A.drag(path))
+
+    def scroll(self, x: int, y: int, dy: int = 0, dx: int = 0) -> None:
+        """Turns the wheel at (x, y): dy > 0 scrolls down."""
+        self.act(A.scroll(x, y, dy, dx))
+
+    def key(self, chord: str) -> None:
+        """Presses a chord such as "ctrl+l" or "Return"."""
+        self.act(A.key(chord))
+
+    def type(self, text: str) -> None:
+        """Types text, any Unicode."""
+        self.act(A.type(text))
+
+    def cursor_position(self) -> Tuple[int, int]:
+        """Where the pointer is."""
+        c = self.act(A.cursor_position()).get("cursor", {})
+        return int(c.get("x", 0)), int(c.get("y", 0))
+
+    def viewer_token(self, mode: str = "view", ttl_seconds: Optional[int] = None) -> JSON:
+        """A short-lived token for the live view ("view" or "control"):
+        ``token``, ``token_id``, ``url``, ``expire_time``."""
+        body: JSON = {"mode": mode}
+        if ttl_seconds:
+            body["ttl_seconds"] = ttl_seconds
+        result: JSON = self._call("POST", "/viewerToken", body=body)
+        return result
+
+    # --- sandbox ---
+
+    def exec_stream(
+        self,
+        *argv: str,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        stdin: Union[bytes, str, None] = None,
+        timeout: Optional[float] = None,
+    ) -> Iterator[Tuple[str, Union[bytes, JSON]]]:
+        """Runs argv in the session's sandbox and yields its output as it
+        comes: ("stdout", bytes), ("stderr", bytes), and last ("exit",
+        {"exitCode": ..., "signal": ..., "timedOut": ...}). ``timeout`` is
+        the command's own limit, in seconds."""
+        if not argv:
+            raise ValueError("exec needs a command")
+        body: JSON = {"argv": list(argv)}
+        if env:
+            body["env"] = [f"{k}={v}" for k, v in env.items()]
+        if cwd:
+            body["cwd"] = cwd
+        if stdin is not None:
+            body["stdin"] = _b64(stdin)
+        if timeout is not None:
+            body["timeout"] = _dur(timeout)
+        read_timeout = max(self._c.transport.timeout, (timeout or 0) + 30)
+        for m in self._c.transport.stream("POST", self._path(":exec"), body=body, timeout=read_timeout):
+            if "stdout" in m:
+                yield "stdout", _unb64(m["stdout"])
+            elif "stderr" in m:
+                yield "stderr", _unb64(m["stderr"])
+            elif "exit" in m:
+                yield "exit", m["exit"] or {}
+                return
+
+    def exec(
+        self,
+        *argv: str,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        stdin: Union[bytes, str, None] = None,
+        timeout: Optional[float] = None,
+    ) -> ExecResult:
+        """Runs argv in the session's sandbox and waits for it."""
+        out: List[bytes] = []
+        err: List[bytes] = []
+        for kind, v in self.exec_stream(*argv, env=env, cwd=cwd, stdin=stdin, timeout=timeout):
+            if kind == "stdout":
+                out.append(v)  # type: ignore[arg-type]
+            elif kind == "stderr":
+                err.append(v)  # type: ignore[arg-type]
+            else:
+                assert isinstance(v, dict)
+                return ExecResult(
+                    stdout=b"".join(out),
+                    stderr=b"".join(err),
+                    exit_code=int(v.get("exitCode", 0)),
+                    signal=str(v.get("signal", "")),
+                    timed_out=bool(v.get("timedOut", False)),
+                )
+        raise StreamError("exec: the stream ended without an exit status")
+
+    def shell(self, command: str, *, timeout: Optional[float] = None) -> ShellResult:
+        """Runs a command in the session's persistent shell: its directory
+        and exported variables carry over to the next command."""
+        body: JSON = {"command": command}
+        if timeout is not None:
+            body["timeout"] = _dur(timeout)
+        r = self._call("POST", "/shell:run", body=body, timeout=max(self._c.transport.timeout, (timeout or 0) + 30))
+        return ShellResult(
+            output=_unb64(r.get("output")).decode("utf-8", "replace"),
+            exit_code=int(r.get("exitCode", 0)),
+            timed_out=bool(r.get("timedOut", False)),
+            truncated=bool(r.get("truncated", False)),
+        )
+
+    def changes(self, path: str = "") -> List[JSON]:
+        """What the session changed in its filesystem."""
+        result: List[JSON] = self._call("GET", "/changes", query={"path": path}).get("changes", [])
+        return result
+
+    def snapshots(self) -> List[JSON]:
+        """The session's snapshots."""
+        result: List[JSON] = self._call("GET", "/snapshots").get("snapshots", [])
+        return result
+
+    def create_snapshot(self, **body: Any) -> JSON:
+        """Snapshots the session's filesystem."""
+        result: JSON = self._call("POST", "/snapshots", body=body, timeout=120.0)
+        return result
+
+    def restore_snapshot(self, snapshot_id: str) -> JSON:
+        result: JSON = self._call("POST", f"/snapshots/{_q(snapshot_id)}:restore", timeout=120.0)
+        return result
+
+    # --- history and runs ---
+
+    def history(self, *, page_size: int = 100, types: Optional[Sequence[str]] = None) -> Iterator[JSON]:
+        """Yields the session's history entries, oldest first."""
+        token = ""
+        while True:
+            page = self._call(
+                "GET", "/history", query={"pageSize": page_size, "pageToken": token, "types": list(types or [])}
+            )
+            yield from page.get("entries", [])
+            token = page.get("nextPageToken", "")
+            if not token:
+                return
+
+    def export_history(self, *, include_blobs: bool = False) -> bytes:
+        """The session's whole history as JSON Lines (what ``deskgrid
+        history import`` reads back)."""
+        raw, _ = self._c.transport.call_raw(
+            "GET",
+            self._path("/history:export"),
+            query={"includeBlobs": include_blobs},
+            accept="application/x-ndjson",
+            timeout=max(self._c.transport.timeout, 300.0),
+        )
+        return raw
+
+    def run(self, prompt: str, **options: Any) -> JSON:
+        """Starts an agent run on this session; see :meth:`Runs.create`."""
+        return self._c.runs.create(self.id, prompt, **options)
+
+
+class Files:
+    """A session's files; relative paths are under its home."""
+
+    def __init__(self, session: Session) -> None:
+        self._s = session
+
+    def read(self, path: str) -> bytes:
+        """A file's content."""
+        return _unb64(self._s._call("GET", "/files:read", query={"path": path}).get("content"))
+
+    def read_text(self, path: str) -> str:
+        return self.read(path).decode("utf-8")
+
+    def write(self, path: str, content: Union[bytes, str], *, mode: int = 0) -> None:
+        """Creates or replaces a file (mode 0 means 0644)."""
+        body: JSON = {"path": path, "content": _b64(content)}
+        if mode:
+            body["mode"] = mode
+        self._s._call("POST", "/files:write", body=body, idempotent=True)
+
+    def list(self, path: str = "") -> List[JSON]:
+        """A directory's entries: name, size, mode, isDir, modifyTime."""
+        result: List[JSON] = self._s._call("GET", "/files", query={"path": path}).get("files", [])
+        return result
+
+    def stat(self, path: str) -> JSON:
+        result: JSON = self._s._call("GET", "/files:stat", query={"path": path})
+        return result
+
+    def delete(self, path: str, *, recursive: bool = False) -> None:
+        self._s._call("POST", "/files:delete", body={"path": path, "recursive": recursive}, idempotent=True)
+
+    def mkdir(self, path: str) -> None:
+        self._s._call("POST", "/files:mkdir", body={"path": path}, idempotent=True)
+
+    def move(self, source: str, destination: str) -> None:
+        self._s._call("POST", "/files:move", body={"source": source, "destination": destination})
+
+    def download(self, path: str) -> Iterator[bytes]:
+        """A file's content in chunks, for files too large for :meth:`read`."""
+        for m in self._s._c.transport.stream("GET", self._s._path("/files:download"), query={"path": path}):
+            if m.get("chunk"):
+                yield _unb64(m["chunk"])
+
+
+_RUN_DONE = {"RUN_STATE_SUCCEEDED", "RUN_STATE_FAILED", "RUN_STATE_CANCELLED"}
+
+
+class Runs:
+    """Agent runs: ``client.runs``."""
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def create(
+        self,
+        session_id: str,
+        prompt: str,
+        *,
+        provider: str = "",
+        model: str = "",
+        max_steps: int = 0,
+        api_key: Optional[str] = None,
+        base_url: Optional[str] = None,
+        options: Optional[JSON] = None,
+    ) -> JSON:
+        """Starts an agent loop on a session; returns the run's JSON."""
+        body: JSON = {"prompt": prompt}
+        if provider:
+            body["provider"] = provider
+        if model:
+            body["model"] = model
+        if max_steps:
+            body["maxSteps"] = max_steps
+        if api_key:
+            body["apiKey"] = api_key
+        if base_url:
+            body["baseUrl"] = base_url
+        if options:
+            body["options"] = options
+        result: JSON = self._c.transport.call("POST", f"/v1/sessions/{_q(session_id)}/runs", body=body)
+        return result
+
+    def get(self, run_id: str) -> JSON:
+        result: JSON = self._c.transport.call("GET", f"/v1/runs/{_q(run_id)}")
+        return result
+
+    def list(self, session_id: str, *, page_size: int = 100) -> Iterator[JSON]:
+        token = ""
+        while True:
+            page = self._c.transport.call(
+                "GET", f"/v1/sessions/{_q(session_id)}/runs", query={"pageSize": page_size, "pageToken": token}
+            )
+            yield from page.get("runs", [])
+            token = page.get("nextPageToken", "")
+            if not token:
+                return
+
+    def cancel(self, run_id: str) -> JSON:
+        result: JSON = self._c.transport.call("POST", f"/v1/runs/{_q(run_id)}:cancel", idempotent=True)
+        return result
+
+    def approve(self, run_id: str, **body: Any) -> JSON:
+        """Approves the tool call a run waits on."""
+        result: JSON = self._c.transport.call("POST", f"/v1/runs/{_q(run_id)}:approveStep", body=body)
+        return result
+
+    def reject(self, run_id: str, **body: Any) -> JSON:
+        result: JSON = self._c.transport.call("POST", f"/v1/runs/{_q(run_id)}:rejectStep", body=body)
+        return result
+
+    def send_message(self, run_id: str, text: str) -> JSON:
+        result: JSON = self._c.transport.call("POST", f"/v1/runs/{_q(run_id)}:sendMessage", body={"text": text})
+        return result
+
+    def events(self, run_id: str, *, after_sequence: int = 0, reconnects: int = 5) -> Iterator[JSON]:
+        """Yields a run's events after ``after_sequence`` until the run ends.
+        A dropped connection is resumed after the last event seen, up to
+        ``reconnects`` times in a row."""
+        after = after_sequence
+        failures = 0
+        while True:
+            try:
+                for m in self._c.transport.stream(
+                    "GET",
+                    f"/v1/runs/{_q(run_id)}/events",
+                    query={"afterSequence": after or None},
+                    timeout=24 * 3600.0,
+                ):
+                    ev = m.get("event") or {}
+                    seq = int(ev.get("sequence", 0) or 0)
+                    if seq and seq <= after:
+                        continue
+                    after = max(after, seq)
+                    failures = 0
+                    yield ev
+                return
+            except StreamError:
+                failures += 1
+                if failures > reconnects:
+                    raise
+                if self.get(run_id).get("state") in _RUN_DONE and failures > 1:
+                    raise
+
+    def wait(self, run_id: str) -> JSON:
+        """Follows a run until it ends and returns its final JSON."""
+        for _ in self.events(run_id):
+            pass
+        return self.get(run_id)
+
+
+class Images:
+    """The OCI images sessions run: ``client.images``."""
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def list(self) -> List[JSON]:
+        result: List[JSON] = self._c.transport.call("GET", "/v1/images").get("images", [])
+        return result
+
+    def get(self, ref: str) -> JSON:
+        result: JSON = self._c.transport.call("GET", "/v1/images:get", query={"ref": ref}).get("image", {})
+        return result
+
+    def delete(self, ref: str) -> None:
+        self._c.transport.call("DELETE", "/v1/images", query={"ref": ref})
+
+    def pull(self, ref: str, progress: Optional[Callable[[JSON], None]] = None) -> JSON:
+        """Fetches ref from its registry onto the node; ``progress`` sees each
+        progress message."""
+        for m in self._c.transport.stream("POST", "/v1/images:pull", body={"ref": ref}, timeout=600.0):
+            if "image" in m:
+                result: JSON = m["image"]
+                return result
+            if progress is not None and "progress" in m:
+                progress(m["progress"])
+        raise StreamError(f"pull {ref}: the stream ended without an image")
+
+
+class History:
+    """History across sessions: ``client.history``."""
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def search(self, query: str, *, session_id: str = "", page_size: int = 100) -> Iterator[JSON]:
+        """Yields the entries whose text matches ``query``."""
+        token = ""
+        while True:
+            page = self._c.transport.call(
+                "GET",
+                "/v1/history:search",
+                query={"query": query, "sessionId": session_id, "pageSize": page_size, "pageToken": token},
+            )
+            yield from page.get("entries", [])
+            token = page.get("nextPageToken", "")
+            if not token:
+                return
+
+    def session(self, session_id: str, *, page_size: int = 100) -> Iterator[JSON]:
+        """Yields one session's entries, oldest first."""
+        return Session(self._c, {"id": session_id}).history(page_size=page_size)

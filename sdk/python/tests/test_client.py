@@ -1,0 +1,441 @@
+"""The Python SDK against a real ``deskgrid up`` (DESKGRID_BIN, else
+``deskgrid`` on PATH): run with ``python3 -m unittest discover -s tests``
+from sdk/python."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, List, Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import deskgrid  # noqa: E402
+from deskgrid import actions  # noqa: E402
+from deskgrid.aio import AsyncClient  # noqa: E402
+from deskgrid.testing import DeskgridServer  # noqa: E402
+
+REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+
+server: Optional[DeskgridServer] = None
+model: Optional[ThreadingHTTPServer] = None
+
+
+class FakeAnthropic(BaseHTTPRequestHandler):
+    """Answers every Messages call with a short final text, streamed in the
+    Messages API's server-sent events (the one fake: an LLM provider)."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+
+        def ev(name: str, data: Any) -> None:
+            self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+
+        ev("message_start", {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+           "model": "claude-test", "content": [], "usage": {"input_tokens": 10, "output_tokens": 1}}})  # fmt: skip
+        ev("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+        ev("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Done."}})
+        ev("content_block_stop", {"type": "content_block_stop", "index": 0})
+        ev("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}})
+        ev("message_stop", {"type": "message_stop"})
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def setUpModule() -> None:
+    global server, model
+    model = ThreadingHTTPServer(("127.0.0.1", 0), FakeAnthropic)
+    threading.Thread(target=model.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{model.server_address[1]}"
+    server = DeskgridServer(["-anthropic-api-key", "sk-test", "-anthropic-base-url", base]).start()
+
+
+def tearDownModule() -> None:
+    if server is not None:
+        server.stop()
+    if model is not None:
+        model.shutdown()
+
+
+def png_size(data: bytes) -> "tuple[int, int]":
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:16]
+    assert data[12:16] == b"IHDR"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+class SessionTest(unittest.TestCase):
+    """One session through create, act, exec, files, watch and delete."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        assert server is not None
+        cls.dg = server.client()
+        cls.s = cls.dg.sessions.create(width=640, height=480, labels={"suite": "python-sdk"})
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        try:
+            cls.s.delete()
+        except deskgrid.NotFound:
+            pass
+
+    def test_created_running(self) -> None:
+        self.assertTrue(self.s.id.startswith("s-"), self.s.id)
+        self.assertEqual(self.s.state, "SESSION_STATE_RUNNING")
+        self.assertEqual((self.s.width, self.s.height), (640, 480))
+        got = self.dg.sessions.get(self.s.id)
+        self.assertEqual(got.id, self.s.id)
+        self.assertEqual(got.labels, {"suite": "python-sdk"})
+
+    def test_list_finds_it_by_label_and_pages(self) -> None:
+        ids = [x.id for x in self.dg.sessions.list(labels={"suite": "python-sdk"}, page_size=1)]
+        self.assertIn(self.s.id, ids)
+        none = list(self.dg.sessions.list(labels={"suite": "nobody"}))
+        self.assertEqual(none, [])
+        running = [x.id for x in self.dg.sessions.list(states=["RUNNING"], labels={"suite": "python-sdk"})]
+        self.assertEqual(running, [self.s.id])
+        self.assertEqual(list(self.dg.sessions.list(states=["SESSION_STATE_STOPPED"], labels={"suite": "python-sdk"})), [])
+
+    def test_screenshot_is_png_of_the_screen(self) -> None:
+        png = self.s.screenshot()
+        self.assertEqual(png_size(png), (640, 480))
+        small = self.s.screenshot(scale_to=(320, 240))
+        self.assertEqual(png_size(small), (320, 240))
+        jpeg = self.s.screenshot(format="jpeg", quality=50)
+        self.assertEqual(jpeg[:2], b"\xff\xd8")
+
+    def test_click_type_and_cursor(self) -> None:
+        self.s.click(100, 120)
+        self.assertEqual(self.s.cursor_position(), (100, 120))
+        self.s.move_mouse(200, 210)
+        self.s.type("héllo")
+        self.s.key("Return")
+        r = self.s.act(actions.mouse_move(33, 44), actions.cursor_position(), screenshot=True, scale_to=(160, 120))
+        self.assertEqual(r["cursor"], {"x": 33, "y": 44})
+        self.assertEqual(png_size(base64.b64decode(r["screenshot"]["data"])), (160, 120))
+
+    def test_exec_output_and_exit_code(self) -> None:
+        r = self.s.exec("sh", "-c", "echo out; echo err >&2; exit 3")
+        self.assertEqual(r.stdout, b"out\n")
+        self.assertEqual(r.stderr, b"err\n")
+        self.assertEqual(r.exit_code, 3)
+        r = self.s.exec("cat", stdin="from stdin", env={"A": "1"})
+        self.assertEqual(r.stdout, b"from stdin")
+        r = self.s.exec("sh", "-c", 'echo "$A"', env={"A": "b c"})
+        self.assertEqual(r.text, "b c\n")
+        parts = list(self.s.exec_stream("sh", "-c", "echo one; echo two"))
+        self.assertEqual(parts[-1][0], "exit")
+        self.assertEqual(b"".join(v for k, v in parts if k == "stdout"), b"one\ntwo\n")  # type: ignore[misc]
+
+    def test_exec_timeout(self) -> None:
+        r = self.s.exec("sleep", "30", timeout=0.5)
+        self.assertTrue(r.timed_out, r)
+
+    def test_shell_keeps_state(self) -> None:
+        self.s.shell("cd /tmp && export X=kept")
+        r = self.s.shell("echo $X $PWD")
+        self.assertEqual(r.output.strip(), "kept /tmp")
+        self.assertEqual(r.exit_code, 0)
+
+    def test_files_round_trip(self) -> None:
+        blob = bytes(range(256)) * 10
+        self.s.files.write("dir-py/blob.bin", blob)
+        self.assertEqual(self.s.files.read("dir-py/blob.bin"), blob)
+        self.s.files.write("dir-py/a.txt", "text ✓")
+        self.assertEqual(self.s.files.read_text("dir-py/a.txt"), "text ✓")
+        names = {f["name"] for f in self.s.files.list("dir-py")}
+        self.assertEqual(names, {"blob.bin", "a.txt"})
+        self.assertEqual(b"".join(self.s.files.download("dir-py/blob.bin")), blob)
+        r = self.s.exec("cat", "dir-py/a.txt")
+        self.assertEqual(r.text, "text ✓")
+        with self.assertRaises(deskgrid.NotFound) as cm:
+            self.s.files.read("dir-py/missing.txt")
+        self.assertEqual(cm.exception.status, 404)
+
+    def test_history_records_the_calls(self) -> None:
+        self.s.exec("true")
+        entries = list(self.s.history())
+        self.assertTrue(any(e.get("type") == "session.state_changed.v1" for e in entries), entries[:3])
+        lines = self.s.export_history().splitlines()
+        self.assertGreaterEqual(len(lines), 1)
+        self.assertTrue(all(json.loads(x)["sessionId"] == self.s.id for x in lines))
+
+    def test_viewer_token(self) -> None:
+        t = self.s.viewer_token("view", ttl_seconds=60)
+        self.assertTrue(t["token"])
+        self.assertEqual(t["session_id"], self.s.id)
+
+
+class ErrorTest(unittest.TestCase):
+    def setUp(self) -> None:
+        assert server is not None
+        self.dg = server.client()
+
+    def test_404_is_not_found(self) -> None:
+        with self.assertRaises(deskgrid.NotFound) as cm:
+            self.dg.sessions.get("s-aaaaaaaaaaaaaaaaaaaa")
+        e = cm.exception
+        self.assertEqual((e.status, e.code), (404, 5))
+        self.assertIn("not found", e.message)
+        self.assertIsInstance(e, deskgrid.DeskgridError)
+
+    def test_400_is_invalid_argument_and_creates_nothing(self) -> None:
+        before = {s.id for s in self.dg.sessions.list()}
+        with self.assertRaises(deskgrid.InvalidArgument) as cm:
+            self.dg.sessions.create(width=1)
+        self.assertEqual((cm.exception.status, cm.exception.code), (400, 3))
+        self.assertIn("display.width", cm.exception.message)
+        self.assertEqual({s.id for s in self.dg.sessions.list()}, before)
+
+    def test_401_without_key(self) -> None:
+        assert server is not None
+        with self.assertRaises(deskgrid.Unauthenticated) as cm:
+            list(deskgrid.Client(server.url, "").sessions.list())
+        self.assertEqual(cm.exception.status, 401)
+
+    def test_wrong_key_is_refused(self) -> None:
+        assert server is not None
+        with self.assertRaises(deskgrid.Unauthenticated):
+            deskgrid.Client(server.url, "dg_nope_nope").sessions.get("s-aaaaaaaaaaaaaaaaaaaa")
+
+    def test_unreachable_is_unavailable_after_retries(self) -> None:
+        tries: List[int] = []
+        dead = deskgrid.Client(
+            "http://" + deskgrid.testing.free_addr(), "k", retries=3, on_retry=lambda n, e, w: tries.append(n)
+        )
+        with self.assertRaises(deskgrid.Unavailable):
+            dead.sessions.get("s-x")
+        self.assertEqual(tries, [1, 2])
+
+    def test_timeout_is_deadline_exceeded(self) -> None:
+        assert server is not None
+        # A listener that accepts and never answers.
+        import socket as sk
+
+        l = sk.socket()
+        l.bind(("127.0.0.1", 0))
+        l.listen(1)
+        try:
+            c = deskgrid.Client("http://127.0.0.1:%d" % l.getsockname()[1], "k", timeout=0.3)
+            with self.assertRaises(deskgrid.DeadlineExceeded):
+                c.sessions.get("s-x")
+        finally:
+            l.close()
+
+    def test_stream_errors_map_too(self) -> None:
+        gone = deskgrid.Session(self.dg, {"id": "s-aaaaaaaaaaaaaaaaaaaa"})
+        with self.assertRaises(deskgrid.NotFound) as cm:
+            gone.exec("true")
+        self.assertEqual(cm.exception.status, 404)
+        self.assertIn("s-aaaaaaaaaaaaaaaaaaaa", cm.exception.message)
+        with self.assertRaises(deskgrid.NotFound):
+            list(gone.watch())
+
+
+class AsyncTest(unittest.IsolatedAsyncioTestCase):
+    async def test_async_client(self) -> None:
+        assert server is not None
+        async with AsyncClient(server.url, server.api_key) as dg:
+            async with await dg.sessions.create(width=320, height=240, labels={"suite": "aio"}) as s:
+                sid = s.id
+                await s.click(10, 20)
+                self.assertEqual(await s.cursor_position(), (10, 20))
+                self.assertEqual(png_size(await s.screenshot()), (320, 240))
+                # Two calls at once on one loop.
+                a, b = await asyncio.gather(s.exec("echo", "a"), s.exec("echo", "b"))
+                self.assertEqual((a.stdout, b.stdout), (b"a\n", b"b\n"))
+                await s.write_file("x.txt", "async")
+                self.assertEqual(await s.read_file("x.txt"), b"async")
+                self.assertEqual([x.id async for x in dg.sessions.list(labels={"suite": "aio"})], [sid])
+                async for snap in s.watch():
+                    self.assertEqual(snap["state"], "SESSION_STATE_RUNNING")
+                    break
+            self.assertIn((await dg.sessions.get(sid)).state, ("SESSION_STATE_STOPPED", "SESSION_STATE_STOPPING"))
+            with self.assertRaises(deskgrid.NotFound):
+                await dg.sessions.get("s-aaaaaaaaaaaaaaaaaaaa")
+
+
+class RunTest(unittest.TestCase):
+    def test_run_events_until_it_ends(self) -> None:
+        assert server is not None
+        dg = server.client()
+        with dg.sessions.create(width=320, height=240) as s:
+            run = s.run("Say done", provider="anthropic", model="claude-test", max_steps=2)
+            self.assertTrue(run["id"].startswith("run-"), run)
+            events = list(dg.runs.events(run["id"]))
+            self.assertIn("Done.", "".join(e.get("textDelta", "") for e in events))
+            seqs = [int(e["sequence"]) for e in events]
+            self.assertEqual(seqs, sorted(set(seqs)))
+            self.assertEqual(dg.runs.get(run["id"])["state"], "RUN_STATE_SUCCEEDED")
+            # Resuming after a sequence yields only what came after it.
+            later = list(dg.runs.events(run["id"], after_sequence=seqs[0]))
+            self.assertEqual([int(e["sequence"]) for e in later], seqs[1:])
+            self.assertEqual([r["id"] for r in dg.runs.list(s.id)], [run["id"]])
+
+
+class LifeTest(unittest.TestCase):
+    def setUp(self) -> None:
+        assert server is not None
+        self.dg = server.client()
+
+    def test_context_manager_deletes_and_watch_sees_it_end(self) -> None:
+        seen: List[str] = []
+        with self.dg.sessions.create(width=320, height=240) as s:
+            sid = s.id
+            ready = threading.Event()
+
+            def follow() -> None:
+                for snap in s.watch():
+                    seen.append(snap.get("state", ""))
+                    ready.set()
+
+            t = threading.Thread(target=follow, daemon=True)
+            t.start()
+            self.assertTrue(ready.wait(30), "watch yielded nothing")
+            s.keepalive()
+        t.join(30)
+        self.assertFalse(t.is_alive(), "watch did not end with the session")
+        self.assertEqual(seen[0], "SESSION_STATE_RUNNING")
+        self.assertIn(seen[-1], ("SESSION_STATE_STOPPED", "SESSION_STATE_STOPPING"))
+        self.assertIn(self.dg.sessions.get(sid).state, ("SESSION_STATE_STOPPED", "SESSION_STATE_STOPPING"))
+        with self.assertRaises(deskgrid.DeskgridError):
+            self.dg.sessions.get(sid).screenshot()
+
+    def test_request_id_makes_create_idempotent(self) -> None:
+        a = self.dg.sessions.create(width=320, height=240, request_id="py-sdk-req-1")
+        try:
+            b = self.dg.sessions.create(width=320, height=240, request_id="py-sdk-req-1")
+            self.assertEqual(a.id, b.id)
+        finally:
+            a.delete()
+
+    def test_rate_limit_429_is_retried_after_retry_after(self) -> None:
+        # A deskgrid allowing one request a second per key: the burst of
+        # calls below is answered 429 with Retry-After, and the client waits
+        # and repeats them until each succeeds.
+        with DeskgridServer(["-rate-limit", "1"]) as slow:
+            retried: List[Any] = []
+            dg = slow.client(on_retry=lambda n, e, w: retried.append((e.status, e.retry_after)))
+            for _ in range(4):
+                self.assertEqual(list(dg.sessions.list()), [])
+            self.assertTrue(retried, "no call was refused")
+            self.assertTrue(all(st == 429 and ra is not None and ra >= 1 for st, ra in retried), retried)
+            once = slow.client(retries=1)
+            with self.assertRaises(deskgrid.ResourceExhausted) as cm:
+                for _ in range(10):
+                    list(once.sessions.list())
+            self.assertEqual(cm.exception.status, 429)
+            self.assertIsNotNone(cm.exception.retry_after)
+
+
+class TypesTest(unittest.TestCase):
+    def test_mypy_strict(self) -> None:
+        # mypy is Debian's package (scripts/setup --dev installs it).
+        p = subprocess.run(
+            ["mypy", "--strict", "--cache-dir", os.path.join(tempfile.gettempdir(), "deskgrid-mypy"),
+             "deskgrid"],
+            cwd=os.path.dirname(HERE), capture_output=True, timeout=300,
+        )  # fmt: skip
+        self.assertEqual(p.returncode, 0, (p.stdout + p.stderr).decode())
+
+
+class PackageTest(unittest.TestCase):
+    def test_wheel_builds_offline_and_installs(self) -> None:
+        # As the README says: pip with Debian's setuptools and wheel, no index.
+        py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+        with tempfile.TemporaryDirectory() as d:
+            for args in (
+                ["wheel", "--no-build-isolation", "--no-deps", "-q", "-w", d, os.path.dirname(HERE)],
+                ["install", "--no-deps", "--no-index", "-q", "--target", os.path.join(d, "site"),
+                 os.path.join(d, "deskgrid-%s-py3-none-any.whl" % deskgrid.__version__)],
+            ):  # fmt: skip
+                p = subprocess.run([py, "-m", "pip", *args], capture_output=True, timeout=300,
+                                   env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_ROOT_USER_ACTION="ignore"))  # fmt: skip
+                self.assertEqual(p.returncode, 0, p.stderr.decode())
+            p = subprocess.run(
+                [py, "-c", "import deskgrid, deskgrid.aio, deskgrid.testing; print(deskgrid.__file__)"],
+                env=dict(os.environ, PYTHONPATH=os.path.join(d, "site")), cwd=d, capture_output=True, timeout=60,
+            )  # fmt: skip
+            self.assertEqual(p.returncode, 0, p.stderr.decode())
+            self.assertTrue(p.stdout.decode().startswith(os.path.join(d, "site")), p.stdout)
+            self.assertTrue(os.path.exists(os.path.join(d, "site", "deskgrid", "py.typed")))
+
+
+class ExampleTest(unittest.TestCase):
+    def test_quickstart_example(self) -> None:
+        assert server is not None
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "shot.png")
+            env = dict(os.environ, DESKGRID_URL=server.url, DESKGRID_API_KEY=server.api_key,
+                       PYTHONPATH=os.path.dirname(HERE))  # fmt: skip
+            p = subprocess.run(
+                [sys.executable, os.path.join(REPO, "examples", "python", "quickstart.py"), out],
+                env=env,
+                capture_output=True,
+                timeout=120,
+            )
+            self.assertEqual(p.returncode, 0, p.stderr.decode())
+            with open(out, "rb") as f:
+                self.assertEqual(png_size(f.read()), (1024, 768))
+            self.assertIn(b"hello from Linux", p.stdout)
+
+    def test_parallel_example(self) -> None:
+        assert server is not None
+        env = dict(os.environ, DESKGRID_URL=server.url, DESKGRID_API_KEY=server.api_key,
+                   PYTHONPATH=os.path.dirname(HERE))  # fmt: skip
+        p = subprocess.run(
+            [sys.executable, os.path.join(REPO, "examples", "python", "parallel.py"), "3"],
+            env=env, capture_output=True, timeout=180,
+        )  # fmt: skip
+        self.assertEqual(p.returncode, 0, p.stdout.decode() + p.stderr.decode())
+        self.assertIn(b"3/3 tasks passed", p.stdout)
+        ids = {json.loads(x)["session"] for x in p.stdout.splitlines() if x.startswith(b"{")}
+        self.assertEqual(len(ids), 3)
+        dg = server.client()
+        self.assertTrue(all(dg.sessions.get(i).state in ("SESSION_STATE_STOPPED", "SESSION_STATE_STOPPING") for i in ids))
+
+    def test_agent_loop_example(self) -> None:
+        assert server is not None
+        env = dict(os.environ, DESKGRID_URL=server.url, DESKGRID_API_KEY=server.api_key,
+                   PYTHONPATH=os.path.dirname(HERE))  # fmt: skip
+        p = subprocess.run(
+            [sys.executable, os.path.join(REPO, "examples", "python", "agent_loop.py")],
+            env=env, capture_output=True, timeout=120,
+        )  # fmt: skip
+        self.assertEqual(p.returncode, 0, p.stdout.decode() + p.stderr.decode())
+        self.assertEqual(
+            p.stdout.decode().splitlines(),
+            ["step 1: click, type", "step 2: key", "step 3: result: done"],
+        )
+
+    def test_readme_example(self) -> None:
+        assert server is not None
+        with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+            readme = f.read()
+        section = readme[readme.index("### Python and TypeScript SDKs"):]
+        code = section[section.index("```python\n") + 10:]
+        code = code[: code.index("```")]
+        with tempfile.TemporaryDirectory() as d:
+            env = dict(os.environ, DESKGRID_URL=server.url, DESKGRID_API_KEY=server.api_key,
+                       PYTHONPATH=os.path.dirname(HERE))  # fmt: skip
+            p = subprocess.run([sys.executable, "-c", code], cwd=d, env=env, capture_output=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr.decode())
+            with open(os.path.join(d, "shot.png"), "rb") as f:
+                self.assertEqual(png_size(f.read()), (1024, 768))
+
+
+if __name__ == "__main__":
+    unittest.main()

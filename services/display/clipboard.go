@@ -1,0 +1,108 @@
+package display
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	"github.com/deskgrid/deskgrid/services/display/selection"
+)
+
+// clipboardTimeout bounds the wait for the program holding a selection to
+// hand its text over.
+const clipboardTimeout = 5 * time.Second
+
+func selectionOf(sel displayv1.Selection) (selection.Name, error) {
+	switch sel {
+	case displayv1.Selection_SELECTION_UNSPECIFIED, displayv1.Selection_SELECTION_CLIPBOARD:
+		return selection.Clipboard, nil
+	case displayv1.Selection_SELECTION_PRIMARY:
+		return selection.Primary, nil
+	}
+	return 0, invalidf("unknown selection %v", sel)
+}
+
+// GetClipboard reads a selection's text from the program that holds it.
+func (s *Service) GetClipboard(ctx context.Context, req *displayv1.GetClipboardRequest) (*displayv1.GetClipboardResponse, error) {
+	if err := validateSessionID(req.GetSessionId()); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	name, err := selectionOf(req.GetSelection())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	d, err := s.get(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	if err := d.usable(); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, clipboardTimeout)
+	defer cancel()
+	defer context.AfterFunc(d.done, cancel)()
+	t, err := d.selections.Get(wctx, name)
+	switch {
+	case errors.Is(err, selection.ErrNoText):
+		return nil, s.toStatus(ctx, fmt.Errorf("the program holding %s of session %s offers no text (an image or files, say): %w", name, d.sessionID, errNoText))
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		return nil, s.toStatus(ctx, fmt.Errorf("the program holding %s of session %s did not hand its text over within %v: %w", name, d.sessionID, clipboardTimeout, errUnresponsive))
+	case err != nil:
+		return nil, s.toStatus(ctx, d.explain(err))
+	}
+	return &displayv1.GetClipboardResponse{Text: t.Text, Owned: t.Owned, Truncated: t.Truncated}, nil
+}
+
+// SetClipboard makes the service the owner of a selection holding text.
+func (s *Service) SetClipboard(ctx context.Context, req *displayv1.SetClipboardRequest) (*displayv1.SetClipboardResponse, error) {
+	if err := validateSessionID(req.GetSessionId()); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	name, err := selectionOf(req.GetSelection())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	text := req.GetText()
+	if len(text) > selection.MaxBytes {
+		return nil, s.toStatus(ctx, invalidf("text is %d bytes; the clipboard takes at most %d (1 MiB)", len(text), selection.MaxBytes))
+	}
+	if !utf8.ValidString(text) {
+		return nil, s.toStatus(ctx, invalidf("text is not valid UTF-8"))
+	}
+	if req.GetLeaseToken() < 0 {
+		return nil, s.toStatus(ctx, invalidf("lease_token %d is negative", req.GetLeaseToken()))
+	}
+	d, err := s.get(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	if err := d.setClipboard(ctx, name, text, req.GetLeaseToken()); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &displayv1.SetClipboardResponse{}, nil
+}
+
+// setClipboard offers text on a selection, as input under the lease.
+func (d *display) setClipboard(ctx context.Context, name selection.Name, text string, token int64) error {
+	d.inputMu.Lock()
+	defer d.inputMu.Unlock()
+	if err := d.usable(); err != nil {
+		return err
+	}
+	if err := d.fence(token); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, clipboardTimeout)
+	defer cancel()
+	defer context.AfterFunc(d.done, cancel)()
+	if err := d.selections.Set(wctx, name, text); err != nil {
+		if errors.Is(err, selection.ErrNotOwned) {
+			return fmt.Errorf("session %s: %w: %w", d.sessionID, errUnresponsive, err)
+		}
+		return d.explain(err)
+	}
+	return nil
+}

@@ -1,0 +1,128 @@
+package metrics
+
+import (
+	"context"
+	"strconv"
+
+	"go.opentelemetry.io/otel/metric"
+)
+
+// SessionCount is how many sessions of one tenant are in one state on one
+// node, and the CPU they asked for.
+type SessionCount struct {
+	Node, State, Tenant string
+	N, CPUMillis        int64
+}
+
+// NodeUsage is what a node offers and what reservations hold of it.
+type NodeUsage struct {
+	Node            string
+	Alive, Draining bool
+	// Capacity and use in sessions, thousandths of a core and bytes; a
+	// capacity of zero is not limited.
+	CapacitySessions, UsedSessions       int64
+	CapacityCPUMillis, UsedCPUMillis     int64
+	CapacityMemoryBytes, UsedMemoryBytes int64
+}
+
+// ObserveSessions reports deskgrid_sessions{node,state} from count, called
+// at every collection (every scrape); with perTenant, also each tenant's
+// sessions and the CPU they asked for (the per-tenant usage an operator
+// bills by: integrated over time they are session-seconds and reserved
+// CPU-seconds). The returned function stops it.
+func ObserveSessions(count func(context.Context) ([]SessionCount, error), perTenant bool) (func() error, error) {
+	g, err := meter.Int64ObservableGauge("deskgrid.sessions", metric.WithDescription("unfinished sessions, by node and state"))
+	if err != nil {
+		return nil, err
+	}
+	tg, err := meter.Int64ObservableGauge("deskgrid.tenant.sessions", metric.WithDescription("unfinished sessions of each tenant, by state (with -metrics-tenant-usage)"))
+	if err != nil {
+		return nil, err
+	}
+	tc, err := meter.Int64ObservableGauge("deskgrid.tenant.cpu_millis", metric.WithDescription("CPU the running sessions of each tenant asked for, thousandths of a core (with -metrics-tenant-usage)"))
+	if err != nil {
+		return nil, err
+	}
+	reg, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		counts, err := count(ctx)
+		if err != nil {
+			return err
+		}
+		type nodeState struct{ node, state string }
+		type tenantState struct{ tenant, state string }
+		byNode, byTenant, cpu := map[nodeState]int64{}, map[tenantState]int64{}, map[string]int64{}
+		for _, c := range counts {
+			byNode[nodeState{nodeLabel(c.Node), c.State}] += c.N
+			byTenant[tenantState{c.Tenant, c.State}] += c.N
+			if c.State == "running" {
+				cpu[c.Tenant] += c.CPUMillis
+			}
+		}
+		for k, n := range byNode {
+			o.ObserveInt64(g, n, attrs("node", k.node, "state", k.state))
+		}
+		if perTenant {
+			for k, n := range byTenant {
+				o.ObserveInt64(tg, n, attrs("tenant", k.tenant, "state", k.state))
+			}
+			for t, n := range cpu {
+				o.ObserveInt64(tc, n, attrs("tenant", t))
+			}
+		}
+		return nil
+	}, g, tg, tc)
+	if err != nil {
+		return nil, err
+	}
+	return reg.Unregister, nil
+}
+
+// ObserveNodes reports each node's capacity, use and liveness from nodes,
+// called at every collection. The returned function stops it.
+func ObserveNodes(nodes func(context.Context) ([]NodeUsage, error)) (func() error, error) {
+	capacity, err := meter.Int64ObservableGauge("deskgrid.node.capacity", metric.WithDescription("what a node offers sessions, by resource (sessions, cpu_millis, memory_bytes); 0 is not limited"))
+	if err != nil {
+		return nil, err
+	}
+	used, err := meter.Int64ObservableGauge("deskgrid.node.used", metric.WithDescription("what reservations hold of a node, by resource"))
+	if err != nil {
+		return nil, err
+	}
+	up, err := meter.Int64ObservableGauge("deskgrid.node.up", metric.WithDescription("1 while a node heartbeats, by whether it drains"))
+	if err != nil {
+		return nil, err
+	}
+	reg, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		list, err := nodes(ctx)
+		if err != nil {
+			return err
+		}
+		for _, n := range list {
+			node := nodeLabel(n.Node)
+			for _, r := range []struct {
+				name      string
+				cap, used int64
+			}{{"sessions", n.CapacitySessions, n.UsedSessions}, {"cpu_millis", n.CapacityCPUMillis, n.UsedCPUMillis}, {"memory_bytes", n.CapacityMemoryBytes, n.UsedMemoryBytes}} {
+				o.ObserveInt64(capacity, r.cap, attrs("node", node, "resource", r.name))
+				o.ObserveInt64(used, r.used, attrs("node", node, "resource", r.name))
+			}
+			v := int64(0)
+			if n.Alive {
+				v = 1
+			}
+			o.ObserveInt64(up, v, attrs("node", node, "draining", strconv.FormatBool(n.Draining)))
+		}
+		return nil
+	}, capacity, used, up)
+	if err != nil {
+		return nil, err
+	}
+	return reg.Unregister, nil
+}
+
+func nodeLabel(n string) string {
+	if n == "" {
+		return "none"
+	}
+	return n
+}
