@@ -1,0 +1,408 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/png"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	imagestore "github.com/deskgrid/deskgrid/services/sandbox/image"
+	"github.com/deskgrid/deskgrid/services/sandbox/imagebuild"
+)
+
+// Benchmarks on the default desktop image (deploy/images/desktop, built by
+// scripts/setup into /var/cache/deskgrid/images/desktop): every session runs
+// the image's desktop (openbox + tint2) in its own runc container.
+
+// startDesktopUp runs `deskgrid up` whose sessions run the default desktop
+// image, imported into its store beforehand (the image is cached: no pull).
+func startDesktopUp(b *testing.B, flags ...string) (*upProcess, string) {
+	b.Helper()
+	layout := imagebuild.DesktopLayout()
+	if _, err := os.Stat(filepath.Join(layout, "index.json")); err != nil {
+		b.Fatalf("the default desktop image is not built (%s): run scripts/setup --images", layout)
+	}
+	dataDir, runDir := b.TempDir(), b.TempDir()
+	store, err := imagestore.New(context.Background(), imagestore.Deps{Dir: filepath.Join(dataDir, "images"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := store.ImportPath(context.Background(), "", layout, imagestore.ImportOptions{Ref: defaultImage}); err != nil {
+		b.Fatal(err)
+	}
+	if err := store.SetPublic(context.Background(), "", defaultImage, true); err != nil {
+		b.Fatal(err)
+	}
+	p := startUp(b, dataDir, runDir, append([]string{"-default-image", defaultImage}, flags...)...)
+	return p, filepath.Join(dataDir, "sandbox")
+}
+
+// waitPanel polls screenshots until the session's panel is drawn.
+func waitPanel(b *testing.B, p *upProcess, id string) {
+	b.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		ok, desc := panelShown(p.screenshot(id))
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			log, _ := p.execIn(id, "sh", "-c", "tail -5 /tmp/runtime-*/deskgrid-session.log; ls -la /tmp/.X11-unix")
+			logs := p.logs.String()
+			if len(logs) > 3000 {
+				logs = logs[len(logs)-3000:]
+			}
+			b.Fatalf("no panel on %s's screen: %s\nthe session: %s\n%s", id, desc, log, logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (p *upProcess) deleteSession(b *testing.B, id string) {
+	b.Helper()
+	if code, out, _ := p.do("DELETE", "/v1/sessions/"+id, ""); code != 200 {
+		b.Fatalf("delete %s: %d %s", id, code, out)
+	}
+}
+
+func p50(ds []time.Duration) float64 {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return float64(s[len(s)/2].Microseconds()) / 1000
+}
+
+// BenchmarkDesktopCreateToPanel: POST /v1/sessions of a 1280x800 desktop
+// until a screenshot (REST) shows the image's panel, the image cached;
+// cold (every create starts its X server) and from the warm pool of X
+// servers (-warm-displays 1: the X server is already running, the
+// container and its desktop still start on create).
+func BenchmarkDesktopCreateToPanel(b *testing.B) {
+	for _, c := range []struct{ name, warm string }{{"cold", "0"}, {"warm", "1"}} {
+		b.Run(c.name, func(b *testing.B) {
+			p, _ := startDesktopUp(b, "-warm-displays", c.warm)
+			defer p.stop()
+			// One untimed session warms the page cache with the image's files.
+			first := p.createWith(`{"display":{"width":1280,"height":800}}`)
+			waitPanel(b, p, first.ID)
+			p.deleteSession(b, first.ID)
+			var lat []time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if c.warm != "0" {
+					b.StopTimer()
+					time.Sleep(2 * time.Second) // the pool refills between creates
+					b.StartTimer()
+				}
+				start := time.Now()
+				s := p.createWith(`{"display":{"width":1280,"height":800}}`)
+				waitPanel(b, p, s.ID)
+				lat = append(lat, time.Since(start))
+				b.StopTimer()
+				p.deleteSession(b, s.ID)
+				b.StartTimer()
+			}
+			b.StopTimer()
+			b.ReportMetric(p50(lat), "p50-ms")
+		})
+	}
+}
+
+// memOf sums Private_Clean + Private_Dirty and Pss of smaps_rollup over pids.
+func memOf(b *testing.B, pids []string) (private, pss int64) {
+	b.Helper()
+	for _, pid := range pids {
+		f, err := os.Open(filepath.Join("/proc", pid, "smaps_rollup"))
+		if err != nil {
+			continue // exited since it was listed
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			fs := strings.Fields(sc.Text())
+			if len(fs) < 2 {
+				continue
+			}
+			kb, _ := strconv.ParseInt(fs[1], 10, 64)
+			switch fs[0] {
+			case "Private_Clean:", "Private_Dirty:":
+				private += kb << 10
+			case "Pss:":
+				pss += kb << 10
+			}
+		}
+		f.Close()
+	}
+	return private, pss
+}
+
+// sessionPids lists a session's X server (from its display's lock file) and
+// every process of its container (the cgroup.procs of the session's memory
+// cgroup and those below it).
+func sessionPids(b *testing.B, root, id, xDisplay string) []string {
+	b.Helper()
+	lock, err := os.ReadFile("/tmp/.X" + strings.TrimPrefix(xDisplay, ":") + "-lock")
+	if err != nil {
+		b.Fatalf("X lock file of %s: %v", xDisplay, err)
+	}
+	pids := []string{strings.TrimSpace(string(lock))}
+	cg := filepath.Join("/sys/fs/cgroup/memory", "deskgrid-"+shortHash(root), id)
+	if _, err := os.Stat(cg); err != nil {
+		b.Fatalf("the cgroup of session %s: %v", id, err)
+	}
+	seen := map[string]bool{pids[0]: true}
+	_ = filepath.WalkDir(cg, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+			return nil
+		}
+		data, _ := os.ReadFile(path)
+		for _, pid := range strings.Fields(string(data)) {
+			if !seen[pid] {
+				seen[pid] = true
+				pids = append(pids, pid)
+			}
+		}
+		return nil
+	})
+	if len(pids) < 3 {
+		b.Fatalf("session %s: only processes %v (X server and container)", id, pids)
+	}
+	return pids
+}
+
+const mib = 1 << 20
+
+// BenchmarkDesktopIdleMemory: the private memory and PSS of idle desktop
+// sessions (X server + every process of the session's container), 10 s after
+// the panel appeared: one session alone, then ten at once (PSS each, lowered
+// by the image's pages they share).
+func BenchmarkDesktopIdleMemory(b *testing.B) {
+	p, root := startDesktopUp(b)
+	defer p.stop()
+	idle := func(n int) (private, pss float64, procs int) {
+		var ss []sessionJSON
+		for i := 0; i < n; i++ {
+			s := p.createWith(`{"display":{"width":1280,"height":800}}`)
+			ss = append(ss, s)
+			waitPanel(b, p, s.ID)
+		}
+		time.Sleep(10 * time.Second)
+		var pids []string
+		for _, s := range ss {
+			pids = append(pids, sessionPids(b, root, s.ID, s.XDisplay)...)
+		}
+		pr, ps := memOf(b, pids)
+		for _, s := range ss {
+			p.deleteSession(b, s.ID)
+		}
+		return float64(pr) / mib / float64(n), float64(ps) / mib / float64(n), len(pids) / n
+	}
+	var one, onePSS, tenPSS, tenPrivate float64
+	var procs int
+	for i := 0; i < b.N; i++ {
+		one, onePSS, procs = idle(1)
+		tenPrivate, tenPSS, _ = idle(10)
+	}
+	b.ReportMetric(one, "private-MB")
+	b.ReportMetric(onePSS, "pss-MB")
+	b.ReportMetric(float64(procs), "procs")
+	b.ReportMetric(tenPrivate, "private-MB-each-of-10")
+	b.ReportMetric(tenPSS, "pss-MB-each-of-10")
+}
+
+// buttonPage is a saved web page: a form whose button changes colour on
+// each click, placed at a fixed place of the window.
+const buttonPage = `<!doctype html>
+<html><head><meta charset="utf-8"><title>deskgrid bench form</title>
+<style>
+body { margin: 0; background: #f4f4f4; font: 16px sans-serif; }
+form { position: fixed; left: 100px; top: 100px; }
+label, input { display: block; margin: 4px 0; }
+#go { position: fixed; left: 300px; top: 300px; width: 400px; height: 200px;
+      border: 0; background: rgb(200, 30, 30); color: white; font-size: 28px; }
+#go.on { background: rgb(30, 160, 60); }
+</style></head><body>
+<form onsubmit="return false">
+<label>Name <input name="name" value="deskgrid"></label>
+<label>Email <input name="email" type="email" value="bench@example.org"></label>
+<button id="go" type="button" onclick="this.classList.toggle('on')">Submit</button>
+</form></body></html>`
+
+// buttonColour names the colour at the button's centre: "red", "green" or "".
+func buttonColour(img image.Image) string {
+	r, g, bl, _ := img.At(500, 450).RGBA()
+	r, g, bl = r>>8, g>>8, bl>>8
+	switch {
+	case r > 180 && g < 60 && bl < 60:
+		return "red"
+	case r < 60 && g > 140 && bl < 90:
+		return "green"
+	}
+	return fmt.Sprintf("rgb(%d,%d,%d)", r, g, bl)
+}
+
+func flip(c string) string {
+	if c == "red" {
+		return "green"
+	}
+	return "red"
+}
+
+// xAuthOf is the session's X cookie file: the copy deskgrid places beside
+// the X socket it shares with the session's container.
+func xAuthOf(b *testing.B, id string) string {
+	b.Helper()
+	m, _ := filepath.Glob(filepath.Join("/run/deskgrid/containers", "*", id+".x11", ".Xauthority-deskgrid"))
+	if len(m) != 1 {
+		b.Fatalf("the X cookie of session %s: %v", id, m)
+	}
+	return m[0]
+}
+
+// BenchmarkDesktopClickChromium: a click on a web form's button in the
+// image's Chromium and a settled screenshot showing the button's new colour,
+// through REST (POST /v1/sessions/{id}/actions with screenshot), against
+// xdotool + scrot on the same session's display from the host (scrot taken
+// again until it shows the new colour). The page is served from the
+// session's loopback (python3 -m http.server in the session; the session's
+// network namespace does not reach the host's loopback).
+func BenchmarkDesktopClickChromium(b *testing.B) {
+	p, _ := startDesktopUp(b)
+	defer p.stop()
+	for _, tool := range []string{"xdotool", "scrot"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			b.Fatalf("%s not installed: %v", tool, err)
+		}
+	}
+	s := p.createWith(`{"display":{"width":1280,"height":800}}`)
+	waitPanel(b, p, s.ID)
+	page := base64.StdEncoding.EncodeToString([]byte(buttonPage))
+	if out, code := p.execIn(s.ID, "sh", "-c", "mkdir -p /tmp/page && echo "+page+" | base64 -d > /tmp/page/index.html && cd /tmp/page && (setsid python3 -m http.server 8765 --bind 127.0.0.1 >/tmp/page.log 2>&1 </dev/null &) && sleep 0.5 && (setsid chromium --no-sandbox --no-first-run --no-default-browser-check --disable-gpu --kiosk http://127.0.0.1:8765/ >/tmp/chromium.log 2>&1 </dev/null &)"); code != 0 {
+		b.Fatalf("start the page and Chromium: %q (exit %d)", out, code)
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for buttonColour(p.screenshot(s.ID)) != "red" {
+		if time.Now().After(deadline) {
+			log, _ := p.execIn(s.ID, "sh", "-c", "cat /tmp/page.log /tmp/chromium.log | tail -20")
+			b.Fatalf("Chromium does not show the page: button %s\n%s", buttonColour(p.screenshot(s.ID)), log)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second) // the page done loading
+	colour := "red"
+	env := append(os.Environ(), "DISPLAY="+s.XDisplay, "XAUTHORITY="+xAuthOf(b, s.ID))
+	shot := filepath.Join(b.TempDir(), "shot.png")
+	var api, ref []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		code, out, _ := p.do("POST", "/v1/sessions/"+s.ID+"/actions", `{"actions":[{"click":{"at":{"x":500,"y":450},"button":"MOUSE_BUTTON_LEFT","clicks":1}}],"screenshot":true}`)
+		d := time.Since(start)
+		if code != 200 {
+			b.Fatalf("actions: %d %s", code, out)
+		}
+		var r struct {
+			Screenshot struct {
+				Data []byte `json:"data"`
+			} `json:"screenshot"`
+		}
+		if err := json.Unmarshal(out, &r); err != nil {
+			b.Fatal(err)
+		}
+		img, err := png.Decode(strings.NewReader(string(r.Screenshot.Data)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if got := buttonColour(img); got != flip(colour) {
+			b.Fatalf("click %d: the settled screenshot shows the button %s, want %s", i, got, flip(colour))
+		}
+		colour = flip(colour)
+		api = append(api, d)
+
+		start = time.Now()
+		click := exec.Command("xdotool", "mousemove", "500", "450", "click", "1")
+		click.Env = env
+		if o, err := click.CombinedOutput(); err != nil {
+			b.Fatalf("xdotool: %v: %s", err, o)
+		}
+		for tries := 0; ; tries++ {
+			sc := exec.Command("scrot", "-o", shot)
+			sc.Env = env
+			if o, err := sc.CombinedOutput(); err != nil {
+				b.Fatalf("scrot: %v: %s", err, o)
+			}
+			f, err := os.Open(shot)
+			if err != nil {
+				b.Fatal(err)
+			}
+			img, err := png.Decode(f)
+			f.Close()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if buttonColour(img) == flip(colour) {
+				break
+			}
+			if tries > 100 {
+				b.Fatalf("xdotool click %d: scrot shows the button %s", i, buttonColour(img))
+			}
+		}
+		colour = flip(colour)
+		ref = append(ref, time.Since(start))
+	}
+	b.StopTimer()
+	b.ReportMetric(p50(api), "p50-ms")
+	b.ReportMetric(p50(ref), "xdotool-scrot-p50-ms")
+	b.ReportMetric(p50(ref)/p50(api), "speedup-x")
+}
+
+// BenchmarkDesktopCommit: POST :commit of a desktop session that wrote a
+// file into /usr/local/bin, then a create from the committed image (until
+// the create answers, and until its panel shows); the file is checked there.
+func BenchmarkDesktopCommit(b *testing.B) {
+	p, _ := startDesktopUp(b)
+	defer p.stop()
+	var commit, create, panel []time.Duration
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		s := p.createWith(`{"display":{"width":1280,"height":800}}`)
+		waitPanel(b, p, s.ID)
+		if out, code := p.execIn(s.ID, "sh", "-c", fmt.Sprintf("printf '#!/bin/sh\\necho bench-%d\\n' | sudo -n tee /usr/local/bin/bench-tool >/dev/null && sudo -n chmod 755 /usr/local/bin/bench-tool", i)); code != 0 {
+			b.Fatalf("write into /usr/local/bin: %q (exit %d)", out, code)
+		}
+		ref := fmt.Sprintf("bench/desk:v%d", i)
+		b.StartTimer()
+		start := time.Now()
+		if code, out, _ := p.do("POST", "/v1/sessions/"+s.ID+":commit", `{"image":"`+ref+`"}`); code != 200 {
+			b.Fatalf("commit: %d %s", code, out)
+		}
+		commit = append(commit, time.Since(start))
+		start = time.Now()
+		c := p.createWith(`{"display":{"width":1280,"height":800},"image":"` + ref + `"}`)
+		create = append(create, time.Since(start))
+		waitPanel(b, p, c.ID)
+		panel = append(panel, time.Since(start))
+		b.StopTimer()
+		if out, code := p.execIn(c.ID, "bench-tool"); code != 0 || out != fmt.Sprintf("bench-%d", i) {
+			b.Fatalf("the committed file in a session from %s: %q (exit %d)", ref, out, code)
+		}
+		p.deleteSession(b, s.ID)
+		p.deleteSession(b, c.ID)
+		b.StartTimer()
+	}
+	b.StopTimer()
+	b.ReportMetric(p50(commit), "commit-p50-ms")
+	b.ReportMetric(p50(create), "create-p50-ms")
+	b.ReportMetric(p50(panel), "panel-p50-ms")
+}
