@@ -102,18 +102,14 @@ func panelShown(img image.Image) (bool, string) {
 	return dark < total/2 && len(panel) >= 24 && len(panel) > len(above), desc
 }
 
-// TestDesktopImageSession: `deskgrid up` with the default desktop image
-// (built by scripts/setup) gives every session that names no image a real
-// desktop: the panel on screen, Chromium and a terminal inside, the image's
-// user mapped to the session's own host uid range, sudo and dpkg working
-// in that session only, commit then create showing the change, and nothing
-// left behind by a delete or by a crash of the service.
-func TestDesktopImageSession(t *testing.T) {
+// startUpOnDesktop runs `deskgrid up` whose sessions run on the default
+// desktop image (built by scripts/setup), imported into its store first.
+func startUpOnDesktop(t *testing.T, dataDir, runDir string) *upProcess {
+	t.Helper()
 	layout := imagebuild.DesktopLayout()
 	if _, err := os.Stat(filepath.Join(layout, "index.json")); err != nil {
 		t.Fatalf("the default desktop image is not built (%s): run scripts/setup (it builds it), or deskgrid images build -cache %s deploy/images/desktop", layout, imagebuild.DefaultCacheDir)
 	}
-	dataDir, runDir := t.TempDir(), t.TempDir()
 	// Imported here rather than by up at start, so that the start stays
 	// within its readiness wait; up's own import is the same call.
 	store, err := imagestore.New(context.Background(), imagestore.Deps{Dir: filepath.Join(dataDir, "images"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -127,6 +123,18 @@ func TestDesktopImageSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := startUp(t, dataDir, runDir, "-default-image", defaultImage)
+	return p
+}
+
+// TestDesktopImageSession: `deskgrid up` with the default desktop image
+// (built by scripts/setup) gives every session that names no image a real
+// desktop: the panel on screen, Chromium and a terminal inside, the image's
+// user mapped to the session's own host uid range, sudo and dpkg working
+// in that session only, commit then create showing the change, and nothing
+// left behind by a delete or by a crash of the service.
+func TestDesktopImageSession(t *testing.T) {
+	dataDir, runDir := t.TempDir(), t.TempDir()
+	p := startUpOnDesktop(t, dataDir, runDir)
 	root := filepath.Join(dataDir, "sandbox")
 	h := sha256.Sum256([]byte(root))
 	runcRoot := filepath.Join("/run/deskgrid/containers", hex.EncodeToString(h[:6]), "runc")
