@@ -115,7 +115,7 @@ func TestEndToEndDesktopMenuNeverReachesTheHost(t *testing.T) {
 		}
 	}
 	check("create")
-	started := 0
+	started, opened := 0, map[string]bool{}
 	if len(onDisplay(t, s.XDisplay)) == 0 {
 		t.Fatalf("no process of the desktop found on %s", s.XDisplay)
 	}
@@ -186,13 +186,14 @@ func TestEndToEndDesktopMenuNeverReachesTheHost(t *testing.T) {
 		for _, w := range p.windows(s.ID) {
 			if !strings.EqualFold(w.Class, "tint2") {
 				started++
+				opened[strings.ToLower(w.Class)] = true
 				t.Logf("menu entry %d opened %s", k, w.Class)
 				p.do("POST", fmt.Sprintf("/v1/sessions/%s/windows/%d:close", s.ID, w.ID), `{"force":true}`)
 			}
 		}
 	}
-	if started < 3 {
-		t.Fatalf("the menu's entries opened %d windows; want the browsers, the terminal, the file manager...", started)
+	if started < 3 || !opened["chromium"] {
+		t.Fatalf("the menu's entries opened %d windows (%v); want Chromium, the terminal, the file manager...", started, opened)
 	}
 
 	// The terminal the menu opened (entry 3), told to read the node's admin key.

@@ -166,19 +166,9 @@ func (s *Service) jailSpec(b *box, argv, extraEnv []string, cwd, asked string) (
 		return s.containerSpec(b, argv, extraEnv, cwd, asked)
 	}
 	if cwd != "." {
-		r, err := s.root(b)
+		real, err := s.resolveCwd(b, cwd, asked)
 		if err != nil {
 			return jail.Spec{}, err
-		}
-		real, err := r.Resolve(cwd)
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return jail.Spec{}, coded(codes.InvalidArgument, "cwd %q does not exist in the sandbox", asked)
-			}
-			return jail.Spec{}, err
-		}
-		if st, err := os.Stat(filepath.Join(b.merged(), real)); err != nil || !st.IsDir() {
-			return jail.Spec{}, coded(codes.InvalidArgument, "cwd %q is not a directory", asked)
 		}
 		cwd = real
 	}
@@ -248,20 +238,9 @@ func (s *Service) containerSpec(b *box, argv, extraEnv []string, cwd, asked stri
 		wd = "/"
 	}
 	if cwd != "." {
-		r, err := s.root(b)
+		real, err := s.resolveCwd(b, strings.TrimPrefix(path.Join(jail.Home, cwd), "/"), asked)
 		if err != nil {
 			return jail.Spec{}, err
-		}
-		rel := strings.TrimPrefix(path.Join(jail.Home, cwd), "/")
-		real, err := r.Resolve(rel)
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return jail.Spec{}, coded(codes.InvalidArgument, "cwd %q does not exist in the sandbox", asked)
-			}
-			return jail.Spec{}, err
-		}
-		if st, err := os.Stat(filepath.Join(b.merged(), real)); err != nil || !st.IsDir() {
-			return jail.Spec{}, coded(codes.InvalidArgument, "cwd %q is not a directory", asked)
 		}
 		wd = "/" + real
 	}
@@ -287,4 +266,24 @@ func (s *Service) containerSpec(b *box, argv, extraEnv []string, cwd, asked stri
 	}
 	spec.Env = append(env, extraEnv...)
 	return spec, nil
+}
+
+// resolveCwd resolves a working directory, relative to the sandbox's root,
+// inside the sandbox: it must exist there and be a directory.
+func (s *Service) resolveCwd(b *box, rel, asked string) (string, error) {
+	r, err := s.root(b)
+	if err != nil {
+		return "", err
+	}
+	real, err := r.Resolve(rel)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", coded(codes.InvalidArgument, "cwd %q does not exist in the sandbox", asked)
+		}
+		return "", err
+	}
+	if st, err := os.Stat(filepath.Join(b.merged(), real)); err != nil || !st.IsDir() {
+		return "", coded(codes.InvalidArgument, "cwd %q is not a directory", asked)
+	}
+	return real, nil
 }
