@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 MODULES := proto services/platform services/session services/display services/sandbox services/agent services/history gateway cmd/deskgrid sdk examples
 BIN := $(CURDIR)/.bin
-GO_TEST_FLAGS ?= -race -count=1 -timeout 15m
+GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
 
 .PHONY: all build setup generate lint test ci bench tidy clean
 
