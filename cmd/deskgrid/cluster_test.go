@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"google.golang.org/grpc"
 	"io"
 	"net/http"
 	"net/url"
@@ -287,7 +288,8 @@ func (c *testCluster) get(id string) *sessionv1.Session {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	resp, err := c.clients[0].GetSession(ctx, &sessionv1.GetSessionRequest{SessionId: id})
+	// A replica just restarted is waited for, as a client retrying would.
+	resp, err := c.clients[0].GetSession(ctx, &sessionv1.GetSessionRequest{SessionId: id}, grpc.WaitForReady(true))
 	if err != nil {
 		c.t.Fatalf("get %s: %v", id, err)
 	}
