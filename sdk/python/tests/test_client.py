@@ -60,7 +60,7 @@ def setUpModule() -> None:
     model = ThreadingHTTPServer(("127.0.0.1", 0), FakeAnthropic)
     threading.Thread(target=model.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{model.server_address[1]}"
-    server = DeskgridServer(["-anthropic-api-key", "sk-test", "-anthropic-base-url", base]).start()
+    server = DeskgridServer(["-default-image", "", "-anthropic-api-key", "sk-test", "-anthropic-base-url", base]).start()
 
 
 def tearDownModule() -> None:
@@ -326,7 +326,7 @@ class LifeTest(unittest.TestCase):
         # A deskgrid allowing one request a second per key: the burst of
         # calls below is answered 429 with Retry-After, and the client waits
         # and repeats them until each succeeds.
-        with DeskgridServer(["-rate-limit", "1"]) as slow:
+        with DeskgridServer(["-default-image", "", "-rate-limit", "1"]) as slow:
             retried: List[Any] = []
             dg = slow.client(on_retry=lambda n, e, w: retried.append((e.status, e.retry_after)))
             for _ in range(4):

@@ -51,7 +51,7 @@ export class DeskgridServer {
     const log = openSync(join(this.dir, 'deskgrid.log'), 'w');
     const data = join(this.dir, 'data');
     this.proc = spawn(bin, ['up', '-http-addr', http, '-grpc-addr', grpc, '-data-dir', data,
-      '-runtime-dir', join(this.dir, 'run'), ...flags], { stdio: ['ignore', log, log] });
+      '-runtime-dir', join(this.dir, 'run'), '-default-image', '', ...flags], { stdio: ['ignore', log, log] });
     let exited = false;
     this.proc.on('exit', () => { exited = true; });
     const deadline = Date.now() + 60_000;
