@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-
 	deskgrid "github.com/deskgrid/deskgrid/sdk"
 	"github.com/deskgrid/deskgrid/sdk/deskgridtest"
 )
