@@ -237,7 +237,7 @@ func TestClusterRecovery(t *testing.T) {
 		if status.Code(err) != codes.Unavailable {
 			t.Fatalf("create with Redis frozen: %v, want Unavailable", err)
 		}
-		c.waitFor("nodes alive again", 30*time.Second, func() bool {
+		c.waitFor("nodes alive again", 90*time.Second, func() bool {
 			for _, id := range []string{"n1", "n2"} {
 				if n, err := c.reg.Node(context.Background(), id); err != nil || !n.Alive {
 					return false
