@@ -15,6 +15,7 @@ var commands = map[string][]string{
 	"images":     {"list", "pull", "import", "rm", "inspect", "build"},
 	"screenshot": nil, "exec": nil, "shell": nil,
 	"act":       nil,
+	"a11y":      nil,
 	"files":     nil,
 	"changes":   nil,
 	"snapshots": nil,

@@ -381,3 +381,11 @@ func (g *server) DeleteFile(ctx context.Context, req *sandboxv1.DeleteFileReques
 	}
 	return &sandboxv1.DeleteFileResponse{}, nil
 }
+
+func (g *server) GetAccessibilityTree(ctx context.Context, req *sandboxv1.GetAccessibilityTreeRequest) (*sandboxv1.GetAccessibilityTreeResponse, error) {
+	resp, err := g.s.accessibilityTree(ctx, req)
+	if err != nil {
+		return nil, g.s.toStatus(ctx, "read the accessibility tree", err)
+	}
+	return resp, nil
+}

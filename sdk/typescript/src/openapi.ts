@@ -521,6 +521,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{sessionId}/accessibility": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the accessibility tree
+         * @description Returns the AT-SPI2 tree of the session's desktop: one node per application, its windows and widgets below, each with role, name, states, actions, text and bounds in screen pixels (the coordinates clicks take). `?max_depth=` (default 12, at most 64) and `?max_nodes=` (default 2000, at most 20000) bound it and `truncated` says when they cut it; `?only_visible=true` keeps what shows on the screen; `?application=` keeps the applications whose name contains it.
+         */
+        get: operations["SandboxService_GetAccessibilityTree"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{sessionId}/actions": {
         parameters: {
             query?: never;
@@ -1427,7 +1447,10 @@ export interface components {
              */
             leaseToken?: string;
             selection?: components["schemas"]["v1Selection"];
-            /** @description UTF-8 text, at most 1 MiB. */
+            /**
+             * @description UTF-8 text, at most 1 MiB. Never kept in a session's history: its
+             *     record holds the size only.
+             */
             text?: string;
         };
         DisplayServiceSetWindowStateBody: {
@@ -1675,6 +1698,49 @@ export interface components {
         SessionServiceResumeSessionBody: Record<string, never>;
         SessionServiceSuspendSessionBody: {
             mode?: components["schemas"]["v1SuspendMode"];
+        };
+        v1AccessibleBounds: {
+            /** Format: int32 */
+            height?: number;
+            /** Format: int32 */
+            width?: number;
+            /** Format: int32 */
+            x?: number;
+            /** Format: int32 */
+            y?: number;
+        };
+        /** @description AccessibleNode is one object of the accessibility tree. */
+        v1AccessibleNode: {
+            /** @description What the object can do ("press", "click", "activate", ...). */
+            actions?: string[];
+            bounds?: components["schemas"]["v1AccessibleBounds"];
+            /**
+             * Format: int32
+             * @description How many children the object has, including any a limit left out.
+             */
+            childCount?: number;
+            children?: components["schemas"]["v1AccessibleNode"][];
+            description?: string;
+            /** @description The object's bus name and path: stable while the object lives. */
+            id?: string;
+            name?: string;
+            /**
+             * @description AT-SPI2 role name: "application", "frame", "push button", "entry",
+             *     "link", "document web", ...
+             */
+            role?: string;
+            /**
+             * @description AT-SPI2 state names: "focused", "showing", "visible", "enabled",
+             *     "checked", "editable", ...
+             */
+            states?: string[];
+            /** @description A text object's content, at most 1024 characters. */
+            text?: string;
+            /**
+             * Format: double
+             * @description A range's current value (a slider, a progress bar), when it has one.
+             */
+            value?: number;
         };
         v1AcquireInputLeaseResponse: {
             lease?: components["schemas"]["v1InputLease"];
@@ -1990,6 +2056,17 @@ export interface components {
             /** Format: int64 */
             size?: string;
         };
+        v1GetAccessibilityTreeResponse: {
+            /** @description One node per application, its windows below. */
+            applications?: components["schemas"]["v1AccessibleNode"][];
+            /**
+             * Format: int32
+             * @description Nodes returned.
+             */
+            nodeCount?: number;
+            /** @description max_depth or max_nodes left nodes out. */
+            truncated?: boolean;
+        };
         v1GetBlobResponse: {
             /** @description Sniffed from the bytes, such as "image/png". */
             contentType?: string;
@@ -2002,6 +2079,7 @@ export interface components {
              *     it is empty.
              */
             owned?: boolean;
+            /** @description Never kept in a session's history: its record holds the size only. */
             text?: string;
             /** @description The text was longer than 1 MiB and is cut off there. */
             truncated?: boolean;
@@ -3954,6 +4032,55 @@ export interface operations {
                 content: {
                     "application/x-ndjson": components["schemas"]["rpcStatus"];
                     "text/event-stream": components["schemas"]["rpcStatus"];
+                };
+            };
+        };
+    };
+    SandboxService_GetAccessibilityTree: {
+        parameters: {
+            query?: {
+                /** @description Keep only the applications whose name contains this (any case). */
+                application?: string;
+                /**
+                 * @description Levels below each application to read (the application is level 0):
+                 *     1 gives its windows. 0 means 12; at most 64.
+                 */
+                maxDepth?: number;
+                /**
+                 * @description Nodes to return at most, applications included. 0 means 2000; at most
+                 *     20000.
+                 */
+                maxNodes?: number;
+                /**
+                 * @description Leave out nodes that are not showing on the screen, with their
+                 *     children.
+                 */
+                onlyVisible?: boolean;
+            };
+            header?: never;
+            path: {
+                sessionId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The tree. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["v1GetAccessibilityTreeResponse"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["rpcStatus"];
                 };
             };
         };
