@@ -22,6 +22,7 @@ const (
 	ifProperties  = "org.freedesktop.DBus.Properties"
 	coordsScreen  = uint32(0)
 	maxTextLength = 1024
+	maxActions    = 16
 )
 
 // Limits bound a walk of the tree.
@@ -159,16 +160,30 @@ func (w *walker) node(ctx context.Context, r ref, depth int) (*Node, error) {
 		val = obj.GoWithContext(ctx, ifProperties+".Get", 0, nil, ifValue, "CurrentValue")
 	}
 	if ext != nil {
-		var x, y, wd, h int32
-		if err := wait(ctx, ext).Store(&x, &y, &wd, &h); err == nil {
-			n.Bounds = &Rect{X: x, Y: y, Width: wd, Height: h}
+		// One (iiii) struct.
+		var r Rect
+		if err := wait(ctx, ext).Store(&r); err == nil {
+			n.Bounds = &r
 		}
 	}
 	if acts != nil {
+		// GetActions gives localized names (empty from some toolkits);
+		// GetName the action's own, the one DoAction takes.
 		var as []struct{ Name, Description, KeyBinding string }
 		if err := wait(ctx, acts).Store(&as); err == nil {
-			for _, a := range as {
-				n.Actions = append(n.Actions, a.Name)
+			calls := make([]*dbus.Call, 0, min(len(as), maxActions))
+			for i := range min(len(as), maxActions) {
+				calls = append(calls, obj.GoWithContext(ctx, ifAction+".GetName", 0, nil, int32(i)))
+			}
+			for i, c := range calls {
+				name := as[i].Name
+				var own string
+				if err := wait(ctx, c).Store(&own); err == nil && own != "" {
+					name = own
+				}
+				if name != "" {
+					n.Actions = append(n.Actions, name)
+				}
 			}
 		}
 	}
