@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"text/tabwriter"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -59,4 +60,64 @@ func runAccessibility(ctx context.Context, args []string, stdout, stderr io.Writ
 		return err
 	}
 	return deskgrid.WriteAccessibilityTree(stdout, tree)
+}
+
+// runApps lists the applications a session offers, or launches one and
+// prints its window.
+func runApps(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, cf := newClientFlags("apps", stderr)
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) < 1 || (len(pos) > 1 && (pos[1] != "launch" || len(pos) < 3)) {
+		return usageError("apps: want <id> [launch APP [FILE|URL...]]")
+	}
+	conn, err := cf.conn()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
+	defer cancel()
+	s, err := deskgrid.NewWithConn(conn).Sessions.Get(ctx, pos[0])
+	if err != nil {
+		return rpcError(err)
+	}
+	m := protojson.MarshalOptions{Multiline: true, Indent: "  "}
+	if len(pos) == 1 {
+		apps, err := s.Applications(ctx)
+		if err != nil {
+			return rpcError(err)
+		}
+		if cf.output == "json" {
+			b, err := m.Marshal(&sandboxv1.ListApplicationsResponse{Applications: apps})
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintln(stdout, string(b))
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tNAME\tCOMMENT")
+		for _, a := range apps {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", a.GetId(), a.GetName(), a.GetComment())
+		}
+		return tw.Flush()
+	}
+	l, err := s.Launch(ctx, pos[2], pos[3:]...)
+	if err != nil {
+		return rpcError(err)
+	}
+	if cf.output == "json" {
+		b, err := m.Marshal(l.Window)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(stdout, string(b))
+		return err
+	}
+	g := l.Window.GetGeometry()
+	_, err = fmt.Fprintf(stdout, "%s: window %d %q at %d,%d %dx%d (process %s)\n", l.Application.GetId(), l.Window.GetId(), l.Window.GetTitle(), g.GetX(), g.GetY(), g.GetWidth(), g.GetHeight(), l.Process.GetProcessId())
+	return err
 }

@@ -145,5 +145,45 @@ func TestAccessibilityTreeOfADesktopSession(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &js); err != nil || len(js.Applications) != 1 || js.Applications[0].Role != "application" {
 		t.Errorf("deskgrid a11y -o json: %v %.300s", err, out.String())
 	}
-	t.Logf("Chromium's visible tree:\n%s", last)
+
+	// Launching by name: the applications of the image, Mousepad (GTK 3)
+	// started from its entry, its window returned and its widgets in the
+	// tree.
+	code, body, _ := p.do("GET", "/v1/sessions/"+a.ID+"/applications", "")
+	if code != 200 || !strings.Contains(string(body), `"name":"Mousepad"`) && !strings.Contains(string(body), `"name": "Mousepad"`) {
+		t.Fatalf("applications: %d %.500s", code, body)
+	}
+	l, err := s.Launch(ctx, "mousepad")
+	if err != nil {
+		t.Fatalf("launch mousepad: %v", err)
+	}
+	if l.Window == nil || !strings.Contains(l.Window.GetTitle(), "Mousepad") || l.Window.GetGeometry().GetWidth() <= 0 {
+		t.Fatalf("launched %v, window %v", l.Application, l.Window)
+	}
+	deadline = time.Now().Add(time.Minute)
+	for {
+		mt, err := s.AccessibilityTree(ctx, deskgrid.Application("mousepad"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(deskgrid.FindAccessible(mt, "frame", "Mousepad")) > 0 && len(deskgrid.FindAccessible(mt, "menu", "File")) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			var b strings.Builder
+			_ = deskgrid.WriteAccessibilityTree(&b, mt)
+			t.Fatalf("Mousepad's tree has no frame and File menu:\n%s", b.String())
+		}
+		time.Sleep(500 * time.Millisecond) // polled: the window's widgets appear as it starts
+	}
+	if code, body, _ := p.do("POST", "/v1/sessions/"+a.ID+"/applications:launch", `{"application":"no such program"}`); code != 404 {
+		t.Errorf("launching an unknown application: %d %s", code, body)
+	}
+	if code, body, _ := p.do("POST", "/v1/sessions/"+a.ID+"/applications:launch", `{"application":"lxterminal","args":["a.txt"]}`); code != 400 {
+		t.Errorf("files for an application that takes none: %d %s", code, body)
+	}
+	out.Reset()
+	if err := run(ctx, []string{"apps", a.ID, "-addr", p.grpc, "-api-key", p.key}, &out, &errOut); err != nil || !strings.Contains(out.String(), "Mousepad") {
+		t.Errorf("deskgrid apps: %v %q", err, out.String())
+	}
 }

@@ -16,6 +16,7 @@ var commands = map[string][]string{
 	"screenshot": nil, "exec": nil, "shell": nil,
 	"act":       nil,
 	"a11y":      nil,
+	"apps":      nil,
 	"files":     nil,
 	"changes":   nil,
 	"snapshots": nil,

@@ -19,6 +19,8 @@ func addDesktopTools(s *mcp.Server, t *tools) {
 	addTool(s, t, &mcp.Tool{Name: "set_clipboard", Description: "Put text (any Unicode, at most 1 MiB) on a session's clipboard, for its programs to paste with ctrl+v."}, t.setClipboard)
 	addTool(s, t, &mcp.Tool{Name: "list_windows", Description: "List a session's open windows: id, title, class, pid, geometry, focused, minimized, maximized."}, t.listWindows)
 	addTool(s, t, &mcp.Tool{Name: "accessibility_tree", Description: "Read the accessibility tree of a session's desktop (applications, windows, buttons, links, text fields...), one node a line: role, \"name\", [states], @x,y WxH in screen pixels (click the middle to press it), (actions), = text. With role and/or name, only the matching nodes."}, t.accessibilityTree)
+	addTool(s, t, &mcp.Tool{Name: "list_applications", Description: "List the applications a session's desktop offers (its menu entries): id, name, comment."}, t.listApplications)
+	addTool(s, t, &mcp.Tool{Name: "launch", Description: "Start an application by id or name (as list_applications gives them), optionally with files or URLs to open, and wait for its window; returns the window."}, t.launch)
 	addTool(s, t, &mcp.Tool{Name: "window", Description: "Act on a window by id: activate, close, minimize, maximize, fullscreen, restore, or move (x, y and optionally width, height). Returns the window afterwards."}, t.window)
 }
 
@@ -218,4 +220,57 @@ func (t *tools) accessibilityTree(ctx context.Context, _ *mcp.CallToolRequest, i
 	}
 	out.Tree = b.String()
 	return nil, out, nil
+}
+
+// ApplicationInfo is what the tools say about an application.
+type ApplicationInfo struct {
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Comment string `json:"comment,omitempty"`
+}
+
+type applicationsOut struct {
+	Applications []ApplicationInfo `json:"applications"`
+}
+
+func (t *tools) listApplications(ctx context.Context, _ *mcp.CallToolRequest, in sessionIn) (*mcp.CallToolResult, applicationsOut, error) {
+	s, err := t.session(ctx, in.SessionID)
+	if err != nil {
+		return nil, applicationsOut{}, err
+	}
+	apps, err := s.Applications(ctx)
+	if err != nil {
+		return nil, applicationsOut{}, err
+	}
+	out := applicationsOut{Applications: []ApplicationInfo{}}
+	for _, a := range apps {
+		out.Applications = append(out.Applications, ApplicationInfo{ID: a.GetId(), Name: a.GetName(), Comment: a.GetComment()})
+	}
+	return nil, out, nil
+}
+
+type launchIn struct {
+	SessionID   string   `json:"session_id"`
+	Application string   `json:"application" jsonschema:"an application's id or name"`
+	Args        []string `json:"args,omitempty" jsonschema:"files or URLs for it to open"`
+}
+
+type launchOut struct {
+	Application ApplicationInfo `json:"application"`
+	ProcessID   string          `json:"process_id"`
+	Window      *WindowInfo     `json:"window,omitempty"`
+}
+
+func (t *tools) launch(ctx context.Context, _ *mcp.CallToolRequest, in launchIn) (*mcp.CallToolResult, launchOut, error) {
+	s, err := t.session(ctx, in.SessionID)
+	if err != nil {
+		return nil, launchOut{}, err
+	}
+	l, err := s.Launch(ctx, in.Application, in.Args...)
+	if err != nil {
+		return nil, launchOut{}, err
+	}
+	a := l.Application
+	w := windowInfo(l.Window)
+	return nil, launchOut{Application: ApplicationInfo{ID: a.GetId(), Name: a.GetName(), Comment: a.GetComment()}, ProcessID: l.Process.GetProcessId(), Window: &w}, nil
 }

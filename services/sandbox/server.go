@@ -389,3 +389,19 @@ func (g *server) GetAccessibilityTree(ctx context.Context, req *sandboxv1.GetAcc
 	}
 	return resp, nil
 }
+
+func (g *server) ListApplications(ctx context.Context, req *sandboxv1.ListApplicationsRequest) (*sandboxv1.ListApplicationsResponse, error) {
+	apps, err := g.s.listApplications(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, g.s.toStatus(ctx, "list applications", err)
+	}
+	return &sandboxv1.ListApplicationsResponse{Applications: apps}, nil
+}
+
+func (g *server) LaunchApplication(ctx context.Context, req *sandboxv1.LaunchApplicationRequest) (*sandboxv1.LaunchApplicationResponse, error) {
+	resp, err := g.s.launchApplication(ctx, req)
+	if err != nil {
+		return nil, g.s.toStatus(ctx, "launch application", err)
+	}
+	return resp, nil
+}

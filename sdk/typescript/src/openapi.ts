@@ -561,6 +561,49 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{sessionId}/applications": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * ListApplications lists the applications the session's image offers:
+         *     its desktop entries (/usr/share/applications/*.desktop) that are shown
+         *     in menus.
+         */
+        get: operations["SandboxService_ListApplications"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{sessionId}/applications:launch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * LaunchApplication starts an application by its desktop entry's id
+         *     ("chromium", "org.xfce.mousepad") or name ("Mousepad", any case) on the
+         *     session's display, as its menu would, with optional files or URLs. The
+         *     program keeps running after the call, as StartProcess's do.
+         */
+        post: operations["SandboxService_LaunchApplication"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{sessionId}/changes": {
         parameters: {
             query?: never;
@@ -1642,6 +1685,12 @@ export interface components {
             /** @description Killed, with its whole process tree, after this long; zero means 60 s. */
             timeout?: string;
         };
+        SandboxServiceLaunchApplicationBody: {
+            /** @description An application's id or name (any case). */
+            application?: string;
+            /** @description Files or URLs for it to open, when its entry takes them. */
+            args?: string[];
+        };
         SandboxServiceMakeDirectoryBody: {
             /**
              * Format: int64
@@ -1772,6 +1821,16 @@ export interface components {
         };
         v1ActivateWindowResponse: {
             window?: components["schemas"]["v1Window"];
+        };
+        /** @description Application is a desktop entry of the session's image. */
+        v1Application: {
+            categories?: string[];
+            comment?: string;
+            /** @description The entry's Exec line, as written. */
+            exec?: string;
+            /** @description The entry's file name without ".desktop". */
+            id?: string;
+            name?: string;
         };
         v1ApplyChangesResponse: {
             /** @description Paths written to or removed from the workspace. */
@@ -2214,11 +2273,19 @@ export interface components {
             /** @description Hold the chord this long before releasing it. */
             hold?: string;
         };
+        v1LaunchApplicationResponse: {
+            application?: components["schemas"]["v1Application"];
+            process?: components["schemas"]["v1Process"];
+        };
         v1Layer: {
             /** @description Uncompressed digest: the layer's directory on the node. */
             diffId?: string;
             /** @description Compressed digest. */
             digest?: string;
+        };
+        v1ListApplicationsResponse: {
+            /** @description By name. */
+            applications?: components["schemas"]["v1Application"][];
         };
         v1ListChangesResponse: {
             changes?: components["schemas"]["v1Change"][];
@@ -4107,6 +4174,72 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["v1PerformActionsResponse"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["rpcStatus"];
+                };
+            };
+        };
+    };
+    SandboxService_ListApplications: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A successful response. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["v1ListApplicationsResponse"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["rpcStatus"];
+                };
+            };
+        };
+    };
+    SandboxService_LaunchApplication: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SandboxServiceLaunchApplicationBody"];
+            };
+        };
+        responses: {
+            /** @description A successful response. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["v1LaunchApplicationResponse"];
                 };
             };
             /** @description An unexpected error response. */

@@ -117,6 +117,8 @@ func DefaultMethodScopes() map[string]Scope {
 		sandbox + "StopProcess":          w,
 		sandbox + "ListProcesses":        r,
 		sandbox + "GetAccessibilityTree": r,
+		sandbox + "ListApplications":     r,
+		sandbox + "LaunchApplication":    w,
 		sandbox + "FreezeSandbox":        a,
 		sandbox + "ThawSandbox":          a,
 		sandbox + "ListChanges":          r,

@@ -31,6 +31,8 @@ const (
 	SandboxService_StartProcess_FullMethodName         = "/deskgrid.sandbox.v1.SandboxService/StartProcess"
 	SandboxService_StopProcess_FullMethodName          = "/deskgrid.sandbox.v1.SandboxService/StopProcess"
 	SandboxService_ListProcesses_FullMethodName        = "/deskgrid.sandbox.v1.SandboxService/ListProcesses"
+	SandboxService_ListApplications_FullMethodName     = "/deskgrid.sandbox.v1.SandboxService/ListApplications"
+	SandboxService_LaunchApplication_FullMethodName    = "/deskgrid.sandbox.v1.SandboxService/LaunchApplication"
 	SandboxService_GetAccessibilityTree_FullMethodName = "/deskgrid.sandbox.v1.SandboxService/GetAccessibilityTree"
 	SandboxService_FreezeSandbox_FullMethodName        = "/deskgrid.sandbox.v1.SandboxService/FreezeSandbox"
 	SandboxService_ThawSandbox_FullMethodName          = "/deskgrid.sandbox.v1.SandboxService/ThawSandbox"
@@ -88,6 +90,15 @@ type SandboxServiceClient interface {
 	StopProcess(ctx context.Context, in *StopProcessRequest, opts ...grpc.CallOption) (*StopProcessResponse, error)
 	// ListProcesses lists the programs StartProcess started, running or ended.
 	ListProcesses(ctx context.Context, in *ListProcessesRequest, opts ...grpc.CallOption) (*ListProcessesResponse, error)
+	// ListApplications lists the applications the session's image offers:
+	// its desktop entries (/usr/share/applications/*.desktop) that are shown
+	// in menus.
+	ListApplications(ctx context.Context, in *ListApplicationsRequest, opts ...grpc.CallOption) (*ListApplicationsResponse, error)
+	// LaunchApplication starts an application by its desktop entry's id
+	// ("chromium", "org.xfce.mousepad") or name ("Mousepad", any case) on the
+	// session's display, as its menu would, with optional files or URLs. The
+	// program keeps running after the call, as StartProcess's do.
+	LaunchApplication(ctx context.Context, in *LaunchApplicationRequest, opts ...grpc.CallOption) (*LaunchApplicationResponse, error)
 	// GetAccessibilityTree reads the accessibility tree (AT-SPI2) of the
 	// session's desktop from the accessibility bus inside the session: every
 	// application's windows and widgets with their role, name, states,
@@ -272,6 +283,26 @@ func (c *sandboxServiceClient) ListProcesses(ctx context.Context, in *ListProces
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListProcessesResponse)
 	err := c.cc.Invoke(ctx, SandboxService_ListProcesses_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ListApplications(ctx context.Context, in *ListApplicationsRequest, opts ...grpc.CallOption) (*ListApplicationsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListApplicationsResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ListApplications_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) LaunchApplication(ctx context.Context, in *LaunchApplicationRequest, opts ...grpc.CallOption) (*LaunchApplicationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LaunchApplicationResponse)
+	err := c.cc.Invoke(ctx, SandboxService_LaunchApplication_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -516,6 +547,15 @@ type SandboxServiceServer interface {
 	StopProcess(context.Context, *StopProcessRequest) (*StopProcessResponse, error)
 	// ListProcesses lists the programs StartProcess started, running or ended.
 	ListProcesses(context.Context, *ListProcessesRequest) (*ListProcessesResponse, error)
+	// ListApplications lists the applications the session's image offers:
+	// its desktop entries (/usr/share/applications/*.desktop) that are shown
+	// in menus.
+	ListApplications(context.Context, *ListApplicationsRequest) (*ListApplicationsResponse, error)
+	// LaunchApplication starts an application by its desktop entry's id
+	// ("chromium", "org.xfce.mousepad") or name ("Mousepad", any case) on the
+	// session's display, as its menu would, with optional files or URLs. The
+	// program keeps running after the call, as StartProcess's do.
+	LaunchApplication(context.Context, *LaunchApplicationRequest) (*LaunchApplicationResponse, error)
 	// GetAccessibilityTree reads the accessibility tree (AT-SPI2) of the
 	// session's desktop from the accessibility bus inside the session: every
 	// application's windows and widgets with their role, name, states,
@@ -612,6 +652,12 @@ func (UnimplementedSandboxServiceServer) StopProcess(context.Context, *StopProce
 }
 func (UnimplementedSandboxServiceServer) ListProcesses(context.Context, *ListProcessesRequest) (*ListProcessesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListProcesses not implemented")
+}
+func (UnimplementedSandboxServiceServer) ListApplications(context.Context, *ListApplicationsRequest) (*ListApplicationsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListApplications not implemented")
+}
+func (UnimplementedSandboxServiceServer) LaunchApplication(context.Context, *LaunchApplicationRequest) (*LaunchApplicationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method LaunchApplication not implemented")
 }
 func (UnimplementedSandboxServiceServer) GetAccessibilityTree(context.Context, *GetAccessibilityTreeRequest) (*GetAccessibilityTreeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetAccessibilityTree not implemented")
@@ -896,6 +942,42 @@ func _SandboxService_ListProcesses_Handler(srv interface{}, ctx context.Context,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(SandboxServiceServer).ListProcesses(ctx, req.(*ListProcessesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ListApplications_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListApplicationsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ListApplications(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ListApplications_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ListApplications(ctx, req.(*ListApplicationsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_LaunchApplication_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LaunchApplicationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).LaunchApplication(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_LaunchApplication_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).LaunchApplication(ctx, req.(*LaunchApplicationRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1274,6 +1356,14 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListProcesses",
 			Handler:    _SandboxService_ListProcesses_Handler,
+		},
+		{
+			MethodName: "ListApplications",
+			Handler:    _SandboxService_ListApplications_Handler,
+		},
+		{
+			MethodName: "LaunchApplication",
+			Handler:    _SandboxService_LaunchApplication_Handler,
 		},
 		{
 			MethodName: "GetAccessibilityTree",
