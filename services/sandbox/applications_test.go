@@ -40,7 +40,7 @@ func TestExecArgv(t *testing.T) {
 
 func TestParseDesktopEntry(t *testing.T) {
 	fsys := fstest.MapFS{
-		"shown.desktop": {Data: []byte("[Desktop Entry]\nType=Application\nName=Mousepad\nName[de]=Mauspad\nComment=Edit text\nExec=mousepad %F\nCategories=Utility;TextEditor;\n[Desktop Action new]\nName=New Window\nExec=mousepad --new\n")},
+		"shown.desktop":  {Data: []byte("[Desktop Entry]\nType=Application\nName=Mousepad\nName[de]=Mauspad\nComment=Edit text\nExec=mousepad %F\nCategories=Utility;TextEditor;\n[Desktop Action new]\nName=New Window\nExec=mousepad --new\n")},
 		"hidden.desktop": {Data: []byte("[Desktop Entry]\nType=Application\nName=Helper\nExec=helper\nNoDisplay=true\n")},
 		"link.desktop":   {Data: []byte("[Desktop Entry]\nType=Link\nName=Site\nURL=https://example.org\n")},
 		"long.desktop":   {Data: []byte("[Desktop Entry]\nType=Application\nName=Long\nExec=x\nComment=" + strings.Repeat("a", maxEntryBytes) + "\n")},
