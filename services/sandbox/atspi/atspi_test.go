@@ -218,3 +218,29 @@ func dump(t *Tree) string {
 	}
 	return b.String()
 }
+
+// A bus that is not a session's own is never dialled: an abstract socket
+// in the node's network namespace, a path that is no socket.
+func TestDialRefusesWhatIsNotTheSessions(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, as the node's service runs")
+	}
+	_, err := (&Bus{PID: os.Getpid(), Path: "@/tmp/dbus-node", UID: nobody, GID: nobody, InnerUID: nobody}).Dial()
+	if err == nil || !strings.Contains(err.Error(), "node's own network namespace") {
+		t.Errorf("abstract socket of the node: %v", err)
+	}
+	f := filepath.Join(t.TempDir(), "bus")
+	if err := os.WriteFile(f, nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	_, err = (&Bus{PID: os.Getpid(), Path: f, UID: nobody, GID: nobody, InnerUID: nobody}).Dial()
+	if err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Errorf("a file for a socket: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("the service lost its identity")
+	}
+	if _, err := Find([]int{os.Getpid(), 1}); err != ErrNoBus {
+		t.Errorf("Find among processes running no bus: %v", err)
+	}
+}

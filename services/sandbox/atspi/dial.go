@@ -57,6 +57,11 @@ func Find(pids []int) (*Bus, error) {
 		if b.UID, b.GID, err = hostIDs(pid); err != nil {
 			continue
 		}
+		if b.UID == 0 || b.GID == 0 {
+			// A session's processes run in its own id range, never as the
+			// node's root.
+			continue
+		}
 		if b.InnerUID, err = innerUID(pid, b.UID); err != nil {
 			continue
 		}
@@ -209,14 +214,43 @@ func (b *Bus) connect() (net.Conn, error) {
 			return nil, err
 		}
 		defer unix.Close(ns)
+		// An abstract name is only the session's own in a network
+		// namespace of its own.
+		var theirs, ours unix.Stat_t
+		if err := unix.Fstat(ns, &theirs); err != nil {
+			return nil, err
+		}
+		if err := unix.Stat("/proc/thread-self/ns/net", &ours); err != nil {
+			return nil, err
+		}
+		if theirs.Ino == ours.Ino && theirs.Dev == ours.Dev {
+			return nil, errors.New("the bus listens on an abstract socket in the node's own network namespace")
+		}
 		netns = ns
 		addr = b.Path
 	} else {
-		fd, err := unix.Open(filepath.Join(fmt.Sprintf("/proc/%d/root", b.PID), b.Path), unix.O_PATH|unix.O_CLOEXEC, 0)
+		// Resolved beneath the daemon's root, links included: a link the
+		// session planted cannot lead to a socket of the node.
+		root, err := unix.Open(fmt.Sprintf("/proc/%d/root", b.PID), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return nil, err
 		}
+		defer unix.Close(root)
+		fd, err := unix.Openat2(root, strings.TrimPrefix(b.Path, "/"), &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("the bus's socket %s: %w", b.Path, err)
+		}
 		defer unix.Close(fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return nil, err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+			return nil, fmt.Errorf("the bus's socket %s is not a socket", b.Path)
+		}
 		addr = fmt.Sprintf("/proc/self/fd/%d", fd)
 	}
 	type result struct {
