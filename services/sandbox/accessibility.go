@@ -62,6 +62,10 @@ func (s *Service) accessibilityTree(ctx context.Context, req *sandboxv1.GetAcces
 	}
 	bus, err := atspi.Find(pids)
 	if errors.Is(err, atspi.ErrNoBus) {
+		// at-spi-bus-launcher may start the bus only once asked for it.
+		bus, err = s.wakeA11yBus(ctx, b)
+	}
+	if errors.Is(err, atspi.ErrNoBus) {
 		return nil, coded(codes.FailedPrecondition, "session %q runs no accessibility bus (the desktop image starts one; a session on the node's own programs or a plain image has none)", b.id)
 	}
 	if err != nil {
@@ -149,4 +153,45 @@ func (s *Service) sessionPids(ctx context.Context, b *box) ([]int, error) {
 		}
 	}
 	return out, nil
+}
+
+// wakeA11yBus asks the session's D-Bus for the accessibility bus, then
+// waits a little for its daemon to appear among the session's processes.
+func (s *Service) wakeA11yBus(ctx context.Context, b *box) (*atspi.Bus, error) {
+	pids, err := s.sessionPids(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := atspi.FindSessionBus(pids)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := sb.Dial()
+	if err != nil {
+		return nil, atspi.ErrNoBus
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	werr := atspi.WakeA11yBus(wctx, conn)
+	conn.Close()
+	if werr != nil {
+		return nil, atspi.ErrNoBus
+	}
+	// GetAddress answers once the daemon runs; it shows among the
+	// processes at once, but a loaded node gets a few tries.
+	for range 20 {
+		if pids, err = s.sessionPids(ctx, b); err != nil {
+			return nil, err
+		}
+		bus, err := atspi.Find(pids)
+		if !errors.Is(err, atspi.ErrNoBus) {
+			return bus, err
+		}
+		select {
+		case <-wctx.Done():
+			return nil, atspi.ErrNoBus
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil, atspi.ErrNoBus
 }

@@ -129,7 +129,7 @@ func TestTreeOfChromiumOnItsOwnBus(t *testing.T) {
 			t.Fatalf("walk: %v (last tree %s)", err, dump(last))
 		}
 		last = tree
-		button = find(tree, "push button", "Press me")
+		button = findNode(tree, "push button", "Press me")
 		if button == nil {
 			if ctx.Err() != nil {
 				t.Fatalf("no button in the tree:\n%s", dump(tree))
@@ -143,7 +143,7 @@ func TestTreeOfChromiumOnItsOwnBus(t *testing.T) {
 	if !contains(button.Actions, "press") && !contains(button.Actions, "click") {
 		t.Errorf("the button has no actions: %+v", button)
 	}
-	if e := find(last, "entry", "Email"); e == nil || e.Text != "a@b.c" || !contains(e.States, "editable") {
+	if e := findNode(last, "entry", "Email"); e == nil || e.Text != "a@b.c" || !contains(e.States, "editable") {
 		t.Errorf("entry: %+v", e)
 	}
 	start := time.Now()
@@ -177,7 +177,7 @@ func contains(ss []string, s string) bool {
 	return false
 }
 
-func find(t *Tree, role, name string) *Node {
+func findNode(t *Tree, role, name string) *Node {
 	if t == nil {
 		return nil
 	}

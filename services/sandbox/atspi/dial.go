@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -47,9 +48,21 @@ type Bus struct {
 
 // Find looks among pids (host process ids of one session) for the
 // accessibility bus.
-func Find(pids []int) (*Bus, error) {
+func Find(pids []int) (*Bus, error) { return find(pids, isA11yDaemon) }
+
+// FindSessionBus looks among pids for the session's own D-Bus (the one
+// dbus-daemon --session serves), where org.a11y.Bus says, and starts on
+// demand, the accessibility bus.
+func FindSessionBus(pids []int) (*Bus, error) {
+	return find(pids, func(pid int) bool {
+		args := cmdline(pid)
+		return len(args) > 0 && filepath.Base(args[0]) == "dbus-daemon" && slices.Contains(args[1:], "--session")
+	})
+}
+
+func find(pids []int, match func(pid int) bool) (*Bus, error) {
 	for _, pid := range pids {
-		if !isA11yDaemon(pid) {
+		if !match(pid) {
 			continue
 		}
 		b := &Bus{PID: pid}
@@ -66,19 +79,23 @@ func Find(pids []int) (*Bus, error) {
 			continue
 		}
 		if b.Path, err = listening(pid); err != nil {
-			return nil, fmt.Errorf("accessibility bus (pid %d): %w", pid, err)
+			return nil, fmt.Errorf("bus daemon (pid %d): %w", pid, err)
 		}
 		return b, nil
 	}
 	return nil, ErrNoBus
 }
 
-func isA11yDaemon(pid int) bool {
+func cmdline(pid int) []string {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return false
+	if err != nil || len(raw) == 0 {
+		return nil
 	}
-	args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+	return strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+}
+
+func isA11yDaemon(pid int) bool {
+	args := cmdline(pid)
 	if len(args) == 0 || filepath.Base(args[0]) != "dbus-daemon" {
 		return false
 	}

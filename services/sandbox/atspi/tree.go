@@ -295,3 +295,10 @@ func IsNoBus(err error) bool {
 	}
 	return errors.Is(err, ErrNoBus)
 }
+
+// WakeA11yBus asks the session bus for the accessibility bus's address,
+// which makes at-spi-bus-launcher start it when it waits to be asked.
+func WakeA11yBus(ctx context.Context, session *dbus.Conn) error {
+	var addr string
+	return session.Object("org.a11y.Bus", "/org/a11y/bus").CallWithContext(ctx, "org.a11y.Bus.GetAddress", 0).Store(&addr)
+}
