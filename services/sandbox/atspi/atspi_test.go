@@ -244,3 +244,141 @@ func TestDialRefusesWhatIsNotTheSessions(t *testing.T) {
 		t.Errorf("Find among processes running no bus: %v", err)
 	}
 }
+
+// descendants are pid and every process below it.
+func descendants(pid int) []int {
+	parent := map[int]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		var p, pp int
+		if _, err := fmt.Sscan(e.Name(), &p); err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		rest := string(raw[strings.LastIndexByte(string(raw), ')')+1:])
+		if _, err := fmt.Sscan(rest, new(string), &pp); err == nil {
+			parent[p] = pp
+		}
+	}
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		for p, pp := range parent {
+			if pp == out[i] {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// A launcher that starts the accessibility bus only when asked: the
+// session bus is found, asked for org.a11y.Bus (which it activates), and
+// the accessibility bus then runs and answers.
+func TestWakeTheBusThroughTheSessionBus(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("connecting as another user needs root, as the node's service runs")
+	}
+	dir, err := os.MkdirTemp("", "atspi-wake-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(dir, "home")
+	if err := os.Mkdir(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(home, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	r, w, _ := os.Pipe()
+	sess := exec.Command("dbus-daemon", "--session", "--nofork", "--print-address=3", "--address=unix:path="+filepath.Join(home, "bus"))
+	sess.ExtraFiles = []*os.File{w}
+	sess.Env = []string{"HOME=" + home, "PATH=/usr/bin:/bin", "XDG_RUNTIME_DIR=" + home}
+	sess.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}, Setpgid: true}
+	if err := sess.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	t.Cleanup(func() {
+		// What the session bus started runs as the user, with
+		// XDG_RUNTIME_DIR this test's.
+		for _, p := range processesOf(nobody) {
+			if env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p)); p == sess.Process.Pid || strings.Contains(string(env), "XDG_RUNTIME_DIR="+home) {
+				_ = syscall.Kill(p, syscall.SIGKILL)
+			}
+		}
+		_ = sess.Wait()
+	})
+	if _, err := bufio.NewReader(r).ReadString('\n'); err != nil {
+		t.Fatalf("the session bus gave no address: %v", err)
+	}
+	r.Close()
+
+	if _, err := Find(descendants(sess.Process.Pid)); err != ErrNoBus {
+		t.Fatalf("an accessibility bus before one was asked for: %v", err)
+	}
+	sb, err := FindSessionBus(descendants(sess.Process.Pid))
+	if err != nil || sb.PID != sess.Process.Pid {
+		t.Fatalf("session bus: %+v %v", sb, err)
+	}
+	conn, err := sb.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := WakeA11yBus(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	var b *Bus
+	for b == nil {
+		// Activated programs leave the daemon's process tree; a session's
+		// cgroup holds them all, here they are the user's processes.
+		b, err = Find(processesOf(nobody))
+		if err != nil && err != ErrNoBus {
+			t.Fatal(err)
+		}
+		if b == nil {
+			if ctx.Err() != nil {
+				var procs []string
+				for _, p := range processesOf(nobody) {
+					procs = append(procs, strings.Join(cmdline(p), " "))
+				}
+				t.Fatalf("the accessibility bus never appeared; processes: %q", procs)
+			}
+			time.Sleep(100 * time.Millisecond) // polled: the launcher starts it
+		}
+	}
+	a11y, err := b.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a11y.Close()
+	if _, err := Walk(ctx, a11y, Limits{MaxDepth: 2, MaxNodes: 10}); err != nil {
+		t.Fatalf("walk an empty desktop: %v", err)
+	}
+}
+
+// processesOf are the processes running as uid.
+func processesOf(uid uint32) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		var p int
+		if _, err := fmt.Sscan(e.Name(), &p); err != nil {
+			continue
+		}
+		if u, _, err := hostIDs(p); err == nil && u == uid {
+			out = append(out, p)
+		}
+	}
+	return out
+}
