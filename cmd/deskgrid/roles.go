@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/deskgrid/deskgrid/services/platform/auth/quota"
+	"github.com/deskgrid/deskgrid/services/platform/auth/secretbox"
 	"os"
 	"path/filepath"
 	"strings"
@@ -440,13 +441,13 @@ func (s *setup) addAgent(ctx context.Context, srv *grpcserver.Server, nc *nats.C
 		return fmt.Errorf("agent store: %w", err)
 	}
 	s.closers.add("agent store", func(context.Context) error { return st.Close() })
-	sealKey, err := s.secretKey()
+	sealer, err := s.secretBox()
 	if err != nil {
 		return err
 	}
 
 	cfg := agent.DefaultConfig()
-	cfg.KeyEncryptionKey = sealKey
+	cfg.Sealer = sealer
 	// Only the all-in-one agent owns its store alone.
 	cfg.RecoverInterruptedRuns = s.role == "up"
 	cfg.APIKeys = map[string]string{}
@@ -494,6 +495,30 @@ func (s *setup) addAgent(ctx context.Context, srv *grpcserver.Server, nc *nats.C
 	}
 	a.Register(srv.GRPC)
 	return nil
+}
+
+// secretBox seals secrets at rest (provider keys runs bring). Its keys:
+// -secret-key when set, either one key (base64 of 32 bytes, id "default")
+// or, to rotate, "id:key,id:key" with the current key first (older keys
+// keep opening what they sealed); else a key made once and kept in the data
+// dir, readable only by deskgrid, also with id "default".
+func (s *setup) secretBox() (*secretbox.Box, error) {
+	var keys []secretbox.Key
+	switch {
+	case strings.Contains(s.cfg.SecretKey, ":"):
+		k, err := secretbox.ParseKeys(s.cfg.SecretKey)
+		if err != nil {
+			return nil, fmt.Errorf("-secret-key: %w", err)
+		}
+		keys = k
+	default:
+		k, err := s.secretKey()
+		if err != nil {
+			return nil, err
+		}
+		keys = []secretbox.Key{{ID: "default", Secret: k}}
+	}
+	return secretbox.New(keys...)
 }
 
 // secretKey is the 32-byte key that seals secrets at rest (provider keys runs
