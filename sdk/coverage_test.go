@@ -1,0 +1,343 @@
+package deskgrid_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"google.golang.org/genproto/googleapis/api/annotations"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	deskgrid "github.com/deskgrid/deskgrid/sdk"
+)
+
+var update = flag.Bool("update", false, "rewrite docs/sdks.md from sdk/coverage.json")
+
+// coverageRow is one public RPC and the method that calls it in each SDK.
+type coverageRow struct {
+	RPC        string `json:"rpc"`
+	Go         string `json:"go"`
+	Python     string `json:"python"`
+	TypeScript string `json:"typescript"`
+}
+
+// publicRPC is an RPC with a google.api.http rule: part of the REST API.
+type publicRPC struct {
+	name    string // deskgrid.session.v1.SessionService/CreateSession
+	service string // deskgrid.session.v1.SessionService
+	verb    string
+	path    string
+}
+
+// publicRPCs walks the descriptors of every proto file under proto/deskgrid
+// and returns the RPCs that have an HTTP rule, in file order. A file the SDK
+// does not link (a new service package) fails the test: its RPCs could not
+// be checked.
+func publicRPCs(t *testing.T) []publicRPC {
+	t.Helper()
+	files, err := filepath.Glob("../proto/deskgrid/*/v*/*.proto")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no proto files under ../proto/deskgrid: %v", err)
+	}
+	sort.Strings(files)
+	var out []publicRPC
+	for _, f := range files {
+		rel := strings.TrimPrefix(filepath.ToSlash(f), "../proto/")
+		fd, err := protoregistry.GlobalFiles.FindFileByPath(rel)
+		if err != nil {
+			t.Errorf("%s is not linked into the Go SDK (import its generated package in the SDK): %v", rel, err)
+			continue
+		}
+		svcs := fd.Services()
+		for i := range svcs.Len() {
+			sd := svcs.Get(i)
+			ms := sd.Methods()
+			for j := range ms.Len() {
+				md := ms.Get(j)
+				rule, _ := proto.GetExtension(md.Options(), annotations.E_Http).(*annotations.HttpRule)
+				if rule == nil {
+					continue // node-internal: no REST route
+				}
+				verb, path := httpRoute(rule)
+				out = append(out, publicRPC{
+					name: string(sd.FullName()) + "/" + string(md.Name()), service: string(sd.FullName()),
+					verb: verb, path: path,
+				})
+			}
+		}
+	}
+	return out
+}
+
+func httpRoute(r *annotations.HttpRule) (string, string) {
+	switch p := r.GetPattern().(type) {
+	case *annotations.HttpRule_Get:
+		return "GET", p.Get
+	case *annotations.HttpRule_Post:
+		return "POST", p.Post
+	case *annotations.HttpRule_Put:
+		return "PUT", p.Put
+	case *annotations.HttpRule_Delete:
+		return "DELETE", p.Delete
+	case *annotations.HttpRule_Patch:
+		return "PATCH", p.Patch
+	case *annotations.HttpRule_Custom:
+		return p.Custom.GetKind(), p.Custom.GetPath()
+	}
+	return "", ""
+}
+
+func loadCoverage(t *testing.T) []coverageRow {
+	t.Helper()
+	b, err := os.ReadFile("coverage.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		RPCs []coverageRow `json:"rpcs"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&doc); err != nil {
+		t.Fatalf("coverage.json: %v", err)
+	}
+	return doc.RPCs
+}
+
+// goTypes are the SDK types coverage.json may name in its "go" column.
+var goTypes = map[string]reflect.Type{
+	"Client":   reflect.TypeOf(&deskgrid.Client{}),
+	"Sessions": reflect.TypeOf(&deskgrid.Sessions{}),
+	"Session":  reflect.TypeOf(&deskgrid.Session{}),
+	"Files":    reflect.TypeOf(&deskgrid.Files{}),
+	"Runs":     reflect.TypeOf(&deskgrid.Runs{}),
+	"Images":   reflect.TypeOf(&deskgrid.Images{}),
+	"Nodes":    reflect.TypeOf(&deskgrid.Nodes{}),
+	"History":  reflect.TypeOf(&deskgrid.History{}),
+}
+
+var (
+	pyClass  = regexp.MustCompile(`^class (\w+)\b`)
+	pyMethod = regexp.MustCompile(`^    (?:async )?def (\w+)\(`)
+	tsClass  = regexp.MustCompile(`^(?:export )?(?:abstract )?class (\w+)\b`)
+	tsMethod = regexp.MustCompile(`^  (?:(?:public|protected|static|override) )*(?:async )?(?:\* ?)?(\w+)\s*(?:<[^()]*>)?\(`)
+)
+
+// classMethods reads the classes and their methods from source files: a
+// class starts at a top-level class line, its methods are the lines the
+// method pattern matches until the next top-level line.
+func classMethods(t *testing.T, glob string, class, method *regexp.Regexp) map[string]map[string]bool {
+	t.Helper()
+	files, err := filepath.Glob(glob)
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no source files %s: %v", glob, err)
+	}
+	out := map[string]map[string]bool{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cur map[string]bool
+		for _, line := range strings.Split(string(b), "\n") {
+			if m := class.FindStringSubmatch(line); m != nil {
+				cur = map[string]bool{}
+				out[m[1]] = cur
+				continue
+			}
+			if line != "" && line[0] != ' ' && line[0] != '\t' && line[0] != '#' && line[0] != '/' && line[0] != '@' && line[0] != ')' {
+				cur = nil // a top-level line other than a class ends the class
+				continue
+			}
+			if m := method.FindStringSubmatch(line); m != nil && cur != nil {
+				cur[m[1]] = true
+			}
+		}
+	}
+	return out
+}
+
+func splitMethod(s string) (string, string, bool) {
+	typ, m, ok := strings.Cut(s, ".")
+	return typ, m, ok && typ != "" && m != "" && !strings.Contains(m, ".")
+}
+
+// TestCoverage fails when a public RPC (one with an HTTP rule) has no SDK
+// method in Go, Python or TypeScript, when sdk/coverage.json names an RPC
+// that does not exist or a method an SDK does not have, and when
+// docs/sdks.md is not what coverage.json makes (go test -run Coverage
+// -update rewrites it).
+func TestCoverage(t *testing.T) {
+	rpcs := publicRPCs(t)
+	rows := loadCoverage(t)
+	byName := map[string]coverageRow{}
+	for _, r := range rows {
+		if _, dup := byName[r.RPC]; dup {
+			t.Errorf("coverage.json lists %s twice", r.RPC)
+		}
+		byName[r.RPC] = r
+	}
+	public := map[string]bool{}
+	for _, r := range rpcs {
+		public[r.name] = true
+		row, ok := byName[r.name]
+		if !ok {
+			t.Errorf("%s (%s %s) is in the public API but not in sdk/coverage.json: add a method to each SDK and list it", r.name, r.verb, r.path)
+			continue
+		}
+		for lang, m := range map[string]string{"go": row.Go, "python": row.Python, "typescript": row.TypeScript} {
+			if m == "" {
+				t.Errorf("%s: no %s method", r.name, lang)
+			}
+		}
+	}
+	for _, r := range rows {
+		if !public[r.RPC] {
+			t.Errorf("coverage.json lists %s, which is not an RPC of the public API (renamed, removed, or without an HTTP rule)", r.RPC)
+		}
+	}
+	if len(rpcs) < 60 {
+		t.Errorf("found only %d public RPCs: is the walk missing files?", len(rpcs))
+	}
+
+	py := classMethods(t, "python/deskgrid/*.py", pyClass, pyMethod)
+	ts := classMethods(t, "typescript/src/*.ts", tsClass, tsMethod)
+	for _, r := range rows {
+		if r.Go != "" {
+			typ, m, ok := splitMethod(r.Go)
+			switch rt := goTypes[typ]; {
+			case !ok:
+				t.Errorf("%s: go %q is not Type.Method", r.RPC, r.Go)
+			case rt == nil:
+				t.Errorf("%s: go type %s is not one of the SDK's (add it to goTypes)", r.RPC, typ)
+			default:
+				if _, has := rt.MethodByName(m); !has {
+					t.Errorf("%s: the Go SDK has no method %s.%s", r.RPC, typ, m)
+				}
+			}
+		}
+		if r.Python != "" {
+			cls, m, ok := splitMethod(r.Python)
+			if !ok || !py[cls][m] {
+				t.Errorf("%s: the Python SDK has no method %s (class %s in sdk/python/deskgrid)", r.RPC, r.Python, cls)
+			} else if twin, has := py["Async"+cls]; has && !twin[m] {
+				t.Errorf("%s: the Python SDK's Async%s has no %s, the async twin of %s", r.RPC, cls, m, r.Python)
+			}
+		}
+		if r.TypeScript != "" {
+			cls, m, ok := splitMethod(r.TypeScript)
+			if !ok || !ts[cls][m] {
+				t.Errorf("%s: the TypeScript SDK has no method %s (class %s in sdk/typescript/src)", r.RPC, r.TypeScript, cls)
+			}
+		}
+	}
+
+	doc := renderCoverage(rpcs, byName)
+	const page = "../docs/sdks.md"
+	if *update {
+		if err := os.WriteFile(page, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	got, err := os.ReadFile(page)
+	if err != nil || string(got) != doc {
+		t.Errorf("docs/sdks.md is not what sdk/coverage.json makes (%v): run `go test ./sdk -run Coverage -update`", err)
+	}
+}
+
+// TestCoverageParsers checks the source readers on small inputs, so a
+// method the coverage test cannot see fails here rather than passing as
+// covered.
+func TestCoverageParsers(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, s string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	write("a.py", "class A:\n    \"\"\"Doc.\"\"\"\n\n    def m(self) -> None:\n        def inner() -> None: ...\n\n    async def n(\n        self,\n    ) -> None: ...\n\n\ndef top() -> None: ...\n    def stray(self) -> None: ...\n")
+	py := classMethods(t, filepath.Join(dir, "*.py"), pyClass, pyMethod)
+	if !py["A"]["m"] || !py["A"]["n"] || py["A"]["inner"] || py["A"]["stray"] || len(py["A"]) != 2 {
+		t.Fatalf("python: %v", py)
+	}
+	write("a.ts", "export class B implements X {\n  constructor(private readonly c: C) {}\n  get id(): string {\n    return '';\n  }\n  async m(a = 1): Promise<void> {\n    if (a) f(a);\n  }\n  async *it<T>(o: O = {}): AsyncGenerator<T> {}\n  plain(): void {}\n}\nfunction free(): void {}\n")
+	ts := classMethods(t, filepath.Join(dir, "*.ts"), tsClass, tsMethod)
+	for _, m := range []string{"m", "it", "plain"} {
+		if !ts["B"][m] {
+			t.Fatalf("typescript: no %s in %v", m, ts)
+		}
+	}
+	if ts["B"]["id"] || ts["B"]["if"] || ts["B"]["free"] {
+		t.Fatalf("typescript: %v", ts)
+	}
+}
+
+var serviceTitles = map[string]string{
+	"deskgrid.session.v1.SessionService": "Sessions",
+	"deskgrid.session.v1.NodeService":    "Nodes",
+	"deskgrid.display.v1.DisplayService": "Display",
+	"deskgrid.sandbox.v1.SandboxService": "Sandbox",
+	"deskgrid.agent.v1.AgentService":     "Agent runs and input leases",
+	"deskgrid.history.v1.HistoryService": "History",
+	"deskgrid.image.v1.ImageService":     "Images",
+}
+
+func renderCoverage(rpcs []publicRPC, rows map[string]coverageRow) string {
+	var b strings.Builder
+	b.WriteString(`# What each SDK covers
+
+<!-- Made from sdk/coverage.json by ` + "`go test ./sdk -run Coverage -update`" + `; do not edit. -->
+
+Every RPC of the public API (each one with a REST route) has a method in each
+SDK: Go (` + "`sdk`" + `, gRPC), Python (` + "`sdk/python`" + `, REST) and TypeScript
+(` + "`sdk/typescript`" + `, REST). The table below says which. ` + "`go test ./sdk -run Coverage`" + `
+walks the API's proto descriptors and fails when an RPC has no method in an
+SDK, when a listed method does not exist, or when this page is stale. RPCs
+without a REST route (node-internal ones such as CreateDisplay or
+StartProcess) are not part of the public API and are not listed.
+
+Where the methods live:
+
+- Go: ` + "`client.Sessions`, `client.Nodes`, `client.Runs`, `client.Images`, `client.History`" + `;
+  ` + "`Session`" + ` is what ` + "`Sessions.Create`/`Get`" + ` return and ` + "`Files`" + ` is ` + "`session.Files()`" + `.
+- Python: ` + "`client.sessions`, `client.nodes`, `client.runs`, `client.images`, `client.history`" + `;
+  ` + "`Files`" + ` is ` + "`session.files`" + `. ` + "`deskgrid.aio`" + ` has the same ` + "`Session`" + `, ` + "`Sessions`" + ` and
+  ` + "`Runs`" + ` methods, awaited.
+- TypeScript: ` + "`dg.sessions`, `dg.nodes`, `dg.runs`, `dg.images`, `dg.history`" + `;
+  ` + "`Files`" + ` is ` + "`session.files`" + `.
+`)
+	cur := ""
+	for _, r := range rpcs {
+		if r.service != cur {
+			cur = r.service
+			title := serviceTitles[cur]
+			if title == "" {
+				title = cur
+			}
+			fmt.Fprintf(&b, "\n## %s (`%s`)\n\n", title, cur)
+			b.WriteString("| RPC | REST | Go | Python | TypeScript |\n|---|---|---|---|---|\n")
+		}
+		row := rows[r.name]
+		_, method, _ := strings.Cut(r.name, "/")
+		cell := func(s string) string {
+			if s == "" {
+				return "—"
+			}
+			return "`" + s + "`"
+		}
+		fmt.Fprintf(&b, "| %s | `%s %s` | %s | %s | %s |\n", method, r.verb, r.path, cell(row.Go), cell(row.Python), cell(row.TypeScript))
+	}
+	return b.String()
+}
