@@ -17,6 +17,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	// Events has no service; linked so the walk can read every file.
+	_ "github.com/deskgrid/deskgrid/proto/deskgrid/events/v1"
 	deskgrid "github.com/deskgrid/deskgrid/sdk"
 )
 
