@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -286,6 +287,17 @@ func TestCoverageParsers(t *testing.T) {
 	}
 }
 
+// serviceOrder is the order of the page's sections; others follow.
+var serviceOrder = []string{
+	"deskgrid.session.v1.SessionService",
+	"deskgrid.session.v1.NodeService",
+	"deskgrid.display.v1.DisplayService",
+	"deskgrid.sandbox.v1.SandboxService",
+	"deskgrid.agent.v1.AgentService",
+	"deskgrid.history.v1.HistoryService",
+	"deskgrid.image.v1.ImageService",
+}
+
 var serviceTitles = map[string]string{
 	"deskgrid.session.v1.SessionService": "Sessions",
 	"deskgrid.session.v1.NodeService":    "Nodes",
@@ -297,6 +309,14 @@ var serviceTitles = map[string]string{
 }
 
 func renderCoverage(rpcs []publicRPC, rows map[string]coverageRow) string {
+	rank := func(svc string) int {
+		if i := slices.Index(serviceOrder, svc); i >= 0 {
+			return i
+		}
+		return len(serviceOrder)
+	}
+	rpcs = slices.Clone(rpcs)
+	sort.SliceStable(rpcs, func(i, j int) bool { return rank(rpcs[i].service) < rank(rpcs[j].service) })
 	var b strings.Builder
 	b.WriteString(`# What each SDK covers
 
@@ -315,8 +335,9 @@ Where the methods live:
 - Go: ` + "`client.Sessions`, `client.Nodes`, `client.Runs`, `client.Images`, `client.History`" + `;
   ` + "`Session`" + ` is what ` + "`Sessions.Create`/`Get`" + ` return and ` + "`Files`" + ` is ` + "`session.Files()`" + `.
 - Python: ` + "`client.sessions`, `client.nodes`, `client.runs`, `client.images`, `client.history`" + `;
-  ` + "`Files`" + ` is ` + "`session.files`" + `. ` + "`deskgrid.aio`" + ` has the same ` + "`Session`" + `, ` + "`Sessions`" + ` and
-  ` + "`Runs`" + ` methods, awaited.
+  ` + "`Files`" + ` is ` + "`session.files`" + `. ` + "`deskgrid.aio.AsyncClient`" + ` has each of these methods,
+  awaited, on its ` + "`AsyncSessions`, `AsyncSession`, `AsyncRuns`, `AsyncImages`, `AsyncHistory`" + `
+  and ` + "`AsyncNodes`" + ` (file calls as ` + "`AsyncSession.read_file`" + `, ` + "`write_file`" + ` and ` + "`list_files`" + `).
 - TypeScript: ` + "`dg.sessions`, `dg.nodes`, `dg.runs`, `dg.images`, `dg.history`" + `;
   ` + "`Files`" + ` is ` + "`session.files`" + `.
 `)

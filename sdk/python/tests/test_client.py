@@ -14,7 +14,7 @@ import tempfile
 import threading
 import unittest
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -25,6 +25,8 @@ from deskgrid.aio import AsyncClient  # noqa: E402
 from deskgrid.testing import DeskgridServer  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+
+JSONish = Dict[str, Any]
 
 server: Optional[DeskgridServer] = None
 model: Optional[ThreadingHTTPServer] = None
@@ -339,6 +341,206 @@ class LifeTest(unittest.TestCase):
                     list(once.sessions.list())
             self.assertEqual(cm.exception.status, 429)
             self.assertIsNotNone(cm.exception.retry_after)
+
+
+def eventually(what: str, check: "Any", timeout: float = 30.0) -> Any:
+    """Polls check() until it returns something true, or fails after timeout seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        v = check()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout}s")
+        time.sleep(0.1)
+
+
+class DesktopApiTest(unittest.TestCase):
+    """Windows, clipboard, processes and input leases of a session whose
+    desktop runs a real X program (xmessage, started by autostart)."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        assert server is not None
+        cls.dg = server.client()
+        cls.s = cls.dg.sessions.create(width=640, height=480, autostart=["exec xmessage -name dgpy hello"])
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.s.delete()
+
+    def test_processes_list_the_autostart_program(self) -> None:
+        procs = self.s.processes()
+        mine = [p for p in procs if "xmessage -name dgpy hello" in " ".join(p.get("argv", []))]
+        self.assertEqual(len(mine), 1, procs)
+        self.assertEqual(mine[0]["state"], "PROCESS_STATE_RUNNING")
+        self.assertTrue(mine[0]["processId"])
+
+    def test_windows_list_move_activate_close(self) -> None:
+        def find() -> Optional[JSONish]:
+            return next((w for w in self.s.windows() if w.get("instance") == "dgpy"), None)
+
+        win = eventually("xmessage's window", find)
+        self.assertGreater(int(win["id"]), 0)
+        self.assertTrue(win.get("mapped"), win)
+        self.assertEqual(self.s.display()["width"], 640)
+        moved = self.s.move_window(win["id"], 30, 40, 300, 120)
+        self.assertEqual((moved["geometry"].get("x", 0), moved["geometry"].get("y", 0)), (30, 40), moved)
+        self.assertEqual(moved["geometry"]["width"], 300)
+        self.assertEqual(self.s.activate_window(win["id"])["id"], win["id"])
+        with self.assertRaises(deskgrid.NotFound):
+            self.s.activate_window(0x7FFFFFF)
+        self.assertTrue(self.s.close_window(win["id"]))
+        eventually("the window to go", lambda: find() is None)
+
+    def test_clipboard_round_trip(self) -> None:
+        self.s.set_clipboard("héllo 世界")
+        self.s.set_clipboard("mouse", primary=True)
+        self.assertEqual(self.s.clipboard(), "héllo 世界")
+        self.assertEqual(self.s.clipboard(primary=True), "mouse")
+        with self.assertRaises(deskgrid.InvalidArgument):
+            self.s.set_clipboard("x" * ((1 << 20) + 1))
+
+    def test_input_lease(self) -> None:
+        lease = self.s.acquire_input_lease("py-a", ttl=60)
+        try:
+            self.assertEqual(lease["holder"], "py-a")
+            self.assertTrue(lease["leaseId"])
+            token = int(lease["token"])
+            self.s.act(actions.mouse_move(5, 6), lease_token=token)
+            # Someone else waits its turn, and gives up.
+            with self.assertRaises(deskgrid.DeskgridError) as cm:
+                self.s.acquire_input_lease("py-b", wait=0.5)
+            self.assertIn(cm.exception.status, (409, 429, 504), cm.exception)
+            renewed = self.s.renew_input_lease(lease, ttl=120)
+            self.assertEqual(renewed["token"], lease["token"])
+            self.assertGreater(renewed["expireTime"], lease["expireTime"])
+        finally:
+            self.s.release_input_lease(lease)
+        other = self.s.acquire_input_lease("py-b", wait=10)
+        self.assertGreater(int(other["token"]), token)
+        with self.assertRaises(deskgrid.DeskgridError) as cm2:
+            self.s.act(actions.mouse_move(7, 8), lease_token=token)
+        self.assertEqual(cm2.exception.status, 409)
+        self.s.release_input_lease(other)
+
+
+class SandboxApiTest(unittest.TestCase):
+    """Changes against a workspace folder: list, diff, apply, discard;
+    snapshots; the shell; the sandbox's description."""
+
+    def setUp(self) -> None:
+        assert server is not None
+        self.dg = server.client()
+        self.ws = tempfile.mkdtemp(prefix="dgpy-ws-")
+        with open(os.path.join(self.ws, "kept.txt"), "w") as f:
+            f.write("one\n")
+        self.s = self.dg.sessions.create(width=320, height=240, workspace=self.ws)
+
+    def tearDown(self) -> None:
+        self.s.delete()
+        import shutil
+
+        shutil.rmtree(self.ws, ignore_errors=True)
+
+    def test_changes_diff_apply_discard(self) -> None:
+        self.assertEqual(self.s.files.read_text("kept.txt"), "one\n")
+        self.s.files.write("kept.txt", "one\ntwo\n")
+        self.s.files.write("new.txt", "fresh")
+        changes = {c["path"]: c for c in self.s.changes()}
+        self.assertIn("new.txt", changes, changes)
+        self.assertIn("kept.txt", changes, changes)
+        d = self.s.diff("kept.txt")
+        self.assertIn("+two", d["diff"])
+        self.assertFalse(d.get("binary", False))
+        r = self.s.apply_changes(["new.txt"])
+        self.assertEqual(r.get("applied"), ["new.txt"], r)
+        with open(os.path.join(self.ws, "new.txt")) as f:
+            self.assertEqual(f.read(), "fresh")
+        self.assertEqual(self.s.discard_changes(["kept.txt"]), ["kept.txt"])
+        self.assertEqual(self.s.files.read_text("kept.txt"), "one\n")
+        with open(os.path.join(self.ws, "kept.txt")) as f:
+            self.assertEqual(f.read(), "one\n")
+
+    def test_files_mkdir_move_stat_delete(self) -> None:
+        self.s.files.mkdir("a/b/c", parents=True)
+        self.s.files.write("a/b/c/x.txt", "x")
+        self.s.files.move("a/b/c/x.txt", "a/y.txt")
+        self.assertEqual(self.s.files.stat("a/y.txt")["size"], "1")
+        with self.assertRaises(deskgrid.NotFound):
+            self.s.files.stat("a/b/c/x.txt")
+        self.s.files.delete("a", recursive=True)
+        with self.assertRaises(deskgrid.NotFound):
+            self.s.files.stat("a")
+
+    def test_snapshots_shell_and_sandbox(self) -> None:
+        self.assertFalse(self.s.sandbox().get("frozen", False))
+        self.s.files.write("snap.txt", "before")
+        snap = self.s.create_snapshot()
+        self.s.files.write("snap.txt", "after")
+        self.assertIn(snap["snapshotId"], [x["snapshotId"] for x in self.s.snapshots()])
+        self.s.restore_snapshot(snap["snapshotId"])
+        self.assertEqual(self.s.files.read_text("snap.txt"), "before")
+        self.s.delete_snapshot(snap["snapshotId"])
+        self.assertEqual(self.s.snapshots(), [])
+        self.s.shell("export KEEP=1")
+        self.assertEqual(self.s.shell("echo ${KEEP:-gone}").output.strip(), "1")
+        self.s.restart_shell()
+        self.assertEqual(self.s.shell("echo ${KEEP:-gone}").output.strip(), "gone")
+
+
+class NodeAndHistoryApiTest(unittest.TestCase):
+    def setUp(self) -> None:
+        assert server is not None
+        self.dg = server.client()
+
+    def test_nodes_drain_and_undrain(self) -> None:
+        nodes = self.dg.nodes.list()
+        self.assertEqual(len(nodes), 1, nodes)
+        node = self.dg.nodes.get(nodes[0]["id"])
+        self.assertEqual(node["state"], "NODE_STATE_READY")
+        try:
+            self.assertEqual(self.dg.nodes.drain(node["id"])["state"], "NODE_STATE_DRAINING")
+            self.assertEqual(self.dg.nodes.get(node["id"])["state"], "NODE_STATE_DRAINING")
+        finally:
+            self.assertEqual(self.dg.nodes.undrain(node["id"])["state"], "NODE_STATE_READY")
+        with self.assertRaises(deskgrid.NotFound):
+            self.dg.nodes.get("no-such-node")
+
+    def test_history_export_delete_import(self) -> None:
+        with self.dg.sessions.create(width=320, height=240) as s:
+            s.exec("true")
+            jsonl = s.export_history()
+            n = len(jsonl.splitlines())
+            self.assertGreater(n, 0)
+            self.assertEqual(self.dg.history.delete(s.id), n)
+            self.assertEqual(list(s.history()), [])
+            r = self.dg.history.import_session(s.id, jsonl)
+            self.assertEqual(int(r.get("imported", 0)), n, r)
+            self.assertEqual(len(list(s.history())), n)
+            again = self.dg.history.import_session(s.id, jsonl)
+            self.assertEqual(int(again.get("skipped", 0)), n, again)
+
+    def test_images_usage(self) -> None:
+        u = self.dg.images.usage()
+        self.assertIsInstance(u, dict)
+        with self.assertRaises(deskgrid.NotFound):
+            self.dg.images.set_public("no/such-image:v1", True)
+
+    async def _async_twins(self) -> None:
+        assert server is not None
+        async with AsyncClient(server.url, server.api_key) as dg:
+            nodes = await dg.nodes.list()
+            self.assertEqual((await dg.nodes.get(nodes[0]["id"]))["id"], nodes[0]["id"])
+            async with await dg.sessions.create(width=320, height=240) as s:
+                await s.set_clipboard("async ✓")
+                self.assertEqual(await s.clipboard(), "async ✓")
+                self.assertEqual((await s.display())["height"], 240)
+
+    def test_async_twins(self) -> None:
+        asyncio.run(self._async_twins())
 
 
 class TypesTest(unittest.TestCase):

@@ -236,6 +236,134 @@ describe('runs', () => {
   });
 });
 
+describe('desktop API', () => {
+  let s: Session;
+  before(async () => {
+    s = await dg.sessions.create({ width: 640, height: 480, autostart: ['exec xmessage -name dgts hello'] });
+  });
+  after(async () => {
+    await s?.[Symbol.asyncDispose]();
+  });
+
+  async function eventually<T>(what: string, check: () => Promise<T | undefined>, ms = 30_000): Promise<T> {
+    const deadline = Date.now() + ms;
+    for (;;) {
+      const v = await check();
+      if (v) return v;
+      if (Date.now() > deadline) assert.fail(`${what}: not within ${ms} ms`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  test('processes list the autostart program', async () => {
+    const mine = (await s.processes()).filter((p) => (p.argv ?? []).join(' ').includes('xmessage -name dgts hello'));
+    assert.equal(mine.length, 1);
+    assert.equal(mine[0].state, 'PROCESS_STATE_RUNNING');
+  });
+
+  test('windows: list, move, activate, close', async () => {
+    const find = async () => (await s.windows()).find((w) => w.instance === 'dgts');
+    const win = await eventually("xmessage's window", find);
+    assert.ok(win.id);
+    assert.equal((await s.display()).width, 640);
+    const moved = await s.moveWindow(win.id!, { x: 30, y: 40, width: 300, height: 120 });
+    assert.deepEqual([moved.geometry?.x, moved.geometry?.y, moved.geometry?.width], [30, 40, 300]);
+    assert.equal((await s.activateWindow(win.id!)).id, win.id);
+    await assert.rejects(s.activateWindow(0x7ffffff), NotFound);
+    assert.equal(await s.closeWindow(win.id!), true);
+    await eventually('the window to go', async () => ((await find()) === undefined ? true : undefined));
+  });
+
+  test('clipboard round trip', async () => {
+    await s.setClipboard('héllo 世界');
+    await s.setClipboard('mouse', { primary: true });
+    assert.equal(await s.clipboard(), 'héllo 世界');
+    assert.equal(await s.clipboard({ primary: true }), 'mouse');
+    await assert.rejects(s.setClipboard('x'.repeat((1 << 20) + 1)), InvalidArgument);
+  });
+
+  test('input lease: acquire, fence, renew, release', async () => {
+    const lease = await s.acquireInputLease('ts-a', { ttl: 60 });
+    assert.equal(lease.holder, 'ts-a');
+    assert.ok(lease.leaseId);
+    await s.act([actions.mouseMove(5, 6)], { leaseToken: lease.token });
+    await assert.rejects(s.acquireInputLease('ts-b', { wait: 0.5 }), (e: DeskgridError) => [409, 429, 504].includes(e.status));
+    const renewed = await s.renewInputLease(lease, { ttl: 120 });
+    assert.equal(renewed.token, lease.token);
+    assert.ok(renewed.expireTime! > lease.expireTime!);
+    await s.releaseInputLease(lease);
+    const other = await s.acquireInputLease('ts-b', { wait: 10 });
+    assert.ok(BigInt(other.token!) > BigInt(lease.token!));
+    await assert.rejects(s.act([actions.mouseMove(7, 8)], { leaseToken: lease.token }), (e: DeskgridError) => e.status === 409);
+    await s.releaseInputLease(other);
+  });
+});
+
+describe('sandbox API', () => {
+  test('changes: list, diff, apply into the workspace, discard', async () => {
+    const ws = mkdtempSync(join(tmpdir(), 'dgts-ws-'));
+    writeFileSync(join(ws, 'kept.txt'), 'one\n');
+    try {
+      await using s = await dg.sessions.create({ width: 320, height: 240, workspace: ws });
+      await s.files.write('kept.txt', 'one\ntwo\n');
+      await s.files.write('new.txt', 'fresh');
+      const paths = (await s.changes()).map((c) => c.path);
+      assert.ok(paths.includes('new.txt') && paths.includes('kept.txt'), String(paths));
+      const d = await s.diff('kept.txt');
+      assert.match(d.diff ?? '', /\+two/);
+      assert.deepEqual((await s.applyChanges(['new.txt'])).applied, ['new.txt']);
+      assert.equal(readFileSync(join(ws, 'new.txt'), 'utf8'), 'fresh');
+      assert.deepEqual(await s.discardChanges(['kept.txt']), ['kept.txt']);
+      assert.equal(await s.files.readText('kept.txt'), 'one\n');
+      await s.files.mkdir('a/b', { parents: true });
+      await s.files.write('a/b/x.txt', 'x');
+      await s.files.move('a/b/x.txt', 'a/y.txt');
+      assert.equal((await s.files.stat('a/y.txt')).size, '1');
+      const snap = await s.createSnapshot();
+      await s.files.write('a/y.txt', 'changed');
+      await s.restoreSnapshot(snap.snapshotId!);
+      assert.equal(await s.files.readText('a/y.txt'), 'x');
+      await s.deleteSnapshot(snap.snapshotId!);
+      assert.deepEqual(await s.snapshots(), []);
+      await s.shell('export KEEP=1');
+      await s.restartShell();
+      assert.equal((await s.shell('echo ${KEEP:-gone}')).output.trim(), 'gone');
+      assert.equal((await s.sandbox()).frozen ?? false, false);
+    } finally {
+      rmSync(ws, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('nodes and history API', () => {
+  test('nodes: list, get, drain, undrain', async () => {
+    const nodes = await dg.nodes.list();
+    assert.equal(nodes.length, 1);
+    const id = nodes[0].id!;
+    assert.equal((await dg.nodes.get(id)).state, 'NODE_STATE_READY');
+    try {
+      assert.equal((await dg.nodes.drain(id)).state, 'NODE_STATE_DRAINING');
+    } finally {
+      assert.equal((await dg.nodes.undrain(id)).state, 'NODE_STATE_READY');
+    }
+    await assert.rejects(dg.nodes.get('no-such-node'), NotFound);
+  });
+
+  test('history: export, delete, import back', async () => {
+    await using s = await dg.sessions.create({ width: 320, height: 240 });
+    await s.exec(['true']);
+    const jsonl = await s.exportHistory();
+    const n = jsonl.trim().split('\n').length;
+    assert.ok(n > 0);
+    assert.equal(await dg.history.delete(s.id), n);
+    const imported = await dg.history.importSession(s.id, jsonl);
+    assert.equal(Number(imported.imported ?? 0), n);
+    let count = 0;
+    for await (const _ of s.history()) count++;
+    assert.equal(count, n);
+  });
+});
+
 describe('life', () => {
   test('await using deletes the session, and watch sees it end', async () => {
     const seen: string[] = [];
