@@ -4,16 +4,19 @@ import (
 	"context"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 )
 
 // AcquireInputLease waits its turn (first come, first served) for the
 // session's input lease, for at most wait (0: until ctx ends), and holds it
 // for ttl (0: 30 seconds). holder is a label such as a run id or a user
-// name. Pass the lease's Token as the lease token of actions while leases
-// are in use; renew the lease before it expires and release it when done.
+// name. Pass the lease's Token as the lease token of actions (ActWith)
+// while leases are in use; renew the lease before it expires and release it
+// when done.
 func (s *Session) AcquireInputLease(ctx context.Context, holder string, ttl, wait time.Duration) (*agentv1.InputLease, error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
@@ -55,4 +58,16 @@ func (s *Session) ReleaseInputLease(ctx context.Context, lease *agentv1.InputLea
 		SessionId: s.GetId(), Holder: lease.GetHolder(), Token: lease.GetToken(), LeaseId: lease.GetLeaseId(),
 	})
 	return wrap(err)
+}
+
+// ActWith performs the actions of a request described in full: a lease
+// token while input leases are in use, a screenshot afterwards, settling.
+// Its session id is the session's own.
+func (s *Session) ActWith(ctx context.Context, req *displayv1.PerformActionsRequest) (*displayv1.PerformActionsResponse, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	req = proto.Clone(req).(*displayv1.PerformActionsRequest)
+	req.SessionId = s.GetId()
+	resp, err := s.c.display.PerformActions(ctx, req)
+	return resp, wrap(err)
 }
