@@ -295,6 +295,19 @@ class RunTest(unittest.TestCase):
             later = list(dg.runs.events(run["id"], after_sequence=seqs[0]))
             self.assertEqual([int(e["sequence"]) for e in later], seqs[1:])
             self.assertEqual([r["id"] for r in dg.runs.list(s.id)], [run["id"]])
+            # The run's history and transcript, once recorded, hold the answer.
+            def answered() -> Optional[JSONish]:
+                try:
+                    x = dg.runs.transcript(run["id"])
+                except deskgrid.NotFound:  # nothing recorded yet
+                    return None
+                return x if "Done." in json.dumps(x) else None
+
+            t = eventually("the answer in the transcript", answered)
+            self.assertEqual(t["runId"], run["id"])
+            entries = list(dg.runs.entries(run["id"], page_size=2))
+            self.assertTrue(entries)
+            self.assertTrue(all(e.get("runId") == run["id"] for e in entries), entries[:2])
 
 
 class LifeTest(unittest.TestCase):

@@ -239,6 +239,22 @@ describe('runs', () => {
     const ids = [];
     for await (const r of dg.runs.list(s.id)) ids.push(r.id);
     assert.deepEqual(ids, [run.id]);
+    // The run's history and transcript, once recorded, hold the answer.
+    for (const deadline = Date.now() + 30_000; ; await new Promise((r) => setTimeout(r, 100))) {
+      const t = await dg.runs.transcript(run.id!).catch((e) => {
+        if (e instanceof NotFound) return undefined; // nothing recorded yet
+        throw e;
+      });
+      if (t && JSON.stringify(t).includes('Done.')) {
+        assert.equal(t.runId, run.id);
+        break;
+      }
+      if (Date.now() > deadline) assert.fail('the answer never reached the transcript');
+    }
+    const entries = [];
+    for await (const e of dg.runs.entries(run.id!, { pageSize: 2 })) entries.push(e);
+    assert.ok(entries.length > 0);
+    assert.ok(entries.every((e) => e.runId === run.id));
   });
 });
 
@@ -355,6 +371,11 @@ describe('nodes and history API', () => {
     for (const call of [() => dg.nodes.list(), () => dg.nodes.get('local'), () => dg.nodes.drain('local'), () => dg.nodes.undrain('local')]) {
       await assert.rejects(call(), (e: DeskgridError) => e instanceof Unimplemented && e.status === 501);
     }
+  });
+
+  test('images: usage, and a tag that does not exist', async () => {
+    assert.equal(typeof (await dg.images.usage()), 'object');
+    await assert.rejects(dg.images.setPublic('no/such-image:v1', true), NotFound);
   });
 
   test('history: export, delete, import back', async () => {
