@@ -174,18 +174,15 @@ func splitMethod(s string) (string, string, bool) {
 	return typ, m, ok && typ != "" && m != "" && !strings.Contains(m, ".")
 }
 
-// TestCoverage fails when a public RPC (one with an HTTP rule) has no SDK
-// method in Go, Python or TypeScript, when sdk/coverage.json names an RPC
-// that does not exist or a method an SDK does not have, and when
-// docs/sdks.md is not what coverage.json makes (go test -run Coverage
-// -update rewrites it).
-func TestCoverage(t *testing.T) {
-	rpcs := publicRPCs(t)
-	rows := loadCoverage(t)
+// coverageProblems says what is wrong with the table rows against the
+// public RPCs and the SDKs' methods (py and ts: class → methods).
+func coverageProblems(rpcs []publicRPC, rows []coverageRow, py, ts map[string]map[string]bool) []string {
+	var out []string
+	bad := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	byName := map[string]coverageRow{}
 	for _, r := range rows {
 		if _, dup := byName[r.RPC]; dup {
-			t.Errorf("coverage.json lists %s twice", r.RPC)
+			bad("coverage.json lists %s twice", r.RPC)
 		}
 		byName[r.RPC] = r
 	}
@@ -194,54 +191,103 @@ func TestCoverage(t *testing.T) {
 		public[r.name] = true
 		row, ok := byName[r.name]
 		if !ok {
-			t.Errorf("%s (%s %s) is in the public API but not in sdk/coverage.json: add a method to each SDK and list it", r.name, r.verb, r.path)
+			bad("%s (%s %s) is in the public API but not in sdk/coverage.json: add a method to each SDK and list it", r.name, r.verb, r.path)
 			continue
 		}
-		for lang, m := range map[string]string{"go": row.Go, "python": row.Python, "typescript": row.TypeScript} {
-			if m == "" {
-				t.Errorf("%s: no %s method", r.name, lang)
+		for _, c := range []struct{ lang, m string }{{"Go", row.Go}, {"Python", row.Python}, {"TypeScript", row.TypeScript}} {
+			if c.m == "" {
+				bad("%s: no %s method", r.name, c.lang)
 			}
 		}
 	}
 	for _, r := range rows {
 		if !public[r.RPC] {
-			t.Errorf("coverage.json lists %s, which is not an RPC of the public API (renamed, removed, or without an HTTP rule)", r.RPC)
+			bad("coverage.json lists %s, which is not an RPC of the public API (renamed, removed, or without an HTTP rule)", r.RPC)
 		}
-	}
-	if len(rpcs) < 60 {
-		t.Errorf("found only %d public RPCs: is the walk missing files?", len(rpcs))
-	}
-
-	py := classMethods(t, "python/deskgrid/*.py", pyClass, pyMethod)
-	ts := classMethods(t, "typescript/src/*.ts", tsClass, tsMethod)
-	for _, r := range rows {
 		if r.Go != "" {
 			typ, m, ok := splitMethod(r.Go)
 			switch rt := goTypes[typ]; {
 			case !ok:
-				t.Errorf("%s: go %q is not Type.Method", r.RPC, r.Go)
+				bad("%s: go %q is not Type.Method", r.RPC, r.Go)
 			case rt == nil:
-				t.Errorf("%s: go type %s is not one of the SDK's (add it to goTypes)", r.RPC, typ)
+				bad("%s: go type %s is not one of the SDK's (add it to goTypes)", r.RPC, typ)
 			default:
 				if _, has := rt.MethodByName(m); !has {
-					t.Errorf("%s: the Go SDK has no method %s.%s", r.RPC, typ, m)
+					bad("%s: the Go SDK has no method %s.%s", r.RPC, typ, m)
 				}
 			}
 		}
 		if r.Python != "" {
 			cls, m, ok := splitMethod(r.Python)
 			if !ok || !py[cls][m] {
-				t.Errorf("%s: the Python SDK has no method %s (class %s in sdk/python/deskgrid)", r.RPC, r.Python, cls)
+				bad("%s: the Python SDK has no method %s (class %s in sdk/python/deskgrid)", r.RPC, r.Python, cls)
 			} else if twin, has := py["Async"+cls]; has && !twin[m] {
-				t.Errorf("%s: the Python SDK's Async%s has no %s, the async twin of %s", r.RPC, cls, m, r.Python)
+				bad("%s: the Python SDK's Async%s has no %s, the async twin of %s", r.RPC, cls, m, r.Python)
 			}
 		}
 		if r.TypeScript != "" {
 			cls, m, ok := splitMethod(r.TypeScript)
 			if !ok || !ts[cls][m] {
-				t.Errorf("%s: the TypeScript SDK has no method %s (class %s in sdk/typescript/src)", r.RPC, r.TypeScript, cls)
+				bad("%s: the TypeScript SDK has no method %s (class %s in sdk/typescript/src)", r.RPC, r.TypeScript, cls)
 			}
 		}
+	}
+	return out
+}
+
+// TestCoverageProblems feeds the checker a table with each kind of fault.
+func TestCoverageProblems(t *testing.T) {
+	rpcs := []publicRPC{
+		{name: "x.v1.S/Covered", service: "x.v1.S", verb: "GET", path: "/v1/a"},
+		{name: "x.v1.S/Missing", service: "x.v1.S", verb: "POST", path: "/v1/b"},
+		{name: "x.v1.S/Partial", service: "x.v1.S", verb: "GET", path: "/v1/c"},
+	}
+	rows := []coverageRow{
+		{RPC: "x.v1.S/Covered", Go: "Session.Screenshot", Python: "Session.screenshot", TypeScript: "Session.screenshot"},
+		{RPC: "x.v1.S/Partial", Go: "Session.NoSuch", Python: "Session.diff", TypeScript: ""},
+		{RPC: "x.v1.S/Gone", Go: "Nope.Screenshot", Python: "Session", TypeScript: "Session.nope"},
+	}
+	py := map[string]map[string]bool{"Session": {"screenshot": true, "diff": true}, "AsyncSession": {"screenshot": true}}
+	ts := map[string]map[string]bool{"Session": {"screenshot": true}}
+	got := strings.Join(coverageProblems(rpcs, rows, py, ts), "\n")
+	for _, want := range []string{
+		"x.v1.S/Missing (POST /v1/b) is in the public API but not in sdk/coverage.json",
+		"x.v1.S/Partial: no TypeScript method",
+		"x.v1.S/Partial: the Go SDK has no method Session.NoSuch",
+		"x.v1.S/Partial: the Python SDK's AsyncSession has no diff",
+		"coverage.json lists x.v1.S/Gone, which is not an RPC of the public API",
+		"x.v1.S/Gone: go type Nope is not one of the SDK's",
+		"x.v1.S/Gone: the Python SDK has no method Session ",
+		"x.v1.S/Gone: the TypeScript SDK has no method Session.nope",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("no problem %q in:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "x.v1.S/Covered") {
+		t.Errorf("a covered RPC reported:\n%s", got)
+	}
+}
+
+// TestCoverage fails when a public RPC (one with an HTTP rule) has no SDK
+// method in Go, Python or TypeScript, when sdk/coverage.json names an RPC
+// that does not exist or a method an SDK does not have, and when
+// docs/sdks.md is not what coverage.json makes (go test -run Coverage
+// -update rewrites it).
+func TestCoverage(t *testing.T) {
+	rpcs := publicRPCs(t)
+	rows := loadCoverage(t)
+	if len(rpcs) < 60 {
+		t.Errorf("found only %d public RPCs: is the walk missing files?", len(rpcs))
+	}
+	py := classMethods(t, "python/deskgrid/*.py", pyClass, pyMethod)
+	ts := classMethods(t, "typescript/src/*.ts", tsClass, tsMethod)
+	for _, p := range coverageProblems(rpcs, rows, py, ts) {
+		t.Error(p)
+	}
+	byName := map[string]coverageRow{}
+	for _, r := range rows {
+		byName[r.RPC] = r
 	}
 
 	doc := renderCoverage(rpcs, byName)
