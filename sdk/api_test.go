@@ -15,6 +15,7 @@ import (
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	deskgrid "github.com/deskgrid/deskgrid/sdk"
 	"github.com/deskgrid/deskgrid/sdk/deskgridtest"
 )
@@ -241,6 +242,38 @@ func TestAPIs(t *testing.T) {
 		}
 		if sb, err := s.Sandbox(ctx); err != nil || sb.GetSessionId() != s.GetId() {
 			t.Fatalf("sandbox: %v %v", sb, err)
+		}
+	})
+
+	t.Run("suspend", func(t *testing.T) {
+		s, err := c.Sessions.Create(ctx, deskgrid.CreateOptions{Width: 320, Height: 240})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Delete(context.WithoutCancel(ctx))
+		if err := s.Suspend(ctx, sessionv1.SuspendMode_SUSPEND_MODE_FREEZE); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 60*time.Second, "SUSPENDED", func() bool {
+			if err := s.Refresh(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return s.GetState() == sessionv1.SessionState_SESSION_STATE_SUSPENDED
+		})
+		if sb, err := s.Sandbox(ctx); err != nil || !sb.GetFrozen() {
+			t.Fatalf("sandbox of a frozen session: %v %v", sb, err)
+		}
+		if err := s.Resume(ctx); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 60*time.Second, "RUNNING again", func() bool {
+			if err := s.Refresh(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return s.GetState() == sessionv1.SessionState_SESSION_STATE_RUNNING
+		})
+		if r, err := s.Exec(ctx, "echo", "back"); err != nil || string(r.Stdout) != "back\n" {
+			t.Fatalf("exec after resume: %+v %v", r, err)
 		}
 	})
 
