@@ -45,20 +45,25 @@ func TestAPIs(t *testing.T) {
 	defer cancel()
 
 	t.Run("nodes", func(t *testing.T) {
-		// deskgrid up is one node without a node registry: the node API is
-		// a cluster's (its tests drain nodes), and here each call reaches
-		// its RPC and is answered Unimplemented.
-		if _, err := c.Nodes.List(ctx); !errors.Is(err, deskgrid.ErrUnimplemented) {
-			t.Fatalf("list: %v", err)
+		// deskgrid up is one node, shown and drained like a cluster's.
+		nodes, err := c.Nodes.List(ctx)
+		if err != nil || len(nodes) != 1 || nodes[0].GetId() != "local" || nodes[0].GetState() != sessionv1.NodeState_NODE_STATE_READY {
+			t.Fatalf("list: %v, %v", nodes, err)
 		}
-		if _, err := c.Nodes.Get(ctx, "local"); !errors.Is(err, deskgrid.ErrUnimplemented) {
-			t.Fatalf("get: %v", err)
+		if n, err := c.Nodes.Get(ctx, "local"); err != nil || n.GetId() != "local" {
+			t.Fatalf("get: %v, %v", n, err)
 		}
-		if _, err := c.Nodes.Drain(ctx, "local"); !errors.Is(err, deskgrid.ErrUnimplemented) {
-			t.Fatalf("drain: %v", err)
+		if n, err := c.Nodes.Drain(ctx, "local"); err != nil || n.GetState() != sessionv1.NodeState_NODE_STATE_DRAINING {
+			t.Fatalf("drain: %v, %v", n, err)
 		}
-		if _, err := c.Nodes.Undrain(ctx, "local"); !errors.Is(err, deskgrid.ErrUnimplemented) {
-			t.Fatalf("undrain: %v", err)
+		if _, err := c.Sessions.Create(ctx, deskgrid.CreateOptions{Width: 320, Height: 240}); !errors.Is(err, deskgrid.ErrResourceExhausted) {
+			t.Fatalf("create on a draining node: %v", err)
+		}
+		if n, err := c.Nodes.Undrain(ctx, "local"); err != nil || n.GetState() != sessionv1.NodeState_NODE_STATE_READY {
+			t.Fatalf("undrain: %v, %v", n, err)
+		}
+		if _, err := c.Nodes.Get(ctx, "elsewhere"); !errors.Is(err, deskgrid.ErrNotFound) {
+			t.Fatalf("get of an unknown node: %v", err)
 		}
 	})
 

@@ -275,6 +275,9 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 		})
 		s.closers.add("node watcher", w.Close)
 		cluster.NewNodeService(reg, s.logger.With("component", "nodes")).Register(srv.GRPC)
+	} else {
+		// One machine: its one node, drained and undrained like a cluster's.
+		cluster.NewNodeService(cluster.LocalNodes{Local: local}, s.logger.With("component", "nodes")).Register(srv.GRPC)
 	}
 	svc.Register(srv.GRPC)
 	return svc, nil
