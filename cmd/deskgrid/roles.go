@@ -8,8 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/deskgrid/deskgrid/services/platform/auth/quota"
-	"github.com/deskgrid/deskgrid/services/platform/auth/secretbox"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,6 +33,8 @@ import (
 	"github.com/deskgrid/deskgrid/services/history"
 	historystore "github.com/deskgrid/deskgrid/services/history/store"
 	"github.com/deskgrid/deskgrid/services/platform/activity"
+	"github.com/deskgrid/deskgrid/services/platform/auth/quota"
+	"github.com/deskgrid/deskgrid/services/platform/auth/secretbox"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/platform/grpcserver"
 	"github.com/deskgrid/deskgrid/services/platform/metrics"
@@ -644,7 +645,7 @@ func (s *setup) startGateway(ctx context.Context) (string, error) {
 	// does not see; the gateway ends them first.
 	s.closers.add("gateway", g.Close)
 	go func() {
-		if err := hs.Serve(lis); err != nil && !strings.Contains(err.Error(), "Server closed") {
+		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.logger.Error("HTTP server", "err", err)
 		}
 	}()
