@@ -41,6 +41,7 @@ type Client struct {
 	conn *grpc.ClientConn
 
 	session sessionv1.SessionServiceClient
+	node    sessionv1.NodeServiceClient
 	display displayv1.DisplayServiceClient
 	sandbox sandboxv1.SandboxServiceClient
 	agent   agentv1.AgentServiceClient
@@ -53,6 +54,10 @@ type Client struct {
 	Runs *Runs
 	// Images lists, pulls, imports and deletes images.
 	Images *Images
+	// Nodes lists, drains and undrains the nodes.
+	Nodes *Nodes
+	// History searches, imports and deletes recorded history.
+	History *History
 }
 
 type options struct {
@@ -91,6 +96,8 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 // creates that carry a request id.
 var retryable = []string{
 	"deskgrid.session.v1.SessionService",
+	"deskgrid.session.v1.NodeService/ListNodes",
+	"deskgrid.session.v1.NodeService/GetNode",
 	"deskgrid.display.v1.DisplayService/Screenshot",
 	"deskgrid.display.v1.DisplayService/GetDisplay",
 	"deskgrid.sandbox.v1.SandboxService/ReadFile",
@@ -165,6 +172,7 @@ func NewWithConn(conn grpc.ClientConnInterface) *Client {
 func newClient(conn grpc.ClientConnInterface) *Client {
 	c := &Client{
 		session: sessionv1.NewSessionServiceClient(conn),
+		node:    sessionv1.NewNodeServiceClient(conn),
 		display: displayv1.NewDisplayServiceClient(conn),
 		sandbox: sandboxv1.NewSandboxServiceClient(conn),
 		agent:   agentv1.NewAgentServiceClient(conn),
@@ -174,6 +182,8 @@ func newClient(conn grpc.ClientConnInterface) *Client {
 	c.Sessions = &Sessions{c: c}
 	c.Images = &Images{c: c}
 	c.Runs = &Runs{c: c}
+	c.Nodes = &Nodes{c: c}
+	c.History = &History{c: c}
 	return c
 }
 

@@ -329,3 +329,29 @@ func (f *Files) List(ctx context.Context, dir string) ([]*sandboxv1.FileInfo, er
 	}
 	return resp.GetFiles(), nil
 }
+
+// Suspend suspends the session: its processes stop where they are (mode
+// SUSPEND_MODE_FREEZE keeps them in memory, SUSPEND_MODE_HIBERNATE writes
+// them to disk; SUSPEND_MODE_UNSPECIFIED lets the server choose).
+func (s *Session) Suspend(ctx context.Context, mode sessionv1.SuspendMode) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	resp, err := s.c.session.SuspendSession(ctx, &sessionv1.SuspendSessionRequest{SessionId: s.GetId(), Mode: mode})
+	if err != nil {
+		return wrap(err)
+	}
+	s.Session = resp.GetSession()
+	return nil
+}
+
+// Resume resumes a suspended session.
+func (s *Session) Resume(ctx context.Context) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	resp, err := s.c.session.ResumeSession(ctx, &sessionv1.ResumeSessionRequest{SessionId: s.GetId()})
+	if err != nil {
+		return wrap(err)
+	}
+	s.Session = resp.GetSession()
+	return nil
+}

@@ -103,6 +103,19 @@ func TestEndToEndCLICommands(t *testing.T) {
 	if out := must("history", "export", s.ID); !strings.Contains(out, s.ID) || !strings.HasSuffix(out, "\n") {
 		t.Fatalf("history export: %q", out)
 	}
+	// The one node of deskgrid up, drained and undrained as a cluster's.
+	if out := must("nodes", "list"); !strings.Contains(out, "local") || !strings.Contains(out, "ready") {
+		t.Fatalf("nodes list: %q", out)
+	}
+	if out := must("nodes", "drain", "local"); !strings.Contains(out, "draining") {
+		t.Fatalf("nodes drain: %q", out)
+	}
+	if out := must("nodes", "undrain", "local"); !strings.Contains(out, "ready") {
+		t.Fatalf("nodes undrain: %q", out)
+	}
+	if _, errs, code := run("", "nodes", "get", "elsewhere"); code == 0 || !strings.Contains(errs, "not found") {
+		t.Fatalf("nodes get of an unknown node: exit %d, %q", code, errs)
+	}
 	// Completion scripts name the commands.
 	if out := must("completion", "bash"); !strings.Contains(out, "complete -F _deskgrid deskgrid") || !strings.Contains(out, "snapshots") {
 		t.Fatalf("completion: %q", out)

@@ -8,7 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/deskgrid/deskgrid/services/platform/auth/quota"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,6 +33,8 @@ import (
 	"github.com/deskgrid/deskgrid/services/history"
 	historystore "github.com/deskgrid/deskgrid/services/history/store"
 	"github.com/deskgrid/deskgrid/services/platform/activity"
+	"github.com/deskgrid/deskgrid/services/platform/auth/quota"
+	"github.com/deskgrid/deskgrid/services/platform/auth/secretbox"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/platform/grpcserver"
 	"github.com/deskgrid/deskgrid/services/platform/metrics"
@@ -274,6 +276,9 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 		})
 		s.closers.add("node watcher", w.Close)
 		cluster.NewNodeService(reg, s.logger.With("component", "nodes")).Register(srv.GRPC)
+	} else {
+		// One machine: its one node, drained and undrained like a cluster's.
+		cluster.NewNodeService(cluster.LocalNodes{Local: local}, s.logger.With("component", "nodes")).Register(srv.GRPC)
 	}
 	svc.Register(srv.GRPC)
 	return svc, nil
@@ -440,13 +445,13 @@ func (s *setup) addAgent(ctx context.Context, srv *grpcserver.Server, nc *nats.C
 		return fmt.Errorf("agent store: %w", err)
 	}
 	s.closers.add("agent store", func(context.Context) error { return st.Close() })
-	sealKey, err := s.secretKey()
+	sealer, err := s.secretBox()
 	if err != nil {
 		return err
 	}
 
 	cfg := agent.DefaultConfig()
-	cfg.KeyEncryptionKey = sealKey
+	cfg.Sealer = sealer
 	// Only the all-in-one agent owns its store alone.
 	cfg.RecoverInterruptedRuns = s.role == "up"
 	cfg.APIKeys = map[string]string{}
@@ -494,6 +499,30 @@ func (s *setup) addAgent(ctx context.Context, srv *grpcserver.Server, nc *nats.C
 	}
 	a.Register(srv.GRPC)
 	return nil
+}
+
+// secretBox seals secrets at rest (provider keys runs bring). Its keys:
+// -secret-key when set, either one key (base64 of 32 bytes, id "default")
+// or, to rotate, "id:key,id:key" with the current key first (older keys
+// keep opening what they sealed); else a key made once and kept in the data
+// dir, readable only by deskgrid, also with id "default".
+func (s *setup) secretBox() (*secretbox.Box, error) {
+	var keys []secretbox.Key
+	switch {
+	case strings.Contains(s.cfg.SecretKey, ":"):
+		k, err := secretbox.ParseKeys(s.cfg.SecretKey)
+		if err != nil {
+			return nil, fmt.Errorf("-secret-key: %w", err)
+		}
+		keys = k
+	default:
+		k, err := s.secretKey()
+		if err != nil {
+			return nil, err
+		}
+		keys = []secretbox.Key{{ID: "default", Secret: k}}
+	}
+	return secretbox.New(keys...)
 }
 
 // secretKey is the 32-byte key that seals secrets at rest (provider keys runs
@@ -616,7 +645,7 @@ func (s *setup) startGateway(ctx context.Context) (string, error) {
 	// does not see; the gateway ends them first.
 	s.closers.add("gateway", g.Close)
 	go func() {
-		if err := hs.Serve(lis); err != nil && !strings.Contains(err.Error(), "Server closed") {
+		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.logger.Error("HTTP server", "err", err)
 		}
 	}()

@@ -182,7 +182,7 @@ func serverFlags(name string, stderr io.Writer) (*flag.FlagSet, *serverConfig) {
 	fs.BoolVar(&c.MetricsNeedKey, "metrics-need-key", false, "with -auth, /metrics needs an API key too")
 	fs.Float64Var(&c.RateLimit, "rate-limit", 50, "with -auth, requests per second one API key may make through the gateway (0: no limit)")
 	fs.StringVar(&c.InternalToken, "internal-token", "", "token services use to call each other with -auth; the same on every role (deskgrid up makes one)")
-	fs.StringVar(&c.SecretKey, "secret-key", "", "base64 of 32 bytes that seal secrets at rest; empty: a key kept in the data dir")
+	fs.StringVar(&c.SecretKey, "secret-key", "", "key sealing secrets at rest: base64 of 32 bytes, or id:key,id:key (current first) to rotate; empty: a key kept in the data dir")
 	fs.StringVar(&c.AnthropicAPIKey, "anthropic-api-key", os.Getenv("ANTHROPIC_API_KEY"), "Anthropic key for runs that bring none")
 	fs.StringVar(&c.AnthropicBaseURL, "anthropic-base-url", "", "Anthropic API base URL (proxies, compatible gateways)")
 	fs.StringVar(&c.OpenAIAPIKey, "openai-api-key", os.Getenv("OPENAI_API_KEY"), "OpenAI key for runs that bring none")

@@ -27,11 +27,11 @@ import (
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
-	"github.com/deskgrid/deskgrid/services/agent/keyseal"
 	"github.com/deskgrid/deskgrid/services/agent/lease"
 	"github.com/deskgrid/deskgrid/services/agent/provider"
 	"github.com/deskgrid/deskgrid/services/agent/runlog"
 	"github.com/deskgrid/deskgrid/services/agent/store"
+	"github.com/deskgrid/deskgrid/services/platform/auth/secretbox"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 )
 
@@ -74,11 +74,12 @@ type Config struct {
 	EventPublishPending int
 	// FinishedRunTTL is how long a finished run's events stay in memory.
 	FinishedRunTTL time.Duration
-	// KeyEncryptionKey (32 bytes) seals the API keys runs bring, so they
-	// are stored encrypted and a run can be continued after a restart.
-	// Unset: such keys live only in memory, and continuing the run after a
+	// Sealer seals the API keys runs bring (bound to the run id), so they
+	// are stored encrypted and a run can be continued after a restart; it
+	// opens keys sealed with any of its keys, so sealing keys rotate.
+	// Nil: such keys live only in memory, and continuing the run after a
 	// restart needs the key again (SendMessage answers FailedPrecondition).
-	KeyEncryptionKey []byte
+	Sealer *secretbox.Box
 	// RecoverInterruptedRuns marks FAILED, at start, the stored runs a
 	// previous process left unfinished. Only for a store one agent service
 	// uses alone (deskgrid up): replicas sharing it would fail each
@@ -163,7 +164,7 @@ type Service struct {
 	leases   lease.Manager
 	replayer runlog.Replayer
 	asyncJS  jetstream.JetStream
-	sealer   *keyseal.Sealer
+	sealer   *secretbox.Box
 	tenant   func(context.Context) string
 
 	ctx    context.Context
@@ -247,13 +248,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		}
 		s.asyncJS = js
 	}
-	if len(cfg.KeyEncryptionKey) > 0 {
-		sealer, err := keyseal.New(cfg.KeyEncryptionKey)
-		if err != nil {
-			return nil, fmt.Errorf("agent config: %w", err)
-		}
-		s.sealer = sealer
-	}
+	s.sealer = cfg.Sealer
 	if cfg.RecoverInterruptedRuns {
 		if err := s.recoverInterrupted(ctx); err != nil {
 			return nil, err

@@ -101,7 +101,7 @@ func (s *Service) CreateRun(ctx context.Context, req *agentv1.CreateRunRequest) 
 	}
 	access := store.Access{BaseURL: req.GetBaseUrl(), OwnKey: req.GetApiKey() != ""}
 	if access.OwnKey && s.sealer != nil {
-		access.SealedKey = s.sealer.Seal(rec.GetId(), []byte(req.GetApiKey()))
+		access.SealedKey = s.sealer.Seal([]byte(req.GetApiKey()), []byte(rec.GetId()))
 	}
 	if err := s.store.Create(ctx, rec, access); err != nil {
 		return nil, fmt.Errorf("store run: %w", err)
@@ -374,7 +374,7 @@ func (s *Service) revive(ctx context.Context, rec *agentv1.Run, apiKey string) (
 	key := apiKey
 	if key == "" && a.OwnKey {
 		if s.sealer != nil && len(a.SealedKey) > 0 {
-			if k, err := s.sealer.Open(rec.GetId(), a.SealedKey); err == nil {
+			if k, err := s.sealer.Open(a.SealedKey, []byte(rec.GetId())); err == nil {
 				key = string(k)
 			} else {
 				s.logger.Warn("sealed api key of run does not open", "run", rec.GetId(), "err", err)

@@ -23,6 +23,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/agent/provider"
 	"github.com/deskgrid/deskgrid/services/agent/store"
 	"github.com/deskgrid/deskgrid/services/agent/store/storetest"
+	"github.com/deskgrid/deskgrid/services/platform/auth/secretbox"
 )
 
 // keyRecorder hands out scripted providers and remembers the keys given.
@@ -46,18 +47,33 @@ func (k *keyRecorder) last() string {
 }
 
 // A run continues after the service restarts: its record, conversation and
-// (sealed) key come back from the SQL store; without a key-encryption key
-// the caller is asked for the key again. The key is never stored in clear.
+// (sealed) key come back from the SQL store. The sealing keys rotate: a
+// key sealed before the rotation still opens while its key stays
+// configured behind the new one. Without a sealing key, or when the key
+// that sealed it is gone, the caller is asked for the key again. The key is
+// never stored in clear.
 func TestSendMessageAfterRestart(t *testing.T) {
 	const key = "sk-own-run-key-5f1e2d3c4b5a"
-	kek := bytes.Repeat([]byte{42}, 32)
+	oldKey := secretbox.Key{ID: "2026-01", Secret: bytes.Repeat([]byte{42}, 32)}
+	newKey := secretbox.Key{ID: "2026-11", Secret: bytes.Repeat([]byte{7}, 32)}
+	box := func(keys ...secretbox.Key) *secretbox.Box {
+		b, err := secretbox.New(keys...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	// Each mode: the sealing keys before and after the restart.
+	modes := map[string][2][]secretbox.Key{
+		"plain-memory": {nil, nil},
+		"sealed":       {{oldKey}, {oldKey}},
+		"rotated":      {{oldKey}, {newKey, oldKey}},
+		"key-gone":     {{oldKey}, {newKey}},
+	}
 	for _, db := range []string{"sqlite", "postgres"} {
-		for _, sealed := range []bool{true, false} {
-			name := db + "/plain-memory"
-			if sealed {
-				name = db + "/sealed"
-			}
-			t.Run(name, func(t *testing.T) {
+		for mode, keys := range modes {
+			sealed := mode == "sealed" || mode == "rotated"
+			t.Run(db+"/"+mode, func(t *testing.T) {
 				ctx := context.Background()
 				var dsn string
 				if db == "sqlite" {
@@ -74,8 +90,8 @@ func TestSendMessageAfterRestart(t *testing.T) {
 					return st
 				}
 				cfg := DefaultConfig()
-				if sealed {
-					cfg.KeyEncryptionKey = kek
+				if keys[0] != nil {
+					cfg.Sealer = box(keys[0]...)
 				}
 				kr := &keyRecorder{p: &scripted{}}
 				h1 := newHarness(t, cfg, kr.newProvider, func(d *Deps) { d.Store = open() })
@@ -94,6 +110,10 @@ func TestSendMessageAfterRestart(t *testing.T) {
 					t.Fatal(err)
 				}
 
+				cfg.Sealer = nil
+				if keys[1] != nil {
+					cfg.Sealer = box(keys[1]...)
+				}
 				kr2 := &keyRecorder{p: &scripted{}}
 				h2 := newHarness(t, cfg, kr2.newProvider, func(d *Deps) { d.Store = open() })
 				got, err := h2.client.GetRun(ctx, &agentv1.GetRunRequest{RunId: id})

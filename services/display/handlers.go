@@ -13,6 +13,7 @@ import (
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/display/capture"
 	"github.com/deskgrid/deskgrid/services/display/scale"
+	"github.com/deskgrid/deskgrid/services/platform/errinfo"
 )
 
 // CreateDisplay starts a session's X server.
@@ -229,7 +230,9 @@ func (s *Service) toStatus(ctx context.Context, err error) error {
 		return status.Error(codes.AlreadyExists, err.Error())
 	case errors.Is(err, errExhausted):
 		return status.Error(codes.ResourceExhausted, err.Error())
-	case errors.Is(err, errGone), errors.Is(err, errStaleLease), errors.Is(err, errCannotResize),
+	case errors.Is(err, errStaleLease):
+		return errinfo.Error(codes.FailedPrecondition, errinfo.StaleInputLease, err.Error())
+	case errors.Is(err, errGone), errors.Is(err, errCannotResize),
 		errors.Is(err, errNoText), errors.Is(err, errNoWindowManager):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, errResized):

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	"github.com/deskgrid/deskgrid/services/platform/errinfo"
 )
 
 // inputWindow is a full-screen window of a client on the display that
@@ -437,6 +438,10 @@ func TestLeaseFencing(t *testing.T) {
 		_, err := c.PerformActions(ctxT(t), req)
 		if status.Code(err) != st.code {
 			t.Fatalf("step %d (token %d): %v, want %v", i, st.token, err, st.code)
+		}
+		// A fenced-off holder is told so by reason, not only by wording.
+		if stale := st.code == codes.FailedPrecondition; stale != (errinfo.Reason(err) == errinfo.StaleInputLease) {
+			t.Fatalf("step %d (token %d): reason %q of %v", i, st.token, errinfo.Reason(err), err)
 		}
 	}
 }

@@ -14,7 +14,7 @@ The client speaks the REST/JSON API of a deskgrid gateway
 """
 
 from . import actions, aio
-from .client import Client, ExecResult, Files, History, Images, Runs, Session, Sessions, ShellResult
+from .client import Client, ExecResult, Files, History, Images, Nodes, Runs, Session, Sessions, ShellResult
 from .errors import *  # noqa: F401,F403
 from .errors import __all__ as _errors
 
@@ -28,6 +28,7 @@ __all__ = [
     "Files",
     "History",
     "Images",
+    "Nodes",
     "Runs",
     "Session",
     "Sessions",

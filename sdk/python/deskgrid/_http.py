@@ -22,6 +22,15 @@ Query = Mapping[str, Union[str, int, bool, Sequence[str], None]]
 DEFAULT_TIMEOUT = 60.0
 
 
+class RawBody:
+    """A request body sent as it is, not encoded as one JSON value (such as
+    the newline-delimited messages of a client-streaming route)."""
+
+    def __init__(self, data: bytes, content_type: str = "application/json") -> None:
+        self.data = data
+        self.content_type = content_type
+
+
 def _retry_after(headers: Any) -> Optional[float]:
     if headers is None:
         return None
@@ -95,7 +104,10 @@ class Transport:
     ) -> Any:
         data = None
         headers: Dict[str, str] = {"Accept": accept, "User-Agent": "deskgrid-python/0.1"}
-        if body is not None:
+        if isinstance(body, RawBody):
+            data = body.data
+            headers["Content-Type"] = body.content_type
+        elif body is not None:
             data = json.dumps(body).encode("utf-8")
             headers["Content-Type"] = "application/json"
         elif method in ("POST", "PUT", "PATCH"):

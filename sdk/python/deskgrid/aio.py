@@ -23,7 +23,7 @@ from . import actions as A
 from .client import Client, ExecResult, Session, ShellResult
 from .errors import NotFound
 
-__all__ = ["AsyncClient", "AsyncSession", "AsyncSessions", "AsyncRuns"]
+__all__ = ["AsyncClient", "AsyncSession", "AsyncSessions", "AsyncRuns", "AsyncImages", "AsyncHistory", "AsyncNodes"]
 
 T = TypeVar("T")
 JSON = Dict[str, Any]
@@ -52,6 +52,9 @@ class AsyncClient:
         self.sync = Client(base_url, api_key, **kw)
         self.sessions = AsyncSessions(self.sync)
         self.runs = AsyncRuns(self.sync)
+        self.images = AsyncImages(self.sync)
+        self.history = AsyncHistory(self.sync)
+        self.nodes = AsyncNodes(self.sync)
 
     async def __aenter__(self) -> "AsyncClient":
         return self
@@ -186,6 +189,86 @@ class AsyncSession:
     async def run(self, prompt: str, **options: Any) -> JSON:
         return await asyncio.to_thread(lambda: self.sync.run(prompt, **options))
 
+    async def commit(self, image: str) -> JSON:
+        return await asyncio.to_thread(self.sync.commit, image)
+
+    async def display(self) -> JSON:
+        return await asyncio.to_thread(self.sync.display)
+
+    async def resize(self, width: int, height: int) -> JSON:
+        return await asyncio.to_thread(self.sync.resize, width, height)
+
+    async def clipboard(self, *, primary: bool = False) -> str:
+        return await asyncio.to_thread(lambda: self.sync.clipboard(primary=primary))
+
+    async def set_clipboard(self, text: str, *, primary: bool = False, lease_token: Optional[int] = None) -> None:
+        await asyncio.to_thread(lambda: self.sync.set_clipboard(text, primary=primary, lease_token=lease_token))
+
+    async def windows(self) -> List[JSON]:
+        return await asyncio.to_thread(self.sync.windows)
+
+    async def activate_window(self, window_id: int, *, lease_token: Optional[int] = None) -> JSON:
+        return await asyncio.to_thread(lambda: self.sync.activate_window(window_id, lease_token=lease_token))
+
+    async def close_window(self, window_id: int, *, force: bool = False, lease_token: Optional[int] = None) -> bool:
+        return await asyncio.to_thread(lambda: self.sync.close_window(window_id, force=force, lease_token=lease_token))
+
+    async def move_window(
+        self, window_id: int, x: int, y: int, width: int = 0, height: int = 0, *, lease_token: Optional[int] = None
+    ) -> JSON:
+        return await asyncio.to_thread(lambda: self.sync.move_window(window_id, x, y, width, height, lease_token=lease_token))
+
+    async def set_window_state(self, window_id: int, state: str, *, lease_token: Optional[int] = None) -> JSON:
+        return await asyncio.to_thread(lambda: self.sync.set_window_state(window_id, state, lease_token=lease_token))
+
+    async def acquire_input_lease(self, holder: str, *, ttl: Optional[float] = None, wait: Optional[float] = None) -> JSON:
+        return await asyncio.to_thread(lambda: self.sync.acquire_input_lease(holder, ttl=ttl, wait=wait))
+
+    async def renew_input_lease(self, lease: Mapping[str, Any], *, ttl: Optional[float] = None) -> JSON:
+        return await asyncio.to_thread(lambda: self.sync.renew_input_lease(lease, ttl=ttl))
+
+    async def release_input_lease(self, lease: Mapping[str, Any]) -> None:
+        await asyncio.to_thread(self.sync.release_input_lease, lease)
+
+    async def sandbox(self) -> JSON:
+        return await asyncio.to_thread(self.sync.sandbox)
+
+    async def processes(self) -> List[JSON]:
+        return await asyncio.to_thread(self.sync.processes)
+
+    async def changes(self, path: str = "") -> List[JSON]:
+        return await asyncio.to_thread(self.sync.changes, path)
+
+    async def diff(self, path: str) -> JSON:
+        return await asyncio.to_thread(self.sync.diff, path)
+
+    async def apply_changes(self, paths: Optional[Sequence[str]] = None) -> JSON:
+        return await asyncio.to_thread(self.sync.apply_changes, paths)
+
+    async def discard_changes(self, paths: Optional[Sequence[str]] = None) -> List[str]:
+        return await asyncio.to_thread(self.sync.discard_changes, paths)
+
+    async def create_snapshot(self) -> JSON:
+        return await asyncio.to_thread(self.sync.create_snapshot)
+
+    async def snapshots(self) -> List[JSON]:
+        return await asyncio.to_thread(self.sync.snapshots)
+
+    async def restore_snapshot(self, snapshot_id: str) -> JSON:
+        return await asyncio.to_thread(self.sync.restore_snapshot, snapshot_id)
+
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        await asyncio.to_thread(self.sync.delete_snapshot, snapshot_id)
+
+    async def restart_shell(self) -> None:
+        await asyncio.to_thread(self.sync.restart_shell)
+
+    def history(self, *, page_size: int = 100, types: Optional[Sequence[str]] = None) -> AsyncIterator[JSON]:
+        return _aiter(lambda: self.sync.history(page_size=page_size, types=types))
+
+    async def export_history(self, *, include_blobs: bool = False) -> bytes:
+        return await asyncio.to_thread(lambda: self.sync.export_history(include_blobs=include_blobs))
+
 
 class AsyncRuns:
     def __init__(self, c: Client) -> None:
@@ -202,3 +285,87 @@ class AsyncRuns:
 
     def events(self, run_id: str, *, after_sequence: int = 0) -> AsyncIterator[JSON]:
         return _aiter(lambda: self._c.runs.events(run_id, after_sequence=after_sequence))
+
+    def list(self, session_id: str, *, page_size: int = 100) -> AsyncIterator[JSON]:
+        return _aiter(lambda: self._c.runs.list(session_id, page_size=page_size))
+
+    async def send_message(self, run_id: str, text: str) -> JSON:
+        return await asyncio.to_thread(self._c.runs.send_message, run_id, text)
+
+    async def approve(self, run_id: str, **body: Any) -> JSON:
+        return await asyncio.to_thread(lambda: self._c.runs.approve(run_id, **body))
+
+    async def reject(self, run_id: str, **body: Any) -> JSON:
+        return await asyncio.to_thread(lambda: self._c.runs.reject(run_id, **body))
+
+    def entries(self, run_id: str, *, page_size: int = 100, types: Optional[Sequence[str]] = None) -> AsyncIterator[JSON]:
+        return _aiter(lambda: self._c.runs.entries(run_id, page_size=page_size, types=types))
+
+    async def transcript(self, run_id: str) -> JSON:
+        return await asyncio.to_thread(self._c.runs.transcript, run_id)
+
+    async def wait(self, run_id: str) -> JSON:
+        return await asyncio.to_thread(self._c.runs.wait, run_id)
+
+
+class AsyncImages:
+    """As :class:`deskgrid.Images`, awaited."""
+
+    def __init__(self, c: Client) -> None:
+        self._c = c
+
+    async def list(self) -> List[JSON]:
+        return await asyncio.to_thread(self._c.images.list)
+
+    async def get(self, ref: str) -> JSON:
+        return await asyncio.to_thread(self._c.images.get, ref)
+
+    async def delete(self, ref: str) -> None:
+        await asyncio.to_thread(self._c.images.delete, ref)
+
+    async def pull(self, ref: str, progress: Optional[Callable[[JSON], None]] = None) -> JSON:
+        return await asyncio.to_thread(self._c.images.pull, ref, progress)
+
+    async def set_public(self, ref: str, public: bool = True) -> JSON:
+        return await asyncio.to_thread(self._c.images.set_public, ref, public)
+
+    async def usage(self) -> JSON:
+        return await asyncio.to_thread(self._c.images.usage)
+
+
+class AsyncHistory:
+    """As :class:`deskgrid.History`, awaited."""
+
+    def __init__(self, c: Client) -> None:
+        self._c = c
+
+    def search(self, query: str, *, session_id: str = "", page_size: int = 100) -> AsyncIterator[JSON]:
+        return _aiter(lambda: self._c.history.search(query, session_id=session_id, page_size=page_size))
+
+    async def import_session(self, session_id: str, jsonl: Union[bytes, str]) -> JSON:
+        return await asyncio.to_thread(self._c.history.import_session, session_id, jsonl)
+
+    async def delete(self, session_id: str) -> int:
+        return await asyncio.to_thread(self._c.history.delete, session_id)
+
+    async def blob(self, sha256: str) -> Tuple[bytes, str]:
+        return await asyncio.to_thread(self._c.history.blob, sha256)
+
+
+class AsyncNodes:
+    """As :class:`deskgrid.Nodes`, awaited."""
+
+    def __init__(self, c: Client) -> None:
+        self._c = c
+
+    async def list(self) -> List[JSON]:
+        return await asyncio.to_thread(self._c.nodes.list)
+
+    async def get(self, node_id: str) -> JSON:
+        return await asyncio.to_thread(self._c.nodes.get, node_id)
+
+    async def drain(self, node_id: str) -> JSON:
+        return await asyncio.to_thread(self._c.nodes.drain, node_id)
+
+    async def undrain(self, node_id: str) -> JSON:
+        return await asyncio.to_thread(self._c.nodes.undrain, node_id)

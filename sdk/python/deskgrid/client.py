@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import secrets
 from dataclasses import dataclass
@@ -23,10 +24,10 @@ from types import TracebackType
 from urllib.parse import quote
 
 from . import actions as A
-from ._http import DEFAULT_TIMEOUT, Transport
+from ._http import DEFAULT_TIMEOUT, RawBody, Transport
 from .errors import DeskgridError, NotFound, StreamError
 
-__all__ = ["Client", "Session", "Sessions", "Files", "ExecResult", "ShellResult", "Runs", "Images", "History"]
+__all__ = ["Client", "Session", "Sessions", "Files", "ExecResult", "ShellResult", "Runs", "Images", "History", "Nodes"]
 
 JSON = Dict[str, Any]
 
@@ -112,6 +113,8 @@ class Client:
         self.images = Images(self)
         #: Session history across sessions.
         self.history = History(self)
+        #: The nodes that run sessions.
+        self.nodes = Nodes(self)
 
     @property
     def base_url(self) -> str:
@@ -317,6 +320,13 @@ class Session:
         """Resumes a suspended session."""
         self.data = self._call("POST", ":resume", timeout=120.0)
 
+    def commit(self, image: str) -> JSON:
+        """Turns the session's changes into a new image tagged ``image``
+        (such as "my-team/qa-desktop:v3"), on top of the session's image;
+        returns ``image``, ``digest`` and ``size``."""
+        result: JSON = self._call("POST", ":commit", body={"image": image}, timeout=max(self._c.transport.timeout, 600.0))
+        return result
+
     def watch(self, *, timeout: Optional[float] = None) -> Iterator[JSON]:
         """Yields the session's JSON now and after every change, until it
         ends. ``timeout`` bounds each wait for a change (None: no bound)."""
@@ -413,6 +423,105 @@ class Session:
         """Where the pointer is."""
         c = self.act(A.cursor_position()).get("cursor", {})
         return int(c.get("x", 0)), int(c.get("y", 0))
+
+    def display(self) -> JSON:
+        """The session's X display: ``width``, ``height``, ``depth``,
+        ``dpi``, ``xDisplay`` and its ``windows``."""
+        result: JSON = self._call("GET", "/display")
+        return result
+
+    def resize(self, width: int, height: int) -> JSON:
+        """Changes the size of the screen; windows stay open and screenshots
+        and input follow the new size. Returns the display afterwards."""
+        result: JSON = self._call("POST", "/display:resize", body={"width": width, "height": height}).get("display", {})
+        return result
+
+    def clipboard(self, *, primary: bool = False) -> str:
+        """The text a program on the desktop copied (the CLIPBOARD
+        selection, or PRIMARY, the mouse selection); "" when there is none."""
+        r = self._call("GET", "/clipboard", query={"selection": "SELECTION_PRIMARY" if primary else None})
+        return str(r.get("text", ""))
+
+    def set_clipboard(self, text: str, *, primary: bool = False, lease_token: Optional[int] = None) -> None:
+        """Puts text (at most 1 MiB) on the clipboard (or the PRIMARY
+        selection) for the desktop's programs to paste."""
+        body: JSON = {"text": text}
+        if primary:
+            body["selection"] = "SELECTION_PRIMARY"
+        if lease_token:
+            body["leaseToken"] = str(lease_token)
+        self._call("POST", "/clipboard", body=body, idempotent=True)
+
+    def windows(self) -> List[JSON]:
+        """The desktop's top-level windows, bottom to top: ``id``,
+        ``title``, ``class``, ``geometry``, ``focused``, ``pid``, ..."""
+        result: List[JSON] = self._call("GET", "/windows").get("windows", [])
+        return result
+
+    def _window(self, window_id: int, op: str, body: JSON, lease_token: Optional[int]) -> JSON:
+        if lease_token:
+            body["leaseToken"] = str(lease_token)
+        result: JSON = self._call("POST", f"/windows/{int(window_id)}:{op}", body=body)
+        return result
+
+    def activate_window(self, window_id: int, *, lease_token: Optional[int] = None) -> JSON:
+        """Raises a window and gives it the focus; returns the window afterwards."""
+        result: JSON = self._window(window_id, "activate", {}, lease_token).get("window", {})
+        return result
+
+    def close_window(self, window_id: int, *, force: bool = False, lease_token: Optional[int] = None) -> bool:
+        """Asks a window's program to close it (``force``: destroys it) and
+        says whether the window is gone."""
+        body: JSON = {"force": True} if force else {}
+        return bool(self._window(window_id, "close", body, lease_token).get("closed", False))
+
+    def move_window(
+        self, window_id: int, x: int, y: int, width: int = 0, height: int = 0, *, lease_token: Optional[int] = None
+    ) -> JSON:
+        """Puts a window's client area at (x, y) with the given size (0
+        keeps it); returns the window afterwards."""
+        geometry: JSON = {"x": x, "y": y, "width": width, "height": height}
+        result: JSON = self._window(window_id, "move", {"geometry": geometry}, lease_token).get("window", {})
+        return result
+
+    def set_window_state(self, window_id: int, state: str, *, lease_token: Optional[int] = None) -> JSON:
+        """Minimises, maximises, makes full-screen or restores a window
+        (state "minimized", "maximized", "fullscreen", "normal" or a full
+        name such as "WINDOW_STATE_MAXIMIZED"); it needs a window manager."""
+        if not state.startswith("WINDOW_STATE_"):
+            state = "WINDOW_STATE_" + state.upper()
+        result: JSON = self._window(window_id, "setState", {"state": state}, lease_token).get("window", {})
+        return result
+
+    # --- input lease ---
+
+    def acquire_input_lease(self, holder: str, *, ttl: Optional[float] = None, wait: Optional[float] = None) -> JSON:
+        """Waits its turn (first come, first served) for the session's input
+        lease, at most ``wait`` seconds (None: the call's timeout), and holds
+        it ``ttl`` seconds (None: 30). Returns the lease: ``token`` (pass it
+        as ``lease_token`` of actions), ``leaseId`` and ``expireTime``."""
+        body: JSON = {"holder": holder}
+        if ttl is not None:
+            body["ttl"] = _dur(ttl)
+        if wait is not None:
+            body["wait"] = _dur(wait)
+        t = max(self._c.transport.timeout, (wait or 0) + 30)
+        result: JSON = self._call("POST", "/inputLease:acquire", body=body, timeout=t)
+        return result
+
+    def renew_input_lease(self, lease: Mapping[str, Any], *, ttl: Optional[float] = None) -> JSON:
+        """Extends a lease the caller still holds by ``ttl`` seconds (None:
+        30); returns it with its new ``expireTime``."""
+        body: JSON = {k: lease.get(k) for k in ("holder", "token", "leaseId") if lease.get(k)}
+        if ttl is not None:
+            body["ttl"] = _dur(ttl)
+        result: JSON = self._call("POST", "/inputLease:renew", body=body)
+        return result
+
+    def release_input_lease(self, lease: Mapping[str, Any]) -> None:
+        """Gives the lease up, to the next caller waiting for it."""
+        body: JSON = {k: lease.get(k) for k in ("holder", "token", "leaseId") if lease.get(k)}
+        self._call("POST", "/inputLease:release", body=body)
 
     def viewer_token(self, mode: str = "view", ttl_seconds: Optional[int] = None) -> JSON:
         """A short-lived token for the live view ("view" or "control"):
@@ -515,7 +624,48 @@ class Session:
         return result
 
     def restore_snapshot(self, snapshot_id: str) -> JSON:
+        """Puts the session's filesystem back as the snapshot saved it."""
         result: JSON = self._call("POST", f"/snapshots/{_q(snapshot_id)}:restore", timeout=120.0)
+        return result
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        """Deletes one of the session's snapshots."""
+        self._call("DELETE", f"/snapshots/{_q(snapshot_id)}")
+
+    def diff(self, path: str) -> JSON:
+        """A changed file's unified diff against the session's image:
+        ``change``, ``diff`` (text) and ``binary``."""
+        result: JSON = self._call("GET", "/changes:diff", query={"path": path})
+        return result
+
+    def apply_changes(self, paths: Optional[Sequence[str]] = None) -> JSON:
+        """Writes the session's changes (those under ``paths``, or all) into
+        its workspace folder; a file changed in the workspace meanwhile is
+        left alone. Returns ``applied`` paths and ``conflicts``."""
+        result: JSON = self._call("POST", "/changes:apply", body={"paths": list(paths or [])}, timeout=120.0)
+        return result
+
+    def discard_changes(self, paths: Optional[Sequence[str]] = None) -> List[str]:
+        """Drops the session's changes (those under ``paths``, or all), so
+        its image shows through again; refused while processes run in the
+        sandbox. Returns the paths put back."""
+        r = self._call("POST", "/changes:discard", body={"paths": list(paths or [])}, timeout=120.0)
+        return [str(p) for p in r.get("discarded", [])]
+
+    def restart_shell(self) -> None:
+        """Ends the persistent shell; the next :meth:`shell` starts afresh."""
+        self._call("POST", "/shell:restart")
+
+    def sandbox(self) -> JSON:
+        """The session's sandbox: ``image``, ``limits``, ``usage``, ``frozen``, ..."""
+        result: JSON = self._call("GET", "/sandbox")
+        return result
+
+    def processes(self) -> List[JSON]:
+        """The programs started on the session's desktop (its autostart
+        programs), running or ended: ``processId``, ``argv``, ``pid``,
+        ``state``, ``exit``."""
+        result: List[JSON] = self._call("GET", "/processes").get("processes", [])
         return result
 
     # --- history and runs ---
@@ -575,17 +725,31 @@ class Files:
         return result
 
     def stat(self, path: str) -> JSON:
+        """Describes one path: name, size, mode, isDir, modifyTime."""
         result: JSON = self._s._call("GET", "/files:stat", query={"path": path})
         return result
 
     def delete(self, path: str, *, recursive: bool = False) -> None:
+        """Removes a file, or a directory (with what it holds when ``recursive``)."""
         self._s._call("POST", "/files:delete", body={"path": path, "recursive": recursive}, idempotent=True)
 
-    def mkdir(self, path: str) -> None:
-        self._s._call("POST", "/files:mkdir", body={"path": path}, idempotent=True)
+    def mkdir(self, path: str, *, parents: bool = False, mode: int = 0) -> None:
+        """Makes a directory (mode 0 means 0755), and its missing parents
+        when ``parents`` is true."""
+        body: JSON = {"path": path}
+        if parents:
+            body["parents"] = True
+        if mode:
+            body["mode"] = mode
+        self._s._call("POST", "/files:mkdir", body=body, idempotent=parents)
 
-    def move(self, source: str, destination: str) -> None:
-        self._s._call("POST", "/files:move", body={"source": source, "destination": destination})
+    def move(self, source: str, destination: str, *, overwrite: bool = False) -> None:
+        """Renames ``source`` to ``destination``; an existing destination is
+        replaced only with ``overwrite``."""
+        body: JSON = {"fromPath": source, "toPath": destination}
+        if overwrite:
+            body["overwrite"] = True
+        self._s._call("POST", "/files:move", body=body)
 
     def download(self, path: str) -> Iterator[bytes]:
         """A file's content in chunks, for files too large for :meth:`read`."""
@@ -693,6 +857,26 @@ class Runs:
                 if self.get(run_id).get("state") in _RUN_DONE and failures > 1:
                     raise
 
+    def entries(self, run_id: str, *, page_size: int = 100, types: Optional[Sequence[str]] = None) -> Iterator[JSON]:
+        """Yields a run's history entries, oldest first."""
+        token = ""
+        while True:
+            page = self._c.transport.call(
+                "GET",
+                f"/v1/runs/{_q(run_id)}/entries",
+                query={"pageSize": page_size, "pageToken": token, "types": list(types or [])},
+            )
+            yield from page.get("entries", [])
+            token = page.get("nextPageToken", "")
+            if not token:
+                return
+
+    def transcript(self, run_id: str) -> JSON:
+        """A run's whole transcript: ``entries`` (messages, tool calls and
+        results, screenshots) in order and ``usage`` totals."""
+        result: JSON = self._c.transport.call("GET", f"/v1/runs/{_q(run_id)}/transcript")
+        return result
+
     def wait(self, run_id: str) -> JSON:
         """Follows a run until it ends and returns its final JSON."""
         for _ in self.events(run_id):
@@ -728,6 +912,19 @@ class Images:
                 progress(m["progress"])
         raise StreamError(f"pull {ref}: the stream ended without an image")
 
+    def set_public(self, ref: str, public: bool = True) -> JSON:
+        """Makes the caller's tag visible to every tenant, or private again."""
+        result: JSON = self._c.transport.call(
+            "POST", "/v1/images:setPublic", body={"ref": ref, "public": public}, idempotent=True
+        ).get("image", {})
+        return result
+
+    def usage(self) -> JSON:
+        """The node's image store disk use: ``images``, ``layers``,
+        ``layerBytes``, ``blobBytes``, ``pinnedBytes``."""
+        result: JSON = self._c.transport.call("GET", "/v1/images:usage")
+        return result
+
 
 class History:
     """History across sessions: ``client.history``."""
@@ -752,3 +949,61 @@ class History:
     def session(self, session_id: str, *, page_size: int = 100) -> Iterator[JSON]:
         """Yields one session's entries, oldest first."""
         return Session(self._c, {"id": session_id}).history(page_size=page_size)
+
+    def delete(self, session_id: str) -> int:
+        """Deletes every history entry of a session; returns how many."""
+        r = self._c.transport.call("DELETE", f"/v1/sessions/{_q(session_id)}/history")
+        return int(r.get("deletedEntries", 0))
+
+    def blob(self, sha256: str) -> Tuple[bytes, str]:
+        """Stored bytes, such as a screenshot an entry refers to, by their
+        SHA-256 (hex), and their content type."""
+        r = self._c.transport.call("GET", f"/v1/blobs/{_q(sha256)}")
+        return _unb64(r.get("data")), str(r.get("contentType", ""))
+
+    def import_session(self, session_id: str, jsonl: Union[bytes, str], *, chunk_size: int = 256 << 10) -> JSON:
+        """Stores JSON Lines as :meth:`Session.export_history` returns them
+        as the history of ``session_id``, all or nothing; entries already
+        stored are skipped. Returns ``imported`` and ``skipped`` counts."""
+        data = jsonl.encode("utf-8") if isinstance(jsonl, str) else jsonl
+        # The route takes a stream of request messages: one JSON object each.
+        msgs = []
+        for i in range(0, max(len(data), 1), chunk_size):
+            m: JSON = {"chunk": _b64(data[i : i + chunk_size])}
+            if i == 0:
+                m["sessionId"] = session_id
+            msgs.append(json.dumps(m))
+        raw, _ = self._c.transport.call_raw(
+            "POST", "/v1/history:import", body=RawBody("\n".join(msgs).encode("utf-8")), idempotent=True,
+            timeout=max(self._c.transport.timeout, 300.0),
+        )  # fmt: skip
+        result: JSON = json.loads(raw) if raw else {}
+        return result
+
+
+class Nodes:
+    """The nodes that run sessions: ``client.nodes``. Draining needs an
+    admin key."""
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def list(self) -> List[JSON]:
+        """Every node: ``id``, ``address``, ``state``, ``labels``, ``capacity``, ``used``."""
+        result: List[JSON] = self._c.transport.call("GET", "/v1/nodes").get("nodes", [])
+        return result
+
+    def get(self, node_id: str) -> JSON:
+        """One node by id."""
+        result: JSON = self._c.transport.call("GET", f"/v1/nodes/{_q(node_id)}")
+        return result
+
+    def drain(self, node_id: str) -> JSON:
+        """Stops placing new sessions on a node; the sessions it runs go on."""
+        result: JSON = self._c.transport.call("POST", f"/v1/nodes/{_q(node_id)}:drain", idempotent=True)
+        return result
+
+    def undrain(self, node_id: str) -> JSON:
+        """Lets a drained node take new sessions again."""
+        result: JSON = self._c.transport.call("POST", f"/v1/nodes/{_q(node_id)}:undrain", idempotent=True)
+        return result

@@ -14,7 +14,7 @@ import tempfile
 import threading
 import unittest
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -26,8 +26,12 @@ from deskgrid.testing import DeskgridServer  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 
+JSONish = Dict[str, Any]
+
 server: Optional[DeskgridServer] = None
 model: Optional[ThreadingHTTPServer] = None
+#: The folder whose subfolders sessions may use as workspaces.
+workspaces = ""
 
 
 class FakeAnthropic(BaseHTTPRequestHandler):
@@ -56,11 +60,14 @@ class FakeAnthropic(BaseHTTPRequestHandler):
 
 
 def setUpModule() -> None:
-    global server, model
+    global server, model, workspaces
+    workspaces = tempfile.mkdtemp(prefix="dgpy-workspaces-")
     model = ThreadingHTTPServer(("127.0.0.1", 0), FakeAnthropic)
     threading.Thread(target=model.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{model.server_address[1]}"
-    server = DeskgridServer(["-default-image", "", "-anthropic-api-key", "sk-test", "-anthropic-base-url", base]).start()
+    server = DeskgridServer(
+        ["-default-image", "", "-anthropic-api-key", "sk-test", "-anthropic-base-url", base, "-workspace-roots", workspaces]
+    ).start()
 
 
 def tearDownModule() -> None:
@@ -68,6 +75,10 @@ def tearDownModule() -> None:
         server.stop()
     if model is not None:
         model.shutdown()
+    if workspaces:
+        import shutil
+
+        shutil.rmtree(workspaces, ignore_errors=True)
 
 
 def png_size(data: bytes) -> "tuple[int, int]":
@@ -284,6 +295,19 @@ class RunTest(unittest.TestCase):
             later = list(dg.runs.events(run["id"], after_sequence=seqs[0]))
             self.assertEqual([int(e["sequence"]) for e in later], seqs[1:])
             self.assertEqual([r["id"] for r in dg.runs.list(s.id)], [run["id"]])
+            # The run's history and transcript, once recorded, hold the answer.
+            def answered() -> Optional[JSONish]:
+                try:
+                    x = dg.runs.transcript(run["id"])
+                except deskgrid.NotFound:  # nothing recorded yet
+                    return None
+                return x if "Done." in json.dumps(x) else None
+
+            t = eventually("the answer in the transcript", answered)
+            self.assertEqual(t["runId"], run["id"])
+            entries = list(dg.runs.entries(run["id"], page_size=2))
+            self.assertTrue(entries)
+            self.assertTrue(all(e.get("runId") == run["id"] for e in entries), entries[:2])
 
 
 class LifeTest(unittest.TestCase):
@@ -339,6 +363,222 @@ class LifeTest(unittest.TestCase):
                     list(once.sessions.list())
             self.assertEqual(cm.exception.status, 429)
             self.assertIsNotNone(cm.exception.retry_after)
+
+
+def eventually(what: str, check: "Any", timeout: float = 30.0) -> Any:
+    """Polls check() until it returns something true, or fails after timeout seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        v = check()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout}s")
+        time.sleep(0.1)
+
+
+class DesktopApiTest(unittest.TestCase):
+    """Windows, clipboard, processes and input leases of a session whose
+    desktop runs a real X program (xmessage, started by autostart)."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        assert server is not None
+        cls.dg = server.client()
+        cls.s = cls.dg.sessions.create(width=640, height=480, autostart=["exec xmessage -name dgpy hello"])
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.s.delete()
+
+    def test_processes_list_the_autostart_program(self) -> None:
+        procs = self.s.processes()
+        mine = [p for p in procs if "xmessage -name dgpy hello" in " ".join(p.get("argv", []))]
+        self.assertEqual(len(mine), 1, procs)
+        self.assertEqual(mine[0]["state"], "PROCESS_STATE_RUNNING")
+        self.assertTrue(mine[0]["processId"])
+
+    def test_windows_list_move_activate_close(self) -> None:
+        def find() -> Optional[JSONish]:
+            return next((w for w in self.s.windows() if w.get("instance") == "dgpy"), None)
+
+        win = eventually("xmessage's window", find)
+        self.assertGreater(int(win["id"]), 0)
+        self.assertTrue(win.get("mapped"), win)
+        self.assertEqual(self.s.display()["width"], 640)
+        moved = self.s.move_window(win["id"], 30, 40, 300, 120)
+        self.assertEqual((moved["geometry"].get("x", 0), moved["geometry"].get("y", 0)), (30, 40), moved)
+        self.assertEqual(moved["geometry"]["width"], 300)
+        self.assertEqual(self.s.activate_window(win["id"])["id"], win["id"])
+        with self.assertRaises(deskgrid.NotFound):
+            self.s.activate_window(0x7FFFFFF)
+        self.assertTrue(self.s.close_window(win["id"]))
+        eventually("the window to go", lambda: find() is None)
+
+    def test_clipboard_round_trip(self) -> None:
+        self.s.set_clipboard("héllo 世界")
+        self.s.set_clipboard("mouse", primary=True)
+        self.assertEqual(self.s.clipboard(), "héllo 世界")
+        self.assertEqual(self.s.clipboard(primary=True), "mouse")
+        with self.assertRaises(deskgrid.InvalidArgument):
+            self.s.set_clipboard("x" * ((1 << 20) + 1))
+
+    def test_input_lease(self) -> None:
+        lease = self.s.acquire_input_lease("py-a", ttl=60)
+        try:
+            self.assertEqual(lease["holder"], "py-a")
+            self.assertTrue(lease["leaseId"])
+            token = int(lease["token"])
+            self.s.act(actions.mouse_move(5, 6), lease_token=token)
+            # Someone else waits its turn, and gives up.
+            with self.assertRaises(deskgrid.DeadlineExceeded) as cm:
+                self.s.acquire_input_lease("py-b", wait=0.5)
+            self.assertEqual(cm.exception.status, 504)
+            renewed = self.s.renew_input_lease(lease, ttl=120)
+            self.assertEqual(renewed["token"], lease["token"])
+            self.assertGreater(renewed["expireTime"], lease["expireTime"])
+        finally:
+            self.s.release_input_lease(lease)
+        other = self.s.acquire_input_lease("py-b", wait=10)
+        try:
+            self.assertGreater(int(other["token"]), token)
+            self.s.act(actions.mouse_move(7, 8), lease_token=int(other["token"]))
+            # The old holder's token is fenced off once a newer one was used.
+            with self.assertRaises(deskgrid.DeskgridError) as cm2:
+                self.s.act(actions.mouse_move(9, 10), lease_token=token)
+            self.assertIsInstance(cm2.exception, deskgrid.FailedPrecondition)
+            self.assertIn("stale input lease", cm2.exception.message)
+        finally:
+            self.s.release_input_lease(other)
+
+
+class SandboxApiTest(unittest.TestCase):
+    """Changes against a workspace folder: list, diff, apply, discard;
+    snapshots; the shell; the sandbox's description."""
+
+    def setUp(self) -> None:
+        assert server is not None
+        self.dg = server.client()
+        self.ws = tempfile.mkdtemp(prefix="ws-", dir=workspaces)
+        with open(os.path.join(self.ws, "kept.txt"), "w") as f:
+            f.write("one\n")
+        self.s = self.dg.sessions.create(width=320, height=240, workspace=self.ws)
+
+    def tearDown(self) -> None:
+        self.s.delete()
+        import shutil
+
+        shutil.rmtree(self.ws, ignore_errors=True)
+
+    def test_changes_diff_apply_discard(self) -> None:
+        self.assertEqual(self.s.files.read_text("kept.txt"), "one\n")
+        self.s.files.write("kept.txt", "one\ntwo\n")
+        self.s.files.write("new.txt", "fresh")
+        changes = {c["path"]: c for c in self.s.changes()}
+        self.assertIn("new.txt", changes, changes)
+        self.assertIn("kept.txt", changes, changes)
+        d = self.s.diff("kept.txt")
+        self.assertIn("+two", d["diff"])
+        self.assertFalse(d.get("binary", False))
+        r = self.s.apply_changes(["new.txt"])
+        self.assertEqual(r.get("applied"), ["new.txt"], r)
+        with open(os.path.join(self.ws, "new.txt")) as f:
+            self.assertEqual(f.read(), "fresh")
+        self.assertEqual(self.s.discard_changes(["kept.txt"]), ["kept.txt"])
+        self.assertEqual(self.s.files.read_text("kept.txt"), "one\n")
+        with open(os.path.join(self.ws, "kept.txt")) as f:
+            self.assertEqual(f.read(), "one\n")
+
+    def test_files_mkdir_move_stat_delete(self) -> None:
+        self.s.files.mkdir("a/b/c", parents=True)
+        self.s.files.write("a/b/c/x.txt", "x")
+        self.s.files.move("a/b/c/x.txt", "a/y.txt")
+        self.assertEqual(self.s.files.stat("a/y.txt")["size"], "1")
+        with self.assertRaises(deskgrid.NotFound):
+            self.s.files.stat("a/b/c/x.txt")
+        self.s.files.delete("a", recursive=True)
+        with self.assertRaises(deskgrid.NotFound):
+            self.s.files.stat("a")
+
+    def test_snapshots_shell_and_sandbox(self) -> None:
+        self.assertFalse(self.s.sandbox().get("frozen", False))
+        self.s.files.write("snap.txt", "before")
+        snap = self.s.create_snapshot()
+        self.s.files.write("snap.txt", "after")
+        self.assertIn(snap["snapshotId"], [x["snapshotId"] for x in self.s.snapshots()])
+        self.s.restore_snapshot(snap["snapshotId"])
+        self.assertEqual(self.s.files.read_text("snap.txt"), "before")
+        self.s.delete_snapshot(snap["snapshotId"])
+        self.assertEqual(self.s.snapshots(), [])
+        self.s.shell("export KEEP=1")
+        self.assertEqual(self.s.shell("echo ${KEEP:-gone}").output.strip(), "1")
+        self.s.restart_shell()
+        self.assertEqual(self.s.shell("echo ${KEEP:-gone}").output.strip(), "gone")
+
+
+class NodeAndHistoryApiTest(unittest.TestCase):
+    def setUp(self) -> None:
+        assert server is not None
+        self.dg = server.client()
+
+    def test_nodes(self) -> None:
+        # deskgrid up is one node, shown like a cluster's (draining it is left
+        # to the Go SDK's test, whose deskgrid no other test shares).
+        nodes = self.dg.nodes.list()
+        self.assertEqual([n["id"] for n in nodes], ["local"], nodes)
+        self.assertEqual(nodes[0]["state"], "NODE_STATE_READY")
+        self.assertEqual(self.dg.nodes.get("local")["id"], "local")
+        for call in (
+            lambda: self.dg.nodes.get("elsewhere"),
+            lambda: self.dg.nodes.drain("elsewhere"),
+            lambda: self.dg.nodes.undrain("elsewhere"),
+        ):
+            with self.assertRaises(deskgrid.NotFound) as cm:
+                call()
+            self.assertEqual(cm.exception.status, 404)
+
+    def test_history_export_delete_import(self) -> None:
+        s = self.dg.sessions.create(width=320, height=240)
+        s.exec("true")
+        s.delete()
+        # History is recorded as events arrive: once the session's end is in
+        # it, nothing more comes.
+        def ended() -> Optional[bytes]:
+            x = s.export_history()
+            return x if b"SESSION_STATE_STOPPED" in x else None
+
+        jsonl = eventually("the session's end in its history", ended)
+        n = len(jsonl.splitlines())
+        self.assertEqual(self.dg.history.delete(s.id), n)
+        with self.assertRaises(deskgrid.NotFound):
+            list(s.history())
+        r = self.dg.history.import_session(s.id, jsonl)
+        self.assertEqual(int(r.get("imported", 0)), n, r)
+        self.assertEqual(len(list(s.history(page_size=2))), n)
+        again = self.dg.history.import_session(s.id, jsonl)
+        self.assertEqual((int(again.get("imported", 0)), int(again.get("skipped", 0))), (0, n), again)
+        with self.assertRaises(deskgrid.InvalidArgument):
+            self.dg.history.import_session(s.id, "not json\n")
+
+    def test_images_usage(self) -> None:
+        u = self.dg.images.usage()
+        self.assertIsInstance(u, dict)
+        with self.assertRaises(deskgrid.NotFound):
+            self.dg.images.set_public("no/such-image:v1", True)
+
+    async def _async_twins(self) -> None:
+        assert server is not None
+        async with AsyncClient(server.url, server.api_key) as dg:
+            self.assertEqual([n["id"] for n in await dg.nodes.list()], ["local"])
+            async with await dg.sessions.create(width=320, height=240) as s:
+                await s.set_clipboard("async ✓")
+                self.assertEqual(await s.clipboard(), "async ✓")
+                self.assertEqual((await s.display())["height"], 240)
+
+    def test_async_twins(self) -> None:
+        asyncio.run(self._async_twins())
 
 
 class TypesTest(unittest.TestCase):

@@ -14,6 +14,16 @@ export type Run = S['v1Run'];
 export type RunEvent = S['v1RunEvent'];
 export type Image = S['v1Image'];
 export type ExecExit = S['v1ExecExit'];
+export type Display = S['v1Display'];
+export type Window = S['v1Window'];
+export type WindowState = S['v1WindowState'];
+export type InputLease = S['v1InputLease'];
+export type Sandbox = S['v1Sandbox'];
+export type Process = S['v1Process'];
+export type Change = S['v1Change'];
+export type Snapshot = S['v1Snapshot'];
+export type HistoryEntry = S['v1Entry'];
+export type Node = S['v1Node'];
 
 /** Options of the client. */
 export interface ClientOptions {
@@ -191,6 +201,7 @@ export class Deskgrid {
   readonly runs: Runs;
   readonly images: Images;
   readonly history: History;
+  readonly nodes: Nodes;
 
   constructor(o: ClientOptions = {}) {
     this.transport = new Transport({
@@ -206,6 +217,7 @@ export class Deskgrid {
     this.runs = new Runs(this);
     this.images = new Images(this);
     this.history = new History(this);
+    this.nodes = new Nodes(this);
   }
 
   get baseUrl(): string {
@@ -346,8 +358,99 @@ export class Session implements AsyncDisposable {
     this.data = await this.call<SessionData>('POST', ':suspend', { body: mode ? { mode } : {}, timeoutMs: 120_000 });
   }
 
+  /** Resumes a suspended session. */
   async resume(): Promise<void> {
     this.data = await this.call<SessionData>('POST', ':resume', { timeoutMs: 120_000 });
+  }
+
+  /**
+   * Turns the session's changes into a new image tagged `image` (such as
+   * "my-team/qa-desktop:v3"), on top of the session's image.
+   */
+  commit(image: string): Promise<S['v1CommitSessionResponse']> {
+    const body: S['SessionServiceCommitSessionBody'] = { image };
+    return this.call('POST', ':commit', { body, timeoutMs: Math.max(this.dg.transport.o.timeoutMs, 600_000) });
+  }
+
+  /** The session's X display: size, depth, dpi and its windows. */
+  display(): Promise<Display> {
+    return this.call<Display>('GET', '/display');
+  }
+
+  /** Changes the size of the screen; windows stay open, screenshots and input follow. */
+  async resize(width: number, height: number): Promise<Display> {
+    const body: S['DisplayServiceResizeDisplayBody'] = { width, height };
+    return (await this.call<S['v1ResizeDisplayResponse']>('POST', '/display:resize', { body })).display ?? {};
+  }
+
+  /** The text a program on the desktop copied (CLIPBOARD, or PRIMARY, the mouse selection). */
+  async clipboard(o: { primary?: boolean } = {}): Promise<string> {
+    const r = await this.call<S['v1GetClipboardResponse']>('GET', '/clipboard', {
+      query: { selection: o.primary ? 'SELECTION_PRIMARY' : undefined },
+    });
+    return r.text ?? '';
+  }
+
+  /** Puts text (at most 1 MiB) on the clipboard (or PRIMARY) for the desktop's programs to paste. */
+  async setClipboard(text: string, o: { primary?: boolean; leaseToken?: string } = {}): Promise<void> {
+    const body: S['DisplayServiceSetClipboardBody'] = { text };
+    if (o.primary) body.selection = 'SELECTION_PRIMARY';
+    if (o.leaseToken) body.leaseToken = o.leaseToken;
+    await this.call('POST', '/clipboard', { body, idempotent: true });
+  }
+
+  /** The desktop's top-level windows, bottom to top. */
+  async windows(): Promise<Window[]> {
+    return (await this.call<S['v1ListWindowsResponse']>('GET', '/windows')).windows ?? [];
+  }
+
+  /** Raises a window and gives it the focus; resolves to the window afterwards. */
+  async activateWindow(id: number, o: { leaseToken?: string } = {}): Promise<Window> {
+    const body: S['DisplayServiceActivateWindowBody'] = { leaseToken: o.leaseToken };
+    return (await this.call<S['v1ActivateWindowResponse']>('POST', `/windows/${id}:activate`, { body })).window ?? {};
+  }
+
+  /** Asks a window's program to close it (`force`: destroys it); resolves to whether it is gone. */
+  async closeWindow(id: number, o: { force?: boolean; leaseToken?: string } = {}): Promise<boolean> {
+    const body: S['DisplayServiceCloseWindowBody'] = { force: o.force || undefined, leaseToken: o.leaseToken };
+    return (await this.call<S['v1CloseWindowResponse']>('POST', `/windows/${id}:close`, { body })).closed ?? false;
+  }
+
+  /** Puts a window's client area at (x, y) with the given size (0 keeps it). */
+  async moveWindow(id: number, geometry: { x: number; y: number; width?: number; height?: number }, o: { leaseToken?: string } = {}): Promise<Window> {
+    const body: S['DisplayServiceMoveWindowBody'] = { geometry, leaseToken: o.leaseToken };
+    return (await this.call<S['v1MoveWindowResponse']>('POST', `/windows/${id}:move`, { body })).window ?? {};
+  }
+
+  /** Minimises, maximises, makes full-screen or restores a window; it needs a window manager. */
+  async setWindowState(id: number, state: WindowState | 'normal' | 'minimized' | 'maximized' | 'fullscreen', o: { leaseToken?: string } = {}): Promise<Window> {
+    const full = (state.startsWith('WINDOW_STATE_') ? state : `WINDOW_STATE_${state.toUpperCase()}`) as WindowState;
+    const body: S['DisplayServiceSetWindowStateBody'] = { state: full, leaseToken: o.leaseToken };
+    return (await this.call<S['v1SetWindowStateResponse']>('POST', `/windows/${id}:setState`, { body })).window ?? {};
+  }
+
+  /**
+   * Waits its turn (first come, first served) for the session's input lease,
+   * at most `wait` seconds (default: the call's timeout), and holds it `ttl`
+   * seconds (default 30). Pass the lease's `token` as `leaseToken` of actions.
+   */
+  acquireInputLease(holder: string, o: { ttl?: number; wait?: number } = {}): Promise<InputLease> {
+    const body: S['AgentServiceAcquireInputLeaseBody'] = { holder, ttl: dur(o.ttl), wait: dur(o.wait) };
+    return this.call<InputLease>('POST', '/inputLease:acquire', {
+      body, timeoutMs: Math.max(this.dg.transport.o.timeoutMs, ((o.wait ?? 0) + 30) * 1000),
+    });
+  }
+
+  /** Extends a lease the caller still holds by `ttl` seconds (default 30). */
+  renewInputLease(lease: InputLease, o: { ttl?: number } = {}): Promise<InputLease> {
+    const body: S['AgentServiceRenewInputLeaseBody'] = { holder: lease.holder, token: lease.token, leaseId: lease.leaseId, ttl: dur(o.ttl) };
+    return this.call<InputLease>('POST', '/inputLease:renew', { body });
+  }
+
+  /** Gives the lease up, to the next caller waiting for it. */
+  async releaseInputLease(lease: InputLease): Promise<void> {
+    const body: S['AgentServiceReleaseInputLeaseBody'] = { holder: lease.holder, token: lease.token, leaseId: lease.leaseId };
+    await this.call('POST', '/inputLease:release', { body });
   }
 
   /**
@@ -489,8 +592,60 @@ export class Session implements AsyncDisposable {
     return (await this.call<S['v1ListChangesResponse']>('GET', '/changes', { query: { path } })).changes ?? [];
   }
 
-  async snapshots(): Promise<NonNullable<S['v1ListSnapshotsResponse']['snapshots']>> {
+  /** A changed file's unified diff against the session's image. */
+  diff(path: string): Promise<S['v1DiffFileResponse']> {
+    return this.call<S['v1DiffFileResponse']>('GET', '/changes:diff', { query: { path } });
+  }
+
+  /**
+   * Writes the session's changes (those under `paths`, or all) into its
+   * workspace folder; a file changed there meanwhile is left alone and
+   * reported in `conflicts`.
+   */
+  applyChanges(paths: string[] = []): Promise<S['v1ApplyChangesResponse']> {
+    const body: S['SandboxServiceApplyChangesBody'] = { paths };
+    return this.call<S['v1ApplyChangesResponse']>('POST', '/changes:apply', { body, timeoutMs: 120_000 });
+  }
+
+  /** Drops the session's changes (those under `paths`, or all); refused while processes run. */
+  async discardChanges(paths: string[] = []): Promise<string[]> {
+    const body: S['SandboxServiceDiscardChangesBody'] = { paths };
+    return (await this.call<S['v1DiscardChangesResponse']>('POST', '/changes:discard', { body, timeoutMs: 120_000 })).discarded ?? [];
+  }
+
+  /** The session's snapshots. */
+  async snapshots(): Promise<Snapshot[]> {
     return (await this.call<S['v1ListSnapshotsResponse']>('GET', '/snapshots')).snapshots ?? [];
+  }
+
+  /** Saves the session's filesystem as it is now. */
+  createSnapshot(): Promise<Snapshot> {
+    return this.call<Snapshot>('POST', '/snapshots', { timeoutMs: 120_000 });
+  }
+
+  /** Puts the session's filesystem back as the snapshot saved it. */
+  async restoreSnapshot(snapshotId: string): Promise<void> {
+    await this.call('POST', `/snapshots/${q(snapshotId)}:restore`, { timeoutMs: 120_000 });
+  }
+
+  /** Deletes one of the session's snapshots. */
+  async deleteSnapshot(snapshotId: string): Promise<void> {
+    await this.call('DELETE', `/snapshots/${q(snapshotId)}`);
+  }
+
+  /** Ends the persistent shell; the next `shell` starts afresh. */
+  async restartShell(): Promise<void> {
+    await this.call('POST', '/shell:restart');
+  }
+
+  /** The session's sandbox: image, limits, usage. */
+  sandbox(): Promise<Sandbox> {
+    return this.call<Sandbox>('GET', '/sandbox');
+  }
+
+  /** The programs started on the desktop (its autostart programs), running or ended. */
+  async processes(): Promise<Process[]> {
+    return (await this.call<S['v1ListProcessesResponse']>('GET', '/processes')).processes ?? [];
   }
 
   /** The session's history entries, oldest first. */
@@ -539,17 +694,24 @@ export class Files {
   async list(path = ''): Promise<FileInfo[]> {
     return (await this.s.call<S['v1ListFilesResponse']>('GET', '/files', { query: { path } })).files ?? [];
   }
+  /** Describes one path. */
   async stat(path: string): Promise<FileInfo> {
     return this.s.call<FileInfo>('GET', '/files:stat', { query: { path } });
   }
+  /** Removes a file, or a directory (with what it holds when `recursive`). */
   async delete(path: string, recursive = false): Promise<void> {
-    await this.s.call('POST', '/files:delete', { body: { path, recursive }, idempotent: true });
+    const body: S['SandboxServiceDeleteFileBody'] = { path, recursive };
+    await this.s.call('POST', '/files:delete', { body, idempotent: true });
   }
-  async mkdir(path: string): Promise<void> {
-    await this.s.call('POST', '/files:mkdir', { body: { path }, idempotent: true });
+  /** Makes a directory (mode 0 means 0755), and its missing parents with `parents`. */
+  async mkdir(path: string, o: { parents?: boolean; mode?: number } = {}): Promise<void> {
+    const body: S['SandboxServiceMakeDirectoryBody'] = { path, parents: o.parents || undefined, mode: o.mode || undefined };
+    await this.s.call('POST', '/files:mkdir', { body, idempotent: o.parents ?? false });
   }
-  async move(source: string, destination: string): Promise<void> {
-    await this.s.call('POST', '/files:move', { body: { source, destination } });
+  /** Renames `source` to `destination`; an existing destination is replaced only with `overwrite`. */
+  async move(source: string, destination: string, o: { overwrite?: boolean } = {}): Promise<void> {
+    const body: S['SandboxServiceMoveFileBody'] = { fromPath: source, toPath: destination, overwrite: o.overwrite || undefined };
+    await this.s.call('POST', '/files:move', { body });
   }
   /** A file's content in chunks, for files too large for `read`. */
   async *download(path: string): AsyncGenerator<Uint8Array, void, undefined> {
@@ -630,6 +792,24 @@ export class Runs {
     }
   }
 
+  /** A run's history entries, oldest first. */
+  async *entries(id: string, o: { pageSize?: number; types?: string[] } = {}): AsyncGenerator<HistoryEntry, void, undefined> {
+    let pageToken = '';
+    for (;;) {
+      const page = await this.dg.transport.call<S['v1ListRunEntriesResponse']>('GET', `/v1/runs/${q(id)}/entries`, {
+        query: { pageSize: o.pageSize ?? 100, pageToken, types: o.types },
+      });
+      yield* page.entries ?? [];
+      pageToken = page.nextPageToken ?? '';
+      if (!pageToken) return;
+    }
+  }
+
+  /** A run's whole transcript: its entries in order and usage totals. */
+  transcript(id: string): Promise<S['v1GetRunTranscriptResponse']> {
+    return this.dg.transport.call<S['v1GetRunTranscriptResponse']>('GET', `/v1/runs/${q(id)}/transcript`);
+  }
+
   /** Follows a run until it ends; resolves to its final state. */
   async wait(id: string): Promise<Run> {
     for await (const _ of this.events(id)) { /* drain */ }
@@ -657,6 +837,15 @@ export class Images {
     }
     throw new StreamError(`pull ${ref}: the stream ended without an image`);
   }
+  /** Makes the caller's tag visible to every tenant, or private again. */
+  async setPublic(ref: string, isPublic = true): Promise<Image> {
+    const body: S['v1SetImagePublicRequest'] = { ref, public: isPublic };
+    return (await this.dg.transport.call<S['v1SetImagePublicResponse']>('POST', '/v1/images:setPublic', { body, idempotent: true })).image ?? {};
+  }
+  /** The node's image store disk use. */
+  usage(): Promise<S['v1GetImageUsageResponse']> {
+    return this.dg.transport.call<S['v1GetImageUsageResponse']>('GET', '/v1/images:usage');
+  }
 }
 
 /** History across sessions: `dg.history`. */
@@ -673,5 +862,58 @@ export class History {
       pageToken = page.nextPageToken ?? '';
       if (!pageToken) return;
     }
+  }
+
+  /** Deletes every history entry of a session; resolves to how many. */
+  async delete(sessionId: string): Promise<number> {
+    const r = await this.dg.transport.call<S['v1DeleteSessionHistoryResponse']>('DELETE', `/v1/sessions/${q(sessionId)}/history`);
+    return Number(r.deletedEntries ?? 0);
+  }
+
+  /** Stored bytes, such as a screenshot an entry refers to, by their SHA-256 (hex). */
+  async blob(sha256: string): Promise<{ data: Uint8Array; contentType: string }> {
+    const r = await this.dg.transport.call<S['v1GetBlobResponse']>('GET', `/v1/blobs/${q(sha256)}`);
+    return { data: fromBase64(r.data), contentType: r.contentType ?? '' };
+  }
+
+  /**
+   * Stores JSON Lines as `Session.exportHistory` returns them as the history
+   * of `sessionId`, all or nothing; entries already stored are skipped.
+   */
+  async importSession(sessionId: string, jsonl: string | Uint8Array, chunkSize = 256 << 10): Promise<S['v1ImportSessionHistoryResponse']> {
+    const data = typeof jsonl === 'string' ? enc.encode(jsonl) : jsonl;
+    // The route takes a stream of request messages: one JSON object each.
+    const msgs: string[] = [];
+    for (let i = 0; i < Math.max(data.length, 1); i += chunkSize) {
+      const m: S['v1ImportSessionHistoryRequest'] = { chunk: toBase64(data.subarray(i, i + chunkSize)) };
+      if (i === 0) m.sessionId = sessionId;
+      msgs.push(JSON.stringify(m));
+    }
+    const { data: raw } = await this.dg.transport.raw('POST', '/v1/history:import', {
+      rawBody: msgs.join('\n'), idempotent: true, timeoutMs: Math.max(this.dg.transport.o.timeoutMs, 300_000),
+    });
+    return raw.length ? (JSON.parse(dec.decode(raw)) as S['v1ImportSessionHistoryResponse']) : {};
+  }
+}
+
+/** The nodes that run sessions: `dg.nodes`. Draining needs an admin key. */
+export class Nodes {
+  constructor(private readonly dg: Deskgrid) {}
+
+  /** Every node with its state, labels and resources. */
+  async list(): Promise<Node[]> {
+    return (await this.dg.transport.call<S['v1ListNodesResponse']>('GET', '/v1/nodes')).nodes ?? [];
+  }
+  /** One node by id. */
+  get(id: string): Promise<Node> {
+    return this.dg.transport.call<Node>('GET', `/v1/nodes/${q(id)}`);
+  }
+  /** Stops placing new sessions on a node; the sessions it runs go on. */
+  drain(id: string): Promise<Node> {
+    return this.dg.transport.call<Node>('POST', `/v1/nodes/${q(id)}:drain`, { idempotent: true });
+  }
+  /** Lets a drained node take new sessions again. */
+  undrain(id: string): Promise<Node> {
+    return this.dg.transport.call<Node>('POST', `/v1/nodes/${q(id)}:undrain`, { idempotent: true });
   }
 }

@@ -22,6 +22,8 @@ export interface TransportOptions {
 export interface CallOptions {
   query?: Query;
   body?: unknown;
+  /** A body sent as it is rather than as one JSON value (the messages of a client-streaming route). */
+  rawBody?: string;
   /** Whether repeating the call after Unavailable is safe (default: GET and DELETE). */
   idempotent?: boolean;
   timeoutMs?: number;
@@ -82,7 +84,8 @@ export class Transport {
   private async open(method: string, path: string, c: CallOptions, signal: AbortSignal): Promise<Response> {
     const headers: Record<string, string> = { Accept: c.accept ?? 'application/json' };
     let body: string | undefined;
-    if (c.body !== undefined) body = JSON.stringify(c.body);
+    if (c.rawBody !== undefined) body = c.rawBody;
+    else if (c.body !== undefined) body = JSON.stringify(c.body);
     else if (method === 'POST') body = '{}';
     if (body !== undefined) headers['Content-Type'] = 'application/json';
     if (this.o.apiKey) headers.Authorization = `Bearer ${this.o.apiKey}`;

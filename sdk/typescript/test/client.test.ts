@@ -9,7 +9,8 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
-  actions, DeadlineExceeded, Deskgrid, DeskgridError, InvalidArgument, NotFound, ResourceExhausted, Session, Unauthenticated, Unavailable,
+  actions, DeadlineExceeded, Deskgrid, DeskgridError, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Session, Unauthenticated,
+  Unavailable,
 } from '../dist/index.js';
 import { DeskgridServer, freeAddr } from './server.js';
 
@@ -25,6 +26,8 @@ function pngSize(b: Uint8Array): [number, number] {
 let srv: DeskgridServer;
 let dg: Deskgrid;
 let model: Server;
+// The folder whose subfolders sessions may use as workspaces.
+let workspaces: string;
 
 // Answers every Messages call with a short final text, streamed in the
 // Messages API's server-sent events (the one fake: an LLM provider).
@@ -49,12 +52,15 @@ function fakeAnthropic(): Promise<Server> {
 before(async () => {
   model = await fakeAnthropic();
   const port = (model.address() as AddressInfo).port;
-  srv = await DeskgridServer.start(['-anthropic-api-key', 'sk-test', '-anthropic-base-url', `http://127.0.0.1:${port}`]);
+  workspaces = mkdtempSync(join(tmpdir(), 'dgts-workspaces-'));
+  srv = await DeskgridServer.start(['-anthropic-api-key', 'sk-test', '-anthropic-base-url', `http://127.0.0.1:${port}`,
+    '-workspace-roots', workspaces]);
   dg = srv.client();
 });
 after(async () => {
   await srv?.stop();
   model?.close();
+  if (workspaces) rmSync(workspaces, { recursive: true, force: true });
 });
 
 describe('a session', () => {
@@ -233,6 +239,168 @@ describe('runs', () => {
     const ids = [];
     for await (const r of dg.runs.list(s.id)) ids.push(r.id);
     assert.deepEqual(ids, [run.id]);
+    // The run's history and transcript, once recorded, hold the answer.
+    for (const deadline = Date.now() + 30_000; ; await new Promise((r) => setTimeout(r, 100))) {
+      const t = await dg.runs.transcript(run.id!).catch((e) => {
+        if (e instanceof NotFound) return undefined; // nothing recorded yet
+        throw e;
+      });
+      if (t && JSON.stringify(t).includes('Done.')) {
+        assert.equal(t.runId, run.id);
+        break;
+      }
+      if (Date.now() > deadline) assert.fail('the answer never reached the transcript');
+    }
+    const entries = [];
+    for await (const e of dg.runs.entries(run.id!, { pageSize: 2 })) entries.push(e);
+    assert.ok(entries.length > 0);
+    assert.ok(entries.every((e) => e.runId === run.id));
+  });
+});
+
+describe('desktop API', () => {
+  let s: Session;
+  before(async () => {
+    s = await dg.sessions.create({ width: 640, height: 480, autostart: ['exec xmessage -name dgts hello'] });
+  });
+  after(async () => {
+    await s?.[Symbol.asyncDispose]();
+  });
+
+  async function eventually<T>(what: string, check: () => Promise<T | undefined>, ms = 30_000): Promise<T> {
+    const deadline = Date.now() + ms;
+    for (;;) {
+      const v = await check();
+      if (v) return v;
+      if (Date.now() > deadline) assert.fail(`${what}: not within ${ms} ms`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  test('processes list the autostart program', async () => {
+    const mine = (await s.processes()).filter((p) => (p.argv ?? []).join(' ').includes('xmessage -name dgts hello'));
+    assert.equal(mine.length, 1);
+    assert.equal(mine[0].state, 'PROCESS_STATE_RUNNING');
+  });
+
+  test('windows: list, move, activate, close', async () => {
+    const find = async () => (await s.windows()).find((w) => w.instance === 'dgts');
+    const win = await eventually("xmessage's window", find);
+    assert.ok(win.id);
+    assert.equal((await s.display()).width, 640);
+    const moved = await s.moveWindow(win.id!, { x: 30, y: 40, width: 300, height: 120 });
+    assert.deepEqual([moved.geometry?.x, moved.geometry?.y, moved.geometry?.width], [30, 40, 300]);
+    assert.equal((await s.activateWindow(win.id!)).id, win.id);
+    await assert.rejects(s.activateWindow(0x7ffffff), NotFound);
+    assert.equal(await s.closeWindow(win.id!), true);
+    await eventually('the window to go', async () => ((await find()) === undefined ? true : undefined));
+  });
+
+  test('clipboard round trip', async () => {
+    await s.setClipboard('héllo 世界');
+    await s.setClipboard('mouse', { primary: true });
+    assert.equal(await s.clipboard(), 'héllo 世界');
+    assert.equal(await s.clipboard({ primary: true }), 'mouse');
+    await assert.rejects(s.setClipboard('x'.repeat((1 << 20) + 1)), InvalidArgument);
+  });
+
+  test('input lease: acquire, fence, renew, release', async () => {
+    const lease = await s.acquireInputLease('ts-a', { ttl: 60 });
+    assert.equal(lease.holder, 'ts-a');
+    assert.ok(lease.leaseId);
+    await s.act([actions.mouseMove(5, 6)], { leaseToken: lease.token });
+    await assert.rejects(s.acquireInputLease('ts-b', { wait: 0.5 }), (e: DeskgridError) => e instanceof DeadlineExceeded && e.status === 504);
+    const renewed = await s.renewInputLease(lease, { ttl: 120 });
+    assert.equal(renewed.token, lease.token);
+    assert.ok(renewed.expireTime! > lease.expireTime!);
+    await s.releaseInputLease(lease);
+    const other = await s.acquireInputLease('ts-b', { wait: 10 });
+    try {
+      assert.ok(BigInt(other.token!) > BigInt(lease.token!));
+      await s.act([actions.mouseMove(7, 8)], { leaseToken: other.token });
+      // The old holder's token is fenced off once a newer one was used.
+      await assert.rejects(s.act([actions.mouseMove(9, 10)], { leaseToken: lease.token }),
+        (e: DeskgridError) => e instanceof FailedPrecondition && /stale input lease/.test(e.message));
+    } finally {
+      await s.releaseInputLease(other);
+    }
+  });
+});
+
+describe('sandbox API', () => {
+  test('changes: list, diff, apply into the workspace, discard', async () => {
+    const ws = mkdtempSync(join(workspaces, 'ws-'));
+    writeFileSync(join(ws, 'kept.txt'), 'one\n');
+    try {
+      await using s = await dg.sessions.create({ width: 320, height: 240, workspace: ws });
+      await s.files.write('kept.txt', 'one\ntwo\n');
+      await s.files.write('new.txt', 'fresh');
+      const paths = (await s.changes()).map((c) => c.path);
+      assert.ok(paths.includes('new.txt') && paths.includes('kept.txt'), String(paths));
+      const d = await s.diff('kept.txt');
+      assert.match(d.diff ?? '', /\+two/);
+      assert.deepEqual((await s.applyChanges(['new.txt'])).applied, ['new.txt']);
+      assert.equal(readFileSync(join(ws, 'new.txt'), 'utf8'), 'fresh');
+      assert.deepEqual(await s.discardChanges(['kept.txt']), ['kept.txt']);
+      assert.equal(await s.files.readText('kept.txt'), 'one\n');
+      await s.files.mkdir('a/b', { parents: true });
+      await s.files.write('a/b/x.txt', 'x');
+      await s.files.move('a/b/x.txt', 'a/y.txt');
+      assert.equal((await s.files.stat('a/y.txt')).size, '1');
+      const snap = await s.createSnapshot();
+      await s.files.write('a/y.txt', 'changed');
+      await s.restoreSnapshot(snap.snapshotId!);
+      assert.equal(await s.files.readText('a/y.txt'), 'x');
+      await s.deleteSnapshot(snap.snapshotId!);
+      assert.deepEqual(await s.snapshots(), []);
+      await s.shell('export KEEP=1');
+      await s.restartShell();
+      assert.equal((await s.shell('echo ${KEEP:-gone}')).output.trim(), 'gone');
+      assert.equal((await s.sandbox()).frozen ?? false, false);
+    } finally {
+      rmSync(ws, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('nodes and history API', () => {
+  test('nodes', async () => {
+    // deskgrid up is one node, shown like a cluster's (draining it is left
+    // to the Go SDK's test, whose deskgrid no other test shares).
+    const nodes = await dg.nodes.list();
+    assert.deepEqual(nodes.map((n) => n.id), ['local']);
+    assert.equal(nodes[0].state, 'NODE_STATE_READY');
+    assert.equal((await dg.nodes.get('local')).id, 'local');
+    for (const call of [() => dg.nodes.get('elsewhere'), () => dg.nodes.drain('elsewhere'), () => dg.nodes.undrain('elsewhere')]) {
+      await assert.rejects(call(), (e: DeskgridError) => e instanceof NotFound && e.status === 404);
+    }
+  });
+
+  test('images: usage, and a tag that does not exist', async () => {
+    assert.equal(typeof (await dg.images.usage()), 'object');
+    await assert.rejects(dg.images.setPublic('no/such-image:v1', true), NotFound);
+  });
+
+  test('history: export, delete, import back', async () => {
+    const s = await dg.sessions.create({ width: 320, height: 240 });
+    await s.exec(['true']);
+    await s.delete();
+    // History is recorded as events arrive: once the session's end is in it, nothing more comes.
+    let jsonl = '';
+    for (const deadline = Date.now() + 60_000; !jsonl.includes('SESSION_STATE_STOPPED'); await new Promise((r) => setTimeout(r, 100))) {
+      if (Date.now() > deadline) assert.fail("the session's end never reached its history");
+      jsonl = await s.exportHistory();
+    }
+    const n = jsonl.trim().split('\n').length;
+    assert.equal(await dg.history.delete(s.id), n);
+    const imported = await dg.history.importSession(s.id, jsonl);
+    assert.equal(Number(imported.imported ?? 0), n);
+    let count = 0;
+    for await (const _ of s.history({ pageSize: 2 })) count++;
+    assert.equal(count, n);
+    const again = await dg.history.importSession(s.id, jsonl);
+    assert.deepEqual([Number(again.imported ?? 0), Number(again.skipped ?? 0)], [0, n]);
+    await assert.rejects(dg.history.importSession(s.id, 'not json\n'), InvalidArgument);
   });
 });
 

@@ -33,7 +33,7 @@ type Access struct {
 	BaseURL string
 	// OwnKey: the run brought its own API key (rather than the service's).
 	OwnKey bool
-	// SealedKey is that key encrypted (see package keyseal); nil when the
+	// SealedKey is that key encrypted (secretbox, bound to the run id); nil when the
 	// key is kept only in memory.
 	SealedKey []byte
 }

@@ -18,6 +18,7 @@ import (
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/agent/provider"
+	"github.com/deskgrid/deskgrid/services/platform/errinfo"
 )
 
 // Executor runs one run's tool calls on its session.
@@ -78,7 +79,7 @@ func (e *Executor) Run(ctx context.Context, call *provider.ToolCall) (Result, er
 		if ctx.Err() != nil {
 			return Result{}, ctx.Err()
 		}
-		if status.Code(err) == codes.FailedPrecondition && strings.Contains(err.Error(), "lease") {
+		if errinfo.Reason(err) == errinfo.StaleInputLease {
 			return Result{}, fmt.Errorf("%w: %v", ErrStaleLease, status.Convert(err).Message())
 		}
 		if s, ok := status.FromError(err); ok {

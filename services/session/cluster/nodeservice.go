@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 
@@ -14,15 +15,48 @@ import (
 	"github.com/deskgrid/deskgrid/services/session/placement"
 )
 
-// NodeService implements sessionv1.NodeServiceServer over a Registry.
+// NodeSource is where the node API reads and drains nodes: the Registry of
+// a cluster, or LocalNodes of a single-machine deskgrid.
+type NodeSource interface {
+	Snapshot(ctx context.Context, tenant string) ([]placement.NodeState, error)
+	Node(ctx context.Context, id string) (placement.NodeState, error)
+	SetDraining(ctx context.Context, id string, draining bool) error
+}
+
+// LocalNodes is the one node of a single-machine deskgrid as a NodeSource.
+type LocalNodes struct{ Local *placement.Local }
+
+// Snapshot implements NodeSource.
+func (l LocalNodes) Snapshot(context.Context, string) ([]placement.NodeState, error) {
+	return []placement.NodeState{l.Local.State()}, nil
+}
+
+// Node implements NodeSource.
+func (l LocalNodes) Node(_ context.Context, id string) (placement.NodeState, error) {
+	if n := l.Local.State(); n.ID == id {
+		return n, nil
+	}
+	return placement.NodeState{}, fmt.Errorf("node %q: %w", id, ErrNodeNotFound)
+}
+
+// SetDraining implements NodeSource.
+func (l LocalNodes) SetDraining(ctx context.Context, id string, draining bool) error {
+	if _, err := l.Node(ctx, id); err != nil {
+		return err
+	}
+	l.Local.SetDraining(draining)
+	return nil
+}
+
+// NodeService implements sessionv1.NodeServiceServer over a NodeSource.
 type NodeService struct {
 	sessionv1.UnimplementedNodeServiceServer
-	reg *Registry
+	reg NodeSource
 	log *slog.Logger
 }
 
 // NewNodeService returns the node API of reg.
-func NewNodeService(reg *Registry, logger *slog.Logger) *NodeService {
+func NewNodeService(reg NodeSource, logger *slog.Logger) *NodeService {
 	if logger == nil {
 		logger = slog.Default()
 	}

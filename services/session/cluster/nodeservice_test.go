@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -49,6 +50,54 @@ func TestNodeService(t *testing.T) {
 	} {
 		if status.Code(tt.err) != tt.want {
 			t.Errorf("%s: %v, want %s", tt.name, tt.err, tt.want)
+		}
+	}
+}
+
+// A single-machine deskgrid shows its one node through the same API:
+// reserved sessions counted, drain refusing new sessions (those placed keep
+// their reservation), undrain taking them again, other ids unknown.
+func TestNodeServiceLocal(t *testing.T) {
+	ctx := context.Background()
+	local := placement.NewLocal(placement.Node{ID: "local", Address: "unix:/run/node.sock"}, 3)
+	if _, err := local.Place(ctx, placement.Request{SessionID: "s1"}); err != nil {
+		t.Fatal(err)
+	}
+	s := NewNodeService(LocalNodes{Local: local}, nil)
+	list, err := s.ListNodes(ctx, &sessionv1.ListNodesRequest{})
+	if err != nil || len(list.GetNodes()) != 1 {
+		t.Fatalf("ListNodes = %v, %v", list, err)
+	}
+	if n := list.GetNodes()[0]; n.GetId() != "local" || n.GetState() != sessionv1.NodeState_NODE_STATE_READY ||
+		n.GetCapacity().GetSessions() != 3 || n.GetUsed().GetSessions() != 1 || n.GetAddress() != "unix:/run/node.sock" {
+		t.Fatalf("local node = %v", n)
+	}
+	d, err := s.DrainNode(ctx, &sessionv1.DrainNodeRequest{NodeId: "local"})
+	if err != nil || d.GetNode().GetState() != sessionv1.NodeState_NODE_STATE_DRAINING {
+		t.Fatalf("DrainNode = %v, %v", d, err)
+	}
+	if _, err := local.Place(ctx, placement.Request{SessionID: "s2"}); !errors.Is(err, placement.ErrNoCapacity) {
+		t.Fatalf("a draining node took a session: %v", err)
+	}
+	if n, err := local.Place(ctx, placement.Request{SessionID: "s1"}); err != nil || n.ID != "local" {
+		t.Fatalf("a placed session lost its node while draining: %v, %v", n, err)
+	}
+	u, err := s.UndrainNode(ctx, &sessionv1.UndrainNodeRequest{NodeId: "local"})
+	if err != nil || u.GetNode().GetState() != sessionv1.NodeState_NODE_STATE_READY {
+		t.Fatalf("UndrainNode = %v, %v", u, err)
+	}
+	if _, err := local.Place(ctx, placement.Request{SessionID: "s2"}); err != nil {
+		t.Fatalf("undrained node refused: %v", err)
+	}
+	if g, err := s.GetNode(ctx, &sessionv1.GetNodeRequest{NodeId: "local"}); err != nil || g.GetNode().GetUsed().GetSessions() != 2 {
+		t.Fatalf("GetNode = %v, %v", g, err)
+	}
+	for name, err := range map[string]error{
+		"get":   func() error { _, err := s.GetNode(ctx, &sessionv1.GetNodeRequest{NodeId: "other"}); return err }(),
+		"drain": func() error { _, err := s.DrainNode(ctx, &sessionv1.DrainNodeRequest{NodeId: "other"}); return err }(),
+	} {
+		if status.Code(err) != codes.NotFound {
+			t.Errorf("%s of another node: %v", name, err)
 		}
 	}
 }

@@ -69,6 +69,7 @@ type Local struct {
 
 	mu       sync.Mutex
 	sessions map[string]struct{}
+	draining bool
 }
 
 // LocalOption configures a Local placer.
@@ -106,6 +107,9 @@ func (l *Local) Place(ctx context.Context, req Request) (Node, error) {
 	if _, ok := l.sessions[req.SessionID]; ok {
 		return l.node, nil
 	}
+	if l.draining {
+		return Node{}, fmt.Errorf("node %s is draining (undrain it to take new sessions): %w", l.node.ID, ErrNoCapacity)
+	}
 	if l.capacity > 0 && len(l.sessions) >= l.capacity {
 		return Node{}, fmt.Errorf("node %s holds %d sessions: %w", l.node.ID, l.capacity, ErrNoCapacity)
 	}
@@ -139,6 +143,27 @@ func (l *Local) Used() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.sessions)
+}
+
+// SetDraining stops (or resumes) placing new sessions on the node; the
+// sessions it holds keep running.
+func (l *Local) SetDraining(draining bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.draining = draining
+}
+
+// State is the node as the node API shows it: always alive (it is this
+// process's own), its capacity in sessions and what is reserved of it.
+func (l *Local) State() NodeState {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return NodeState{
+		ID: l.node.ID, Address: l.node.Address, Labels: maps.Clone(l.labels),
+		Capacity: Capacity{Sessions: int64(max(l.capacity, 0))},
+		Used:     Capacity{Sessions: int64(len(l.sessions))},
+		Alive:    true, Draining: l.draining,
+	}
 }
 
 // Matches reports whether a node with labels satisfies selector.

@@ -1,0 +1,73 @@
+package deskgrid
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+)
+
+// AcquireInputLease waits its turn (first come, first served) for the
+// session's input lease, for at most wait (0: until ctx ends), and holds it
+// for ttl (0: 30 seconds). holder is a label such as a run id or a user
+// name. Pass the lease's Token as the lease token of actions (ActWith)
+// while leases are in use; renew the lease before it expires and release it
+// when done.
+func (s *Session) AcquireInputLease(ctx context.Context, holder string, ttl, wait time.Duration) (*agentv1.InputLease, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	req := &agentv1.AcquireInputLeaseRequest{SessionId: s.GetId(), Holder: holder}
+	if ttl > 0 {
+		req.Ttl = durationpb.New(ttl)
+	}
+	if wait > 0 {
+		req.Wait = durationpb.New(wait)
+	}
+	resp, err := s.c.agent.AcquireInputLease(ctx, req)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return resp.GetLease(), nil
+}
+
+// RenewInputLease extends a lease the caller still holds by ttl (0: 30
+// seconds) and returns it with its new expiry.
+func (s *Session) RenewInputLease(ctx context.Context, lease *agentv1.InputLease, ttl time.Duration) (*agentv1.InputLease, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	req := &agentv1.RenewInputLeaseRequest{SessionId: s.GetId(), Holder: lease.GetHolder(), Token: lease.GetToken(), LeaseId: lease.GetLeaseId()}
+	if ttl > 0 {
+		req.Ttl = durationpb.New(ttl)
+	}
+	resp, err := s.c.agent.RenewInputLease(ctx, req)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return resp.GetLease(), nil
+}
+
+// ReleaseInputLease gives the lease up, to the next caller waiting for it.
+func (s *Session) ReleaseInputLease(ctx context.Context, lease *agentv1.InputLease) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	_, err := s.c.agent.ReleaseInputLease(ctx, &agentv1.ReleaseInputLeaseRequest{
+		SessionId: s.GetId(), Holder: lease.GetHolder(), Token: lease.GetToken(), LeaseId: lease.GetLeaseId(),
+	})
+	return wrap(err)
+}
+
+// ActWith performs the actions of a request described in full: a lease
+// token while input leases are in use, a screenshot afterwards, settling.
+// Its session id is the session's own.
+func (s *Session) ActWith(ctx context.Context, req *displayv1.PerformActionsRequest) (*displayv1.PerformActionsResponse, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	req = proto.Clone(req).(*displayv1.PerformActionsRequest)
+	req.SessionId = s.GetId()
+	resp, err := s.c.display.PerformActions(ctx, req)
+	return resp, wrap(err)
+}
