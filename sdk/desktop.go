@@ -2,8 +2,11 @@ package deskgrid
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 )
 
 // PrimarySelection picks the PRIMARY selection (the mouse selection) in
@@ -109,4 +112,68 @@ func (s *Session) SetWindowState(ctx context.Context, id uint32, state displayv1
 func (s *Session) Paste(ctx context.Context, text string) error {
 	_, err := s.Act(ctx, &displayv1.Action{Action: &displayv1.Action_Type{Type: &displayv1.TypeText{Text: text, Paste: true}}})
 	return err
+}
+
+// Applications lists the applications the session's image offers (its
+// desktop entries shown in menus), by name.
+func (s *Session) Applications(ctx context.Context) ([]*sandboxv1.Application, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	resp, err := s.c.sandbox.ListApplications(ctx, &sandboxv1.ListApplicationsRequest{SessionId: s.GetId()})
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return resp.GetApplications(), nil
+}
+
+// Launched is what Launch started and the window that appeared.
+type Launched struct {
+	Application *sandboxv1.Application
+	Process     *sandboxv1.Process
+	// Window is the first top-level window that appeared after the launch.
+	Window *displayv1.Window
+}
+
+// Launch starts an application by its id or name (as Applications lists
+// them), with optional files or URLs, and waits for its window: the first
+// new top-level window on the session's screen. ctx bounds the wait (a
+// minute when it has no deadline).
+func (s *Session) Launch(ctx context.Context, application string, args ...string) (*Launched, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+	}
+	before, err := s.Windows(ctx)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[uint32]bool{}
+	for _, w := range before {
+		seen[w.GetId()] = true
+	}
+	resp, err := s.c.sandbox.LaunchApplication(ctx, &sandboxv1.LaunchApplicationRequest{SessionId: s.GetId(), Application: application, Args: args})
+	if err != nil {
+		return nil, wrap(err)
+	}
+	out := &Launched{Application: resp.GetApplication(), Process: resp.GetProcess()}
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ws, err := s.Windows(ctx)
+		if err != nil {
+			return out, err
+		}
+		for _, w := range ws {
+			if !seen[w.GetId()] && w.GetTitle() != "" {
+				out.Window = w
+				return out, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return out, fmt.Errorf("%s started (process %s) but no window of it appeared: %w", out.Application.GetId(), out.Process.GetProcessId(), ctx.Err())
+		case <-tick.C:
+		}
+	}
 }

@@ -15,6 +15,8 @@ var commands = map[string][]string{
 	"images":     {"list", "pull", "import", "rm", "inspect", "build"},
 	"screenshot": nil, "exec": nil, "shell": nil,
 	"act":       nil,
+	"a11y":      nil,
+	"apps":      nil,
 	"files":     nil,
 	"changes":   nil,
 	"snapshots": nil,

@@ -33,6 +33,8 @@ Usage:
   deskgrid exec <id> [--] <command> [args]  run a command in a session's sandbox, streaming its output
   deskgrid shell <id> <command line>        run a line in the session's persistent shell
   deskgrid act <id> click X Y | move X Y | type TEXT | key CHORD | scroll X Y DY
+  deskgrid a11y <id> [-visible] [-app A] [-role R -name N]   the accessibility tree of a session's desktop
+  deskgrid apps <id> [launch APP [FILE|URL...]]   the applications a session offers; start one, print its window
   deskgrid files <id> ls|cat|put|get|rm|mkdir|mv ...
   deskgrid changes <id> [list] | diff PATH | apply [PATH...] | discard [PATH...]
   deskgrid snapshots <id> create | list | restore SNAPSHOT | delete SNAPSHOT
@@ -92,6 +94,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runShell(ctx, rest, stdout, stderr)
 	case "act":
 		return runAct(ctx, rest, stdout, stderr)
+	case "a11y", "accessibility":
+		return runAccessibility(ctx, rest, stdout, stderr)
+	case "apps":
+		return runApps(ctx, rest, stdout, stderr)
 	case "files":
 		return runFiles(ctx, rest, stdout, stderr)
 	case "changes":

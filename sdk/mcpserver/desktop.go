@@ -3,10 +3,13 @@ package mcpserver
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/protobuf/proto"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	deskgrid "github.com/deskgrid/deskgrid/sdk"
 )
 
@@ -15,6 +18,9 @@ func addDesktopTools(s *mcp.Server, t *tools) {
 	addTool(s, t, &mcp.Tool{Name: "get_clipboard", Description: "Read the text on a session's clipboard (or the mouse selection with selection=primary)."}, t.getClipboard)
 	addTool(s, t, &mcp.Tool{Name: "set_clipboard", Description: "Put text (any Unicode, at most 1 MiB) on a session's clipboard, for its programs to paste with ctrl+v."}, t.setClipboard)
 	addTool(s, t, &mcp.Tool{Name: "list_windows", Description: "List a session's open windows: id, title, class, pid, geometry, focused, minimized, maximized."}, t.listWindows)
+	addTool(s, t, &mcp.Tool{Name: "accessibility_tree", Description: "Read the accessibility tree of a session's desktop (applications, windows, buttons, links, text fields...), one node a line: role, \"name\", [states], @x,y WxH in screen pixels (click the middle to press it), (actions), = text. With role and/or name, only the matching nodes."}, t.accessibilityTree)
+	addTool(s, t, &mcp.Tool{Name: "list_applications", Description: "List the applications a session's desktop offers (its menu entries): id, name, comment."}, t.listApplications)
+	addTool(s, t, &mcp.Tool{Name: "launch", Description: "Start an application by id or name (as list_applications gives them), optionally with files or URLs to open, and wait for its window; returns the window."}, t.launch)
 	addTool(s, t, &mcp.Tool{Name: "window", Description: "Act on a window by id: activate, close, minimize, maximize, fullscreen, restore, or move (x, y and optionally width, height). Returns the window afterwards."}, t.window)
 }
 
@@ -166,4 +172,105 @@ func (t *tools) window(ctx context.Context, _ *mcp.CallToolRequest, in windowIn)
 	}
 	info := windowInfo(w)
 	return nil, windowOut{Window: &info}, nil
+}
+
+type accessibilityIn struct {
+	SessionID   string `json:"session_id"`
+	MaxDepth    int    `json:"max_depth,omitempty" jsonschema:"levels below each application (default 12, at most 64)"`
+	MaxNodes    int    `json:"max_nodes,omitempty" jsonschema:"nodes at most (default 2000, at most 20000)"`
+	OnlyVisible bool   `json:"only_visible,omitempty" jsonschema:"leave out what is not showing on the screen"`
+	Application string `json:"application,omitempty" jsonschema:"only applications whose name contains this"`
+	Role        string `json:"role,omitempty" jsonschema:"find: only nodes of this role (push button, entry, link, ...)"`
+	Name        string `json:"name,omitempty" jsonschema:"find: only nodes whose name contains this (any case)"`
+}
+
+type accessibilityOut struct {
+	Tree      string `json:"tree"`
+	Nodes     int    `json:"nodes"`
+	Truncated bool   `json:"truncated,omitempty"`
+}
+
+func (t *tools) accessibilityTree(ctx context.Context, _ *mcp.CallToolRequest, in accessibilityIn) (*mcp.CallToolResult, accessibilityOut, error) {
+	s, err := t.session(ctx, in.SessionID)
+	if err != nil {
+		return nil, accessibilityOut{}, err
+	}
+	opts := []deskgrid.AccessibilityOption{deskgrid.MaxDepth(in.MaxDepth), deskgrid.MaxNodes(in.MaxNodes), deskgrid.Application(in.Application)}
+	if in.OnlyVisible {
+		opts = append(opts, deskgrid.OnlyVisible())
+	}
+	tree, err := s.AccessibilityTree(ctx, opts...)
+	if err != nil {
+		return nil, accessibilityOut{}, err
+	}
+	out := accessibilityOut{Nodes: int(tree.GetNodeCount()), Truncated: tree.GetTruncated()}
+	if in.Role != "" || in.Name != "" {
+		found := deskgrid.FindAccessible(tree, in.Role, in.Name)
+		flat := &sandboxv1.GetAccessibilityTreeResponse{}
+		for _, n := range found {
+			leaf := proto.Clone(n).(*sandboxv1.AccessibleNode)
+			leaf.Children = nil
+			flat.Applications = append(flat.Applications, leaf)
+		}
+		tree, out.Nodes = flat, len(found)
+	}
+	var b strings.Builder
+	if err := deskgrid.WriteAccessibilityTree(&b, tree); err != nil {
+		return nil, accessibilityOut{}, err
+	}
+	out.Tree = b.String()
+	return nil, out, nil
+}
+
+// ApplicationInfo is what the tools say about an application.
+type ApplicationInfo struct {
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Comment string `json:"comment,omitempty"`
+}
+
+type applicationsOut struct {
+	Applications []ApplicationInfo `json:"applications"`
+}
+
+func (t *tools) listApplications(ctx context.Context, _ *mcp.CallToolRequest, in sessionIn) (*mcp.CallToolResult, applicationsOut, error) {
+	s, err := t.session(ctx, in.SessionID)
+	if err != nil {
+		return nil, applicationsOut{}, err
+	}
+	apps, err := s.Applications(ctx)
+	if err != nil {
+		return nil, applicationsOut{}, err
+	}
+	out := applicationsOut{Applications: []ApplicationInfo{}}
+	for _, a := range apps {
+		out.Applications = append(out.Applications, ApplicationInfo{ID: a.GetId(), Name: a.GetName(), Comment: a.GetComment()})
+	}
+	return nil, out, nil
+}
+
+type launchIn struct {
+	SessionID   string   `json:"session_id"`
+	Application string   `json:"application" jsonschema:"an application's id or name"`
+	Args        []string `json:"args,omitempty" jsonschema:"files or URLs for it to open"`
+}
+
+type launchOut struct {
+	Application ApplicationInfo `json:"application"`
+	ProcessID   string          `json:"process_id"`
+	Window      *WindowInfo     `json:"window,omitempty"`
+}
+
+func (t *tools) launch(ctx context.Context, _ *mcp.CallToolRequest, in launchIn) (*mcp.CallToolResult, launchOut, error) {
+	s, err := t.session(ctx, in.SessionID)
+	if err != nil {
+		return nil, launchOut{}, err
+	}
+	l, err := s.Launch(ctx, in.Application, in.Args...)
+	if err != nil {
+		return nil, launchOut{}, err
+	}
+	a := l.Application
+	w := windowInfo(l.Window)
+	return nil, launchOut{Application: ApplicationInfo{ID: a.GetId(), Name: a.GetName(), Comment: a.GetComment()}, ProcessID: l.Process.GetProcessId(), Window: &w}, nil
 }

@@ -54,7 +54,7 @@ func exercise(t *testing.T, cs *mcp.ClientSession) {
 	for _, tool := range tl.Tools {
 		names[tool.Name] = true
 	}
-	for _, want := range []string{"create_session", "list_sessions", "delete_session", "screenshot", "click", "type_text", "press_key", "run_command", "read_file", "write_file", "start_run", "get_clipboard", "set_clipboard", "list_windows", "window"} {
+	for _, want := range []string{"create_session", "list_sessions", "delete_session", "screenshot", "click", "type_text", "press_key", "run_command", "read_file", "write_file", "start_run", "get_clipboard", "set_clipboard", "list_windows", "window", "accessibility_tree", "list_applications", "launch"} {
 		if !names[want] {
 			t.Errorf("tool %s missing", want)
 		}
@@ -108,6 +108,11 @@ func exercise(t *testing.T, cs *mcp.ClientSession) {
 	}
 	if res := call(t, cs, "window", map[string]any{"session_id": s.ID, "window_id": 12345, "action": "explode"}); !res.IsError {
 		t.Fatal("an unknown window action was not a tool error")
+	}
+	// A desktop of the node's own programs runs no accessibility bus (the
+	// desktop image's tree is tested in cmd/deskgrid).
+	if res := call(t, cs, "accessibility_tree", map[string]any{"session_id": s.ID}); !res.IsError || !strings.Contains(textOf(res), "accessibility bus") {
+		t.Fatalf("accessibility_tree without a bus: %v", textOf(res))
 	}
 	if res := call(t, cs, "write_file", map[string]any{"session_id": s.ID, "path": "a.txt", "content": "from mcp"}); res.IsError {
 		t.Fatalf("write_file: %v", res.Content)

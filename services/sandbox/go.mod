@@ -8,6 +8,7 @@ require (
 	github.com/containerd/containerd/v2 v2.2.1
 	github.com/containerd/continuity v0.4.5
 	github.com/deskgrid/deskgrid/proto v0.0.0-00010101000000-000000000000
+	github.com/godbus/dbus/v5 v5.1.0
 	github.com/google/go-containerregistry v0.20.6
 	github.com/klauspost/compress v1.18.1
 	github.com/opencontainers/runtime-spec v1.3.0
@@ -30,7 +31,6 @@ require (
 	github.com/docker/distribution v2.8.3+incompatible // indirect
 	github.com/docker/docker-credential-helpers v0.9.3 // indirect
 	github.com/docker/go-units v0.5.0 // indirect
-	github.com/godbus/dbus/v5 v5.1.0 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/groupcache v0.0.0-20241129210726-2c02b8208cf8 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect

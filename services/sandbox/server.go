@@ -381,3 +381,27 @@ func (g *server) DeleteFile(ctx context.Context, req *sandboxv1.DeleteFileReques
 	}
 	return &sandboxv1.DeleteFileResponse{}, nil
 }
+
+func (g *server) GetAccessibilityTree(ctx context.Context, req *sandboxv1.GetAccessibilityTreeRequest) (*sandboxv1.GetAccessibilityTreeResponse, error) {
+	resp, err := g.s.accessibilityTree(ctx, req)
+	if err != nil {
+		return nil, g.s.toStatus(ctx, "read the accessibility tree", err)
+	}
+	return resp, nil
+}
+
+func (g *server) ListApplications(ctx context.Context, req *sandboxv1.ListApplicationsRequest) (*sandboxv1.ListApplicationsResponse, error) {
+	apps, err := g.s.listApplications(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, g.s.toStatus(ctx, "list applications", err)
+	}
+	return &sandboxv1.ListApplicationsResponse{Applications: apps}, nil
+}
+
+func (g *server) LaunchApplication(ctx context.Context, req *sandboxv1.LaunchApplicationRequest) (*sandboxv1.LaunchApplicationResponse, error) {
+	resp, err := g.s.launchApplication(ctx, req)
+	if err != nil {
+		return nil, g.s.toStatus(ctx, "launch application", err)
+	}
+	return resp, nil
+}

@@ -124,6 +124,18 @@ var sessionCalls = map[string]sandboxCall{
 		_, err := c.ListProcesses(ctx, &sandboxv1.ListProcessesRequest{SessionId: tg.session})
 		return err
 	},
+	"GetAccessibilityTree": func(ctx context.Context, c sandboxv1.SandboxServiceClient, tg target) error {
+		_, err := c.GetAccessibilityTree(ctx, &sandboxv1.GetAccessibilityTreeRequest{SessionId: tg.session})
+		return err
+	},
+	"ListApplications": func(ctx context.Context, c sandboxv1.SandboxServiceClient, tg target) error {
+		_, err := c.ListApplications(ctx, &sandboxv1.ListApplicationsRequest{SessionId: tg.session})
+		return err
+	},
+	"LaunchApplication": func(ctx context.Context, c sandboxv1.SandboxServiceClient, tg target) error {
+		_, err := c.LaunchApplication(ctx, &sandboxv1.LaunchApplicationRequest{SessionId: tg.session, Application: "sh"})
+		return err
+	},
 	"CommitSandbox": func(ctx context.Context, c sandboxv1.SandboxServiceClient, tg target) error {
 		_, err := c.CommitSandbox(ctx, &sandboxv1.CommitSandboxRequest{SessionId: tg.session, Image: "team/snap:v1"})
 		return err

@@ -521,6 +521,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{sessionId}/accessibility": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the accessibility tree
+         * @description Returns the AT-SPI2 tree of the session's desktop: one node per application, its windows and widgets below, each with role, name, states, actions, text and bounds in screen pixels (the coordinates clicks take). `?max_depth=` (default 12, at most 64) and `?max_nodes=` (default 2000, at most 20000) bound it and `truncated` says when they cut it; `?only_visible=true` keeps what shows on the screen; `?application=` keeps the applications whose name contains it.
+         */
+        get: operations["SandboxService_GetAccessibilityTree"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{sessionId}/actions": {
         parameters: {
             query?: never;
@@ -535,6 +555,49 @@ export interface paths {
          * @description Performs the actions in order on the session's display: moves, clicks, drags, scrolls, key chords, typed text, waits and zooms. With `screenshot: true` the response carries a screenshot taken once the screen has settled. Coordinates are screen pixels, or pixels of `scale_to` when given (as the Screenshot call's). When input leases are in use, pass the lease's `lease_token`; a stale one is 409.
          */
         post: operations["DisplayService_PerformActions"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{sessionId}/applications": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * ListApplications lists the applications the session's image offers:
+         *     its desktop entries (/usr/share/applications/*.desktop) that are shown
+         *     in menus.
+         */
+        get: operations["SandboxService_ListApplications"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{sessionId}/applications:launch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * LaunchApplication starts an application by its desktop entry's id
+         *     ("chromium", "org.xfce.mousepad") or name ("Mousepad", any case) on the
+         *     session's display, as its menu would, with optional files or URLs. The
+         *     program keeps running after the call, as StartProcess's do.
+         */
+        post: operations["SandboxService_LaunchApplication"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1427,7 +1490,10 @@ export interface components {
              */
             leaseToken?: string;
             selection?: components["schemas"]["v1Selection"];
-            /** @description UTF-8 text, at most 1 MiB. */
+            /**
+             * @description UTF-8 text, at most 1 MiB. Never kept in a session's history: its
+             *     record holds the size only.
+             */
             text?: string;
         };
         DisplayServiceSetWindowStateBody: {
@@ -1619,6 +1685,12 @@ export interface components {
             /** @description Killed, with its whole process tree, after this long; zero means 60 s. */
             timeout?: string;
         };
+        SandboxServiceLaunchApplicationBody: {
+            /** @description An application's id or name (any case). */
+            application?: string;
+            /** @description Files or URLs for it to open, when its entry takes them. */
+            args?: string[];
+        };
         SandboxServiceMakeDirectoryBody: {
             /**
              * Format: int64
@@ -1676,6 +1748,49 @@ export interface components {
         SessionServiceSuspendSessionBody: {
             mode?: components["schemas"]["v1SuspendMode"];
         };
+        v1AccessibleBounds: {
+            /** Format: int32 */
+            height?: number;
+            /** Format: int32 */
+            width?: number;
+            /** Format: int32 */
+            x?: number;
+            /** Format: int32 */
+            y?: number;
+        };
+        /** @description AccessibleNode is one object of the accessibility tree. */
+        v1AccessibleNode: {
+            /** @description What the object can do ("press", "click", "activate", ...). */
+            actions?: string[];
+            bounds?: components["schemas"]["v1AccessibleBounds"];
+            /**
+             * Format: int32
+             * @description How many children the object has, including any a limit left out.
+             */
+            childCount?: number;
+            children?: components["schemas"]["v1AccessibleNode"][];
+            description?: string;
+            /** @description The object's bus name and path: stable while the object lives. */
+            id?: string;
+            name?: string;
+            /**
+             * @description AT-SPI2 role name: "application", "frame", "push button", "entry",
+             *     "link", "document web", ...
+             */
+            role?: string;
+            /**
+             * @description AT-SPI2 state names: "focused", "showing", "visible", "enabled",
+             *     "checked", "editable", ...
+             */
+            states?: string[];
+            /** @description A text object's content, at most 1024 characters. */
+            text?: string;
+            /**
+             * Format: double
+             * @description A range's current value (a slider, a progress bar), when it has one.
+             */
+            value?: number;
+        };
         v1AcquireInputLeaseResponse: {
             lease?: components["schemas"]["v1InputLease"];
         };
@@ -1706,6 +1821,16 @@ export interface components {
         };
         v1ActivateWindowResponse: {
             window?: components["schemas"]["v1Window"];
+        };
+        /** @description Application is a desktop entry of the session's image. */
+        v1Application: {
+            categories?: string[];
+            comment?: string;
+            /** @description The entry's Exec line, as written. */
+            exec?: string;
+            /** @description The entry's file name without ".desktop". */
+            id?: string;
+            name?: string;
         };
         v1ApplyChangesResponse: {
             /** @description Paths written to or removed from the workspace. */
@@ -1990,6 +2115,17 @@ export interface components {
             /** Format: int64 */
             size?: string;
         };
+        v1GetAccessibilityTreeResponse: {
+            /** @description One node per application, its windows below. */
+            applications?: components["schemas"]["v1AccessibleNode"][];
+            /**
+             * Format: int32
+             * @description Nodes returned.
+             */
+            nodeCount?: number;
+            /** @description max_depth or max_nodes left nodes out. */
+            truncated?: boolean;
+        };
         v1GetBlobResponse: {
             /** @description Sniffed from the bytes, such as "image/png". */
             contentType?: string;
@@ -2002,6 +2138,7 @@ export interface components {
              *     it is empty.
              */
             owned?: boolean;
+            /** @description Never kept in a session's history: its record holds the size only. */
             text?: string;
             /** @description The text was longer than 1 MiB and is cut off there. */
             truncated?: boolean;
@@ -2136,11 +2273,19 @@ export interface components {
             /** @description Hold the chord this long before releasing it. */
             hold?: string;
         };
+        v1LaunchApplicationResponse: {
+            application?: components["schemas"]["v1Application"];
+            process?: components["schemas"]["v1Process"];
+        };
         v1Layer: {
             /** @description Uncompressed digest: the layer's directory on the node. */
             diffId?: string;
             /** @description Compressed digest. */
             digest?: string;
+        };
+        v1ListApplicationsResponse: {
+            /** @description By name. */
+            applications?: components["schemas"]["v1Application"][];
         };
         v1ListChangesResponse: {
             changes?: components["schemas"]["v1Change"][];
@@ -3958,6 +4103,55 @@ export interface operations {
             };
         };
     };
+    SandboxService_GetAccessibilityTree: {
+        parameters: {
+            query?: {
+                /** @description Keep only the applications whose name contains this (any case). */
+                application?: string;
+                /**
+                 * @description Levels below each application to read (the application is level 0):
+                 *     1 gives its windows. 0 means 12; at most 64.
+                 */
+                maxDepth?: number;
+                /**
+                 * @description Nodes to return at most, applications included. 0 means 2000; at most
+                 *     20000.
+                 */
+                maxNodes?: number;
+                /**
+                 * @description Leave out nodes that are not showing on the screen, with their
+                 *     children.
+                 */
+                onlyVisible?: boolean;
+            };
+            header?: never;
+            path: {
+                sessionId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The tree. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["v1GetAccessibilityTreeResponse"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["rpcStatus"];
+                };
+            };
+        };
+    };
     DisplayService_PerformActions: {
         parameters: {
             query?: never;
@@ -3980,6 +4174,72 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["v1PerformActionsResponse"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["rpcStatus"];
+                };
+            };
+        };
+    };
+    SandboxService_ListApplications: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A successful response. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["v1ListApplicationsResponse"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["rpcStatus"];
+                };
+            };
+        };
+    };
+    SandboxService_LaunchApplication: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SandboxServiceLaunchApplicationBody"];
+            };
+        };
+        responses: {
+            /** @description A successful response. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["v1LaunchApplicationResponse"];
                 };
             };
             /** @description An unexpected error response. */

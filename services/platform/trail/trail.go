@@ -33,6 +33,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/descriptorpb"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	eventsv1 "github.com/deskgrid/deskgrid/proto/deskgrid/events/v1"
@@ -513,6 +514,8 @@ func (r *Recorder) value(m protoreflect.Message) any {
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		name := fd.JSONName()
 		switch {
+		case redacted(fd):
+			out[name] = redaction(fd, v)
 		case fd.IsMap():
 			mm := map[string]any{}
 			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
@@ -576,6 +579,30 @@ func (r *Recorder) content(b []byte) any {
 	}
 	if len(head) > 0 && utf8.Valid(head) {
 		out["head"] = string(head)
+	}
+	return out
+}
+
+// redacted reports a field marked debug_redact in its .proto (such as the
+// clipboard's text): what it holds never goes into the history.
+func redacted(fd protoreflect.FieldDescriptor) bool {
+	o, ok := fd.Options().(*descriptorpb.FieldOptions)
+	return ok && o.GetDebugRedact()
+}
+
+// redaction stands in for a redacted field: its size, never its content
+// (nor a hash, which would give a short secret away).
+func redaction(fd protoreflect.FieldDescriptor, v protoreflect.Value) any {
+	out := map[string]any{"redacted": true}
+	switch {
+	case fd.IsList():
+		out["items"] = v.List().Len()
+	case fd.IsMap():
+		out["items"] = v.Map().Len()
+	case fd.Kind() == protoreflect.StringKind:
+		out["size"] = len(v.String())
+	case fd.Kind() == protoreflect.BytesKind:
+		out["size"] = len(v.Bytes())
 	}
 	return out
 }

@@ -49,6 +49,17 @@ func (node) PerformActions(_ context.Context, r *displayv1.PerformActionsRequest
 	return &displayv1.PerformActionsResponse{Cursor: &displayv1.Point{X: 3, Y: 4}}, nil
 }
 
+// clipped is what the test's clipboard holds.
+const clipped = "pw: correct horse battery staple"
+
+func (node) GetClipboard(context.Context, *displayv1.GetClipboardRequest) (*displayv1.GetClipboardResponse, error) {
+	return &displayv1.GetClipboardResponse{Text: clipped, Owned: true}, nil
+}
+
+func (node) SetClipboard(context.Context, *displayv1.SetClipboardRequest) (*displayv1.SetClipboardResponse, error) {
+	return &displayv1.SetClipboardResponse{}, nil
+}
+
 func (node) CreateDisplay(context.Context, *displayv1.CreateDisplayRequest) (*displayv1.CreateDisplayResponse, error) {
 	return &displayv1.CreateDisplayResponse{}, nil
 }
@@ -321,6 +332,60 @@ func TestAFullQueueDropsRecordsNotCalls(t *testing.T) {
 	}
 	if st := h.rec.Stats(); st.Published != 2 || st.Dropped != 4 {
 		t.Fatalf("stats after close = %+v", st)
+	}
+}
+
+// The clipboard's text is never kept in the history, either way it goes:
+// its record says how long it was, and nothing more.
+func TestClipboardTextIsRedacted(t *testing.T) {
+	cfg := trail.DefaultConfig()
+	cfg.Workers = 1
+	h := start(t, cfg, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := h.display.SetClipboard(ctx, &displayv1.SetClipboardRequest{SessionId: "s-1", Text: clipped, Selection: displayv1.Selection_SELECTION_PRIMARY}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.display.GetClipboard(ctx, &displayv1.GetClipboardRequest{SessionId: "s-1"}); err != nil {
+		t.Fatal(err)
+	}
+	evs := h.recorded(t, 2)
+	set, get := callOf(t, evs[0]), callOf(t, evs[1])
+	if evs[0].GetType() != "trail.set_clipboard.v1" || evs[1].GetType() != "trail.get_clipboard.v1" {
+		t.Fatalf("types %s, %s", evs[0].GetType(), evs[1].GetType())
+	}
+	for _, c := range []*eventsv1.Call{set, get} {
+		for _, field := range []string{c.GetInput(), c.GetOutput()} {
+			if strings.Contains(field, "horse") {
+				t.Fatalf("%s keeps the clipboard's text: %s", c.GetTool(), field)
+			}
+		}
+	}
+	var in struct {
+		Selection string
+		Text      struct {
+			Redacted bool
+			Size     int
+		}
+	}
+	if err := json.Unmarshal([]byte(set.GetInput()), &in); err != nil {
+		t.Fatalf("set input %s: %v", set.GetInput(), err)
+	}
+	if in.Selection != "SELECTION_PRIMARY" || !in.Text.Redacted || in.Text.Size != len(clipped) {
+		t.Fatalf("set input = %s", set.GetInput())
+	}
+	var out struct {
+		Owned bool
+		Text  struct {
+			Redacted bool
+			Size     int
+		}
+	}
+	if err := json.Unmarshal([]byte(get.GetOutput()), &out); err != nil {
+		t.Fatalf("get output %s: %v", get.GetOutput(), err)
+	}
+	if !out.Owned || !out.Text.Redacted || out.Text.Size != len(clipped) {
+		t.Fatalf("get output = %s", get.GetOutput())
 	}
 }
 

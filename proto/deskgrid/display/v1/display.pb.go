@@ -359,7 +359,8 @@ func (x *GetClipboardRequest) GetSelection() Selection {
 
 type GetClipboardResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Text  string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	// Never kept in a session's history: its record holds the size only.
+	Text string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
 	// A program (or the display service) holds the selection; false means
 	// it is empty.
 	Owned bool `protobuf:"varint,2,opt,name=owned,proto3" json:"owned,omitempty"`
@@ -424,7 +425,8 @@ type SetClipboardRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	Selection Selection              `protobuf:"varint,2,opt,name=selection,proto3,enum=deskgrid.display.v1.Selection" json:"selection,omitempty"`
-	// UTF-8 text, at most 1 MiB.
+	// UTF-8 text, at most 1 MiB. Never kept in a session's history: its
+	// record holds the size only.
 	Text string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
 	// Fencing token of the caller's input lease, when leases are in use.
 	LeaseToken    int64 `protobuf:"varint,4,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
@@ -3329,16 +3331,16 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\x13GetClipboardRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12<\n" +
-	"\tselection\x18\x02 \x01(\x0e2\x1e.deskgrid.display.v1.SelectionR\tselection\"^\n" +
-	"\x14GetClipboardResponse\x12\x12\n" +
-	"\x04text\x18\x01 \x01(\tR\x04text\x12\x14\n" +
+	"\tselection\x18\x02 \x01(\x0e2\x1e.deskgrid.display.v1.SelectionR\tselection\"c\n" +
+	"\x14GetClipboardResponse\x12\x17\n" +
+	"\x04text\x18\x01 \x01(\tB\x03\x80\x01\x01R\x04text\x12\x14\n" +
 	"\x05owned\x18\x02 \x01(\bR\x05owned\x12\x1c\n" +
-	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\xed\x01\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\xf2\x01\n" +
 	"\x13SetClipboardRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12<\n" +
-	"\tselection\x18\x02 \x01(\x0e2\x1e.deskgrid.display.v1.SelectionR\tselection\x12\x12\n" +
-	"\x04text\x18\x03 \x01(\tR\x04text\x12\x1f\n" +
+	"\tselection\x18\x02 \x01(\x0e2\x1e.deskgrid.display.v1.SelectionR\tselection\x12\x17\n" +
+	"\x04text\x18\x03 \x01(\tB\x03\x80\x01\x01R\x04text\x12\x1f\n" +
 	"\vlease_token\x18\x04 \x01(\x03R\n" +
 	"leaseToken:D\x92AA2?{\"text\": \"Grüße, 世界\", \"selection\": \"SELECTION_CLIPBOARD\"}\"\x16\n" +
 	"\x14SetClipboardResponse\"3\n" +

@@ -1959,6 +1959,638 @@ func (x *ListProcessesResponse) GetProcesses() []*Process {
 	return nil
 }
 
+type ListApplicationsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListApplicationsRequest) Reset() {
+	*x = ListApplicationsRequest{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListApplicationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListApplicationsRequest) ProtoMessage() {}
+
+func (x *ListApplicationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListApplicationsRequest.ProtoReflect.Descriptor instead.
+func (*ListApplicationsRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ListApplicationsRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type ListApplicationsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// By name.
+	Applications  []*Application `protobuf:"bytes,1,rep,name=applications,proto3" json:"applications,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListApplicationsResponse) Reset() {
+	*x = ListApplicationsResponse{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListApplicationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListApplicationsResponse) ProtoMessage() {}
+
+func (x *ListApplicationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListApplicationsResponse.ProtoReflect.Descriptor instead.
+func (*ListApplicationsResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListApplicationsResponse) GetApplications() []*Application {
+	if x != nil {
+		return x.Applications
+	}
+	return nil
+}
+
+// Application is a desktop entry of the session's image.
+type Application struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The entry's file name without ".desktop".
+	Id      string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name    string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Comment string `protobuf:"bytes,3,opt,name=comment,proto3" json:"comment,omitempty"`
+	// The entry's Exec line, as written.
+	Exec          string   `protobuf:"bytes,4,opt,name=exec,proto3" json:"exec,omitempty"`
+	Categories    []string `protobuf:"bytes,5,rep,name=categories,proto3" json:"categories,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Application) Reset() {
+	*x = Application{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Application) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Application) ProtoMessage() {}
+
+func (x *Application) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Application.ProtoReflect.Descriptor instead.
+func (*Application) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *Application) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Application) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Application) GetComment() string {
+	if x != nil {
+		return x.Comment
+	}
+	return ""
+}
+
+func (x *Application) GetExec() string {
+	if x != nil {
+		return x.Exec
+	}
+	return ""
+}
+
+func (x *Application) GetCategories() []string {
+	if x != nil {
+		return x.Categories
+	}
+	return nil
+}
+
+type LaunchApplicationRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// An application's id or name (any case).
+	Application string `protobuf:"bytes,2,opt,name=application,proto3" json:"application,omitempty"`
+	// Files or URLs for it to open, when its entry takes them.
+	Args          []string `protobuf:"bytes,3,rep,name=args,proto3" json:"args,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LaunchApplicationRequest) Reset() {
+	*x = LaunchApplicationRequest{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LaunchApplicationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LaunchApplicationRequest) ProtoMessage() {}
+
+func (x *LaunchApplicationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LaunchApplicationRequest.ProtoReflect.Descriptor instead.
+func (*LaunchApplicationRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *LaunchApplicationRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *LaunchApplicationRequest) GetApplication() string {
+	if x != nil {
+		return x.Application
+	}
+	return ""
+}
+
+func (x *LaunchApplicationRequest) GetArgs() []string {
+	if x != nil {
+		return x.Args
+	}
+	return nil
+}
+
+type LaunchApplicationResponse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Application *Application           `protobuf:"bytes,1,opt,name=application,proto3" json:"application,omitempty"`
+	// The program started: StopProcess ends it.
+	Process       *Process `protobuf:"bytes,2,opt,name=process,proto3" json:"process,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LaunchApplicationResponse) Reset() {
+	*x = LaunchApplicationResponse{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LaunchApplicationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LaunchApplicationResponse) ProtoMessage() {}
+
+func (x *LaunchApplicationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LaunchApplicationResponse.ProtoReflect.Descriptor instead.
+func (*LaunchApplicationResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *LaunchApplicationResponse) GetApplication() *Application {
+	if x != nil {
+		return x.Application
+	}
+	return nil
+}
+
+func (x *LaunchApplicationResponse) GetProcess() *Process {
+	if x != nil {
+		return x.Process
+	}
+	return nil
+}
+
+type GetAccessibilityTreeRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Levels below each application to read (the application is level 0):
+	// 1 gives its windows. 0 means 12; at most 64.
+	MaxDepth int32 `protobuf:"varint,2,opt,name=max_depth,json=maxDepth,proto3" json:"max_depth,omitempty"`
+	// Nodes to return at most, applications included. 0 means 2000; at most
+	// 20000.
+	MaxNodes int32 `protobuf:"varint,3,opt,name=max_nodes,json=maxNodes,proto3" json:"max_nodes,omitempty"`
+	// Leave out nodes that are not showing on the screen, with their
+	// children.
+	OnlyVisible bool `protobuf:"varint,4,opt,name=only_visible,json=onlyVisible,proto3" json:"only_visible,omitempty"`
+	// Keep only the applications whose name contains this (any case).
+	Application   string `protobuf:"bytes,5,opt,name=application,proto3" json:"application,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAccessibilityTreeRequest) Reset() {
+	*x = GetAccessibilityTreeRequest{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAccessibilityTreeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAccessibilityTreeRequest) ProtoMessage() {}
+
+func (x *GetAccessibilityTreeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAccessibilityTreeRequest.ProtoReflect.Descriptor instead.
+func (*GetAccessibilityTreeRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *GetAccessibilityTreeRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *GetAccessibilityTreeRequest) GetMaxDepth() int32 {
+	if x != nil {
+		return x.MaxDepth
+	}
+	return 0
+}
+
+func (x *GetAccessibilityTreeRequest) GetMaxNodes() int32 {
+	if x != nil {
+		return x.MaxNodes
+	}
+	return 0
+}
+
+func (x *GetAccessibilityTreeRequest) GetOnlyVisible() bool {
+	if x != nil {
+		return x.OnlyVisible
+	}
+	return false
+}
+
+func (x *GetAccessibilityTreeRequest) GetApplication() string {
+	if x != nil {
+		return x.Application
+	}
+	return ""
+}
+
+type GetAccessibilityTreeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One node per application, its windows below.
+	Applications []*AccessibleNode `protobuf:"bytes,1,rep,name=applications,proto3" json:"applications,omitempty"`
+	// Nodes returned.
+	NodeCount int32 `protobuf:"varint,2,opt,name=node_count,json=nodeCount,proto3" json:"node_count,omitempty"`
+	// max_depth or max_nodes left nodes out.
+	Truncated     bool `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAccessibilityTreeResponse) Reset() {
+	*x = GetAccessibilityTreeResponse{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAccessibilityTreeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAccessibilityTreeResponse) ProtoMessage() {}
+
+func (x *GetAccessibilityTreeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAccessibilityTreeResponse.ProtoReflect.Descriptor instead.
+func (*GetAccessibilityTreeResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *GetAccessibilityTreeResponse) GetApplications() []*AccessibleNode {
+	if x != nil {
+		return x.Applications
+	}
+	return nil
+}
+
+func (x *GetAccessibilityTreeResponse) GetNodeCount() int32 {
+	if x != nil {
+		return x.NodeCount
+	}
+	return 0
+}
+
+func (x *GetAccessibilityTreeResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+// AccessibleNode is one object of the accessibility tree.
+type AccessibleNode struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The object's bus name and path: stable while the object lives.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// AT-SPI2 role name: "application", "frame", "push button", "entry",
+	// "link", "document web", ...
+	Role        string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	Name        string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Description string `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`
+	// AT-SPI2 state names: "focused", "showing", "visible", "enabled",
+	// "checked", "editable", ...
+	States []string `protobuf:"bytes,5,rep,name=states,proto3" json:"states,omitempty"`
+	// Screen pixels; unset for an object that has no place on the screen.
+	Bounds *AccessibleBounds `protobuf:"bytes,6,opt,name=bounds,proto3" json:"bounds,omitempty"`
+	// What the object can do ("press", "click", "activate", ...).
+	Actions []string `protobuf:"bytes,7,rep,name=actions,proto3" json:"actions,omitempty"`
+	// A text object's content, at most 1024 characters.
+	Text string `protobuf:"bytes,8,opt,name=text,proto3" json:"text,omitempty"`
+	// A range's current value (a slider, a progress bar), when it has one.
+	Value *float64 `protobuf:"fixed64,9,opt,name=value,proto3,oneof" json:"value,omitempty"`
+	// How many children the object has, including any a limit left out.
+	ChildCount    int32             `protobuf:"varint,10,opt,name=child_count,json=childCount,proto3" json:"child_count,omitempty"`
+	Children      []*AccessibleNode `protobuf:"bytes,11,rep,name=children,proto3" json:"children,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AccessibleNode) Reset() {
+	*x = AccessibleNode{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AccessibleNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AccessibleNode) ProtoMessage() {}
+
+func (x *AccessibleNode) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AccessibleNode.ProtoReflect.Descriptor instead.
+func (*AccessibleNode) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *AccessibleNode) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *AccessibleNode) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *AccessibleNode) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AccessibleNode) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *AccessibleNode) GetStates() []string {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+func (x *AccessibleNode) GetBounds() *AccessibleBounds {
+	if x != nil {
+		return x.Bounds
+	}
+	return nil
+}
+
+func (x *AccessibleNode) GetActions() []string {
+	if x != nil {
+		return x.Actions
+	}
+	return nil
+}
+
+func (x *AccessibleNode) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *AccessibleNode) GetValue() float64 {
+	if x != nil && x.Value != nil {
+		return *x.Value
+	}
+	return 0
+}
+
+func (x *AccessibleNode) GetChildCount() int32 {
+	if x != nil {
+		return x.ChildCount
+	}
+	return 0
+}
+
+func (x *AccessibleNode) GetChildren() []*AccessibleNode {
+	if x != nil {
+		return x.Children
+	}
+	return nil
+}
+
+type AccessibleBounds struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	X             int32                  `protobuf:"varint,1,opt,name=x,proto3" json:"x,omitempty"`
+	Y             int32                  `protobuf:"varint,2,opt,name=y,proto3" json:"y,omitempty"`
+	Width         int32                  `protobuf:"varint,3,opt,name=width,proto3" json:"width,omitempty"`
+	Height        int32                  `protobuf:"varint,4,opt,name=height,proto3" json:"height,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AccessibleBounds) Reset() {
+	*x = AccessibleBounds{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AccessibleBounds) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AccessibleBounds) ProtoMessage() {}
+
+func (x *AccessibleBounds) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AccessibleBounds.ProtoReflect.Descriptor instead.
+func (*AccessibleBounds) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *AccessibleBounds) GetX() int32 {
+	if x != nil {
+		return x.X
+	}
+	return 0
+}
+
+func (x *AccessibleBounds) GetY() int32 {
+	if x != nil {
+		return x.Y
+	}
+	return 0
+}
+
+func (x *AccessibleBounds) GetWidth() int32 {
+	if x != nil {
+		return x.Width
+	}
+	return 0
+}
+
+func (x *AccessibleBounds) GetHeight() int32 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
 type FreezeSandboxRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -1968,7 +2600,7 @@ type FreezeSandboxRequest struct {
 
 func (x *FreezeSandboxRequest) Reset() {
 	*x = FreezeSandboxRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1980,7 +2612,7 @@ func (x *FreezeSandboxRequest) String() string {
 func (*FreezeSandboxRequest) ProtoMessage() {}
 
 func (x *FreezeSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1993,7 +2625,7 @@ func (x *FreezeSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezeSandboxRequest.ProtoReflect.Descriptor instead.
 func (*FreezeSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *FreezeSandboxRequest) GetSessionId() string {
@@ -2011,7 +2643,7 @@ type FreezeSandboxResponse struct {
 
 func (x *FreezeSandboxResponse) Reset() {
 	*x = FreezeSandboxResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2023,7 +2655,7 @@ func (x *FreezeSandboxResponse) String() string {
 func (*FreezeSandboxResponse) ProtoMessage() {}
 
 func (x *FreezeSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2036,7 +2668,7 @@ func (x *FreezeSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezeSandboxResponse.ProtoReflect.Descriptor instead.
 func (*FreezeSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 type ThawSandboxRequest struct {
@@ -2048,7 +2680,7 @@ type ThawSandboxRequest struct {
 
 func (x *ThawSandboxRequest) Reset() {
 	*x = ThawSandboxRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2060,7 +2692,7 @@ func (x *ThawSandboxRequest) String() string {
 func (*ThawSandboxRequest) ProtoMessage() {}
 
 func (x *ThawSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2073,7 +2705,7 @@ func (x *ThawSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThawSandboxRequest.ProtoReflect.Descriptor instead.
 func (*ThawSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ThawSandboxRequest) GetSessionId() string {
@@ -2091,7 +2723,7 @@ type ThawSandboxResponse struct {
 
 func (x *ThawSandboxResponse) Reset() {
 	*x = ThawSandboxResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2103,7 +2735,7 @@ func (x *ThawSandboxResponse) String() string {
 func (*ThawSandboxResponse) ProtoMessage() {}
 
 func (x *ThawSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2116,7 +2748,7 @@ func (x *ThawSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThawSandboxResponse.ProtoReflect.Descriptor instead.
 func (*ThawSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 // Change is one path the session changed.
@@ -2134,7 +2766,7 @@ type Change struct {
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2778,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2791,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Change) GetPath() string {
@@ -2201,7 +2833,7 @@ type ListChangesRequest struct {
 
 func (x *ListChangesRequest) Reset() {
 	*x = ListChangesRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2213,7 +2845,7 @@ func (x *ListChangesRequest) String() string {
 func (*ListChangesRequest) ProtoMessage() {}
 
 func (x *ListChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2226,7 +2858,7 @@ func (x *ListChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangesRequest.ProtoReflect.Descriptor instead.
 func (*ListChangesRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListChangesRequest) GetSessionId() string {
@@ -2252,7 +2884,7 @@ type ListChangesResponse struct {
 
 func (x *ListChangesResponse) Reset() {
 	*x = ListChangesResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2264,7 +2896,7 @@ func (x *ListChangesResponse) String() string {
 func (*ListChangesResponse) ProtoMessage() {}
 
 func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2277,7 +2909,7 @@ func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangesResponse.ProtoReflect.Descriptor instead.
 func (*ListChangesResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListChangesResponse) GetChanges() []*Change {
@@ -2297,7 +2929,7 @@ type DiffFileRequest struct {
 
 func (x *DiffFileRequest) Reset() {
 	*x = DiffFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2309,7 +2941,7 @@ func (x *DiffFileRequest) String() string {
 func (*DiffFileRequest) ProtoMessage() {}
 
 func (x *DiffFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +2954,7 @@ func (x *DiffFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffFileRequest.ProtoReflect.Descriptor instead.
 func (*DiffFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DiffFileRequest) GetSessionId() string {
@@ -2352,7 +2984,7 @@ type DiffFileResponse struct {
 
 func (x *DiffFileResponse) Reset() {
 	*x = DiffFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2364,7 +2996,7 @@ func (x *DiffFileResponse) String() string {
 func (*DiffFileResponse) ProtoMessage() {}
 
 func (x *DiffFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2377,7 +3009,7 @@ func (x *DiffFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffFileResponse.ProtoReflect.Descriptor instead.
 func (*DiffFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DiffFileResponse) GetChange() *Change {
@@ -2412,7 +3044,7 @@ type ApplyChangesRequest struct {
 
 func (x *ApplyChangesRequest) Reset() {
 	*x = ApplyChangesRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2424,7 +3056,7 @@ func (x *ApplyChangesRequest) String() string {
 func (*ApplyChangesRequest) ProtoMessage() {}
 
 func (x *ApplyChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2437,7 +3069,7 @@ func (x *ApplyChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyChangesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyChangesRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ApplyChangesRequest) GetSessionId() string {
@@ -2465,7 +3097,7 @@ type Conflict struct {
 
 func (x *Conflict) Reset() {
 	*x = Conflict{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2477,7 +3109,7 @@ func (x *Conflict) String() string {
 func (*Conflict) ProtoMessage() {}
 
 func (x *Conflict) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2490,7 +3122,7 @@ func (x *Conflict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Conflict.ProtoReflect.Descriptor instead.
 func (*Conflict) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Conflict) GetPath() string {
@@ -2518,7 +3150,7 @@ type ApplyChangesResponse struct {
 
 func (x *ApplyChangesResponse) Reset() {
 	*x = ApplyChangesResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2530,7 +3162,7 @@ func (x *ApplyChangesResponse) String() string {
 func (*ApplyChangesResponse) ProtoMessage() {}
 
 func (x *ApplyChangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2543,7 +3175,7 @@ func (x *ApplyChangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyChangesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyChangesResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ApplyChangesResponse) GetApplied() []string {
@@ -2571,7 +3203,7 @@ type DiscardChangesRequest struct {
 
 func (x *DiscardChangesRequest) Reset() {
 	*x = DiscardChangesRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2583,7 +3215,7 @@ func (x *DiscardChangesRequest) String() string {
 func (*DiscardChangesRequest) ProtoMessage() {}
 
 func (x *DiscardChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2596,7 +3228,7 @@ func (x *DiscardChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardChangesRequest.ProtoReflect.Descriptor instead.
 func (*DiscardChangesRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *DiscardChangesRequest) GetSessionId() string {
@@ -2622,7 +3254,7 @@ type DiscardChangesResponse struct {
 
 func (x *DiscardChangesResponse) Reset() {
 	*x = DiscardChangesResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[43]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2634,7 +3266,7 @@ func (x *DiscardChangesResponse) String() string {
 func (*DiscardChangesResponse) ProtoMessage() {}
 
 func (x *DiscardChangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[43]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2647,7 +3279,7 @@ func (x *DiscardChangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardChangesResponse.ProtoReflect.Descriptor instead.
 func (*DiscardChangesResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *DiscardChangesResponse) GetDiscarded() []string {
@@ -2676,7 +3308,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[44]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2688,7 +3320,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[44]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2701,7 +3333,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Snapshot) GetSnapshotId() string {
@@ -2755,7 +3387,7 @@ type CreateSnapshotRequest struct {
 
 func (x *CreateSnapshotRequest) Reset() {
 	*x = CreateSnapshotRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[45]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2767,7 +3399,7 @@ func (x *CreateSnapshotRequest) String() string {
 func (*CreateSnapshotRequest) ProtoMessage() {}
 
 func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[45]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2780,7 +3412,7 @@ func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*CreateSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CreateSnapshotRequest) GetSessionId() string {
@@ -2799,7 +3431,7 @@ type CreateSnapshotResponse struct {
 
 func (x *CreateSnapshotResponse) Reset() {
 	*x = CreateSnapshotResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[46]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2811,7 +3443,7 @@ func (x *CreateSnapshotResponse) String() string {
 func (*CreateSnapshotResponse) ProtoMessage() {}
 
 func (x *CreateSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[46]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2824,7 +3456,7 @@ func (x *CreateSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*CreateSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CreateSnapshotResponse) GetSnapshot() *Snapshot {
@@ -2844,7 +3476,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[47]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2856,7 +3488,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[47]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2869,7 +3501,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListSnapshotsRequest) GetSessionId() string {
@@ -2888,7 +3520,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[48]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2900,7 +3532,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[48]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2913,7 +3545,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
@@ -2934,7 +3566,7 @@ type RestoreSnapshotRequest struct {
 
 func (x *RestoreSnapshotRequest) Reset() {
 	*x = RestoreSnapshotRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[49]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2946,7 +3578,7 @@ func (x *RestoreSnapshotRequest) String() string {
 func (*RestoreSnapshotRequest) ProtoMessage() {}
 
 func (x *RestoreSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[49]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2959,7 +3591,7 @@ func (x *RestoreSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*RestoreSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RestoreSnapshotRequest) GetSessionId() string {
@@ -2984,7 +3616,7 @@ type RestoreSnapshotResponse struct {
 
 func (x *RestoreSnapshotResponse) Reset() {
 	*x = RestoreSnapshotResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[50]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2996,7 +3628,7 @@ func (x *RestoreSnapshotResponse) String() string {
 func (*RestoreSnapshotResponse) ProtoMessage() {}
 
 func (x *RestoreSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[50]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3009,7 +3641,7 @@ func (x *RestoreSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*RestoreSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{59}
 }
 
 type DeleteSnapshotRequest struct {
@@ -3022,7 +3654,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[51]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3034,7 +3666,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[51]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3047,7 +3679,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{51}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *DeleteSnapshotRequest) GetSessionId() string {
@@ -3072,7 +3704,7 @@ type DeleteSnapshotResponse struct {
 
 func (x *DeleteSnapshotResponse) Reset() {
 	*x = DeleteSnapshotResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[52]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3084,7 +3716,7 @@ func (x *DeleteSnapshotResponse) String() string {
 func (*DeleteSnapshotResponse) ProtoMessage() {}
 
 func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[52]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3097,7 +3729,7 @@ func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{52}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{61}
 }
 
 type RunShellRequest struct {
@@ -3113,7 +3745,7 @@ type RunShellRequest struct {
 
 func (x *RunShellRequest) Reset() {
 	*x = RunShellRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[53]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3125,7 +3757,7 @@ func (x *RunShellRequest) String() string {
 func (*RunShellRequest) ProtoMessage() {}
 
 func (x *RunShellRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[53]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3138,7 +3770,7 @@ func (x *RunShellRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunShellRequest.ProtoReflect.Descriptor instead.
 func (*RunShellRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{53}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RunShellRequest) GetSessionId() string {
@@ -3177,7 +3809,7 @@ type RunShellResponse struct {
 
 func (x *RunShellResponse) Reset() {
 	*x = RunShellResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[54]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3189,7 +3821,7 @@ func (x *RunShellResponse) String() string {
 func (*RunShellResponse) ProtoMessage() {}
 
 func (x *RunShellResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[54]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3202,7 +3834,7 @@ func (x *RunShellResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunShellResponse.ProtoReflect.Descriptor instead.
 func (*RunShellResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{54}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RunShellResponse) GetOutput() []byte {
@@ -3242,7 +3874,7 @@ type RestartShellRequest struct {
 
 func (x *RestartShellRequest) Reset() {
 	*x = RestartShellRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[55]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3254,7 +3886,7 @@ func (x *RestartShellRequest) String() string {
 func (*RestartShellRequest) ProtoMessage() {}
 
 func (x *RestartShellRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[55]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3267,7 +3899,7 @@ func (x *RestartShellRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartShellRequest.ProtoReflect.Descriptor instead.
 func (*RestartShellRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{55}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RestartShellRequest) GetSessionId() string {
@@ -3285,7 +3917,7 @@ type RestartShellResponse struct {
 
 func (x *RestartShellResponse) Reset() {
 	*x = RestartShellResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[56]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3297,7 +3929,7 @@ func (x *RestartShellResponse) String() string {
 func (*RestartShellResponse) ProtoMessage() {}
 
 func (x *RestartShellResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[56]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3310,7 +3942,7 @@ func (x *RestartShellResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartShellResponse.ProtoReflect.Descriptor instead.
 func (*RestartShellResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{56}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{65}
 }
 
 // UploadFileHeader names the file an upload writes.
@@ -3326,7 +3958,7 @@ type UploadFileHeader struct {
 
 func (x *UploadFileHeader) Reset() {
 	*x = UploadFileHeader{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[57]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3338,7 +3970,7 @@ func (x *UploadFileHeader) String() string {
 func (*UploadFileHeader) ProtoMessage() {}
 
 func (x *UploadFileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[57]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3351,7 +3983,7 @@ func (x *UploadFileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileHeader.ProtoReflect.Descriptor instead.
 func (*UploadFileHeader) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{57}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *UploadFileHeader) GetSessionId() string {
@@ -3388,7 +4020,7 @@ type UploadFileRequest struct {
 
 func (x *UploadFileRequest) Reset() {
 	*x = UploadFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[58]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3400,7 +4032,7 @@ func (x *UploadFileRequest) String() string {
 func (*UploadFileRequest) ProtoMessage() {}
 
 func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[58]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3413,7 +4045,7 @@ func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileRequest.ProtoReflect.Descriptor instead.
 func (*UploadFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{58}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *UploadFileRequest) GetData() isUploadFileRequest_Data {
@@ -3467,7 +4099,7 @@ type UploadFileResponse struct {
 
 func (x *UploadFileResponse) Reset() {
 	*x = UploadFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[59]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3479,7 +4111,7 @@ func (x *UploadFileResponse) String() string {
 func (*UploadFileResponse) ProtoMessage() {}
 
 func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[59]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3492,7 +4124,7 @@ func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileResponse.ProtoReflect.Descriptor instead.
 func (*UploadFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{59}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *UploadFileResponse) GetFile() *FileInfo {
@@ -3512,7 +4144,7 @@ type DownloadFileRequest struct {
 
 func (x *DownloadFileRequest) Reset() {
 	*x = DownloadFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[60]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3524,7 +4156,7 @@ func (x *DownloadFileRequest) String() string {
 func (*DownloadFileRequest) ProtoMessage() {}
 
 func (x *DownloadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[60]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3537,7 +4169,7 @@ func (x *DownloadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFileRequest.ProtoReflect.Descriptor instead.
 func (*DownloadFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{60}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *DownloadFileRequest) GetSessionId() string {
@@ -3567,7 +4199,7 @@ type DownloadFileResponse struct {
 
 func (x *DownloadFileResponse) Reset() {
 	*x = DownloadFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[61]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3579,7 +4211,7 @@ func (x *DownloadFileResponse) String() string {
 func (*DownloadFileResponse) ProtoMessage() {}
 
 func (x *DownloadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[61]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3592,7 +4224,7 @@ func (x *DownloadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFileResponse.ProtoReflect.Descriptor instead.
 func (*DownloadFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{61}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *DownloadFileResponse) GetData() isDownloadFileResponse_Data {
@@ -3647,7 +4279,7 @@ type StatFileRequest struct {
 
 func (x *StatFileRequest) Reset() {
 	*x = StatFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[62]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3659,7 +4291,7 @@ func (x *StatFileRequest) String() string {
 func (*StatFileRequest) ProtoMessage() {}
 
 func (x *StatFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[62]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3672,7 +4304,7 @@ func (x *StatFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFileRequest.ProtoReflect.Descriptor instead.
 func (*StatFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{62}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *StatFileRequest) GetSessionId() string {
@@ -3698,7 +4330,7 @@ type StatFileResponse struct {
 
 func (x *StatFileResponse) Reset() {
 	*x = StatFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[63]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3710,7 +4342,7 @@ func (x *StatFileResponse) String() string {
 func (*StatFileResponse) ProtoMessage() {}
 
 func (x *StatFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[63]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3723,7 +4355,7 @@ func (x *StatFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFileResponse.ProtoReflect.Descriptor instead.
 func (*StatFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{63}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *StatFileResponse) GetFile() *FileInfo {
@@ -3747,7 +4379,7 @@ type MakeDirectoryRequest struct {
 
 func (x *MakeDirectoryRequest) Reset() {
 	*x = MakeDirectoryRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[64]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3759,7 +4391,7 @@ func (x *MakeDirectoryRequest) String() string {
 func (*MakeDirectoryRequest) ProtoMessage() {}
 
 func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[64]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3772,7 +4404,7 @@ func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{64}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *MakeDirectoryRequest) GetSessionId() string {
@@ -3811,7 +4443,7 @@ type MakeDirectoryResponse struct {
 
 func (x *MakeDirectoryResponse) Reset() {
 	*x = MakeDirectoryResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[65]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3823,7 +4455,7 @@ func (x *MakeDirectoryResponse) String() string {
 func (*MakeDirectoryResponse) ProtoMessage() {}
 
 func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[65]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3836,7 +4468,7 @@ func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{65}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{74}
 }
 
 type MoveFileRequest struct {
@@ -3852,7 +4484,7 @@ type MoveFileRequest struct {
 
 func (x *MoveFileRequest) Reset() {
 	*x = MoveFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[66]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3864,7 +4496,7 @@ func (x *MoveFileRequest) String() string {
 func (*MoveFileRequest) ProtoMessage() {}
 
 func (x *MoveFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[66]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3877,7 +4509,7 @@ func (x *MoveFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveFileRequest.ProtoReflect.Descriptor instead.
 func (*MoveFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{66}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *MoveFileRequest) GetSessionId() string {
@@ -3916,7 +4548,7 @@ type MoveFileResponse struct {
 
 func (x *MoveFileResponse) Reset() {
 	*x = MoveFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[67]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3928,7 +4560,7 @@ func (x *MoveFileResponse) String() string {
 func (*MoveFileResponse) ProtoMessage() {}
 
 func (x *MoveFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[67]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3941,7 +4573,7 @@ func (x *MoveFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveFileResponse.ProtoReflect.Descriptor instead.
 func (*MoveFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{67}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{76}
 }
 
 type DeleteFileRequest struct {
@@ -3956,7 +4588,7 @@ type DeleteFileRequest struct {
 
 func (x *DeleteFileRequest) Reset() {
 	*x = DeleteFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[68]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3968,7 +4600,7 @@ func (x *DeleteFileRequest) String() string {
 func (*DeleteFileRequest) ProtoMessage() {}
 
 func (x *DeleteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[68]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3981,7 +4613,7 @@ func (x *DeleteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{68}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *DeleteFileRequest) GetSessionId() string {
@@ -4013,7 +4645,7 @@ type DeleteFileResponse struct {
 
 func (x *DeleteFileResponse) Reset() {
 	*x = DeleteFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[69]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4025,7 +4657,7 @@ func (x *DeleteFileResponse) String() string {
 func (*DeleteFileResponse) ProtoMessage() {}
 
 func (x *DeleteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[69]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4038,7 +4670,7 @@ func (x *DeleteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileResponse.ProtoReflect.Descriptor instead.
 func (*DeleteFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{69}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{78}
 }
 
 var File_deskgrid_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
@@ -4183,7 +4815,60 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"S\n" +
 	"\x15ListProcessesResponse\x12:\n" +
-	"\tprocesses\x18\x01 \x03(\v2\x1c.deskgrid.sandbox.v1.ProcessR\tprocesses\"5\n" +
+	"\tprocesses\x18\x01 \x03(\v2\x1c.deskgrid.sandbox.v1.ProcessR\tprocesses\"8\n" +
+	"\x17ListApplicationsRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"`\n" +
+	"\x18ListApplicationsResponse\x12D\n" +
+	"\fapplications\x18\x01 \x03(\v2 .deskgrid.sandbox.v1.ApplicationR\fapplications\"\x7f\n" +
+	"\vApplication\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
+	"\acomment\x18\x03 \x01(\tR\acomment\x12\x12\n" +
+	"\x04exec\x18\x04 \x01(\tR\x04exec\x12\x1e\n" +
+	"\n" +
+	"categories\x18\x05 \x03(\tR\n" +
+	"categories\"o\n" +
+	"\x18LaunchApplicationRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12 \n" +
+	"\vapplication\x18\x02 \x01(\tR\vapplication\x12\x12\n" +
+	"\x04args\x18\x03 \x03(\tR\x04args\"\x97\x01\n" +
+	"\x19LaunchApplicationResponse\x12B\n" +
+	"\vapplication\x18\x01 \x01(\v2 .deskgrid.sandbox.v1.ApplicationR\vapplication\x126\n" +
+	"\aprocess\x18\x02 \x01(\v2\x1c.deskgrid.sandbox.v1.ProcessR\aprocess\"\xbb\x01\n" +
+	"\x1bGetAccessibilityTreeRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
+	"\tmax_depth\x18\x02 \x01(\x05R\bmaxDepth\x12\x1b\n" +
+	"\tmax_nodes\x18\x03 \x01(\x05R\bmaxNodes\x12!\n" +
+	"\fonly_visible\x18\x04 \x01(\bR\vonlyVisible\x12 \n" +
+	"\vapplication\x18\x05 \x01(\tR\vapplication\"\xa4\x01\n" +
+	"\x1cGetAccessibilityTreeResponse\x12G\n" +
+	"\fapplications\x18\x01 \x03(\v2#.deskgrid.sandbox.v1.AccessibleNodeR\fapplications\x12\x1d\n" +
+	"\n" +
+	"node_count\x18\x02 \x01(\x05R\tnodeCount\x12\x1c\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\xf6\x02\n" +
+	"\x0eAccessibleNode\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x04 \x01(\tR\vdescription\x12\x16\n" +
+	"\x06states\x18\x05 \x03(\tR\x06states\x12=\n" +
+	"\x06bounds\x18\x06 \x01(\v2%.deskgrid.sandbox.v1.AccessibleBoundsR\x06bounds\x12\x18\n" +
+	"\aactions\x18\a \x03(\tR\aactions\x12\x12\n" +
+	"\x04text\x18\b \x01(\tR\x04text\x12\x19\n" +
+	"\x05value\x18\t \x01(\x01H\x00R\x05value\x88\x01\x01\x12\x1f\n" +
+	"\vchild_count\x18\n" +
+	" \x01(\x05R\n" +
+	"childCount\x12?\n" +
+	"\bchildren\x18\v \x03(\v2#.deskgrid.sandbox.v1.AccessibleNodeR\bchildrenB\b\n" +
+	"\x06_value\"\\\n" +
+	"\x10AccessibleBounds\x12\f\n" +
+	"\x01x\x18\x01 \x01(\x05R\x01x\x12\f\n" +
+	"\x01y\x18\x02 \x01(\x05R\x01y\x12\x14\n" +
+	"\x05width\x18\x03 \x01(\x05R\x05width\x12\x16\n" +
+	"\x06height\x18\x04 \x01(\x05R\x06height\"5\n" +
 	"\x14FreezeSandboxRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x17\n" +
@@ -4328,7 +5013,7 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x17CHANGE_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11CHANGE_KIND_ADDED\x10\x01\x12\x18\n" +
 	"\x14CHANGE_KIND_MODIFIED\x10\x02\x12\x17\n" +
-	"\x13CHANGE_KIND_DELETED\x10\x032\xab(\n" +
+	"\x13CHANGE_KIND_DELETED\x10\x032\xd53\n" +
 	"\x0eSandboxService\x12f\n" +
 	"\rCreateSandbox\x12).deskgrid.sandbox.v1.CreateSandboxRequest\x1a*.deskgrid.sandbox.v1.CreateSandboxResponse\x12f\n" +
 	"\rCommitSandbox\x12).deskgrid.sandbox.v1.CommitSandboxRequest\x1a*.deskgrid.sandbox.v1.CommitSandboxResponse\x12\x91\x01\n" +
@@ -4351,7 +5036,13 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\tListFiles\x12%.deskgrid.sandbox.v1.ListFilesRequest\x1a&.deskgrid.sandbox.v1.ListFilesResponse\"'\x82\xd3\xe4\x93\x02!\x12\x1f/v1/sessions/{session_id}/files\x12c\n" +
 	"\fStartProcess\x12(.deskgrid.sandbox.v1.StartProcessRequest\x1a).deskgrid.sandbox.v1.StartProcessResponse\x12`\n" +
 	"\vStopProcess\x12'.deskgrid.sandbox.v1.StopProcessRequest\x1a(.deskgrid.sandbox.v1.StopProcessResponse\x12\x93\x01\n" +
-	"\rListProcesses\x12).deskgrid.sandbox.v1.ListProcessesRequest\x1a*.deskgrid.sandbox.v1.ListProcessesResponse\"+\x82\xd3\xe4\x93\x02%\x12#/v1/sessions/{session_id}/processes\x12f\n" +
+	"\rListProcesses\x12).deskgrid.sandbox.v1.ListProcessesRequest\x1a*.deskgrid.sandbox.v1.ListProcessesResponse\"+\x82\xd3\xe4\x93\x02%\x12#/v1/sessions/{session_id}/processes\x12\x9f\x01\n" +
+	"\x10ListApplications\x12,.deskgrid.sandbox.v1.ListApplicationsRequest\x1a-.deskgrid.sandbox.v1.ListApplicationsResponse\".\x82\xd3\xe4\x93\x02(\x12&/v1/sessions/{session_id}/applications\x12\xac\x01\n" +
+	"\x11LaunchApplication\x12-.deskgrid.sandbox.v1.LaunchApplicationRequest\x1a..deskgrid.sandbox.v1.LaunchApplicationResponse\"8\x82\xd3\xe4\x93\x022:\x01*\"-/v1/sessions/{session_id}/applications:launch\x12\xd6\b\n" +
+	"\x14GetAccessibilityTree\x120.deskgrid.sandbox.v1.GetAccessibilityTreeRequest\x1a1.deskgrid.sandbox.v1.GetAccessibilityTreeResponse\"\xd8\a\x92A\xa5\a\x12\x1bRead the accessibility tree\x1a\xcd\x03Returns the AT-SPI2 tree of the session's desktop: one node per application, its windows and widgets below, each with role, name, states, actions, text and bounds in screen pixels (the coordinates clicks take). `?max_depth=` (default 12, at most 64) and `?max_nodes=` (default 2000, at most 20000) bound it and `truncated` says when they cut it; `?only_visible=true` keeps what shows on the screen; `?application=` keeps the applications whose name contains it.J\xb5\x03\n" +
+	"\x03200\x12\xad\x03\n" +
+	"\tThe tree.\"\x9f\x03\n" +
+	"\x10application/json\x12\x8a\x03{\"applications\": [{\"id\": \":1.5:/org/a11y/atspi/accessible/root\", \"role\": \"application\", \"name\": \"mousepad\", \"states\": [], \"childCount\": 1, \"children\": [{\"id\": \":1.5:/org/a11y/atspi/accessible/1\", \"role\": \"frame\", \"name\": \"Untitled 1 - Mousepad\", \"states\": [\"active\", \"enabled\", \"showing\", \"visible\"], \"bounds\": {\"x\": 0, \"y\": 0, \"width\": 640, \"height\": 480}, \"childCount\": 1}]}], \"nodeCount\": 2}\x82\xd3\xe4\x93\x02)\x12'/v1/sessions/{session_id}/accessibility\x12f\n" +
 	"\rFreezeSandbox\x12).deskgrid.sandbox.v1.FreezeSandboxRequest\x1a*.deskgrid.sandbox.v1.FreezeSandboxResponse\x12`\n" +
 	"\vThawSandbox\x12'.deskgrid.sandbox.v1.ThawSandboxRequest\x1a(.deskgrid.sandbox.v1.ThawSandboxResponse\x12\x8b\x01\n" +
 	"\vListChanges\x12'.deskgrid.sandbox.v1.ListChangesRequest\x1a(.deskgrid.sandbox.v1.ListChangesResponse\")\x82\xd3\xe4\x93\x02#\x12!/v1/sessions/{session_id}/changes\x12\x87\x01\n" +
@@ -4386,177 +5077,198 @@ func file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_deskgrid_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_deskgrid_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
+var file_deskgrid_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
 var file_deskgrid_sandbox_v1_sandbox_proto_goTypes = []any{
-	(ProcessState)(0),               // 0: deskgrid.sandbox.v1.ProcessState
-	(ChangeKind)(0),                 // 1: deskgrid.sandbox.v1.ChangeKind
-	(*Sandbox)(nil),                 // 2: deskgrid.sandbox.v1.Sandbox
-	(*SandboxLimits)(nil),           // 3: deskgrid.sandbox.v1.SandboxLimits
-	(*SandboxUsage)(nil),            // 4: deskgrid.sandbox.v1.SandboxUsage
-	(*CreateSandboxRequest)(nil),    // 5: deskgrid.sandbox.v1.CreateSandboxRequest
-	(*CommitSandboxRequest)(nil),    // 6: deskgrid.sandbox.v1.CommitSandboxRequest
-	(*CommitSandboxResponse)(nil),   // 7: deskgrid.sandbox.v1.CommitSandboxResponse
-	(*CreateSandboxResponse)(nil),   // 8: deskgrid.sandbox.v1.CreateSandboxResponse
-	(*GetSandboxRequest)(nil),       // 9: deskgrid.sandbox.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),      // 10: deskgrid.sandbox.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),    // 11: deskgrid.sandbox.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),   // 12: deskgrid.sandbox.v1.ListSandboxesResponse
-	(*DeleteSandboxRequest)(nil),    // 13: deskgrid.sandbox.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil),   // 14: deskgrid.sandbox.v1.DeleteSandboxResponse
-	(*ExecRequest)(nil),             // 15: deskgrid.sandbox.v1.ExecRequest
-	(*ExecExit)(nil),                // 16: deskgrid.sandbox.v1.ExecExit
-	(*ExecResponse)(nil),            // 17: deskgrid.sandbox.v1.ExecResponse
-	(*ReadFileRequest)(nil),         // 18: deskgrid.sandbox.v1.ReadFileRequest
-	(*ReadFileResponse)(nil),        // 19: deskgrid.sandbox.v1.ReadFileResponse
-	(*WriteFileRequest)(nil),        // 20: deskgrid.sandbox.v1.WriteFileRequest
-	(*WriteFileResponse)(nil),       // 21: deskgrid.sandbox.v1.WriteFileResponse
-	(*ListFilesRequest)(nil),        // 22: deskgrid.sandbox.v1.ListFilesRequest
-	(*FileInfo)(nil),                // 23: deskgrid.sandbox.v1.FileInfo
-	(*ListFilesResponse)(nil),       // 24: deskgrid.sandbox.v1.ListFilesResponse
-	(*StartProcessRequest)(nil),     // 25: deskgrid.sandbox.v1.StartProcessRequest
-	(*Process)(nil),                 // 26: deskgrid.sandbox.v1.Process
-	(*StartProcessResponse)(nil),    // 27: deskgrid.sandbox.v1.StartProcessResponse
-	(*StopProcessRequest)(nil),      // 28: deskgrid.sandbox.v1.StopProcessRequest
-	(*StopProcessResponse)(nil),     // 29: deskgrid.sandbox.v1.StopProcessResponse
-	(*ListProcessesRequest)(nil),    // 30: deskgrid.sandbox.v1.ListProcessesRequest
-	(*ListProcessesResponse)(nil),   // 31: deskgrid.sandbox.v1.ListProcessesResponse
-	(*FreezeSandboxRequest)(nil),    // 32: deskgrid.sandbox.v1.FreezeSandboxRequest
-	(*FreezeSandboxResponse)(nil),   // 33: deskgrid.sandbox.v1.FreezeSandboxResponse
-	(*ThawSandboxRequest)(nil),      // 34: deskgrid.sandbox.v1.ThawSandboxRequest
-	(*ThawSandboxResponse)(nil),     // 35: deskgrid.sandbox.v1.ThawSandboxResponse
-	(*Change)(nil),                  // 36: deskgrid.sandbox.v1.Change
-	(*ListChangesRequest)(nil),      // 37: deskgrid.sandbox.v1.ListChangesRequest
-	(*ListChangesResponse)(nil),     // 38: deskgrid.sandbox.v1.ListChangesResponse
-	(*DiffFileRequest)(nil),         // 39: deskgrid.sandbox.v1.DiffFileRequest
-	(*DiffFileResponse)(nil),        // 40: deskgrid.sandbox.v1.DiffFileResponse
-	(*ApplyChangesRequest)(nil),     // 41: deskgrid.sandbox.v1.ApplyChangesRequest
-	(*Conflict)(nil),                // 42: deskgrid.sandbox.v1.Conflict
-	(*ApplyChangesResponse)(nil),    // 43: deskgrid.sandbox.v1.ApplyChangesResponse
-	(*DiscardChangesRequest)(nil),   // 44: deskgrid.sandbox.v1.DiscardChangesRequest
-	(*DiscardChangesResponse)(nil),  // 45: deskgrid.sandbox.v1.DiscardChangesResponse
-	(*Snapshot)(nil),                // 46: deskgrid.sandbox.v1.Snapshot
-	(*CreateSnapshotRequest)(nil),   // 47: deskgrid.sandbox.v1.CreateSnapshotRequest
-	(*CreateSnapshotResponse)(nil),  // 48: deskgrid.sandbox.v1.CreateSnapshotResponse
-	(*ListSnapshotsRequest)(nil),    // 49: deskgrid.sandbox.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),   // 50: deskgrid.sandbox.v1.ListSnapshotsResponse
-	(*RestoreSnapshotRequest)(nil),  // 51: deskgrid.sandbox.v1.RestoreSnapshotRequest
-	(*RestoreSnapshotResponse)(nil), // 52: deskgrid.sandbox.v1.RestoreSnapshotResponse
-	(*DeleteSnapshotRequest)(nil),   // 53: deskgrid.sandbox.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil),  // 54: deskgrid.sandbox.v1.DeleteSnapshotResponse
-	(*RunShellRequest)(nil),         // 55: deskgrid.sandbox.v1.RunShellRequest
-	(*RunShellResponse)(nil),        // 56: deskgrid.sandbox.v1.RunShellResponse
-	(*RestartShellRequest)(nil),     // 57: deskgrid.sandbox.v1.RestartShellRequest
-	(*RestartShellResponse)(nil),    // 58: deskgrid.sandbox.v1.RestartShellResponse
-	(*UploadFileHeader)(nil),        // 59: deskgrid.sandbox.v1.UploadFileHeader
-	(*UploadFileRequest)(nil),       // 60: deskgrid.sandbox.v1.UploadFileRequest
-	(*UploadFileResponse)(nil),      // 61: deskgrid.sandbox.v1.UploadFileResponse
-	(*DownloadFileRequest)(nil),     // 62: deskgrid.sandbox.v1.DownloadFileRequest
-	(*DownloadFileResponse)(nil),    // 63: deskgrid.sandbox.v1.DownloadFileResponse
-	(*StatFileRequest)(nil),         // 64: deskgrid.sandbox.v1.StatFileRequest
-	(*StatFileResponse)(nil),        // 65: deskgrid.sandbox.v1.StatFileResponse
-	(*MakeDirectoryRequest)(nil),    // 66: deskgrid.sandbox.v1.MakeDirectoryRequest
-	(*MakeDirectoryResponse)(nil),   // 67: deskgrid.sandbox.v1.MakeDirectoryResponse
-	(*MoveFileRequest)(nil),         // 68: deskgrid.sandbox.v1.MoveFileRequest
-	(*MoveFileResponse)(nil),        // 69: deskgrid.sandbox.v1.MoveFileResponse
-	(*DeleteFileRequest)(nil),       // 70: deskgrid.sandbox.v1.DeleteFileRequest
-	(*DeleteFileResponse)(nil),      // 71: deskgrid.sandbox.v1.DeleteFileResponse
-	(*timestamppb.Timestamp)(nil),   // 72: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 73: google.protobuf.Duration
+	(ProcessState)(0),                    // 0: deskgrid.sandbox.v1.ProcessState
+	(ChangeKind)(0),                      // 1: deskgrid.sandbox.v1.ChangeKind
+	(*Sandbox)(nil),                      // 2: deskgrid.sandbox.v1.Sandbox
+	(*SandboxLimits)(nil),                // 3: deskgrid.sandbox.v1.SandboxLimits
+	(*SandboxUsage)(nil),                 // 4: deskgrid.sandbox.v1.SandboxUsage
+	(*CreateSandboxRequest)(nil),         // 5: deskgrid.sandbox.v1.CreateSandboxRequest
+	(*CommitSandboxRequest)(nil),         // 6: deskgrid.sandbox.v1.CommitSandboxRequest
+	(*CommitSandboxResponse)(nil),        // 7: deskgrid.sandbox.v1.CommitSandboxResponse
+	(*CreateSandboxResponse)(nil),        // 8: deskgrid.sandbox.v1.CreateSandboxResponse
+	(*GetSandboxRequest)(nil),            // 9: deskgrid.sandbox.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),           // 10: deskgrid.sandbox.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),         // 11: deskgrid.sandbox.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),        // 12: deskgrid.sandbox.v1.ListSandboxesResponse
+	(*DeleteSandboxRequest)(nil),         // 13: deskgrid.sandbox.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil),        // 14: deskgrid.sandbox.v1.DeleteSandboxResponse
+	(*ExecRequest)(nil),                  // 15: deskgrid.sandbox.v1.ExecRequest
+	(*ExecExit)(nil),                     // 16: deskgrid.sandbox.v1.ExecExit
+	(*ExecResponse)(nil),                 // 17: deskgrid.sandbox.v1.ExecResponse
+	(*ReadFileRequest)(nil),              // 18: deskgrid.sandbox.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),             // 19: deskgrid.sandbox.v1.ReadFileResponse
+	(*WriteFileRequest)(nil),             // 20: deskgrid.sandbox.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),            // 21: deskgrid.sandbox.v1.WriteFileResponse
+	(*ListFilesRequest)(nil),             // 22: deskgrid.sandbox.v1.ListFilesRequest
+	(*FileInfo)(nil),                     // 23: deskgrid.sandbox.v1.FileInfo
+	(*ListFilesResponse)(nil),            // 24: deskgrid.sandbox.v1.ListFilesResponse
+	(*StartProcessRequest)(nil),          // 25: deskgrid.sandbox.v1.StartProcessRequest
+	(*Process)(nil),                      // 26: deskgrid.sandbox.v1.Process
+	(*StartProcessResponse)(nil),         // 27: deskgrid.sandbox.v1.StartProcessResponse
+	(*StopProcessRequest)(nil),           // 28: deskgrid.sandbox.v1.StopProcessRequest
+	(*StopProcessResponse)(nil),          // 29: deskgrid.sandbox.v1.StopProcessResponse
+	(*ListProcessesRequest)(nil),         // 30: deskgrid.sandbox.v1.ListProcessesRequest
+	(*ListProcessesResponse)(nil),        // 31: deskgrid.sandbox.v1.ListProcessesResponse
+	(*ListApplicationsRequest)(nil),      // 32: deskgrid.sandbox.v1.ListApplicationsRequest
+	(*ListApplicationsResponse)(nil),     // 33: deskgrid.sandbox.v1.ListApplicationsResponse
+	(*Application)(nil),                  // 34: deskgrid.sandbox.v1.Application
+	(*LaunchApplicationRequest)(nil),     // 35: deskgrid.sandbox.v1.LaunchApplicationRequest
+	(*LaunchApplicationResponse)(nil),    // 36: deskgrid.sandbox.v1.LaunchApplicationResponse
+	(*GetAccessibilityTreeRequest)(nil),  // 37: deskgrid.sandbox.v1.GetAccessibilityTreeRequest
+	(*GetAccessibilityTreeResponse)(nil), // 38: deskgrid.sandbox.v1.GetAccessibilityTreeResponse
+	(*AccessibleNode)(nil),               // 39: deskgrid.sandbox.v1.AccessibleNode
+	(*AccessibleBounds)(nil),             // 40: deskgrid.sandbox.v1.AccessibleBounds
+	(*FreezeSandboxRequest)(nil),         // 41: deskgrid.sandbox.v1.FreezeSandboxRequest
+	(*FreezeSandboxResponse)(nil),        // 42: deskgrid.sandbox.v1.FreezeSandboxResponse
+	(*ThawSandboxRequest)(nil),           // 43: deskgrid.sandbox.v1.ThawSandboxRequest
+	(*ThawSandboxResponse)(nil),          // 44: deskgrid.sandbox.v1.ThawSandboxResponse
+	(*Change)(nil),                       // 45: deskgrid.sandbox.v1.Change
+	(*ListChangesRequest)(nil),           // 46: deskgrid.sandbox.v1.ListChangesRequest
+	(*ListChangesResponse)(nil),          // 47: deskgrid.sandbox.v1.ListChangesResponse
+	(*DiffFileRequest)(nil),              // 48: deskgrid.sandbox.v1.DiffFileRequest
+	(*DiffFileResponse)(nil),             // 49: deskgrid.sandbox.v1.DiffFileResponse
+	(*ApplyChangesRequest)(nil),          // 50: deskgrid.sandbox.v1.ApplyChangesRequest
+	(*Conflict)(nil),                     // 51: deskgrid.sandbox.v1.Conflict
+	(*ApplyChangesResponse)(nil),         // 52: deskgrid.sandbox.v1.ApplyChangesResponse
+	(*DiscardChangesRequest)(nil),        // 53: deskgrid.sandbox.v1.DiscardChangesRequest
+	(*DiscardChangesResponse)(nil),       // 54: deskgrid.sandbox.v1.DiscardChangesResponse
+	(*Snapshot)(nil),                     // 55: deskgrid.sandbox.v1.Snapshot
+	(*CreateSnapshotRequest)(nil),        // 56: deskgrid.sandbox.v1.CreateSnapshotRequest
+	(*CreateSnapshotResponse)(nil),       // 57: deskgrid.sandbox.v1.CreateSnapshotResponse
+	(*ListSnapshotsRequest)(nil),         // 58: deskgrid.sandbox.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),        // 59: deskgrid.sandbox.v1.ListSnapshotsResponse
+	(*RestoreSnapshotRequest)(nil),       // 60: deskgrid.sandbox.v1.RestoreSnapshotRequest
+	(*RestoreSnapshotResponse)(nil),      // 61: deskgrid.sandbox.v1.RestoreSnapshotResponse
+	(*DeleteSnapshotRequest)(nil),        // 62: deskgrid.sandbox.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),       // 63: deskgrid.sandbox.v1.DeleteSnapshotResponse
+	(*RunShellRequest)(nil),              // 64: deskgrid.sandbox.v1.RunShellRequest
+	(*RunShellResponse)(nil),             // 65: deskgrid.sandbox.v1.RunShellResponse
+	(*RestartShellRequest)(nil),          // 66: deskgrid.sandbox.v1.RestartShellRequest
+	(*RestartShellResponse)(nil),         // 67: deskgrid.sandbox.v1.RestartShellResponse
+	(*UploadFileHeader)(nil),             // 68: deskgrid.sandbox.v1.UploadFileHeader
+	(*UploadFileRequest)(nil),            // 69: deskgrid.sandbox.v1.UploadFileRequest
+	(*UploadFileResponse)(nil),           // 70: deskgrid.sandbox.v1.UploadFileResponse
+	(*DownloadFileRequest)(nil),          // 71: deskgrid.sandbox.v1.DownloadFileRequest
+	(*DownloadFileResponse)(nil),         // 72: deskgrid.sandbox.v1.DownloadFileResponse
+	(*StatFileRequest)(nil),              // 73: deskgrid.sandbox.v1.StatFileRequest
+	(*StatFileResponse)(nil),             // 74: deskgrid.sandbox.v1.StatFileResponse
+	(*MakeDirectoryRequest)(nil),         // 75: deskgrid.sandbox.v1.MakeDirectoryRequest
+	(*MakeDirectoryResponse)(nil),        // 76: deskgrid.sandbox.v1.MakeDirectoryResponse
+	(*MoveFileRequest)(nil),              // 77: deskgrid.sandbox.v1.MoveFileRequest
+	(*MoveFileResponse)(nil),             // 78: deskgrid.sandbox.v1.MoveFileResponse
+	(*DeleteFileRequest)(nil),            // 79: deskgrid.sandbox.v1.DeleteFileRequest
+	(*DeleteFileResponse)(nil),           // 80: deskgrid.sandbox.v1.DeleteFileResponse
+	(*timestamppb.Timestamp)(nil),        // 81: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),          // 82: google.protobuf.Duration
 }
 var file_deskgrid_sandbox_v1_sandbox_proto_depIdxs = []int32{
-	72, // 0: deskgrid.sandbox.v1.Sandbox.create_time:type_name -> google.protobuf.Timestamp
+	81, // 0: deskgrid.sandbox.v1.Sandbox.create_time:type_name -> google.protobuf.Timestamp
 	3,  // 1: deskgrid.sandbox.v1.Sandbox.limits:type_name -> deskgrid.sandbox.v1.SandboxLimits
 	4,  // 2: deskgrid.sandbox.v1.Sandbox.usage:type_name -> deskgrid.sandbox.v1.SandboxUsage
 	2,  // 3: deskgrid.sandbox.v1.CreateSandboxResponse.sandbox:type_name -> deskgrid.sandbox.v1.Sandbox
 	2,  // 4: deskgrid.sandbox.v1.GetSandboxResponse.sandbox:type_name -> deskgrid.sandbox.v1.Sandbox
 	2,  // 5: deskgrid.sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> deskgrid.sandbox.v1.Sandbox
-	73, // 6: deskgrid.sandbox.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
+	82, // 6: deskgrid.sandbox.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
 	16, // 7: deskgrid.sandbox.v1.ExecResponse.exit:type_name -> deskgrid.sandbox.v1.ExecExit
-	72, // 8: deskgrid.sandbox.v1.FileInfo.modify_time:type_name -> google.protobuf.Timestamp
+	81, // 8: deskgrid.sandbox.v1.FileInfo.modify_time:type_name -> google.protobuf.Timestamp
 	23, // 9: deskgrid.sandbox.v1.ListFilesResponse.files:type_name -> deskgrid.sandbox.v1.FileInfo
 	0,  // 10: deskgrid.sandbox.v1.Process.state:type_name -> deskgrid.sandbox.v1.ProcessState
 	16, // 11: deskgrid.sandbox.v1.Process.exit:type_name -> deskgrid.sandbox.v1.ExecExit
-	72, // 12: deskgrid.sandbox.v1.Process.start_time:type_name -> google.protobuf.Timestamp
+	81, // 12: deskgrid.sandbox.v1.Process.start_time:type_name -> google.protobuf.Timestamp
 	26, // 13: deskgrid.sandbox.v1.StartProcessResponse.process:type_name -> deskgrid.sandbox.v1.Process
 	26, // 14: deskgrid.sandbox.v1.StopProcessResponse.process:type_name -> deskgrid.sandbox.v1.Process
 	26, // 15: deskgrid.sandbox.v1.ListProcessesResponse.processes:type_name -> deskgrid.sandbox.v1.Process
-	1,  // 16: deskgrid.sandbox.v1.Change.kind:type_name -> deskgrid.sandbox.v1.ChangeKind
-	36, // 17: deskgrid.sandbox.v1.ListChangesResponse.changes:type_name -> deskgrid.sandbox.v1.Change
-	36, // 18: deskgrid.sandbox.v1.DiffFileResponse.change:type_name -> deskgrid.sandbox.v1.Change
-	42, // 19: deskgrid.sandbox.v1.ApplyChangesResponse.conflicts:type_name -> deskgrid.sandbox.v1.Conflict
-	72, // 20: deskgrid.sandbox.v1.Snapshot.create_time:type_name -> google.protobuf.Timestamp
-	46, // 21: deskgrid.sandbox.v1.CreateSnapshotResponse.snapshot:type_name -> deskgrid.sandbox.v1.Snapshot
-	46, // 22: deskgrid.sandbox.v1.ListSnapshotsResponse.snapshots:type_name -> deskgrid.sandbox.v1.Snapshot
-	73, // 23: deskgrid.sandbox.v1.RunShellRequest.timeout:type_name -> google.protobuf.Duration
-	59, // 24: deskgrid.sandbox.v1.UploadFileRequest.header:type_name -> deskgrid.sandbox.v1.UploadFileHeader
-	23, // 25: deskgrid.sandbox.v1.UploadFileResponse.file:type_name -> deskgrid.sandbox.v1.FileInfo
-	23, // 26: deskgrid.sandbox.v1.DownloadFileResponse.info:type_name -> deskgrid.sandbox.v1.FileInfo
-	23, // 27: deskgrid.sandbox.v1.StatFileResponse.file:type_name -> deskgrid.sandbox.v1.FileInfo
-	5,  // 28: deskgrid.sandbox.v1.SandboxService.CreateSandbox:input_type -> deskgrid.sandbox.v1.CreateSandboxRequest
-	6,  // 29: deskgrid.sandbox.v1.SandboxService.CommitSandbox:input_type -> deskgrid.sandbox.v1.CommitSandboxRequest
-	9,  // 30: deskgrid.sandbox.v1.SandboxService.GetSandbox:input_type -> deskgrid.sandbox.v1.GetSandboxRequest
-	11, // 31: deskgrid.sandbox.v1.SandboxService.ListSandboxes:input_type -> deskgrid.sandbox.v1.ListSandboxesRequest
-	13, // 32: deskgrid.sandbox.v1.SandboxService.DeleteSandbox:input_type -> deskgrid.sandbox.v1.DeleteSandboxRequest
-	15, // 33: deskgrid.sandbox.v1.SandboxService.Exec:input_type -> deskgrid.sandbox.v1.ExecRequest
-	18, // 34: deskgrid.sandbox.v1.SandboxService.ReadFile:input_type -> deskgrid.sandbox.v1.ReadFileRequest
-	20, // 35: deskgrid.sandbox.v1.SandboxService.WriteFile:input_type -> deskgrid.sandbox.v1.WriteFileRequest
-	22, // 36: deskgrid.sandbox.v1.SandboxService.ListFiles:input_type -> deskgrid.sandbox.v1.ListFilesRequest
-	25, // 37: deskgrid.sandbox.v1.SandboxService.StartProcess:input_type -> deskgrid.sandbox.v1.StartProcessRequest
-	28, // 38: deskgrid.sandbox.v1.SandboxService.StopProcess:input_type -> deskgrid.sandbox.v1.StopProcessRequest
-	30, // 39: deskgrid.sandbox.v1.SandboxService.ListProcesses:input_type -> deskgrid.sandbox.v1.ListProcessesRequest
-	32, // 40: deskgrid.sandbox.v1.SandboxService.FreezeSandbox:input_type -> deskgrid.sandbox.v1.FreezeSandboxRequest
-	34, // 41: deskgrid.sandbox.v1.SandboxService.ThawSandbox:input_type -> deskgrid.sandbox.v1.ThawSandboxRequest
-	37, // 42: deskgrid.sandbox.v1.SandboxService.ListChanges:input_type -> deskgrid.sandbox.v1.ListChangesRequest
-	39, // 43: deskgrid.sandbox.v1.SandboxService.DiffFile:input_type -> deskgrid.sandbox.v1.DiffFileRequest
-	41, // 44: deskgrid.sandbox.v1.SandboxService.ApplyChanges:input_type -> deskgrid.sandbox.v1.ApplyChangesRequest
-	44, // 45: deskgrid.sandbox.v1.SandboxService.DiscardChanges:input_type -> deskgrid.sandbox.v1.DiscardChangesRequest
-	47, // 46: deskgrid.sandbox.v1.SandboxService.CreateSnapshot:input_type -> deskgrid.sandbox.v1.CreateSnapshotRequest
-	49, // 47: deskgrid.sandbox.v1.SandboxService.ListSnapshots:input_type -> deskgrid.sandbox.v1.ListSnapshotsRequest
-	51, // 48: deskgrid.sandbox.v1.SandboxService.RestoreSnapshot:input_type -> deskgrid.sandbox.v1.RestoreSnapshotRequest
-	53, // 49: deskgrid.sandbox.v1.SandboxService.DeleteSnapshot:input_type -> deskgrid.sandbox.v1.DeleteSnapshotRequest
-	55, // 50: deskgrid.sandbox.v1.SandboxService.RunShell:input_type -> deskgrid.sandbox.v1.RunShellRequest
-	57, // 51: deskgrid.sandbox.v1.SandboxService.RestartShell:input_type -> deskgrid.sandbox.v1.RestartShellRequest
-	60, // 52: deskgrid.sandbox.v1.SandboxService.UploadFile:input_type -> deskgrid.sandbox.v1.UploadFileRequest
-	62, // 53: deskgrid.sandbox.v1.SandboxService.DownloadFile:input_type -> deskgrid.sandbox.v1.DownloadFileRequest
-	64, // 54: deskgrid.sandbox.v1.SandboxService.StatFile:input_type -> deskgrid.sandbox.v1.StatFileRequest
-	66, // 55: deskgrid.sandbox.v1.SandboxService.MakeDirectory:input_type -> deskgrid.sandbox.v1.MakeDirectoryRequest
-	68, // 56: deskgrid.sandbox.v1.SandboxService.MoveFile:input_type -> deskgrid.sandbox.v1.MoveFileRequest
-	70, // 57: deskgrid.sandbox.v1.SandboxService.DeleteFile:input_type -> deskgrid.sandbox.v1.DeleteFileRequest
-	8,  // 58: deskgrid.sandbox.v1.SandboxService.CreateSandbox:output_type -> deskgrid.sandbox.v1.CreateSandboxResponse
-	7,  // 59: deskgrid.sandbox.v1.SandboxService.CommitSandbox:output_type -> deskgrid.sandbox.v1.CommitSandboxResponse
-	10, // 60: deskgrid.sandbox.v1.SandboxService.GetSandbox:output_type -> deskgrid.sandbox.v1.GetSandboxResponse
-	12, // 61: deskgrid.sandbox.v1.SandboxService.ListSandboxes:output_type -> deskgrid.sandbox.v1.ListSandboxesResponse
-	14, // 62: deskgrid.sandbox.v1.SandboxService.DeleteSandbox:output_type -> deskgrid.sandbox.v1.DeleteSandboxResponse
-	17, // 63: deskgrid.sandbox.v1.SandboxService.Exec:output_type -> deskgrid.sandbox.v1.ExecResponse
-	19, // 64: deskgrid.sandbox.v1.SandboxService.ReadFile:output_type -> deskgrid.sandbox.v1.ReadFileResponse
-	21, // 65: deskgrid.sandbox.v1.SandboxService.WriteFile:output_type -> deskgrid.sandbox.v1.WriteFileResponse
-	24, // 66: deskgrid.sandbox.v1.SandboxService.ListFiles:output_type -> deskgrid.sandbox.v1.ListFilesResponse
-	27, // 67: deskgrid.sandbox.v1.SandboxService.StartProcess:output_type -> deskgrid.sandbox.v1.StartProcessResponse
-	29, // 68: deskgrid.sandbox.v1.SandboxService.StopProcess:output_type -> deskgrid.sandbox.v1.StopProcessResponse
-	31, // 69: deskgrid.sandbox.v1.SandboxService.ListProcesses:output_type -> deskgrid.sandbox.v1.ListProcessesResponse
-	33, // 70: deskgrid.sandbox.v1.SandboxService.FreezeSandbox:output_type -> deskgrid.sandbox.v1.FreezeSandboxResponse
-	35, // 71: deskgrid.sandbox.v1.SandboxService.ThawSandbox:output_type -> deskgrid.sandbox.v1.ThawSandboxResponse
-	38, // 72: deskgrid.sandbox.v1.SandboxService.ListChanges:output_type -> deskgrid.sandbox.v1.ListChangesResponse
-	40, // 73: deskgrid.sandbox.v1.SandboxService.DiffFile:output_type -> deskgrid.sandbox.v1.DiffFileResponse
-	43, // 74: deskgrid.sandbox.v1.SandboxService.ApplyChanges:output_type -> deskgrid.sandbox.v1.ApplyChangesResponse
-	45, // 75: deskgrid.sandbox.v1.SandboxService.DiscardChanges:output_type -> deskgrid.sandbox.v1.DiscardChangesResponse
-	48, // 76: deskgrid.sandbox.v1.SandboxService.CreateSnapshot:output_type -> deskgrid.sandbox.v1.CreateSnapshotResponse
-	50, // 77: deskgrid.sandbox.v1.SandboxService.ListSnapshots:output_type -> deskgrid.sandbox.v1.ListSnapshotsResponse
-	52, // 78: deskgrid.sandbox.v1.SandboxService.RestoreSnapshot:output_type -> deskgrid.sandbox.v1.RestoreSnapshotResponse
-	54, // 79: deskgrid.sandbox.v1.SandboxService.DeleteSnapshot:output_type -> deskgrid.sandbox.v1.DeleteSnapshotResponse
-	56, // 80: deskgrid.sandbox.v1.SandboxService.RunShell:output_type -> deskgrid.sandbox.v1.RunShellResponse
-	58, // 81: deskgrid.sandbox.v1.SandboxService.RestartShell:output_type -> deskgrid.sandbox.v1.RestartShellResponse
-	61, // 82: deskgrid.sandbox.v1.SandboxService.UploadFile:output_type -> deskgrid.sandbox.v1.UploadFileResponse
-	63, // 83: deskgrid.sandbox.v1.SandboxService.DownloadFile:output_type -> deskgrid.sandbox.v1.DownloadFileResponse
-	65, // 84: deskgrid.sandbox.v1.SandboxService.StatFile:output_type -> deskgrid.sandbox.v1.StatFileResponse
-	67, // 85: deskgrid.sandbox.v1.SandboxService.MakeDirectory:output_type -> deskgrid.sandbox.v1.MakeDirectoryResponse
-	69, // 86: deskgrid.sandbox.v1.SandboxService.MoveFile:output_type -> deskgrid.sandbox.v1.MoveFileResponse
-	71, // 87: deskgrid.sandbox.v1.SandboxService.DeleteFile:output_type -> deskgrid.sandbox.v1.DeleteFileResponse
-	58, // [58:88] is the sub-list for method output_type
-	28, // [28:58] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	34, // 16: deskgrid.sandbox.v1.ListApplicationsResponse.applications:type_name -> deskgrid.sandbox.v1.Application
+	34, // 17: deskgrid.sandbox.v1.LaunchApplicationResponse.application:type_name -> deskgrid.sandbox.v1.Application
+	26, // 18: deskgrid.sandbox.v1.LaunchApplicationResponse.process:type_name -> deskgrid.sandbox.v1.Process
+	39, // 19: deskgrid.sandbox.v1.GetAccessibilityTreeResponse.applications:type_name -> deskgrid.sandbox.v1.AccessibleNode
+	40, // 20: deskgrid.sandbox.v1.AccessibleNode.bounds:type_name -> deskgrid.sandbox.v1.AccessibleBounds
+	39, // 21: deskgrid.sandbox.v1.AccessibleNode.children:type_name -> deskgrid.sandbox.v1.AccessibleNode
+	1,  // 22: deskgrid.sandbox.v1.Change.kind:type_name -> deskgrid.sandbox.v1.ChangeKind
+	45, // 23: deskgrid.sandbox.v1.ListChangesResponse.changes:type_name -> deskgrid.sandbox.v1.Change
+	45, // 24: deskgrid.sandbox.v1.DiffFileResponse.change:type_name -> deskgrid.sandbox.v1.Change
+	51, // 25: deskgrid.sandbox.v1.ApplyChangesResponse.conflicts:type_name -> deskgrid.sandbox.v1.Conflict
+	81, // 26: deskgrid.sandbox.v1.Snapshot.create_time:type_name -> google.protobuf.Timestamp
+	55, // 27: deskgrid.sandbox.v1.CreateSnapshotResponse.snapshot:type_name -> deskgrid.sandbox.v1.Snapshot
+	55, // 28: deskgrid.sandbox.v1.ListSnapshotsResponse.snapshots:type_name -> deskgrid.sandbox.v1.Snapshot
+	82, // 29: deskgrid.sandbox.v1.RunShellRequest.timeout:type_name -> google.protobuf.Duration
+	68, // 30: deskgrid.sandbox.v1.UploadFileRequest.header:type_name -> deskgrid.sandbox.v1.UploadFileHeader
+	23, // 31: deskgrid.sandbox.v1.UploadFileResponse.file:type_name -> deskgrid.sandbox.v1.FileInfo
+	23, // 32: deskgrid.sandbox.v1.DownloadFileResponse.info:type_name -> deskgrid.sandbox.v1.FileInfo
+	23, // 33: deskgrid.sandbox.v1.StatFileResponse.file:type_name -> deskgrid.sandbox.v1.FileInfo
+	5,  // 34: deskgrid.sandbox.v1.SandboxService.CreateSandbox:input_type -> deskgrid.sandbox.v1.CreateSandboxRequest
+	6,  // 35: deskgrid.sandbox.v1.SandboxService.CommitSandbox:input_type -> deskgrid.sandbox.v1.CommitSandboxRequest
+	9,  // 36: deskgrid.sandbox.v1.SandboxService.GetSandbox:input_type -> deskgrid.sandbox.v1.GetSandboxRequest
+	11, // 37: deskgrid.sandbox.v1.SandboxService.ListSandboxes:input_type -> deskgrid.sandbox.v1.ListSandboxesRequest
+	13, // 38: deskgrid.sandbox.v1.SandboxService.DeleteSandbox:input_type -> deskgrid.sandbox.v1.DeleteSandboxRequest
+	15, // 39: deskgrid.sandbox.v1.SandboxService.Exec:input_type -> deskgrid.sandbox.v1.ExecRequest
+	18, // 40: deskgrid.sandbox.v1.SandboxService.ReadFile:input_type -> deskgrid.sandbox.v1.ReadFileRequest
+	20, // 41: deskgrid.sandbox.v1.SandboxService.WriteFile:input_type -> deskgrid.sandbox.v1.WriteFileRequest
+	22, // 42: deskgrid.sandbox.v1.SandboxService.ListFiles:input_type -> deskgrid.sandbox.v1.ListFilesRequest
+	25, // 43: deskgrid.sandbox.v1.SandboxService.StartProcess:input_type -> deskgrid.sandbox.v1.StartProcessRequest
+	28, // 44: deskgrid.sandbox.v1.SandboxService.StopProcess:input_type -> deskgrid.sandbox.v1.StopProcessRequest
+	30, // 45: deskgrid.sandbox.v1.SandboxService.ListProcesses:input_type -> deskgrid.sandbox.v1.ListProcessesRequest
+	32, // 46: deskgrid.sandbox.v1.SandboxService.ListApplications:input_type -> deskgrid.sandbox.v1.ListApplicationsRequest
+	35, // 47: deskgrid.sandbox.v1.SandboxService.LaunchApplication:input_type -> deskgrid.sandbox.v1.LaunchApplicationRequest
+	37, // 48: deskgrid.sandbox.v1.SandboxService.GetAccessibilityTree:input_type -> deskgrid.sandbox.v1.GetAccessibilityTreeRequest
+	41, // 49: deskgrid.sandbox.v1.SandboxService.FreezeSandbox:input_type -> deskgrid.sandbox.v1.FreezeSandboxRequest
+	43, // 50: deskgrid.sandbox.v1.SandboxService.ThawSandbox:input_type -> deskgrid.sandbox.v1.ThawSandboxRequest
+	46, // 51: deskgrid.sandbox.v1.SandboxService.ListChanges:input_type -> deskgrid.sandbox.v1.ListChangesRequest
+	48, // 52: deskgrid.sandbox.v1.SandboxService.DiffFile:input_type -> deskgrid.sandbox.v1.DiffFileRequest
+	50, // 53: deskgrid.sandbox.v1.SandboxService.ApplyChanges:input_type -> deskgrid.sandbox.v1.ApplyChangesRequest
+	53, // 54: deskgrid.sandbox.v1.SandboxService.DiscardChanges:input_type -> deskgrid.sandbox.v1.DiscardChangesRequest
+	56, // 55: deskgrid.sandbox.v1.SandboxService.CreateSnapshot:input_type -> deskgrid.sandbox.v1.CreateSnapshotRequest
+	58, // 56: deskgrid.sandbox.v1.SandboxService.ListSnapshots:input_type -> deskgrid.sandbox.v1.ListSnapshotsRequest
+	60, // 57: deskgrid.sandbox.v1.SandboxService.RestoreSnapshot:input_type -> deskgrid.sandbox.v1.RestoreSnapshotRequest
+	62, // 58: deskgrid.sandbox.v1.SandboxService.DeleteSnapshot:input_type -> deskgrid.sandbox.v1.DeleteSnapshotRequest
+	64, // 59: deskgrid.sandbox.v1.SandboxService.RunShell:input_type -> deskgrid.sandbox.v1.RunShellRequest
+	66, // 60: deskgrid.sandbox.v1.SandboxService.RestartShell:input_type -> deskgrid.sandbox.v1.RestartShellRequest
+	69, // 61: deskgrid.sandbox.v1.SandboxService.UploadFile:input_type -> deskgrid.sandbox.v1.UploadFileRequest
+	71, // 62: deskgrid.sandbox.v1.SandboxService.DownloadFile:input_type -> deskgrid.sandbox.v1.DownloadFileRequest
+	73, // 63: deskgrid.sandbox.v1.SandboxService.StatFile:input_type -> deskgrid.sandbox.v1.StatFileRequest
+	75, // 64: deskgrid.sandbox.v1.SandboxService.MakeDirectory:input_type -> deskgrid.sandbox.v1.MakeDirectoryRequest
+	77, // 65: deskgrid.sandbox.v1.SandboxService.MoveFile:input_type -> deskgrid.sandbox.v1.MoveFileRequest
+	79, // 66: deskgrid.sandbox.v1.SandboxService.DeleteFile:input_type -> deskgrid.sandbox.v1.DeleteFileRequest
+	8,  // 67: deskgrid.sandbox.v1.SandboxService.CreateSandbox:output_type -> deskgrid.sandbox.v1.CreateSandboxResponse
+	7,  // 68: deskgrid.sandbox.v1.SandboxService.CommitSandbox:output_type -> deskgrid.sandbox.v1.CommitSandboxResponse
+	10, // 69: deskgrid.sandbox.v1.SandboxService.GetSandbox:output_type -> deskgrid.sandbox.v1.GetSandboxResponse
+	12, // 70: deskgrid.sandbox.v1.SandboxService.ListSandboxes:output_type -> deskgrid.sandbox.v1.ListSandboxesResponse
+	14, // 71: deskgrid.sandbox.v1.SandboxService.DeleteSandbox:output_type -> deskgrid.sandbox.v1.DeleteSandboxResponse
+	17, // 72: deskgrid.sandbox.v1.SandboxService.Exec:output_type -> deskgrid.sandbox.v1.ExecResponse
+	19, // 73: deskgrid.sandbox.v1.SandboxService.ReadFile:output_type -> deskgrid.sandbox.v1.ReadFileResponse
+	21, // 74: deskgrid.sandbox.v1.SandboxService.WriteFile:output_type -> deskgrid.sandbox.v1.WriteFileResponse
+	24, // 75: deskgrid.sandbox.v1.SandboxService.ListFiles:output_type -> deskgrid.sandbox.v1.ListFilesResponse
+	27, // 76: deskgrid.sandbox.v1.SandboxService.StartProcess:output_type -> deskgrid.sandbox.v1.StartProcessResponse
+	29, // 77: deskgrid.sandbox.v1.SandboxService.StopProcess:output_type -> deskgrid.sandbox.v1.StopProcessResponse
+	31, // 78: deskgrid.sandbox.v1.SandboxService.ListProcesses:output_type -> deskgrid.sandbox.v1.ListProcessesResponse
+	33, // 79: deskgrid.sandbox.v1.SandboxService.ListApplications:output_type -> deskgrid.sandbox.v1.ListApplicationsResponse
+	36, // 80: deskgrid.sandbox.v1.SandboxService.LaunchApplication:output_type -> deskgrid.sandbox.v1.LaunchApplicationResponse
+	38, // 81: deskgrid.sandbox.v1.SandboxService.GetAccessibilityTree:output_type -> deskgrid.sandbox.v1.GetAccessibilityTreeResponse
+	42, // 82: deskgrid.sandbox.v1.SandboxService.FreezeSandbox:output_type -> deskgrid.sandbox.v1.FreezeSandboxResponse
+	44, // 83: deskgrid.sandbox.v1.SandboxService.ThawSandbox:output_type -> deskgrid.sandbox.v1.ThawSandboxResponse
+	47, // 84: deskgrid.sandbox.v1.SandboxService.ListChanges:output_type -> deskgrid.sandbox.v1.ListChangesResponse
+	49, // 85: deskgrid.sandbox.v1.SandboxService.DiffFile:output_type -> deskgrid.sandbox.v1.DiffFileResponse
+	52, // 86: deskgrid.sandbox.v1.SandboxService.ApplyChanges:output_type -> deskgrid.sandbox.v1.ApplyChangesResponse
+	54, // 87: deskgrid.sandbox.v1.SandboxService.DiscardChanges:output_type -> deskgrid.sandbox.v1.DiscardChangesResponse
+	57, // 88: deskgrid.sandbox.v1.SandboxService.CreateSnapshot:output_type -> deskgrid.sandbox.v1.CreateSnapshotResponse
+	59, // 89: deskgrid.sandbox.v1.SandboxService.ListSnapshots:output_type -> deskgrid.sandbox.v1.ListSnapshotsResponse
+	61, // 90: deskgrid.sandbox.v1.SandboxService.RestoreSnapshot:output_type -> deskgrid.sandbox.v1.RestoreSnapshotResponse
+	63, // 91: deskgrid.sandbox.v1.SandboxService.DeleteSnapshot:output_type -> deskgrid.sandbox.v1.DeleteSnapshotResponse
+	65, // 92: deskgrid.sandbox.v1.SandboxService.RunShell:output_type -> deskgrid.sandbox.v1.RunShellResponse
+	67, // 93: deskgrid.sandbox.v1.SandboxService.RestartShell:output_type -> deskgrid.sandbox.v1.RestartShellResponse
+	70, // 94: deskgrid.sandbox.v1.SandboxService.UploadFile:output_type -> deskgrid.sandbox.v1.UploadFileResponse
+	72, // 95: deskgrid.sandbox.v1.SandboxService.DownloadFile:output_type -> deskgrid.sandbox.v1.DownloadFileResponse
+	74, // 96: deskgrid.sandbox.v1.SandboxService.StatFile:output_type -> deskgrid.sandbox.v1.StatFileResponse
+	76, // 97: deskgrid.sandbox.v1.SandboxService.MakeDirectory:output_type -> deskgrid.sandbox.v1.MakeDirectoryResponse
+	78, // 98: deskgrid.sandbox.v1.SandboxService.MoveFile:output_type -> deskgrid.sandbox.v1.MoveFileResponse
+	80, // 99: deskgrid.sandbox.v1.SandboxService.DeleteFile:output_type -> deskgrid.sandbox.v1.DeleteFileResponse
+	67, // [67:100] is the sub-list for method output_type
+	34, // [34:67] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_deskgrid_sandbox_v1_sandbox_proto_init() }
@@ -4569,11 +5281,12 @@ func file_deskgrid_sandbox_v1_sandbox_proto_init() {
 		(*ExecResponse_Stderr)(nil),
 		(*ExecResponse_Exit)(nil),
 	}
-	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[58].OneofWrappers = []any{
+	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[37].OneofWrappers = []any{}
+	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[67].OneofWrappers = []any{
 		(*UploadFileRequest_Header)(nil),
 		(*UploadFileRequest_Chunk)(nil),
 	}
-	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[61].OneofWrappers = []any{
+	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[70].OneofWrappers = []any{
 		(*DownloadFileResponse_Info)(nil),
 		(*DownloadFileResponse_Chunk)(nil),
 	}
@@ -4583,7 +5296,7 @@ func file_deskgrid_sandbox_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_deskgrid_sandbox_v1_sandbox_proto_rawDesc), len(file_deskgrid_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   70,
+			NumMessages:   79,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

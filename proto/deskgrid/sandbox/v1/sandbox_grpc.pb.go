@@ -19,36 +19,39 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	SandboxService_CreateSandbox_FullMethodName   = "/deskgrid.sandbox.v1.SandboxService/CreateSandbox"
-	SandboxService_CommitSandbox_FullMethodName   = "/deskgrid.sandbox.v1.SandboxService/CommitSandbox"
-	SandboxService_GetSandbox_FullMethodName      = "/deskgrid.sandbox.v1.SandboxService/GetSandbox"
-	SandboxService_ListSandboxes_FullMethodName   = "/deskgrid.sandbox.v1.SandboxService/ListSandboxes"
-	SandboxService_DeleteSandbox_FullMethodName   = "/deskgrid.sandbox.v1.SandboxService/DeleteSandbox"
-	SandboxService_Exec_FullMethodName            = "/deskgrid.sandbox.v1.SandboxService/Exec"
-	SandboxService_ReadFile_FullMethodName        = "/deskgrid.sandbox.v1.SandboxService/ReadFile"
-	SandboxService_WriteFile_FullMethodName       = "/deskgrid.sandbox.v1.SandboxService/WriteFile"
-	SandboxService_ListFiles_FullMethodName       = "/deskgrid.sandbox.v1.SandboxService/ListFiles"
-	SandboxService_StartProcess_FullMethodName    = "/deskgrid.sandbox.v1.SandboxService/StartProcess"
-	SandboxService_StopProcess_FullMethodName     = "/deskgrid.sandbox.v1.SandboxService/StopProcess"
-	SandboxService_ListProcesses_FullMethodName   = "/deskgrid.sandbox.v1.SandboxService/ListProcesses"
-	SandboxService_FreezeSandbox_FullMethodName   = "/deskgrid.sandbox.v1.SandboxService/FreezeSandbox"
-	SandboxService_ThawSandbox_FullMethodName     = "/deskgrid.sandbox.v1.SandboxService/ThawSandbox"
-	SandboxService_ListChanges_FullMethodName     = "/deskgrid.sandbox.v1.SandboxService/ListChanges"
-	SandboxService_DiffFile_FullMethodName        = "/deskgrid.sandbox.v1.SandboxService/DiffFile"
-	SandboxService_ApplyChanges_FullMethodName    = "/deskgrid.sandbox.v1.SandboxService/ApplyChanges"
-	SandboxService_DiscardChanges_FullMethodName  = "/deskgrid.sandbox.v1.SandboxService/DiscardChanges"
-	SandboxService_CreateSnapshot_FullMethodName  = "/deskgrid.sandbox.v1.SandboxService/CreateSnapshot"
-	SandboxService_ListSnapshots_FullMethodName   = "/deskgrid.sandbox.v1.SandboxService/ListSnapshots"
-	SandboxService_RestoreSnapshot_FullMethodName = "/deskgrid.sandbox.v1.SandboxService/RestoreSnapshot"
-	SandboxService_DeleteSnapshot_FullMethodName  = "/deskgrid.sandbox.v1.SandboxService/DeleteSnapshot"
-	SandboxService_RunShell_FullMethodName        = "/deskgrid.sandbox.v1.SandboxService/RunShell"
-	SandboxService_RestartShell_FullMethodName    = "/deskgrid.sandbox.v1.SandboxService/RestartShell"
-	SandboxService_UploadFile_FullMethodName      = "/deskgrid.sandbox.v1.SandboxService/UploadFile"
-	SandboxService_DownloadFile_FullMethodName    = "/deskgrid.sandbox.v1.SandboxService/DownloadFile"
-	SandboxService_StatFile_FullMethodName        = "/deskgrid.sandbox.v1.SandboxService/StatFile"
-	SandboxService_MakeDirectory_FullMethodName   = "/deskgrid.sandbox.v1.SandboxService/MakeDirectory"
-	SandboxService_MoveFile_FullMethodName        = "/deskgrid.sandbox.v1.SandboxService/MoveFile"
-	SandboxService_DeleteFile_FullMethodName      = "/deskgrid.sandbox.v1.SandboxService/DeleteFile"
+	SandboxService_CreateSandbox_FullMethodName        = "/deskgrid.sandbox.v1.SandboxService/CreateSandbox"
+	SandboxService_CommitSandbox_FullMethodName        = "/deskgrid.sandbox.v1.SandboxService/CommitSandbox"
+	SandboxService_GetSandbox_FullMethodName           = "/deskgrid.sandbox.v1.SandboxService/GetSandbox"
+	SandboxService_ListSandboxes_FullMethodName        = "/deskgrid.sandbox.v1.SandboxService/ListSandboxes"
+	SandboxService_DeleteSandbox_FullMethodName        = "/deskgrid.sandbox.v1.SandboxService/DeleteSandbox"
+	SandboxService_Exec_FullMethodName                 = "/deskgrid.sandbox.v1.SandboxService/Exec"
+	SandboxService_ReadFile_FullMethodName             = "/deskgrid.sandbox.v1.SandboxService/ReadFile"
+	SandboxService_WriteFile_FullMethodName            = "/deskgrid.sandbox.v1.SandboxService/WriteFile"
+	SandboxService_ListFiles_FullMethodName            = "/deskgrid.sandbox.v1.SandboxService/ListFiles"
+	SandboxService_StartProcess_FullMethodName         = "/deskgrid.sandbox.v1.SandboxService/StartProcess"
+	SandboxService_StopProcess_FullMethodName          = "/deskgrid.sandbox.v1.SandboxService/StopProcess"
+	SandboxService_ListProcesses_FullMethodName        = "/deskgrid.sandbox.v1.SandboxService/ListProcesses"
+	SandboxService_ListApplications_FullMethodName     = "/deskgrid.sandbox.v1.SandboxService/ListApplications"
+	SandboxService_LaunchApplication_FullMethodName    = "/deskgrid.sandbox.v1.SandboxService/LaunchApplication"
+	SandboxService_GetAccessibilityTree_FullMethodName = "/deskgrid.sandbox.v1.SandboxService/GetAccessibilityTree"
+	SandboxService_FreezeSandbox_FullMethodName        = "/deskgrid.sandbox.v1.SandboxService/FreezeSandbox"
+	SandboxService_ThawSandbox_FullMethodName          = "/deskgrid.sandbox.v1.SandboxService/ThawSandbox"
+	SandboxService_ListChanges_FullMethodName          = "/deskgrid.sandbox.v1.SandboxService/ListChanges"
+	SandboxService_DiffFile_FullMethodName             = "/deskgrid.sandbox.v1.SandboxService/DiffFile"
+	SandboxService_ApplyChanges_FullMethodName         = "/deskgrid.sandbox.v1.SandboxService/ApplyChanges"
+	SandboxService_DiscardChanges_FullMethodName       = "/deskgrid.sandbox.v1.SandboxService/DiscardChanges"
+	SandboxService_CreateSnapshot_FullMethodName       = "/deskgrid.sandbox.v1.SandboxService/CreateSnapshot"
+	SandboxService_ListSnapshots_FullMethodName        = "/deskgrid.sandbox.v1.SandboxService/ListSnapshots"
+	SandboxService_RestoreSnapshot_FullMethodName      = "/deskgrid.sandbox.v1.SandboxService/RestoreSnapshot"
+	SandboxService_DeleteSnapshot_FullMethodName       = "/deskgrid.sandbox.v1.SandboxService/DeleteSnapshot"
+	SandboxService_RunShell_FullMethodName             = "/deskgrid.sandbox.v1.SandboxService/RunShell"
+	SandboxService_RestartShell_FullMethodName         = "/deskgrid.sandbox.v1.SandboxService/RestartShell"
+	SandboxService_UploadFile_FullMethodName           = "/deskgrid.sandbox.v1.SandboxService/UploadFile"
+	SandboxService_DownloadFile_FullMethodName         = "/deskgrid.sandbox.v1.SandboxService/DownloadFile"
+	SandboxService_StatFile_FullMethodName             = "/deskgrid.sandbox.v1.SandboxService/StatFile"
+	SandboxService_MakeDirectory_FullMethodName        = "/deskgrid.sandbox.v1.SandboxService/MakeDirectory"
+	SandboxService_MoveFile_FullMethodName             = "/deskgrid.sandbox.v1.SandboxService/MoveFile"
+	SandboxService_DeleteFile_FullMethodName           = "/deskgrid.sandbox.v1.SandboxService/DeleteFile"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -87,6 +90,21 @@ type SandboxServiceClient interface {
 	StopProcess(ctx context.Context, in *StopProcessRequest, opts ...grpc.CallOption) (*StopProcessResponse, error)
 	// ListProcesses lists the programs StartProcess started, running or ended.
 	ListProcesses(ctx context.Context, in *ListProcessesRequest, opts ...grpc.CallOption) (*ListProcessesResponse, error)
+	// ListApplications lists the applications the session's image offers:
+	// its desktop entries (/usr/share/applications/*.desktop) that are shown
+	// in menus.
+	ListApplications(ctx context.Context, in *ListApplicationsRequest, opts ...grpc.CallOption) (*ListApplicationsResponse, error)
+	// LaunchApplication starts an application by its desktop entry's id
+	// ("chromium", "org.xfce.mousepad") or name ("Mousepad", any case) on the
+	// session's display, as its menu would, with optional files or URLs. The
+	// program keeps running after the call, as StartProcess's do.
+	LaunchApplication(ctx context.Context, in *LaunchApplicationRequest, opts ...grpc.CallOption) (*LaunchApplicationResponse, error)
+	// GetAccessibilityTree reads the accessibility tree (AT-SPI2) of the
+	// session's desktop from the accessibility bus inside the session: every
+	// application's windows and widgets with their role, name, states,
+	// actions and bounds in screen pixels. Depth and size are bounded; a
+	// session whose desktop runs no accessibility bus is FailedPrecondition.
+	GetAccessibilityTree(ctx context.Context, in *GetAccessibilityTreeRequest, opts ...grpc.CallOption) (*GetAccessibilityTreeResponse, error)
 	// FreezeSandbox stops every process of the sandbox where it is (cgroup
 	// freezer), keeping its memory; ThawSandbox resumes them. Used by Suspend.
 	FreezeSandbox(ctx context.Context, in *FreezeSandboxRequest, opts ...grpc.CallOption) (*FreezeSandboxResponse, error)
@@ -265,6 +283,36 @@ func (c *sandboxServiceClient) ListProcesses(ctx context.Context, in *ListProces
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListProcessesResponse)
 	err := c.cc.Invoke(ctx, SandboxService_ListProcesses_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ListApplications(ctx context.Context, in *ListApplicationsRequest, opts ...grpc.CallOption) (*ListApplicationsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListApplicationsResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ListApplications_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) LaunchApplication(ctx context.Context, in *LaunchApplicationRequest, opts ...grpc.CallOption) (*LaunchApplicationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LaunchApplicationResponse)
+	err := c.cc.Invoke(ctx, SandboxService_LaunchApplication_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) GetAccessibilityTree(ctx context.Context, in *GetAccessibilityTreeRequest, opts ...grpc.CallOption) (*GetAccessibilityTreeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetAccessibilityTreeResponse)
+	err := c.cc.Invoke(ctx, SandboxService_GetAccessibilityTree_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -499,6 +547,21 @@ type SandboxServiceServer interface {
 	StopProcess(context.Context, *StopProcessRequest) (*StopProcessResponse, error)
 	// ListProcesses lists the programs StartProcess started, running or ended.
 	ListProcesses(context.Context, *ListProcessesRequest) (*ListProcessesResponse, error)
+	// ListApplications lists the applications the session's image offers:
+	// its desktop entries (/usr/share/applications/*.desktop) that are shown
+	// in menus.
+	ListApplications(context.Context, *ListApplicationsRequest) (*ListApplicationsResponse, error)
+	// LaunchApplication starts an application by its desktop entry's id
+	// ("chromium", "org.xfce.mousepad") or name ("Mousepad", any case) on the
+	// session's display, as its menu would, with optional files or URLs. The
+	// program keeps running after the call, as StartProcess's do.
+	LaunchApplication(context.Context, *LaunchApplicationRequest) (*LaunchApplicationResponse, error)
+	// GetAccessibilityTree reads the accessibility tree (AT-SPI2) of the
+	// session's desktop from the accessibility bus inside the session: every
+	// application's windows and widgets with their role, name, states,
+	// actions and bounds in screen pixels. Depth and size are bounded; a
+	// session whose desktop runs no accessibility bus is FailedPrecondition.
+	GetAccessibilityTree(context.Context, *GetAccessibilityTreeRequest) (*GetAccessibilityTreeResponse, error)
 	// FreezeSandbox stops every process of the sandbox where it is (cgroup
 	// freezer), keeping its memory; ThawSandbox resumes them. Used by Suspend.
 	FreezeSandbox(context.Context, *FreezeSandboxRequest) (*FreezeSandboxResponse, error)
@@ -589,6 +652,15 @@ func (UnimplementedSandboxServiceServer) StopProcess(context.Context, *StopProce
 }
 func (UnimplementedSandboxServiceServer) ListProcesses(context.Context, *ListProcessesRequest) (*ListProcessesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListProcesses not implemented")
+}
+func (UnimplementedSandboxServiceServer) ListApplications(context.Context, *ListApplicationsRequest) (*ListApplicationsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListApplications not implemented")
+}
+func (UnimplementedSandboxServiceServer) LaunchApplication(context.Context, *LaunchApplicationRequest) (*LaunchApplicationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method LaunchApplication not implemented")
+}
+func (UnimplementedSandboxServiceServer) GetAccessibilityTree(context.Context, *GetAccessibilityTreeRequest) (*GetAccessibilityTreeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetAccessibilityTree not implemented")
 }
 func (UnimplementedSandboxServiceServer) FreezeSandbox(context.Context, *FreezeSandboxRequest) (*FreezeSandboxResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method FreezeSandbox not implemented")
@@ -870,6 +942,60 @@ func _SandboxService_ListProcesses_Handler(srv interface{}, ctx context.Context,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(SandboxServiceServer).ListProcesses(ctx, req.(*ListProcessesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ListApplications_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListApplicationsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ListApplications(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ListApplications_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ListApplications(ctx, req.(*ListApplicationsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_LaunchApplication_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LaunchApplicationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).LaunchApplication(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_LaunchApplication_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).LaunchApplication(ctx, req.(*LaunchApplicationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_GetAccessibilityTree_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetAccessibilityTreeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).GetAccessibilityTree(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_GetAccessibilityTree_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).GetAccessibilityTree(ctx, req.(*GetAccessibilityTreeRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1230,6 +1356,18 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListProcesses",
 			Handler:    _SandboxService_ListProcesses_Handler,
+		},
+		{
+			MethodName: "ListApplications",
+			Handler:    _SandboxService_ListApplications_Handler,
+		},
+		{
+			MethodName: "LaunchApplication",
+			Handler:    _SandboxService_LaunchApplication_Handler,
+		},
+		{
+			MethodName: "GetAccessibilityTree",
+			Handler:    _SandboxService_GetAccessibilityTree_Handler,
 		},
 		{
 			MethodName: "FreezeSandbox",

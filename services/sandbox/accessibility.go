@@ -1,0 +1,197 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/sandbox/atspi"
+)
+
+// Bounds of an accessibility tree read.
+const (
+	a11yDefaultDepth = 12
+	a11yMaxDepth     = 64
+	a11yDefaultNodes = 2000
+	a11yMaxNodes     = 20000
+	// a11yTimeout bounds a whole read: an application that stops answering
+	// must not hold the call.
+	a11yTimeout = 30 * time.Second
+)
+
+// accessibilityTree reads the AT-SPI2 tree from the session's own
+// accessibility bus.
+func (s *Service) accessibilityTree(ctx context.Context, req *sandboxv1.GetAccessibilityTreeRequest) (*sandboxv1.GetAccessibilityTreeResponse, error) {
+	lim := atspi.Limits{
+		MaxDepth:    int(req.GetMaxDepth()),
+		MaxNodes:    int(req.GetMaxNodes()),
+		OnlyVisible: req.GetOnlyVisible(),
+		Application: req.GetApplication(),
+	}
+	switch {
+	case lim.MaxDepth < 0 || lim.MaxDepth > a11yMaxDepth:
+		return nil, coded(codes.InvalidArgument, "max_depth %d: want 0 (the default, %d) to %d", lim.MaxDepth, a11yDefaultDepth, a11yMaxDepth)
+	case lim.MaxNodes < 0 || lim.MaxNodes > a11yMaxNodes:
+		return nil, coded(codes.InvalidArgument, "max_nodes %d: want 0 (the default, %d) to %d", lim.MaxNodes, a11yDefaultNodes, a11yMaxNodes)
+	case len(lim.Application) > 256:
+		return nil, coded(codes.InvalidArgument, "application is %d bytes; at most 256", len(lim.Application))
+	}
+	if lim.MaxDepth == 0 {
+		lim.MaxDepth = a11yDefaultDepth
+	}
+	if lim.MaxNodes == 0 {
+		lim.MaxNodes = a11yDefaultNodes
+	}
+	b, release, err := s.acquire(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if b.isFrozen() {
+		return nil, coded(codes.FailedPrecondition, "session %q is suspended: its applications cannot answer until it is resumed", b.id)
+	}
+	pids, err := s.sessionPids(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	bus, err := atspi.Find(pids)
+	if errors.Is(err, atspi.ErrNoBus) {
+		// at-spi-bus-launcher may start the bus only once asked for it.
+		bus, err = s.wakeA11yBus(ctx, b)
+	}
+	if errors.Is(err, atspi.ErrNoBus) {
+		return nil, coded(codes.FailedPrecondition, "session %q runs no accessibility bus (the desktop image starts one; a session on the node's own programs or a plain image has none)", b.id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	conn, err := bus.Dial()
+	if err != nil {
+		return nil, coded(codes.Unavailable, "session %q: %v", b.id, err)
+	}
+	defer conn.Close()
+	wctx, cancel := context.WithTimeout(ctx, a11yTimeout)
+	defer cancel()
+	// A sandbox deleted meanwhile ends the read.
+	defer context.AfterFunc(b.kill, cancel)()
+	tree, err := atspi.Walk(wctx, conn, lim)
+	switch {
+	case err == nil:
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		return nil, coded(codes.DeadlineExceeded, "session %q: the accessibility tree was not read within %v (an application does not answer)", b.id, a11yTimeout)
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case atspi.IsNoBus(err):
+		return nil, coded(codes.FailedPrecondition, "session %q: its accessibility bus has no registry (%v)", b.id, err)
+	default:
+		return nil, coded(codes.Unavailable, "session %q: %v", b.id, err)
+	}
+	out := &sandboxv1.GetAccessibilityTreeResponse{NodeCount: int32(tree.Nodes), Truncated: tree.Truncated}
+	for _, a := range tree.Applications {
+		out.Applications = append(out.Applications, nodeProto(a))
+	}
+	return out, nil
+}
+
+func nodeProto(n *atspi.Node) *sandboxv1.AccessibleNode {
+	p := &sandboxv1.AccessibleNode{
+		Id: n.ID, Role: n.Role, Name: n.Name, Description: n.Description,
+		States: n.States, Actions: n.Actions, Text: n.Text, ChildCount: int32(n.ChildCount),
+	}
+	if n.Bounds != nil {
+		p.Bounds = &sandboxv1.AccessibleBounds{X: n.Bounds.X, Y: n.Bounds.Y, Width: n.Bounds.Width, Height: n.Bounds.Height}
+	}
+	if n.HasValue {
+		v := n.Value
+		p.Value = &v
+	}
+	for _, c := range n.Children {
+		p.Children = append(p.Children, nodeProto(c))
+	}
+	return p
+}
+
+// sessionPids are the host process ids of everything running in a
+// sandbox: its cgroup's, else those sharing its container's pid namespace.
+func (s *Service) sessionPids(ctx context.Context, b *box) ([]int, error) {
+	if b.cg != nil {
+		pids, err := b.cg.Pids()
+		if err != nil {
+			return nil, fmt.Errorf("session %s: %w", b.id, err)
+		}
+		return pids, nil
+	}
+	if b.img == nil {
+		return nil, coded(codes.FailedPrecondition, "session %q: this node runs sandboxes without cgroups, whose programs cannot be told apart from the node's", b.id)
+	}
+	st, err := s.runtime().State(ctx, b.id)
+	if err != nil {
+		return nil, err
+	}
+	want, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", st.Pid))
+	if err != nil {
+		return nil, coded(codes.FailedPrecondition, "session %q's container is not running", b.id)
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); err == nil && ns == want {
+			out = append(out, pid)
+		}
+	}
+	return out, nil
+}
+
+// wakeA11yBus asks the session's D-Bus for the accessibility bus, then
+// waits a little for its daemon to appear among the session's processes.
+func (s *Service) wakeA11yBus(ctx context.Context, b *box) (*atspi.Bus, error) {
+	pids, err := s.sessionPids(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := atspi.FindSessionBus(pids)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := sb.Dial()
+	if err != nil {
+		return nil, atspi.ErrNoBus
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	werr := atspi.WakeA11yBus(wctx, conn)
+	conn.Close()
+	if werr != nil {
+		return nil, atspi.ErrNoBus
+	}
+	// GetAddress answers once the daemon runs; it shows among the
+	// processes at once, but a loaded node gets a few tries.
+	for range 20 {
+		if pids, err = s.sessionPids(ctx, b); err != nil {
+			return nil, err
+		}
+		bus, err := atspi.Find(pids)
+		if !errors.Is(err, atspi.ErrNoBus) {
+			return bus, err
+		}
+		select {
+		case <-wctx.Done():
+			return nil, atspi.ErrNoBus
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil, atspi.ErrNoBus
+}

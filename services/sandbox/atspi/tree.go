@@ -1,0 +1,304 @@
+package atspi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/godbus/dbus/v5"
+)
+
+// D-Bus names of AT-SPI2.
+const (
+	registryName  = "org.a11y.atspi.Registry"
+	rootPath      = "/org/a11y/atspi/accessible/root"
+	ifAccessible  = "org.a11y.atspi.Accessible"
+	ifComponent   = "org.a11y.atspi.Component"
+	ifAction      = "org.a11y.atspi.Action"
+	ifText        = "org.a11y.atspi.Text"
+	ifValue       = "org.a11y.atspi.Value"
+	ifProperties  = "org.freedesktop.DBus.Properties"
+	coordsScreen  = uint32(0)
+	maxTextLength = 1024
+	maxActions    = 16
+)
+
+// Limits bound a walk of the tree.
+type Limits struct {
+	// MaxDepth is how deep below an application's root the walk goes
+	// (the application is depth 0).
+	MaxDepth int
+	// MaxNodes bounds the nodes returned, applications included.
+	MaxNodes int
+	// OnlyVisible leaves out nodes not showing on the screen (and their
+	// children).
+	OnlyVisible bool
+	// Application keeps only applications whose name contains it (any
+	// case); empty keeps all.
+	Application string
+}
+
+// Rect is a node's extents in screen pixels.
+type Rect struct{ X, Y, Width, Height int32 }
+
+// Node is one accessible object.
+type Node struct {
+	// ID is the object's bus name and path, "bus:path"; stable while the
+	// object lives.
+	ID          string
+	Role        string
+	Name        string
+	Description string
+	States      []string
+	// Bounds is nil when the object has no Component interface.
+	Bounds *Rect
+	// Actions are the names of what the object can do (press, click...).
+	Actions []string
+	// Text is an editable or text object's content, up to 1024 bytes;
+	// Value a range's current value, formatted.
+	Text     string
+	Value    float64
+	HasValue bool
+	// ChildCount is how many children the object has, even when they are
+	// left out by a limit.
+	ChildCount int
+	Children   []*Node
+}
+
+// Tree is a walk's result.
+type Tree struct {
+	Applications []*Node
+	Nodes        int
+	// Truncated says a limit left nodes out.
+	Truncated bool
+}
+
+type ref struct {
+	Bus  string
+	Path dbus.ObjectPath
+}
+
+// Walk reads the tree of every application registered on the bus.
+func Walk(ctx context.Context, conn *dbus.Conn, lim Limits) (*Tree, error) {
+	var apps []ref
+	if err := conn.Object(registryName, rootPath).CallWithContext(ctx, ifAccessible+".GetChildren", 0).Store(&apps); err != nil {
+		return nil, fmt.Errorf("list the applications on the accessibility bus: %w", err)
+	}
+	w := &walker{conn: conn, lim: lim, tree: &Tree{}}
+	for _, a := range apps {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if w.tree.Nodes >= lim.MaxNodes {
+			w.tree.Truncated = true
+			break
+		}
+		n, err := w.node(ctx, a, 0)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			continue // an application that went away or does not answer
+		}
+		if lim.Application != "" && !strings.Contains(strings.ToLower(n.Name), strings.ToLower(lim.Application)) {
+			w.tree.Nodes--
+			continue
+		}
+		w.children(ctx, n, a, 0)
+		w.tree.Applications = append(w.tree.Applications, n)
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return w.tree, nil
+}
+
+type walker struct {
+	conn *dbus.Conn
+	lim  Limits
+	tree *Tree
+}
+
+// node reads one object's own properties; its children come after.
+func (w *walker) node(ctx context.Context, r ref, depth int) (*Node, error) {
+	obj := w.conn.Object(r.Bus, r.Path)
+	// The calls go out at once and are answered in parallel.
+	props := obj.GoWithContext(ctx, ifProperties+".GetAll", 0, nil, ifAccessible)
+	role := obj.GoWithContext(ctx, ifAccessible+".GetRoleName", 0, nil)
+	state := obj.GoWithContext(ctx, ifAccessible+".GetState", 0, nil)
+	ifaces := obj.GoWithContext(ctx, ifAccessible+".GetInterfaces", 0, nil)
+	n := &Node{ID: r.Bus + ":" + string(r.Path)}
+	var all map[string]dbus.Variant
+	if err := wait(ctx, props).Store(&all); err != nil {
+		return nil, err
+	}
+	n.Name, _ = all["Name"].Value().(string)
+	n.Description, _ = all["Description"].Value().(string)
+	if c, ok := all["ChildCount"].Value().(int32); ok {
+		n.ChildCount = int(c)
+	}
+	_ = wait(ctx, role).Store(&n.Role)
+	var bits []uint32
+	if err := wait(ctx, state).Store(&bits); err == nil {
+		n.States = stateNames(bits)
+	}
+	var is []string
+	_ = wait(ctx, ifaces).Store(&is)
+	var ext, acts, text, val *dbus.Call
+	if slices.Contains(is, ifComponent) {
+		ext = obj.GoWithContext(ctx, ifComponent+".GetExtents", 0, nil, coordsScreen)
+	}
+	if slices.Contains(is, ifAction) {
+		acts = obj.GoWithContext(ctx, ifAction+".GetActions", 0, nil)
+	}
+	if slices.Contains(is, ifText) && (slices.Contains(n.States, "editable") || n.ChildCount == 0) {
+		text = obj.GoWithContext(ctx, ifText+".GetText", 0, nil, int32(0), int32(maxTextLength))
+	}
+	if slices.Contains(is, ifValue) {
+		val = obj.GoWithContext(ctx, ifProperties+".Get", 0, nil, ifValue, "CurrentValue")
+	}
+	if ext != nil {
+		// One (iiii) struct.
+		var r Rect
+		if err := wait(ctx, ext).Store(&r); err == nil {
+			n.Bounds = &r
+		}
+	}
+	if acts != nil {
+		// GetActions gives localized names (empty from some toolkits);
+		// GetName the action's own, the one DoAction takes.
+		var as []struct{ Name, Description, KeyBinding string }
+		if err := wait(ctx, acts).Store(&as); err == nil {
+			calls := make([]*dbus.Call, 0, min(len(as), maxActions))
+			for i := range min(len(as), maxActions) {
+				calls = append(calls, obj.GoWithContext(ctx, ifAction+".GetName", 0, nil, int32(i)))
+			}
+			for i, c := range calls {
+				name := as[i].Name
+				var own string
+				if err := wait(ctx, c).Store(&own); err == nil && own != "" {
+					name = own
+				}
+				if name != "" {
+					n.Actions = append(n.Actions, name)
+				}
+			}
+		}
+	}
+	if text != nil {
+		var s string
+		if err := wait(ctx, text).Store(&s); err == nil {
+			n.Text = truncate(s, maxTextLength)
+		}
+	}
+	if val != nil {
+		var v dbus.Variant
+		if err := wait(ctx, val).Store(&v); err == nil {
+			if f, ok := v.Value().(float64); ok {
+				n.Value, n.HasValue = f, true
+			}
+		}
+	}
+	w.tree.Nodes++
+	return n, nil
+}
+
+// children reads a node's children, depth first, within the limits.
+func (w *walker) children(ctx context.Context, n *Node, r ref, depth int) {
+	if n.ChildCount == 0 {
+		return
+	}
+	if depth >= w.lim.MaxDepth {
+		w.tree.Truncated = true
+		return
+	}
+	var kids []ref
+	if err := w.conn.Object(r.Bus, r.Path).CallWithContext(ctx, ifAccessible+".GetChildren", 0).Store(&kids); err != nil {
+		return
+	}
+	for _, k := range kids {
+		if ctx.Err() != nil {
+			return
+		}
+		if w.tree.Nodes >= w.lim.MaxNodes {
+			w.tree.Truncated = true
+			return
+		}
+		if k.Path == "/org/a11y/atspi/null" {
+			continue
+		}
+		c, err := w.node(ctx, k, depth+1)
+		if err != nil {
+			continue
+		}
+		if w.lim.OnlyVisible && !(slices.Contains(c.States, "showing") && slices.Contains(c.States, "visible")) {
+			w.tree.Nodes--
+			continue
+		}
+		w.children(ctx, c, k, depth+1)
+		n.Children = append(n.Children, c)
+	}
+}
+
+// wait waits for an asynchronous call's answer.
+func wait(ctx context.Context, c *dbus.Call) *dbus.Call {
+	select {
+	case <-c.Done:
+		return c
+	case <-ctx.Done():
+		return &dbus.Call{Err: ctx.Err()}
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
+}
+
+// states are AT-SPI2's state names, by bit (AtspiStateType).
+var states = []string{
+	"invalid", "active", "armed", "busy", "checked", "collapsed", "defunct", "editable",
+	"enabled", "expandable", "expanded", "focusable", "focused", "has_tooltip", "horizontal", "iconified",
+	"modal", "multi_line", "multiselectable", "opaque", "pressed", "resizable", "selectable", "selected",
+	"sensitive", "showing", "single_line", "stale", "transient", "vertical", "visible", "manages_descendants",
+	"indeterminate", "required", "truncated", "animated", "invalid_entry", "supports_autocompletion", "selectable_text", "is_default",
+	"visited", "checkable", "has_popup", "read_only",
+}
+
+func stateNames(bits []uint32) []string {
+	var out []string
+	for word, v := range bits {
+		for bit := range 32 {
+			if v&(1<<bit) == 0 {
+				continue
+			}
+			i := word*32 + bit
+			if i < len(states) {
+				out = append(out, states[i])
+			} else {
+				out = append(out, fmt.Sprintf("state_%d", i))
+			}
+		}
+	}
+	return out
+}
+
+// IsNoBus reports an error meaning the bus or its registry is not there.
+func IsNoBus(err error) bool {
+	var de dbus.Error
+	if errors.As(err, &de) {
+		return de.Name == "org.freedesktop.DBus.Error.ServiceUnknown" || de.Name == "org.freedesktop.DBus.Error.NameHasNoOwner"
+	}
+	return errors.Is(err, ErrNoBus)
+}
+
+// WakeA11yBus asks the session bus for the accessibility bus's address,
+// which makes at-spi-bus-launcher start it when it waits to be asked.
+func WakeA11yBus(ctx context.Context, session *dbus.Conn) error {
+	var addr string
+	return session.Object("org.a11y.Bus", "/org/a11y/bus").CallWithContext(ctx, "org.a11y.Bus.GetAddress", 0).Store(&addr)
+}
