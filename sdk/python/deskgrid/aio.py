@@ -204,6 +204,26 @@ class AsyncSession:
     async def set_clipboard(self, text: str, *, primary: bool = False, lease_token: Optional[int] = None) -> None:
         await asyncio.to_thread(lambda: self.sync.set_clipboard(text, primary=primary, lease_token=lease_token))
 
+    async def applications(self) -> List[JSON]:
+        return await asyncio.to_thread(self.sync.applications)
+
+    async def launch(self, application: str, *args: str) -> JSON:
+        return await asyncio.to_thread(lambda: self.sync.launch(application, *args))
+
+    async def accessibility_tree(
+        self,
+        *,
+        max_depth: Optional[int] = None,
+        max_nodes: Optional[int] = None,
+        only_visible: bool = False,
+        application: Optional[str] = None,
+    ) -> JSON:
+        return await asyncio.to_thread(
+            lambda: self.sync.accessibility_tree(
+                max_depth=max_depth, max_nodes=max_nodes, only_visible=only_visible, application=application
+            )
+        )
+
     async def windows(self) -> List[JSON]:
         return await asyncio.to_thread(self.sync.windows)
 

@@ -661,6 +661,40 @@ class Session:
         result: JSON = self._call("GET", "/sandbox")
         return result
 
+    def applications(self) -> List[JSON]:
+        """The programs the session's desktop menu offers (its image's
+        ``.desktop`` entries): ``id``, ``name``, ``comment``, ``exec``."""
+        result: List[JSON] = self._call("GET", "/applications").get("applications", [])
+        return result
+
+    def launch(self, application: str, *args: str) -> JSON:
+        """Starts a program of :meth:`applications` on the desktop, by id or
+        name, with files or URLs as ``args``; returns ``application`` and the
+        started ``process``."""
+        body: JSON = {"application": application, "args": list(args)}
+        result: JSON = self._call("POST", "/applications:launch", body=body)
+        return result
+
+    def accessibility_tree(
+        self,
+        *,
+        max_depth: Optional[int] = None,
+        max_nodes: Optional[int] = None,
+        only_visible: bool = False,
+        application: Optional[str] = None,
+    ) -> JSON:
+        """The desktop's accessibility tree (AT-SPI): ``applications``, each
+        a node with ``role``, ``name``, ``states``, ``actions``, ``bounds``
+        and ``children``; ``truncated`` when the bounds cut it."""
+        query: Dict[str, Any] = {
+            "maxDepth": max_depth,
+            "maxNodes": max_nodes,
+            "onlyVisible": "true" if only_visible else None,
+            "application": application,
+        }
+        result: JSON = self._call("GET", "/accessibility", query=query)
+        return result
+
     def processes(self) -> List[JSON]:
         """The programs started on the session's desktop (its autostart
         programs), running or ended: ``processId``, ``argv``, ``pid``,

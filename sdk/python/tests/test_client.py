@@ -393,6 +393,20 @@ class DesktopApiTest(unittest.TestCase):
     def tearDownClass(cls) -> None:
         cls.s.delete()
 
+    def test_applications_and_accessibility(self) -> None:
+        apps = self.s.applications()
+        self.assertIsInstance(apps, list)
+        for a in apps:
+            self.assertTrue(a.get("id") and a.get("name"), a)
+        with self.assertRaises(deskgrid.NotFound):
+            self.s.launch("no-such-application-anywhere")
+        # This desktop runs no accessibility bus: the call says so, as a
+        # precondition, not as an empty tree.
+        with self.assertRaises(deskgrid.FailedPrecondition):
+            self.s.accessibility_tree(max_depth=3)
+        with self.assertRaises(deskgrid.InvalidArgument):
+            self.s.accessibility_tree(max_depth=1000)
+
     def test_processes_list_the_autostart_program(self) -> None:
         procs = self.s.processes()
         mine = [p for p in procs if "xmessage -name dgpy hello" in " ".join(p.get("argv", []))]

@@ -644,6 +644,26 @@ export class Session implements AsyncDisposable {
   }
 
   /** The programs started on the desktop (its autostart programs), running or ended. */
+  /** The programs the desktop's menu offers (the image's .desktop entries). */
+  async applications(): Promise<NonNullable<S['v1ListApplicationsResponse']['applications']>> {
+    return (await this.call<S['v1ListApplicationsResponse']>('GET', '/applications')).applications ?? [];
+  }
+
+  /** Starts a program of applications() by id or name, with files or URLs as args. */
+  async launch(application: string, ...args: string[]): Promise<S['v1LaunchApplicationResponse']> {
+    const body: S['SandboxServiceLaunchApplicationBody'] = { application, args };
+    return this.call<S['v1LaunchApplicationResponse']>('POST', '/applications:launch', { body });
+  }
+
+  /** The desktop's accessibility tree (AT-SPI); `truncated` says when the bounds cut it. */
+  async accessibilityTree(
+    o: { maxDepth?: number; maxNodes?: number; onlyVisible?: boolean; application?: string } = {},
+  ): Promise<S['v1GetAccessibilityTreeResponse']> {
+    return this.call<S['v1GetAccessibilityTreeResponse']>('GET', '/accessibility', {
+      query: { maxDepth: o.maxDepth, maxNodes: o.maxNodes, onlyVisible: o.onlyVisible ? 'true' : undefined, application: o.application },
+    });
+  }
+
   async processes(): Promise<Process[]> {
     return (await this.call<S['v1ListProcessesResponse']>('GET', '/processes')).processes ?? [];
   }

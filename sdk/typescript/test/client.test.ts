@@ -277,6 +277,14 @@ describe('desktop API', () => {
     }
   }
 
+  test('applications and the accessibility tree', async () => {
+    for (const a of await s.applications()) assert.ok(a.id && a.name, JSON.stringify(a));
+    await assert.rejects(s.launch('no-such-application-anywhere'), NotFound);
+    // This desktop runs no accessibility bus: a precondition, not an empty tree.
+    await assert.rejects(s.accessibilityTree({ maxDepth: 3 }), FailedPrecondition);
+    await assert.rejects(s.accessibilityTree({ maxDepth: 1000 }), InvalidArgument);
+  });
+
   test('processes list the autostart program', async () => {
     const mine = (await s.processes()).filter((p) => (p.argv ?? []).join(' ').includes('xmessage -name dgts hello'));
     assert.equal(mine.length, 1);
