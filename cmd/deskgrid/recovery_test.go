@@ -51,12 +51,12 @@ func (r *redisServer) url() string { return "redis://127.0.0.1:" + r.port + "/0"
 // start runs it empty: no snapshot, no append-only file.
 func (r *redisServer) start() {
 	r.t.Helper()
-	binds := r.binds
-	if len(binds) == 0 {
-		binds = []string{"127.0.0.1"}
+	args := []string{"--port", r.port, "--bind", "127.0.0.1"}
+	if len(r.binds) > 0 {
+		// Clients on the test's other addresses too, without a password.
+		args = append([]string{"--port", r.port, "--protected-mode", "no", "--bind"}, r.binds...)
 	}
-	r.cmd = exec.Command("redis-server", append(append([]string{"--port", r.port, "--bind"}, binds...), "--save", "", "--appendonly", "no",
-		"--dir", r.t.TempDir())...)
+	r.cmd = exec.Command("redis-server", append(args, "--save", "", "--appendonly", "no", "--dir", r.t.TempDir())...)
 	if err := r.cmd.Start(); err != nil {
 		r.t.Fatal(err)
 	}
