@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	"github.com/deskgrid/deskgrid/services/agent/lease"
+	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/platform/metrics"
 	"github.com/deskgrid/deskgrid/services/session/cluster"
 	"github.com/deskgrid/deskgrid/services/session/placement"
@@ -126,6 +128,34 @@ func (s *setup) observeNodes(reg *cluster.Registry, local *placement.Local) erro
 		return err
 	}
 	s.closers.add("node metrics", func(context.Context) error { return stop() })
+	return nil
+}
+
+// observeConsumers reports how far each durable consumer of the event
+// stream (history's ingest) is behind. Clients' ephemeral consumers are
+// left out: their names are unbounded.
+func (s *setup) observeConsumers(js jetstream.JetStream) error {
+	stop, err := metrics.ObserveConsumers(func(ctx context.Context) ([]metrics.ConsumerLag, error) {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		st, err := js.Stream(ctx, events.StreamName)
+		if err != nil {
+			return nil, err
+		}
+		var out []metrics.ConsumerLag
+		list := st.ListConsumers(ctx)
+		for ci := range list.Info() {
+			if ci.Config.Durable == "" {
+				continue
+			}
+			out = append(out, metrics.ConsumerLag{Consumer: ci.Name, Pending: int64(ci.NumPending), AckPending: int64(ci.NumAckPending)})
+		}
+		return out, list.Err()
+	})
+	if err != nil {
+		return err
+	}
+	s.closers.add("event consumer metrics", func(context.Context) error { return stop() })
 	return nil
 }
 

@@ -278,6 +278,10 @@ scrape_configs:
 		`deskgrid:node_session_utilisation{node="local"}`: func(r []promSample) bool {
 			return len(r) == 1 && r[0].value() == 1.0/64
 		},
+		// History's ingest has caught up with the create's events.
+		`deskgrid_events_consumer_pending{consumer="history"}`: func(r []promSample) bool {
+			return len(r) == 1 && r[0].value() == 0
+		},
 	}
 	deadline := time.Now().Add(90 * time.Second)
 	for len(want) > 0 {
@@ -307,7 +311,8 @@ scrape_configs:
 		"deskgrid_session_transitions_total", "deskgrid_display_screenshot_duration_seconds_bucket",
 		"deskgrid_display_create_duration_seconds_bucket", "deskgrid_sandbox_create_duration_seconds_bucket",
 		"deskgrid_rate_limited_total", "deskgrid_image_pulls_total", "deskgrid_events_publish_failures_total",
-		"deskgrid_node_reconcile_removed_total", "rpc_server_call_duration_seconds_bucket"} {
+		"deskgrid_node_reconcile_removed_total", "deskgrid_events_consumer_pending", "deskgrid_events_consumer_ack_pending",
+		"rpc_server_call_duration_seconds_bucket"} {
 		if !slices.Contains(names, n) {
 			t.Errorf("Prometheus has no %s", n)
 		}

@@ -404,7 +404,7 @@ func (s *setup) addHistory(ctx context.Context, srv *grpcserver.Server, js jetst
 	}
 	s.closers.add("history", h.Close)
 	h.Register(srv.GRPC)
-	return nil
+	return s.observeConsumers(js)
 }
 
 // addAgent starts the agent service. It reaches sessions' displays and
