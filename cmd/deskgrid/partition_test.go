@@ -282,20 +282,27 @@ func TestClusterPartition(t *testing.T) {
 	})
 	rejoined := time.Since(healed)
 	// It takes down the desktops and sandboxes of the sessions given up.
-	c.waitFor("n1's lost desktops removed", 60*time.Second, func() bool {
+	for deadline := time.Now().Add(60 * time.Second); ; {
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		ds, err := n1Displays.ListDisplays(lctx, &displayv1.ListDisplaysRequest{})
-		if err != nil {
-			return false
-		}
-		bs, err := n1Sandboxes.ListSandboxes(lctx, &sandboxv1.ListSandboxesRequest{})
-		if err != nil {
-			return false
-		}
+		ds, derr := n1Displays.ListDisplays(lctx, &displayv1.ListDisplaysRequest{})
+		bs, berr := n1Sandboxes.ListSandboxes(lctx, &sandboxv1.ListSandboxesRequest{})
+		cancel()
 		ents, _ := os.ReadDir(filepath.Join(c.nodeDirs["n1"][1], "displays"))
-		return len(ds.GetDisplays()) == 0 && len(bs.GetSandboxes()) == 0 && len(ents) == 0
-	})
+		if derr == nil && berr == nil && len(ds.GetDisplays()) == 0 && len(bs.GetSandboxes()) == 0 && len(ents) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			var cluster []string
+			for _, l := range strings.Split(n1.logs.String(), "\n") {
+				if strings.Contains(l, "component=cluster") {
+					cluster = append(cluster, l)
+				}
+			}
+			t.Fatalf("n1 still holds the lost sessions' desktops after healing: displays %v (%v), sandboxes %v (%v), %d entries in its displays directory\nn1's cluster log:\n%s",
+				ds.GetDisplays(), derr, bs.GetSandboxes(), berr, len(ents), strings.Join(cluster, "\n"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	cleaned := time.Since(healed)
 
 	// A create for n1 is served again.
