@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -156,6 +159,49 @@ func (s *setup) observeConsumers(js jetstream.JetStream) error {
 		return err
 	}
 	s.closers.add("event consumer metrics", func(context.Context) error { return stop() })
+	return nil
+}
+
+// observeBlobs reports the size of history's blob directory, walked at
+// most once a minute so a scrape does not walk a large store every time.
+func (s *setup) observeBlobs(dir string) error {
+	var (
+		mu           sync.Mutex
+		at           time.Time
+		bytes, files int64
+	)
+	stop, err := metrics.ObserveBlobs(func(ctx context.Context) (int64, int64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !at.IsZero() && time.Since(at) < time.Minute {
+			return bytes, files, nil
+		}
+		var b, n int64
+		err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					return nil
+				}
+				return err
+			}
+			if d.Type().IsRegular() {
+				if fi, err := d.Info(); err == nil {
+					b += fi.Size()
+					n++
+				}
+			}
+			return ctx.Err()
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+		at, bytes, files = time.Now(), b, n
+		return b, n, nil
+	})
+	if err != nil {
+		return err
+	}
+	s.closers.add("blob store metrics", func(context.Context) error { return stop() })
 	return nil
 }
 

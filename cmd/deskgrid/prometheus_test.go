@@ -312,6 +312,7 @@ scrape_configs:
 		"deskgrid_display_create_duration_seconds_bucket", "deskgrid_sandbox_create_duration_seconds_bucket",
 		"deskgrid_rate_limited_total", "deskgrid_image_pulls_total", "deskgrid_events_publish_failures_total",
 		"deskgrid_node_reconcile_removed_total", "deskgrid_events_consumer_pending", "deskgrid_events_consumer_ack_pending",
+		"deskgrid_history_blob_bytes", "deskgrid_history_blob_files",
 		"rpc_server_call_duration_seconds_bucket"} {
 		if !slices.Contains(names, n) {
 			t.Errorf("Prometheus has no %s", n)

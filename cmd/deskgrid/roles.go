@@ -404,6 +404,9 @@ func (s *setup) addHistory(ctx context.Context, srv *grpcserver.Server, js jetst
 	}
 	s.closers.add("history", h.Close)
 	h.Register(srv.GRPC)
+	if err := s.observeBlobs(cfg.BlobDir); err != nil {
+		return err
+	}
 	return s.observeConsumers(js)
 }
 

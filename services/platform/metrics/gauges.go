@@ -163,3 +163,30 @@ func ObserveConsumers(lags func(context.Context) ([]ConsumerLag, error)) (func()
 	}
 	return reg.Unregister, nil
 }
+
+// ObserveBlobs reports the size of history's blob store (screenshots kept
+// apart from their entries) from size, called at every collection. The
+// returned function stops it.
+func ObserveBlobs(size func(context.Context) (bytes, files int64, err error)) (func() error, error) {
+	bytesG, err := meter.Int64ObservableGauge("deskgrid.history.blob.bytes", metric.WithDescription("bytes held by history's blob store (screenshots)"))
+	if err != nil {
+		return nil, err
+	}
+	filesG, err := meter.Int64ObservableGauge("deskgrid.history.blob.files", metric.WithDescription("blobs held by history's blob store"))
+	if err != nil {
+		return nil, err
+	}
+	reg, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		b, n, err := size(ctx)
+		if err != nil {
+			return err
+		}
+		o.ObserveInt64(bytesG, b)
+		o.ObserveInt64(filesG, n)
+		return nil
+	}, bytesG, filesG)
+	if err != nil {
+		return nil, err
+	}
+	return reg.Unregister, nil
+}
