@@ -22,14 +22,17 @@ generate:
 	cd sdk/typescript && node scripts/generate.mjs ../../.cache/openapi.json
 
 # gofmt, go vet, buf lint, the OpenAPI document the gateway serves linted by
-# Redocly (zero errors; installed by scripts/setup --dev), and proof that the
-# generated code is fresh.
+# Redocly (zero errors; installed by scripts/setup --dev), proof that the
+# generated code is fresh, and the alerting rules checked and unit-tested by
+# promtool (Debian's prometheus, installed by scripts/setup --dev).
 lint: generate
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@for m in $(MODULES); do (cd $$m && go vet ./...) || exit 1; done
 	$(BIN)/buf lint
 	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true gateway/e2e/node_modules/.bin/redocly lint --format stylish .cache/openapi.json
 	git diff --exit-code -- proto gateway/openapi sdk/typescript/src/openapi.ts
+	promtool check rules deploy/observability/rules.yml
+	promtool test rules deploy/observability/rules_test.yml
 
 test: build
 	@set -o pipefail; for m in $(MODULES); do echo "== $$m"; (cd $$m && go test $(GO_TEST_FLAGS) ./...) || exit 1; done

@@ -20,6 +20,7 @@ import (
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/platform/auth/viewer"
+	"github.com/deskgrid/deskgrid/services/platform/metrics"
 	"github.com/deskgrid/deskgrid/services/platform/trail"
 )
 
@@ -153,6 +154,7 @@ func (g *Gateway) vnc(w http.ResponseWriter, r *http.Request) {
 	g.logger.InfoContext(ctx, "vnc: viewer connected", "session_id", sessionID, "view_only", viewOnly, "remote", r.RemoteAddr,
 		"token_id", adm.claims.TokenID, "tenant", adm.claims.Tenant)
 
+	disconnected := metrics.VNCViewer(ctx, viewOnly)
 	var toViewer, fromViewer int64
 	done := make(chan struct{})
 	go func() {
@@ -180,6 +182,7 @@ func (g *Gateway) vnc(w http.ResponseWriter, r *http.Request) {
 	cancel()
 	<-done
 	_ = conn.CloseNow()
+	disconnected(toViewer, fromViewer)
 	g.logger.InfoContext(ctx, "vnc: viewer disconnected", "session_id", sessionID,
 		"bytes_to_viewer", toViewer, "bytes_from_viewer", fromViewer, "duration", time.Since(start).Round(time.Millisecond))
 }

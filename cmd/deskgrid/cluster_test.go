@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -114,6 +115,9 @@ type proc struct {
 	name string
 	args []string
 	addr string
+	// wrap runs the process through a command, such as nsenter into a
+	// network namespace: wrap..., deskgrid, args...
+	wrap []string
 	cmd  *exec.Cmd
 	logs *syncBuffer
 	done chan error
@@ -130,7 +134,11 @@ func startProc(t *testing.T, name, addr string, args ...string) *proc {
 func (p *proc) start() {
 	p.t.Helper()
 	p.logs, p.done = &syncBuffer{}, make(chan error, 1)
-	p.cmd = exec.Command(deskgridBinary(p.t), p.args...)
+	if len(p.wrap) > 0 {
+		p.cmd = exec.Command(p.wrap[0], append(append(slices.Clone(p.wrap[1:]), deskgridBinary(p.t)), p.args...)...)
+	} else {
+		p.cmd = exec.Command(deskgridBinary(p.t), p.args...)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatal(err)

@@ -30,15 +30,17 @@ type redisServer struct {
 	t    *testing.T
 	port string
 	cmd  *exec.Cmd
+	// binds are the addresses it listens on (127.0.0.1 when empty).
+	binds []string
 }
 
-func startRedisServer(t *testing.T) *redisServer {
+func startRedisServer(t *testing.T, binds ...string) *redisServer {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("redis-server is needed (scripts/setup --dev installs it): %v", err)
 	}
 	_, port, _ := net.SplitHostPort(freeAddr(t))
-	r := &redisServer{t: t, port: port}
+	r := &redisServer{t: t, port: port, binds: binds}
 	r.start()
 	t.Cleanup(r.stop)
 	return r
@@ -49,8 +51,12 @@ func (r *redisServer) url() string { return "redis://127.0.0.1:" + r.port + "/0"
 // start runs it empty: no snapshot, no append-only file.
 func (r *redisServer) start() {
 	r.t.Helper()
-	r.cmd = exec.Command("redis-server", "--port", r.port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", r.t.TempDir())
+	args := []string{"--port", r.port, "--bind", "127.0.0.1"}
+	if len(r.binds) > 0 {
+		// Clients on the test's other addresses too, without a password.
+		args = append([]string{"--port", r.port, "--protected-mode", "no", "--bind"}, r.binds...)
+	}
+	r.cmd = exec.Command("redis-server", append(args, "--save", "", "--appendonly", "no", "--dir", r.t.TempDir())...)
 	if err := r.cmd.Start(); err != nil {
 		r.t.Fatal(err)
 	}

@@ -409,7 +409,10 @@ func (s *setup) addHistory(ctx context.Context, srv *grpcserver.Server, js jetst
 	}
 	s.closers.add("history", h.Close)
 	h.Register(srv.GRPC)
-	return nil
+	if err := s.observeBlobs(cfg.BlobDir); err != nil {
+		return err
+	}
+	return s.observeConsumers(js)
 }
 
 // addAgent starts the agent service. It reaches sessions' displays and

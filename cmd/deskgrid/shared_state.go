@@ -9,6 +9,7 @@ import (
 
 	"github.com/deskgrid/deskgrid/services/agent/lease"
 	"github.com/deskgrid/deskgrid/services/platform/auth/viewer"
+	"github.com/deskgrid/deskgrid/services/platform/metrics"
 )
 
 // State that replicas of a role must share lives in Redis in a cluster, and
@@ -32,6 +33,7 @@ func (s *setup) redisClient(ctx context.Context) (*redis.Client, error) {
 	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = redisTimeout, redisTimeout, redisTimeout
 	opt.PoolTimeout = redisTimeout
 	rdb := redis.NewClient(opt)
+	rdb.AddHook(metrics.RedisHook{})
 	s.closers.add("redis", func(context.Context) error { return rdb.Close() })
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

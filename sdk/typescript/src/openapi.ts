@@ -376,7 +376,7 @@ export interface paths {
         put?: never;
         /**
          * Create a session
-         * @description Places a new desktop session on a node and answers once its display answers a screenshot, with the session RUNNING. Every field is optional: the empty body `{}` gives a 1280x800 desktop with the server's default time to live. Send a `request_id` to make retries safe: a second create with the same one returns the first session.
+         * @description Places a new desktop session on a node and answers once its display answers a screenshot, with the session RUNNING. Every field is optional: the empty body `{}` gives a 1280x800 desktop with the server's default time to live. Send a `request_id` to make retries safe: a second create with the same one returns the first session, or, if that one FAILED to start, starts a new one.
          */
         post: operations["SessionService_CreateSession"];
         delete?: never;
@@ -1940,8 +1940,10 @@ export interface components {
                 [key: string]: string;
             };
             /**
-             * @description Optional client token: a retried create with the same token returns the
-             *     session the first one made instead of making another.
+             * @description Optional client token that makes retries safe: a retried create with the
+             *     same token returns the session the first one made instead of making
+             *     another, unless that session FAILED to start, in which case the retry
+             *     starts a new one (a retry never answers with a dead session).
              */
             requestId?: string;
             ttl?: string;

@@ -126,3 +126,67 @@ func nodeLabel(n string) string {
 	}
 	return n
 }
+
+// ConsumerLag is how far one durable JetStream consumer (such as history's
+// ingest) is behind its stream.
+type ConsumerLag struct {
+	Consumer string
+	// Pending: events of the stream not delivered to it yet; AckPending:
+	// delivered and not acknowledged yet.
+	Pending, AckPending int64
+}
+
+// ObserveConsumers reports the lag of durable consumers from lags, called
+// at every collection. The returned function stops it.
+func ObserveConsumers(lags func(context.Context) ([]ConsumerLag, error)) (func() error, error) {
+	pending, err := meter.Int64ObservableGauge("deskgrid.events.consumer.pending", metric.WithDescription("events of the stream a durable consumer (history's ingest) has not been delivered yet, by consumer"))
+	if err != nil {
+		return nil, err
+	}
+	ackPending, err := meter.Int64ObservableGauge("deskgrid.events.consumer.ack_pending", metric.WithDescription("events delivered to a durable consumer and not acknowledged yet, by consumer"))
+	if err != nil {
+		return nil, err
+	}
+	reg, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		list, err := lags(ctx)
+		if err != nil {
+			return err
+		}
+		for _, l := range list {
+			o.ObserveInt64(pending, l.Pending, attrs("consumer", l.Consumer))
+			o.ObserveInt64(ackPending, l.AckPending, attrs("consumer", l.Consumer))
+		}
+		return nil
+	}, pending, ackPending)
+	if err != nil {
+		return nil, err
+	}
+	return reg.Unregister, nil
+}
+
+// ObserveBlobs reports the size of history's blob store (screenshots kept
+// apart from their entries) from size, called at every collection. The
+// returned function stops it.
+func ObserveBlobs(size func(context.Context) (bytes, files int64, err error)) (func() error, error) {
+	bytesG, err := meter.Int64ObservableGauge("deskgrid.history.blob.bytes", metric.WithDescription("bytes held by history's blob store (screenshots)"))
+	if err != nil {
+		return nil, err
+	}
+	filesG, err := meter.Int64ObservableGauge("deskgrid.history.blob.files", metric.WithDescription("blobs held by history's blob store"))
+	if err != nil {
+		return nil, err
+	}
+	reg, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		b, n, err := size(ctx)
+		if err != nil {
+			return err
+		}
+		o.ObserveInt64(bytesG, b)
+		o.ObserveInt64(filesG, n)
+		return nil
+	}, bytesG, filesG)
+	if err != nil {
+		return nil, err
+	}
+	return reg.Unregister, nil
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -38,6 +39,11 @@ type Member struct {
 	// has not reconciled against yet.
 	epoch  string
 	unsure bool
+	// beats numbers heartbeats; last is the value of the last one that
+	// succeeded; retry is set while a reconcile after a rejoin failed.
+	beats uint64
+	last  string
+	retry bool
 
 	stop chan struct{}
 	done chan struct{}
@@ -128,8 +134,19 @@ func (m *Member) rejoin(ctx context.Context) error {
 			return fmt.Errorf("reconcile node %s: %w", m.cfg.Node.ID, err)
 		}
 	}
-	_, err = m.reg.Heartbeat(ctx, m.cfg.Node.ID, m.bootID, m.cfg.TTL)
+	_, err = m.beat(ctx)
 	return err
+}
+
+// beat sends one heartbeat.
+func (m *Member) beat(ctx context.Context) (rejoined bool, err error) {
+	m.beats++
+	value := m.bootID + "." + strconv.FormatUint(m.beats, 10)
+	rejoined, err = m.reg.HeartbeatAfter(ctx, m.cfg.Node.ID, value, m.last, m.cfg.TTL)
+	if err == nil {
+		m.last = value
+	}
+	return rejoined, err
 }
 
 func (m *Member) loop() {
@@ -144,9 +161,14 @@ func (m *Member) loop() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Interval)
-		rejoined, err := m.reg.Heartbeat(ctx, m.cfg.Node.ID, m.bootID, m.cfg.TTL)
-		if err == nil && rejoined {
-			err = m.rejoined(ctx)
+		rejoined, err := m.beat(ctx)
+		if err == nil && (rejoined || m.retry) {
+			// Until a reconcile succeeds, every heartbeat tries again:
+			// the key renewed, the next heartbeat no longer says so.
+			if err = m.rejoined(ctx); err != nil {
+				m.log.Warn("reconciling after the heartbeat had expired failed; trying again", "err", err)
+			}
+			m.retry = err != nil
 		} else if err == nil && m.unsure {
 			err = m.settle(ctx)
 		}

@@ -86,9 +86,17 @@ func (r *Registry) Register(ctx context.Context, n NodeInfo) error {
 // heartbeat had expired (or this is the first): the control plane may have
 // declared the node's sessions lost, so the node must reconcile.
 func (r *Registry) Heartbeat(ctx context.Context, id, bootID string, ttl time.Duration) (rejoined bool, err error) {
+	return r.HeartbeatAfter(ctx, id, bootID, bootID, ttl)
+}
+
+// HeartbeatAfter is Heartbeat with a value of its own for each heartbeat:
+// rejoined is also true when the key holds another value than prev, the
+// node's last heartbeat that succeeded (one whose answer was lost may have
+// renewed an expired key late).
+func (r *Registry) HeartbeatAfter(ctx context.Context, id, value, prev string, ttl time.Duration) (rejoined bool, err error) {
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
-	n, err := heartbeatScript.Run(ctx, r.rdb, []string{r.k.alive(id)}, ttl.Milliseconds(), bootID).Int()
+	n, err := heartbeatScript.Run(ctx, r.rdb, []string{r.k.alive(id)}, ttl.Milliseconds(), value, prev).Int()
 	if err != nil {
 		return false, fmt.Errorf("heartbeat of node %s: %w", id, err)
 	}

@@ -64,13 +64,19 @@ return 1
 `)
 
 // heartbeatScript renews a node's heartbeat and returns 1 if it had expired
-// (or never existed): the node was considered gone and must reconcile.
+// (or never existed), or holds another value than the node's last
+// heartbeat it saw succeed: the node was (or may have been) considered gone
+// and must reconcile. The second case is a heartbeat sent into a network
+// partition whose answer never came back: TCP may deliver it once the
+// network heals, after the key had expired and the control plane had given
+// the node's sessions up, renewing the key behind the node's back.
 //
-// KEYS: alive key. ARGV: ttl in ms, boot id.
+// KEYS: alive key. ARGV: ttl in ms, this heartbeat's value, the value of
+// the node's last heartbeat that succeeded.
 var heartbeatScript = redis.NewScript(`
-local existed = redis.call('EXISTS', KEYS[1])
+local cur = redis.call('GET', KEYS[1])
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[1])
-if existed == 1 then return 0 end
+if cur and cur == ARGV[3] then return 0 end
 return 1
 `)
 

@@ -723,8 +723,10 @@ type CreateSessionRequest struct {
 	Workspace    string                 `protobuf:"bytes,6,opt,name=workspace,proto3" json:"workspace,omitempty"`
 	Ttl          *durationpb.Duration   `protobuf:"bytes,7,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	IdleTimeout  *durationpb.Duration   `protobuf:"bytes,8,opt,name=idle_timeout,json=idleTimeout,proto3" json:"idle_timeout,omitempty"`
-	// Optional client token: a retried create with the same token returns the
-	// session the first one made instead of making another.
+	// Optional client token that makes retries safe: a retried create with the
+	// same token returns the session the first one made instead of making
+	// another, unless that session FAILED to start, in which case the retry
+	// starts a new one (a retry never answers with a dead session).
 	RequestId string `protobuf:"bytes,9,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Give the session's programs outbound network (user-mode, never the
 	// node's own addresses). Off by default.
@@ -2224,9 +2226,9 @@ const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"\x16NODE_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10NODE_STATE_READY\x10\x01\x12\x17\n" +
 	"\x13NODE_STATE_DRAINING\x10\x02\x12\x13\n" +
-	"\x0fNODE_STATE_DOWN\x10\x032\xb1\x1a\n" +
-	"\x0eSessionService\x12\xa5\a\n" +
-	"\rCreateSession\x12).deskgrid.session.v1.CreateSessionRequest\x1a*.deskgrid.session.v1.CreateSessionResponse\"\xbc\x06\x92A\x98\x06\x12\x10Create a session\x1a\xc8\x02Places a new desktop session on a node and answers once its display answers a screenshot, with the session RUNNING. Every field is optional: the empty body `{}` gives a 1280x800 desktop with the server's default time to live. Send a `request_id` to make retries safe: a second create with the same one returns the first session.J\xb8\x03\n" +
+	"\x0fNODE_STATE_DOWN\x10\x032\xe4\x1a\n" +
+	"\x0eSessionService\x12\xd8\a\n" +
+	"\rCreateSession\x12).deskgrid.session.v1.CreateSessionRequest\x1a*.deskgrid.session.v1.CreateSessionResponse\"\xef\x06\x92A\xcb\x06\x12\x10Create a session\x1a\xfb\x02Places a new desktop session on a node and answers once its display answers a screenshot, with the session RUNNING. Every field is optional: the empty body `{}` gives a 1280x800 desktop with the server's default time to live. Send a `request_id` to make retries safe: a second create with the same one returns the first session, or, if that one FAILED to start, starts a new one.J\xb8\x03\n" +
 	"\x03200\x12\xb0\x03\n" +
 	"\x19The new session, RUNNING.\"\x92\x03\n" +
 	"\x10application/json\x12\xfd\x02{\"id\": \"s-k3v9q2m8x1c7d4f6h0j5\", \"tenant\": \"default\", \"state\": \"SESSION_STATE_RUNNING\", \"display\": {\"width\": 1280, \"height\": 800, \"depth\": 24}, \"labels\": {\"team\": \"qa\"}, \"ttl\": \"7200s\", \"idleTimeout\": \"900s\", \"nodeId\": \"node-1\", \"xDisplay\": \":101\", \"createTime\": \"2026-01-02T15:04:05Z\", \"updateTime\": \"2026-01-02T15:04:06Z\", \"expireTime\": \"2026-01-02T17:04:05Z\", \"generation\": \"3\"}\x82\xd3\xe4\x93\x02\x1a:\x01*b\asession\"\f/v1/sessions\x12\xa2\x04\n" +
