@@ -552,7 +552,7 @@ export interface paths {
         put?: never;
         /**
          * Send mouse and keyboard input
-         * @description Performs the actions in order on the session's display: moves, clicks, drags, scrolls, key chords, typed text, waits and zooms. With `screenshot: true` the response carries a screenshot taken once the screen has settled. Coordinates are screen pixels, or pixels of `scale_to` when given (as the Screenshot call's). When input leases are in use, pass the lease's `lease_token`; a stale one is 409.
+         * @description Performs the actions in order on the session's display: moves, clicks, drags, scrolls, key chords, typed text, waits and zooms. With `screenshot: true` the response carries a screenshot taken once the screen has settled. Coordinates are screen pixels, or pixels of `scale_to` when given (as the Screenshot call's). When input leases are in use, pass the lease's `lease_token`; a stale one (or none, while a lease is held) is 400 FAILED_PRECONDITION with the reason STALE_INPUT_LEASE.
          */
         post: operations["DisplayService_PerformActions"];
         delete?: never;

@@ -3572,7 +3572,7 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\x16SETTLE_OUTCOME_SETTLED\x10\x01\x12\x17\n" +
 	"\x13SETTLE_OUTCOME_BUSY\x10\x02\x12\x1c\n" +
 	"\x18SETTLE_OUTCOME_NO_CHANGE\x10\x03\x12\x1a\n" +
-	"\x16SETTLE_OUTCOME_SKIPPED\x10\x042\xb8\x1e\n" +
+	"\x16SETTLE_OUTCOME_SKIPPED\x10\x042\x8f\x1f\n" +
 	"\x0eDisplayService\x12f\n" +
 	"\rCreateDisplay\x12).deskgrid.display.v1.CreateDisplayRequest\x1a*.deskgrid.display.v1.CreateDisplayResponse\x12\x91\x01\n" +
 	"\n" +
@@ -3584,8 +3584,8 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"image/jpeg:\x10application/jsonJ\x9c\x02\n" +
 	"\x03200\x12\x94\x02\n" +
 	"TThe image (image/png or image/jpeg), or with Accept: application/json its JSON form.\"\xbb\x01\n" +
-	"\x10application/json\x12\xa6\x01{\"contentType\": \"image/png\", \"data\": \"iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==\", \"width\": 1280, \"height\": 800}\x82\xd3\xe4\x93\x02&\x12$/v1/sessions/{session_id}/screenshot\x12\xb9\x06\n" +
-	"\x0ePerformActions\x12*.deskgrid.display.v1.PerformActionsRequest\x1a+.deskgrid.display.v1.PerformActionsResponse\"\xcd\x05\x92A\x9d\x05\x12\x1dSend mouse and keyboard input\x1a\x8c\x03Performs the actions in order on the session's display: moves, clicks, drags, scrolls, key chords, typed text, waits and zooms. With `screenshot: true` the response carries a screenshot taken once the screen has settled. Coordinates are screen pixels, or pixels of `scale_to` when given (as the Screenshot call's). When input leases are in use, pass the lease's `lease_token`; a stale one is 409.J\xec\x01\n" +
+	"\x10application/json\x12\xa6\x01{\"contentType\": \"image/png\", \"data\": \"iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==\", \"width\": 1280, \"height\": 800}\x82\xd3\xe4\x93\x02&\x12$/v1/sessions/{session_id}/screenshot\x12\x90\a\n" +
+	"\x0ePerformActions\x12*.deskgrid.display.v1.PerformActionsRequest\x1a+.deskgrid.display.v1.PerformActionsResponse\"\xa4\x06\x92A\xf4\x05\x12\x1dSend mouse and keyboard input\x1a\xe3\x03Performs the actions in order on the session's display: moves, clicks, drags, scrolls, key chords, typed text, waits and zooms. With `screenshot: true` the response carries a screenshot taken once the screen has settled. Coordinates are screen pixels, or pixels of `scale_to` when given (as the Screenshot call's). When input leases are in use, pass the lease's `lease_token`; a stale one (or none, while a lease is held) is 400 FAILED_PRECONDITION with the reason STALE_INPUT_LEASE.J\xec\x01\n" +
 	"\x03200\x12\xe4\x01\n" +
 	"FWhere the pointer ended, and the screenshot and zoom images asked for.\"\x99\x01\n" +
 	"\x10application/json\x12\x84\x01{\"cursor\": {\"x\": 640, \"y\": 400}, \"screenshot\": {\"contentType\": \"image/png\", \"data\": \"iVBORw0KGgo...\", \"width\": 1280, \"height\": 800}}\x82\xd3\xe4\x93\x02&:\x01*\"!/v1/sessions/{session_id}/actions\x12a\n" +
