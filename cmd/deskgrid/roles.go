@@ -114,6 +114,14 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 		}
 		b.Register(srv.GRPC)
 		srv.SetServing(sandboxv1.SandboxService_ServiceDesc.ServiceName)
+		if n.display != nil && s.cfg.WarmDesktops > 0 && s.cfg.DefaultImage != "" {
+			def := session.DefaultConfig()
+			pool := newDesktopPool(s.cfg.WarmDesktops, s.cfg.DefaultImage,
+				sandbox.DisplaySpec{Width: int(def.DefaultWidth), Height: int(def.DefaultHeight), Depth: int(def.DefaultDepth)},
+				session.DesktopArgv(strings.Fields(s.cfg.WindowManager), true), n.display, b, s.logger.With("component", "warm-desktops"))
+			b.SetWarmDesktops(pool)
+			s.closers.add("warm desktops", pool.Close)
+		}
 		is, err := sandbox.NewImageServer(sandbox.ImageDeps{Store: images, Logger: s.logger.With("component", "images"), Tenant: s.tenantHook()})
 		if err != nil {
 			return nil, fmt.Errorf("images: %w", err)
