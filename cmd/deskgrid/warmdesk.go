@@ -33,8 +33,10 @@ type desktopPool struct {
 	sandbox *sandbox.Service
 	log     *slog.Logger
 
-	mu     sync.Mutex
-	ready  []string // pool ids, oldest first
+	mu    sync.Mutex
+	ready []string // pool ids, oldest first
+	// owned are the members not given to a session, ready or starting.
+	owned  map[string]bool
 	refill chan struct{}
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -46,7 +48,7 @@ const warmDesktopPrefix = "warm-"
 
 func newDesktopPool(size int, ref string, spec sandbox.DisplaySpec, argv []string, d *display.Service, b *sandbox.Service, log *slog.Logger) *desktopPool {
 	p := &desktopPool{size: size, image: ref, spec: spec, argv: argv, display: d, sandbox: b, log: log,
-		refill: make(chan struct{}, 1), done: make(chan struct{})}
+		refill: make(chan struct{}, 1), done: make(chan struct{}), owned: map[string]bool{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
 	p.refill <- struct{}{}
@@ -100,7 +102,11 @@ func (p *desktopPool) start(ctx context.Context) (id string, err error) {
 	_, _ = rand.Read(r[:])
 	id = warmDesktopPrefix + hex.EncodeToString(r[:])
 	started := time.Now()
+	p.mu.Lock()
+	p.owned[id] = true
+	p.mu.Unlock()
 	if err := p.sandbox.CreateWarm(ctx, id, p.image); err != nil {
+		p.disown(id)
 		return "", err
 	}
 	defer func() {
@@ -204,8 +210,26 @@ func darkShare(img image.Image) float64 {
 	return float64(dark) / float64(total)
 }
 
+// owns reports whether id is a member of the pool not given to a session:
+// the node's reconcile leaves it alone.
+func (p *desktopPool) owns(id string) bool {
+	if p == nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.owned[id]
+}
+
+func (p *desktopPool) disown(id string) {
+	p.mu.Lock()
+	delete(p.owned, id)
+	p.mu.Unlock()
+}
+
 // remove deletes a member's display and sandbox.
 func (p *desktopPool) remove(id string) {
+	defer p.disown(id)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := p.display.DeleteDisplay(ctx, &displayv1.DeleteDisplayRequest{SessionId: id}); err != nil {
@@ -228,6 +252,7 @@ func (p *desktopPool) Claim(ctx context.Context, sessionID, tenant string, req *
 	}
 	id := p.ready[0]
 	p.ready = p.ready[1:]
+	delete(p.owned, id)
 	p.mu.Unlock()
 	select {
 	case p.refill <- struct{}{}:
