@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -225,7 +226,8 @@ func (s *Service) move(b *box, to, tenant string) error {
 		_ = os.Remove(dir)
 		return fmt.Errorf("warm sandbox: %w", err)
 	}
-	if err := os.Rename(b.dir, dir); err != nil {
+	// rename(2) itself: os.Rename refuses to replace a directory.
+	if err := unix.Rename(b.dir, dir); err != nil {
 		_ = os.WriteFile(slotOwner, []byte(b.dir), 0o600)
 		_ = os.Remove(dir)
 		return fmt.Errorf("warm sandbox: move it to its session: %w", err)
