@@ -741,8 +741,19 @@ func (s *Service) Reconcile(ctx context.Context, keep func(sessionID string) boo
 			ids[id] = true
 		}
 	}
+	// A sandbox given to its session after it was made has a container
+	// and cgroup of another name: they go, or stay, with its directory.
+	alias := map[string]bool{}
+	for _, e := range entries {
+		if m, err := readMeta(filepath.Join(s.sandboxesDir(), e.Name())); err == nil && m.Container != "" && m.Container != e.Name() {
+			alias[m.Container] = true
+		}
+	}
 	var errs []error
 	for id := range ids {
+		if alias[id] {
+			continue
+		}
 		s.mu.Lock()
 		held := s.boxes[id] != nil
 		for _, b := range s.boxes {
