@@ -30,6 +30,9 @@ type box struct {
 	// cid names the sandbox's container, bundle and cgroup: its id, unless
 	// it was made ahead of its session and given to it later (Rekey).
 	cid string
+	// warm: made ahead of its session (CreateWarm) and not given to one
+	// yet; no list shows it. Guarded by the Service's mu.
+	warm bool
 	// tenant owns the sandbox; "" when it was created for no tenant.
 	tenant  string
 	dir     string
@@ -461,7 +464,7 @@ func (s *Service) list(ctx context.Context) []*box {
 		}
 		select {
 		case <-b.ready:
-			if b.ok && !b.deleting {
+			if b.ok && !b.deleting && !b.warm {
 				out = append(out, b)
 			}
 		default:

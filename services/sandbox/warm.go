@@ -102,10 +102,14 @@ func (s *Service) CreateWarm(ctx context.Context, id, ref string) error {
 	if im == nil {
 		return coded(codes.InvalidArgument, "a warm desktop needs an image")
 	}
-	if _, err := s.create(ctx, id, "", Limits{}, "", false, im); err != nil {
+	b, err := s.create(ctx, id, "", Limits{}, "", false, im)
+	if err != nil {
 		_ = s.images.Unpin(id)
 		return err
 	}
+	s.mu.Lock()
+	b.warm = true
+	s.mu.Unlock()
 	return nil
 }
 
@@ -199,6 +203,7 @@ func (s *Service) Rekey(ctx context.Context, from, to, tenant string) error {
 		s.mu.Unlock()
 		return err
 	}
+	b.warm = false
 	delete(s.boxes, from)
 	s.mu.Unlock()
 	if err := s.images.Pin(to, b.imageDigest); err != nil {

@@ -59,6 +59,9 @@ func TestWarmSandboxGivenToOneSession(t *testing.T) {
 	if err := h.svc.StartProgram(ctx, "warm-a", []string{"sh", "-c", "echo started > /tmp/started; exec sleep 600"}); err != nil {
 		t.Fatal(err)
 	}
+	if list, err := h.client.ListSandboxes(ctx, &sandboxv1.ListSandboxesRequest{}); err != nil || len(list.GetSandboxes()) != 0 {
+		t.Errorf("a warm sandbox is listed: %v %v", list.GetSandboxes(), err)
+	}
 	h.svc.SetWarmDesktops(&onePool{s: h.svc, ids: []string{"warm-a"}})
 	create := func(id, ref string, header bool) (bool, *sandboxv1.Sandbox) {
 		t.Helper()
