@@ -104,7 +104,7 @@ func panelShown(img image.Image) (bool, string) {
 
 // startUpOnDesktop runs `deskgrid up` whose sessions run on the default
 // desktop image (built by scripts/setup), imported into its store first.
-func startUpOnDesktop(t *testing.T, dataDir, runDir string) *upProcess {
+func startUpOnDesktop(t *testing.T, dataDir, runDir string, extra ...string) *upProcess {
 	t.Helper()
 	layout := imagebuild.DesktopLayout()
 	if _, err := os.Stat(filepath.Join(layout, "index.json")); err != nil {
@@ -122,7 +122,7 @@ func startUpOnDesktop(t *testing.T, dataDir, runDir string) *upProcess {
 	if err := store.SetPublic(context.Background(), "", defaultImage, true); err != nil {
 		t.Fatal(err)
 	}
-	p := startUp(t, dataDir, runDir, "-default-image", defaultImage)
+	p := startUp(t, dataDir, runDir, append([]string{"-default-image", defaultImage}, extra...)...)
 	return p
 }
 
@@ -131,10 +131,11 @@ func startUpOnDesktop(t *testing.T, dataDir, runDir string) *upProcess {
 // desktop: the panel on screen, Chromium and a terminal inside, the image's
 // user mapped to the session's own host uid range, sudo and dpkg working
 // in that session only, commit then create showing the change, and nothing
-// left behind by a delete or by a crash of the service.
+// left behind by a delete or by a crash of the service. Every session here
+// starts cold (no warm desktops: TestDesktopWarmPool covers those).
 func TestDesktopImageSession(t *testing.T) {
 	dataDir, runDir := t.TempDir(), t.TempDir()
-	p := startUpOnDesktop(t, dataDir, runDir)
+	p := startUpOnDesktop(t, dataDir, runDir, "-warm-desktops", "0")
 	root := filepath.Join(dataDir, "sandbox")
 	h := sha256.Sum256([]byte(root))
 	runcRoot := filepath.Join("/run/deskgrid/containers", hex.EncodeToString(h[:6]), "runc")
@@ -245,6 +246,6 @@ dg-test`
 		t.Fatalf("runc list before the crash: %q", out)
 	}
 	p.kill9()
-	startUp(t, dataDir, runDir, "-default-image", defaultImage)
+	startUp(t, dataDir, runDir, "-default-image", defaultImage, "-warm-desktops", "0")
 	waitNoContainers("after a crash and a restart")
 }

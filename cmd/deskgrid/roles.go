@@ -58,6 +58,8 @@ type node struct {
 	// The same services through this process's gRPC server (cluster mode).
 	displays  displayv1.DisplayServiceClient
 	sandboxes sandboxv1.SandboxServiceClient
+	// pool keeps desktops started ahead of demand; nil: none.
+	pool *desktopPool
 }
 
 // addNode starts the display and sandbox services on srv. With reconcile, it
@@ -116,6 +118,15 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 		}
 		b.Register(srv.GRPC)
 		srv.SetServing(sandboxv1.SandboxService_ServiceDesc.ServiceName)
+		if n.display != nil && s.cfg.WarmDesktops > 0 && s.cfg.DefaultImage != "" {
+			def := session.DefaultConfig()
+			pool := newDesktopPool(s.cfg.WarmDesktops, s.cfg.DefaultImage,
+				sandbox.DisplaySpec{Width: int(def.DefaultWidth), Height: int(def.DefaultHeight), Depth: int(def.DefaultDepth)},
+				session.DesktopArgv(strings.Fields(s.cfg.WindowManager), true), n.display, b, s.logger.With("component", "warm-desktops"))
+			b.SetWarmDesktops(pool)
+			s.closers.add("warm desktops", pool.Close)
+			n.pool = pool
+		}
 		is, err := sandbox.NewImageServer(sandbox.ImageDeps{Store: images, Logger: s.logger.With("component", "images"), Tenant: s.tenantHook()})
 		if err != nil {
 			return nil, fmt.Errorf("images: %w", err)
@@ -353,7 +364,7 @@ func (n *node) reconcile(ctx context.Context, keep map[string]bool) error {
 			errs = append(errs, err)
 		}
 		for _, d := range list.GetDisplays() {
-			if !keep[d.GetSessionId()] {
+			if !keep[d.GetSessionId()] && !n.pool.owns(d.GetSessionId()) {
 				if _, err := n.displays.DeleteDisplay(ctx, &displayv1.DeleteDisplayRequest{SessionId: d.GetSessionId()}); err != nil {
 					errs = append(errs, err)
 				} else {
@@ -373,7 +384,7 @@ func (n *node) reconcile(ctx context.Context, keep map[string]bool) error {
 			errs = append(errs, err)
 		}
 		for _, b := range list.GetSandboxes() {
-			if !keep[b.GetSessionId()] {
+			if !keep[b.GetSessionId()] && !n.pool.owns(b.GetSessionId()) {
 				if _, err := n.sandboxes.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SessionId: b.GetSessionId()}); err != nil {
 					errs = append(errs, err)
 				} else {

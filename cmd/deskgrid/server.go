@@ -56,6 +56,7 @@ type serverConfig struct {
 	NodeAddr        string
 	NodeMaxSessions int
 	WarmDisplays    int
+	WarmDesktops    int
 	FirstDisplay    int
 	WindowManager   string
 	WorkspaceRoots  string
@@ -148,6 +149,7 @@ func serverFlags(name string, stderr io.Writer) (*flag.FlagSet, *serverConfig) {
 	fs.BoolVar(&c.TenantAntiAffinity, "tenant-anti-affinity", false, "spread each tenant's sessions over nodes")
 	fs.IntVar(&c.NodeMaxSessions, "node-max-sessions", 64, "sessions one node holds at once")
 	fs.IntVar(&c.WarmDisplays, "warm-displays", 1, "X servers kept started at the default size, so creating a session does not wait for one")
+	fs.IntVar(&c.WarmDesktops, "warm-desktops", 1, "sessions of -default-image kept fully started (container, window manager and panel drawn) at the default display size, so creating such a session is instant; each holds one idle desktop's memory")
 	fs.IntVar(&c.FirstDisplay, "first-display", 100, "lowest X display number the node uses; give nodes sharing one machine's /tmp disjoint ranges")
 	fs.StringVar(&c.WindowManager, "window-manager", "", "window manager started inside every session's sandbox on its display, such as openbox; empty runs bare X")
 	// up is one node that imports its default image; in a cluster the

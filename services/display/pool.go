@@ -177,3 +177,47 @@ func (s *Service) ownsPoolDir(dir string) bool {
 	defer s.pool.mu.Unlock()
 	return s.pool.dirs[dir]
 }
+
+// Rekey gives the running display of session from, made for no tenant and
+// used by nobody (a desktop started ahead of its session), to session to,
+// owned by tenant. Its X server, cookie and the programs on it stay.
+func (s *Service) Rekey(from, to, tenant string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errClosed
+	}
+	e := s.displays[from]
+	if e == nil {
+		return fmt.Errorf("no display %q to give to session %s", from, to)
+	}
+	select {
+	case <-e.ready:
+	default:
+		return fmt.Errorf("display %q is still starting", from)
+	}
+	if e.d == nil || e.tenant != "" {
+		return fmt.Errorf("display %q cannot be given to another session", from)
+	}
+	if _, ok := s.displays[to]; ok {
+		return fmt.Errorf("session %s already has a display: %w", to, errAlreadyExists)
+	}
+	d := e.d
+	if err := d.usable(); err != nil {
+		return err
+	}
+	dir := s.sessionDir(to)
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("clear session dir: %w", err)
+	}
+	if err := os.Rename(d.dir, dir); err != nil {
+		return fmt.Errorf("move display to its session: %w", err)
+	}
+	d.sessionID, d.tenant, d.dir, d.xauthPath = to, tenant, dir, filepath.Join(dir, xauthFile)
+	d.created = time.Now().UTC()
+	d.setOwner(to)
+	e.tenant = tenant
+	delete(s.displays, from)
+	s.displays[to] = e
+	return writeMeta(dir, d.meta())
+}

@@ -27,6 +27,12 @@ import (
 // box is one session's sandbox.
 type box struct {
 	id string
+	// cid names the sandbox's container, bundle and cgroup: its id, unless
+	// it was made ahead of its session and given to it later (Rekey).
+	cid string
+	// warm: made ahead of its session (CreateWarm) and not given to one
+	// yet; no list shows it. Guarded by the Service's mu.
+	warm bool
 	// tenant owns the sandbox; "" when it was created for no tenant.
 	tenant  string
 	dir     string
@@ -98,6 +104,17 @@ type meta struct {
 	Network   bool           `json:"network,omitempty"`
 	// Image is set for a sandbox run as a container of its image.
 	Image *boxImage `json:"image,omitempty"`
+	// Container names the container and cgroup when not SessionID: the
+	// sandbox was made ahead of its session (a warm desktop).
+	Container string `json:"container,omitempty"`
+}
+
+// containerID is what names m's container and cgroup.
+func (m meta) containerID(id string) string {
+	if m.Container != "" {
+		return m.Container
+	}
+	return id
 }
 
 const maxSessionID = 64
@@ -205,6 +222,7 @@ func (s *Service) create(ctx context.Context, id, workspace string, req Limits, 
 	kill, cancel := context.WithCancel(context.Background())
 	b := &box{
 		id:           id,
+		cid:          id,
 		tenant:       s.callerTenant(ctx),
 		dir:          filepath.Join(s.sandboxesDir(), id),
 		lower:        lower,
@@ -266,7 +284,7 @@ func (s *Service) build(ctx context.Context, b *box) (err error) {
 			return
 		}
 		if b.img != nil {
-			if cerr := s.removeContainer(context.WithoutCancel(ctx), b.id, b.dir); cerr != nil {
+			if cerr := s.removeContainer(context.WithoutCancel(ctx), b.cid, b.dir); cerr != nil {
 				s.log.ErrorContext(ctx, "remove container after failed create", "session_id", b.id, "error", cerr)
 			}
 		}
@@ -446,7 +464,7 @@ func (s *Service) list(ctx context.Context) []*box {
 		}
 		select {
 		case <-b.ready:
-			if b.ok && !b.deleting {
+			if b.ok && !b.deleting && !b.warm {
 				out = append(out, b)
 			}
 		default:
@@ -502,7 +520,7 @@ func (s *Service) deleteSandbox(ctx context.Context, id string) error {
 	var err error
 	if b.img != nil {
 		b.stopNetwork()
-		err = s.removeContainer(ctx, b.id, b.dir)
+		err = s.removeContainer(ctx, b.cid, b.dir)
 	}
 	if err == nil {
 		err = s.teardown(ctx, b.dir, b.driver)
@@ -548,7 +566,7 @@ func (s *Service) buildContainer(ctx context.Context, b *box) error {
 	}
 	b.driver = overlay.Kernel{}
 	if s.cgroups != nil {
-		cg, err := s.cgroups.Create(b.id, b.limits.cgroup())
+		cg, err := s.cgroups.Create(b.cid, b.limits.cgroup())
 		if err != nil {
 			return fmt.Errorf("sandbox %s: %w", b.id, err)
 		}
@@ -564,6 +582,9 @@ func (s *Service) buildContainer(ctx context.Context, b *box) error {
 
 func (b *box) meta() meta {
 	m := meta{SessionID: b.id, Tenant: b.tenant, Lower: b.lower, Owner: b.owner, Created: b.created, Limits: b.limits, Disk: b.disk, Network: b.network, Image: b.img}
+	if b.cid != b.id {
+		m.Container = b.cid
+	}
 	if b.driver != nil {
 		m.Driver = b.driver.Name()
 	}
@@ -614,10 +635,11 @@ func (s *Service) removeLeftover(ctx context.Context, id string) error {
 	}
 	killTagged(dir)
 	m, merr := readMeta(dir)
-	if err := s.removeContainer(ctx, id, dir); err != nil {
+	cid := m.containerID(id)
+	if err := s.removeContainer(ctx, cid, dir); err != nil {
 		return err
 	}
-	if err := s.removeCgroup(id); err != nil {
+	if err := s.removeCgroup(cid); err != nil {
 		return err
 	}
 	if err := s.teardown(ctx, dir, nil); err != nil {
@@ -722,10 +744,26 @@ func (s *Service) Reconcile(ctx context.Context, keep func(sessionID string) boo
 			ids[id] = true
 		}
 	}
+	// A sandbox given to its session after it was made has a container
+	// and cgroup of another name: they go, or stay, with its directory.
+	alias := map[string]bool{}
+	for _, e := range entries {
+		if m, err := readMeta(filepath.Join(s.sandboxesDir(), e.Name())); err == nil && m.Container != "" && m.Container != e.Name() {
+			alias[m.Container] = true
+		}
+	}
 	var errs []error
 	for id := range ids {
+		if alias[id] {
+			continue
+		}
 		s.mu.Lock()
 		held := s.boxes[id] != nil
+		for _, b := range s.boxes {
+			// A sandbox given to its session after it was made keeps the
+			// names of its container and cgroup.
+			held = held || b.cid == id
+		}
 		s.mu.Unlock()
 		if held {
 			continue
@@ -749,6 +787,9 @@ func (s *Service) Reconcile(ctx context.Context, keep func(sessionID string) boo
 		if rerr != nil {
 			errs = append(errs, fmt.Errorf("remove %s: %w", id, rerr))
 			continue
+		}
+		if s.images != nil {
+			_ = s.images.Unpin(id) // its image may go now
 		}
 		removed = append(removed, id)
 		s.log.InfoContext(ctx, "removed leftover sandbox", "session_id", id)
@@ -820,7 +861,7 @@ func (s *Service) adopt(ctx context.Context, id string) error {
 		}
 	}
 	kill, cancel := context.WithCancel(context.Background())
-	b := &box{id: id, tenant: m.Tenant, dir: dir, lower: m.Lower, owner: m.Owner, driver: driver, created: m.Created,
+	b := &box{id: id, cid: id, tenant: m.Tenant, dir: dir, lower: m.Lower, owner: m.Owner, driver: driver, created: m.Created,
 		limits: m.Limits, cg: cg, disk: m.Disk, network: m.Network, procs: map[string]*proc{}, frozen: cg != nil && cg.Frozen(),
 		ready: make(chan struct{}), ok: true, deleted: make(chan struct{}), kill: kill, cancel: cancel}
 	close(b.ready)
@@ -846,7 +887,8 @@ func (s *Service) adoptContainer(ctx context.Context, id, dir string, m meta) er
 		return err
 	}
 	kill, cancel := context.WithCancel(context.Background())
-	b := &box{id: id, tenant: m.Tenant, dir: dir, lower: m.Lower, driver: overlay.Kernel{}, created: m.Created,
+	cid := m.containerID(id)
+	b := &box{id: id, cid: cid, tenant: m.Tenant, dir: dir, lower: m.Lower, driver: overlay.Kernel{}, created: m.Created,
 		limits: m.Limits, disk: m.Disk, network: m.Network, procs: map[string]*proc{}, img: m.Image,
 		image: m.Image.Ref, imageDigest: m.Image.Digest,
 		ready: make(chan struct{}), ok: true, deleted: make(chan struct{}), kill: kill, cancel: cancel}
@@ -856,7 +898,7 @@ func (s *Service) adoptContainer(ctx context.Context, id, dir string, m meta) er
 	if err := os.Mkdir(p, 0o700); err == nil {
 		_ = os.WriteFile(filepath.Join(p, "owner"), []byte(dir), 0o600)
 	}
-	st, serr := s.runtime().State(ctx, id)
+	st, serr := s.runtime().State(ctx, cid)
 	running := serr == nil && st.Status == "running"
 	if m.Disk != "" {
 		if ok, err := overlay.IsMounted(b.layerDir()); err != nil {
@@ -871,7 +913,7 @@ func (s *Service) adoptContainer(ctx context.Context, id, dir string, m meta) er
 		return fail(err)
 	} else if !mounted {
 		if running {
-			_ = s.runtime().Delete(ctx, id)
+			_ = s.runtime().Delete(ctx, cid)
 			running = false
 		}
 		if err := s.mountImage(b); err != nil {
@@ -879,9 +921,9 @@ func (s *Service) adoptContainer(ctx context.Context, id, dir string, m meta) er
 		}
 	}
 	if s.cgroups != nil {
-		cg, err := s.cgroups.Load(id)
+		cg, err := s.cgroups.Load(cid)
 		if errors.Is(err, fs.ErrNotExist) {
-			cg, err = s.cgroups.Create(id, m.Limits.cgroup())
+			cg, err = s.cgroups.Create(cid, m.Limits.cgroup())
 		}
 		if err != nil {
 			return fail(err)
@@ -890,9 +932,9 @@ func (s *Service) adoptContainer(ctx context.Context, id, dir string, m meta) er
 		b.frozen = cg.Frozen()
 	}
 	if !running {
-		_ = s.runtime().Delete(ctx, id)
-		_ = container.Cleanup(s.bundle(id))
-		_ = cleanupX11(s.bundle(id) + ".x11")
+		_ = s.runtime().Delete(ctx, cid)
+		_ = container.Cleanup(s.bundle(cid))
+		_ = cleanupX11(s.bundle(cid) + ".x11")
 		if err := s.startContainer(ctx, b); err != nil {
 			return fail(err)
 		}

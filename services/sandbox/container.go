@@ -295,8 +295,8 @@ func unmountImage(dir string) error {
 // startContainer starts a container sandbox's container.
 func (s *Service) startContainer(ctx context.Context, b *box) error {
 	cfg := container.Config{
-		ID:       b.id,
-		Bundle:   s.bundle(b.id),
+		ID:       b.cid,
+		Bundle:   s.bundle(b.cid),
 		Rootfs:   b.merged(),
 		Range:    b.img.Range,
 		Init:     s.cfg.CatatonitPath,
@@ -306,13 +306,13 @@ func (s *Service) startContainer(ctx context.Context, b *box) error {
 		Mounts: []specs.Mount{
 			// The X socket and cookie of the session's display are placed
 			// here from the host once it has one (shareDisplay).
-			{Destination: "/tmp/.X11-unix", Type: "bind", Source: filepath.Join(s.bundle(b.id) + ".x11"), Options: []string{"rbind", "rslave", "nosuid", "nodev", "noexec"}},
+			{Destination: "/tmp/.X11-unix", Type: "bind", Source: filepath.Join(s.bundle(b.cid) + ".x11"), Options: []string{"rbind", "rslave", "nosuid", "nodev", "noexec"}},
 		},
 	}
 	if b.cg != nil {
 		cfg.CgroupsPath = b.cg.Path()
 	}
-	x11 := s.bundle(b.id) + ".x11"
+	x11 := s.bundle(b.cid) + ".x11"
 	if err := s.prepareX11(x11, b.img.Range); err != nil {
 		return err
 	}
@@ -325,8 +325,8 @@ func (s *Service) startContainer(ctx context.Context, b *box) error {
 	}
 	if b.network {
 		if err := s.attachNetwork(ctx, b); err != nil {
-			_ = s.runtime().Delete(context.WithoutCancel(ctx), b.id)
-			_ = container.Cleanup(s.bundle(b.id))
+			_ = s.runtime().Delete(context.WithoutCancel(ctx), b.cid)
+			_ = container.Cleanup(s.bundle(b.cid))
 			_ = cleanupX11(x11)
 			return err
 		}
@@ -337,7 +337,7 @@ func (s *Service) startContainer(ctx context.Context, b *box) error {
 // attachNetwork connects a container's network namespace to the host's in
 // user mode (slirp4netns), as a bubblewrap sandbox's commands are.
 func (s *Service) attachNetwork(ctx context.Context, b *box) error {
-	st, err := s.runtime().State(ctx, b.id)
+	st, err := s.runtime().State(ctx, b.cid)
 	if err != nil {
 		return err
 	}
@@ -407,7 +407,7 @@ const xauthName = ".Xauthority-deskgrid"
 // its cookie there, owned by the container's user; it returns DISPLAY and
 // XAUTHORITY for the command.
 func (s *Service) shareDisplay(b *box, sock, n, xauth string, uid, gid int) ([]string, error) {
-	dir := s.bundle(b.id) + ".x11"
+	dir := s.bundle(b.cid) + ".x11"
 	dst := filepath.Join(dir, "X"+n)
 	b.xmu.Lock()
 	defer b.xmu.Unlock()
@@ -560,13 +560,13 @@ func (s *Service) unmountRoot(ctx context.Context, b *box) error {
 	}
 	b.stopShell()
 	b.stopNetwork()
-	if err := s.runtime().Delete(ctx, b.id); err != nil {
+	if err := s.runtime().Delete(ctx, b.cid); err != nil {
 		return err
 	}
-	if err := container.Cleanup(s.bundle(b.id)); err != nil {
+	if err := container.Cleanup(s.bundle(b.cid)); err != nil {
 		return err
 	}
-	if err := cleanupX11(s.bundle(b.id) + ".x11"); err != nil {
+	if err := cleanupX11(s.bundle(b.cid) + ".x11"); err != nil {
 		return err
 	}
 	if err := unix.Unmount(b.merged(), unix.MNT_DETACH); err != nil {

@@ -247,7 +247,7 @@ func (s *Service) containerSpec(b *box, argv, extraEnv []string, cwd, asked stri
 	spec := jail.Spec{
 		Argv:      argv,
 		Cwd:       wd,
-		Container: &jail.Container{Runtime: s.runtime(), ID: b.id, User: fmt.Sprintf("%d:%d", uid, gid)},
+		Container: &jail.Container{Runtime: s.runtime(), ID: b.cid, User: fmt.Sprintf("%d:%d", uid, gid)},
 	}
 	var env []string
 	if s.display != nil {

@@ -92,6 +92,9 @@ func (g *server) CreateSandbox(ctx context.Context, req *sandboxv1.CreateSandbox
 	if err := validateSessionID(req.GetSessionId()); err != nil {
 		return nil, g.s.toStatus(ctx, "create sandbox", err)
 	}
+	if b := g.s.claimWarm(ctx, req); b != nil {
+		return &sandboxv1.CreateSandboxResponse{Sandbox: b.proto()}, nil
+	}
 	im, err := g.s.sandboxImage(ctx, req.GetSessionId(), req.GetImage())
 	if err != nil {
 		return nil, g.s.toStatus(ctx, "create sandbox", err)

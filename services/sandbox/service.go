@@ -182,6 +182,8 @@ type Service struct {
 	mu     sync.Mutex
 	boxes  map[string]*box
 	closed bool
+	// warm hands out desktops started ahead of demand; nil: none.
+	warm WarmDesktops
 }
 
 // New prepares the directories under cfg.Root. It does not touch sandboxes

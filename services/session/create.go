@@ -8,7 +8,9 @@ import (
 	"maps"
 	"slices"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -268,7 +270,15 @@ func (s *Service) startDesktop(ctx context.Context, cur *sessionv1.Session, node
 	if cur.GetImageDigest() != "" {
 		img = cur.GetImageDigest()
 	}
-	sb, err := sandboxes.CreateSandbox(ctx, &sandboxv1.CreateSandboxRequest{
+	d := cur.GetDisplay()
+	// A node keeping desktops of the image started ahead of demand gives
+	// one, its display and desktop included, when it fits.
+	sctx := ctx
+	if img != "" && snapshotID == "" && cur.GetWorkspace() == "" {
+		sctx = metadata.AppendToOutgoingContext(ctx, warmDesktopHeader, fmt.Sprintf("%dx%dx%d@%d", d.GetWidth(), d.GetHeight(), d.GetDepth(), d.GetDpi()))
+	}
+	var trailer metadata.MD
+	sb, err := sandboxes.CreateSandbox(sctx, &sandboxv1.CreateSandboxRequest{
 		SessionId:   cur.GetId(),
 		Workspace:   cur.GetWorkspace(),
 		MemoryBytes: lim.GetMemoryBytes(),
@@ -278,24 +288,34 @@ func (s *Service) startDesktop(ctx context.Context, cur *sessionv1.Session, node
 		SnapshotId:  snapshotID,
 		Network:     cur.GetNetwork(),
 		Image:       img,
-	})
+	}, grpc.Trailer(&trailer))
 	if err != nil {
 		return "", &nodeError{Node: nodeID, Op: "create sandbox", Err: err}
 	}
+	warm := slices.Contains(trailer.Get(warmDesktopHeader), "started")
 	if d := sb.GetSandbox().GetImageDigest(); d != "" {
 		// Written with the move to RUNNING.
 		cur.ImageDigest = d
 	}
-	d := cur.GetDisplay()
-	created, err := displays.CreateDisplay(ctx, &displayv1.CreateDisplayRequest{
-		SessionId: cur.GetId(),
-		Width:     d.GetWidth(),
-		Height:    d.GetHeight(),
-		Depth:     d.GetDepth(),
-		Dpi:       d.GetDpi(),
-	})
-	if err != nil {
-		return "", &nodeError{Node: nodeID, Op: "create display", Err: err}
+	var xd string
+	if warm {
+		got, err := displays.GetDisplay(ctx, &displayv1.GetDisplayRequest{SessionId: cur.GetId()})
+		if err != nil {
+			return "", &nodeError{Node: nodeID, Op: "get the warm desktop's display", Err: err}
+		}
+		xd = got.GetDisplay().GetXDisplay()
+	} else {
+		created, err := displays.CreateDisplay(ctx, &displayv1.CreateDisplayRequest{
+			SessionId: cur.GetId(),
+			Width:     d.GetWidth(),
+			Height:    d.GetHeight(),
+			Depth:     d.GetDepth(),
+			Dpi:       d.GetDpi(),
+		})
+		if err != nil {
+			return "", &nodeError{Node: nodeID, Op: "create display", Err: err}
+		}
+		xd = created.GetDisplay().GetXDisplay()
 	}
 	// The desktop is up when it answers; one pixel is enough to know.
 	if _, err := displays.Screenshot(ctx, &displayv1.ScreenshotRequest{
@@ -307,7 +327,7 @@ func (s *Service) startDesktop(ctx context.Context, cur *sessionv1.Session, node
 	}
 	// The desktop and the autostart programs run inside the sandbox, on the
 	// session's display, until the session ends.
-	if argv := s.desktopArgv(img != ""); len(argv) > 0 {
+	if argv := s.desktopArgv(img != ""); len(argv) > 0 && !warm {
 		if _, err := sandboxes.StartProcess(ctx, &sandboxv1.StartProcessRequest{SessionId: cur.GetId(), Argv: argv}); err != nil {
 			return "", &nodeError{Node: nodeID, Op: fmt.Sprintf("start the desktop %q", argv[0]), Err: err}
 		}
@@ -317,8 +337,12 @@ func (s *Service) startDesktop(ctx context.Context, cur *sessionv1.Session, node
 			return "", &nodeError{Node: nodeID, Op: fmt.Sprintf("start autostart program %q", prog), Err: err}
 		}
 	}
-	return created.GetDisplay().GetXDisplay(), nil
+	return xd, nil
 }
+
+// warmDesktopHeader is the metadata of CreateSandbox asking for a desktop
+// started ahead of demand (sandbox.WarmDesktopHeader), and of its answer.
+const warmDesktopHeader = "deskgrid-warm-desktop"
 
 // lostRace explains a conflict during create: someone else changed the session.
 func (s *Service) lostRace(ctx context.Context, id string, err error) error {
@@ -392,14 +416,20 @@ func (s *Service) imageFor(asked, workspace string) string {
 // DESKGRID_SESSION (the org.deskgrid.session label), falling back to
 // Desktop; elsewhere Desktop.
 func (s *Service) desktopArgv(fromImage bool) []string {
+	return DesktopArgv(s.cfg.Desktop, fromImage)
+}
+
+// DesktopArgv is the program that starts a session's desktop: desktop, or
+// in a session from an image the image's own desktop program.
+func DesktopArgv(desktop []string, fromImage bool) []string {
 	if !fromImage {
-		return slices.Clone(s.cfg.Desktop)
+		return slices.Clone(desktop)
 	}
 	script := `if [ -n "$DESKGRID_SESSION" ]; then exec $DESKGRID_SESSION; fi; `
-	if len(s.cfg.Desktop) > 0 {
+	if len(desktop) > 0 {
 		script += `exec "$@"`
 	} else {
 		script += "exit 0"
 	}
-	return append([]string{"/bin/sh", "-c", script, "deskgrid-session"}, s.cfg.Desktop...)
+	return append([]string{"/bin/sh", "-c", script, "deskgrid-session"}, desktop...)
 }
