@@ -2711,7 +2711,10 @@ export interface components {
         v1SettleOutcome: "SETTLE_OUTCOME_UNSPECIFIED" | "SETTLE_OUTCOME_SETTLED" | "SETTLE_OUTCOME_BUSY" | "SETTLE_OUTCOME_NO_CHANGE" | "SETTLE_OUTCOME_SKIPPED";
         /** @description SettleResult reports the wait before a screenshot. */
         v1SettleResult: {
-            /** @description From the end of the input to the first change it caused; unset when nothing changed. */
+            /**
+             * @description From the start of the input to the first change it caused (a program may
+             *     answer a press before the input has ended); unset when nothing changed.
+             */
             firstChange?: string;
             outcome?: components["schemas"]["v1SettleOutcome"];
             /** @description From the end of the input to the screenshot. */
