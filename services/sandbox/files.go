@@ -8,8 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"strings"
+	"syscall"
 
 	"google.golang.org/grpc/codes"
 
@@ -63,8 +63,7 @@ func imageHome(rootfs string, env []string, user string) string {
 	if u == "" {
 		u = "0"
 	}
-	pw, _ := os.ReadFile(filepath.Join(rootfs, "etc", "passwd"))
-	for _, line := range strings.Split(string(pw), "\n") {
+	for _, line := range strings.Split(string(readInside(rootfs, "etc/passwd")), "\n") {
 		f := strings.Split(line, ":")
 		if len(f) < 6 || f[0] != u && f[2] != u {
 			continue
@@ -75,6 +74,28 @@ func imageHome(rootfs string, env []string, user string) string {
 		break
 	}
 	return "/"
+}
+
+// readInside reads up to 1 MiB of a file beneath root, not following a
+// symlink out of it (an image session's user may replace any file); nil
+// when it cannot.
+func readInside(root, name string) []byte {
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return nil
+	}
+	defer r.Close()
+	// O_NONBLOCK: a FIFO put there must not hold the call.
+	f, err := r.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return nil
+	}
+	data, _ := io.ReadAll(io.LimitReader(f, 1<<20))
+	return data
 }
 
 // rootRel turns a path of the files API or a working directory (what names
