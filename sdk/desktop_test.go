@@ -4,12 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	deskgrid "github.com/deskgrid/deskgrid/sdk"
 	"github.com/deskgrid/deskgrid/sdk/deskgridtest"
 )
@@ -80,5 +87,104 @@ func TestClipboardAndWindows(t *testing.T) {
 	if code != 200 || v["text"] != "from REST ✓" || v["owned"] != true {
 		t.Fatalf("GET clipboard: %d %v", code, v)
 	}
+}
 
+// A program started through the processes API in a session on the node's
+// programs shows its window on the session's display, where openbox (started
+// in the sandbox beside it) frames it and the windows API finds and moves it.
+func TestStartedProgramWindow(t *testing.T) {
+	srv := deskgridtest.Start(t, "-window-manager", "openbox")
+	c, err := deskgrid.New(srv.GRPCAddr, deskgrid.WithAPIKey(srv.APIKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := c.Sessions.Create(ctx, deskgrid.CreateOptions{Width: 800, Height: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	conn, err := grpc.NewClient(srv.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sb := sandboxv1.NewSandboxServiceClient(conn)
+	actx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+srv.APIKey)
+	p, err := sb.StartProcess(actx, &sandboxv1.StartProcessRequest{SessionId: s.GetId(), Argv: []string{"xmessage", "-name", "dgtest", "hello"}})
+	if err != nil {
+		t.Fatalf("start xmessage: %v", err)
+	}
+	var win *displayv1.Window
+	for win == nil {
+		ws, err := s.Windows(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range ws {
+			// openbox has framed it (the title bar moves it down).
+			if w.GetInstance() == "dgtest" && w.GetGeometry().GetY() > 1 {
+				win = w
+			}
+		}
+		if win != nil {
+			break
+		}
+		if l, err := sb.ListProcesses(actx, &sandboxv1.ListProcessesRequest{SessionId: s.GetId()}); err == nil {
+			for _, got := range l.GetProcesses() {
+				if got.GetProcessId() == p.GetProcess().GetProcessId() && got.GetState() == sandboxv1.ProcessState_PROCESS_STATE_EXITED {
+					t.Fatalf("xmessage exited (%v) without showing a window", got.GetExit())
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("xmessage's window never appeared: %v", ws)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if w, err := s.ActivateWindow(ctx, win.GetId()); err != nil || !w.GetFocused() {
+		t.Fatalf("activate: %v %v", w, err)
+	}
+	if w, err := s.MoveWindow(ctx, win.GetId(), 30, 40, 300, 120); err != nil || w.GetGeometry().GetX() != 30 || w.GetGeometry().GetY() != 40 || w.GetGeometry().GetWidth() != 300 {
+		t.Fatalf("move: %v %v", w, err)
+	}
+	if w, err := s.SetWindowState(ctx, win.GetId(), displayv1.WindowState_WINDOW_STATE_MINIMIZED); err != nil || !w.GetMinimized() {
+		t.Fatalf("minimise: %v %v", w, err)
+	}
+	code, v := rest(t, srv, "GET", "/v1/sessions/"+s.GetId()+"/windows", "")
+	if code != 200 || !strings.Contains(fmt.Sprint(v["windows"]), "dgtest") {
+		t.Fatalf("GET windows: %d %v", code, v)
+	}
+	code, v = rest(t, srv, "POST", fmt.Sprintf("/v1/sessions/%s/windows/%d:activate", s.GetId(), win.GetId()), `{}`)
+	if w, _ := v["window"].(map[string]any); code != 200 || w["focused"] != true || w["minimized"] == true {
+		t.Fatalf("POST :activate: %d %v", code, v)
+	}
+	code, v = rest(t, srv, "POST", fmt.Sprintf("/v1/sessions/%s/windows/%d:setState", s.GetId(), win.GetId()), `{"state":"WINDOW_STATE_MAXIMIZED"}`)
+	if w, _ := v["window"].(map[string]any); code != 200 || w["maximized"] != true {
+		t.Fatalf("POST :setState: %d %v", code, v)
+	}
+	code, v = rest(t, srv, "POST", fmt.Sprintf("/v1/sessions/%s/windows/%d:move", s.GetId(), 12345), `{"geometry":{"x":1,"y":1}}`)
+	if code != 404 {
+		t.Fatalf("unknown window: %d %v", code, v)
+	}
+	if closed, err := s.CloseWindow(ctx, win.GetId()); err != nil || !closed {
+		t.Fatalf("close: %v %v", closed, err)
+	}
+	for {
+		ws, err := s.Windows(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ws) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("after close: %v", ws)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

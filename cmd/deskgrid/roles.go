@@ -267,7 +267,10 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 		// write, so replicas racing on one node do no harm.
 		w := cluster.WatchWith(reg, cluster.WatchConfig{
 			Interval: s.cfg.HeartbeatInterval / 2,
-			Logger:   s.logger.With("component", "node-watcher"),
+			// After Redis comes back, a live node heartbeats again within
+			// its TTL (the next tick, plus the call).
+			Grace:  max(s.cfg.HeartbeatTTL, 3*s.cfg.HeartbeatInterval/2),
+			Logger: s.logger.With("component", "node-watcher"),
 			Lost: func(ctx context.Context, nodeID string) error {
 				conns.Forget(nodeID)
 				_, err := svc.MarkNodeSessionsLost(ctx, nodeID, "node heartbeat expired")

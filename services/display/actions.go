@@ -342,6 +342,9 @@ func (s *Service) perform(ctx context.Context, d *display, steps []step, shot *s
 	}
 	in := d.input
 	resp := &displayv1.PerformActionsResponse{}
+	// What changes from here on may be the input's effect: a program can
+	// answer a press before the rest of the input is done.
+	began := time.Now()
 	for _, st := range steps {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -379,7 +382,7 @@ func (s *Service) perform(ctx context.Context, d *display, steps []step, shot *s
 	x, y = m.ToScaled(x, y)
 	resp.Cursor = &displayv1.Point{X: int32(x), Y: int32(y)}
 	if shot != nil {
-		if resp.Settle, err = s.settle(ctx, d, done, settle); err != nil {
+		if resp.Settle, err = s.settle(ctx, d, began, done, settle); err != nil {
 			return nil, err
 		}
 		if resp.Screenshot, err = s.screenshot(d, *shot); err != nil {
@@ -421,12 +424,13 @@ func (s *Service) settleOptions(req *displayv1.Settle) (capture.SettleOptions, b
 	return o, req.GetSkip(), nil
 }
 
-// settle waits for the effect of input that ended at done, as o says.
-func (s *Service) settle(ctx context.Context, d *display, done time.Time, o settleSpec) (*displayv1.SettleResult, error) {
+// settle waits for the effect of input that began at began and ended at
+// done, as o says.
+func (s *Service) settle(ctx context.Context, d *display, began, done time.Time, o settleSpec) (*displayv1.SettleResult, error) {
 	if o.skip {
 		return &displayv1.SettleResult{Outcome: displayv1.SettleOutcome_SETTLE_OUTCOME_SKIPPED, Waited: durationpb.New(time.Since(done))}, nil
 	}
-	rep, err := d.watch.Settle(ctx, done, o.SettleOptions)
+	rep, err := d.watch.Settle(ctx, began, done, o.SettleOptions)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,7 +61,7 @@ func BenchmarkCreateToFirstScreenshot(b *testing.B) {
 func BenchmarkClickAndScreenshot(b *testing.B) {
 	s, c := testService(b, "")
 	createDisplay(b, c, "bench-click", 1280, 800)
-	var delay time.Duration
+	var delay atomic.Int64
 	lateClient(b, clientConn(b, s, "bench-click"), 540, 300, 200, 200, []uint32{0x0000ff, 0xff0000}, &delay)
 	ctx := ctxT(b)
 	req := &displayv1.PerformActionsRequest{

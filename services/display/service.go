@@ -159,6 +159,8 @@ type display struct {
 	// selections owns and reads CLIPBOARD and PRIMARY.
 	selections *selection.Selections
 	root       xproto.Window
+	// wakeAtom is the root property changed to wake a window manager (wake.go).
+	wakeAtom xproto.Atom
 	// events ends when conn closes.
 	events chan struct{}
 
@@ -506,6 +508,10 @@ func (s *Service) launch(ctx context.Context, dir string, spec displaySpec) (_ *
 	d.cursorOK = capture.InitCursor(conn) == nil
 	d.conn, d.screen, d.input, d.watch, d.windows = conn, screen, input, watch, lister
 	d.root = screen.Root
+	if err := d.watchNewWindows(); err != nil {
+		conn.Close()
+		return nil, err
+	}
 	d.done, d.finish = context.WithCancel(context.Background())
 	d.events = make(chan struct{})
 	go s.readEvents(d)
@@ -565,7 +571,7 @@ func (s *Service) readEvents(d *display) {
 			s.log.Debug("X error", "session_id", d.owner(), "err", xerr.Error())
 			continue
 		}
-		if d.watch.Handle(ev) || d.selections.Handle(ev) {
+		if d.watch.Handle(ev) || d.selections.Handle(ev) || d.handleNewWindow(ev) {
 			continue
 		}
 		if resize.IsChange(ev) {

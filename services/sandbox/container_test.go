@@ -236,12 +236,12 @@ func TestImageSessionIsAContainerInItsOwnRange(t *testing.T) {
 		t.Errorf("changes do not list usr/bin/only-in-ra: %v", ch.GetChanges())
 	}
 	// The file API reads the container's root filesystem.
-	rf, err := h.client.ReadFile(context.Background(), &sandboxv1.ReadFileRequest{SessionId: "ra", Path: "usr/bin/only-in-ra"})
+	rf, err := h.client.ReadFile(context.Background(), &sandboxv1.ReadFileRequest{SessionId: "ra", Path: "/usr/bin/only-in-ra"})
 	if err != nil || string(rf.GetContent()) != "x\n" {
 		t.Errorf("ReadFile: %q %v", rf.GetContent(), err)
 	}
 	// A file written through the API belongs to the image's user inside.
-	if _, err := h.client.WriteFile(context.Background(), &sandboxv1.WriteFileRequest{SessionId: "ua", Path: "home/user/notes/api.txt", Content: []byte("hi")}); err != nil {
+	if _, err := h.client.WriteFile(context.Background(), &sandboxv1.WriteFileRequest{SessionId: "ua", Path: "/home/user/notes/api.txt", Content: []byte("hi")}); err != nil {
 		t.Fatal(err)
 	}
 	if got := h.sh(t, "ua", "stat -c %u:%g /home/user/notes/api.txt; echo more >> /home/user/notes/api.txt && touch /home/user/notes/new && echo appended"); got != "1000:1000\nappended" {

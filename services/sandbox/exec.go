@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/codes"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
-	"github.com/deskgrid/deskgrid/services/sandbox/fsroot"
 	"github.com/deskgrid/deskgrid/services/sandbox/jail"
 )
 
@@ -41,20 +40,14 @@ func (s *Service) execTimeout(req *sandboxv1.ExecRequest) (time.Duration, error)
 	return d, nil
 }
 
-// execCwd turns a requested working directory into a path relative to the
-// home, or refuses it.
+// execCwd checks a requested working directory's form: "" is the default,
+// a relative path is below the session user's home, an absolute one is as
+// the session's programs see it (see rootRel).
 func execCwd(cwd string) (string, error) {
 	if cwd == "" {
-		return ".", nil
+		return "", nil
 	}
-	if strings.HasPrefix(cwd, "/") {
-		rel, ok := strings.CutPrefix(path.Clean(cwd), jail.Home)
-		if !ok || rel != "" && rel[0] != '/' {
-			return "", coded(codes.InvalidArgument, "cwd %q must be inside %s", cwd, jail.Home)
-		}
-		cwd = strings.TrimPrefix(rel, "/")
-	}
-	clean, err := fsroot.Clean(cwd)
+	clean, err := checkPath(cwd)
 	if err != nil {
 		return "", coded(codes.InvalidArgument, "cwd: %v", err)
 	}
@@ -160,24 +153,26 @@ func (s *Service) exec(ctx context.Context, req *sandboxv1.ExecRequest, send fun
 }
 
 // jailSpec is how a command runs in b: its home, accounts, display and
-// cgroup. cwd is checked relative to the home; asked is what the caller wrote.
+// cgroup. cwd is from execCwd ("" for the default); asked is what the
+// caller wrote.
 func (s *Service) jailSpec(b *box, argv, extraEnv []string, cwd, asked string) (jail.Spec, error) {
 	if b.img != nil {
 		return s.containerSpec(b, argv, extraEnv, cwd, asked)
 	}
-	if cwd != "." {
+	wd := jail.Home
+	if cwd != "" {
 		real, err := s.resolveCwd(b, cwd, asked)
 		if err != nil {
 			return jail.Spec{}, err
 		}
-		cwd = real
+		wd = path.Join(jail.Home, real)
 	}
 
 	spec := jail.Spec{
 		Bwrap:    s.cfg.BwrapPath,
 		HomeDir:  b.merged(),
 		Argv:     argv,
-		Cwd:      path.Join(jail.Home, cwd),
+		Cwd:      wd,
 		Etc:      s.cfg.Etc,
 		Hostname: "sandbox",
 		Binds: []jail.Bind{
@@ -226,8 +221,8 @@ func (s *Service) jailSpec(b *box, argv, extraEnv []string, cwd, asked string) (
 }
 
 // containerSpec is how a command runs in a sandbox that runs its image: a
-// `runc exec` as the image's user, in the image's working directory or the
-// asked one below /home/user, with the session's display.
+// `runc exec` as the image's user, in the asked working directory or else
+// the image's (else the user's home), with the session's display.
 func (s *Service) containerSpec(b *box, argv, extraEnv []string, cwd, asked string) (jail.Spec, error) {
 	uid, gid, err := imageUser(b.merged(), b.img.Config.User)
 	if err != nil {
@@ -235,14 +230,14 @@ func (s *Service) containerSpec(b *box, argv, extraEnv []string, cwd, asked stri
 	}
 	wd := b.img.Config.WorkingDir
 	if wd == "" {
-		wd = "/"
+		wd = b.home()
 	}
-	if cwd != "." {
-		real, err := s.resolveCwd(b, strings.TrimPrefix(path.Join(jail.Home, cwd), "/"), asked)
+	if cwd != "" {
+		real, err := s.resolveCwd(b, cwd, asked)
 		if err != nil {
 			return jail.Spec{}, err
 		}
-		wd = "/" + real
+		wd = path.Join("/", real)
 	}
 	spec := jail.Spec{
 		Argv:      argv,
@@ -268,9 +263,14 @@ func (s *Service) containerSpec(b *box, argv, extraEnv []string, cwd, asked stri
 	return spec, nil
 }
 
-// resolveCwd resolves a working directory, relative to the sandbox's root,
-// inside the sandbox: it must exist there and be a directory.
-func (s *Service) resolveCwd(b *box, rel, asked string) (string, error) {
+// resolveCwd resolves a working directory (from execCwd) to where it really
+// lies relative to the sandbox's root directory: it must exist there and be
+// a directory.
+func (s *Service) resolveCwd(b *box, cwd, asked string) (string, error) {
+	rel, err := b.rootRel("cwd", cwd)
+	if err != nil {
+		return "", err
+	}
 	r, err := s.root(b)
 	if err != nil {
 		return "", err

@@ -6,11 +6,126 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
+	"path"
+	"strings"
+	"syscall"
 
 	"google.golang.org/grpc/codes"
 
 	"github.com/deskgrid/deskgrid/services/sandbox/fsroot"
+	"github.com/deskgrid/deskgrid/services/sandbox/jail"
 )
+
+// Paths given to the files API and an exec's working directory mean the
+// same in both kinds of sandbox: a relative path starts at the session
+// user's home, an absolute one is the path the session's programs see. A
+// sandbox on the node's programs (bubblewrap) shows only its home, jail.Home,
+// to the API: an absolute path elsewhere is refused. A sandbox running an
+// image shows its whole root filesystem; its home is the image user's
+// (HOME in the image's environment, else the user's /etc/passwd entry).
+
+// checkPath validates a path's form and cleans it, keeping it relative or
+// absolute: "" is ".", the home.
+func checkPath(p string) (string, error) {
+	if !strings.HasPrefix(p, "/") {
+		return fsroot.Clean(p)
+	}
+	c, err := fsroot.Clean(strings.TrimLeft(p, "/"))
+	if err != nil {
+		return "", err
+	}
+	if c == "." {
+		return "/", nil
+	}
+	return "/" + c, nil
+}
+
+// home is the session user's home inside b, absolute.
+func (b *box) home() string {
+	if b.img == nil {
+		return jail.Home
+	}
+	return imageHome(b.merged(), b.img.Config.Env, b.img.Config.User)
+}
+
+// imageHome is the home of an image's user: HOME in its environment, else
+// the home of its /etc/passwd entry, else "/".
+func imageHome(rootfs string, env []string, user string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "HOME="); ok && strings.HasPrefix(v, "/") {
+			if c, err := checkPath(v); err == nil {
+				return c
+			}
+		}
+	}
+	u, _, _ := strings.Cut(user, ":")
+	if u == "" {
+		u = "0"
+	}
+	for _, line := range strings.Split(string(readInside(rootfs, "etc/passwd")), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) < 6 || f[0] != u && f[2] != u {
+			continue
+		}
+		if c, err := checkPath(f[5]); err == nil && strings.HasPrefix(c, "/") {
+			return c
+		}
+		break
+	}
+	return "/"
+}
+
+// readInside reads up to 1 MiB of a file beneath root, not following a
+// symlink out of it (an image session's user may replace any file); nil
+// when it cannot.
+func readInside(root, name string) []byte {
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return nil
+	}
+	defer r.Close()
+	// O_NONBLOCK: a FIFO put there must not hold the call.
+	f, err := r.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return nil
+	}
+	data, _ := io.ReadAll(io.LimitReader(f, 1<<20))
+	return data
+}
+
+// rootRel turns a path of the files API or a working directory (what names
+// it in errors) into one relative to b's root directory, b.merged().
+func (b *box) rootRel(what, p string) (string, error) {
+	c, err := checkPath(p)
+	if err != nil {
+		return "", err
+	}
+	if !strings.HasPrefix(c, "/") {
+		if b.img == nil {
+			return c, nil
+		}
+		return path.Join(strings.TrimPrefix(b.home(), "/"), c), nil
+	}
+	if b.img != nil {
+		if c == "/" {
+			return ".", nil
+		}
+		return strings.TrimPrefix(c, "/"), nil
+	}
+	rel, ok := strings.CutPrefix(c, jail.Home)
+	if !ok || rel != "" && rel[0] != '/' {
+		return "", coded(codes.InvalidArgument, "%s %q is outside %s: a session on the node's programs shows only its home (give a path relative to it)", what, p, jail.Home)
+	}
+	if rel = strings.TrimPrefix(rel, "/"); rel == "" {
+		return ".", nil
+	}
+	return rel, nil
+}
 
 func (s *Service) root(b *box) (*fsroot.Root, error) {
 	r, err := fsroot.New(b.merged())
@@ -30,7 +145,7 @@ func (s *Service) root(b *box) (*fsroot.Root, error) {
 }
 
 func (s *Service) readFile(ctx context.Context, id, path string) ([]byte, fs.FileMode, error) {
-	if _, err := fsroot.Clean(path); err != nil {
+	if _, err := checkPath(path); err != nil {
 		return nil, 0, err
 	}
 	if path == "" {
@@ -45,11 +160,15 @@ func (s *Service) readFile(ctx context.Context, id, path string) ([]byte, fs.Fil
 	if err != nil {
 		return nil, 0, err
 	}
-	return r.ReadFile(path, s.cfg.MaxFileBytes)
+	rel, err := b.rootRel("path", path)
+	if err != nil {
+		return nil, 0, err
+	}
+	return r.ReadFile(rel, s.cfg.MaxFileBytes)
 }
 
 func (s *Service) writeFile(ctx context.Context, id, path string, data []byte, mode fs.FileMode) error {
-	if _, err := fsroot.Clean(path); err != nil {
+	if _, err := checkPath(path); err != nil {
 		return err
 	}
 	if path == "" {
@@ -73,11 +192,15 @@ func (s *Service) writeFile(ctx context.Context, id, path string, data []byte, m
 	if err != nil {
 		return err
 	}
-	return r.WriteFile(path, data, mode)
+	rel, err := b.rootRel("path", path)
+	if err != nil {
+		return err
+	}
+	return r.WriteFile(rel, data, mode)
 }
 
 func (s *Service) listFiles(ctx context.Context, id, path string) ([]fs.FileInfo, error) {
-	if _, err := fsroot.Clean(path); err != nil {
+	if _, err := checkPath(path); err != nil {
 		return nil, err
 	}
 	b, release, err := s.acquire(ctx, id)
@@ -89,11 +212,16 @@ func (s *Service) listFiles(ctx context.Context, id, path string) ([]fs.FileInfo
 	if err != nil {
 		return nil, err
 	}
-	return r.List(path)
+	rel, err := b.rootRel("path", path)
+	if err != nil {
+		return nil, err
+	}
+	return r.List(rel)
 }
 
-// withRoot runs fn on a sandbox's root while holding the sandbox.
-func (s *Service) withRoot(ctx context.Context, id string, fn func(*fsroot.Root) error) error {
+// withRoot runs fn on a sandbox's root while holding the sandbox; at turns
+// a path of the API into one relative to that root.
+func (s *Service) withRoot(ctx context.Context, id string, fn func(r *fsroot.Root, at func(string) (string, error)) error) error {
 	b, release, err := s.acquire(ctx, id)
 	if err != nil {
 		return err
@@ -103,11 +231,21 @@ func (s *Service) withRoot(ctx context.Context, id string, fn func(*fsroot.Root)
 	if err != nil {
 		return err
 	}
-	return fn(r)
+	return fn(r, func(p string) (string, error) { return b.rootRel("path", p) })
+}
+
+// inside is at for a call that changes what a path names: the path may not
+// be the sandbox's root directory.
+func inside(at func(string) (string, error), p string) (string, error) {
+	rel, err := at(p)
+	if err == nil && rel == "." {
+		return "", coded(codes.InvalidArgument, "path %q is the sandbox's root directory; name something inside it", p)
+	}
+	return rel, err
 }
 
 func requirePath(p string) error {
-	c, err := fsroot.Clean(p)
+	c, err := checkPath(p)
 	if err != nil {
 		return err
 	}
@@ -118,12 +256,16 @@ func requirePath(p string) error {
 }
 
 func (s *Service) statFile(ctx context.Context, id, p string) (fs.FileInfo, error) {
-	if _, err := fsroot.Clean(p); err != nil {
+	if _, err := checkPath(p); err != nil {
 		return nil, err
 	}
 	var fi fs.FileInfo
-	err := s.withRoot(ctx, id, func(r *fsroot.Root) (err error) {
-		fi, err = r.Stat(p)
+	err := s.withRoot(ctx, id, func(r *fsroot.Root, at func(string) (string, error)) error {
+		rel, err := at(p)
+		if err != nil {
+			return err
+		}
+		fi, err = r.Stat(rel)
 		return err
 	})
 	return fi, err
@@ -139,7 +281,13 @@ func (s *Service) makeDirectory(ctx context.Context, id, p string, mode fs.FileM
 	if mode == 0 {
 		mode = 0o755
 	}
-	return s.withRoot(ctx, id, func(r *fsroot.Root) error { return r.Mkdir(p, mode, parents) })
+	return s.withRoot(ctx, id, func(r *fsroot.Root, at func(string) (string, error)) error {
+		rel, err := inside(at, p)
+		if err != nil {
+			return err
+		}
+		return r.Mkdir(rel, mode, parents)
+	})
 }
 
 func (s *Service) moveFile(ctx context.Context, id, from, to string, overwrite bool) error {
@@ -149,14 +297,30 @@ func (s *Service) moveFile(ctx context.Context, id, from, to string, overwrite b
 	if err := requirePath(to); err != nil {
 		return err
 	}
-	return s.withRoot(ctx, id, func(r *fsroot.Root) error { return r.Rename(from, to, overwrite) })
+	return s.withRoot(ctx, id, func(r *fsroot.Root, at func(string) (string, error)) error {
+		relFrom, err := inside(at, from)
+		if err != nil {
+			return err
+		}
+		relTo, err := inside(at, to)
+		if err != nil {
+			return err
+		}
+		return r.Rename(relFrom, relTo, overwrite)
+	})
 }
 
 func (s *Service) deleteFile(ctx context.Context, id, p string, recursive bool) error {
 	if err := requirePath(p); err != nil {
 		return err
 	}
-	return s.withRoot(ctx, id, func(r *fsroot.Root) error { return r.Remove(p, recursive) })
+	return s.withRoot(ctx, id, func(r *fsroot.Root, at func(string) (string, error)) error {
+		rel, err := inside(at, p)
+		if err != nil {
+			return err
+		}
+		return r.Remove(rel, recursive)
+	})
 }
 
 // upload writes a streamed file: next returns its chunks, then io.EOF.
@@ -171,8 +335,12 @@ func (s *Service) upload(ctx context.Context, id, p string, mode fs.FileMode, ne
 		mode = 0o644
 	}
 	var fi fs.FileInfo
-	err := s.withRoot(ctx, id, func(r *fsroot.Root) error {
-		w, err := r.Create(p, mode)
+	err := s.withRoot(ctx, id, func(r *fsroot.Root, at func(string) (string, error)) error {
+		rel, err := inside(at, p)
+		if err != nil {
+			return err
+		}
+		w, err := r.Create(rel, mode)
 		if err != nil {
 			return err
 		}
@@ -198,7 +366,7 @@ func (s *Service) upload(ctx context.Context, id, p string, mode fs.FileMode, ne
 		if err := w.Commit(); err != nil {
 			return err
 		}
-		fi, err = r.Stat(p)
+		fi, err = r.Stat(rel)
 		return err
 	})
 	return fi, err
@@ -209,8 +377,12 @@ func (s *Service) download(ctx context.Context, id, p string, info func(fs.FileI
 	if err := requirePath(p); err != nil {
 		return err
 	}
-	return s.withRoot(ctx, id, func(r *fsroot.Root) error {
-		f, fi, err := r.Open(p)
+	return s.withRoot(ctx, id, func(r *fsroot.Root, at func(string) (string, error)) error {
+		rel, err := at(p)
+		if err != nil {
+			return err
+		}
+		f, fi, err := r.Open(rel)
 		if err != nil {
 			return err
 		}

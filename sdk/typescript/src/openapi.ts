@@ -753,7 +753,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** ListFiles lists a directory beneath the sandbox root. */
+        /** ListFiles lists a directory of the session. */
         get: operations["SandboxService_ListFiles"];
         put?: never;
         post?: never;
@@ -840,7 +840,7 @@ export interface paths {
         };
         /**
          * Read a file
-         * @description Returns a file beneath the sandbox root (`?path=notes/todo.txt`, relative to the root), its bytes base64 in `content`. A path that leaves the sandbox is 400; a missing file 404. For large files use files:download.
+         * @description Returns a file of the session (`?path=notes/todo.txt`, relative to the session user's home, or absolute), its bytes base64 in `content`. A path that leaves the sandbox is 400; a missing file 404. For large files use files:download.
          */
         get: operations["SandboxService_ReadFile"];
         put?: never;
@@ -879,7 +879,7 @@ export interface paths {
         put?: never;
         /**
          * Write a file
-         * @description Creates or replaces a file beneath the sandbox root, with its parent directories. `content` is base64; `mode` the permission bits (0644 when 0).
+         * @description Creates or replaces a file of the session (relative to its home, or absolute), with its parent directories. `content` is base64; `mode` the permission bits (0644 when 0).
          */
         post: operations["SandboxService_WriteFile"];
         delete?: never;
@@ -1673,7 +1673,10 @@ export interface components {
         SandboxServiceExecBody: {
             /** @description Program and arguments; argv[0] is looked up in the sandbox's PATH. */
             argv?: string[];
-            /** @description Working directory inside the sandbox; empty for its home. */
+            /**
+             * @description Working directory: relative to the session user's home, or absolute;
+             *     empty for the image's working directory, else the home.
+             */
             cwd?: string;
             /** @description Extra environment, "KEY=value". */
             env?: string[];
@@ -1734,7 +1737,7 @@ export interface components {
              */
             mode?: number;
             /**
-             * @description Path relative to the sandbox root; parent directories are created.
+             * @description Path relative to the session user's home, or absolute; parent directories are created.
              * @example notes/todo.txt
              */
             path?: string;
@@ -2858,7 +2861,10 @@ export interface components {
         v1SettleOutcome: "SETTLE_OUTCOME_UNSPECIFIED" | "SETTLE_OUTCOME_SETTLED" | "SETTLE_OUTCOME_BUSY" | "SETTLE_OUTCOME_NO_CHANGE" | "SETTLE_OUTCOME_SKIPPED";
         /** @description SettleResult reports the wait before a screenshot. */
         v1SettleResult: {
-            /** @description From the end of the input to the first change it caused; unset when nothing changed. */
+            /**
+             * @description From the start of the input to the first change it caused (a program may
+             *     answer a press before the input has ended); unset when nothing changed.
+             */
             firstChange?: string;
             outcome?: components["schemas"]["v1SettleOutcome"];
             /** @description From the end of the input to the screenshot. */
@@ -4533,7 +4539,7 @@ export interface operations {
     SandboxService_ListFiles: {
         parameters: {
             query?: {
-                /** @description Directory relative to the sandbox root; empty for the root. */
+                /** @description Directory relative to the session user's home, or absolute; empty for the home. */
                 path?: string;
             };
             header?: never;
@@ -4708,7 +4714,7 @@ export interface operations {
     SandboxService_ReadFile: {
         parameters: {
             query?: {
-                /** @description Path relative to the sandbox root. */
+                /** @description Path relative to the session user's home, or absolute. */
                 path?: string;
             };
             header?: never;

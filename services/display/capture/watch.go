@@ -124,22 +124,26 @@ const (
 	NoChange
 )
 
-// SettleReport says how a wait ended: FirstChange is from since to the
-// first change (0 when none), Waited from since to the return.
+// SettleReport says how a wait ended: FirstChange is from the start of the
+// input to the first change it caused (0 when none), Waited from the end of
+// the input to the return.
 type SettleReport struct {
 	Outcome     Outcome
 	FirstChange time.Duration
 	Waited      time.Duration
 }
 
-// Settle waits for the effect of input that ended at since: for the first
-// change of the screen that is not one it was already repeating before the
+// Settle waits for the effect of input that began at began and ended at
+// done: for the first change of the screen after began (a program may answer
+// a button's press before the input has ended, and its repaint may be read
+// before the end is known) that is not one it was already repeating before the
 // input (a blinking cursor, a ticking clock: an area that changed at least
 // three times in the seconds before), then until the screen stays quiet. Quiet
 // stretches to twice the interval between the latest changes when the
 // screen draws frames further apart than half of it, so a slow animation or
 // a page painting in steps is waited for, up to MaxQuiet.
-func (w *Watcher) Settle(ctx context.Context, since time.Time, o SettleOptions) (SettleReport, error) {
+func (w *Watcher) Settle(ctx context.Context, began, done time.Time, o SettleOptions) (SettleReport, error) {
+	since := began
 	all, _ := w.Snapshot()
 	w.mu.Lock()
 	waits := slices.Clone(w.waits)
@@ -154,8 +158,8 @@ func (w *Watcher) Settle(ctx context.Context, since time.Time, o SettleOptions) 
 		}
 		w.waits = append(w.waits[drop:], [2]time.Time{since, time.Now()})
 	}()
-	deadline := since.Add(o.Timeout)
-	changeBy := since.Add(min(o.ChangeTimeout, o.Timeout))
+	deadline := done.Add(o.Timeout)
+	changeBy := done.Add(min(o.ChangeTimeout, o.Timeout))
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
@@ -167,7 +171,7 @@ func (w *Watcher) Settle(ctx context.Context, since time.Time, o SettleOptions) 
 			}
 		}
 		now := time.Now()
-		rep := SettleReport{Waited: now.Sub(since)}
+		rep := SettleReport{Waited: now.Sub(done)}
 		var until time.Time
 		if len(caused) == 0 {
 			if !now.Before(changeBy) {

@@ -260,6 +260,7 @@ type Watcher struct {
 	ended    func(ctx context.Context, sessionID string) (bool, error)
 	sweep    time.Duration
 	records  func(ctx context.Context) ([]Assignment, error)
+	grace    time.Duration
 
 	stop chan struct{}
 	done chan struct{}
@@ -288,6 +289,11 @@ type WatchConfig struct {
 	// (at first, or after it lost its data) the watcher rebuilds it from
 	// them before it judges any heartbeat.
 	Records func(ctx context.Context) ([]Assignment, error)
+	// Grace is how long heartbeats are not judged after Redis was
+	// unreachable (or lost its data): every live node must have heartbeated
+	// again meanwhile, which may take it its heartbeat TTL. 3 × Interval
+	// when zero.
+	Grace time.Duration
 }
 
 // WatchWith starts a watcher.
@@ -301,8 +307,11 @@ func WatchWith(reg *Registry, cfg WatchConfig) *Watcher {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Grace <= 0 {
+		cfg.Grace = 3 * cfg.Interval
+	}
 	w := &Watcher{reg: reg, interval: cfg.Interval, lost: cfg.Lost, log: cfg.Logger, ended: cfg.Ended, sweep: cfg.SweepEvery, records: cfg.Records,
-		stop: make(chan struct{}), done: make(chan struct{})}
+		grace: cfg.Grace, stop: make(chan struct{}), done: make(chan struct{})}
 	go w.loop()
 	return w
 }
@@ -320,7 +329,7 @@ func (w *Watcher) loop() {
 	// After Redis was unreachable (or restarted), heartbeat keys may have
 	// expired while nodes could not renew them: only trust an expiry once
 	// Redis has answered for long enough that live nodes have heartbeated.
-	grace := 3 * w.interval
+	grace := w.grace
 	reachableSince := time.Now()
 	lastSweep := time.Now()
 	failing := false

@@ -3264,7 +3264,8 @@ func (x *Settle) GetSkip() bool {
 type SettleResult struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Outcome SettleOutcome          `protobuf:"varint,1,opt,name=outcome,proto3,enum=deskgrid.display.v1.SettleOutcome" json:"outcome,omitempty"`
-	// From the end of the input to the first change it caused; unset when nothing changed.
+	// From the start of the input to the first change it caused (a program may
+	// answer a press before the input has ended); unset when nothing changed.
 	FirstChange *durationpb.Duration `protobuf:"bytes,2,opt,name=first_change,json=firstChange,proto3" json:"first_change,omitempty"`
 	// From the end of the input to the screenshot.
 	Waited        *durationpb.Duration `protobuf:"bytes,3,opt,name=waited,proto3" json:"waited,omitempty"`

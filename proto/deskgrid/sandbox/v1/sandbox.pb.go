@@ -947,7 +947,8 @@ type ExecRequest struct {
 	Argv []string `protobuf:"bytes,2,rep,name=argv,proto3" json:"argv,omitempty"`
 	// Extra environment, "KEY=value".
 	Env []string `protobuf:"bytes,3,rep,name=env,proto3" json:"env,omitempty"`
-	// Working directory inside the sandbox; empty for its home.
+	// Working directory: relative to the session user's home, or absolute;
+	// empty for the image's working directory, else the home.
 	Cwd string `protobuf:"bytes,4,opt,name=cwd,proto3" json:"cwd,omitempty"`
 	// Bytes written to the command's standard input, then closed.
 	Stdin []byte `protobuf:"bytes,5,opt,name=stdin,proto3" json:"stdin,omitempty"`
@@ -1192,7 +1193,7 @@ func (*ExecResponse_Exit) isExecResponse_Output() {}
 type ReadFileRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	// Path relative to the sandbox root.
+	// Path relative to the session user's home, or absolute.
 	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1402,7 +1403,7 @@ func (*WriteFileResponse) Descriptor() ([]byte, []int) {
 type ListFilesRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	// Directory relative to the sandbox root; empty for the root.
+	// Directory relative to the session user's home, or absolute; empty for the home.
 	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1580,7 +1581,8 @@ type StartProcessRequest struct {
 	Argv []string `protobuf:"bytes,2,rep,name=argv,proto3" json:"argv,omitempty"`
 	// Extra environment, "KEY=value".
 	Env []string `protobuf:"bytes,3,rep,name=env,proto3" json:"env,omitempty"`
-	// Working directory inside the sandbox; empty for its home.
+	// Working directory: relative to the session user's home, or absolute;
+	// empty for the image's working directory, else the home.
 	Cwd           string `protobuf:"bytes,4,opt,name=cwd,proto3" json:"cwd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4766,11 +4768,11 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x04path\x18\x02 \x01(\tR\x04path\"@\n" +
 	"\x10ReadFileResponse\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\fR\acontent\x12\x12\n" +
-	"\x04mode\x18\x02 \x01(\rR\x04mode\"\xc4\x02\n" +
+	"\x04mode\x18\x02 \x01(\rR\x04mode\"\xd9\x02\n" +
 	"\x10WriteFileRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\x12m\n" +
-	"\x04path\x18\x02 \x01(\tBY\x92AV2BPath relative to the sandbox root; parent directories are created.J\x10\"notes/todo.txt\"R\x04path\x12A\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x81\x01\n" +
+	"\x04path\x18\x02 \x01(\tBm\x92Aj2VPath relative to the session user's home, or absolute; parent directories are created.J\x10\"notes/todo.txt\"R\x04path\x12A\n" +
 	"\acontent\x18\x03 \x01(\fB'\x92A$2\"The file's bytes (base64 in JSON).R\acontent\x12\x12\n" +
 	"\x04mode\x18\x04 \x01(\rR\x04mode:K\x92AH2F{\"path\": \"notes/todo.txt\", \"content\": \"aGVsbG8gd29ybGQK\", \"mode\": 420}\"\x13\n" +
 	"\x11WriteFileResponse\"E\n" +
@@ -5013,7 +5015,7 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x17CHANGE_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11CHANGE_KIND_ADDED\x10\x01\x12\x18\n" +
 	"\x14CHANGE_KIND_MODIFIED\x10\x02\x12\x17\n" +
-	"\x13CHANGE_KIND_DELETED\x10\x032\xd53\n" +
+	"\x13CHANGE_KIND_DELETED\x10\x032\x814\n" +
 	"\x0eSandboxService\x12f\n" +
 	"\rCreateSandbox\x12).deskgrid.sandbox.v1.CreateSandboxRequest\x1a*.deskgrid.sandbox.v1.CreateSandboxResponse\x12f\n" +
 	"\rCommitSandbox\x12).deskgrid.sandbox.v1.CommitSandboxRequest\x1a*.deskgrid.sandbox.v1.CommitSandboxResponse\x12\x91\x01\n" +
@@ -5024,12 +5026,12 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x04Exec\x12 .deskgrid.sandbox.v1.ExecRequest\x1a!.deskgrid.sandbox.v1.ExecResponse\"\xc5\x04\x92A\x98\x04\x12\x1cRun a command in the sandbox\x1a\x8b\x03Runs `argv` inside the session's sandbox (its own filesystem, processes and limits; the desktop's DISPLAY is set) and streams its output as it comes, then how it ended. The response is newline-delimited JSON, one `{\"result\": ...}` per line, each carrying base64 `stdout` or `stderr` bytes or, last, the `exit`. The command and its whole process tree are killed after `timeout` (60 s by default).Jj\n" +
 	"\x03200\x12c\n" +
 	")A stream of output chunks, then the exit.\"6\n" +
-	"\x10application/json\x12\"{\"result\": {\"stdout\": \"aGVsbG8K\"}}\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/sessions/{session_id}:exec0\x01\x12\xe1\x03\n" +
-	"\bReadFile\x12$.deskgrid.sandbox.v1.ReadFileRequest\x1a%.deskgrid.sandbox.v1.ReadFileResponse\"\x87\x03\x92A\xd7\x02\x12\vRead a file\x1a\xd5\x01Returns a file beneath the sandbox root (`?path=notes/todo.txt`, relative to the root), its bytes base64 in `content`. A path that leaves the sandbox is 400; a missing file 404. For large files use files:download.Jp\n" +
+	"\x10application/json\x12\"{\"result\": {\"stdout\": \"aGVsbG8K\"}}\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/sessions/{session_id}:exec0\x01\x12\xf3\x03\n" +
+	"\bReadFile\x12$.deskgrid.sandbox.v1.ReadFileRequest\x1a%.deskgrid.sandbox.v1.ReadFileResponse\"\x99\x03\x92A\xe9\x02\x12\vRead a file\x1a\xe7\x01Returns a file of the session (`?path=notes/todo.txt`, relative to the session user's home, or absolute), its bytes base64 in `content`. A path that leaves the sandbox is 400; a missing file 404. For large files use files:download.Jp\n" +
 	"\x03200\x12i\n" +
 	"%The file's bytes and permission bits.\"@\n" +
-	"\x10application/json\x12,{\"content\": \"aGVsbG8gd29ybGQK\", \"mode\": 420}\x82\xd3\xe4\x93\x02&\x12$/v1/sessions/{session_id}/files:read\x12\xe9\x02\n" +
-	"\tWriteFile\x12%.deskgrid.sandbox.v1.WriteFileRequest\x1a&.deskgrid.sandbox.v1.WriteFileResponse\"\x8c\x02\x92A\xd8\x01\x12\fWrite a file\x1a\x90\x01Creates or replaces a file beneath the sandbox root, with its parent directories. `content` is base64; `mode` the permission bits (0644 when 0).J5\n" +
+	"\x10application/json\x12,{\"content\": \"aGVsbG8gd29ybGQK\", \"mode\": 420}\x82\xd3\xe4\x93\x02&\x12$/v1/sessions/{session_id}/files:read\x12\x83\x03\n" +
+	"\tWriteFile\x12%.deskgrid.sandbox.v1.WriteFileRequest\x1a&.deskgrid.sandbox.v1.WriteFileResponse\"\xa6\x02\x92A\xf2\x01\x12\fWrite a file\x1a\xaa\x01Creates or replaces a file of the session (relative to its home, or absolute), with its parent directories. `content` is base64; `mode` the permission bits (0644 when 0).J5\n" +
 	"\x03200\x12.\n" +
 	"\x14The file is written.\"\x16\n" +
 	"\x10application/json\x12\x02{}\x82\xd3\xe4\x93\x02*:\x01*\"%/v1/sessions/{session_id}/files:write\x12\x83\x01\n" +

@@ -76,11 +76,14 @@ type SandboxServiceClient interface {
 	DeleteSandbox(ctx context.Context, in *DeleteSandboxRequest, opts ...grpc.CallOption) (*DeleteSandboxResponse, error)
 	// Exec runs a command inside the sandbox and streams its output, then its exit.
 	Exec(ctx context.Context, in *ExecRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecResponse], error)
-	// ReadFile returns a file beneath the sandbox root.
+	// ReadFile returns a file of the session. Paths of the file API are
+	// relative to the session user's home (/home/user) or absolute, the same
+	// for a session on an image and one on the node's programs (which reaches
+	// only its home).
 	ReadFile(ctx context.Context, in *ReadFileRequest, opts ...grpc.CallOption) (*ReadFileResponse, error)
-	// WriteFile creates or replaces a file beneath the sandbox root.
+	// WriteFile creates or replaces a file of the session.
 	WriteFile(ctx context.Context, in *WriteFileRequest, opts ...grpc.CallOption) (*WriteFileResponse, error)
-	// ListFiles lists a directory beneath the sandbox root.
+	// ListFiles lists a directory of the session.
 	ListFiles(ctx context.Context, in *ListFilesRequest, opts ...grpc.CallOption) (*ListFilesResponse, error)
 	// StartProcess starts a program that keeps running after the call returns
 	// (a desktop's autostart programs), inside the sandbox and on the
@@ -533,11 +536,14 @@ type SandboxServiceServer interface {
 	DeleteSandbox(context.Context, *DeleteSandboxRequest) (*DeleteSandboxResponse, error)
 	// Exec runs a command inside the sandbox and streams its output, then its exit.
 	Exec(*ExecRequest, grpc.ServerStreamingServer[ExecResponse]) error
-	// ReadFile returns a file beneath the sandbox root.
+	// ReadFile returns a file of the session. Paths of the file API are
+	// relative to the session user's home (/home/user) or absolute, the same
+	// for a session on an image and one on the node's programs (which reaches
+	// only its home).
 	ReadFile(context.Context, *ReadFileRequest) (*ReadFileResponse, error)
-	// WriteFile creates or replaces a file beneath the sandbox root.
+	// WriteFile creates or replaces a file of the session.
 	WriteFile(context.Context, *WriteFileRequest) (*WriteFileResponse, error)
-	// ListFiles lists a directory beneath the sandbox root.
+	// ListFiles lists a directory of the session.
 	ListFiles(context.Context, *ListFilesRequest) (*ListFilesResponse, error)
 	// StartProcess starts a program that keeps running after the call returns
 	// (a desktop's autostart programs), inside the sandbox and on the

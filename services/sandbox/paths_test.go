@@ -1,0 +1,132 @@
+package sandbox
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"google.golang.org/grpc/codes"
+
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+)
+
+// The files API and an exec's working directory mean the same path in both
+// kinds of sandbox: relative to the session user's home (/home/user), or
+// absolute as the session's programs see it.
+func TestPathsMeanTheSameInBothKinds(t *testing.T) {
+	h, store := newImageHarness(t)
+	// An image that names no working directory: its commands start in the
+	// user's home.
+	base := busyboxImage(t, "1000:1000")
+	cf, err := base.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := cf.Config
+	cfg.WorkingDir = ""
+	cfg.Env = []string{"PATH=/bin:/usr/bin"} // the home comes from /etc/passwd
+	nowd, err := mutate.Config(base, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	importImage(t, store, nowd, "test/busybox:nowd")
+	h.create(t, "host", "")
+	h.createFrom(t, "img", "test/busybox:user")
+	h.createFrom(t, "img-nowd", "test/busybox:nowd")
+
+	for _, id := range []string{"host", "img", "img-nowd"} {
+		t.Run(id, func(t *testing.T) {
+			ctx := context.Background()
+			c := h.client
+			if _, err := c.MakeDirectory(ctx, &sandboxv1.MakeDirectoryRequest{SessionId: id, Path: "notes"}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.WriteFile(ctx, &sandboxv1.WriteFileRequest{SessionId: id, Path: "notes/todo.txt", Content: []byte("buy milk\n")}); err != nil {
+				t.Fatal(err)
+			}
+			// A command finds the file where the API put it.
+			if got := h.mustExec(t, id, "sh", "-c", "pwd; cat notes/todo.txt; cat /home/user/notes/todo.txt"); got.stdout != "/home/user\nbuy milk\nbuy milk\n" {
+				t.Fatalf("exec in the default directory: %q", got.stdout)
+			}
+			// Read back, relative and absolute.
+			for _, p := range []string{"notes/todo.txt", "./notes/todo.txt", "/home/user/notes/todo.txt"} {
+				got, err := c.ReadFile(ctx, &sandboxv1.ReadFileRequest{SessionId: id, Path: p})
+				if err != nil || string(got.GetContent()) != "buy milk\n" {
+					t.Fatalf("ReadFile(%q): %q %v", p, got.GetContent(), err)
+				}
+			}
+			// The home lists the directory, by default and by name.
+			for _, p := range []string{"", ".", "/home/user"} {
+				l, err := c.ListFiles(ctx, &sandboxv1.ListFilesRequest{SessionId: id, Path: p})
+				if err != nil {
+					t.Fatalf("ListFiles(%q): %v", p, err)
+				}
+				found := false
+				for _, f := range l.GetFiles() {
+					found = found || f.GetName() == "notes"
+				}
+				if !found {
+					t.Fatalf("ListFiles(%q) lacks notes: %v", p, l.GetFiles())
+				}
+			}
+			for _, cwd := range []string{"notes", "/home/user/notes"} {
+				r, err := h.exec(t, &sandboxv1.ExecRequest{SessionId: id, Argv: []string{"sh", "-c", "pwd; cat todo.txt"}, Cwd: cwd})
+				if err != nil || r.stdout != "/home/user/notes\nbuy milk\n" {
+					t.Fatalf("exec in %q: %q %v", cwd, r.stdout, err)
+				}
+			}
+			// And the API finds what a command made.
+			h.mustExec(t, id, "sh", "-c", "echo from exec > made.txt")
+			if got, err := c.ReadFile(ctx, &sandboxv1.ReadFileRequest{SessionId: id, Path: "made.txt"}); err != nil || string(got.GetContent()) != "from exec\n" {
+				t.Fatalf("ReadFile(made.txt): %q %v", got.GetContent(), err)
+			}
+			if st, err := c.StatFile(ctx, &sandboxv1.StatFileRequest{SessionId: id, Path: "made.txt"}); err != nil || st.GetFile().GetSize() != 10 {
+				t.Fatalf("StatFile(made.txt): %v %v", st, err)
+			}
+			if _, err := c.MoveFile(ctx, &sandboxv1.MoveFileRequest{SessionId: id, FromPath: "made.txt", ToPath: "notes/moved.txt"}); err != nil {
+				t.Fatal(err)
+			}
+			if _, data, err := h.download(t, id, "/home/user/notes/moved.txt"); err != nil || string(data) != "from exec\n" {
+				t.Fatalf("download: %q %v", data, err)
+			}
+			if _, err := h.upload(t, id, "notes/up.txt", []byte("uploaded"), 3); err != nil {
+				t.Fatal(err)
+			}
+			if got := h.mustExec(t, id, "cat", "/home/user/notes/up.txt"); got.stdout != "uploaded" {
+				t.Fatalf("uploaded file inside: %q", got.stdout)
+			}
+			if _, err := c.DeleteFile(ctx, &sandboxv1.DeleteFileRequest{SessionId: id, Path: "notes", Recursive: true}); err != nil {
+				t.Fatal(err)
+			}
+			if got := h.mustExec(t, id, "sh", "-c", "test -e /home/user/notes && echo still there || echo gone"); got.stdout != "gone\n" {
+				t.Fatalf("after DeleteFile: %q", got.stdout)
+			}
+			// Nothing names the root directory itself to change it.
+			for _, p := range []string{"", ".", "/"} {
+				_, err := c.DeleteFile(ctx, &sandboxv1.DeleteFileRequest{SessionId: id, Path: p, Recursive: true})
+				wantCode(t, err, codes.InvalidArgument)
+			}
+			_, err := c.ReadFile(ctx, &sandboxv1.ReadFileRequest{SessionId: id, Path: "/home/user/../../etc/passwd"})
+			wantCode(t, err, codes.InvalidArgument)
+		})
+	}
+
+	ctx := context.Background()
+	// Outside the home: the whole root filesystem of an image session, and
+	// nothing for a session on the node's programs, whose API shows only
+	// its home.
+	if got, err := h.client.ReadFile(ctx, &sandboxv1.ReadFileRequest{SessionId: "img", Path: "/etc/group"}); err != nil || !strings.Contains(string(got.GetContent()), "user:x:1000") {
+		t.Fatalf("ReadFile(/etc/group) in an image session: %q %v", got.GetContent(), err)
+	}
+	if r, err := h.exec(t, &sandboxv1.ExecRequest{SessionId: "img", Argv: []string{"sh", "-c", "pwd"}, Cwd: "/etc"}); err != nil || r.stdout != "/etc\n" {
+		t.Fatalf("exec in /etc in an image session: %q %v", r.stdout, err)
+	}
+	_, err = h.client.ReadFile(ctx, &sandboxv1.ReadFileRequest{SessionId: "host", Path: "/etc/passwd"})
+	wantCode(t, err, codes.InvalidArgument)
+	if err == nil || !strings.Contains(err.Error(), "outside /home/user") {
+		t.Fatalf("ReadFile(/etc/passwd) on the node's programs: %v", err)
+	}
+	_, err = h.exec(t, &sandboxv1.ExecRequest{SessionId: "host", Argv: []string{"true"}, Cwd: "/etc"})
+	wantCode(t, err, codes.InvalidArgument)
+}
