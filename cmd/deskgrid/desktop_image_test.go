@@ -104,7 +104,7 @@ func panelShown(img image.Image) (bool, string) {
 
 // startUpOnDesktop runs `deskgrid up` whose sessions run on the default
 // desktop image (built by scripts/setup), imported into its store first.
-func startUpOnDesktop(t *testing.T, dataDir, runDir string) *upProcess {
+func startUpOnDesktop(t *testing.T, dataDir, runDir string, extra ...string) *upProcess {
 	t.Helper()
 	layout := imagebuild.DesktopLayout()
 	if _, err := os.Stat(filepath.Join(layout, "index.json")); err != nil {
@@ -122,7 +122,7 @@ func startUpOnDesktop(t *testing.T, dataDir, runDir string) *upProcess {
 	if err := store.SetPublic(context.Background(), "", defaultImage, true); err != nil {
 		t.Fatal(err)
 	}
-	p := startUp(t, dataDir, runDir, "-default-image", defaultImage)
+	p := startUp(t, dataDir, runDir, append([]string{"-default-image", defaultImage}, extra...)...)
 	return p
 }
 

@@ -67,6 +67,7 @@ func hostProcessOnScreen(t *testing.T, display string) (string, bool) {
 type windowJSON struct {
 	ID    uint32 `json:"id"`
 	Class string `json:"class"`
+	Title string `json:"title"`
 }
 
 func (p *upProcess) windows(id string) []windowJSON {
