@@ -132,6 +132,8 @@ type taskEnv struct {
 	id      string
 	image   bool
 	program map[string]bool
+	// home is the session user's home, where the editor tool works.
+	home string
 }
 
 // shell runs a command in the session's persistent shell (the one the
@@ -301,7 +303,7 @@ var suiteTasks = []suiteTask{
 		name: "browser-new-tab", needs: []string{"chromium"}, prompt: "Open the tab page in a new tab.",
 		moves: func(e *taskEnv, t testing.TB) []move {
 			return []move{bash(browser("tab", "/first.html")), e.ready(t, "first"),
-				keys("ctrl+t"), look("a new tab", nil), typeEnterAt(500, 60, site+"/tab.html"), e.ready(t, "tab")}
+				keys("ctrl+t"), look("a new tab", nil), keys("ctrl+l"), typeEnterAt(500, 60, site+"/tab.html"), e.ready(t, "tab")}
 		},
 		check: logHas("GET /tab.html"),
 	},
@@ -313,51 +315,64 @@ var suiteTasks = []suiteTask{
 		check: logHas("GET /results.html?q=deskgrid"),
 	},
 	{
-		name: "bash-command", prompt: "Count the lines of /etc/passwd-like data into /tmp/dgwork/count.txt.",
+		name: "bash-command", prompt: "Count the lines of /etc/passwd-like data into ~/work/count.txt.",
 		moves: func(e *taskEnv, t testing.TB) []move {
-			return []move{bash("mkdir -p /tmp/dgwork && printf 'a\\nb\\nc\\n' > /tmp/dgwork/data.txt"),
-				bash("wc -l < /tmp/dgwork/data.txt > /tmp/dgwork/count.txt && cat /tmp/dgwork/count.txt")}
+			return []move{bash("mkdir -p ~/work && printf 'a\\nb\\nc\\n' > ~/work/data.txt"),
+				bash("wc -l < ~/work/data.txt > ~/work/count.txt && cat ~/work/count.txt")}
 		},
-		check: fileHas("/tmp/dgwork/count.txt", "3\n"),
+		check: fileHas("~/work/count.txt", "3\n"),
 	},
 	{
 		name: "editor-tool", prompt: "Write the config file and switch its mode to fast.",
 		moves: func(e *taskEnv, t testing.TB) []move {
-			return []move{bash("mkdir -p /tmp/dgwork"), create("/tmp/dgwork/app.conf", "name = demo\nmode = slow\n"),
-				replace("/tmp/dgwork/app.conf", "mode = slow", "mode = fast")}
+			return []move{bash("mkdir -p ~/work"), create(e.home+"/work/app.conf", "name = demo\nmode = slow\n"),
+				replace(e.home+"/work/app.conf", "mode = slow", "mode = fast")}
 		},
-		check: fileHas("/tmp/dgwork/app.conf", "name = demo\nmode = fast\n"),
+		check: fileHas("~/work/app.conf", "name = demo\nmode = fast\n"),
 	},
 	{
-		name: "terminal", needs: []string{"lxterminal"}, prompt: "In a terminal, write 6 times 7 to /tmp/dgwork/answer.txt.",
+		name: "terminal", needs: []string{"lxterminal"}, prompt: "In a terminal, write 6 times 7 to ~/work/answer.txt.",
 		moves: func(e *taskEnv, t testing.TB) []move {
-			return []move{bash("mkdir -p /tmp/dgwork; rm -f /tmp/dgwork/answer.txt; (lxterminal --working-directory=/tmp/dgwork >/dev/null 2>&1 & echo $! >> /tmp/dgapps.pid)"),
-				look("the terminal", e.windowNamed(t, "Terminal")), typeEnterAt(640, 400, "echo $((6*7)) > answer.txt")}
+			return []move{bash("mkdir -p ~/work; rm -f ~/work/answer.txt; (lxterminal --working-directory=$HOME/work >/dev/null 2>&1 & echo $! >> /tmp/dgapps.pid)"),
+				look("the terminal's prompt", e.windowNamed(t, "~/work")), typeEnterAt(640, 400, "echo $((6*7)) > answer.txt")}
 		},
-		check: fileHas("/tmp/dgwork/answer.txt", "42\n"),
+		check: fileHas("~/work/answer.txt", "42\n"),
 	},
 	{
 		name: "text-editor", needs: []string{"mousepad"}, prompt: "Open the shopping list in the text editor, add milk and save.",
 		moves: func(e *taskEnv, t testing.TB) []move {
-			return []move{bash("mkdir -p /tmp/dgwork; printf 'eggs\\n' > /tmp/dgwork/list.txt; (mousepad /tmp/dgwork/list.txt >/dev/null 2>&1 & echo $! >> /tmp/dgapps.pid)"),
+			return []move{bash("mkdir -p ~/work; printf 'eggs\\n' > ~/work/list.txt; (mousepad ~/work/list.txt >/dev/null 2>&1 & echo $! >> /tmp/dgapps.pid)"),
 				look("the editor", e.windowNamed(t, "list.txt")), keys("ctrl+End"), typeAt(640, 400, "milk\n"), keys("ctrl+s"),
-				look("the saved file", e.fileIs(t, "/tmp/dgwork/list.txt", "eggs\nmilk\n"))}
+				look("the saved file", e.fileIs(t, "~/work/list.txt", "eggs\nmilk\n"))}
 		},
-		check: fileHas("/tmp/dgwork/list.txt", "eggs\nmilk\n"),
+		check: fileHas("~/work/list.txt", "eggs\nmilk\n"),
 	},
 	{
 		name: "file-manager", needs: []string{"thunar"}, prompt: "Move invoice.pdf from the inbox folder to the archive folder with the file manager.",
 		moves: func(e *taskEnv, t testing.TB) []move {
-			return []move{bash("rm -rf /tmp/dgwork/inbox /tmp/dgwork/archive; mkdir -p /tmp/dgwork/inbox /tmp/dgwork/archive; echo pdf > /tmp/dgwork/inbox/invoice.pdf; (thunar /tmp/dgwork/inbox >/dev/null 2>&1 & echo $! >> /tmp/dgapps.pid)"),
-				look("the file manager", e.windowNamed(t, "inbox")), typeAt(640, 400, "invoice"), keys("ctrl+x"),
-				keys("ctrl+l"), typeEnterAt(640, 100, "/tmp/dgwork/archive"), look("the archive folder", e.windowNamed(t, "archive")), keys("ctrl+v"),
-				look("the moved file", e.fileIs(t, "/tmp/dgwork/archive/invoice.pdf", "pdf\n"))}
+			return []move{bash("rm -rf ~/work/inbox ~/work/archive; mkdir -p ~/work/inbox ~/work/archive; echo pdf > ~/work/inbox/invoice.pdf; (thunar ~/work/inbox >/dev/null 2>&1 & echo $! >> /tmp/dgapps.pid)"),
+				look("the file manager", e.windowFocused(t, "inbox")), keys("ctrl+a"), keys("ctrl+x"),
+				keys("ctrl+l"), typeEnterAt(700, 195, e.home+"/work/archive"), look("the archive folder", e.windowFocused(t, "archive")), keys("ctrl+v"),
+				look("the moved file", e.fileIs(t, "~/work/archive/invoice.pdf", "pdf\n"))}
 		},
 		check: func(e *taskEnv, t testing.TB) (bool, string) {
-			got := e.shell(t, "ls /tmp/dgwork/inbox /tmp/dgwork/archive")
+			got := e.shell(t, "ls ~/work/inbox ~/work/archive")
 			return strings.Contains(got, "archive:\ninvoice.pdf") && !strings.Contains(got, "inbox:\ninvoice.pdf"), got
 		},
 	},
+}
+
+// windowFocused tells whether a window whose title holds name has the
+// keyboard.
+func (e *taskEnv) windowFocused(t testing.TB, name string) func() bool {
+	return func() bool {
+		for _, w := range e.p.windows(e.id) {
+			if strings.Contains(w.Title, name) && w.Focused {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 // windowNamed tells whether a window whose title holds name is on screen.
@@ -453,21 +468,24 @@ func startTaskEnv(t *testing.T) *taskEnv {
 	t.Cleanup(e.p.stop)
 	s := e.p.createWith(fmt.Sprintf(`{"display":{"width":%d,"height":%d},"idleTimeout":"1800s"}`, taskScreenW, taskScreenH))
 	e.id = s.ID
+	e.home = strings.TrimSpace(e.shell(t, "echo $HOME"))
 	e.program = map[string]bool{}
 	for _, prog := range strings.Fields(e.shell(t, "for p in chromium lxterminal mousepad thunar; do command -v $p >/dev/null && echo $p; done")) {
 		e.program[prog] = true
 	}
 	var files strings.Builder
-	files.WriteString("set -e; mkdir -p /tmp/dgsite/www && cd /tmp/dgsite && : > log\n")
+	files.WriteString("mkdir -p /tmp/dgsite/www && cd /tmp/dgsite && : > log")
 	write := func(name, content string) {
-		files.WriteString("echo " + base64.StdEncoding.EncodeToString([]byte(content)) + " | base64 -d > " + name + "\n")
+		files.WriteString(" &&\necho " + base64.StdEncoding.EncodeToString([]byte(content)) + " | base64 -d > " + name)
 	}
 	write("server.py", siteServer)
 	for name, content := range pages {
 		write("www/"+name, content)
 	}
-	files.WriteString("(python3 server.py > server.err 2>&1 &)\n")
-	e.shell(t, files.String())
+	files.WriteString(" &&\n(python3 server.py > server.err 2>&1 &) && echo started")
+	if out := e.shell(t, files.String()); !strings.HasSuffix(strings.TrimSpace(out), "started") {
+		t.Fatalf("the local web server: %s", out)
+	}
 	deadline := time.Now().Add(60 * time.Second)
 	for !strings.Contains(e.shell(t, `python3 -c "import urllib.request;print(urllib.request.urlopen('`+site+`/first.html').status)" 2>&1`), "200") {
 		if time.Now().After(deadline) {
@@ -527,6 +545,15 @@ func (e *taskEnv) run(t *testing.T, task suiteTask, provider string) (bool, stri
 	t.Logf("%s by %s: run %s (%s) in %d steps, %d model turns; outcome ok=%v", task.name, provider, run.State, run.StateReason, run.Steps, turns, ok)
 	if stuck != "" {
 		desc = "the model never saw " + stuck + "; " + desc
+	}
+	if !ok {
+		desc += "\nwhat the model was told last: " + m.lastTold()
+		if dir := os.Getenv("DESKGRID_TASKS_SHOTS"); dir != "" {
+			// The screen as the task left it, to see what went wrong.
+			if code, png, _ := e.p.do("GET", "/v1/sessions/"+e.id+"/screenshot", ""); code == http.StatusOK {
+				_ = os.WriteFile(filepath.Join(dir, task.name+"-"+provider+".png"), png, 0o644)
+			}
+		}
 	}
 	if run.State != "RUN_STATE_SUCCEEDED" {
 		desc = fmt.Sprintf("run %s: %s; %s", run.State, run.StateReason, desc)

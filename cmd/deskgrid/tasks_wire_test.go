@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -37,7 +38,8 @@ type move struct {
 	path  string
 	old   string
 	// until, for a look, is what the model waits to see: it looks again
-	// (a screenshot each turn) until until says so.
+	// (a screenshot each turn) until until says so; without it, it looks
+	// once.
 	until func() bool
 	// what a look waits for, for the failure message.
 	what string
@@ -103,7 +105,8 @@ func (m *scriptedModel) nextMove() move {
 			m.next++
 			return mv
 		}
-		if mv.until == nil || mv.until() {
+		if (mv.until == nil && m.looks > 0) || (mv.until != nil && mv.until()) {
+			// Seen: a look for nothing in particular is one screenshot.
 			m.next++
 			m.looks = 0
 			continue
@@ -143,6 +146,23 @@ func (m *scriptedModel) serve(w http.ResponseWriter, r *http.Request) {
 	case "gemini":
 		geminiMove(w, mv)
 	}
+}
+
+var base64Run = regexp.MustCompile(`[A-Za-z0-9+/=]{200,}`)
+
+// lastTold is the model's last request, images left out, for a failure
+// message.
+func (m *scriptedModel) lastTold() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.bodies) == 0 {
+		return "nothing"
+	}
+	s := base64Run.ReplaceAllString(m.bodies[len(m.bodies)-1], "<image>")
+	if len(s) > 1500 {
+		s = "…" + s[len(s)-1500:]
+	}
+	return s
 }
 
 // event writes one server-sent event and flushes it.
@@ -366,7 +386,7 @@ func geminiMove(w http.ResponseWriter, mv move) {
 	case "click":
 		call("click_at", map[string]any{"x": gx(mv.x), "y": gy(mv.y)})
 	case "type":
-		call("type_text_at", map[string]any{"x": gx(mv.x), "y": gy(mv.y), "text": mv.text, "press_enter": mv.enter, "clear_before_typing": true})
+		call("type_text_at", map[string]any{"x": gx(mv.x), "y": gy(mv.y), "text": mv.text, "press_enter": mv.enter, "clear_before_typing": false})
 	case "key":
 		call("key_combination", map[string]any{"keys": geminiKeys(mv.text)})
 	case "bash":
