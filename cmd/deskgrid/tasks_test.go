@@ -62,7 +62,8 @@ const site = "http://127.0.0.1:8765"
 
 // page makes a page of the local site: big fields, one a row, so a click
 // (Gemini's way to type) lands on the field whatever the browser's frame;
-// it tells the server once it is shown with its first field focused.
+// it tells the server once it is shown and has the keyboard, what a model
+// sees as the caret in its first field.
 func page(name, body string) string {
 	return `<!doctype html><html><head><meta charset="utf-8"><title>` + name + `</title><style>
 body{margin:0;font:28px sans-serif}
@@ -72,7 +73,7 @@ a{display:block;font-size:36px;height:100px;margin-left:20px}
 label.box{display:block;height:100px;margin-left:20px;font-size:36px}
 label.box input{display:inline;width:40px;height:40px}
 </style></head><body>` + body + `<script>
-addEventListener('load', () => requestAnimationFrame(() => setTimeout(() => fetch('/ready?page=` + name + `'), 50)));
+addEventListener('load', () => { const t = setInterval(() => { if (document.hasFocus()) { clearInterval(t); fetch('/ready?page=` + name + `') } }, 50) });
 </script></body></html>`
 }
 
