@@ -40,8 +40,10 @@ const tailBytes = 4096
 // outputTail keeps the last tailBytes written to it; done closes once the
 // program and whatever shared its output have closed it.
 type outputTail struct {
-	mu   sync.Mutex
-	b    []byte
+	mu sync.Mutex
+	b  []byte
+	// cut says the start of the output was dropped.
+	cut  bool
 	done chan struct{}
 }
 
@@ -51,6 +53,7 @@ func (t *outputTail) Write(p []byte) (int, error) {
 	t.b = append(t.b, p...)
 	if len(t.b) > 2*tailBytes {
 		t.b = append([]byte(nil), t.b[len(t.b)-tailBytes:]...)
+		t.cut = true
 	}
 	return len(p), nil
 }
@@ -61,10 +64,10 @@ func (t *outputTail) String() string {
 		return ""
 	}
 	t.mu.Lock()
-	b := t.b
+	b, cut := t.b, t.cut
 	t.mu.Unlock()
-	if len(b) > tailBytes {
-		b = b[len(b)-tailBytes:]
+	if cut || len(b) > tailBytes {
+		b = b[max(len(b)-tailBytes, 0):]
 		if i := bytes.IndexByte(b, '\n'); i >= 0 && i < len(b)-1 {
 			b = b[i+1:]
 		}
