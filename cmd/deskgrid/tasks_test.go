@@ -179,7 +179,7 @@ func (e *taskEnv) fileIs(t testing.TB, path, want string) func() bool {
 // browser is the command a model runs to open Chromium on a page.
 func browser(task, path string) string {
 	return fmt.Sprintf(`(chromium --no-sandbox --no-first-run --no-default-browser-check --disable-gpu --password-store=basic `+
-		`--disable-features=Translate,MediaRouter --disable-session-crashed-bubble --user-data-dir=/tmp/dgb-%s `+
+		`--disable-features=Translate,MediaRouter --disable-session-crashed-bubble --user-data-dir=$(mktemp -d /tmp/dgb-%s-XXXXXX) `+
 		`--window-position=0,0 --window-size=1280,800 '%s%s' >/tmp/dgb-%s.log 2>&1 & echo $! >> /tmp/dgapps.pid)`, task, site, path, task)
 }
 
@@ -593,5 +593,7 @@ func (e *taskEnv) run(t *testing.T, task suiteTask, provider string) (bool, stri
 // closeApps ends what a task started, so the next starts from a clean
 // screen.
 func (e *taskEnv) closeApps(t testing.TB) {
-	e.shell(t, `for pid in $(cat /tmp/dgapps.pid 2>/dev/null); do kill $pid 2>/dev/null; done; rm -f /tmp/dgapps.pid; true`)
+	e.shell(t, `pids=$(cat /tmp/dgapps.pid 2>/dev/null); rm -f /tmp/dgapps.pid
+for pid in $pids; do kill $pid 2>/dev/null; done
+for i in $(seq 100); do alive=; for pid in $pids; do kill -0 $pid 2>/dev/null && alive=1; done; [ -z "$alive" ] && break; sleep 0.1; done; true`)
 }
