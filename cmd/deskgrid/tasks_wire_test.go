@@ -35,8 +35,11 @@ type move struct {
 	// enter presses Enter after typing (Gemini's type_text_at does it in
 	// the same call; the others send a key move).
 	enter bool
-	path  string
-	old   string
+	// keep, for Gemini's type_text_at, keeps what the field holds
+	// (clear_before_typing false); by default it is cleared first.
+	keep bool
+	path string
+	old  string
 	// until, for a look, is what the model waits to see: it looks again
 	// (a screenshot each turn) until until says so; without it, it looks
 	// once.
@@ -50,6 +53,9 @@ func click(x, y int) move                      { return move{kind: "click", x: x
 func typeAt(x, y int, text string) move        { return move{kind: "type", x: x, y: y, text: text} }
 func typeEnterAt(x, y int, text string) move {
 	return move{kind: "type", x: x, y: y, text: text, enter: true}
+}
+func appendAt(x, y int, text string) move {
+	return move{kind: "type", x: x, y: y, text: text, keep: true}
 }
 func keys(combo string) move           { return move{kind: "key", text: combo} }
 func bash(cmd string) move             { return move{kind: "bash", text: cmd} }
@@ -386,7 +392,7 @@ func geminiMove(w http.ResponseWriter, mv move) {
 	case "click":
 		call("click_at", map[string]any{"x": gx(mv.x), "y": gy(mv.y)})
 	case "type":
-		call("type_text_at", map[string]any{"x": gx(mv.x), "y": gy(mv.y), "text": mv.text, "press_enter": mv.enter, "clear_before_typing": false})
+		call("type_text_at", map[string]any{"x": gx(mv.x), "y": gy(mv.y), "text": mv.text, "press_enter": mv.enter, "clear_before_typing": !mv.keep})
 	case "key":
 		call("key_combination", map[string]any{"keys": geminiKeys(mv.text)})
 	case "bash":
