@@ -4,7 +4,7 @@ MODULES := proto services/platform services/session services/display services/sa
 BIN := $(CURDIR)/.bin
 GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: all build setup generate lint test ci bench tidy clean
+.PHONY: all build setup generate lint test ci bench tasks tidy clean
 
 all: build
 
@@ -45,6 +45,13 @@ ci: setup lint test
 # Measures the figures in docs/benchmarks.md and rewrites it.
 bench: build
 	scripts/bench
+
+# The task suite with every task carried out through every provider's wire
+# format; prints the share of tasks done per provider.
+tasks: build
+	@mkdir -p .cache
+	cd cmd/deskgrid && DESKGRID_BIN=$(CURDIR)/bin/deskgrid DESKGRID_TASKS_ALL=1 DESKGRID_TASKS_REPORT=$(CURDIR)/.cache/tasks.md \
+		go test -count=1 -timeout 30m -run '^TestTaskSuite$$' . ; cat $(CURDIR)/.cache/tasks.md
 
 tidy:
 	@for m in $(MODULES); do (cd $$m && go mod tidy) || exit 1; done

@@ -65,8 +65,10 @@ func hostProcessOnScreen(t *testing.T, display string) (string, bool) {
 }
 
 type windowJSON struct {
-	ID    uint32 `json:"id"`
-	Class string `json:"class"`
+	ID      uint32 `json:"id"`
+	Class   string `json:"class"`
+	Title   string `json:"title"`
+	Focused bool   `json:"focused"`
 }
 
 func (p *upProcess) windows(id string) []windowJSON {

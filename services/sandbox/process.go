@@ -1,9 +1,15 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"os"
 	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -21,15 +27,62 @@ type proc struct {
 	argv    []string
 	started time.Time
 	p       *jail.Proc
+	// out keeps the end of what it wrote.
+	out *outputTail
+	// stopping says it is being stopped on purpose (StopProcess, the
+	// sandbox's end), so its exit is no news.
+	stopping atomic.Bool
+}
+
+// tailBytes bounds the output a started program's record keeps.
+const tailBytes = 4096
+
+// outputTail keeps the last tailBytes written to it; done closes once the
+// program and whatever shared its output have closed it.
+type outputTail struct {
+	mu sync.Mutex
+	b  []byte
+	// cut says the start of the output was dropped.
+	cut  bool
+	done chan struct{}
+}
+
+func (t *outputTail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > 2*tailBytes {
+		t.b = append([]byte(nil), t.b[len(t.b)-tailBytes:]...)
+		t.cut = true
+	}
+	return len(p), nil
+}
+
+// String is the kept output, from a line's start when it was cut.
+func (t *outputTail) String() string {
+	if t == nil {
+		return ""
+	}
+	t.mu.Lock()
+	b, cut := t.b, t.cut
+	t.mu.Unlock()
+	if cut || len(b) > tailBytes {
+		b = b[max(len(b)-tailBytes, 0):]
+		if i := bytes.IndexByte(b, '\n'); i >= 0 && i < len(b)-1 {
+			b = b[i+1:]
+		}
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD")
 }
 
 func (p *proc) proto() *sandboxv1.Process {
 	out := &sandboxv1.Process{
-		ProcessId: p.id,
-		Argv:      p.argv,
-		Pid:       int64(p.p.Pid()),
-		State:     sandboxv1.ProcessState_PROCESS_STATE_RUNNING,
-		StartTime: timestamppb.New(p.started),
+		ProcessId:  p.id,
+		Argv:       p.argv,
+		Pid:        int64(p.p.Pid()),
+		State:      sandboxv1.ProcessState_PROCESS_STATE_RUNNING,
+		StartTime:  timestamppb.New(p.started),
+		OutputTail: p.out.String(),
 	}
 	select {
 	case <-p.p.Done():
@@ -79,15 +132,48 @@ func (s *Service) startProcess(ctx context.Context, req *sandboxv1.StartProcessR
 			return nil, coded(codes.ResourceExhausted, "session %q already runs %d started programs", b.id, len(b.procs))
 		}
 	}
-	jp, err := jail.Spawn(spec, nil, nil)
+	// Its output is kept (the end of it), so a program that ends at once
+	// can say why.
+	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("start process: %w", err)
 	}
+	jp, err := jail.Spawn(spec, nil, w)
+	_ = w.Close()
+	if err != nil {
+		_ = r.Close()
+		return nil, fmt.Errorf("start process: %w", err)
+	}
+	out := &outputTail{done: make(chan struct{})}
+	go func() {
+		_, _ = io.Copy(out, r)
+		_ = r.Close()
+		close(out.done)
+	}()
 	b.nextProc++
-	p := &proc{id: fmt.Sprintf("p%d", b.nextProc), argv: req.GetArgv(), started: time.Now().UTC(), p: jp}
+	p := &proc{id: fmt.Sprintf("p%d", b.nextProc), argv: req.GetArgv(), started: time.Now().UTC(), p: jp, out: out}
 	b.procs[p.id] = p
 	s.log.InfoContext(ctx, "process started", "session_id", b.id, "process_id", p.id, "argv0", p.argv[0], "pid", jp.Pid())
+	go s.logExit(b.id, p)
 	return p.proto(), nil
+}
+
+// logExit logs how a started program ended, with the end of its output:
+// a warning when it ended on its own, not asked to.
+func (s *Service) logExit(sessionID string, p *proc) {
+	<-p.p.Done()
+	select {
+	case <-p.out.done:
+	case <-time.After(time.Second):
+		// Something it started still holds its output; what came is enough.
+	}
+	exit, _ := p.p.Exit()
+	attrs := []any{"session_id", sessionID, "process_id", p.id, "argv0", p.argv[0], "exit_code", exit.Code, "signal", exit.Signal, "output_tail", p.out.String()}
+	if p.stopping.Load() {
+		s.log.Info("process stopped", attrs...)
+		return
+	}
+	s.log.Warn("process exited", attrs...)
 }
 
 // forgetEnded drops ended programs; pmu is held.
@@ -118,6 +204,7 @@ func (s *Service) stopProcess(ctx context.Context, id, processID string) (*sandb
 		// A frozen process cannot die before it is thawed.
 		return nil, coded(codes.FailedPrecondition, "session %q's sandbox is frozen; thaw it first", id)
 	}
+	p.stopping.Store(true)
 	p.p.Kill()
 	select {
 	case <-p.p.Done():
@@ -147,6 +234,9 @@ func (s *Service) listProcesses(ctx context.Context, id string) ([]*sandboxv1.Pr
 func (b *box) stopAll() {
 	b.pmu.Lock()
 	defer b.pmu.Unlock()
+	for _, p := range b.procs {
+		p.stopping.Store(true)
+	}
 	if b.cg != nil {
 		// Also what escaped its bwrap's process tree (a double fork cannot
 		// leave its cgroup); thaws a frozen sandbox once everything is dead.

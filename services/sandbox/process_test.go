@@ -271,3 +271,37 @@ func TestStartedProgramDrawsOnTheSessionsDisplay(t *testing.T) {
 		return strings.Contains(string(data), "dimensions:    320x200 pixels")
 	})
 }
+
+// A started program's record keeps the end of its output, so one that ends
+// at once says why; a long output is cut at a line's start.
+func TestStartedProcessKeepsTheEndOfItsOutput(t *testing.T) {
+	cfg := testConfig(t)
+	h := newHarness(t, cfg, Deps{DisplayLookup: fakeDisplay(t, &cfg)})
+	h.svc.cfg.X11SocketDir = cfg.X11SocketDir
+	h.create(t, "tail", "")
+	ctx := context.Background()
+	resp, err := h.client.StartProcess(ctx, &sandboxv1.StartProcessRequest{SessionId: "tail", Argv: []string{"sh", "-c",
+		`i=0; while [ $i -lt 500 ]; do echo "line $i of the output"; i=$((i+1)); done; echo "No usable sandbox!" >&2; exit 3`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetProcess().GetProcessId()
+	var p *sandboxv1.Process
+	waitFor(t, "the program to end", func() bool {
+		list, err := h.client.ListProcesses(ctx, &sandboxv1.ListProcessesRequest{SessionId: "tail"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range list.GetProcesses() {
+			if q.GetProcessId() == id && q.GetState() == sandboxv1.ProcessState_PROCESS_STATE_EXITED &&
+				strings.HasSuffix(q.GetOutputTail(), "No usable sandbox!\n") {
+				p = q
+			}
+		}
+		return p != nil
+	})
+	out := p.GetOutputTail()
+	if p.GetExit().GetExitCode() != 3 || len(out) > 4096 || !strings.HasPrefix(out, "line ") || !strings.Contains(out, "line 499 of the output\n") {
+		t.Fatalf("exit %v, output tail (%d bytes) %q", p.GetExit(), len(out), out)
+	}
+}

@@ -332,11 +332,15 @@ func (s *Service) startDesktop(ctx context.Context, cur *sessionv1.Session, node
 			return "", &nodeError{Node: nodeID, Op: fmt.Sprintf("start the desktop %q", argv[0]), Err: err}
 		}
 	}
+	started := map[string]string{}
 	for _, prog := range cur.GetAutostart() {
-		if _, err := sandboxes.StartProcess(ctx, &sandboxv1.StartProcessRequest{SessionId: cur.GetId(), Argv: []string{"sh", "-c", prog}}); err != nil {
+		p, err := sandboxes.StartProcess(ctx, &sandboxv1.StartProcessRequest{SessionId: cur.GetId(), Argv: []string{"sh", "-c", prog}})
+		if err != nil {
 			return "", &nodeError{Node: nodeID, Op: fmt.Sprintf("start autostart program %q", prog), Err: err}
 		}
+		started[p.GetProcess().GetProcessId()] = prog
 	}
+	s.watchAutostart(cur.GetId(), cur.GetTenant(), sandboxes, started)
 	return xd, nil
 }
 

@@ -2401,6 +2401,11 @@ export interface components {
             argv?: string[];
             exit?: components["schemas"]["v1ExecExit"];
             /**
+             * @description The last lines it wrote to its standard output and error (at most
+             *     4 KiB), so a program that ended at once says why.
+             */
+            outputTail?: string;
+            /**
              * Format: int64
              * @description Host process id of its sandbox.
              */

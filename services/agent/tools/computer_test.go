@@ -143,3 +143,23 @@ func TestEditorPaths(t *testing.T) {
 		}
 	}
 }
+
+// On a session that runs an image the sandbox's files are the whole file
+// system: absolute paths are taken as they are, relative ones from the
+// home, and the sandbox refuses any that climb out.
+func TestEditorPathsOnAnImage(t *testing.T) {
+	e := &Executor{WholeRoot: true}
+	for in, want := range map[string]string{
+		"/home/user/a.txt":   "/home/user/a.txt",
+		"/tmp/x/../b.txt":    "/tmp/b.txt",
+		"/etc/app.conf":      "/etc/app.conf",
+		"notes/c.txt":        "notes/c.txt",
+		"/":                  "/",
+		"/home/user/../../x": "/x",
+	} {
+		got, ok := e.relPath(in)
+		if !ok || got != want {
+			t.Errorf("relPath(%q) = %q %v, want %q", in, got, ok, want)
+		}
+	}
+}

@@ -39,6 +39,7 @@ func (e *Executor) edit(ctx context.Context, raw json.RawMessage) (Result, error
 		return Result{Text: fmt.Sprintf(format, a...), IsError: true}, nil
 	}
 	shown := in.Path
+	e.learnRoot(ctx)
 	rel, ok := e.relPath(in.Path)
 	if !ok {
 		return fail("%s is outside the session's files: give a path under %s", in.Path, e.home())
@@ -162,16 +163,48 @@ func (e *Executor) home() string {
 	return DefaultHome
 }
 
+// learnRoot asks the sandbox, once, whether its files are a whole file
+// system (it runs an image) rather than a home. A sandbox that cannot say
+// is taken as a home, and asked again next time.
+func (e *Executor) learnRoot(ctx context.Context) {
+	e.mu.Lock()
+	known := e.rootKnown || e.WholeRoot
+	e.mu.Unlock()
+	if known {
+		return
+	}
+	sb, err := e.Sandbox.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SessionId: e.SessionID})
+	if err != nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.rootKnown = true
+	e.WholeRoot = sb.GetSandbox().GetImage() != ""
+}
+
 // relPath turns the path a model sent into one relative to the sandbox's
 // files. Models send absolute paths (the reference editor tool requires
 // them); those beneath the home are taken, others refused. Relative paths
 // pass as they are: the sandbox resolves them beneath its root and refuses
 // any that climb out.
 func (e *Executor) relPath(p string) (string, bool) {
+	home := e.home()
+	e.mu.Lock()
+	whole := e.WholeRoot
+	e.mu.Unlock()
+	if whole {
+		// The files are the whole file system: the sandbox takes absolute
+		// paths in the session's own root and relative ones from the
+		// session user's home, as a shell there would.
+		if !strings.HasPrefix(p, "/") {
+			return p, true
+		}
+		return path.Clean(p), true
+	}
 	if !strings.HasPrefix(p, "/") {
 		return p, true
 	}
-	home := e.home()
 	clean := path.Clean(p)
 	if clean == home {
 		return "", true

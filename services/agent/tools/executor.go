@@ -41,9 +41,16 @@ type Executor struct {
 	// Home is where the sandbox's files appear to the session's programs;
 	// the editor takes absolute paths beneath it. Empty means DefaultHome.
 	Home string
+	// WholeRoot says the sandbox's files are its programs' whole file
+	// system (a session on an image), not their home: the editor then
+	// takes any absolute path, and relative ones beneath the home. Left
+	// false, it is learnt from the sandbox on the editor's first use.
+	WholeRoot bool
 
 	mu   sync.Mutex
 	undo map[string][][]byte
+	// rootKnown says WholeRoot has been settled.
+	rootKnown bool
 }
 
 // Result is what a tool call produced.

@@ -403,6 +403,90 @@ func (x *Caller) GetViewerTokenId() string {
 	return ""
 }
 
+// ProcessExited is published when one of a session's autostart programs
+// ends while the session runs (type "session.process_exited.v1"), so a
+// program that cannot start (a browser without a usable sandbox, a typo)
+// leaves its exit status and last words in the session's history.
+type ProcessExited struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sandbox's id of the program, such as "p2".
+	ProcessId string `protobuf:"bytes,1,opt,name=process_id,json=processId,proto3" json:"process_id,omitempty"`
+	// The autostart line as the session was created with it.
+	Command  string `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
+	ExitCode int32  `protobuf:"varint,3,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// The signal that ended it, if any.
+	Signal string `protobuf:"bytes,4,opt,name=signal,proto3" json:"signal,omitempty"`
+	// The last lines it wrote to its standard output and error.
+	OutputTail    string `protobuf:"bytes,5,opt,name=output_tail,json=outputTail,proto3" json:"output_tail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcessExited) Reset() {
+	*x = ProcessExited{}
+	mi := &file_deskgrid_events_v1_events_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcessExited) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcessExited) ProtoMessage() {}
+
+func (x *ProcessExited) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_events_v1_events_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcessExited.ProtoReflect.Descriptor instead.
+func (*ProcessExited) Descriptor() ([]byte, []int) {
+	return file_deskgrid_events_v1_events_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ProcessExited) GetProcessId() string {
+	if x != nil {
+		return x.ProcessId
+	}
+	return ""
+}
+
+func (x *ProcessExited) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *ProcessExited) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *ProcessExited) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+func (x *ProcessExited) GetOutputTail() string {
+	if x != nil {
+		return x.OutputTail
+	}
+	return ""
+}
+
 var File_deskgrid_events_v1_events_proto protoreflect.FileDescriptor
 
 const file_deskgrid_events_v1_events_proto_rawDesc = "" +
@@ -439,7 +523,15 @@ const file_deskgrid_events_v1_events_proto_rawDesc = "" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x15\n" +
 	"\x06key_id\x18\x02 \x01(\tR\x05keyId\x12\x15\n" +
 	"\x06run_id\x18\x03 \x01(\tR\x05runId\x12&\n" +
-	"\x0fviewer_token_id\x18\x04 \x01(\tR\rviewerTokenIdB@Z>github.com/deskgrid/deskgrid/proto/deskgrid/events/v1;eventsv1b\x06proto3"
+	"\x0fviewer_token_id\x18\x04 \x01(\tR\rviewerTokenId\"\x9e\x01\n" +
+	"\rProcessExited\x12\x1d\n" +
+	"\n" +
+	"process_id\x18\x01 \x01(\tR\tprocessId\x12\x18\n" +
+	"\acommand\x18\x02 \x01(\tR\acommand\x12\x1b\n" +
+	"\texit_code\x18\x03 \x01(\x05R\bexitCode\x12\x16\n" +
+	"\x06signal\x18\x04 \x01(\tR\x06signal\x12\x1f\n" +
+	"\voutput_tail\x18\x05 \x01(\tR\n" +
+	"outputTailB@Z>github.com/deskgrid/deskgrid/proto/deskgrid/events/v1;eventsv1b\x06proto3"
 
 var (
 	file_deskgrid_events_v1_events_proto_rawDescOnce sync.Once
@@ -453,23 +545,24 @@ func file_deskgrid_events_v1_events_proto_rawDescGZIP() []byte {
 	return file_deskgrid_events_v1_events_proto_rawDescData
 }
 
-var file_deskgrid_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_deskgrid_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_deskgrid_events_v1_events_proto_goTypes = []any{
 	(*Event)(nil),                 // 0: deskgrid.events.v1.Event
 	(*SessionStateChanged)(nil),   // 1: deskgrid.events.v1.SessionStateChanged
 	(*Call)(nil),                  // 2: deskgrid.events.v1.Call
 	(*Caller)(nil),                // 3: deskgrid.events.v1.Caller
-	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
-	(*anypb.Any)(nil),             // 5: google.protobuf.Any
-	(v1.SessionState)(0),          // 6: deskgrid.session.v1.SessionState
-	(*v1.Session)(nil),            // 7: deskgrid.session.v1.Session
+	(*ProcessExited)(nil),         // 4: deskgrid.events.v1.ProcessExited
+	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
+	(*anypb.Any)(nil),             // 6: google.protobuf.Any
+	(v1.SessionState)(0),          // 7: deskgrid.session.v1.SessionState
+	(*v1.Session)(nil),            // 8: deskgrid.session.v1.Session
 }
 var file_deskgrid_events_v1_events_proto_depIdxs = []int32{
-	4, // 0: deskgrid.events.v1.Event.time:type_name -> google.protobuf.Timestamp
-	5, // 1: deskgrid.events.v1.Event.payload:type_name -> google.protobuf.Any
-	6, // 2: deskgrid.events.v1.SessionStateChanged.from:type_name -> deskgrid.session.v1.SessionState
-	6, // 3: deskgrid.events.v1.SessionStateChanged.to:type_name -> deskgrid.session.v1.SessionState
-	7, // 4: deskgrid.events.v1.SessionStateChanged.session:type_name -> deskgrid.session.v1.Session
+	5, // 0: deskgrid.events.v1.Event.time:type_name -> google.protobuf.Timestamp
+	6, // 1: deskgrid.events.v1.Event.payload:type_name -> google.protobuf.Any
+	7, // 2: deskgrid.events.v1.SessionStateChanged.from:type_name -> deskgrid.session.v1.SessionState
+	7, // 3: deskgrid.events.v1.SessionStateChanged.to:type_name -> deskgrid.session.v1.SessionState
+	8, // 4: deskgrid.events.v1.SessionStateChanged.session:type_name -> deskgrid.session.v1.Session
 	3, // 5: deskgrid.events.v1.Call.caller:type_name -> deskgrid.events.v1.Caller
 	6, // [6:6] is the sub-list for method output_type
 	6, // [6:6] is the sub-list for method input_type
@@ -489,7 +582,7 @@ func file_deskgrid_events_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_deskgrid_events_v1_events_proto_rawDesc), len(file_deskgrid_events_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

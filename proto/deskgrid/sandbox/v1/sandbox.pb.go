@@ -1655,8 +1655,11 @@ type Process struct {
 	Pid   int64        `protobuf:"varint,3,opt,name=pid,proto3" json:"pid,omitempty"`
 	State ProcessState `protobuf:"varint,4,opt,name=state,proto3,enum=deskgrid.sandbox.v1.ProcessState" json:"state,omitempty"`
 	// How it ended, once EXITED.
-	Exit          *ExecExit              `protobuf:"bytes,5,opt,name=exit,proto3" json:"exit,omitempty"`
-	StartTime     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	Exit      *ExecExit              `protobuf:"bytes,5,opt,name=exit,proto3" json:"exit,omitempty"`
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// The last lines it wrote to its standard output and error (at most
+	// 4 KiB), so a program that ended at once says why.
+	OutputTail    string `protobuf:"bytes,7,opt,name=output_tail,json=outputTail,proto3" json:"output_tail,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1731,6 +1734,13 @@ func (x *Process) GetStartTime() *timestamppb.Timestamp {
 		return x.StartTime
 	}
 	return nil
+}
+
+func (x *Process) GetOutputTail() string {
+	if x != nil {
+		return x.OutputTail
+	}
+	return ""
 }
 
 type StartProcessResponse struct {
@@ -4794,7 +4804,7 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
 	"\x04argv\x18\x02 \x03(\tR\x04argv\x12\x10\n" +
 	"\x03env\x18\x03 \x03(\tR\x03env\x12\x10\n" +
-	"\x03cwd\x18\x04 \x01(\tR\x03cwd\"\xf5\x01\n" +
+	"\x03cwd\x18\x04 \x01(\tR\x03cwd\"\x96\x02\n" +
 	"\aProcess\x12\x1d\n" +
 	"\n" +
 	"process_id\x18\x01 \x01(\tR\tprocessId\x12\x12\n" +
@@ -4803,7 +4813,9 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x05state\x18\x04 \x01(\x0e2!.deskgrid.sandbox.v1.ProcessStateR\x05state\x121\n" +
 	"\x04exit\x18\x05 \x01(\v2\x1d.deskgrid.sandbox.v1.ExecExitR\x04exit\x129\n" +
 	"\n" +
-	"start_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\"N\n" +
+	"start_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12\x1f\n" +
+	"\voutput_tail\x18\a \x01(\tR\n" +
+	"outputTail\"N\n" +
 	"\x14StartProcessResponse\x126\n" +
 	"\aprocess\x18\x01 \x01(\v2\x1c.deskgrid.sandbox.v1.ProcessR\aprocess\"R\n" +
 	"\x12StopProcessRequest\x12\x1d\n" +
