@@ -28,13 +28,11 @@ func runAccessibility(ctx context.Context, args []string, stdout, stderr io.Writ
 	if len(pos) != 1 {
 		return usageError("a11y: want one session id")
 	}
-	conn, err := cf.conn()
+	conn, ctx, done, err := cf.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
-	defer cancel()
+	defer done()
 	tree, err := sandboxv1.NewSandboxServiceClient(conn).GetAccessibilityTree(ctx, &sandboxv1.GetAccessibilityTreeRequest{
 		SessionId: pos[0], MaxDepth: int32(*depth), MaxNodes: int32(*nodes), OnlyVisible: *visible, Application: *app,
 	})
@@ -73,13 +71,11 @@ func runApps(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if len(pos) < 1 || (len(pos) > 1 && (pos[1] != "launch" || len(pos) < 3)) {
 		return usageError("apps: want <id> [launch APP [FILE|URL...]]")
 	}
-	conn, err := cf.conn()
+	conn, ctx, done, err := cf.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
-	defer cancel()
+	defer done()
 	s, err := deskgrid.NewWithConn(conn).Sessions.Get(ctx, pos[0])
 	if err != nil {
 		return rpcError(err)

@@ -28,13 +28,13 @@ import (
 
 // cli is one client command invocation: its flags, connection and output.
 type cli struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-	cf     *clientFlags
-	conn   *grpc.ClientConn
-	out    io.Writer
-	errw   io.Writer
-	pos    []string
+	ctx  context.Context
+	done func()
+	cf   *clientFlags
+	conn *grpc.ClientConn
+	out  io.Writer
+	errw io.Writer
+	pos  []string
 }
 
 // newCLI parses flags (defined by define on the command's flag set) and connects.
@@ -47,19 +47,14 @@ func newCLI(ctx context.Context, name string, args []string, stdout, stderr io.W
 	if err != nil {
 		return nil, err
 	}
-	conn, err := cf.conn()
+	conn, ctx, done, err := cf.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	c := &cli{cf: cf, conn: conn, out: stdout, errw: stderr, pos: pos}
-	c.ctx, c.cancel = context.WithTimeout(ctx, cf.timeout)
-	return c, nil
+	return &cli{cf: cf, conn: conn, ctx: ctx, done: done, out: stdout, errw: stderr, pos: pos}, nil
 }
 
-func (c *cli) close() {
-	c.cancel()
-	c.conn.Close()
-}
+func (c *cli) close() { c.done() }
 
 // want checks the count of positional arguments.
 func (c *cli) want(n int, usage string) error {

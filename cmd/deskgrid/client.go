@@ -53,6 +53,17 @@ func (c *clientFlags) conn() (*grpc.ClientConn, error) {
 	return dial(c.addr)
 }
 
+// connect dials the deployment for one command, whose calls then share
+// the command's -timeout; done closes the connection and ends the timeout.
+func (c *clientFlags) connect(ctx context.Context) (*grpc.ClientConn, context.Context, func(), error) {
+	conn, err := c.conn()
+	if err != nil {
+		return nil, ctx, func() {}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	return conn, ctx, func() { cancel(); conn.Close() }, nil
+}
+
 // parseInterleaved parses flags that may come before or after positional
 // arguments ("sessions get <id> -o json").
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
@@ -111,14 +122,12 @@ func runSessions(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	conn, err := cf.conn()
+	conn, ctx, done, err := cf.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer done()
 	client := sessionv1.NewSessionServiceClient(conn)
-	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
-	defer cancel()
 
 	switch sub {
 	case "create":
@@ -217,13 +226,11 @@ func runScreenshot(ctx context.Context, args []string, stdout, stderr io.Writer)
 	default:
 		return usageError("-format %q: want png or jpeg", *format)
 	}
-	conn, err := cf.conn()
+	conn, ctx, done, err := cf.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
-	defer cancel()
+	defer done()
 	resp, err := displayv1.NewDisplayServiceClient(conn).Screenshot(ctx, req)
 	if err != nil {
 		return rpcError(err)
@@ -321,13 +328,11 @@ func runSessionCommit(ctx context.Context, args []string, stdout, stderr io.Writ
 	if len(pos) != 2 {
 		return usageError("sessions commit: want a session id and an image name (my-team/qa-desktop:v3)")
 	}
-	conn, err := cf.conn()
+	conn, ctx, done, err := cf.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
-	defer cancel()
+	defer done()
 	resp, err := sessionv1.NewSessionServiceClient(conn).CommitSession(ctx, &sessionv1.CommitSessionRequest{SessionId: pos[0], Image: pos[1]})
 	if err != nil {
 		return rpcError(err)

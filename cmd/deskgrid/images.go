@@ -43,14 +43,12 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	conn, err := cf.conn()
+	conn, ctx, done, err := cf.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer done()
 	client := imagev1.NewImageServiceClient(conn)
-	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
-	defer cancel()
 
 	one := func() (string, error) {
 		if len(pos) != 1 {

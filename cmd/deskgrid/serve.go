@@ -176,13 +176,11 @@ func runNodes(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(pos) != want {
 		return usageError("nodes %s: want %d argument(s) (a node id), got %q", sub, want, pos)
 	}
-	conn, err := cf.conn()
+	conn, ctx, done, err := cf.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
-	defer cancel()
+	defer done()
 	c := sessionv1.NewNodeServiceClient(conn)
 	var nodes []*sessionv1.Node
 	switch sub {
