@@ -405,7 +405,7 @@ func TestREADMEShellExamples(t *testing.T) {
 		}
 		cmd := exec.Command("bash", "-c", cmdline)
 		cmd.Dir, cmd.Env = dir, env
-		if strings.HasPrefix(line, "go run ./") {
+		if strings.Contains(line, "go run ./") {
 			cmd.Dir = repo // as the README runs it, from the repository
 		}
 		out, err := cmd.CombinedOutput()
@@ -460,8 +460,9 @@ func TestREADMEGoSDK(t *testing.T) {
 		"func main() {\n\tctx := context.Background()\n" + body +
 		"\tif len(png) < 8 || string(png[1:4]) != \"PNG\" || res == nil || res.ExitCode != 0 || s.GetId() == \"\" {\n" +
 		"\t\tfmt.Println(\"bad results\", len(png), res)\n\t\tos.Exit(1)\n\t}\n\tfmt.Println(\"ok\", s.GetId())\n}\n"
-	// Built inside the examples module, which the workspace ties to the SDK.
-	dir, err := os.MkdirTemp("../../examples", "readme-go-")
+	// Built inside the examples module, which the workspace ties to the SDK
+	// ("_": no ./... pattern sees it while it exists).
+	dir, err := os.MkdirTemp("../../examples", "_readme-go-")
 	if err != nil {
 		t.Fatal(err)
 	}
