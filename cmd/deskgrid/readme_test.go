@@ -403,11 +403,16 @@ func TestREADMEShellExamples(t *testing.T) {
 		if strings.Contains(cmdline, "<") && !strings.Contains(cmdline, "< ") {
 			t.Fatalf("README command %q has a placeholder the test does not know", line)
 		}
-		cmd := exec.Command("bash", "-c", cmdline)
-		cmd.Dir, cmd.Env = dir, env
+		runIn := dir
 		if strings.Contains(line, "go run ./") {
-			cmd.Dir = repo // as the README runs it, from the repository
+			// As the README runs it, from the repository; its output
+			// file goes to the test's directory.
+			runIn = repo
+			cmdline = strings.ReplaceAll(cmdline, " shot.png", " "+filepath.Join(dir, "shot.png"))
+			os.Remove(filepath.Join(dir, "shot.png"))
 		}
+		cmd := exec.Command("bash", "-c", cmdline)
+		cmd.Dir, cmd.Env = runIn, env
 		out, err := cmd.CombinedOutput()
 		if strings.HasSuffix(line, " -h") && cliExit(err) == 2 {
 			err = nil // -h prints the flags and exits 2, as Go's flag package does
@@ -427,6 +432,10 @@ func TestREADMEShellExamples(t *testing.T) {
 				if !strings.Contains(string(out), c) {
 					t.Errorf("%q does not list %s:\n%s", line, c, out)
 				}
+			}
+		case strings.Contains(line, "go run ./"):
+			if b, err := os.ReadFile(filepath.Join(dir, "shot.png")); err != nil || !strings.HasPrefix(string(b), "\x89PNG") {
+				t.Errorf("%q saved no PNG: %v\n%s", line, err, out)
 			}
 		case strings.Contains(line, "nodes drain"):
 			if !strings.Contains(string(out), "draining") {
