@@ -130,6 +130,10 @@ func serverFlags(name string, stderr io.Writer) (*flag.FlagSet, *serverConfig) {
 	c := &serverConfig{}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage of deskgrid %s:\n\nEvery flag can also be set in the environment: -http-addr is DESKGRID_HTTP_ADDR,\nand so on; flags win. Give secrets only that way.\n\n", name)
+		fs.PrintDefaults()
+	}
 	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "REST gateway listen address")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", "127.0.0.1:9090", "gRPC listen address")
 	fs.StringVar(&c.DataDir, "data-dir", defaultDataDir(), "where databases, event store and sandbox layers live")
