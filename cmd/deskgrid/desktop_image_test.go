@@ -5,15 +5,18 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"image"
 	"image/color"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -106,24 +109,54 @@ func panelShown(img image.Image) (bool, string) {
 // desktop image (built by scripts/setup), imported into its store first.
 func startUpOnDesktop(t *testing.T, dataDir, runDir string, extra ...string) *upProcess {
 	t.Helper()
-	layout := imagebuild.DesktopLayout()
-	if _, err := os.Stat(filepath.Join(layout, "index.json")); err != nil {
-		t.Fatalf("the default desktop image is not built (%s): run scripts/setup (it builds it), or deskgrid images build -cache %s deploy/images/desktop", layout, imagebuild.DefaultCacheDir)
-	}
-	// Imported here rather than by up at start, so that the start stays
-	// within its readiness wait; up's own import is the same call.
-	store, err := imagestore.New(context.Background(), imagestore.Deps{Dir: filepath.Join(dataDir, "images"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.ImportPath(context.Background(), "", layout, imagestore.ImportOptions{Ref: defaultImage}); err != nil {
-		t.Fatal(err)
-	}
-	if err := store.SetPublic(context.Background(), "", defaultImage, true); err != nil {
-		t.Fatal(err)
+	if _, err := os.Lstat(filepath.Join(dataDir, "images")); errors.Is(err, fs.ErrNotExist) {
+		if err := os.Symlink(desktopImages(t), filepath.Join(dataDir, "images")); err != nil {
+			t.Fatal(err)
+		}
 	}
 	p := startUp(t, dataDir, runDir, append([]string{"-default-image", defaultImage}, extra...)...)
 	return p
+}
+
+var desktopStore struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// desktopImages is the image store every desktop test's deskgrid up uses,
+// holding the default desktop image: nodes may share a store (it locks
+// across processes), and it is kept beside the image cache, so the image's
+// gigabytes are unpacked once for every test and run, not once a test.
+// Importing images is tested on small images in services/sandbox/image.
+func desktopImages(t *testing.T) string {
+	t.Helper()
+	desktopStore.once.Do(func() {
+		layout := imagebuild.DesktopLayout()
+		if _, err := os.Stat(filepath.Join(layout, "index.json")); err != nil {
+			desktopStore.err = fmt.Errorf("the default desktop image is not built (%s): run scripts/setup (it builds it), or deskgrid images build -cache %s deploy/images/desktop", layout, imagebuild.DefaultCacheDir)
+			return
+		}
+		dir := filepath.Join(filepath.Dir(imagebuild.DefaultCacheDir), "test-images")
+		ctx := context.Background()
+		// Imported here rather than by up at start, so that the start stays
+		// within its readiness wait; up's own import is the same call.
+		store, err := imagestore.New(ctx, imagestore.Deps{Dir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err == nil {
+			_, err = store.ImportPath(ctx, "", layout, imagestore.ImportOptions{Ref: defaultImage})
+		}
+		if err == nil {
+			err = store.SetPublic(ctx, "", defaultImage, true)
+		}
+		desktopStore.dir, desktopStore.err = dir, err
+	})
+	if desktopStore.err != nil {
+		t.Fatal(desktopStore.err)
+	}
+	return desktopStore.dir
 }
 
 // TestDesktopImageSession: `deskgrid up` with the default desktop image
