@@ -457,6 +457,16 @@ func TestTwoRunsOnOneSessionTakeTurns(t *testing.T) {
 	close(a.block)
 	waitState(t, h.client, ra.GetRun().GetId(), agentv1.RunState_RUN_STATE_SUCCEEDED)
 	waitState(t, h.client, rb.GetRun().GetId(), agentv1.RunState_RUN_STATE_SUCCEEDED)
+	// Each run gives its lease up at the display as it ends, which may come
+	// just after its record says SUCCEEDED.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		h.node.mu.Lock()
+		n := len(h.node.released)
+		h.node.mu.Unlock()
+		if n >= 2 || time.Now().After(deadline) {
+			break
+		}
+	}
 	h.node.mu.Lock()
 	defer h.node.mu.Unlock()
 	// a's two clicks with token 1, then b's two with token 2.
