@@ -45,18 +45,7 @@ func rest(t *testing.T, srv *deskgridtest.Server, method, path, body string) (in
 // The clipboard and windows of a real session, with openbox in its
 // sandbox, through the SDK and the REST gateway.
 func TestClipboardAndWindows(t *testing.T) {
-	srv := deskgridtest.Start(t, "-window-manager", "openbox")
-	c, err := deskgrid.New(srv.GRPCAddr, deskgrid.WithAPIKey(srv.APIKey))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	s, err := c.Sessions.Create(ctx, deskgrid.CreateOptions{Width: 800, Height: 600})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, ctx, s := openboxSession(t)
 
 	if err := s.SetClipboard(ctx, "héllo 世界"); err != nil {
 		t.Fatal(err)
@@ -93,18 +82,7 @@ func TestClipboardAndWindows(t *testing.T) {
 // programs shows its window on the session's display, where openbox (started
 // in the sandbox beside it) frames it and the windows API finds and moves it.
 func TestStartedProgramWindow(t *testing.T) {
-	srv := deskgridtest.Start(t, "-window-manager", "openbox")
-	c, err := deskgrid.New(srv.GRPCAddr, deskgrid.WithAPIKey(srv.APIKey))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	s, err := c.Sessions.Create(ctx, deskgrid.CreateOptions{Width: 800, Height: 600})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, ctx, s := openboxSession(t)
 
 	conn, err := grpc.NewClient(srv.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -187,4 +165,23 @@ func TestStartedProgramWindow(t *testing.T) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// openboxSession starts deskgrid with openbox as the window manager and
+// creates an 800x600 session; ctx bounds the test's calls.
+func openboxSession(t *testing.T) (*deskgridtest.Server, context.Context, *deskgrid.Session) {
+	t.Helper()
+	srv := deskgridtest.Start(t, "-window-manager", "openbox")
+	c, err := deskgrid.New(srv.GRPCAddr, deskgrid.WithAPIKey(srv.APIKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	s, err := c.Sessions.Create(ctx, deskgrid.CreateOptions{Width: 800, Height: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, ctx, s
 }

@@ -30,22 +30,7 @@ func TestTreeOfChromiumOnItsOwnBus(t *testing.T) {
 			t.Fatalf("%s is not installed: run scripts/setup", p)
 		}
 	}
-	// Not t.TempDir: its parent is the test's alone, closed to the user.
-	dir, err := os.MkdirTemp("", "atspi-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	home := filepath.Join(dir, "home")
-	if err := os.Mkdir(home, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(home, nobody, nobody); err != nil {
-		t.Fatal(err)
-	}
+	home := nobodyHome(t, "atspi-test-")
 	as := &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}, Setpgid: true}
 
 	// X server.
@@ -282,21 +267,7 @@ func TestWakeTheBusThroughTheSessionBus(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("connecting as another user needs root, as the node's service runs")
 	}
-	dir, err := os.MkdirTemp("", "atspi-wake-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	home := filepath.Join(dir, "home")
-	if err := os.Mkdir(home, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(home, nobody, nobody); err != nil {
-		t.Fatal(err)
-	}
+	home := nobodyHome(t, "atspi-wake-")
 	r, w, _ := os.Pipe()
 	sess := exec.Command("dbus-daemon", "--session", "--nofork", "--print-address=3", "--address=unix:path="+filepath.Join(home, "bus"))
 	sess.ExtraFiles = []*os.File{w}
@@ -381,4 +352,27 @@ func processesOf(uid uint32) []int {
 		}
 	}
 	return out
+}
+
+// nobodyHome is a home folder of the user nobody, in a folder of its own
+// that nobody can reach (not t.TempDir: its parent is the test's alone,
+// closed to the user).
+func nobodyHome(t *testing.T, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(dir, "home")
+	if err := os.Mkdir(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(home, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	return home
 }
