@@ -6,7 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"google.golang.org/grpc"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -260,6 +261,19 @@ func (c *testCluster) waitFor(what string, within time.Duration, cond func() boo
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
+}
+
+// waitAlive waits until every node of ids is alive in the registry.
+func (c *testCluster) waitAlive(within time.Duration, ids ...string) {
+	c.t.Helper()
+	c.waitFor(fmt.Sprintf("nodes %v alive", ids), within, func() bool {
+		for _, id := range ids {
+			if n, err := c.reg.Node(context.Background(), id); err != nil || !n.Alive {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // logs are the ends of every process's log, for a failure message.
