@@ -73,7 +73,7 @@ func waitPanel(b *testing.B, p *upProcess, id string) {
 	}
 }
 
-func (p *upProcess) deleteSession(b *testing.B, id string) {
+func (p *upProcess) deleteSession(b testing.TB, id string) {
 	b.Helper()
 	if code, out, _ := p.do("DELETE", "/v1/sessions/"+id, ""); code != 200 {
 		b.Fatalf("delete %s: %d %s", id, code, out)
