@@ -251,7 +251,7 @@ func BenchmarkDesktopIdleCapacity(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("DESKGRID_BENCH_IDLE_SESSIONS")); err == nil && v > 0 {
 		n = v
 	}
-	p, root := startDesktopUp(b, "-node-max-sessions", strconv.Itoa(n+8))
+	p, root := startDesktopUp(b, "-node-max-sessions", strconv.Itoa(n+8), "-tenant-max-sessions", "0")
 	defer p.stop()
 	var cpu, pssEach, availGiB, upEach float64
 	for i := 0; i < b.N; i++ {
