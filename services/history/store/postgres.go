@@ -9,8 +9,7 @@ import (
 )
 
 var postgresDialect = dialect{
-	name:        "postgres",
-	placeholder: dollar,
+	name: "postgres",
 	timeDest: func() (any, func() time.Time) {
 		var t time.Time
 		return &t, func() time.Time { return t.UTC() }

@@ -25,7 +25,8 @@ const migrationTable = "history_goose_db_version"
 // dialect is what differs between the databases.
 type dialect struct {
 	name string
-	// placeholder returns the n-th (from 1) parameter marker.
+	// placeholder returns the n-th (from 1) parameter marker (the
+	// database's: sqlstore.DB.Placeholder).
 	placeholder func(n int) string
 	// timeDest returns a scan destination and how to read the time from it.
 	timeDest func() (any, func() time.Time)
@@ -67,6 +68,7 @@ func wrap(db *sqlstore.DB, err error) (*SQL, error) {
 	if db.Postgres() {
 		d = postgresDialect
 	}
+	d.placeholder = db.Placeholder
 	return &SQL{db: db, w: db.W, r: db.R, d: d}, nil
 }
 
@@ -461,7 +463,3 @@ func (s *SQL) BlobReferenced(ctx context.Context, tenant, hash string) (bool, er
 	}
 	return true, nil
 }
-
-func questionMark(int) string { return "?" }
-
-func dollar(n int) string { return "$" + strconv.Itoa(n) }

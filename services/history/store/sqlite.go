@@ -7,8 +7,7 @@ import (
 )
 
 var sqliteDialect = dialect{
-	name:        "sqlite",
-	placeholder: questionMark,
+	name: "sqlite",
 	timeDest: func() (any, func() time.Time) {
 		var ns int64
 		return &ns, func() time.Time { return time.Unix(0, ns).UTC() }
