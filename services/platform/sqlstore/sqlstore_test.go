@@ -15,10 +15,10 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/deskgrid/deskgrid/services/platform/metrics/metricstest"
 	"github.com/deskgrid/deskgrid/services/platform/sqlstore"
 	"github.com/deskgrid/deskgrid/services/platform/sqlstore/sqlstoretest"
 )
@@ -283,32 +283,7 @@ func TestPostgresMigrationLockPerStore(t *testing.T) {
 // attributes include want.
 func histCount(t *testing.T, name string, want ...attribute.KeyValue) uint64 {
 	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	var n uint64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != name {
-				continue
-			}
-			h, ok := m.Data.(metricdata.Histogram[float64])
-			if !ok {
-				t.Fatalf("%s is %T", name, m.Data)
-			}
-		points:
-			for _, p := range h.DataPoints {
-				for _, kv := range want {
-					if v, ok := p.Attributes.Value(kv.Key); !ok || v != kv.Value {
-						continue points
-					}
-				}
-				n += p.Count
-			}
-		}
-	}
-	return n
+	return metricstest.HistCount(t, reader, name, want...)
 }
 
 // Every PostgreSQL query is timed by store, operation and outcome, and is

@@ -12,9 +12,9 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/deskgrid/deskgrid/services/platform/auth"
+	"github.com/deskgrid/deskgrid/services/platform/metrics/metricstest"
 	"github.com/deskgrid/deskgrid/services/platform/sqlstore/sqlstoretest"
 )
 
@@ -310,29 +310,12 @@ func TestSQLiteOddPath(t *testing.T) {
 	}
 }
 
-// queries counts the PostgreSQL queries the store label store timed with
-// operation and outcome.
+// queries counts the PostgreSQL queries the store labelled store timed
+// with operation and outcome.
 func queries(t *testing.T, store, op, outcome string) uint64 {
 	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	want := attribute.NewSet(attribute.String("store", store), attribute.String("operation", op), attribute.String("outcome", outcome))
-	var n uint64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != "deskgrid.postgres.query.duration" {
-				continue
-			}
-			for _, p := range m.Data.(metricdata.Histogram[float64]).DataPoints {
-				if p.Attributes.Equivalent() == want.Equivalent() {
-					n += p.Count
-				}
-			}
-		}
-	}
-	return n
+	return metricstest.HistCount(t, reader, "deskgrid.postgres.query.duration",
+		attribute.String("store", store), attribute.String("operation", op), attribute.String("outcome", outcome))
 }
 
 // The key store's PostgreSQL queries are timed under store="auth": a read
