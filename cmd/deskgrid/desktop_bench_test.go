@@ -48,7 +48,8 @@ func startDesktopUp(b *testing.B, flags ...string) (*upProcess, string) {
 	}
 	// No warm desktops unless asked: a session given one is measured by
 	// BenchmarkDesktopCreateToPanel/pool only.
-	p := startUp(b, dataDir, runDir, append([]string{"-default-image", defaultImage, "-warm-desktops", "0"}, flags...)...)
+	// No tenant quota: the benchmarks measure what the node holds.
+	p := startUp(b, dataDir, runDir, append([]string{"-default-image", defaultImage, "-warm-desktops", "0", "-tenant-max-sessions", "0"}, flags...)...)
 	return p, filepath.Join(dataDir, "sandbox")
 }
 
@@ -251,7 +252,7 @@ func BenchmarkDesktopIdleCapacity(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("DESKGRID_BENCH_IDLE_SESSIONS")); err == nil && v > 0 {
 		n = v
 	}
-	p, root := startDesktopUp(b, "-node-max-sessions", strconv.Itoa(n+8), "-tenant-max-sessions", "0")
+	p, root := startDesktopUp(b, "-node-max-sessions", strconv.Itoa(n+8))
 	defer p.stop()
 	var cpu, pssEach, availGiB, upEach float64
 	for i := 0; i < b.N; i++ {
