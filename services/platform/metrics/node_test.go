@@ -1,0 +1,100 @@
+package metrics_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/deskgrid/deskgrid/services/platform/metrics"
+)
+
+// point returns the float64 gauge point of name for node.
+func point(t *testing.T, name, node string) (float64, bool) {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if g, ok := m.Data.(metricdata.Gauge[float64]); ok && m.Name == name {
+				for _, p := range g.DataPoints {
+					if v, _ := p.Attributes.Value("node"); v.AsString() == node {
+						return p.Value, true
+					}
+				}
+			}
+		}
+	}
+	return 0, false
+}
+
+// The heartbeat age is the time since the node's last good heartbeat, read
+// at each collection; it stops being reported when the node stops it.
+func TestHeartbeatAge(t *testing.T) {
+	last := time.Now().Add(-42 * time.Second)
+	stop, err := metrics.ObserveHeartbeat("hb-node", func() time.Time { return last })
+	if err != nil {
+		t.Fatal(err)
+	}
+	age, ok := point(t, "deskgrid.node.heartbeat.age", "hb-node")
+	if !ok || age < 42 || age > 42+60 {
+		t.Fatalf("age = %v (%v), want about 42", age, ok)
+	}
+	last = time.Now()
+	if age, _ := point(t, "deskgrid.node.heartbeat.age", "hb-node"); age >= 42 {
+		t.Fatalf("age after a heartbeat = %v", age)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := point(t, "deskgrid.node.heartbeat.age", "hb-node"); ok {
+		t.Fatal("age still reported after stop")
+	}
+}
+
+// Limit events are node counters taken from the node's running tally.
+func TestSandboxLimitEvents(t *testing.T) {
+	ev := metrics.SandboxLimitEvents{OOMKills: 3, PidsLimitHits: 7}
+	stop, err := metrics.ObserveSandboxLimits("limits-node", func() metrics.SandboxLimitEvents { return ev })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	node := attribute.String("node", "limits-node")
+	if o, p := sum(t, "deskgrid.sandbox.oom_kills", node), sum(t, "deskgrid.sandbox.pids_limit_hits", node); o != 3 || p != 7 {
+		t.Fatalf("oom %d, pids %d", o, p)
+	}
+	ev.OOMKills = 4
+	if o := sum(t, "deskgrid.sandbox.oom_kills", node); o != 4 {
+		t.Fatalf("oom %d after one more kill", o)
+	}
+}
+
+// A model gets a label of its own once a provider answered for it, up to
+// the bound; the rest are "other".
+func TestModelLabels(t *testing.T) {
+	m := metrics.ModelLabels{Max: 2}
+	for _, c := range []struct {
+		model    string
+		answered bool
+		want     string
+	}{
+		{"made-up", false, "other"},
+		{"", true, "unknown"},
+		{"claude-a", true, "claude-a"},
+		{"claude-a", false, "claude-a"},
+		{strings.Repeat("x", 101), true, "other"},
+		{"gpt-b", true, "gpt-b"},
+		{"gemini-c", true, "other"}, // the bound is reached
+		{"gpt-b", false, "gpt-b"},
+	} {
+		if got := m.Label(c.model, c.answered); got != c.want {
+			t.Errorf("Label(%.20q, %v) = %q, want %q", c.model, c.answered, got, c.want)
+		}
+	}
+}
