@@ -87,7 +87,8 @@ func measured(t *testing.T, name string, want map[string]string) int64 {
 // provider answered for does not get a label of its own.
 func TestProviderCallsAreMeasured(t *testing.T) {
 	installTelemetry()
-	finish := map[string]string{"anthropic": "end_turn", "openai": "completed", "gemini": "STOP"}
+	// The stop reason as each provider reports it to the loop.
+	finish := map[string]string{"anthropic": "end_turn", "openai": "end_turn", "gemini": "stop"}
 	system := map[string]string{"anthropic": "anthropic", "openai": "openai", "gemini": "gcp.gemini"}
 	for _, tc := range wireCases {
 		t.Run(tc.provider, func(t *testing.T) {

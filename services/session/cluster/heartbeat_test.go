@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/deskgrid/deskgrid/services/session/placement"
 )
 
 // A heartbeat sent into a network partition, whose answer never came
@@ -79,7 +81,7 @@ func TestLastHeartbeatStandsStillWhileRedisIsUnreachable(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	// The node's own client, on the keys of reg (removed after the test).
 	nodeReg := NewRegistry(rdb, string(reg.k))
-	m, err := Join(context.Background(), nodeReg, MemberConfig{Node: NodeInfo{ID: "n1", Address: "127.0.0.1:9"},
+	m, err := Join(context.Background(), nodeReg, MemberConfig{Node: NodeInfo{ID: "n1", Address: "127.0.0.1:9", Capacity: placement.Capacity{Sessions: 1}},
 		Interval: 20 * time.Millisecond, TTL: time.Second}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
