@@ -112,7 +112,7 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 		s.closers.add("sandbox", b.Close)
 		stopLimits, err := metrics.ObserveSandboxLimits(s.cfg.NodeID, func() metrics.SandboxLimitEvents {
 			ev := b.LimitEvents()
-			return metrics.SandboxLimitEvents{OOMKills: int64(ev.OOMKills), PidsLimitHits: int64(ev.PidsLimitHits)}
+			return metrics.SandboxLimitEvents{OOMKills: int64(ev.OOMKills), PidsLimitHits: int64(ev.PidsLimitHits), DiskFull: int64(ev.DiskFull)}
 		})
 		if err != nil {
 			return nil, err

@@ -1,6 +1,10 @@
 package sandbox
 
-import "github.com/deskgrid/deskgrid/services/sandbox/cgroup"
+import (
+	"sync/atomic"
+
+	"github.com/deskgrid/deskgrid/services/sandbox/cgroup"
+)
 
 // limitTally adds up the limit events of the node's sandboxes for the node
 // counters: the groups on the node, read at each call, plus what the groups
@@ -12,28 +16,41 @@ type limitTally struct {
 	// deleting are groups whose counts are in retired but that are still
 	// on the node.
 	deleting map[string]bool
+	// diskFull counts calls refused because a session's disk was full.
+	diskFull atomic.Uint64
+}
+
+// LimitEvents is how often the node's sandboxes ran into their limits.
+type LimitEvents struct {
+	cgroup.Events
+	// DiskFull counts calls of this service (uploads, file writes, copies)
+	// refused because the session's disk was full. A program in the session
+	// that fills it meets ENOSPC itself, which no counter on the node sees.
+	DiskFull uint64
 }
 
 // LimitEvents is how often the node's sandboxes ran into their limits:
-// processes the kernel killed for going over memory and forks refused at
-// the pids limit, summed over every group, so no label names a session.
-func (s *Service) LimitEvents() cgroup.Events {
+// processes the kernel killed for going over memory, forks refused at the
+// pids limit and calls refused for a full disk, summed over every session,
+// so no label names one.
+func (s *Service) LimitEvents() LimitEvents {
+	ev := LimitEvents{DiskFull: s.limits.diskFull.Load()}
 	if s.cgroups == nil {
-		return cgroup.Events{}
+		return ev
 	}
 	s.limitsMu.Lock()
 	defer s.limitsMu.Unlock()
-	total := s.limits.retired
+	ev.Events = s.limits.retired
 	names, err := s.cgroups.List()
 	if err != nil {
-		return total
+		return ev
 	}
 	for _, n := range names {
 		if !s.limits.deleting[n] {
-			total = total.Add(s.cgroups.Events(n))
+			ev.Events = ev.Events.Add(s.cgroups.Events(n))
 		}
 	}
-	return total
+	return ev
 }
 
 // retireLimits moves g's counts to the retired totals before g is deleted.

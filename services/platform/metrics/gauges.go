@@ -215,12 +215,13 @@ func ObserveHeartbeat(node string, last func() time.Time) (func() error, error) 
 
 // SandboxLimitEvents is how often a node's sandboxes ran into their limits.
 type SandboxLimitEvents struct {
-	OOMKills, PidsLimitHits int64
+	OOMKills, PidsLimitHits, DiskFull int64
 }
 
-// ObserveSandboxLimits reports the node's deskgrid_sandbox_oom_kills_total
-// and deskgrid_sandbox_pids_limit_hits_total from events, summed over its
-// sessions (no session label), read at every collection. The returned
+// ObserveSandboxLimits reports the node's deskgrid_sandbox_oom_kills_total,
+// deskgrid_sandbox_pids_limit_hits_total and deskgrid_sandbox_disk_full_total
+// from events, summed over its sessions (no session label), read at every
+// collection. The returned
 // function stops it.
 func ObserveSandboxLimits(node string, events func() SandboxLimitEvents) (func() error, error) {
 	oom, err := meter.Int64ObservableCounter("deskgrid.sandbox.oom_kills", metric.WithDescription("processes of the node's sessions the kernel killed for going over their memory limit"))
@@ -231,13 +232,18 @@ func ObserveSandboxLimits(node string, events func() SandboxLimitEvents) (func()
 	if err != nil {
 		return nil, err
 	}
+	disk, err := meter.Int64ObservableCounter("deskgrid.sandbox.disk_full", metric.WithDescription("calls of the node's sandbox service (uploads, file writes) refused because a session's disk was full"))
+	if err != nil {
+		return nil, err
+	}
 	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		ev := events()
 		a := attrs("node", nodeLabel(node))
 		o.ObserveInt64(oom, ev.OOMKills, a)
 		o.ObserveInt64(pids, ev.PidsLimitHits, a)
+		o.ObserveInt64(disk, ev.DiskFull, a)
 		return nil
-	}, oom, pids)
+	}, oom, pids, disk)
 	if err != nil {
 		return nil, err
 	}

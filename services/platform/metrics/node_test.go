@@ -59,15 +59,15 @@ func TestHeartbeatAge(t *testing.T) {
 
 // Limit events are node counters taken from the node's running tally.
 func TestSandboxLimitEvents(t *testing.T) {
-	ev := metrics.SandboxLimitEvents{OOMKills: 3, PidsLimitHits: 7}
+	ev := metrics.SandboxLimitEvents{OOMKills: 3, PidsLimitHits: 7, DiskFull: 2}
 	stop, err := metrics.ObserveSandboxLimits("limits-node", func() metrics.SandboxLimitEvents { return ev })
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
 	node := attribute.String("node", "limits-node")
-	if o, p := sum(t, "deskgrid.sandbox.oom_kills", node), sum(t, "deskgrid.sandbox.pids_limit_hits", node); o != 3 || p != 7 {
-		t.Fatalf("oom %d, pids %d", o, p)
+	if o, p, d := sum(t, "deskgrid.sandbox.oom_kills", node), sum(t, "deskgrid.sandbox.pids_limit_hits", node), sum(t, "deskgrid.sandbox.disk_full", node); o != 3 || p != 7 || d != 2 {
+		t.Fatalf("oom %d, pids %d, disk full %d", o, p, d)
 	}
 	ev.OOMKills = 4
 	if o := sum(t, "deskgrid.sandbox.oom_kills", node); o != 4 {
