@@ -246,7 +246,7 @@ func TestServeRoleMetricsAddr(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	got := scrapeURL(t, re.FindStringSubmatch(out.String())[1])
-	for _, name := range []string{"deskgrid_image_pulls_total", "deskgrid_node_reconcile_removed_total", "go_goroutines"} {
+	for _, name := range []string{"deskgrid_image_pulls_total", "deskgrid_node_reconcile_removed_total", "deskgrid_sandbox_oom_kills_total", "go_goroutines"} {
 		if got[name] == nil {
 			t.Errorf("serve sandbox's /metrics has no %s", name)
 		}
