@@ -438,7 +438,14 @@ type CreateSandboxRequest struct {
 	Network bool `protobuf:"varint,8,opt,name=network,proto3" json:"network,omitempty"`
 	// OCI image the sandbox runs, resolved on this node (pulled when absent)
 	// and pinned for the sandbox's life; empty: none.
-	Image         string `protobuf:"bytes,9,opt,name=image,proto3" json:"image,omitempty"`
+	Image string `protobuf:"bytes,9,opt,name=image,proto3" json:"image,omitempty"`
+	// The display the caller will create for the session and the desktop it
+	// will start on it. A node keeping desktops of the image started ahead of
+	// demand may answer with one that fits (same image digest as the caller's
+	// tenant resolves it, same limits and display, no network, workspace or
+	// snapshot): CreateSandboxResponse.desktop_started is then true. Unset:
+	// never a started desktop.
+	Desktop       *DesktopSpec `protobuf:"bytes,10,opt,name=desktop,proto3" json:"desktop,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -536,6 +543,82 @@ func (x *CreateSandboxRequest) GetImage() string {
 	return ""
 }
 
+func (x *CreateSandboxRequest) GetDesktop() *DesktopSpec {
+	if x != nil {
+		return x.Desktop
+	}
+	return nil
+}
+
+// DesktopSpec is the display a session's desktop runs on.
+type DesktopSpec struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Width         int32                  `protobuf:"varint,1,opt,name=width,proto3" json:"width,omitempty"`
+	Height        int32                  `protobuf:"varint,2,opt,name=height,proto3" json:"height,omitempty"`
+	Depth         int32                  `protobuf:"varint,3,opt,name=depth,proto3" json:"depth,omitempty"`
+	Dpi           int32                  `protobuf:"varint,4,opt,name=dpi,proto3" json:"dpi,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DesktopSpec) Reset() {
+	*x = DesktopSpec{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DesktopSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DesktopSpec) ProtoMessage() {}
+
+func (x *DesktopSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DesktopSpec.ProtoReflect.Descriptor instead.
+func (*DesktopSpec) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *DesktopSpec) GetWidth() int32 {
+	if x != nil {
+		return x.Width
+	}
+	return 0
+}
+
+func (x *DesktopSpec) GetHeight() int32 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
+func (x *DesktopSpec) GetDepth() int32 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
+func (x *DesktopSpec) GetDpi() int32 {
+	if x != nil {
+		return x.Dpi
+	}
+	return 0
+}
+
 type CommitSandboxRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -546,7 +629,7 @@ type CommitSandboxRequest struct {
 
 func (x *CommitSandboxRequest) Reset() {
 	*x = CommitSandboxRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[4]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +641,7 @@ func (x *CommitSandboxRequest) String() string {
 func (*CommitSandboxRequest) ProtoMessage() {}
 
 func (x *CommitSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[4]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +654,7 @@ func (x *CommitSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitSandboxRequest.ProtoReflect.Descriptor instead.
 func (*CommitSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CommitSandboxRequest) GetSessionId() string {
@@ -599,7 +682,7 @@ type CommitSandboxResponse struct {
 
 func (x *CommitSandboxResponse) Reset() {
 	*x = CommitSandboxResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[5]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -611,7 +694,7 @@ func (x *CommitSandboxResponse) String() string {
 func (*CommitSandboxResponse) ProtoMessage() {}
 
 func (x *CommitSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[5]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -624,7 +707,7 @@ func (x *CommitSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitSandboxResponse.ProtoReflect.Descriptor instead.
 func (*CommitSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CommitSandboxResponse) GetImage() string {
@@ -649,15 +732,19 @@ func (x *CommitSandboxResponse) GetSize() int64 {
 }
 
 type CreateSandboxResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Sandbox       *Sandbox               `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Sandbox *Sandbox               `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// The sandbox was given a desktop started ahead of demand: the session's
+	// display exists (GetDisplay finds it) and runs the image's desktop, so
+	// the caller neither creates the display nor starts the desktop.
+	DesktopStarted bool `protobuf:"varint,2,opt,name=desktop_started,json=desktopStarted,proto3" json:"desktop_started,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CreateSandboxResponse) Reset() {
 	*x = CreateSandboxResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[6]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -669,7 +756,7 @@ func (x *CreateSandboxResponse) String() string {
 func (*CreateSandboxResponse) ProtoMessage() {}
 
 func (x *CreateSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[6]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -682,7 +769,7 @@ func (x *CreateSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSandboxResponse.ProtoReflect.Descriptor instead.
 func (*CreateSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{6}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateSandboxResponse) GetSandbox() *Sandbox {
@@ -690,6 +777,13 @@ func (x *CreateSandboxResponse) GetSandbox() *Sandbox {
 		return x.Sandbox
 	}
 	return nil
+}
+
+func (x *CreateSandboxResponse) GetDesktopStarted() bool {
+	if x != nil {
+		return x.DesktopStarted
+	}
+	return false
 }
 
 type GetSandboxRequest struct {
@@ -701,7 +795,7 @@ type GetSandboxRequest struct {
 
 func (x *GetSandboxRequest) Reset() {
 	*x = GetSandboxRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[7]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -713,7 +807,7 @@ func (x *GetSandboxRequest) String() string {
 func (*GetSandboxRequest) ProtoMessage() {}
 
 func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[7]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -726,7 +820,7 @@ func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxRequest.ProtoReflect.Descriptor instead.
 func (*GetSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetSandboxRequest) GetSessionId() string {
@@ -745,7 +839,7 @@ type GetSandboxResponse struct {
 
 func (x *GetSandboxResponse) Reset() {
 	*x = GetSandboxResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[8]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -757,7 +851,7 @@ func (x *GetSandboxResponse) String() string {
 func (*GetSandboxResponse) ProtoMessage() {}
 
 func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[8]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -770,7 +864,7 @@ func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxResponse.ProtoReflect.Descriptor instead.
 func (*GetSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{8}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetSandboxResponse) GetSandbox() *Sandbox {
@@ -788,7 +882,7 @@ type ListSandboxesRequest struct {
 
 func (x *ListSandboxesRequest) Reset() {
 	*x = ListSandboxesRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -800,7 +894,7 @@ func (x *ListSandboxesRequest) String() string {
 func (*ListSandboxesRequest) ProtoMessage() {}
 
 func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -813,7 +907,7 @@ func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesRequest.ProtoReflect.Descriptor instead.
 func (*ListSandboxesRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
 }
 
 type ListSandboxesResponse struct {
@@ -825,7 +919,7 @@ type ListSandboxesResponse struct {
 
 func (x *ListSandboxesResponse) Reset() {
 	*x = ListSandboxesResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +931,7 @@ func (x *ListSandboxesResponse) String() string {
 func (*ListSandboxesResponse) ProtoMessage() {}
 
 func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +944,7 @@ func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesResponse.ProtoReflect.Descriptor instead.
 func (*ListSandboxesResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListSandboxesResponse) GetSandboxes() []*Sandbox {
@@ -869,7 +963,7 @@ type DeleteSandboxRequest struct {
 
 func (x *DeleteSandboxRequest) Reset() {
 	*x = DeleteSandboxRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -881,7 +975,7 @@ func (x *DeleteSandboxRequest) String() string {
 func (*DeleteSandboxRequest) ProtoMessage() {}
 
 func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -894,7 +988,7 @@ func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeleteSandboxRequest) GetSessionId() string {
@@ -912,7 +1006,7 @@ type DeleteSandboxResponse struct {
 
 func (x *DeleteSandboxResponse) Reset() {
 	*x = DeleteSandboxResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1018,7 @@ func (x *DeleteSandboxResponse) String() string {
 func (*DeleteSandboxResponse) ProtoMessage() {}
 
 func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1031,7 @@ func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
 }
 
 type ExecRequest struct {
@@ -960,7 +1054,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -972,7 +1066,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -985,7 +1079,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExecRequest) GetSessionId() string {
@@ -1043,7 +1137,7 @@ type ExecExit struct {
 
 func (x *ExecExit) Reset() {
 	*x = ExecExit{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1055,7 +1149,7 @@ func (x *ExecExit) String() string {
 func (*ExecExit) ProtoMessage() {}
 
 func (x *ExecExit) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1068,7 +1162,7 @@ func (x *ExecExit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecExit.ProtoReflect.Descriptor instead.
 func (*ExecExit) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExecExit) GetExitCode() int32 {
@@ -1106,7 +1200,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1118,7 +1212,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1131,7 +1225,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ExecResponse) GetOutput() isExecResponse_Output {
@@ -1201,7 +1295,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1213,7 +1307,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1226,7 +1320,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReadFileRequest) GetSessionId() string {
@@ -1253,7 +1347,7 @@ type ReadFileResponse struct {
 
 func (x *ReadFileResponse) Reset() {
 	*x = ReadFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1265,7 +1359,7 @@ func (x *ReadFileResponse) String() string {
 func (*ReadFileResponse) ProtoMessage() {}
 
 func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1278,7 +1372,7 @@ func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReadFileResponse) GetContent() []byte {
@@ -1308,7 +1402,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1320,7 +1414,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1333,7 +1427,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WriteFileRequest) GetSessionId() string {
@@ -1372,7 +1466,7 @@ type WriteFileResponse struct {
 
 func (x *WriteFileResponse) Reset() {
 	*x = WriteFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +1478,7 @@ func (x *WriteFileResponse) String() string {
 func (*WriteFileResponse) ProtoMessage() {}
 
 func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +1491,7 @@ func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileResponse.ProtoReflect.Descriptor instead.
 func (*WriteFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
 }
 
 type ListFilesRequest struct {
@@ -1411,7 +1505,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +1517,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +1530,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListFilesRequest) GetSessionId() string {
@@ -1467,7 +1561,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1573,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1586,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FileInfo) GetName() string {
@@ -1539,7 +1633,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1551,7 +1645,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1564,7 +1658,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListFilesResponse) GetFiles() []*FileInfo {
@@ -1590,7 +1684,7 @@ type StartProcessRequest struct {
 
 func (x *StartProcessRequest) Reset() {
 	*x = StartProcessRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1602,7 +1696,7 @@ func (x *StartProcessRequest) String() string {
 func (*StartProcessRequest) ProtoMessage() {}
 
 func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1615,7 +1709,7 @@ func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartProcessRequest.ProtoReflect.Descriptor instead.
 func (*StartProcessRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StartProcessRequest) GetSessionId() string {
@@ -1666,7 +1760,7 @@ type Process struct {
 
 func (x *Process) Reset() {
 	*x = Process{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1678,7 +1772,7 @@ func (x *Process) String() string {
 func (*Process) ProtoMessage() {}
 
 func (x *Process) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1691,7 +1785,7 @@ func (x *Process) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Process.ProtoReflect.Descriptor instead.
 func (*Process) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Process) GetProcessId() string {
@@ -1752,7 +1846,7 @@ type StartProcessResponse struct {
 
 func (x *StartProcessResponse) Reset() {
 	*x = StartProcessResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1764,7 +1858,7 @@ func (x *StartProcessResponse) String() string {
 func (*StartProcessResponse) ProtoMessage() {}
 
 func (x *StartProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1777,7 +1871,7 @@ func (x *StartProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartProcessResponse.ProtoReflect.Descriptor instead.
 func (*StartProcessResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StartProcessResponse) GetProcess() *Process {
@@ -1797,7 +1891,7 @@ type StopProcessRequest struct {
 
 func (x *StopProcessRequest) Reset() {
 	*x = StopProcessRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1809,7 +1903,7 @@ func (x *StopProcessRequest) String() string {
 func (*StopProcessRequest) ProtoMessage() {}
 
 func (x *StopProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1822,7 +1916,7 @@ func (x *StopProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopProcessRequest.ProtoReflect.Descriptor instead.
 func (*StopProcessRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StopProcessRequest) GetSessionId() string {
@@ -1848,7 +1942,7 @@ type StopProcessResponse struct {
 
 func (x *StopProcessResponse) Reset() {
 	*x = StopProcessResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1860,7 +1954,7 @@ func (x *StopProcessResponse) String() string {
 func (*StopProcessResponse) ProtoMessage() {}
 
 func (x *StopProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1873,7 +1967,7 @@ func (x *StopProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopProcessResponse.ProtoReflect.Descriptor instead.
 func (*StopProcessResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StopProcessResponse) GetProcess() *Process {
@@ -1892,7 +1986,7 @@ type ListProcessesRequest struct {
 
 func (x *ListProcessesRequest) Reset() {
 	*x = ListProcessesRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +1998,7 @@ func (x *ListProcessesRequest) String() string {
 func (*ListProcessesRequest) ProtoMessage() {}
 
 func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2011,7 @@ func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesRequest.ProtoReflect.Descriptor instead.
 func (*ListProcessesRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListProcessesRequest) GetSessionId() string {
@@ -1936,7 +2030,7 @@ type ListProcessesResponse struct {
 
 func (x *ListProcessesResponse) Reset() {
 	*x = ListProcessesResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1948,7 +2042,7 @@ func (x *ListProcessesResponse) String() string {
 func (*ListProcessesResponse) ProtoMessage() {}
 
 func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1961,7 +2055,7 @@ func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesResponse.ProtoReflect.Descriptor instead.
 func (*ListProcessesResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListProcessesResponse) GetProcesses() []*Process {
@@ -1980,7 +2074,7 @@ type ListApplicationsRequest struct {
 
 func (x *ListApplicationsRequest) Reset() {
 	*x = ListApplicationsRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1992,7 +2086,7 @@ func (x *ListApplicationsRequest) String() string {
 func (*ListApplicationsRequest) ProtoMessage() {}
 
 func (x *ListApplicationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2005,7 +2099,7 @@ func (x *ListApplicationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApplicationsRequest.ProtoReflect.Descriptor instead.
 func (*ListApplicationsRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListApplicationsRequest) GetSessionId() string {
@@ -2025,7 +2119,7 @@ type ListApplicationsResponse struct {
 
 func (x *ListApplicationsResponse) Reset() {
 	*x = ListApplicationsResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2131,7 @@ func (x *ListApplicationsResponse) String() string {
 func (*ListApplicationsResponse) ProtoMessage() {}
 
 func (x *ListApplicationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2144,7 @@ func (x *ListApplicationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApplicationsResponse.ProtoReflect.Descriptor instead.
 func (*ListApplicationsResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListApplicationsResponse) GetApplications() []*Application {
@@ -2076,7 +2170,7 @@ type Application struct {
 
 func (x *Application) Reset() {
 	*x = Application{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2088,7 +2182,7 @@ func (x *Application) String() string {
 func (*Application) ProtoMessage() {}
 
 func (x *Application) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2101,7 +2195,7 @@ func (x *Application) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Application.ProtoReflect.Descriptor instead.
 func (*Application) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Application) GetId() string {
@@ -2152,7 +2246,7 @@ type LaunchApplicationRequest struct {
 
 func (x *LaunchApplicationRequest) Reset() {
 	*x = LaunchApplicationRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2164,7 +2258,7 @@ func (x *LaunchApplicationRequest) String() string {
 func (*LaunchApplicationRequest) ProtoMessage() {}
 
 func (x *LaunchApplicationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2177,7 +2271,7 @@ func (x *LaunchApplicationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaunchApplicationRequest.ProtoReflect.Descriptor instead.
 func (*LaunchApplicationRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *LaunchApplicationRequest) GetSessionId() string {
@@ -2212,7 +2306,7 @@ type LaunchApplicationResponse struct {
 
 func (x *LaunchApplicationResponse) Reset() {
 	*x = LaunchApplicationResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2224,7 +2318,7 @@ func (x *LaunchApplicationResponse) String() string {
 func (*LaunchApplicationResponse) ProtoMessage() {}
 
 func (x *LaunchApplicationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2237,7 +2331,7 @@ func (x *LaunchApplicationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaunchApplicationResponse.ProtoReflect.Descriptor instead.
 func (*LaunchApplicationResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *LaunchApplicationResponse) GetApplication() *Application {
@@ -2274,7 +2368,7 @@ type GetAccessibilityTreeRequest struct {
 
 func (x *GetAccessibilityTreeRequest) Reset() {
 	*x = GetAccessibilityTreeRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2286,7 +2380,7 @@ func (x *GetAccessibilityTreeRequest) String() string {
 func (*GetAccessibilityTreeRequest) ProtoMessage() {}
 
 func (x *GetAccessibilityTreeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2299,7 +2393,7 @@ func (x *GetAccessibilityTreeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAccessibilityTreeRequest.ProtoReflect.Descriptor instead.
 func (*GetAccessibilityTreeRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetAccessibilityTreeRequest) GetSessionId() string {
@@ -2351,7 +2445,7 @@ type GetAccessibilityTreeResponse struct {
 
 func (x *GetAccessibilityTreeResponse) Reset() {
 	*x = GetAccessibilityTreeResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2363,7 +2457,7 @@ func (x *GetAccessibilityTreeResponse) String() string {
 func (*GetAccessibilityTreeResponse) ProtoMessage() {}
 
 func (x *GetAccessibilityTreeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2376,7 +2470,7 @@ func (x *GetAccessibilityTreeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAccessibilityTreeResponse.ProtoReflect.Descriptor instead.
 func (*GetAccessibilityTreeResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetAccessibilityTreeResponse) GetApplications() []*AccessibleNode {
@@ -2430,7 +2524,7 @@ type AccessibleNode struct {
 
 func (x *AccessibleNode) Reset() {
 	*x = AccessibleNode{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2442,7 +2536,7 @@ func (x *AccessibleNode) String() string {
 func (*AccessibleNode) ProtoMessage() {}
 
 func (x *AccessibleNode) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2455,7 +2549,7 @@ func (x *AccessibleNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessibleNode.ProtoReflect.Descriptor instead.
 func (*AccessibleNode) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AccessibleNode) GetId() string {
@@ -2547,7 +2641,7 @@ type AccessibleBounds struct {
 
 func (x *AccessibleBounds) Reset() {
 	*x = AccessibleBounds{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2559,7 +2653,7 @@ func (x *AccessibleBounds) String() string {
 func (*AccessibleBounds) ProtoMessage() {}
 
 func (x *AccessibleBounds) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2572,7 +2666,7 @@ func (x *AccessibleBounds) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessibleBounds.ProtoReflect.Descriptor instead.
 func (*AccessibleBounds) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AccessibleBounds) GetX() int32 {
@@ -2612,7 +2706,7 @@ type FreezeSandboxRequest struct {
 
 func (x *FreezeSandboxRequest) Reset() {
 	*x = FreezeSandboxRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2624,7 +2718,7 @@ func (x *FreezeSandboxRequest) String() string {
 func (*FreezeSandboxRequest) ProtoMessage() {}
 
 func (x *FreezeSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2637,7 +2731,7 @@ func (x *FreezeSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezeSandboxRequest.ProtoReflect.Descriptor instead.
 func (*FreezeSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *FreezeSandboxRequest) GetSessionId() string {
@@ -2655,7 +2749,7 @@ type FreezeSandboxResponse struct {
 
 func (x *FreezeSandboxResponse) Reset() {
 	*x = FreezeSandboxResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2667,7 +2761,7 @@ func (x *FreezeSandboxResponse) String() string {
 func (*FreezeSandboxResponse) ProtoMessage() {}
 
 func (x *FreezeSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2680,7 +2774,7 @@ func (x *FreezeSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezeSandboxResponse.ProtoReflect.Descriptor instead.
 func (*FreezeSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 type ThawSandboxRequest struct {
@@ -2692,7 +2786,7 @@ type ThawSandboxRequest struct {
 
 func (x *ThawSandboxRequest) Reset() {
 	*x = ThawSandboxRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2704,7 +2798,7 @@ func (x *ThawSandboxRequest) String() string {
 func (*ThawSandboxRequest) ProtoMessage() {}
 
 func (x *ThawSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2717,7 +2811,7 @@ func (x *ThawSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThawSandboxRequest.ProtoReflect.Descriptor instead.
 func (*ThawSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ThawSandboxRequest) GetSessionId() string {
@@ -2735,7 +2829,7 @@ type ThawSandboxResponse struct {
 
 func (x *ThawSandboxResponse) Reset() {
 	*x = ThawSandboxResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2747,7 +2841,7 @@ func (x *ThawSandboxResponse) String() string {
 func (*ThawSandboxResponse) ProtoMessage() {}
 
 func (x *ThawSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2760,7 +2854,7 @@ func (x *ThawSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThawSandboxResponse.ProtoReflect.Descriptor instead.
 func (*ThawSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
 }
 
 // Change is one path the session changed.
@@ -2778,7 +2872,7 @@ type Change struct {
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[43]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2790,7 +2884,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[43]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2803,7 +2897,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Change) GetPath() string {
@@ -2845,7 +2939,7 @@ type ListChangesRequest struct {
 
 func (x *ListChangesRequest) Reset() {
 	*x = ListChangesRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[44]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2857,7 +2951,7 @@ func (x *ListChangesRequest) String() string {
 func (*ListChangesRequest) ProtoMessage() {}
 
 func (x *ListChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[44]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2870,7 +2964,7 @@ func (x *ListChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangesRequest.ProtoReflect.Descriptor instead.
 func (*ListChangesRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListChangesRequest) GetSessionId() string {
@@ -2896,7 +2990,7 @@ type ListChangesResponse struct {
 
 func (x *ListChangesResponse) Reset() {
 	*x = ListChangesResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[45]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2908,7 +3002,7 @@ func (x *ListChangesResponse) String() string {
 func (*ListChangesResponse) ProtoMessage() {}
 
 func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[45]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2921,7 +3015,7 @@ func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangesResponse.ProtoReflect.Descriptor instead.
 func (*ListChangesResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListChangesResponse) GetChanges() []*Change {
@@ -2941,7 +3035,7 @@ type DiffFileRequest struct {
 
 func (x *DiffFileRequest) Reset() {
 	*x = DiffFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[46]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2953,7 +3047,7 @@ func (x *DiffFileRequest) String() string {
 func (*DiffFileRequest) ProtoMessage() {}
 
 func (x *DiffFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[46]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2966,7 +3060,7 @@ func (x *DiffFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffFileRequest.ProtoReflect.Descriptor instead.
 func (*DiffFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DiffFileRequest) GetSessionId() string {
@@ -2996,7 +3090,7 @@ type DiffFileResponse struct {
 
 func (x *DiffFileResponse) Reset() {
 	*x = DiffFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[47]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3008,7 +3102,7 @@ func (x *DiffFileResponse) String() string {
 func (*DiffFileResponse) ProtoMessage() {}
 
 func (x *DiffFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[47]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3021,7 +3115,7 @@ func (x *DiffFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffFileResponse.ProtoReflect.Descriptor instead.
 func (*DiffFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DiffFileResponse) GetChange() *Change {
@@ -3056,7 +3150,7 @@ type ApplyChangesRequest struct {
 
 func (x *ApplyChangesRequest) Reset() {
 	*x = ApplyChangesRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[48]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3068,7 +3162,7 @@ func (x *ApplyChangesRequest) String() string {
 func (*ApplyChangesRequest) ProtoMessage() {}
 
 func (x *ApplyChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[48]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3081,7 +3175,7 @@ func (x *ApplyChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyChangesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyChangesRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ApplyChangesRequest) GetSessionId() string {
@@ -3109,7 +3203,7 @@ type Conflict struct {
 
 func (x *Conflict) Reset() {
 	*x = Conflict{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[49]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3121,7 +3215,7 @@ func (x *Conflict) String() string {
 func (*Conflict) ProtoMessage() {}
 
 func (x *Conflict) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[49]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3134,7 +3228,7 @@ func (x *Conflict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Conflict.ProtoReflect.Descriptor instead.
 func (*Conflict) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Conflict) GetPath() string {
@@ -3162,7 +3256,7 @@ type ApplyChangesResponse struct {
 
 func (x *ApplyChangesResponse) Reset() {
 	*x = ApplyChangesResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[50]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3174,7 +3268,7 @@ func (x *ApplyChangesResponse) String() string {
 func (*ApplyChangesResponse) ProtoMessage() {}
 
 func (x *ApplyChangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[50]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3187,7 +3281,7 @@ func (x *ApplyChangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyChangesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyChangesResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ApplyChangesResponse) GetApplied() []string {
@@ -3215,7 +3309,7 @@ type DiscardChangesRequest struct {
 
 func (x *DiscardChangesRequest) Reset() {
 	*x = DiscardChangesRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[51]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3227,7 +3321,7 @@ func (x *DiscardChangesRequest) String() string {
 func (*DiscardChangesRequest) ProtoMessage() {}
 
 func (x *DiscardChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[51]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3240,7 +3334,7 @@ func (x *DiscardChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardChangesRequest.ProtoReflect.Descriptor instead.
 func (*DiscardChangesRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{51}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *DiscardChangesRequest) GetSessionId() string {
@@ -3266,7 +3360,7 @@ type DiscardChangesResponse struct {
 
 func (x *DiscardChangesResponse) Reset() {
 	*x = DiscardChangesResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[52]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3278,7 +3372,7 @@ func (x *DiscardChangesResponse) String() string {
 func (*DiscardChangesResponse) ProtoMessage() {}
 
 func (x *DiscardChangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[52]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3291,7 +3385,7 @@ func (x *DiscardChangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardChangesResponse.ProtoReflect.Descriptor instead.
 func (*DiscardChangesResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{52}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DiscardChangesResponse) GetDiscarded() []string {
@@ -3320,7 +3414,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[53]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3332,7 +3426,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[53]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3345,7 +3439,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{53}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Snapshot) GetSnapshotId() string {
@@ -3399,7 +3493,7 @@ type CreateSnapshotRequest struct {
 
 func (x *CreateSnapshotRequest) Reset() {
 	*x = CreateSnapshotRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[54]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3411,7 +3505,7 @@ func (x *CreateSnapshotRequest) String() string {
 func (*CreateSnapshotRequest) ProtoMessage() {}
 
 func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[54]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3424,7 +3518,7 @@ func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*CreateSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{54}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CreateSnapshotRequest) GetSessionId() string {
@@ -3443,7 +3537,7 @@ type CreateSnapshotResponse struct {
 
 func (x *CreateSnapshotResponse) Reset() {
 	*x = CreateSnapshotResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[55]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3455,7 +3549,7 @@ func (x *CreateSnapshotResponse) String() string {
 func (*CreateSnapshotResponse) ProtoMessage() {}
 
 func (x *CreateSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[55]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3468,7 +3562,7 @@ func (x *CreateSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*CreateSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{55}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CreateSnapshotResponse) GetSnapshot() *Snapshot {
@@ -3488,7 +3582,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[56]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3500,7 +3594,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[56]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3513,7 +3607,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{56}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListSnapshotsRequest) GetSessionId() string {
@@ -3532,7 +3626,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[57]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3544,7 +3638,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[57]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3557,7 +3651,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{57}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
@@ -3578,7 +3672,7 @@ type RestoreSnapshotRequest struct {
 
 func (x *RestoreSnapshotRequest) Reset() {
 	*x = RestoreSnapshotRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[58]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3590,7 +3684,7 @@ func (x *RestoreSnapshotRequest) String() string {
 func (*RestoreSnapshotRequest) ProtoMessage() {}
 
 func (x *RestoreSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[58]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3603,7 +3697,7 @@ func (x *RestoreSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*RestoreSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{58}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RestoreSnapshotRequest) GetSessionId() string {
@@ -3628,7 +3722,7 @@ type RestoreSnapshotResponse struct {
 
 func (x *RestoreSnapshotResponse) Reset() {
 	*x = RestoreSnapshotResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[59]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3640,7 +3734,7 @@ func (x *RestoreSnapshotResponse) String() string {
 func (*RestoreSnapshotResponse) ProtoMessage() {}
 
 func (x *RestoreSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[59]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3653,7 +3747,7 @@ func (x *RestoreSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*RestoreSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{59}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{60}
 }
 
 type DeleteSnapshotRequest struct {
@@ -3666,7 +3760,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[60]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3678,7 +3772,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[60]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3691,7 +3785,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{60}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *DeleteSnapshotRequest) GetSessionId() string {
@@ -3716,7 +3810,7 @@ type DeleteSnapshotResponse struct {
 
 func (x *DeleteSnapshotResponse) Reset() {
 	*x = DeleteSnapshotResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[61]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3728,7 +3822,7 @@ func (x *DeleteSnapshotResponse) String() string {
 func (*DeleteSnapshotResponse) ProtoMessage() {}
 
 func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[61]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3741,7 +3835,7 @@ func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{61}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{62}
 }
 
 type RunShellRequest struct {
@@ -3757,7 +3851,7 @@ type RunShellRequest struct {
 
 func (x *RunShellRequest) Reset() {
 	*x = RunShellRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[62]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3769,7 +3863,7 @@ func (x *RunShellRequest) String() string {
 func (*RunShellRequest) ProtoMessage() {}
 
 func (x *RunShellRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[62]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3782,7 +3876,7 @@ func (x *RunShellRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunShellRequest.ProtoReflect.Descriptor instead.
 func (*RunShellRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{62}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RunShellRequest) GetSessionId() string {
@@ -3821,7 +3915,7 @@ type RunShellResponse struct {
 
 func (x *RunShellResponse) Reset() {
 	*x = RunShellResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[63]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3833,7 +3927,7 @@ func (x *RunShellResponse) String() string {
 func (*RunShellResponse) ProtoMessage() {}
 
 func (x *RunShellResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[63]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3846,7 +3940,7 @@ func (x *RunShellResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunShellResponse.ProtoReflect.Descriptor instead.
 func (*RunShellResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{63}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RunShellResponse) GetOutput() []byte {
@@ -3886,7 +3980,7 @@ type RestartShellRequest struct {
 
 func (x *RestartShellRequest) Reset() {
 	*x = RestartShellRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[64]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3898,7 +3992,7 @@ func (x *RestartShellRequest) String() string {
 func (*RestartShellRequest) ProtoMessage() {}
 
 func (x *RestartShellRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[64]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3911,7 +4005,7 @@ func (x *RestartShellRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartShellRequest.ProtoReflect.Descriptor instead.
 func (*RestartShellRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{64}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RestartShellRequest) GetSessionId() string {
@@ -3929,7 +4023,7 @@ type RestartShellResponse struct {
 
 func (x *RestartShellResponse) Reset() {
 	*x = RestartShellResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[65]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3941,7 +4035,7 @@ func (x *RestartShellResponse) String() string {
 func (*RestartShellResponse) ProtoMessage() {}
 
 func (x *RestartShellResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[65]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3954,7 +4048,7 @@ func (x *RestartShellResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartShellResponse.ProtoReflect.Descriptor instead.
 func (*RestartShellResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{65}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{66}
 }
 
 // UploadFileHeader names the file an upload writes.
@@ -3970,7 +4064,7 @@ type UploadFileHeader struct {
 
 func (x *UploadFileHeader) Reset() {
 	*x = UploadFileHeader{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[66]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3982,7 +4076,7 @@ func (x *UploadFileHeader) String() string {
 func (*UploadFileHeader) ProtoMessage() {}
 
 func (x *UploadFileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[66]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3995,7 +4089,7 @@ func (x *UploadFileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileHeader.ProtoReflect.Descriptor instead.
 func (*UploadFileHeader) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{66}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *UploadFileHeader) GetSessionId() string {
@@ -4032,7 +4126,7 @@ type UploadFileRequest struct {
 
 func (x *UploadFileRequest) Reset() {
 	*x = UploadFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[67]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4044,7 +4138,7 @@ func (x *UploadFileRequest) String() string {
 func (*UploadFileRequest) ProtoMessage() {}
 
 func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[67]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4057,7 +4151,7 @@ func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileRequest.ProtoReflect.Descriptor instead.
 func (*UploadFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{67}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *UploadFileRequest) GetData() isUploadFileRequest_Data {
@@ -4111,7 +4205,7 @@ type UploadFileResponse struct {
 
 func (x *UploadFileResponse) Reset() {
 	*x = UploadFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[68]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4123,7 +4217,7 @@ func (x *UploadFileResponse) String() string {
 func (*UploadFileResponse) ProtoMessage() {}
 
 func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[68]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4136,7 +4230,7 @@ func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileResponse.ProtoReflect.Descriptor instead.
 func (*UploadFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{68}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *UploadFileResponse) GetFile() *FileInfo {
@@ -4156,7 +4250,7 @@ type DownloadFileRequest struct {
 
 func (x *DownloadFileRequest) Reset() {
 	*x = DownloadFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[69]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4168,7 +4262,7 @@ func (x *DownloadFileRequest) String() string {
 func (*DownloadFileRequest) ProtoMessage() {}
 
 func (x *DownloadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[69]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4181,7 +4275,7 @@ func (x *DownloadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFileRequest.ProtoReflect.Descriptor instead.
 func (*DownloadFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{69}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *DownloadFileRequest) GetSessionId() string {
@@ -4211,7 +4305,7 @@ type DownloadFileResponse struct {
 
 func (x *DownloadFileResponse) Reset() {
 	*x = DownloadFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[70]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4223,7 +4317,7 @@ func (x *DownloadFileResponse) String() string {
 func (*DownloadFileResponse) ProtoMessage() {}
 
 func (x *DownloadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[70]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4236,7 +4330,7 @@ func (x *DownloadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFileResponse.ProtoReflect.Descriptor instead.
 func (*DownloadFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{70}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *DownloadFileResponse) GetData() isDownloadFileResponse_Data {
@@ -4291,7 +4385,7 @@ type StatFileRequest struct {
 
 func (x *StatFileRequest) Reset() {
 	*x = StatFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[71]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4303,7 +4397,7 @@ func (x *StatFileRequest) String() string {
 func (*StatFileRequest) ProtoMessage() {}
 
 func (x *StatFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[71]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4316,7 +4410,7 @@ func (x *StatFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFileRequest.ProtoReflect.Descriptor instead.
 func (*StatFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{71}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *StatFileRequest) GetSessionId() string {
@@ -4342,7 +4436,7 @@ type StatFileResponse struct {
 
 func (x *StatFileResponse) Reset() {
 	*x = StatFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[72]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4354,7 +4448,7 @@ func (x *StatFileResponse) String() string {
 func (*StatFileResponse) ProtoMessage() {}
 
 func (x *StatFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[72]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4367,7 +4461,7 @@ func (x *StatFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFileResponse.ProtoReflect.Descriptor instead.
 func (*StatFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{72}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *StatFileResponse) GetFile() *FileInfo {
@@ -4391,7 +4485,7 @@ type MakeDirectoryRequest struct {
 
 func (x *MakeDirectoryRequest) Reset() {
 	*x = MakeDirectoryRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[73]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4403,7 +4497,7 @@ func (x *MakeDirectoryRequest) String() string {
 func (*MakeDirectoryRequest) ProtoMessage() {}
 
 func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[73]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4416,7 +4510,7 @@ func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{73}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *MakeDirectoryRequest) GetSessionId() string {
@@ -4455,7 +4549,7 @@ type MakeDirectoryResponse struct {
 
 func (x *MakeDirectoryResponse) Reset() {
 	*x = MakeDirectoryResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[74]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4467,7 +4561,7 @@ func (x *MakeDirectoryResponse) String() string {
 func (*MakeDirectoryResponse) ProtoMessage() {}
 
 func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[74]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4480,7 +4574,7 @@ func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{74}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{75}
 }
 
 type MoveFileRequest struct {
@@ -4496,7 +4590,7 @@ type MoveFileRequest struct {
 
 func (x *MoveFileRequest) Reset() {
 	*x = MoveFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[75]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4508,7 +4602,7 @@ func (x *MoveFileRequest) String() string {
 func (*MoveFileRequest) ProtoMessage() {}
 
 func (x *MoveFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[75]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4521,7 +4615,7 @@ func (x *MoveFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveFileRequest.ProtoReflect.Descriptor instead.
 func (*MoveFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{75}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *MoveFileRequest) GetSessionId() string {
@@ -4560,7 +4654,7 @@ type MoveFileResponse struct {
 
 func (x *MoveFileResponse) Reset() {
 	*x = MoveFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[76]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4572,7 +4666,7 @@ func (x *MoveFileResponse) String() string {
 func (*MoveFileResponse) ProtoMessage() {}
 
 func (x *MoveFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[76]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4585,7 +4679,7 @@ func (x *MoveFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveFileResponse.ProtoReflect.Descriptor instead.
 func (*MoveFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{76}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{77}
 }
 
 type DeleteFileRequest struct {
@@ -4600,7 +4694,7 @@ type DeleteFileRequest struct {
 
 func (x *DeleteFileRequest) Reset() {
 	*x = DeleteFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[77]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4612,7 +4706,7 @@ func (x *DeleteFileRequest) String() string {
 func (*DeleteFileRequest) ProtoMessage() {}
 
 func (x *DeleteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[77]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4625,7 +4719,7 @@ func (x *DeleteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{77}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *DeleteFileRequest) GetSessionId() string {
@@ -4657,7 +4751,7 @@ type DeleteFileResponse struct {
 
 func (x *DeleteFileResponse) Reset() {
 	*x = DeleteFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[78]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4669,7 +4763,7 @@ func (x *DeleteFileResponse) String() string {
 func (*DeleteFileResponse) ProtoMessage() {}
 
 func (x *DeleteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[78]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4682,7 +4776,7 @@ func (x *DeleteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileResponse.ProtoReflect.Descriptor instead.
 func (*DeleteFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{78}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{79}
 }
 
 var File_deskgrid_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
@@ -4718,7 +4812,7 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\tcpu_nanos\x18\x01 \x01(\x04R\bcpuNanos\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x04R\vmemoryBytes\x12\x12\n" +
 	"\x04pids\x18\x03 \x01(\x04R\x04pids\x12\x1b\n" +
-	"\toom_kills\x18\x04 \x01(\x04R\boomKills\"\x99\x02\n" +
+	"\toom_kills\x18\x04 \x01(\x04R\boomKills\"\xd5\x02\n" +
 	"\x14CreateSandboxRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1c\n" +
@@ -4732,7 +4826,14 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\vsnapshot_id\x18\a \x01(\tR\n" +
 	"snapshotId\x12\x18\n" +
 	"\anetwork\x18\b \x01(\bR\anetwork\x12\x14\n" +
-	"\x05image\x18\t \x01(\tR\x05image\"K\n" +
+	"\x05image\x18\t \x01(\tR\x05image\x12:\n" +
+	"\adesktop\x18\n" +
+	" \x01(\v2 .deskgrid.sandbox.v1.DesktopSpecR\adesktop\"c\n" +
+	"\vDesktopSpec\x12\x14\n" +
+	"\x05width\x18\x01 \x01(\x05R\x05width\x12\x16\n" +
+	"\x06height\x18\x02 \x01(\x05R\x06height\x12\x14\n" +
+	"\x05depth\x18\x03 \x01(\x05R\x05depth\x12\x10\n" +
+	"\x03dpi\x18\x04 \x01(\x05R\x03dpi\"K\n" +
 	"\x14CommitSandboxRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
@@ -4740,9 +4841,10 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x15CommitSandboxResponse\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x12\n" +
-	"\x04size\x18\x03 \x01(\x03R\x04size\"O\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\"x\n" +
 	"\x15CreateSandboxResponse\x126\n" +
-	"\asandbox\x18\x01 \x01(\v2\x1c.deskgrid.sandbox.v1.SandboxR\asandbox\"2\n" +
+	"\asandbox\x18\x01 \x01(\v2\x1c.deskgrid.sandbox.v1.SandboxR\asandbox\x12'\n" +
+	"\x0fdesktop_started\x18\x02 \x01(\bR\x0edesktopStarted\"2\n" +
 	"\x11GetSandboxRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"L\n" +
@@ -5091,7 +5193,7 @@ func file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_deskgrid_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_deskgrid_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
+var file_deskgrid_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
 var file_deskgrid_sandbox_v1_sandbox_proto_goTypes = []any{
 	(ProcessState)(0),                    // 0: deskgrid.sandbox.v1.ProcessState
 	(ChangeKind)(0),                      // 1: deskgrid.sandbox.v1.ChangeKind
@@ -5099,190 +5201,192 @@ var file_deskgrid_sandbox_v1_sandbox_proto_goTypes = []any{
 	(*SandboxLimits)(nil),                // 3: deskgrid.sandbox.v1.SandboxLimits
 	(*SandboxUsage)(nil),                 // 4: deskgrid.sandbox.v1.SandboxUsage
 	(*CreateSandboxRequest)(nil),         // 5: deskgrid.sandbox.v1.CreateSandboxRequest
-	(*CommitSandboxRequest)(nil),         // 6: deskgrid.sandbox.v1.CommitSandboxRequest
-	(*CommitSandboxResponse)(nil),        // 7: deskgrid.sandbox.v1.CommitSandboxResponse
-	(*CreateSandboxResponse)(nil),        // 8: deskgrid.sandbox.v1.CreateSandboxResponse
-	(*GetSandboxRequest)(nil),            // 9: deskgrid.sandbox.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),           // 10: deskgrid.sandbox.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),         // 11: deskgrid.sandbox.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),        // 12: deskgrid.sandbox.v1.ListSandboxesResponse
-	(*DeleteSandboxRequest)(nil),         // 13: deskgrid.sandbox.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil),        // 14: deskgrid.sandbox.v1.DeleteSandboxResponse
-	(*ExecRequest)(nil),                  // 15: deskgrid.sandbox.v1.ExecRequest
-	(*ExecExit)(nil),                     // 16: deskgrid.sandbox.v1.ExecExit
-	(*ExecResponse)(nil),                 // 17: deskgrid.sandbox.v1.ExecResponse
-	(*ReadFileRequest)(nil),              // 18: deskgrid.sandbox.v1.ReadFileRequest
-	(*ReadFileResponse)(nil),             // 19: deskgrid.sandbox.v1.ReadFileResponse
-	(*WriteFileRequest)(nil),             // 20: deskgrid.sandbox.v1.WriteFileRequest
-	(*WriteFileResponse)(nil),            // 21: deskgrid.sandbox.v1.WriteFileResponse
-	(*ListFilesRequest)(nil),             // 22: deskgrid.sandbox.v1.ListFilesRequest
-	(*FileInfo)(nil),                     // 23: deskgrid.sandbox.v1.FileInfo
-	(*ListFilesResponse)(nil),            // 24: deskgrid.sandbox.v1.ListFilesResponse
-	(*StartProcessRequest)(nil),          // 25: deskgrid.sandbox.v1.StartProcessRequest
-	(*Process)(nil),                      // 26: deskgrid.sandbox.v1.Process
-	(*StartProcessResponse)(nil),         // 27: deskgrid.sandbox.v1.StartProcessResponse
-	(*StopProcessRequest)(nil),           // 28: deskgrid.sandbox.v1.StopProcessRequest
-	(*StopProcessResponse)(nil),          // 29: deskgrid.sandbox.v1.StopProcessResponse
-	(*ListProcessesRequest)(nil),         // 30: deskgrid.sandbox.v1.ListProcessesRequest
-	(*ListProcessesResponse)(nil),        // 31: deskgrid.sandbox.v1.ListProcessesResponse
-	(*ListApplicationsRequest)(nil),      // 32: deskgrid.sandbox.v1.ListApplicationsRequest
-	(*ListApplicationsResponse)(nil),     // 33: deskgrid.sandbox.v1.ListApplicationsResponse
-	(*Application)(nil),                  // 34: deskgrid.sandbox.v1.Application
-	(*LaunchApplicationRequest)(nil),     // 35: deskgrid.sandbox.v1.LaunchApplicationRequest
-	(*LaunchApplicationResponse)(nil),    // 36: deskgrid.sandbox.v1.LaunchApplicationResponse
-	(*GetAccessibilityTreeRequest)(nil),  // 37: deskgrid.sandbox.v1.GetAccessibilityTreeRequest
-	(*GetAccessibilityTreeResponse)(nil), // 38: deskgrid.sandbox.v1.GetAccessibilityTreeResponse
-	(*AccessibleNode)(nil),               // 39: deskgrid.sandbox.v1.AccessibleNode
-	(*AccessibleBounds)(nil),             // 40: deskgrid.sandbox.v1.AccessibleBounds
-	(*FreezeSandboxRequest)(nil),         // 41: deskgrid.sandbox.v1.FreezeSandboxRequest
-	(*FreezeSandboxResponse)(nil),        // 42: deskgrid.sandbox.v1.FreezeSandboxResponse
-	(*ThawSandboxRequest)(nil),           // 43: deskgrid.sandbox.v1.ThawSandboxRequest
-	(*ThawSandboxResponse)(nil),          // 44: deskgrid.sandbox.v1.ThawSandboxResponse
-	(*Change)(nil),                       // 45: deskgrid.sandbox.v1.Change
-	(*ListChangesRequest)(nil),           // 46: deskgrid.sandbox.v1.ListChangesRequest
-	(*ListChangesResponse)(nil),          // 47: deskgrid.sandbox.v1.ListChangesResponse
-	(*DiffFileRequest)(nil),              // 48: deskgrid.sandbox.v1.DiffFileRequest
-	(*DiffFileResponse)(nil),             // 49: deskgrid.sandbox.v1.DiffFileResponse
-	(*ApplyChangesRequest)(nil),          // 50: deskgrid.sandbox.v1.ApplyChangesRequest
-	(*Conflict)(nil),                     // 51: deskgrid.sandbox.v1.Conflict
-	(*ApplyChangesResponse)(nil),         // 52: deskgrid.sandbox.v1.ApplyChangesResponse
-	(*DiscardChangesRequest)(nil),        // 53: deskgrid.sandbox.v1.DiscardChangesRequest
-	(*DiscardChangesResponse)(nil),       // 54: deskgrid.sandbox.v1.DiscardChangesResponse
-	(*Snapshot)(nil),                     // 55: deskgrid.sandbox.v1.Snapshot
-	(*CreateSnapshotRequest)(nil),        // 56: deskgrid.sandbox.v1.CreateSnapshotRequest
-	(*CreateSnapshotResponse)(nil),       // 57: deskgrid.sandbox.v1.CreateSnapshotResponse
-	(*ListSnapshotsRequest)(nil),         // 58: deskgrid.sandbox.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),        // 59: deskgrid.sandbox.v1.ListSnapshotsResponse
-	(*RestoreSnapshotRequest)(nil),       // 60: deskgrid.sandbox.v1.RestoreSnapshotRequest
-	(*RestoreSnapshotResponse)(nil),      // 61: deskgrid.sandbox.v1.RestoreSnapshotResponse
-	(*DeleteSnapshotRequest)(nil),        // 62: deskgrid.sandbox.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil),       // 63: deskgrid.sandbox.v1.DeleteSnapshotResponse
-	(*RunShellRequest)(nil),              // 64: deskgrid.sandbox.v1.RunShellRequest
-	(*RunShellResponse)(nil),             // 65: deskgrid.sandbox.v1.RunShellResponse
-	(*RestartShellRequest)(nil),          // 66: deskgrid.sandbox.v1.RestartShellRequest
-	(*RestartShellResponse)(nil),         // 67: deskgrid.sandbox.v1.RestartShellResponse
-	(*UploadFileHeader)(nil),             // 68: deskgrid.sandbox.v1.UploadFileHeader
-	(*UploadFileRequest)(nil),            // 69: deskgrid.sandbox.v1.UploadFileRequest
-	(*UploadFileResponse)(nil),           // 70: deskgrid.sandbox.v1.UploadFileResponse
-	(*DownloadFileRequest)(nil),          // 71: deskgrid.sandbox.v1.DownloadFileRequest
-	(*DownloadFileResponse)(nil),         // 72: deskgrid.sandbox.v1.DownloadFileResponse
-	(*StatFileRequest)(nil),              // 73: deskgrid.sandbox.v1.StatFileRequest
-	(*StatFileResponse)(nil),             // 74: deskgrid.sandbox.v1.StatFileResponse
-	(*MakeDirectoryRequest)(nil),         // 75: deskgrid.sandbox.v1.MakeDirectoryRequest
-	(*MakeDirectoryResponse)(nil),        // 76: deskgrid.sandbox.v1.MakeDirectoryResponse
-	(*MoveFileRequest)(nil),              // 77: deskgrid.sandbox.v1.MoveFileRequest
-	(*MoveFileResponse)(nil),             // 78: deskgrid.sandbox.v1.MoveFileResponse
-	(*DeleteFileRequest)(nil),            // 79: deskgrid.sandbox.v1.DeleteFileRequest
-	(*DeleteFileResponse)(nil),           // 80: deskgrid.sandbox.v1.DeleteFileResponse
-	(*timestamppb.Timestamp)(nil),        // 81: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),          // 82: google.protobuf.Duration
+	(*DesktopSpec)(nil),                  // 6: deskgrid.sandbox.v1.DesktopSpec
+	(*CommitSandboxRequest)(nil),         // 7: deskgrid.sandbox.v1.CommitSandboxRequest
+	(*CommitSandboxResponse)(nil),        // 8: deskgrid.sandbox.v1.CommitSandboxResponse
+	(*CreateSandboxResponse)(nil),        // 9: deskgrid.sandbox.v1.CreateSandboxResponse
+	(*GetSandboxRequest)(nil),            // 10: deskgrid.sandbox.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),           // 11: deskgrid.sandbox.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),         // 12: deskgrid.sandbox.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),        // 13: deskgrid.sandbox.v1.ListSandboxesResponse
+	(*DeleteSandboxRequest)(nil),         // 14: deskgrid.sandbox.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil),        // 15: deskgrid.sandbox.v1.DeleteSandboxResponse
+	(*ExecRequest)(nil),                  // 16: deskgrid.sandbox.v1.ExecRequest
+	(*ExecExit)(nil),                     // 17: deskgrid.sandbox.v1.ExecExit
+	(*ExecResponse)(nil),                 // 18: deskgrid.sandbox.v1.ExecResponse
+	(*ReadFileRequest)(nil),              // 19: deskgrid.sandbox.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),             // 20: deskgrid.sandbox.v1.ReadFileResponse
+	(*WriteFileRequest)(nil),             // 21: deskgrid.sandbox.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),            // 22: deskgrid.sandbox.v1.WriteFileResponse
+	(*ListFilesRequest)(nil),             // 23: deskgrid.sandbox.v1.ListFilesRequest
+	(*FileInfo)(nil),                     // 24: deskgrid.sandbox.v1.FileInfo
+	(*ListFilesResponse)(nil),            // 25: deskgrid.sandbox.v1.ListFilesResponse
+	(*StartProcessRequest)(nil),          // 26: deskgrid.sandbox.v1.StartProcessRequest
+	(*Process)(nil),                      // 27: deskgrid.sandbox.v1.Process
+	(*StartProcessResponse)(nil),         // 28: deskgrid.sandbox.v1.StartProcessResponse
+	(*StopProcessRequest)(nil),           // 29: deskgrid.sandbox.v1.StopProcessRequest
+	(*StopProcessResponse)(nil),          // 30: deskgrid.sandbox.v1.StopProcessResponse
+	(*ListProcessesRequest)(nil),         // 31: deskgrid.sandbox.v1.ListProcessesRequest
+	(*ListProcessesResponse)(nil),        // 32: deskgrid.sandbox.v1.ListProcessesResponse
+	(*ListApplicationsRequest)(nil),      // 33: deskgrid.sandbox.v1.ListApplicationsRequest
+	(*ListApplicationsResponse)(nil),     // 34: deskgrid.sandbox.v1.ListApplicationsResponse
+	(*Application)(nil),                  // 35: deskgrid.sandbox.v1.Application
+	(*LaunchApplicationRequest)(nil),     // 36: deskgrid.sandbox.v1.LaunchApplicationRequest
+	(*LaunchApplicationResponse)(nil),    // 37: deskgrid.sandbox.v1.LaunchApplicationResponse
+	(*GetAccessibilityTreeRequest)(nil),  // 38: deskgrid.sandbox.v1.GetAccessibilityTreeRequest
+	(*GetAccessibilityTreeResponse)(nil), // 39: deskgrid.sandbox.v1.GetAccessibilityTreeResponse
+	(*AccessibleNode)(nil),               // 40: deskgrid.sandbox.v1.AccessibleNode
+	(*AccessibleBounds)(nil),             // 41: deskgrid.sandbox.v1.AccessibleBounds
+	(*FreezeSandboxRequest)(nil),         // 42: deskgrid.sandbox.v1.FreezeSandboxRequest
+	(*FreezeSandboxResponse)(nil),        // 43: deskgrid.sandbox.v1.FreezeSandboxResponse
+	(*ThawSandboxRequest)(nil),           // 44: deskgrid.sandbox.v1.ThawSandboxRequest
+	(*ThawSandboxResponse)(nil),          // 45: deskgrid.sandbox.v1.ThawSandboxResponse
+	(*Change)(nil),                       // 46: deskgrid.sandbox.v1.Change
+	(*ListChangesRequest)(nil),           // 47: deskgrid.sandbox.v1.ListChangesRequest
+	(*ListChangesResponse)(nil),          // 48: deskgrid.sandbox.v1.ListChangesResponse
+	(*DiffFileRequest)(nil),              // 49: deskgrid.sandbox.v1.DiffFileRequest
+	(*DiffFileResponse)(nil),             // 50: deskgrid.sandbox.v1.DiffFileResponse
+	(*ApplyChangesRequest)(nil),          // 51: deskgrid.sandbox.v1.ApplyChangesRequest
+	(*Conflict)(nil),                     // 52: deskgrid.sandbox.v1.Conflict
+	(*ApplyChangesResponse)(nil),         // 53: deskgrid.sandbox.v1.ApplyChangesResponse
+	(*DiscardChangesRequest)(nil),        // 54: deskgrid.sandbox.v1.DiscardChangesRequest
+	(*DiscardChangesResponse)(nil),       // 55: deskgrid.sandbox.v1.DiscardChangesResponse
+	(*Snapshot)(nil),                     // 56: deskgrid.sandbox.v1.Snapshot
+	(*CreateSnapshotRequest)(nil),        // 57: deskgrid.sandbox.v1.CreateSnapshotRequest
+	(*CreateSnapshotResponse)(nil),       // 58: deskgrid.sandbox.v1.CreateSnapshotResponse
+	(*ListSnapshotsRequest)(nil),         // 59: deskgrid.sandbox.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),        // 60: deskgrid.sandbox.v1.ListSnapshotsResponse
+	(*RestoreSnapshotRequest)(nil),       // 61: deskgrid.sandbox.v1.RestoreSnapshotRequest
+	(*RestoreSnapshotResponse)(nil),      // 62: deskgrid.sandbox.v1.RestoreSnapshotResponse
+	(*DeleteSnapshotRequest)(nil),        // 63: deskgrid.sandbox.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),       // 64: deskgrid.sandbox.v1.DeleteSnapshotResponse
+	(*RunShellRequest)(nil),              // 65: deskgrid.sandbox.v1.RunShellRequest
+	(*RunShellResponse)(nil),             // 66: deskgrid.sandbox.v1.RunShellResponse
+	(*RestartShellRequest)(nil),          // 67: deskgrid.sandbox.v1.RestartShellRequest
+	(*RestartShellResponse)(nil),         // 68: deskgrid.sandbox.v1.RestartShellResponse
+	(*UploadFileHeader)(nil),             // 69: deskgrid.sandbox.v1.UploadFileHeader
+	(*UploadFileRequest)(nil),            // 70: deskgrid.sandbox.v1.UploadFileRequest
+	(*UploadFileResponse)(nil),           // 71: deskgrid.sandbox.v1.UploadFileResponse
+	(*DownloadFileRequest)(nil),          // 72: deskgrid.sandbox.v1.DownloadFileRequest
+	(*DownloadFileResponse)(nil),         // 73: deskgrid.sandbox.v1.DownloadFileResponse
+	(*StatFileRequest)(nil),              // 74: deskgrid.sandbox.v1.StatFileRequest
+	(*StatFileResponse)(nil),             // 75: deskgrid.sandbox.v1.StatFileResponse
+	(*MakeDirectoryRequest)(nil),         // 76: deskgrid.sandbox.v1.MakeDirectoryRequest
+	(*MakeDirectoryResponse)(nil),        // 77: deskgrid.sandbox.v1.MakeDirectoryResponse
+	(*MoveFileRequest)(nil),              // 78: deskgrid.sandbox.v1.MoveFileRequest
+	(*MoveFileResponse)(nil),             // 79: deskgrid.sandbox.v1.MoveFileResponse
+	(*DeleteFileRequest)(nil),            // 80: deskgrid.sandbox.v1.DeleteFileRequest
+	(*DeleteFileResponse)(nil),           // 81: deskgrid.sandbox.v1.DeleteFileResponse
+	(*timestamppb.Timestamp)(nil),        // 82: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),          // 83: google.protobuf.Duration
 }
 var file_deskgrid_sandbox_v1_sandbox_proto_depIdxs = []int32{
-	81, // 0: deskgrid.sandbox.v1.Sandbox.create_time:type_name -> google.protobuf.Timestamp
+	82, // 0: deskgrid.sandbox.v1.Sandbox.create_time:type_name -> google.protobuf.Timestamp
 	3,  // 1: deskgrid.sandbox.v1.Sandbox.limits:type_name -> deskgrid.sandbox.v1.SandboxLimits
 	4,  // 2: deskgrid.sandbox.v1.Sandbox.usage:type_name -> deskgrid.sandbox.v1.SandboxUsage
-	2,  // 3: deskgrid.sandbox.v1.CreateSandboxResponse.sandbox:type_name -> deskgrid.sandbox.v1.Sandbox
-	2,  // 4: deskgrid.sandbox.v1.GetSandboxResponse.sandbox:type_name -> deskgrid.sandbox.v1.Sandbox
-	2,  // 5: deskgrid.sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> deskgrid.sandbox.v1.Sandbox
-	82, // 6: deskgrid.sandbox.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
-	16, // 7: deskgrid.sandbox.v1.ExecResponse.exit:type_name -> deskgrid.sandbox.v1.ExecExit
-	81, // 8: deskgrid.sandbox.v1.FileInfo.modify_time:type_name -> google.protobuf.Timestamp
-	23, // 9: deskgrid.sandbox.v1.ListFilesResponse.files:type_name -> deskgrid.sandbox.v1.FileInfo
-	0,  // 10: deskgrid.sandbox.v1.Process.state:type_name -> deskgrid.sandbox.v1.ProcessState
-	16, // 11: deskgrid.sandbox.v1.Process.exit:type_name -> deskgrid.sandbox.v1.ExecExit
-	81, // 12: deskgrid.sandbox.v1.Process.start_time:type_name -> google.protobuf.Timestamp
-	26, // 13: deskgrid.sandbox.v1.StartProcessResponse.process:type_name -> deskgrid.sandbox.v1.Process
-	26, // 14: deskgrid.sandbox.v1.StopProcessResponse.process:type_name -> deskgrid.sandbox.v1.Process
-	26, // 15: deskgrid.sandbox.v1.ListProcessesResponse.processes:type_name -> deskgrid.sandbox.v1.Process
-	34, // 16: deskgrid.sandbox.v1.ListApplicationsResponse.applications:type_name -> deskgrid.sandbox.v1.Application
-	34, // 17: deskgrid.sandbox.v1.LaunchApplicationResponse.application:type_name -> deskgrid.sandbox.v1.Application
-	26, // 18: deskgrid.sandbox.v1.LaunchApplicationResponse.process:type_name -> deskgrid.sandbox.v1.Process
-	39, // 19: deskgrid.sandbox.v1.GetAccessibilityTreeResponse.applications:type_name -> deskgrid.sandbox.v1.AccessibleNode
-	40, // 20: deskgrid.sandbox.v1.AccessibleNode.bounds:type_name -> deskgrid.sandbox.v1.AccessibleBounds
-	39, // 21: deskgrid.sandbox.v1.AccessibleNode.children:type_name -> deskgrid.sandbox.v1.AccessibleNode
-	1,  // 22: deskgrid.sandbox.v1.Change.kind:type_name -> deskgrid.sandbox.v1.ChangeKind
-	45, // 23: deskgrid.sandbox.v1.ListChangesResponse.changes:type_name -> deskgrid.sandbox.v1.Change
-	45, // 24: deskgrid.sandbox.v1.DiffFileResponse.change:type_name -> deskgrid.sandbox.v1.Change
-	51, // 25: deskgrid.sandbox.v1.ApplyChangesResponse.conflicts:type_name -> deskgrid.sandbox.v1.Conflict
-	81, // 26: deskgrid.sandbox.v1.Snapshot.create_time:type_name -> google.protobuf.Timestamp
-	55, // 27: deskgrid.sandbox.v1.CreateSnapshotResponse.snapshot:type_name -> deskgrid.sandbox.v1.Snapshot
-	55, // 28: deskgrid.sandbox.v1.ListSnapshotsResponse.snapshots:type_name -> deskgrid.sandbox.v1.Snapshot
-	82, // 29: deskgrid.sandbox.v1.RunShellRequest.timeout:type_name -> google.protobuf.Duration
-	68, // 30: deskgrid.sandbox.v1.UploadFileRequest.header:type_name -> deskgrid.sandbox.v1.UploadFileHeader
-	23, // 31: deskgrid.sandbox.v1.UploadFileResponse.file:type_name -> deskgrid.sandbox.v1.FileInfo
-	23, // 32: deskgrid.sandbox.v1.DownloadFileResponse.info:type_name -> deskgrid.sandbox.v1.FileInfo
-	23, // 33: deskgrid.sandbox.v1.StatFileResponse.file:type_name -> deskgrid.sandbox.v1.FileInfo
-	5,  // 34: deskgrid.sandbox.v1.SandboxService.CreateSandbox:input_type -> deskgrid.sandbox.v1.CreateSandboxRequest
-	6,  // 35: deskgrid.sandbox.v1.SandboxService.CommitSandbox:input_type -> deskgrid.sandbox.v1.CommitSandboxRequest
-	9,  // 36: deskgrid.sandbox.v1.SandboxService.GetSandbox:input_type -> deskgrid.sandbox.v1.GetSandboxRequest
-	11, // 37: deskgrid.sandbox.v1.SandboxService.ListSandboxes:input_type -> deskgrid.sandbox.v1.ListSandboxesRequest
-	13, // 38: deskgrid.sandbox.v1.SandboxService.DeleteSandbox:input_type -> deskgrid.sandbox.v1.DeleteSandboxRequest
-	15, // 39: deskgrid.sandbox.v1.SandboxService.Exec:input_type -> deskgrid.sandbox.v1.ExecRequest
-	18, // 40: deskgrid.sandbox.v1.SandboxService.ReadFile:input_type -> deskgrid.sandbox.v1.ReadFileRequest
-	20, // 41: deskgrid.sandbox.v1.SandboxService.WriteFile:input_type -> deskgrid.sandbox.v1.WriteFileRequest
-	22, // 42: deskgrid.sandbox.v1.SandboxService.ListFiles:input_type -> deskgrid.sandbox.v1.ListFilesRequest
-	25, // 43: deskgrid.sandbox.v1.SandboxService.StartProcess:input_type -> deskgrid.sandbox.v1.StartProcessRequest
-	28, // 44: deskgrid.sandbox.v1.SandboxService.StopProcess:input_type -> deskgrid.sandbox.v1.StopProcessRequest
-	30, // 45: deskgrid.sandbox.v1.SandboxService.ListProcesses:input_type -> deskgrid.sandbox.v1.ListProcessesRequest
-	32, // 46: deskgrid.sandbox.v1.SandboxService.ListApplications:input_type -> deskgrid.sandbox.v1.ListApplicationsRequest
-	35, // 47: deskgrid.sandbox.v1.SandboxService.LaunchApplication:input_type -> deskgrid.sandbox.v1.LaunchApplicationRequest
-	37, // 48: deskgrid.sandbox.v1.SandboxService.GetAccessibilityTree:input_type -> deskgrid.sandbox.v1.GetAccessibilityTreeRequest
-	41, // 49: deskgrid.sandbox.v1.SandboxService.FreezeSandbox:input_type -> deskgrid.sandbox.v1.FreezeSandboxRequest
-	43, // 50: deskgrid.sandbox.v1.SandboxService.ThawSandbox:input_type -> deskgrid.sandbox.v1.ThawSandboxRequest
-	46, // 51: deskgrid.sandbox.v1.SandboxService.ListChanges:input_type -> deskgrid.sandbox.v1.ListChangesRequest
-	48, // 52: deskgrid.sandbox.v1.SandboxService.DiffFile:input_type -> deskgrid.sandbox.v1.DiffFileRequest
-	50, // 53: deskgrid.sandbox.v1.SandboxService.ApplyChanges:input_type -> deskgrid.sandbox.v1.ApplyChangesRequest
-	53, // 54: deskgrid.sandbox.v1.SandboxService.DiscardChanges:input_type -> deskgrid.sandbox.v1.DiscardChangesRequest
-	56, // 55: deskgrid.sandbox.v1.SandboxService.CreateSnapshot:input_type -> deskgrid.sandbox.v1.CreateSnapshotRequest
-	58, // 56: deskgrid.sandbox.v1.SandboxService.ListSnapshots:input_type -> deskgrid.sandbox.v1.ListSnapshotsRequest
-	60, // 57: deskgrid.sandbox.v1.SandboxService.RestoreSnapshot:input_type -> deskgrid.sandbox.v1.RestoreSnapshotRequest
-	62, // 58: deskgrid.sandbox.v1.SandboxService.DeleteSnapshot:input_type -> deskgrid.sandbox.v1.DeleteSnapshotRequest
-	64, // 59: deskgrid.sandbox.v1.SandboxService.RunShell:input_type -> deskgrid.sandbox.v1.RunShellRequest
-	66, // 60: deskgrid.sandbox.v1.SandboxService.RestartShell:input_type -> deskgrid.sandbox.v1.RestartShellRequest
-	69, // 61: deskgrid.sandbox.v1.SandboxService.UploadFile:input_type -> deskgrid.sandbox.v1.UploadFileRequest
-	71, // 62: deskgrid.sandbox.v1.SandboxService.DownloadFile:input_type -> deskgrid.sandbox.v1.DownloadFileRequest
-	73, // 63: deskgrid.sandbox.v1.SandboxService.StatFile:input_type -> deskgrid.sandbox.v1.StatFileRequest
-	75, // 64: deskgrid.sandbox.v1.SandboxService.MakeDirectory:input_type -> deskgrid.sandbox.v1.MakeDirectoryRequest
-	77, // 65: deskgrid.sandbox.v1.SandboxService.MoveFile:input_type -> deskgrid.sandbox.v1.MoveFileRequest
-	79, // 66: deskgrid.sandbox.v1.SandboxService.DeleteFile:input_type -> deskgrid.sandbox.v1.DeleteFileRequest
-	8,  // 67: deskgrid.sandbox.v1.SandboxService.CreateSandbox:output_type -> deskgrid.sandbox.v1.CreateSandboxResponse
-	7,  // 68: deskgrid.sandbox.v1.SandboxService.CommitSandbox:output_type -> deskgrid.sandbox.v1.CommitSandboxResponse
-	10, // 69: deskgrid.sandbox.v1.SandboxService.GetSandbox:output_type -> deskgrid.sandbox.v1.GetSandboxResponse
-	12, // 70: deskgrid.sandbox.v1.SandboxService.ListSandboxes:output_type -> deskgrid.sandbox.v1.ListSandboxesResponse
-	14, // 71: deskgrid.sandbox.v1.SandboxService.DeleteSandbox:output_type -> deskgrid.sandbox.v1.DeleteSandboxResponse
-	17, // 72: deskgrid.sandbox.v1.SandboxService.Exec:output_type -> deskgrid.sandbox.v1.ExecResponse
-	19, // 73: deskgrid.sandbox.v1.SandboxService.ReadFile:output_type -> deskgrid.sandbox.v1.ReadFileResponse
-	21, // 74: deskgrid.sandbox.v1.SandboxService.WriteFile:output_type -> deskgrid.sandbox.v1.WriteFileResponse
-	24, // 75: deskgrid.sandbox.v1.SandboxService.ListFiles:output_type -> deskgrid.sandbox.v1.ListFilesResponse
-	27, // 76: deskgrid.sandbox.v1.SandboxService.StartProcess:output_type -> deskgrid.sandbox.v1.StartProcessResponse
-	29, // 77: deskgrid.sandbox.v1.SandboxService.StopProcess:output_type -> deskgrid.sandbox.v1.StopProcessResponse
-	31, // 78: deskgrid.sandbox.v1.SandboxService.ListProcesses:output_type -> deskgrid.sandbox.v1.ListProcessesResponse
-	33, // 79: deskgrid.sandbox.v1.SandboxService.ListApplications:output_type -> deskgrid.sandbox.v1.ListApplicationsResponse
-	36, // 80: deskgrid.sandbox.v1.SandboxService.LaunchApplication:output_type -> deskgrid.sandbox.v1.LaunchApplicationResponse
-	38, // 81: deskgrid.sandbox.v1.SandboxService.GetAccessibilityTree:output_type -> deskgrid.sandbox.v1.GetAccessibilityTreeResponse
-	42, // 82: deskgrid.sandbox.v1.SandboxService.FreezeSandbox:output_type -> deskgrid.sandbox.v1.FreezeSandboxResponse
-	44, // 83: deskgrid.sandbox.v1.SandboxService.ThawSandbox:output_type -> deskgrid.sandbox.v1.ThawSandboxResponse
-	47, // 84: deskgrid.sandbox.v1.SandboxService.ListChanges:output_type -> deskgrid.sandbox.v1.ListChangesResponse
-	49, // 85: deskgrid.sandbox.v1.SandboxService.DiffFile:output_type -> deskgrid.sandbox.v1.DiffFileResponse
-	52, // 86: deskgrid.sandbox.v1.SandboxService.ApplyChanges:output_type -> deskgrid.sandbox.v1.ApplyChangesResponse
-	54, // 87: deskgrid.sandbox.v1.SandboxService.DiscardChanges:output_type -> deskgrid.sandbox.v1.DiscardChangesResponse
-	57, // 88: deskgrid.sandbox.v1.SandboxService.CreateSnapshot:output_type -> deskgrid.sandbox.v1.CreateSnapshotResponse
-	59, // 89: deskgrid.sandbox.v1.SandboxService.ListSnapshots:output_type -> deskgrid.sandbox.v1.ListSnapshotsResponse
-	61, // 90: deskgrid.sandbox.v1.SandboxService.RestoreSnapshot:output_type -> deskgrid.sandbox.v1.RestoreSnapshotResponse
-	63, // 91: deskgrid.sandbox.v1.SandboxService.DeleteSnapshot:output_type -> deskgrid.sandbox.v1.DeleteSnapshotResponse
-	65, // 92: deskgrid.sandbox.v1.SandboxService.RunShell:output_type -> deskgrid.sandbox.v1.RunShellResponse
-	67, // 93: deskgrid.sandbox.v1.SandboxService.RestartShell:output_type -> deskgrid.sandbox.v1.RestartShellResponse
-	70, // 94: deskgrid.sandbox.v1.SandboxService.UploadFile:output_type -> deskgrid.sandbox.v1.UploadFileResponse
-	72, // 95: deskgrid.sandbox.v1.SandboxService.DownloadFile:output_type -> deskgrid.sandbox.v1.DownloadFileResponse
-	74, // 96: deskgrid.sandbox.v1.SandboxService.StatFile:output_type -> deskgrid.sandbox.v1.StatFileResponse
-	76, // 97: deskgrid.sandbox.v1.SandboxService.MakeDirectory:output_type -> deskgrid.sandbox.v1.MakeDirectoryResponse
-	78, // 98: deskgrid.sandbox.v1.SandboxService.MoveFile:output_type -> deskgrid.sandbox.v1.MoveFileResponse
-	80, // 99: deskgrid.sandbox.v1.SandboxService.DeleteFile:output_type -> deskgrid.sandbox.v1.DeleteFileResponse
-	67, // [67:100] is the sub-list for method output_type
-	34, // [34:67] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	6,  // 3: deskgrid.sandbox.v1.CreateSandboxRequest.desktop:type_name -> deskgrid.sandbox.v1.DesktopSpec
+	2,  // 4: deskgrid.sandbox.v1.CreateSandboxResponse.sandbox:type_name -> deskgrid.sandbox.v1.Sandbox
+	2,  // 5: deskgrid.sandbox.v1.GetSandboxResponse.sandbox:type_name -> deskgrid.sandbox.v1.Sandbox
+	2,  // 6: deskgrid.sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> deskgrid.sandbox.v1.Sandbox
+	83, // 7: deskgrid.sandbox.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
+	17, // 8: deskgrid.sandbox.v1.ExecResponse.exit:type_name -> deskgrid.sandbox.v1.ExecExit
+	82, // 9: deskgrid.sandbox.v1.FileInfo.modify_time:type_name -> google.protobuf.Timestamp
+	24, // 10: deskgrid.sandbox.v1.ListFilesResponse.files:type_name -> deskgrid.sandbox.v1.FileInfo
+	0,  // 11: deskgrid.sandbox.v1.Process.state:type_name -> deskgrid.sandbox.v1.ProcessState
+	17, // 12: deskgrid.sandbox.v1.Process.exit:type_name -> deskgrid.sandbox.v1.ExecExit
+	82, // 13: deskgrid.sandbox.v1.Process.start_time:type_name -> google.protobuf.Timestamp
+	27, // 14: deskgrid.sandbox.v1.StartProcessResponse.process:type_name -> deskgrid.sandbox.v1.Process
+	27, // 15: deskgrid.sandbox.v1.StopProcessResponse.process:type_name -> deskgrid.sandbox.v1.Process
+	27, // 16: deskgrid.sandbox.v1.ListProcessesResponse.processes:type_name -> deskgrid.sandbox.v1.Process
+	35, // 17: deskgrid.sandbox.v1.ListApplicationsResponse.applications:type_name -> deskgrid.sandbox.v1.Application
+	35, // 18: deskgrid.sandbox.v1.LaunchApplicationResponse.application:type_name -> deskgrid.sandbox.v1.Application
+	27, // 19: deskgrid.sandbox.v1.LaunchApplicationResponse.process:type_name -> deskgrid.sandbox.v1.Process
+	40, // 20: deskgrid.sandbox.v1.GetAccessibilityTreeResponse.applications:type_name -> deskgrid.sandbox.v1.AccessibleNode
+	41, // 21: deskgrid.sandbox.v1.AccessibleNode.bounds:type_name -> deskgrid.sandbox.v1.AccessibleBounds
+	40, // 22: deskgrid.sandbox.v1.AccessibleNode.children:type_name -> deskgrid.sandbox.v1.AccessibleNode
+	1,  // 23: deskgrid.sandbox.v1.Change.kind:type_name -> deskgrid.sandbox.v1.ChangeKind
+	46, // 24: deskgrid.sandbox.v1.ListChangesResponse.changes:type_name -> deskgrid.sandbox.v1.Change
+	46, // 25: deskgrid.sandbox.v1.DiffFileResponse.change:type_name -> deskgrid.sandbox.v1.Change
+	52, // 26: deskgrid.sandbox.v1.ApplyChangesResponse.conflicts:type_name -> deskgrid.sandbox.v1.Conflict
+	82, // 27: deskgrid.sandbox.v1.Snapshot.create_time:type_name -> google.protobuf.Timestamp
+	56, // 28: deskgrid.sandbox.v1.CreateSnapshotResponse.snapshot:type_name -> deskgrid.sandbox.v1.Snapshot
+	56, // 29: deskgrid.sandbox.v1.ListSnapshotsResponse.snapshots:type_name -> deskgrid.sandbox.v1.Snapshot
+	83, // 30: deskgrid.sandbox.v1.RunShellRequest.timeout:type_name -> google.protobuf.Duration
+	69, // 31: deskgrid.sandbox.v1.UploadFileRequest.header:type_name -> deskgrid.sandbox.v1.UploadFileHeader
+	24, // 32: deskgrid.sandbox.v1.UploadFileResponse.file:type_name -> deskgrid.sandbox.v1.FileInfo
+	24, // 33: deskgrid.sandbox.v1.DownloadFileResponse.info:type_name -> deskgrid.sandbox.v1.FileInfo
+	24, // 34: deskgrid.sandbox.v1.StatFileResponse.file:type_name -> deskgrid.sandbox.v1.FileInfo
+	5,  // 35: deskgrid.sandbox.v1.SandboxService.CreateSandbox:input_type -> deskgrid.sandbox.v1.CreateSandboxRequest
+	7,  // 36: deskgrid.sandbox.v1.SandboxService.CommitSandbox:input_type -> deskgrid.sandbox.v1.CommitSandboxRequest
+	10, // 37: deskgrid.sandbox.v1.SandboxService.GetSandbox:input_type -> deskgrid.sandbox.v1.GetSandboxRequest
+	12, // 38: deskgrid.sandbox.v1.SandboxService.ListSandboxes:input_type -> deskgrid.sandbox.v1.ListSandboxesRequest
+	14, // 39: deskgrid.sandbox.v1.SandboxService.DeleteSandbox:input_type -> deskgrid.sandbox.v1.DeleteSandboxRequest
+	16, // 40: deskgrid.sandbox.v1.SandboxService.Exec:input_type -> deskgrid.sandbox.v1.ExecRequest
+	19, // 41: deskgrid.sandbox.v1.SandboxService.ReadFile:input_type -> deskgrid.sandbox.v1.ReadFileRequest
+	21, // 42: deskgrid.sandbox.v1.SandboxService.WriteFile:input_type -> deskgrid.sandbox.v1.WriteFileRequest
+	23, // 43: deskgrid.sandbox.v1.SandboxService.ListFiles:input_type -> deskgrid.sandbox.v1.ListFilesRequest
+	26, // 44: deskgrid.sandbox.v1.SandboxService.StartProcess:input_type -> deskgrid.sandbox.v1.StartProcessRequest
+	29, // 45: deskgrid.sandbox.v1.SandboxService.StopProcess:input_type -> deskgrid.sandbox.v1.StopProcessRequest
+	31, // 46: deskgrid.sandbox.v1.SandboxService.ListProcesses:input_type -> deskgrid.sandbox.v1.ListProcessesRequest
+	33, // 47: deskgrid.sandbox.v1.SandboxService.ListApplications:input_type -> deskgrid.sandbox.v1.ListApplicationsRequest
+	36, // 48: deskgrid.sandbox.v1.SandboxService.LaunchApplication:input_type -> deskgrid.sandbox.v1.LaunchApplicationRequest
+	38, // 49: deskgrid.sandbox.v1.SandboxService.GetAccessibilityTree:input_type -> deskgrid.sandbox.v1.GetAccessibilityTreeRequest
+	42, // 50: deskgrid.sandbox.v1.SandboxService.FreezeSandbox:input_type -> deskgrid.sandbox.v1.FreezeSandboxRequest
+	44, // 51: deskgrid.sandbox.v1.SandboxService.ThawSandbox:input_type -> deskgrid.sandbox.v1.ThawSandboxRequest
+	47, // 52: deskgrid.sandbox.v1.SandboxService.ListChanges:input_type -> deskgrid.sandbox.v1.ListChangesRequest
+	49, // 53: deskgrid.sandbox.v1.SandboxService.DiffFile:input_type -> deskgrid.sandbox.v1.DiffFileRequest
+	51, // 54: deskgrid.sandbox.v1.SandboxService.ApplyChanges:input_type -> deskgrid.sandbox.v1.ApplyChangesRequest
+	54, // 55: deskgrid.sandbox.v1.SandboxService.DiscardChanges:input_type -> deskgrid.sandbox.v1.DiscardChangesRequest
+	57, // 56: deskgrid.sandbox.v1.SandboxService.CreateSnapshot:input_type -> deskgrid.sandbox.v1.CreateSnapshotRequest
+	59, // 57: deskgrid.sandbox.v1.SandboxService.ListSnapshots:input_type -> deskgrid.sandbox.v1.ListSnapshotsRequest
+	61, // 58: deskgrid.sandbox.v1.SandboxService.RestoreSnapshot:input_type -> deskgrid.sandbox.v1.RestoreSnapshotRequest
+	63, // 59: deskgrid.sandbox.v1.SandboxService.DeleteSnapshot:input_type -> deskgrid.sandbox.v1.DeleteSnapshotRequest
+	65, // 60: deskgrid.sandbox.v1.SandboxService.RunShell:input_type -> deskgrid.sandbox.v1.RunShellRequest
+	67, // 61: deskgrid.sandbox.v1.SandboxService.RestartShell:input_type -> deskgrid.sandbox.v1.RestartShellRequest
+	70, // 62: deskgrid.sandbox.v1.SandboxService.UploadFile:input_type -> deskgrid.sandbox.v1.UploadFileRequest
+	72, // 63: deskgrid.sandbox.v1.SandboxService.DownloadFile:input_type -> deskgrid.sandbox.v1.DownloadFileRequest
+	74, // 64: deskgrid.sandbox.v1.SandboxService.StatFile:input_type -> deskgrid.sandbox.v1.StatFileRequest
+	76, // 65: deskgrid.sandbox.v1.SandboxService.MakeDirectory:input_type -> deskgrid.sandbox.v1.MakeDirectoryRequest
+	78, // 66: deskgrid.sandbox.v1.SandboxService.MoveFile:input_type -> deskgrid.sandbox.v1.MoveFileRequest
+	80, // 67: deskgrid.sandbox.v1.SandboxService.DeleteFile:input_type -> deskgrid.sandbox.v1.DeleteFileRequest
+	9,  // 68: deskgrid.sandbox.v1.SandboxService.CreateSandbox:output_type -> deskgrid.sandbox.v1.CreateSandboxResponse
+	8,  // 69: deskgrid.sandbox.v1.SandboxService.CommitSandbox:output_type -> deskgrid.sandbox.v1.CommitSandboxResponse
+	11, // 70: deskgrid.sandbox.v1.SandboxService.GetSandbox:output_type -> deskgrid.sandbox.v1.GetSandboxResponse
+	13, // 71: deskgrid.sandbox.v1.SandboxService.ListSandboxes:output_type -> deskgrid.sandbox.v1.ListSandboxesResponse
+	15, // 72: deskgrid.sandbox.v1.SandboxService.DeleteSandbox:output_type -> deskgrid.sandbox.v1.DeleteSandboxResponse
+	18, // 73: deskgrid.sandbox.v1.SandboxService.Exec:output_type -> deskgrid.sandbox.v1.ExecResponse
+	20, // 74: deskgrid.sandbox.v1.SandboxService.ReadFile:output_type -> deskgrid.sandbox.v1.ReadFileResponse
+	22, // 75: deskgrid.sandbox.v1.SandboxService.WriteFile:output_type -> deskgrid.sandbox.v1.WriteFileResponse
+	25, // 76: deskgrid.sandbox.v1.SandboxService.ListFiles:output_type -> deskgrid.sandbox.v1.ListFilesResponse
+	28, // 77: deskgrid.sandbox.v1.SandboxService.StartProcess:output_type -> deskgrid.sandbox.v1.StartProcessResponse
+	30, // 78: deskgrid.sandbox.v1.SandboxService.StopProcess:output_type -> deskgrid.sandbox.v1.StopProcessResponse
+	32, // 79: deskgrid.sandbox.v1.SandboxService.ListProcesses:output_type -> deskgrid.sandbox.v1.ListProcessesResponse
+	34, // 80: deskgrid.sandbox.v1.SandboxService.ListApplications:output_type -> deskgrid.sandbox.v1.ListApplicationsResponse
+	37, // 81: deskgrid.sandbox.v1.SandboxService.LaunchApplication:output_type -> deskgrid.sandbox.v1.LaunchApplicationResponse
+	39, // 82: deskgrid.sandbox.v1.SandboxService.GetAccessibilityTree:output_type -> deskgrid.sandbox.v1.GetAccessibilityTreeResponse
+	43, // 83: deskgrid.sandbox.v1.SandboxService.FreezeSandbox:output_type -> deskgrid.sandbox.v1.FreezeSandboxResponse
+	45, // 84: deskgrid.sandbox.v1.SandboxService.ThawSandbox:output_type -> deskgrid.sandbox.v1.ThawSandboxResponse
+	48, // 85: deskgrid.sandbox.v1.SandboxService.ListChanges:output_type -> deskgrid.sandbox.v1.ListChangesResponse
+	50, // 86: deskgrid.sandbox.v1.SandboxService.DiffFile:output_type -> deskgrid.sandbox.v1.DiffFileResponse
+	53, // 87: deskgrid.sandbox.v1.SandboxService.ApplyChanges:output_type -> deskgrid.sandbox.v1.ApplyChangesResponse
+	55, // 88: deskgrid.sandbox.v1.SandboxService.DiscardChanges:output_type -> deskgrid.sandbox.v1.DiscardChangesResponse
+	58, // 89: deskgrid.sandbox.v1.SandboxService.CreateSnapshot:output_type -> deskgrid.sandbox.v1.CreateSnapshotResponse
+	60, // 90: deskgrid.sandbox.v1.SandboxService.ListSnapshots:output_type -> deskgrid.sandbox.v1.ListSnapshotsResponse
+	62, // 91: deskgrid.sandbox.v1.SandboxService.RestoreSnapshot:output_type -> deskgrid.sandbox.v1.RestoreSnapshotResponse
+	64, // 92: deskgrid.sandbox.v1.SandboxService.DeleteSnapshot:output_type -> deskgrid.sandbox.v1.DeleteSnapshotResponse
+	66, // 93: deskgrid.sandbox.v1.SandboxService.RunShell:output_type -> deskgrid.sandbox.v1.RunShellResponse
+	68, // 94: deskgrid.sandbox.v1.SandboxService.RestartShell:output_type -> deskgrid.sandbox.v1.RestartShellResponse
+	71, // 95: deskgrid.sandbox.v1.SandboxService.UploadFile:output_type -> deskgrid.sandbox.v1.UploadFileResponse
+	73, // 96: deskgrid.sandbox.v1.SandboxService.DownloadFile:output_type -> deskgrid.sandbox.v1.DownloadFileResponse
+	75, // 97: deskgrid.sandbox.v1.SandboxService.StatFile:output_type -> deskgrid.sandbox.v1.StatFileResponse
+	77, // 98: deskgrid.sandbox.v1.SandboxService.MakeDirectory:output_type -> deskgrid.sandbox.v1.MakeDirectoryResponse
+	79, // 99: deskgrid.sandbox.v1.SandboxService.MoveFile:output_type -> deskgrid.sandbox.v1.MoveFileResponse
+	81, // 100: deskgrid.sandbox.v1.SandboxService.DeleteFile:output_type -> deskgrid.sandbox.v1.DeleteFileResponse
+	68, // [68:101] is the sub-list for method output_type
+	35, // [35:68] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_deskgrid_sandbox_v1_sandbox_proto_init() }
@@ -5290,17 +5394,17 @@ func file_deskgrid_sandbox_v1_sandbox_proto_init() {
 	if File_deskgrid_sandbox_v1_sandbox_proto != nil {
 		return
 	}
-	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[15].OneofWrappers = []any{
+	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[16].OneofWrappers = []any{
 		(*ExecResponse_Stdout)(nil),
 		(*ExecResponse_Stderr)(nil),
 		(*ExecResponse_Exit)(nil),
 	}
-	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[37].OneofWrappers = []any{}
-	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[67].OneofWrappers = []any{
+	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[38].OneofWrappers = []any{}
+	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[68].OneofWrappers = []any{
 		(*UploadFileRequest_Header)(nil),
 		(*UploadFileRequest_Chunk)(nil),
 	}
-	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[70].OneofWrappers = []any{
+	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[71].OneofWrappers = []any{
 		(*DownloadFileResponse_Info)(nil),
 		(*DownloadFileResponse_Chunk)(nil),
 	}
@@ -5310,7 +5414,7 @@ func file_deskgrid_sandbox_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_deskgrid_sandbox_v1_sandbox_proto_rawDesc), len(file_deskgrid_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   79,
+			NumMessages:   80,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
