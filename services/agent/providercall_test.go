@@ -11,11 +11,11 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
+	"github.com/deskgrid/deskgrid/services/platform/metrics/metricstest"
 )
 
 // The package's metrics and spans go to one in-process meter and tracer
@@ -34,49 +34,6 @@ func installTelemetry() {
 		spanRecorder = tracetest.NewSpanRecorder()
 		otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spanRecorder)))
 	})
-}
-
-// measured sums name's points whose attributes are want: counters by value,
-// histograms by their count of observations.
-func measured(t *testing.T, name string, want map[string]string) int64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := metricReader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	match := func(set attribute.Set) bool {
-		for k, v := range want {
-			if got, ok := set.Value(attribute.Key(k)); !ok || got.AsString() != v {
-				return false
-			}
-		}
-		return true
-	}
-	var n int64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != name {
-				continue
-			}
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, p := range d.DataPoints {
-					if match(p.Attributes) {
-						n += p.Value
-					}
-				}
-			case metricdata.Histogram[float64]:
-				for _, p := range d.DataPoints {
-					if match(p.Attributes) {
-						n += int64(p.Count)
-					}
-				}
-			default:
-				t.Fatalf("%s is %T", name, m.Data)
-			}
-		}
-	}
-	return n
 }
 
 // Each provider's calls, through its official SDK against a server speaking
@@ -100,10 +57,12 @@ func TestProviderCallsAreMeasured(t *testing.T) {
 			h := newHarness(t, cfg, nil)
 			ctx := context.Background()
 			calls := func(model, outcome string) int64 {
-				return measured(t, "deskgrid.agent.provider.call.duration", map[string]string{"provider": tc.provider, "model": model, "outcome": outcome})
+				return int64(metricstest.HistCount(t, metricReader, "deskgrid.agent.provider.call.duration",
+					attribute.String("provider", tc.provider), attribute.String("model", model), attribute.String("outcome", outcome)))
 			}
 			tokens := func(model, direction string) int64 {
-				return measured(t, "deskgrid.agent.provider.tokens", map[string]string{"provider": tc.provider, "model": model, "direction": direction})
+				return metricstest.Sum(t, metricReader, "deskgrid.agent.provider.tokens",
+					attribute.String("provider", tc.provider), attribute.String("model", model), attribute.String("direction", direction))
 			}
 			start := func() string {
 				t.Helper()

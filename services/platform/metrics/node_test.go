@@ -1,36 +1,20 @@
 package metrics_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/deskgrid/deskgrid/services/platform/metrics"
+	"github.com/deskgrid/deskgrid/services/platform/metrics/metricstest"
 )
 
-// point returns the float64 gauge point of name for node.
-func point(t *testing.T, name, node string) (float64, bool) {
+// age reads the heartbeat age reported for node.
+func age(t *testing.T, node string) (float64, bool) {
 	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if g, ok := m.Data.(metricdata.Gauge[float64]); ok && m.Name == name {
-				for _, p := range g.DataPoints {
-					if v, _ := p.Attributes.Value("node"); v.AsString() == node {
-						return p.Value, true
-					}
-				}
-			}
-		}
-	}
-	return 0, false
+	return metricstest.Gauge(t, reader, "deskgrid.node.heartbeat.age", attribute.String("node", node))
 }
 
 // The heartbeat age is the time since the node's last good heartbeat, read
@@ -41,18 +25,18 @@ func TestHeartbeatAge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	age, ok := point(t, "deskgrid.node.heartbeat.age", "hb-node")
-	if !ok || age < 42 || age > 42+60 {
-		t.Fatalf("age = %v (%v), want about 42", age, ok)
+	a, ok := age(t, "hb-node")
+	if !ok || a < 42 || a > 42+60 {
+		t.Fatalf("age = %v (%v), want about 42", a, ok)
 	}
 	last = time.Now()
-	if age, _ := point(t, "deskgrid.node.heartbeat.age", "hb-node"); age >= 42 {
-		t.Fatalf("age after a heartbeat = %v", age)
+	if a, _ := age(t, "hb-node"); a >= 42 {
+		t.Fatalf("age after a heartbeat = %v", a)
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := point(t, "deskgrid.node.heartbeat.age", "hb-node"); ok {
+	if _, ok := age(t, "hb-node"); ok {
 		t.Fatal("age still reported after stop")
 	}
 }
