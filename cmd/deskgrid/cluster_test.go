@@ -191,10 +191,12 @@ type testCluster struct {
 	reg      *cluster.Registry
 	nodes    map[string]*proc
 	nodeDirs map[string][2]string
-	replicas []*proc
-	clients  []sessionv1.SessionServiceClient
-	router   *noderoute.Router
-	common   []string
+	// nodeMetrics is each node's /metrics URL.
+	nodeMetrics map[string]string
+	replicas    []*proc
+	clients     []sessionv1.SessionServiceClient
+	router      *noderoute.Router
+	common      []string
 }
 
 // displayBase gives each node of the test its own X display numbers: the
@@ -208,10 +210,14 @@ func (c *testCluster) startNode(id string, capacity int) *proc {
 		dirs = [2]string{c.t.TempDir(), c.t.TempDir()}
 		c.nodeDirs[id] = dirs
 	}
-	addr := freeAddr(c.t)
+	addr, metricsAddr := freeAddr(c.t), freeAddr(c.t)
+	if c.nodeMetrics == nil {
+		c.nodeMetrics = map[string]string{}
+	}
+	c.nodeMetrics[id] = "http://" + metricsAddr + "/metrics"
 	args := append([]string{"serve", "node", "-grpc-addr", addr, "-node-addr", addr, "-node-id", id,
 		"-node-max-sessions", strconv.Itoa(capacity), "-data-dir", dirs[0], "-runtime-dir", dirs[1], "-node-labels", "zone=" + id,
-		"-first-display", strconv.Itoa(displayBase[id])},
+		"-first-display", strconv.Itoa(displayBase[id]), "-metrics-addr", metricsAddr},
 		c.common...)
 	p := startProc(c.t, "node "+id, addr, args...)
 	c.nodes[id] = p
@@ -339,6 +345,17 @@ func TestCluster(t *testing.T) {
 	const capacity = 5
 	for _, id := range []string{"n1", "n2", "n3"} {
 		c.startNode(id, capacity)
+	}
+	// Each node exports how long ago its last heartbeat succeeded, and its
+	// sessions' limit events, labelled by itself.
+	for _, id := range []string{"n1", "n2"} {
+		m := scrapeURL(t, c.nodeMetrics[id])
+		if ages := m.labelValues("deskgrid_node_heartbeat_age_seconds", "node"); len(ages) != 1 || ages[0] != id {
+			t.Errorf("node %s exports heartbeat ages for %v", id, ages)
+		}
+		if nodes := m.labelValues("deskgrid_sandbox_oom_kills_total", "node"); len(nodes) != 1 || nodes[0] != id {
+			t.Errorf("node %s exports OOM kills for %v", id, nodes)
+		}
 	}
 	replicaArgs := func(addr string) []string {
 		return append([]string{"serve", "session", "-grpc-addr", addr, "-postgres-url", pg, "-nats-url", nats.URL()}, c.common...)

@@ -174,6 +174,10 @@ func TestMetricsOfASessionsLife(t *testing.T) {
 	moved("deskgrid_session_transitions_total", labels{"state": "running", "reason": "none"}, 1)
 	moved("deskgrid_agent_tokens_total", labels{"provider": "anthropic", "kind": "output"}, 1)
 	moved("deskgrid_agent_lease_wait_duration_seconds", labels{"outcome": "ok"}, 1)
+	// Each model call of the run, measured at the agent.
+	moved("deskgrid_agent_provider_call_duration_seconds", labels{"provider": "anthropic", "outcome": "ok"}, 1)
+	moved("deskgrid_agent_provider_tokens_total", labels{"provider": "anthropic", "direction": "input"}, 10)
+	moved("deskgrid_agent_provider_tokens_total", labels{"provider": "anthropic", "direction": "output"}, 1)
 	// Per-tenant usage, asked for with -metrics-tenant-usage.
 	if tenants := running.labelValues("deskgrid_tenant_sessions", "tenant"); len(tenants) != 1 || tenants[0] == "" ||
 		running.value("deskgrid_tenant_sessions", labels{"tenant": tenants[0], "state": "running"}) != 1 ||
@@ -181,7 +185,8 @@ func TestMetricsOfASessionsLife(t *testing.T) {
 		t.Errorf("per-tenant usage: tenants %v, sessions %v, tokens %v", tenants, running.value("deskgrid_tenant_sessions", nil), running.value("deskgrid_tenant_tokens_total", nil))
 	}
 	// Counters an alert reads exist from the start, at zero.
-	for _, name := range []string{"deskgrid_rate_limited_total", "deskgrid_image_pulls_total", "deskgrid_events_publish_failures_total", "deskgrid_node_reconcile_removed_total"} {
+	for _, name := range []string{"deskgrid_rate_limited_total", "deskgrid_image_pulls_total", "deskgrid_events_publish_failures_total", "deskgrid_node_reconcile_removed_total",
+		"deskgrid_sandbox_oom_kills_total", "deskgrid_sandbox_pids_limit_hits_total", "deskgrid_sandbox_disk_full_total"} {
 		if before[name] == nil {
 			t.Errorf("%s not exported before anything happened", name)
 		}
@@ -241,7 +246,7 @@ func TestServeRoleMetricsAddr(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	got := scrapeURL(t, re.FindStringSubmatch(out.String())[1])
-	for _, name := range []string{"deskgrid_image_pulls_total", "deskgrid_node_reconcile_removed_total", "go_goroutines"} {
+	for _, name := range []string{"deskgrid_image_pulls_total", "deskgrid_node_reconcile_removed_total", "deskgrid_sandbox_oom_kills_total", "go_goroutines"} {
 		if got[name] == nil {
 			t.Errorf("serve sandbox's /metrics has no %s", name)
 		}

@@ -114,6 +114,14 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 			return nil, fmt.Errorf("sandbox: %w", err)
 		}
 		s.closers.add("sandbox", b.Close)
+		stopLimits, err := metrics.ObserveSandboxLimits(s.cfg.NodeID, func() metrics.SandboxLimitEvents {
+			ev := b.LimitEvents()
+			return metrics.SandboxLimitEvents{OOMKills: int64(ev.OOMKills), PidsLimitHits: int64(ev.PidsLimitHits), DiskFull: int64(ev.DiskFull)}
+		})
+		if err != nil {
+			return nil, err
+		}
+		s.closers.add("sandbox limit metrics", func(context.Context) error { return stopLimits() })
 		if removed, err := b.Reconcile(ctx, nil); err != nil {
 			return nil, fmt.Errorf("sandbox: clean up after the previous run: %w", err)
 		} else if len(removed) > 0 {
@@ -361,6 +369,11 @@ func (s *setup) joinCluster(ctx context.Context, n *node, self string) error {
 	// Leaving at shutdown ends the heartbeat at once: the control plane
 	// marks this node's sessions LOST without waiting for the TTL.
 	s.closers.add("cluster membership", func(ctx context.Context) error { return m.Close(ctx, true) })
+	stopAge, err := metrics.ObserveHeartbeat(s.cfg.NodeID, m.LastHeartbeat)
+	if err != nil {
+		return err
+	}
+	s.closers.add("heartbeat age metric", func(context.Context) error { return stopAge() })
 	return nil
 }
 

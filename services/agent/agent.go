@@ -33,6 +33,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/agent/store"
 	"github.com/deskgrid/deskgrid/services/platform/auth/secretbox"
 	"github.com/deskgrid/deskgrid/services/platform/events"
+	"github.com/deskgrid/deskgrid/services/platform/metrics"
 )
 
 // Config configures the agent service.
@@ -177,6 +178,8 @@ type Service struct {
 	ended       map[string]endedAt
 	endedPruned time.Time
 	sessionSub  *nats.Subscription
+	// models bounds the model label of the provider metrics.
+	models metrics.ModelLabels
 }
 
 // New returns the agent service.
@@ -236,7 +239,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
-	s := &Service{cfg: cfg, baseURLs: rules, deps: deps, logger: l, store: deps.Store, leases: deps.Leases, tenant: deps.Tenant, runs: map[string]*run{}}
+	s := &Service{cfg: cfg, baseURLs: rules, deps: deps, logger: l, store: deps.Store, leases: deps.Leases, tenant: deps.Tenant, runs: map[string]*run{}, models: metrics.ModelLabels{Max: metrics.DefaultModelLabels}}
 	if deps.NewProvider == nil {
 		s.deps.NewProvider = func(ctx context.Context, c provider.Config) (provider.Provider, error) { return provider.New(ctx, c) }
 	}

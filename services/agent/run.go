@@ -316,7 +316,7 @@ func (r *run) turn(ctx context.Context, req provider.Request, step int) (*provid
 		r.log.Append(ev)
 	}
 	for attempt := 0; ; attempt++ {
-		resp, err := r.prov.Turn(ctx, req, onDelta)
+		resp, err := r.callProvider(ctx, req, onDelta)
 		if err == nil {
 			return resp, nil
 		}

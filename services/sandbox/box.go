@@ -289,8 +289,11 @@ func (s *Service) build(ctx context.Context, b *box) (err error) {
 			}
 		}
 		if b.cg != nil {
+			s.retireLimits(b.cg)
 			if cerr := b.cg.Delete(); cerr != nil {
 				s.log.ErrorContext(ctx, "remove cgroup after failed create", "session_id", b.id, "error", cerr)
+			} else {
+				s.limitsDeleted(b.cg)
 			}
 		}
 		if b.img != nil && b.img.Slot >= 0 {
@@ -526,7 +529,10 @@ func (s *Service) deleteSandbox(ctx context.Context, id string) error {
 		err = s.teardown(ctx, b.dir, b.driver)
 	}
 	if err == nil && b.cg != nil {
-		err = b.cg.Delete()
+		s.retireLimits(b.cg)
+		if err = b.cg.Delete(); err == nil {
+			s.limitsDeleted(b.cg)
+		}
 	}
 	s.mu.Lock()
 	if err != nil {
@@ -663,7 +669,12 @@ func (s *Service) removeCgroup(id string) error {
 	if err != nil {
 		return err
 	}
-	return g.Delete()
+	s.retireLimits(g)
+	if err := g.Delete(); err != nil {
+		return err
+	}
+	s.limitsDeleted(g)
+	return nil
 }
 
 // killTagged kills processes whose command line names dir: the bwrap of

@@ -31,6 +31,9 @@ func TestDiskQuota(t *testing.T) {
 			if !strings.Contains(err.Error(), "disk is full") {
 				t.Fatalf("error %q does not say the disk is full", err)
 			}
+			if n := h.svc.LimitEvents().DiskFull; n != 1 {
+				t.Fatalf("node disk-full count = %d after one refused upload", n)
+			}
 			res := h.mustExec(t, "full", "sh", "-c", "head -c 33554432 /dev/zero > f")
 			if res.exit.GetExitCode() == 0 || !strings.Contains(res.stderr, "No space left") {
 				t.Fatalf("filling by exec: %+v", res)

@@ -144,6 +144,17 @@ func TestForkBombStaysInsideItsPidsLimit(t *testing.T) {
 		t.Fatalf("bomb exec: %+v %v", res.exit, err)
 	}
 	waitFor(t, "the bomb to be gone", func() bool { return h.usage(t, "bomb").GetPids() == 0 })
+	// Its refused forks are counted for the node, not the bystander's.
+	hits := h.svc.LimitEvents().PidsLimitHits
+	if hits < 1 {
+		t.Fatalf("no pids limit hit counted")
+	}
+	if _, err := h.client.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SessionId: "bomb"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.svc.LimitEvents().PidsLimitHits; got != hits {
+		t.Fatalf("pids limit hits after the delete = %d, want %d", got, hits)
+	}
 }
 
 func TestMemoryHogIsKilledInsideItsCgroup(t *testing.T) {
@@ -159,11 +170,23 @@ func TestMemoryHogIsKilledInsideItsCgroup(t *testing.T) {
 	if res.exit.GetExitCode() != 137 && res.exit.GetSignal() != "killed" {
 		t.Fatalf("hog exit %+v, want killed", res.exit)
 	}
-	if u := h.usage(t, "hog"); u.GetOomKills() < 1 {
+	u := h.usage(t, "hog")
+	if u.GetOomKills() < 1 {
 		t.Fatalf("usage %+v: no OOM kill recorded", u)
 	}
 	if got := h.mustExec(t, "hog", "echo", "still here"); got.stdout != "still here\n" {
 		t.Fatalf("exec after OOM: %+v", got)
+	}
+	// The node's counter, summed over its sessions, holds the kill, and
+	// keeps it once the session is gone.
+	if ev := h.svc.LimitEvents(); ev.OOMKills != u.GetOomKills() {
+		t.Fatalf("node OOM kills = %d, the session's = %d", ev.OOMKills, u.GetOomKills())
+	}
+	if _, err := h.client.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SessionId: "hog"}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := h.svc.LimitEvents(); ev.OOMKills != u.GetOomKills() {
+		t.Fatalf("node OOM kills after the delete = %d, want %d", ev.OOMKills, u.GetOomKills())
 	}
 }
 

@@ -82,6 +82,7 @@ func (s *Service) toStatus(ctx context.Context, op string, err error) error {
 	case errors.Is(err, fs.ErrExist):
 		return status.Error(codes.AlreadyExists, err.Error())
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		s.limits.diskFull.Add(1)
 		return status.Error(codes.ResourceExhausted, op+": the session's disk is full; free space or ask for a larger disk_bytes")
 	}
 	s.log.ErrorContext(ctx, "sandbox call failed", "op", op, "error", err)

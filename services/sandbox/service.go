@@ -184,6 +184,10 @@ type Service struct {
 	closed bool
 	// warm hands out desktops started ahead of demand; nil: none.
 	warm WarmDesktops
+
+	// limitsMu guards limits, the node's tally of limit events.
+	limitsMu sync.Mutex
+	limits   limitTally
 }
 
 // New prepares the directories under cfg.Root. It does not touch sandboxes

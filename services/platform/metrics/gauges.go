@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"strconv"
+	"time"
 
 	"go.opentelemetry.io/otel/metric"
 )
@@ -185,6 +186,64 @@ func ObserveBlobs(size func(context.Context) (bytes, files int64, err error)) (f
 		o.ObserveInt64(filesG, n)
 		return nil
 	}, bytesG, filesG)
+	if err != nil {
+		return nil, err
+	}
+	return reg.Unregister, nil
+}
+
+// ObserveHeartbeat reports deskgrid_node_heartbeat_age_seconds{node}, the
+// time since the node's last successful heartbeat, read from last at every
+// collection. It grows while Redis does not answer the node, before the
+// control plane declares the node gone at the heartbeat TTL. The returned
+// function stops it.
+func ObserveHeartbeat(node string, last func() time.Time) (func() error, error) {
+	g, err := meter.Float64ObservableGauge("deskgrid.node.heartbeat.age", metric.WithUnit("s"),
+		metric.WithDescription("seconds since this node's last successful heartbeat, exported by the node"))
+	if err != nil {
+		return nil, err
+	}
+	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveFloat64(g, max(0, time.Since(last()).Seconds()), attrs("node", nodeLabel(node)))
+		return nil
+	}, g)
+	if err != nil {
+		return nil, err
+	}
+	return reg.Unregister, nil
+}
+
+// SandboxLimitEvents is how often a node's sandboxes ran into their limits.
+type SandboxLimitEvents struct {
+	OOMKills, PidsLimitHits, DiskFull int64
+}
+
+// ObserveSandboxLimits reports the node's deskgrid_sandbox_oom_kills_total,
+// deskgrid_sandbox_pids_limit_hits_total and deskgrid_sandbox_disk_full_total
+// from events, summed over its sessions (no session label), read at every
+// collection. The returned
+// function stops it.
+func ObserveSandboxLimits(node string, events func() SandboxLimitEvents) (func() error, error) {
+	oom, err := meter.Int64ObservableCounter("deskgrid.sandbox.oom_kills", metric.WithDescription("processes of the node's sessions the kernel killed for going over their memory limit"))
+	if err != nil {
+		return nil, err
+	}
+	pids, err := meter.Int64ObservableCounter("deskgrid.sandbox.pids_limit_hits", metric.WithDescription("forks in the node's sessions refused at their pids limit"))
+	if err != nil {
+		return nil, err
+	}
+	disk, err := meter.Int64ObservableCounter("deskgrid.sandbox.disk_full", metric.WithDescription("calls of the node's sandbox service (uploads, file writes) refused because a session's disk was full"))
+	if err != nil {
+		return nil, err
+	}
+	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		ev := events()
+		a := attrs("node", nodeLabel(node))
+		o.ObserveInt64(oom, ev.OOMKills, a)
+		o.ObserveInt64(pids, ev.PidsLimitHits, a)
+		o.ObserveInt64(disk, ev.DiskFull, a)
+		return nil
+	}, oom, pids, disk)
 	if err != nil {
 		return nil, err
 	}

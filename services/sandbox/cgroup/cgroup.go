@@ -43,6 +43,39 @@ type Usage struct {
 	MemoryBytes uint64
 	Pids        uint64
 	OOMKills    uint64 // processes the kernel killed for going over memory
+	// PidsLimitHits counts forks refused because the group was at its pids
+	// limit.
+	PidsLimitHits uint64
+}
+
+// Events counts the limits a group ran into since it was made.
+type Events struct {
+	OOMKills      uint64
+	PidsLimitHits uint64
+}
+
+// Add returns e + o.
+func (e Events) Add(o Events) Events {
+	return Events{e.OOMKills + o.OOMKills, e.PidsLimitHits + o.PidsLimitHits}
+}
+
+// Events reads the limit events of the group named id: only the two small
+// files that count them, so a node can read every group at each scrape.
+// A group that is gone reads as zero.
+func (h Hierarchy) Events(id string) Events {
+	if h.V2 {
+		dir := filepath.Join(h.Mountpoint, h.Parent, id)
+		return Events{
+			OOMKills:      readKV(filepath.Join(dir, "memory.events"), "oom_kill"),
+			PidsLimitHits: readKV(filepath.Join(dir, "pids.events"), "max"),
+		}
+	}
+	return Events{
+		// memory.oom_control counts the kills ("oom_kill N") on kernels >= 4.13,
+		// pids.events the refused forks ("max N") on kernels >= 4.11.
+		OOMKills:      readKV(filepath.Join(h.Mountpoint, string(cgroup1.Memory), h.Parent, id, "memory.oom_control"), "oom_kill"),
+		PidsLimitHits: readKV(filepath.Join(h.Mountpoint, string(cgroup1.Pids), h.Parent, id, "pids.events"), "max"),
+	}
 }
 
 // Hierarchy is the cgroup filesystem deskgrid works on.
@@ -423,8 +456,8 @@ func (g *Group) Usage() (Usage, error) {
 	if st.Pids != nil {
 		u.Pids = st.Pids.Current
 	}
-	// memory.oom_control counts the kills ("oom_kill N") on kernels >= 4.13.
-	u.OOMKills = readKV(filepath.Join(g.h.Mountpoint, string(cgroup1.Memory), g.h.Parent, g.id, "memory.oom_control"), "oom_kill")
+	ev := g.h.Events(g.id)
+	u.OOMKills, u.PidsLimitHits = ev.OOMKills, ev.PidsLimitHits
 	return u, nil
 }
 

@@ -128,10 +128,12 @@ func (g *Group) usageV2() (Usage, error) {
 	if _, err := os.Stat(g.v2); err != nil {
 		return Usage{}, fmt.Errorf("cgroup stats: %w", err)
 	}
+	ev := g.h.Events(g.id)
 	return Usage{
-		CPUNanos:    readKV(filepath.Join(g.v2, "cpu.stat"), "usage_usec") * 1000,
-		MemoryBytes: readUint(filepath.Join(g.v2, "memory.current")),
-		Pids:        readUint(filepath.Join(g.v2, "pids.current")),
-		OOMKills:    readKV(filepath.Join(g.v2, "memory.events"), "oom_kill"),
+		CPUNanos:      readKV(filepath.Join(g.v2, "cpu.stat"), "usage_usec") * 1000,
+		MemoryBytes:   readUint(filepath.Join(g.v2, "memory.current")),
+		Pids:          readUint(filepath.Join(g.v2, "pids.current")),
+		OOMKills:      ev.OOMKills,
+		PidsLimitHits: ev.PidsLimitHits,
 	}, nil
 }

@@ -2,8 +2,14 @@ package cluster
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/deskgrid/deskgrid/services/session/placement"
 )
 
 // A heartbeat sent into a network partition, whose answer never came
@@ -46,4 +52,61 @@ func TestHeartbeatRenewedBehindTheNodesBack(t *testing.T) {
 	if r, err := reg.Heartbeat(ctx, "n2", "boot", ttl); err != nil || r {
 		t.Fatalf("Heartbeat again: %v, %v", r, err)
 	}
+}
+
+// unreachable fails every command of a client while it is set, as a Redis
+// that stopped answering would.
+type unreachable struct{ down atomic.Bool }
+
+func (u *unreachable) Allow() error {
+	if u.down.Load() {
+		return errors.New("redis unreachable")
+	}
+	return nil
+}
+func (u *unreachable) ReportResult(error) {}
+
+// LastHeartbeat, which the node exports as its heartbeat age, moves with
+// every heartbeat that succeeds and stands still while Redis does not
+// answer the node.
+func TestLastHeartbeatStandsStillWhileRedisIsUnreachable(t *testing.T) {
+	reg, _ := newRegistry(t)
+	opt, err := redis.ParseURL(redisURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := &unreachable{}
+	opt.Limiter = lim
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { rdb.Close() })
+	// The node's own client, on the keys of reg (removed after the test).
+	nodeReg := NewRegistry(rdb, string(reg.k))
+	m, err := Join(context.Background(), nodeReg, MemberConfig{Node: NodeInfo{ID: "n1", Address: "127.0.0.1:9", Capacity: placement.Capacity{Sessions: 1}},
+		Interval: 20 * time.Millisecond, TTL: time.Second}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lim.down.Store(false); _ = m.Close(context.Background(), true) })
+	first := m.LastHeartbeat()
+	if first.IsZero() || first.Unix() <= 0 {
+		t.Fatalf("no heartbeat recorded after Join: %v", first)
+	}
+	waitFor(t, "a later heartbeat", func() bool { return m.LastHeartbeat().After(first) })
+
+	lim.down.Store(true)
+	// A heartbeat in flight may still land; then nothing moves.
+	stuck := m.LastHeartbeat()
+	waitFor(t, "the heartbeat to go stale", func() bool {
+		if !m.LastHeartbeat().Equal(stuck) {
+			stuck = m.LastHeartbeat()
+			return false
+		}
+		return time.Since(stuck) > 10*20*time.Millisecond
+	})
+	if got := m.LastHeartbeat(); !got.Equal(stuck) {
+		t.Fatalf("a heartbeat succeeded while Redis was unreachable: %v after %v", got, stuck)
+	}
+
+	lim.down.Store(false)
+	waitFor(t, "a heartbeat once Redis answers", func() bool { return m.LastHeartbeat().After(stuck) })
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -44,6 +45,8 @@ type Member struct {
 	beats uint64
 	last  string
 	retry bool
+	// lastOK is when the last heartbeat succeeded, in Unix nanoseconds.
+	lastOK atomic.Int64
 
 	stop chan struct{}
 	done chan struct{}
@@ -145,8 +148,15 @@ func (m *Member) beat(ctx context.Context) (rejoined bool, err error) {
 	rejoined, err = m.reg.HeartbeatAfter(ctx, m.cfg.Node.ID, value, m.last, m.cfg.TTL)
 	if err == nil {
 		m.last = value
+		m.lastOK.Store(time.Now().UnixNano())
 	}
 	return rejoined, err
+}
+
+// LastHeartbeat is when the node's last heartbeat succeeded: the control
+// plane declares the node gone once it is TTL old.
+func (m *Member) LastHeartbeat() time.Time {
+	return time.Unix(0, m.lastOK.Load())
 }
 
 func (m *Member) loop() {

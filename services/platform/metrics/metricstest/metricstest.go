@@ -44,6 +44,12 @@ func points(tb testing.TB, r sdkmetric.Reader, name string, want []attribute.Key
 						add(d, i)
 					}
 				}
+			case metricdata.Gauge[float64]:
+				for i, p := range d.DataPoints {
+					if match(p.Attributes) {
+						add(d, i)
+					}
+				}
 			default:
 				tb.Fatalf("%s is %T", name, m.Data)
 			}
@@ -78,4 +84,20 @@ func Sum(tb testing.TB, r sdkmetric.Reader, name string, want ...attribute.KeyVa
 		n += s.DataPoints[i].Value
 	})
 	return n
+}
+
+// Gauge returns the value of float gauge name's point whose attributes
+// include want, and whether there is one.
+func Gauge(tb testing.TB, r sdkmetric.Reader, name string, want ...attribute.KeyValue) (float64, bool) {
+	tb.Helper()
+	var v float64
+	found := false
+	points(tb, r, name, want, func(data metricdata.Aggregation, i int) {
+		g, ok := data.(metricdata.Gauge[float64])
+		if !ok {
+			tb.Fatalf("%s is %T, not a float gauge", name, data)
+		}
+		v, found = g.DataPoints[i].Value, true
+	})
+	return v, found
 }
