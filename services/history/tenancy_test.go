@@ -20,18 +20,20 @@ import (
 	"github.com/deskgrid/deskgrid/services/history"
 	"github.com/deskgrid/deskgrid/services/history/blob"
 	"github.com/deskgrid/deskgrid/services/history/store/storetest"
+	"github.com/deskgrid/deskgrid/services/platform/auth"
 )
 
-// tenantMD is the metadata header the tests' Tenant hook reads, standing in
-// for the authenticated principal.
+// tenantMD is the metadata header the tests' Tenancy hook reads, standing
+// in for the authenticated principal; a call without it stands for the
+// system (the internal token forwarding no tenant).
 const tenantMD = "x-tenant"
 
-func tenantFromMD(ctx context.Context) string {
+func tenantFromMD(ctx context.Context) auth.Caller {
 	md, _ := metadata.FromIncomingContext(ctx)
 	if v := md.Get(tenantMD); len(v) > 0 {
-		return v[0]
+		return auth.ForTenant(v[0])
 	}
-	return ""
+	return auth.System
 }
 
 func asTenant(tenant string) context.Context {
@@ -160,7 +162,7 @@ func TestTenancyIsolatesHistory(t *testing.T) {
 			st := o.Open(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			svc, err := history.New(ctx, blobConfig(t), history.Deps{Logger: testLogger(t), Store: st, JS: e.js, Tenant: tenantFromMD})
+			svc, err := history.New(ctx, blobConfig(t), history.Deps{Logger: testLogger(t), Store: st, JS: e.js, Tenancy: tenantFromMD})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -15,18 +15,20 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/platform/auth"
 )
 
-// tenantMD is the metadata header the tests' Tenant hook reads, standing in
-// for the authenticated principal.
+// tenantMD is the metadata header the tests' Tenancy hook reads, standing
+// in for the authenticated principal; a call without it stands for the
+// system (the internal token forwarding no tenant).
 const tenantMD = "x-tenant"
 
-func tenantFromMD(ctx context.Context) string {
+func tenantFromMD(ctx context.Context) auth.Caller {
 	md, _ := metadata.FromIncomingContext(ctx)
 	if v := md.Get(tenantMD); len(v) > 0 {
-		return v[0]
+		return auth.ForTenant(v[0])
 	}
-	return ""
+	return auth.System
 }
 
 func asTenant(t testing.TB, tenant string) context.Context {
@@ -242,7 +244,7 @@ func answer(err error, tg target) (codes.Code, string) {
 func TestTenancyIsolatesSandboxes(t *testing.T) {
 	cfg := testConfig(t)
 	scrubOnCleanup(t, cfg.Root)
-	h := newHarness(t, cfg, Deps{Tenant: tenantFromMD})
+	h := newHarness(t, cfg, Deps{Tenancy: tenantFromMD})
 	c := h.client
 	victim, attacker := asTenant(t, "victim"), asTenant(t, "attacker")
 
@@ -426,7 +428,7 @@ func TestTenancyIsolatesSandboxes(t *testing.T) {
 func TestTenancySurvivesReconcile(t *testing.T) {
 	cfg := testConfig(t)
 	scrubOnCleanup(t, cfg.Root)
-	crashed, err := New(context.Background(), cfg, Deps{Logger: quietLogger(), Tenant: tenantFromMD})
+	crashed, err := New(context.Background(), cfg, Deps{Logger: quietLogger(), Tenancy: tenantFromMD})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,7 +438,7 @@ func TestTenancySurvivesReconcile(t *testing.T) {
 	}
 	crashed = nil // dropped without Close, as a killed process would
 
-	h := newHarness(t, cfg, Deps{Tenant: tenantFromMD})
+	h := newHarness(t, cfg, Deps{Tenancy: tenantFromMD})
 	if _, err := h.svc.Reconcile(context.Background(), func(string) bool { return true }); err != nil {
 		t.Fatal(err)
 	}

@@ -81,7 +81,11 @@ func (s *Service) claimWarm(ctx context.Context, req *sandboxv1.CreateSandboxReq
 	if !ok {
 		return nil
 	}
-	if !w.Claim(ctx, req.GetSessionId(), s.callerTenant(ctx), req, spec) {
+	tenant, err := s.tenancy.Scope(ctx)
+	if err != nil {
+		return nil
+	}
+	if !w.Claim(ctx, req.GetSessionId(), tenant, req, spec) {
 		return nil
 	}
 	b, err := s.lookup(ctx, req.GetSessionId())
