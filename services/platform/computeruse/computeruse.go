@@ -215,7 +215,10 @@ func decodeAnthropic(input json.RawMessage, sc Scale) (*Plan, error) {
 	switch in.Action {
 	case "screenshot":
 	case "cursor_position":
+		// The display answers PerformActions with the pointer position;
+		// it refuses an empty action list.
 		p.Screenshot, p.CursorOnly = false, true
+		p.Actions = append(p.Actions, &displayv1.Action{Action: &displayv1.Action_CursorPosition{CursorPosition: &displayv1.CursorPosition{}}})
 	case "mouse_move":
 		at, err := coord("coordinate", in.Coordinate, true)
 		if err != nil {

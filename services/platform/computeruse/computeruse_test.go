@@ -82,7 +82,7 @@ func check(t *testing.T, d Dialect, cases []decodeCase) {
 func TestDecodeAnthropic(t *testing.T) {
 	check(t, Anthropic, []decodeCase{
 		{`{"action":"screenshot"}`, nil, shot},
-		{`{"action":"cursor_position"}`, nil, cursor},
+		{`{"action":"cursor_position"}`, []string{`{"cursorPosition":{}}`}, cursor},
 		{`{"action":"mouse_move","coordinate":[10,20]}`, []string{`{"mouseMove":{"to":{"x":10,"y":20}}}`}, shot},
 		{`{"action":"left_click","coordinate":[1,2]}`, []string{`{"click":{"at":{"x":1,"y":2},"button":"MOUSE_BUTTON_LEFT","clicks":1}}`}, shot},
 		{`{"action":"left_click"}`, []string{`{"click":{"button":"MOUSE_BUTTON_LEFT","clicks":1}}`}, shot},
@@ -261,7 +261,7 @@ func TestDecodeScaled(t *testing.T) {
 			want: "scroll: { at: { x: 10 y: 10 } delta_y: -3 }", shot: true},
 		{name: "drag", dialect: Anthropic, sc: half, input: `{"action":"left_click_drag","start_coordinate":[1,1],"coordinate":[5,5]}`,
 			want: "drag: { path: { x: 2 y: 2 } path: { x: 10 y: 10 } }", shot: true},
-		{name: "cursor", dialect: Anthropic, sc: same, input: `{"action":"cursor_position"}`, cursor: true},
+		{name: "cursor", dialect: Anthropic, sc: same, input: `{"action":"cursor_position"}`, want: "cursor_position: {}", cursor: true},
 		{name: "zoom", dialect: Anthropic, sc: same, input: `{"action":"zoom","region":[10,20,110,70]}`, shot: true,
 			zoom: &displayv1.Rect{X: 10, Y: 20, Width: 100, Height: 50}},
 		{name: "click where the pointer is", dialect: Anthropic, sc: same, input: `{"action":"left_click"}`,
