@@ -311,3 +311,28 @@ func TestTenancyIsolatesHistory(t *testing.T) {
 		})
 	}
 }
+
+// With auth on, a call that reaches the service with no principal is
+// anonymous, not the system: every read, search, export, delete and import
+// is refused as Unauthenticated rather than run across all tenants.
+func TestTenancyAnonymousIsNotTheSystem(t *testing.T) {
+	e := newEnv(t)
+	st := storetest.All[0].Open(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	svc, err := history.New(ctx, blobConfig(t), history.Deps{Logger: testLogger(t), Store: st, JS: e.js, Tenancy: auth.CallerOf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Close(context.Background()) })
+	c := client(t, svc) // no interceptors: no principal
+	tg := target{session: "some-sess", run: "some-run", blob: strings.Repeat("ab", 32)}
+	for name, call := range targetCalls {
+		if err := call(ctx, c, tg); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("anonymous %s: %v, want Unauthenticated", name, err)
+		}
+	}
+	if _, err := importLines(ctx, c, "some-sess", &historyv1.Entry{Id: "e1", Sequence: 1, Type: "agent.message.v1", Time: timestamppb.Now()}); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("anonymous ImportSessionHistory: %v, want Unauthenticated", err)
+	}
+}

@@ -448,3 +448,35 @@ func TestTenancySurvivesReconcile(t *testing.T) {
 		t.Fatalf("owner after reconcile: %v", err)
 	}
 }
+
+// With auth on, a call that reaches the service with no principal is
+// anonymous, not the system: it finds no sandbox, not even one made for no
+// tenant, lists none and may not create one.
+func TestTenancyAnonymousIsNotTheSystem(t *testing.T) {
+	cfg := testConfig(t)
+	scrubOnCleanup(t, cfg.Root)
+	h := newHarness(t, cfg, Deps{Tenancy: auth.CallerOf})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	system := auth.AsSystem(ctx)
+	if _, err := h.svc.createSandbox(system, "system-sess", ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.svc.deleteSandbox(auth.AsSystem(context.Background()), "system-sess") })
+	anon := ctx // the harness's server has no interceptors: no principal
+	if _, err := h.client.GetSandbox(anon, &sandboxv1.GetSandboxRequest{SessionId: "system-sess"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("anonymous GetSandbox of the system's sandbox: %v, want NotFound", err)
+	}
+	if _, err := h.client.ReadFile(anon, &sandboxv1.ReadFileRequest{SessionId: "system-sess", Path: "x"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("anonymous ReadFile in the system's sandbox: %v, want NotFound", err)
+	}
+	if l, err := h.client.ListSandboxes(anon, &sandboxv1.ListSandboxesRequest{}); err != nil || len(l.GetSandboxes()) != 0 {
+		t.Fatalf("anonymous ListSandboxes: %v, %v; want none", l.GetSandboxes(), err)
+	}
+	if _, err := h.client.CreateSandbox(anon, &sandboxv1.CreateSandboxRequest{SessionId: "anon-sess"}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("anonymous CreateSandbox: %v, want Unauthenticated", err)
+	}
+	if _, err := h.svc.lookup(system, "system-sess"); err != nil {
+		t.Fatalf("the system lost its own sandbox: %v", err)
+	}
+}
