@@ -299,31 +299,24 @@ func decodeAnthropic(input json.RawMessage, sc Scale) (*Plan, error) {
 			return nil, err
 		}
 		p.Actions = append(p.Actions, scroll(at, dx*int32(n), dy*int32(n), hold))
-	case "key":
+	case "key", "hold_key":
+		// The keys are in text (or key); chords separated by spaces are
+		// pressed one after the other.
 		text := in.Text
 		if text == nil {
 			text = in.Key
 		}
 		if text == nil || strings.TrimSpace(*text) == "" {
-			return nil, invalid("key needs text naming the keys, such as ctrl+s or Return")
+			return nil, invalid("%s needs text naming the keys, such as ctrl+s, Return or shift", in.Action)
 		}
 		if _, err := keysym.ParseChords(*text); err != nil {
 			return nil, invalid("%v", err)
 		}
-		// Chords separated by spaces are pressed one after the other.
-		for _, chord := range strings.Fields(*text) {
-			p.Actions = append(p.Actions, key(chord, 0))
-		}
-	case "hold_key":
-		text := in.Text
-		if text == nil {
-			text = in.Key
-		}
-		if text == nil || strings.TrimSpace(*text) == "" {
-			return nil, invalid("hold_key needs text naming the keys, such as shift")
-		}
-		if _, err := keysym.ParseChords(*text); err != nil {
-			return nil, invalid("%v", err)
+		if in.Action == "key" {
+			for _, chord := range strings.Fields(*text) {
+				p.Actions = append(p.Actions, key(chord, 0))
+			}
+			break
 		}
 		d, err := duration(in.Duration)
 		if err != nil {
