@@ -79,10 +79,13 @@ const (
 
 // Plan is what a computer call asks of the display.
 type Plan struct {
-	// Actions to perform, in display coordinates (see Scale).
+	// Actions to perform, in display coordinates (see Scale). None for a
+	// call that only looks (screenshot): take a Screenshot instead, as the
+	// display refuses PerformActions without actions.
 	Actions []*displayv1.Action
-	// Screenshot after the actions: every call answers with one, except
-	// cursor_position, and a zoom, whose image stands in for it.
+	// Screenshot: the call answers with a screenshot after the actions
+	// (all but cursor_position); for a zoom the zoomed image stands in for
+	// it, and Request asks for none.
 	Screenshot bool
 	// CursorOnly answers with the pointer position instead of a screenshot.
 	CursorOnly bool
