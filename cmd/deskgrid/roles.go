@@ -76,7 +76,7 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 		dc.RuntimeDir = s.cfg.RuntimeDir
 		dc.WarmDisplays = s.cfg.WarmDisplays
 		dc.FirstDisplay = s.cfg.FirstDisplay
-		d, err := display.New(ctx, dc, display.Deps{Logger: s.logger.With("component", "display"), Tenant: s.tenantHook()})
+		d, err := display.New(ctx, dc, display.Deps{Logger: s.logger.With("component", "display"), Tenancy: s.tenancy()})
 		if err != nil {
 			return nil, fmt.Errorf("display: %w", err)
 		}
@@ -105,7 +105,7 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 			return nil, fmt.Errorf("images: %w", err)
 		}
 		s.ensureDefaultImage(ctx, images)
-		deps := sandbox.Deps{Logger: s.logger.With("component", "sandbox"), Tenant: s.tenantHook(), Images: images}
+		deps := sandbox.Deps{Logger: s.logger.With("component", "sandbox"), Tenancy: s.tenancy(), Images: images}
 		if n.display != nil {
 			deps.DisplayLookup = n.display.Lookup
 		}
@@ -143,7 +143,7 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 				s.closers.add("warm desktops", n.pools.Close)
 			}
 		}
-		is, err := sandbox.NewImageServer(sandbox.ImageDeps{Store: images, Logger: s.logger.With("component", "images"), Tenant: s.tenantHook()})
+		is, err := sandbox.NewImageServer(sandbox.ImageDeps{Store: images, Logger: s.logger.With("component", "images"), Tenancy: s.tenancy()})
 		if err != nil {
 			return nil, fmt.Errorf("images: %w", err)
 		}
@@ -438,7 +438,7 @@ func (s *setup) addHistory(ctx context.Context, srv *grpcserver.Server, js jetst
 	cfg := history.DefaultConfig()
 	cfg.StreamMaxAge = eventRetention
 	cfg.BlobDir = filepath.Join(s.cfg.DataDir, "blobs")
-	h, err := history.New(ctx, cfg, history.Deps{Logger: s.logger.With("component", "history"), Store: st, JS: js, Tenant: s.tenantHook()})
+	h, err := history.New(ctx, cfg, history.Deps{Logger: s.logger.With("component", "history"), Store: st, JS: js, Tenancy: s.tenancy()})
 	if err != nil {
 		return fmt.Errorf("history: %w", err)
 	}

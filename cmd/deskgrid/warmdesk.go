@@ -17,6 +17,7 @@ import (
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/display"
+	"github.com/deskgrid/deskgrid/services/platform/auth"
 	"github.com/deskgrid/deskgrid/services/sandbox"
 	imagestore "github.com/deskgrid/deskgrid/services/sandbox/image"
 )
@@ -126,7 +127,9 @@ const warmDesktopPrefix = "warm-"
 func newDesktopPool(size int, ref string, spec sandbox.DisplaySpec, argv []string, d *display.Service, b *sandbox.Service, log *slog.Logger) *desktopPool {
 	p := &desktopPool{size: size, image: ref, spec: spec, argv: argv, display: d, sandbox: b, log: log,
 		refill: make(chan struct{}, 1), done: make(chan struct{}), owned: map[string]bool{}}
-	ctx, cancel := context.WithCancel(context.Background())
+	// The pool's own work acts as the system: its desktops belong to no
+	// tenant until Claim gives one to a session.
+	ctx, cancel := context.WithCancel(auth.AsSystem(context.Background()))
 	p.cancel = cancel
 	p.refill <- struct{}{}
 	go p.fill(ctx)
@@ -307,7 +310,7 @@ func (p *desktopPool) disown(id string) {
 // remove deletes a member's display and sandbox.
 func (p *desktopPool) remove(id string) {
 	defer p.disown(id)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(auth.AsSystem(context.Background()), time.Minute)
 	defer cancel()
 	if _, err := p.display.DeleteDisplay(ctx, &displayv1.DeleteDisplayRequest{SessionId: id}); err != nil {
 		p.log.Warn("remove a warm desktop's display", "id", id, "err", err)

@@ -6,7 +6,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jezek/xgb/xproto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
@@ -14,6 +13,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/display/scale"
 	"github.com/deskgrid/deskgrid/services/display/selection"
 	"github.com/deskgrid/deskgrid/services/display/xinput"
+	"github.com/deskgrid/deskgrid/services/platform/keysym"
 )
 
 const (
@@ -31,13 +31,13 @@ type step struct {
 	button   byte
 	clicks   int
 	down     bool
-	hold     []xproto.Keysym
+	hold     []keysym.Keysym
 	path     []point
 	scrollY  int
 	scrollX  int
-	chords   [][]xproto.Keysym
+	chords   [][]keysym.Keysym
 	holdFor  time.Duration
-	text     []xproto.Keysym
+	text     []keysym.Keysym
 	paste    string
 	duration time.Duration
 	zoom     shotSpec
@@ -149,10 +149,10 @@ func (s *Service) plan(actions []*displayv1.Action, m scale.Mapping, out shotOpt
 		}
 		return 0, invalidf("action %d: unknown mouse button %d", i, b)
 	}
-	holdKeys := func(i int, names []string) ([]xproto.Keysym, error) {
-		var out []xproto.Keysym
+	holdKeys := func(i int, names []string) ([]keysym.Keysym, error) {
+		var out []keysym.Keysym
 		for _, n := range names {
-			sym, err := xinput.KeyName(n)
+			sym, err := keysym.Name(n)
 			if err != nil {
 				return nil, invalidf("action %d: hold_keys: %v", i, err)
 			}
@@ -225,7 +225,7 @@ func (s *Service) plan(actions []*displayv1.Action, m scale.Mapping, out shotOpt
 			st.hold, err = holdKeys(i, sc.GetHoldKeys())
 		case *displayv1.Action_Key:
 			st.kind = "key"
-			if st.chords, err = xinput.ParseChords(act.Key.GetChord()); err != nil {
+			if st.chords, err = keysym.ParseChords(act.Key.GetChord()); err != nil {
 				return nil, invalidf("action %d: %v", i, err)
 			}
 			if hd := act.Key.GetHold(); hd != nil {
@@ -250,7 +250,7 @@ func (s *Service) plan(actions []*displayv1.Action, m scale.Mapping, out shotOpt
 				if chord == "" {
 					chord = "ctrl+v"
 				}
-				if st.chords, err = xinput.ParseChords(chord); err != nil {
+				if st.chords, err = keysym.ParseChords(chord); err != nil {
 					return nil, invalidf("action %d: paste_chord: %v", i, err)
 				}
 				if len(st.chords) != 1 {
@@ -265,7 +265,7 @@ func (s *Service) plan(actions []*displayv1.Action, m scale.Mapping, out shotOpt
 			if n := utf8.RuneCountInString(text); n > maxTextRunes {
 				return nil, invalidf("action %d: text has %d characters; at most %d", i, n, maxTextRunes)
 			}
-			if st.text, err = xinput.TextKeysyms(text); err != nil {
+			if st.text, err = keysym.Text(text); err != nil {
 				return nil, invalidf("action %d: %v", i, err)
 			}
 		case *displayv1.Action_Wait:

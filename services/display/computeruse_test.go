@@ -9,20 +9,22 @@ import (
 	"github.com/jezek/xgb/xproto"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
-	"github.com/deskgrid/deskgrid/services/display/computeruse"
+	"github.com/deskgrid/deskgrid/services/platform/computeruse"
 )
 
 func perform(t *testing.T, c displayv1.DisplayServiceClient, id, input string, openAI bool) *displayv1.PerformActionsResponse {
 	t.Helper()
-	decode := computeruse.DecodeAnthropic
+	dialect := computeruse.Anthropic
 	if openAI {
-		decode = computeruse.DecodeOpenAI
+		dialect = computeruse.OpenAI
 	}
-	acts, extra, err := decode(json.RawMessage(input))
+	plan, err := computeruse.Decode(dialect, json.RawMessage(input), computeruse.Scale{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := c.PerformActions(ctxT(t), &displayv1.PerformActionsRequest{SessionId: id, Actions: acts, Screenshot: extra.Screenshot})
+	req := plan.Request(nil)
+	req.SessionId = id
+	resp, err := c.PerformActions(ctxT(t), req)
 	if err != nil {
 		t.Fatal(err)
 	}

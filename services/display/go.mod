@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/deskgrid/deskgrid/proto v0.0.0
+	github.com/deskgrid/deskgrid/services/platform v0.0.0-00010101000000-000000000000
 	github.com/jezek/xgb v1.1.1
 	golang.org/x/image v0.47.0
 	golang.org/x/sys v0.49.0
@@ -13,10 +14,10 @@ require (
 
 require (
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
-	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
-	google.golang.org/genproto/googleapis/api v0.0.0-20260928230214-8a89bd6388cc // indirect
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20260928230214-8a89bd6388cc // indirect
+	google.golang.org/genproto/googleapis/api v0.0.0-20261005182115-fad411399dd8 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261005182115-fad411399dd8 // indirect
 )
 
 replace (

@@ -22,7 +22,9 @@ func (s *Service) CreateDisplay(ctx context.Context, req *displayv1.CreateDispla
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	spec.tenant = s.callerTenant(ctx)
+	if spec.tenant, err = s.tenancy.Scope(ctx); err != nil {
+		return nil, err
+	}
 	d, err := s.create(ctx, spec)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)

@@ -31,6 +31,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/display/xconn"
 	"github.com/deskgrid/deskgrid/services/display/xinput"
 	"github.com/deskgrid/deskgrid/services/display/xserver"
+	"github.com/deskgrid/deskgrid/services/platform/auth"
 )
 
 // Config configures the display service.
@@ -97,11 +98,10 @@ func DefaultConfig() Config {
 // Deps are the service's collaborators.
 type Deps struct {
 	Logger *slog.Logger
-	// Tenant names the tenant a call acts for ("" for none: auth off, or a
-	// system call for no tenant). The tenant of CreateDisplay owns the
-	// display; a call for another tenant finds no such display. Nil turns
-	// ownership off.
-	Tenant func(ctx context.Context) string
+	// Tenancy says who a call acts for (auth.CallerOf with auth on, nil
+	// with auth off). The tenant of CreateDisplay owns the display; a
+	// call for another tenant, or an anonymous one, finds no such display.
+	Tenancy auth.Tenancy
 }
 
 // Service implements displayv1.DisplayServiceServer.
@@ -111,7 +111,7 @@ type Service struct {
 	cfg     Config
 	log     *slog.Logger
 	encoder *capture.Encoder
-	tenant  func(ctx context.Context) string
+	tenancy auth.Tenancy
 
 	mu       sync.Mutex
 	closed   bool
@@ -306,7 +306,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		log:      log.With("service", "display"),
 		encoder:  capture.NewEncoder(),
 		displays: make(map[string]*entry),
-		tenant:   deps.Tenant,
+		tenancy:  deps.Tenancy,
 	}
 	s.startPool()
 	return s, nil
@@ -626,22 +626,6 @@ func readMeta(dir string) (meta, error) {
 	return m, nil
 }
 
-// callerTenant is the tenant the call acts for, "" for none.
-func (s *Service) callerTenant(ctx context.Context) string {
-	if s.tenant == nil {
-		return ""
-	}
-	return s.tenant(ctx)
-}
-
-// visible reports whether the caller may see a display owned by owner: a
-// caller for no tenant sees every display, and a display of no tenant is
-// seen by every caller.
-func (s *Service) visible(ctx context.Context, owner string) bool {
-	t := s.callerTenant(ctx)
-	return t == "" || owner == "" || t == owner
-}
-
 // entryFor is the one place a session's display is looked up for a caller:
 // another tenant's display is reported missing exactly as an unknown one,
 // so the answer tells nothing of whether it exists.
@@ -649,7 +633,7 @@ func (s *Service) entryFor(ctx context.Context, sessionID string) (*entry, bool)
 	s.mu.Lock()
 	e, ok := s.displays[sessionID]
 	s.mu.Unlock()
-	if !ok || !s.visible(ctx, e.tenant) {
+	if !ok || !s.tenancy.Sees(ctx, e.tenant) {
 		return nil, false
 	}
 	return e, true
@@ -679,7 +663,7 @@ func (s *Service) list(ctx context.Context) []*display {
 	defer s.mu.Unlock()
 	var out []*display
 	for _, e := range s.displays {
-		if !s.visible(ctx, e.tenant) {
+		if !s.tenancy.Sees(ctx, e.tenant) {
 			continue
 		}
 		select {
@@ -701,7 +685,7 @@ func (s *Service) remove(ctx context.Context, sessionID string) error {
 	s.mu.Lock()
 	e, ok := s.displays[sessionID]
 	s.mu.Unlock()
-	if ok && !s.visible(ctx, e.tenant) {
+	if ok && !s.tenancy.Sees(ctx, e.tenant) {
 		return nil
 	}
 	if ok {
@@ -725,7 +709,7 @@ func (s *Service) remove(ctx context.Context, sessionID string) error {
 	if !ok {
 		// Nothing running here; still clear files a failed start or an
 		// earlier process may have left, unless another tenant's.
-		if m, err := readMeta(s.sessionDir(sessionID)); err == nil && !s.visible(ctx, m.Tenant) {
+		if m, err := readMeta(s.sessionDir(sessionID)); err == nil && !s.tenancy.Sees(ctx, m.Tenant) {
 			return nil
 		}
 		_, err := s.claimLeftover(ctx, sessionID)

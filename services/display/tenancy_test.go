@@ -14,18 +14,20 @@ import (
 	"google.golang.org/grpc/status"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	"github.com/deskgrid/deskgrid/services/platform/auth"
 )
 
-// tenantMD is the metadata header the tests' Tenant hook reads, standing in
-// for the authenticated principal.
+// tenantMD is the metadata header the tests' Tenancy hook reads, standing
+// in for the authenticated principal; a call without it stands for the
+// system (the internal token forwarding no tenant).
 const tenantMD = "x-tenant"
 
-func tenantFromMD(ctx context.Context) string {
+func tenantFromMD(ctx context.Context) auth.Caller {
 	md, _ := metadata.FromIncomingContext(ctx)
 	if v := md.Get(tenantMD); len(v) > 0 {
-		return v[0]
+		return auth.ForTenant(v[0])
 	}
-	return ""
+	return auth.System
 }
 
 func asTenant(tb testing.TB, tenant string) context.Context {
@@ -137,7 +139,7 @@ func codeAndMessage(err error, id string) (codes.Code, string) {
 // gets for a session that does not exist; it sees nothing of it in lists,
 // and the victim is unaffected.
 func TestTenancyIsolatesDisplays(t *testing.T) {
-	s, c := testServiceDeps(t, "", Deps{Tenant: tenantFromMD})
+	s, c := testServiceDeps(t, "", Deps{Tenancy: tenantFromMD})
 	victim, attacker := asTenant(t, "victim"), asTenant(t, "attacker")
 	if _, err := c.CreateDisplay(victim, &displayv1.CreateDisplayRequest{SessionId: "victim-sess", Width: 640, Height: 480}); err != nil {
 		t.Fatal(err)
@@ -254,7 +256,7 @@ func TestTenancyIsolatesDisplays(t *testing.T) {
 // The owner is recorded beside the display, for whatever reads the record
 // after a restart.
 func TestTenantRecordedInMeta(t *testing.T) {
-	s, c := testServiceDeps(t, "", Deps{Tenant: tenantFromMD})
+	s, c := testServiceDeps(t, "", Deps{Tenancy: tenantFromMD})
 	if _, err := c.CreateDisplay(asTenant(t, "acme"), &displayv1.CreateDisplayRequest{SessionId: "meta-sess", Width: 320, Height: 240}); err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +275,7 @@ func TestTenancyWarmDisplay(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.RuntimeDir = dir
 	cfg.WarmDisplays = 1
-	s, err := New(context.Background(), cfg, Deps{Tenant: tenantFromMD})
+	s, err := New(context.Background(), cfg, Deps{Tenancy: tenantFromMD})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,5 +294,33 @@ func TestTenancyWarmDisplay(t *testing.T) {
 	}
 	if m, err := readMeta(s.sessionDir("warm-sess")); err != nil || m.Tenant != "acme" {
 		t.Fatalf("meta %+v, %v: want tenant acme", m, err)
+	}
+}
+
+// With auth on, a call that reaches the service with no principal (past
+// the interceptors, as an in-process caller could) is anonymous: it is not
+// the system, so it sees no display, not even one made for no tenant, and
+// may not create one.
+func TestTenancyAnonymousIsNotTheSystem(t *testing.T) {
+	s, _ := testServiceDeps(t, "", Deps{Tenancy: auth.CallerOf})
+	system := auth.WithPrincipal(ctxT(t), auth.Principal{System: true, KeyID: auth.SystemKeyID})
+	if _, err := s.CreateDisplay(system, &displayv1.CreateDisplayRequest{SessionId: "system-sess", Width: 320, Height: 240}); err != nil {
+		t.Fatal(err)
+	}
+	anon := ctxT(t)
+	if _, err := s.GetDisplay(anon, &displayv1.GetDisplayRequest{SessionId: "system-sess"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("anonymous GetDisplay of the system's display: %v, want NotFound", err)
+	}
+	if _, err := s.Screenshot(anon, &displayv1.ScreenshotRequest{SessionId: "system-sess"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("anonymous Screenshot of the system's display: %v, want NotFound", err)
+	}
+	if l, err := s.ListDisplays(anon, &displayv1.ListDisplaysRequest{}); err != nil || len(l.GetDisplays()) != 0 {
+		t.Fatalf("anonymous ListDisplays: %v, %v; want none", l.GetDisplays(), err)
+	}
+	if _, err := s.CreateDisplay(anon, &displayv1.CreateDisplayRequest{SessionId: "anon-sess", Width: 320, Height: 240}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("anonymous CreateDisplay: %v, want Unauthenticated", err)
+	}
+	if _, err := s.GetDisplay(system, &displayv1.GetDisplayRequest{SessionId: "system-sess"}); err != nil {
+		t.Fatalf("the system lost its own display: %v", err)
 	}
 }

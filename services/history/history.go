@@ -20,6 +20,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/history/ingest"
 	"github.com/deskgrid/deskgrid/services/history/retention"
 	"github.com/deskgrid/deskgrid/services/history/store"
+	"github.com/deskgrid/deskgrid/services/platform/auth"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 )
 
@@ -95,25 +96,25 @@ type Deps struct {
 	// Blobs keeps screenshots, such as in an object store; nil uses
 	// Config.BlobDir.
 	Blobs blob.Store
-	// Tenant names the tenant a call acts for ("" for none: auth off, or a
-	// system call for no tenant). A call for a tenant reads, searches,
-	// exports and deletes only entries recorded for that tenant, and
-	// imports only into it; another tenant's session, run or blob is
-	// answered as one never recorded. Nil turns this off.
-	Tenant func(ctx context.Context) string
+	// Tenancy says who a call acts for (auth.CallerOf with auth on, nil
+	// with auth off). A call for a tenant reads, searches, exports and
+	// deletes only entries recorded for that tenant, and imports only into
+	// it; another tenant's session, run or blob is answered as one never
+	// recorded. An anonymous call is refused (Unauthenticated).
+	Tenancy auth.Tenancy
 }
 
 // Service ingests events and serves historyv1.HistoryService.
 type Service struct {
 	historyv1.UnimplementedHistoryServiceServer
 
-	cfg    Config
-	log    *slog.Logger
-	store  store.Store
-	blobs  blob.Store
-	tenant func(ctx context.Context) string
-	ingest *ingest.Ingester
-	sweep  *retention.Sweeper
+	cfg     Config
+	log     *slog.Logger
+	store   store.Store
+	blobs   blob.Store
+	tenancy auth.Tenancy
+	ingest  *ingest.Ingester
+	sweep   *retention.Sweeper
 	// stopSweep ends the sweeper; sweepDone closes when it has.
 	stopSweep context.CancelFunc
 	sweepDone chan struct{}
@@ -167,7 +168,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		return nil, fmt.Errorf("history: %w", err)
 	}
 	log.Info("history ingesting", "durable", cfg.Durable, "stream", events.StreamName)
-	s := &Service{cfg: cfg, log: log, store: deps.Store, blobs: blobs, tenant: deps.Tenant, ingest: in, sweepDone: make(chan struct{})}
+	s := &Service{cfg: cfg, log: log, store: deps.Store, blobs: blobs, tenancy: deps.Tenancy, ingest: in, sweepDone: make(chan struct{})}
 	s.sweep = retention.New(retention.Config{
 		Default:   retention.Policy{MaxAge: cfg.RetentionMaxAge, MaxEntries: cfg.RetentionMaxEntriesPerTenant},
 		Tenants:   cfg.RetentionTenants,
@@ -184,17 +185,6 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		close(s.sweepDone)
 	}
 	return s, nil
-}
-
-// callerTenant is the tenant the call acts for, "" for none. It is the one
-// place ownership enters the service: every read, delete and import is
-// scoped to it in the store query, so another tenant's entries are never
-// even fetched.
-func (s *Service) callerTenant(ctx context.Context) string {
-	if s.tenant == nil {
-		return ""
-	}
-	return s.tenant(ctx)
 }
 
 // Register registers the gRPC service.

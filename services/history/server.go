@@ -138,7 +138,9 @@ func (s *Service) ListSessionHistory(ctx context.Context, req *historyv1.ListSes
 		return nil, err
 	}
 	q.SessionID = req.GetSessionId()
-	q.Tenant = s.callerTenant(ctx)
+	if q.Tenant, err = s.tenancy.Scope(ctx); err != nil {
+		return nil, err
+	}
 	entries, next, err := s.store.List(ctx, q)
 	if err != nil {
 		return nil, s.storeError(ctx, err, "listing history")
@@ -156,7 +158,9 @@ func (s *Service) ListRunEntries(ctx context.Context, req *historyv1.ListRunEntr
 		return nil, err
 	}
 	q.RunID = req.GetRunId()
-	q.Tenant = s.callerTenant(ctx)
+	if q.Tenant, err = s.tenancy.Scope(ctx); err != nil {
+		return nil, err
+	}
 	entries, next, err := s.store.List(ctx, q)
 	if err != nil {
 		return nil, s.storeError(ctx, err, "listing run entries")
@@ -169,8 +173,12 @@ func (s *Service) GetRunTranscript(ctx context.Context, req *historyv1.GetRunTra
 	if err := checkID("run_id", req.GetRunId()); err != nil {
 		return nil, err
 	}
+	tenant, err := s.tenancy.Scope(ctx)
+	if err != nil {
+		return nil, err
+	}
 	resp := &historyv1.GetRunTranscriptResponse{RunId: req.GetRunId(), Usage: &historyv1.RunUsage{}}
-	q := store.Query{RunID: req.GetRunId(), Tenant: s.callerTenant(ctx), PageSize: store.MaxPageSize}
+	q := store.Query{RunID: req.GetRunId(), Tenant: tenant, PageSize: store.MaxPageSize}
 	for {
 		entries, next, err := s.store.List(ctx, q)
 		if err != nil {
@@ -206,8 +214,12 @@ func (s *Service) SearchHistory(ctx context.Context, req *historyv1.SearchHistor
 	if n := len(req.GetQuery()); n > maxQueryBytes {
 		return nil, status.Errorf(codes.InvalidArgument, "query is %d bytes; at most %d are allowed", n, maxQueryBytes)
 	}
+	t, err := s.tenancy.Scope(ctx)
+	if err != nil {
+		return nil, err
+	}
 	tenant := req.GetTenant()
-	if t := s.callerTenant(ctx); t != "" {
+	if t != "" {
 		if tenant != "" && tenant != t {
 			return nil, status.Error(codes.PermissionDenied, "a search covers only your own tenant's history: leave tenant empty or name your own")
 		}
@@ -236,7 +248,11 @@ func (s *Service) DeleteSessionHistory(ctx context.Context, req *historyv1.Delet
 	if err := checkID("session_id", req.GetSessionId()); err != nil {
 		return nil, err
 	}
-	n, err := s.store.DeleteSession(ctx, s.callerTenant(ctx), req.GetSessionId())
+	tenant, err := s.tenancy.Scope(ctx)
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.store.DeleteSession(ctx, tenant, req.GetSessionId())
 	if err != nil {
 		return nil, s.storeError(ctx, err, "deleting history")
 	}

@@ -20,18 +20,20 @@ import (
 	"github.com/deskgrid/deskgrid/services/history"
 	"github.com/deskgrid/deskgrid/services/history/blob"
 	"github.com/deskgrid/deskgrid/services/history/store/storetest"
+	"github.com/deskgrid/deskgrid/services/platform/auth"
 )
 
-// tenantMD is the metadata header the tests' Tenant hook reads, standing in
-// for the authenticated principal.
+// tenantMD is the metadata header the tests' Tenancy hook reads, standing
+// in for the authenticated principal; a call without it stands for the
+// system (the internal token forwarding no tenant).
 const tenantMD = "x-tenant"
 
-func tenantFromMD(ctx context.Context) string {
+func tenantFromMD(ctx context.Context) auth.Caller {
 	md, _ := metadata.FromIncomingContext(ctx)
 	if v := md.Get(tenantMD); len(v) > 0 {
-		return v[0]
+		return auth.ForTenant(v[0])
 	}
-	return ""
+	return auth.System
 }
 
 func asTenant(tenant string) context.Context {
@@ -160,7 +162,7 @@ func TestTenancyIsolatesHistory(t *testing.T) {
 			st := o.Open(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			svc, err := history.New(ctx, blobConfig(t), history.Deps{Logger: testLogger(t), Store: st, JS: e.js, Tenant: tenantFromMD})
+			svc, err := history.New(ctx, blobConfig(t), history.Deps{Logger: testLogger(t), Store: st, JS: e.js, Tenancy: tenantFromMD})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -307,5 +309,30 @@ func TestTenancyIsolatesHistory(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// With auth on, a call that reaches the service with no principal is
+// anonymous, not the system: every read, search, export, delete and import
+// is refused as Unauthenticated rather than run across all tenants.
+func TestTenancyAnonymousIsNotTheSystem(t *testing.T) {
+	e := newEnv(t)
+	st := storetest.All[0].Open(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	svc, err := history.New(ctx, blobConfig(t), history.Deps{Logger: testLogger(t), Store: st, JS: e.js, Tenancy: auth.CallerOf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Close(context.Background()) })
+	c := client(t, svc) // no interceptors: no principal
+	tg := target{session: "some-sess", run: "some-run", blob: strings.Repeat("ab", 32)}
+	for name, call := range targetCalls {
+		if err := call(ctx, c, tg); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("anonymous %s: %v, want Unauthenticated", name, err)
+		}
+	}
+	if _, err := importLines(ctx, c, "some-sess", &historyv1.Entry{Id: "e1", Sequence: 1, Type: "agent.message.v1", Time: timestamppb.Now()}); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("anonymous ImportSessionHistory: %v, want Unauthenticated", err)
 	}
 }

@@ -40,7 +40,11 @@ func (s *Service) ExportSessionHistory(req *historyv1.ExportSessionHistoryReques
 		buf.Reset()
 		return err
 	}
-	q := store.Query{SessionID: req.GetSessionId(), Tenant: s.callerTenant(ctx), PageSize: store.MaxPageSize}
+	tenant, err := s.tenancy.Scope(ctx)
+	if err != nil {
+		return err
+	}
+	q := store.Query{SessionID: req.GetSessionId(), Tenant: tenant, PageSize: store.MaxPageSize}
 	for {
 		entries, next, err := s.store.List(ctx, q)
 		if err != nil {
@@ -107,7 +111,10 @@ func (s *Service) ImportSessionHistory(stream grpc.ClientStreamingServer[history
 	if session == "" {
 		return status.Error(codes.InvalidArgument, "session_id is required in the first message")
 	}
-	tenant := s.callerTenant(ctx)
+	tenant, err := s.tenancy.Scope(ctx)
+	if err != nil {
+		return err
+	}
 	entries, err := s.parseImport(ctx, session, tenant, doc.Bytes())
 	if err != nil {
 		return err
@@ -255,7 +262,11 @@ func (s *Service) GetBlob(ctx context.Context, req *historyv1.GetBlobRequest) (*
 	}
 	// A blob is the caller's if one of its tenant's entries refers to it;
 	// any other is answered as one never stored.
-	if t := s.callerTenant(ctx); t != "" {
+	t, err := s.tenancy.Scope(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if t != "" {
 		ok, err := s.store.BlobReferenced(ctx, t, req.GetHash())
 		if err != nil {
 			return nil, s.storeError(ctx, err, "reading a blob")

@@ -202,6 +202,10 @@ func (s *Service) create(ctx context.Context, id, workspace string, req Limits, 
 	if err := validateSessionID(id); err != nil {
 		return nil, err
 	}
+	tenant, err := s.tenancy.Scope(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if im != nil && workspace != "" {
 		return nil, coded(codes.InvalidArgument, "a sandbox runs either an image or a workspace, not both")
 	}
@@ -223,7 +227,7 @@ func (s *Service) create(ctx context.Context, id, workspace string, req Limits, 
 	b := &box{
 		id:           id,
 		cid:          id,
-		tenant:       s.callerTenant(ctx),
+		tenant:       tenant,
 		dir:          filepath.Join(s.sandboxesDir(), id),
 		lower:        lower,
 		owner:        owner,
@@ -401,22 +405,6 @@ func readMeta(dir string) (meta, error) {
 	return m, nil
 }
 
-// callerTenant is the tenant the call acts for, "" for none.
-func (s *Service) callerTenant(ctx context.Context) string {
-	if s.tenant == nil {
-		return ""
-	}
-	return s.tenant(ctx)
-}
-
-// visible reports whether the caller may see what owner owns: a caller for
-// no tenant sees everything, and what belongs to no tenant is seen by
-// every caller.
-func (s *Service) visible(ctx context.Context, owner string) bool {
-	t := s.callerTenant(ctx)
-	return t == "" || owner == "" || t == owner
-}
-
 // lookup returns a ready sandbox. It is the one place a session's sandbox
 // is found for a caller: another tenant's is reported missing exactly as
 // an unknown one, so the answer tells nothing of whether it exists.
@@ -427,7 +415,7 @@ func (s *Service) lookup(ctx context.Context, id string) (*box, error) {
 	s.mu.Lock()
 	b := s.boxes[id]
 	s.mu.Unlock()
-	if b == nil || !s.visible(ctx, b.tenant) {
+	if b == nil || !s.tenancy.Sees(ctx, b.tenant) {
 		return nil, coded(codes.NotFound, "session %q has no sandbox on this node", id)
 	}
 	<-b.ready // creation is bounded by its own mount call
@@ -462,7 +450,7 @@ func (s *Service) list(ctx context.Context) []*box {
 	defer s.mu.Unlock()
 	out := make([]*box, 0, len(s.boxes))
 	for _, b := range s.boxes {
-		if !s.visible(ctx, b.tenant) {
+		if !s.tenancy.Sees(ctx, b.tenant) {
 			continue
 		}
 		select {
@@ -486,11 +474,11 @@ func (s *Service) deleteSandbox(ctx context.Context, id string) error {
 	s.mu.Lock()
 	b := s.boxes[id]
 	s.mu.Unlock()
-	if b != nil && !s.visible(ctx, b.tenant) {
+	if b != nil && !s.tenancy.Sees(ctx, b.tenant) {
 		return nil
 	}
 	if b == nil {
-		if m, err := readMeta(filepath.Join(s.sandboxesDir(), id)); err == nil && !s.visible(ctx, m.Tenant) {
+		if m, err := readMeta(filepath.Join(s.sandboxesDir(), id)); err == nil && !s.tenancy.Sees(ctx, m.Tenant) {
 			return nil
 		}
 		return s.removeLeftover(ctx, id)

@@ -8,6 +8,7 @@ require (
 	github.com/containerd/containerd/v2 v2.2.1
 	github.com/containerd/continuity v0.4.5
 	github.com/deskgrid/deskgrid/proto v0.0.0-00010101000000-000000000000
+	github.com/deskgrid/deskgrid/services/platform v0.0.0-00010101000000-000000000000
 	github.com/godbus/dbus/v5 v5.1.0
 	github.com/google/go-containerregistry v0.20.6
 	github.com/klauspost/compress v1.18.1

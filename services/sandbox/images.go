@@ -10,6 +10,7 @@ import (
 
 	imagev1 "github.com/deskgrid/deskgrid/proto/deskgrid/image/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/platform/auth"
 	"github.com/deskgrid/deskgrid/services/sandbox/image"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -22,17 +23,19 @@ import (
 // call acts for the caller's tenant: its own tags and the public ones.
 type ImageServer struct {
 	imagev1.UnimplementedImageServiceServer
-	store  *image.Store
-	tenant func(context.Context) string
-	log    *slog.Logger
+	store   *image.Store
+	tenancy auth.Tenancy
+	log     *slog.Logger
 }
 
 // ImageDeps is what an ImageServer needs.
 type ImageDeps struct {
 	Store  *image.Store // required
 	Logger *slog.Logger // required
-	// Tenant names the caller's tenant; nil: every call is tenant "".
-	Tenant func(context.Context) string
+	// Tenancy says whose tags a call acts on: its tenant's (and the public
+	// ones), those of no tenant for the system; an anonymous call is
+	// refused. Nil (auth off): every call acts on the tags of no tenant.
+	Tenancy auth.Tenancy
 }
 
 // NewImageServer serves d.Store.
@@ -40,18 +43,11 @@ func NewImageServer(d ImageDeps) (*ImageServer, error) {
 	if d.Store == nil || d.Logger == nil {
 		return nil, errors.New("image server: Store and Logger are required")
 	}
-	return &ImageServer{store: d.Store, tenant: d.Tenant, log: d.Logger}, nil
+	return &ImageServer{store: d.Store, tenancy: d.Tenancy, log: d.Logger}, nil
 }
 
 // Register adds the image service to a gRPC server.
 func (x *ImageServer) Register(r grpc.ServiceRegistrar) { imagev1.RegisterImageServiceServer(r, x) }
-
-func (x *ImageServer) tenantOf(ctx context.Context) string {
-	if x.tenant == nil {
-		return ""
-	}
-	return x.tenant(ctx)
-}
 
 // imageStatus maps a store error to a status, once, at the edge.
 func imageStatus(log *slog.Logger, ctx context.Context, op string, err error) error {
@@ -87,7 +83,11 @@ func ImageProto(im *image.Image) *imagev1.Image {
 }
 
 func (x *ImageServer) ListImages(ctx context.Context, _ *imagev1.ListImagesRequest) (*imagev1.ListImagesResponse, error) {
-	list, err := x.store.List(ctx, x.tenantOf(ctx))
+	tenant, err := x.tenancy.Scope(ctx)
+	if err != nil {
+		return nil, err
+	}
+	list, err := x.store.List(ctx, tenant)
 	if err != nil {
 		return nil, imageStatus(x.log, ctx, "list images", err)
 	}
@@ -99,7 +99,11 @@ func (x *ImageServer) ListImages(ctx context.Context, _ *imagev1.ListImagesReque
 }
 
 func (x *ImageServer) GetImage(ctx context.Context, req *imagev1.GetImageRequest) (*imagev1.GetImageResponse, error) {
-	im, err := x.store.Resolve(ctx, x.tenantOf(ctx), req.GetRef())
+	tenant, err := x.tenancy.Scope(ctx)
+	if err != nil {
+		return nil, err
+	}
+	im, err := x.store.Resolve(ctx, tenant, req.GetRef())
 	if err != nil {
 		return nil, imageStatus(x.log, ctx, "get image", err)
 	}
@@ -108,9 +112,13 @@ func (x *ImageServer) GetImage(ctx context.Context, req *imagev1.GetImageRequest
 
 func (x *ImageServer) PullImage(req *imagev1.PullImageRequest, stream grpc.ServerStreamingServer[imagev1.PullImageResponse]) error {
 	ctx := stream.Context()
+	tenant, err := x.tenancy.Scope(ctx)
+	if err != nil {
+		return err
+	}
 	var sendErr error
 	var size int64
-	im, err := x.store.Pull(ctx, x.tenantOf(ctx), req.GetRef(), func(p image.Progress) {
+	im, err := x.store.Pull(ctx, tenant, req.GetRef(), func(p image.Progress) {
 		size = p.Total
 		if sendErr != nil {
 			return
@@ -133,6 +141,10 @@ func progressProto(p image.Progress) *imagev1.PullProgress {
 
 func (x *ImageServer) ImportImage(stream grpc.ClientStreamingServer[imagev1.ImportImageRequest, imagev1.ImportImageResponse]) error {
 	ctx := stream.Context()
+	tenant, err := x.tenancy.Scope(ctx)
+	if err != nil {
+		return err
+	}
 	first, err := stream.Recv()
 	if err != nil {
 		return status.Error(codes.InvalidArgument, "import image: the first message must be a header")
@@ -162,7 +174,7 @@ func (x *ImageServer) ImportImage(stream grpc.ClientStreamingServer[imagev1.Impo
 			}
 		}
 	}()
-	imgs, err := x.store.Import(ctx, x.tenantOf(ctx), pr, image.ImportOptions{Ref: h.GetRef()})
+	imgs, err := x.store.Import(ctx, tenant, pr, image.ImportOptions{Ref: h.GetRef()})
 	pr.CloseWithError(io.ErrClosedPipe)
 	if err != nil {
 		return imageStatus(x.log, ctx, "import image", err)
@@ -175,14 +187,21 @@ func (x *ImageServer) ImportImage(stream grpc.ClientStreamingServer[imagev1.Impo
 }
 
 func (x *ImageServer) DeleteImage(ctx context.Context, req *imagev1.DeleteImageRequest) (*imagev1.DeleteImageResponse, error) {
-	if err := x.store.Delete(ctx, x.tenantOf(ctx), req.GetRef()); err != nil {
+	tenant, err := x.tenancy.Scope(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := x.store.Delete(ctx, tenant, req.GetRef()); err != nil {
 		return nil, imageStatus(x.log, ctx, "delete image", err)
 	}
 	return &imagev1.DeleteImageResponse{}, nil
 }
 
 func (x *ImageServer) SetImagePublic(ctx context.Context, req *imagev1.SetImagePublicRequest) (*imagev1.SetImagePublicResponse, error) {
-	t := x.tenantOf(ctx)
+	t, err := x.tenancy.Scope(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if err := x.store.SetPublic(ctx, t, req.GetRef(), req.GetPublic()); err != nil {
 		return nil, imageStatus(x.log, ctx, "set image public", err)
 	}
@@ -212,7 +231,10 @@ func (s *Service) sandboxImage(ctx context.Context, sessionID, ref string) (*ima
 	if s.images == nil {
 		return nil, coded(codes.FailedPrecondition, "this node keeps no images: sessions here run without one")
 	}
-	tenant := s.callerTenant(ctx)
+	tenant, err := s.tenancy.Scope(ctx)
+	if err != nil {
+		return nil, err
+	}
 	im, err := s.images.Resolve(ctx, tenant, ref)
 	if errors.Is(err, image.ErrNotFound) {
 		var size int64

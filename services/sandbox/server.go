@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/platform/auth"
 	"github.com/deskgrid/deskgrid/services/sandbox/fsroot"
 	"github.com/deskgrid/deskgrid/services/sandbox/jail"
 )
@@ -58,6 +59,8 @@ func (s *Service) toStatus(ctx context.Context, op string, err error) error {
 		return status.Error(code, err.Error())
 	}
 	switch {
+	case errors.Is(err, auth.ErrAnonymous):
+		return auth.ErrAnonymous
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, op+": deadline exceeded")
 	case errors.Is(err, context.Canceled):

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/deskgrid/deskgrid/services/platform/auth"
 	"github.com/deskgrid/deskgrid/services/sandbox/image"
 	"log/slog"
 	"os"
@@ -153,11 +154,11 @@ type Deps struct {
 	DisplayLookup func(sessionID string) (xDisplay, xauthPath string, ok bool)
 	// Drivers, when set, replaces the drivers chosen by Config.Driver.
 	Drivers []overlay.Driver
-	// Tenant names the tenant a call acts for ("" for none: auth off, or a
-	// system call for no tenant). The tenant of CreateSandbox owns the
-	// sandbox and its snapshots; a call for another tenant finds no such
-	// sandbox or snapshot. Nil turns ownership off.
-	Tenant func(ctx context.Context) string
+	// Tenancy says who a call acts for (auth.CallerOf with auth on, nil
+	// with auth off). The tenant of CreateSandbox owns the sandbox and its
+	// snapshots; a call for another tenant, or an anonymous one, finds no
+	// such sandbox or snapshot.
+	Tenancy auth.Tenancy
 	// Images is the node's image store, for sandboxes created from an image
 	// and for commits; nil: this node runs sandboxes without images.
 	Images *image.Store
@@ -170,7 +171,7 @@ type Service struct {
 	log     *slog.Logger
 	drivers overlay.Chain
 	display func(string) (string, string, bool)
-	tenant  func(context.Context) string
+	tenancy auth.Tenancy
 	etcDir  string            // synthetic passwd and group for sandboxes
 	cgroups *cgroup.Hierarchy // nil: no limits on this node
 	disk    disk.Backing
@@ -288,7 +289,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		cfg:     cfg,
 		log:     log.With("service", "sandbox"),
 		display: deps.DisplayLookup,
-		tenant:  deps.Tenant,
+		tenancy: deps.Tenancy,
 		images:  deps.Images,
 		etcDir:  filepath.Join(cfg.Root, "etc"),
 		boxes:   map[string]*box{},

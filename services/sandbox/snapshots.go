@@ -54,7 +54,7 @@ func validateSnapshotID(id string) error {
 // reported missing exactly as one that does not exist.
 func (s *Service) readSnapshot(ctx context.Context, id string) (snapshotMeta, error) {
 	m, err := s.loadSnapshot(id)
-	if err == nil && !s.visible(ctx, m.Tenant) {
+	if err == nil && !s.tenancy.Sees(ctx, m.Tenant) {
 		return snapshotMeta{}, errNoSnapshot(id)
 	}
 	return m, err

@@ -15,18 +15,20 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/platform/auth"
 )
 
-// tenantMD is the metadata header the tests' Tenant hook reads, standing in
-// for the authenticated principal.
+// tenantMD is the metadata header the tests' Tenancy hook reads, standing
+// in for the authenticated principal; a call without it stands for the
+// system (the internal token forwarding no tenant).
 const tenantMD = "x-tenant"
 
-func tenantFromMD(ctx context.Context) string {
+func tenantFromMD(ctx context.Context) auth.Caller {
 	md, _ := metadata.FromIncomingContext(ctx)
 	if v := md.Get(tenantMD); len(v) > 0 {
-		return v[0]
+		return auth.ForTenant(v[0])
 	}
-	return ""
+	return auth.System
 }
 
 func asTenant(t testing.TB, tenant string) context.Context {
@@ -242,7 +244,7 @@ func answer(err error, tg target) (codes.Code, string) {
 func TestTenancyIsolatesSandboxes(t *testing.T) {
 	cfg := testConfig(t)
 	scrubOnCleanup(t, cfg.Root)
-	h := newHarness(t, cfg, Deps{Tenant: tenantFromMD})
+	h := newHarness(t, cfg, Deps{Tenancy: tenantFromMD})
 	c := h.client
 	victim, attacker := asTenant(t, "victim"), asTenant(t, "attacker")
 
@@ -426,7 +428,7 @@ func TestTenancyIsolatesSandboxes(t *testing.T) {
 func TestTenancySurvivesReconcile(t *testing.T) {
 	cfg := testConfig(t)
 	scrubOnCleanup(t, cfg.Root)
-	crashed, err := New(context.Background(), cfg, Deps{Logger: quietLogger(), Tenant: tenantFromMD})
+	crashed, err := New(context.Background(), cfg, Deps{Logger: quietLogger(), Tenancy: tenantFromMD})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,7 +438,7 @@ func TestTenancySurvivesReconcile(t *testing.T) {
 	}
 	crashed = nil // dropped without Close, as a killed process would
 
-	h := newHarness(t, cfg, Deps{Tenant: tenantFromMD})
+	h := newHarness(t, cfg, Deps{Tenancy: tenantFromMD})
 	if _, err := h.svc.Reconcile(context.Background(), func(string) bool { return true }); err != nil {
 		t.Fatal(err)
 	}
@@ -444,5 +446,37 @@ func TestTenancySurvivesReconcile(t *testing.T) {
 	wantCode(t, err, codes.NotFound)
 	if _, err := h.client.GetSandbox(asTenant(t, "victim"), &sandboxv1.GetSandboxRequest{SessionId: "kept"}); err != nil {
 		t.Fatalf("owner after reconcile: %v", err)
+	}
+}
+
+// With auth on, a call that reaches the service with no principal is
+// anonymous, not the system: it finds no sandbox, not even one made for no
+// tenant, lists none and may not create one.
+func TestTenancyAnonymousIsNotTheSystem(t *testing.T) {
+	cfg := testConfig(t)
+	scrubOnCleanup(t, cfg.Root)
+	h := newHarness(t, cfg, Deps{Tenancy: auth.CallerOf})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	system := auth.AsSystem(ctx)
+	if _, err := h.svc.createSandbox(system, "system-sess", ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.svc.deleteSandbox(auth.AsSystem(context.Background()), "system-sess") })
+	anon := ctx // the harness's server has no interceptors: no principal
+	if _, err := h.client.GetSandbox(anon, &sandboxv1.GetSandboxRequest{SessionId: "system-sess"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("anonymous GetSandbox of the system's sandbox: %v, want NotFound", err)
+	}
+	if _, err := h.client.ReadFile(anon, &sandboxv1.ReadFileRequest{SessionId: "system-sess", Path: "x"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("anonymous ReadFile in the system's sandbox: %v, want NotFound", err)
+	}
+	if l, err := h.client.ListSandboxes(anon, &sandboxv1.ListSandboxesRequest{}); err != nil || len(l.GetSandboxes()) != 0 {
+		t.Fatalf("anonymous ListSandboxes: %v, %v; want none", l.GetSandboxes(), err)
+	}
+	if _, err := h.client.CreateSandbox(anon, &sandboxv1.CreateSandboxRequest{SessionId: "anon-sess"}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("anonymous CreateSandbox: %v, want Unauthenticated", err)
+	}
+	if _, err := h.svc.lookup(system, "system-sess"); err != nil {
+		t.Fatalf("the system lost its own sandbox: %v", err)
 	}
 }

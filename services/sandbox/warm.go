@@ -64,7 +64,11 @@ func (s *Service) claimWarm(ctx context.Context, req *sandboxv1.CreateSandboxReq
 	if req.GetDesktop() == nil {
 		return nil
 	}
-	if !w.Claim(ctx, req.GetSessionId(), s.callerTenant(ctx), req, displaySpecOf(req.GetDesktop())) {
+	tenant, err := s.tenancy.Scope(ctx)
+	if err != nil {
+		return nil
+	}
+	if !w.Claim(ctx, req.GetSessionId(), tenant, req, displaySpecOf(req.GetDesktop())) {
 		return nil
 	}
 	b, err := s.lookup(ctx, req.GetSessionId())

@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/deskgrid/deskgrid/services/platform/computeruse"
 )
 
 // Role is who said a message.
@@ -29,13 +31,14 @@ const (
 	ToolEditor   = "str_replace_based_edit_tool"
 )
 
-// Dialect says how a computer tool call's input is spelled.
-type Dialect string
+// Dialect says how a computer tool call's input is spelled; it is the
+// decoder's (services/platform/computeruse).
+type Dialect = computeruse.Dialect
 
 const (
-	DialectAnthropic Dialect = "anthropic"
-	DialectOpenAI    Dialect = "openai"
-	DialectGemini    Dialect = "gemini"
+	DialectAnthropic = computeruse.Anthropic
+	DialectOpenAI    = computeruse.OpenAI
+	DialectGemini    = computeruse.Gemini
 )
 
 // Image is an image in the conversation.

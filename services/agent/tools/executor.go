@@ -1,3 +1,7 @@
+// Package tools carries out the tool calls a model makes: the computer tool
+// on the session's display (decoded by services/platform/computeruse), bash
+// and the text editor in its sandbox. It talks to display and sandbox only
+// through their gRPC clients.
 package tools
 
 import (
@@ -6,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +21,7 @@ import (
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/agent/provider"
+	"github.com/deskgrid/deskgrid/services/platform/computeruse"
 	"github.com/deskgrid/deskgrid/services/platform/errinfo"
 )
 
@@ -28,7 +32,7 @@ type Executor struct {
 	SessionID string
 	// Scale maps model coordinates to the display; DisplayW/H are filled
 	// from the display on first use when zero.
-	Scale Scale
+	Scale computeruse.Scale
 	// LeaseToken returns the fencing token for input; nil sends none.
 	LeaseToken func() int64
 	// BashTimeout bounds one command; 0 means 2 minutes.
@@ -142,7 +146,7 @@ func (e *Executor) scaleTo() *displayv1.Size {
 // modelScale maps the model's coordinates to the space the display is
 // asked in: the model's own pixels when the display scales (only Gemini's
 // 0-999 grid needs mapping), the screen's otherwise.
-func (e *Executor) modelScale() Scale {
+func (e *Executor) modelScale() computeruse.Scale {
 	sc := e.Scale
 	if e.scaleTo() != nil {
 		sc.DisplayW, sc.DisplayH = sc.ModelW, sc.ModelH
@@ -155,22 +159,16 @@ func (e *Executor) computer(ctx context.Context, call *provider.ToolCall) (Resul
 		return Result{}, err
 	}
 	sc := e.modelScale()
-	plan, err := Decode(call, sc)
+	plan, err := computeruse.Decode(call.Dialect, call.Input, sc)
 	if err != nil {
 		return Result{Text: err.Error(), IsError: true}, nil
 	}
 	scaleTo := e.scaleTo()
-	actions := plan.Actions
-	if plan.Zoom != nil {
-		// The display crops at full resolution, then fits the model's size.
-		actions = append(slices.Clone(actions), &displayv1.Action{Action: &displayv1.Action_Zoom{Zoom: &displayv1.Zoom{
-			Region: plan.Zoom, Size: &displayv1.Size{Width: int32(sc.ModelW), Height: int32(sc.ModelH)},
-		}}})
-	}
+	req := plan.Request(&displayv1.Size{Width: int32(sc.ModelW), Height: int32(sc.ModelH)})
+	req.SessionId, req.ScaleTo, req.Settle = e.SessionID, scaleTo, e.Settle
 	var shot *displayv1.ScreenshotResponse
 	var cursor *displayv1.Point
-	if len(actions) > 0 || plan.CursorOnly {
-		req := &displayv1.PerformActionsRequest{SessionId: e.SessionID, Actions: actions, Screenshot: plan.Screenshot && plan.Zoom == nil, ScaleTo: scaleTo, Settle: e.Settle}
+	if len(req.Actions) > 0 || plan.CursorOnly {
 		if e.LeaseToken != nil {
 			req.LeaseToken = e.LeaseToken()
 		}

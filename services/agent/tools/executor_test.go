@@ -12,6 +12,7 @@ import (
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/agent/provider"
+	"github.com/deskgrid/deskgrid/services/platform/computeruse"
 	"github.com/deskgrid/deskgrid/services/platform/errinfo"
 )
 
@@ -31,7 +32,7 @@ func (d refusingDisplay) PerformActions(context.Context, *displayv1.PerformActio
 func TestExecutorStaleLease(t *testing.T) {
 	call := &provider.ToolCall{Name: provider.ToolComputer, Dialect: provider.DialectAnthropic,
 		Input: json.RawMessage(`{"action":"left_click","coordinate":[10,10]}`)}
-	sc := Scale{DisplayW: 100, DisplayH: 100, ModelW: 100, ModelH: 100}
+	sc := computeruse.Scale{DisplayW: 100, DisplayH: 100, ModelW: 100, ModelH: 100}
 
 	stale := &Executor{Display: refusingDisplay{err: errinfo.Error(codes.FailedPrecondition, errinfo.StaleInputLease, "input lease token 4 is older than 5")}, SessionID: "s", Scale: sc}
 	if _, err := stale.Run(context.Background(), call); !errors.Is(err, ErrStaleLease) {

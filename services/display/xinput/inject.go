@@ -1,3 +1,6 @@
+// Package xinput sends mouse and keyboard input to an X server through the
+// XTEST extension. Key names are turned into keysyms by
+// services/platform/keysym.
 package xinput
 
 import (
@@ -9,6 +12,8 @@ import (
 	"github.com/jezek/xgb"
 	"github.com/jezek/xgb/xproto"
 	"github.com/jezek/xgb/xtest"
+
+	"github.com/deskgrid/deskgrid/services/platform/keysym"
 )
 
 // Mouse buttons as X numbers them.
@@ -88,7 +93,8 @@ func (in *Injector) load() error {
 
 // keycode finds the key that produces sym, and whether Shift is needed for
 // it. A symbol the layout lacks is mapped onto a spare keycode.
-func (in *Injector) keycode(sym xproto.Keysym) (xproto.Keycode, bool, error) {
+func (in *Injector) keycode(ks keysym.Keysym) (xproto.Keycode, bool, error) {
+	sym := xproto.Keysym(ks)
 	if in.stale.Swap(false) || !in.loaded {
 		if err := in.load(); err != nil {
 			return 0, false, err
@@ -143,7 +149,7 @@ func (in *Injector) Button(button byte, down bool) {
 
 // KeyDown presses the keys of syms in order, with Shift where a symbol needs
 // it; KeyUp releases them in reverse. It returns what to pass to KeyUp.
-func (in *Injector) KeyDown(syms []xproto.Keysym) ([]xproto.Keycode, error) {
+func (in *Injector) KeyDown(syms []keysym.Keysym) ([]xproto.Keycode, error) {
 	var pressed []xproto.Keycode
 	for _, sym := range syms {
 		code, shift, err := in.keycode(sym)
@@ -152,7 +158,7 @@ func (in *Injector) KeyDown(syms []xproto.Keysym) ([]xproto.Keycode, error) {
 			return nil, err
 		}
 		if shift {
-			sc, _, err := in.keycode(KeysymShiftL)
+			sc, _, err := in.keycode(keysym.ShiftL)
 			if err != nil {
 				in.KeyUp(pressed)
 				return nil, err
@@ -174,12 +180,12 @@ func (in *Injector) KeyUp(codes []xproto.Keycode) {
 }
 
 // Type types syms one after the other.
-func (in *Injector) Type(ctx context.Context, syms []xproto.Keysym) error {
+func (in *Injector) Type(ctx context.Context, syms []keysym.Keysym) error {
 	for i, sym := range syms {
 		if i%256 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
-		codes, err := in.KeyDown([]xproto.Keysym{sym})
+		codes, err := in.KeyDown([]keysym.Keysym{sym})
 		if err != nil {
 			return err
 		}

@@ -1,27 +1,30 @@
-// Package xinput sends mouse and keyboard input to an X server through the
-// XTEST extension, and turns xdotool-style key names into keysyms.
-package xinput
+// Package keysym turns xdotool-style key names, chords and text into X
+// keysyms. It is pure: the display service injects the keysyms it returns,
+// and the computer-use decoder checks a model's keys with it before a call
+// reaches a display.
+package keysym
 
 import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/jezek/xgb/xproto"
 )
+
+// Keysym is an X keysym; the display converts it to xgb's xproto.Keysym.
+type Keysym uint32
 
 // Keysyms of the keys the injector needs by name.
 const (
-	KeysymShiftL   xproto.Keysym = 0xffe1
-	KeysymControlL xproto.Keysym = 0xffe3
-	KeysymReturn   xproto.Keysym = 0xff0d
-	KeysymTab      xproto.Keysym = 0xff09
+	ShiftL   Keysym = 0xffe1
+	ControlL Keysym = 0xffe3
+	Return   Keysym = 0xff0d
+	Tab      Keysym = 0xff09
 )
 
 // names maps lower-cased key names, as xdotool and computer-use models
 // write them, to keysyms.
-var names = func() map[string]xproto.Keysym {
-	m := map[string]xproto.Keysym{
+var names = func() map[string]Keysym {
+	m := map[string]Keysym{
 		// Modifiers.
 		"shift": 0xffe1, "shift_l": 0xffe1, "lshift": 0xffe1, "shift_r": 0xffe2, "rshift": 0xffe2,
 		"ctrl": 0xffe3, "control": 0xffe3, "ctrl_l": 0xffe3, "control_l": 0xffe3, "lctrl": 0xffe3,
@@ -66,26 +69,26 @@ var names = func() map[string]xproto.Keysym {
 		"xf86monbrightnessup": 0x1008ff02, "xf86monbrightnessdown": 0x1008ff03,
 	}
 	for i := 1; i <= 35; i++ {
-		m[fmt.Sprintf("f%d", i)] = xproto.Keysym(0xffbe + i - 1)
+		m[fmt.Sprintf("f%d", i)] = Keysym(0xffbe + i - 1)
 	}
 	for i := 0; i <= 9; i++ {
-		m[fmt.Sprintf("kp_%d", i)] = xproto.Keysym(0xffb0 + i)
+		m[fmt.Sprintf("kp_%d", i)] = Keysym(0xffb0 + i)
 	}
 	return m
 }()
 
-// RuneKeysym is the keysym that types r: Latin-1 characters are their own
+// Rune is the keysym that types r: Latin-1 characters are their own
 // keysym, every other character is 0x01000000 plus its code point.
-func RuneKeysym(r rune) xproto.Keysym {
+func Rune(r rune) Keysym {
 	if r >= 0x20 && r <= 0x7e || r >= 0xa0 && r <= 0xff {
-		return xproto.Keysym(r)
+		return Keysym(r)
 	}
-	return xproto.Keysym(0x01000000 | uint32(r))
+	return Keysym(0x01000000 | uint32(r))
 }
 
-// KeyName resolves one key name: a name from the table (any case), a single
+// Name resolves one key name: a name from the table (any case), a single
 // character, or a keysym in hex ("0xff0d").
-func KeyName(name string) (xproto.Keysym, error) {
+func Name(name string) (Keysym, error) {
 	if name == "" {
 		return 0, fmt.Errorf("empty key name")
 	}
@@ -93,21 +96,21 @@ func KeyName(name string) (xproto.Keysym, error) {
 		if r < 0x20 || r == 0x7f {
 			return 0, fmt.Errorf("unknown key %q", name)
 		}
-		return RuneKeysym(r), nil
+		return Rune(r), nil
 	}
 	if sym, ok := names[strings.ToLower(name)]; ok {
 		return sym, nil
 	}
 	var v uint32
 	if n, err := fmt.Sscanf(strings.ToLower(name), "0x%x", &v); err == nil && n == 1 && v > 0 && v <= 0x1ffffff {
-		return xproto.Keysym(v), nil
+		return Keysym(v), nil
 	}
 	return 0, fmt.Errorf("unknown key %q (use names such as ctrl, alt, shift, super, Return, Tab, Escape, BackSpace, Page_Down, F5, a, 1)", name)
 }
 
 // ParseChord turns "ctrl+shift+t" into the keysyms to press in order.
 // "ctrl++" and "+" name the plus key.
-func ParseChord(chord string) ([]xproto.Keysym, error) {
+func ParseChord(chord string) ([]Keysym, error) {
 	chord = strings.TrimSpace(chord)
 	if chord == "" {
 		return nil, fmt.Errorf("empty key chord")
@@ -121,9 +124,9 @@ func ParseChord(chord string) ([]xproto.Keysym, error) {
 	default:
 		parts = strings.Split(chord, "+")
 	}
-	syms := make([]xproto.Keysym, 0, len(parts))
+	syms := make([]Keysym, 0, len(parts))
 	for _, p := range parts {
-		sym, err := KeyName(strings.TrimSpace(p))
+		sym, err := Name(strings.TrimSpace(p))
 		if err != nil {
 			return nil, fmt.Errorf("key chord %q: %w", chord, err)
 		}
@@ -134,12 +137,12 @@ func ParseChord(chord string) ([]xproto.Keysym, error) {
 
 // ParseChords parses whitespace-separated chords, pressed one after the
 // other as xdotool does ("ctrl+a BackSpace").
-func ParseChords(s string) ([][]xproto.Keysym, error) {
+func ParseChords(s string) ([][]Keysym, error) {
 	fields := strings.Fields(s)
 	if len(fields) == 0 {
 		return nil, fmt.Errorf("empty key chord")
 	}
-	out := make([][]xproto.Keysym, 0, len(fields))
+	out := make([][]Keysym, 0, len(fields))
 	for _, f := range fields {
 		syms, err := ParseChord(f)
 		if err != nil {
@@ -150,26 +153,26 @@ func ParseChords(s string) ([][]xproto.Keysym, error) {
 	return out, nil
 }
 
-// TextKeysyms turns text into the keysyms that type it; newlines become
+// Text turns text into the keysyms that type it; newlines become
 // Return and tabs Tab. Other control characters are refused.
-func TextKeysyms(text string) ([]xproto.Keysym, error) {
+func Text(text string) ([]Keysym, error) {
 	if !utf8.ValidString(text) {
 		return nil, fmt.Errorf("text is not valid UTF-8")
 	}
-	out := make([]xproto.Keysym, 0, len(text))
+	out := make([]Keysym, 0, len(text))
 	for i, r := range text {
 		switch {
 		case r == '\n' || r == '\r':
 			if r == '\n' && i > 0 && text[i-1] == '\r' {
 				continue
 			}
-			out = append(out, KeysymReturn)
+			out = append(out, Return)
 		case r == '\t':
-			out = append(out, KeysymTab)
+			out = append(out, Tab)
 		case r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0:
 			return nil, fmt.Errorf("text holds control character %U", r)
 		default:
-			out = append(out, RuneKeysym(r))
+			out = append(out, Rune(r))
 		}
 	}
 	return out, nil
