@@ -238,13 +238,14 @@ func TestDesktopWarmPoolPerImage(t *testing.T) {
 	p.deleteSession(t, a.ID)
 	p.stop()
 
-	p = startUp(t, dataDir, runDir, "-default-image", defaultImage, "-warm-desktops", "0", "-warm-images", ref+"=1")
 	t.Cleanup(func() {
+		p := startUp(t, dataDir, runDir, "-default-image", defaultImage, "-warm-desktops", "0")
 		if code, out, _ := p.do("DELETE", "/v1/images?ref="+ref, ""); code != 200 {
 			t.Errorf("delete %s: %d %s", ref, code, out)
 		}
 		p.stop()
 	})
+	p = startUp(t, dataDir, runDir, "-default-image", defaultImage, "-warm-desktops", "0", "-warm-images", ref+"=1")
 	waitWarmReady(t, p, 1)
 	s := p.createWith(`{"image":"` + ref + `"}`)
 	if c := containerOf(t, root, s.ID); !strings.HasPrefix(c, warmDesktopPrefix) {
@@ -262,4 +263,16 @@ func TestDesktopWarmPoolPerImage(t *testing.T) {
 	}
 	p.deleteSession(t, s.ID)
 	p.deleteSession(t, d.ID)
+	// Shut down while the pool refills: the member being started is
+	// removed too.
+	p.stop()
+	dirs, _ := os.ReadDir(filepath.Join(root, "sandboxes"))
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	if len(dirs) != 0 || strings.Contains(string(mounts), root+"/sandboxes/") {
+		var names []string
+		for _, d := range dirs {
+			names = append(names, d.Name())
+		}
+		t.Fatalf("after shutdown: sandboxes %v left (mounted: %v)\n%s", names, strings.Contains(string(mounts), root+"/sandboxes/"), p.logs)
+	}
 }

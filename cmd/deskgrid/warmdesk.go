@@ -177,10 +177,12 @@ func (p *desktopPool) fill(ctx context.Context) {
 
 // start makes one member: its sandbox, its display and its desktop, and
 // waits until the desktop is drawn.
-func (p *desktopPool) start(ctx context.Context) (id string, err error) {
+func (p *desktopPool) start(ctx context.Context) (_ string, err error) {
 	var r [8]byte
 	_, _ = rand.Read(r[:])
-	id = warmDesktopPrefix + hex.EncodeToString(r[:])
+	// Not the named result: a failed start returns "" and must still
+	// remove what it made.
+	id := warmDesktopPrefix + hex.EncodeToString(r[:])
 	started := time.Now()
 	p.mu.Lock()
 	p.owned[id] = true
