@@ -22,6 +22,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"google.golang.org/grpc/codes"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/sandbox/container"
@@ -489,5 +490,75 @@ func TestImageSessionDisplay(t *testing.T) {
 	}
 	if got := h.sh(t, "headless", `echo "[$DISPLAY]"; ls -A /tmp/.X11-unix | wc -l`); got != "[]\n0" {
 		t.Fatalf("headless session: %q", got)
+	}
+}
+
+// TestImageSessionXSocketIsTheServers: what a session's programs find at
+// /tmp/.X11-unix/X<n> is the X server's socket or nothing: a file left in
+// the socket's place (a server that has not made its socket yet, or a
+// stale file) is refused instead of bound, and a socket the server made
+// again replaces the one bound before.
+func TestImageSessionXSocketIsTheServers(t *testing.T) {
+	store, err := image.New(context.Background(), image.Deps{Dir: filepath.Join(t.TempDir(), "images"), Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	importImage(t, store, busyboxImage(t, "1000:1000"), "test/busybox:user")
+	cfg := testConfig(t)
+	cfg.X11SocketDir = t.TempDir()
+	sock := filepath.Join(cfg.X11SocketDir, "X43")
+	h := newHarness(t, cfg, Deps{Images: store, DisplayLookup: func(id string) (string, string, bool) {
+		return ":43", "", true
+	}})
+	h.createFrom(t, "gui", "test/busybox:user")
+
+	// A regular file where the socket will be: no command is given it.
+	if err := os.WriteFile(sock, nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.exec(t, &sandboxv1.ExecRequest{SessionId: "gui", Argv: []string{"true"}})
+	wantCode(t, err, codes.FailedPrecondition)
+
+	listen := func() (net.Listener, uint64) {
+		t.Helper()
+		_ = os.Remove(sock)
+		lis, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(sock, &st); err != nil {
+			t.Fatal(err)
+		}
+		return lis, st.Ino
+	}
+	inContainer := func() uint64 {
+		t.Helper()
+		data, err := os.ReadFile(filepath.Join(h.svc.bundle(h.svc.boxes["gui"].cid), "init.pid"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join("/proc", strings.TrimSpace(string(data)), "root/tmp/.X11-unix/X43"), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Ino
+	}
+	lis, ino := listen()
+	if got := h.sh(t, "gui", "test -S /tmp/.X11-unix/X43 && echo socket"); got != "socket" {
+		t.Fatalf("with the server's socket: %q", got)
+	}
+	if got := inContainer(); got != ino {
+		t.Fatalf("the container sees inode %d, the server's socket is %d", got, ino)
+	}
+	// The server makes its socket again (a new inode at the same path).
+	lis.Close()
+	lis, ino = listen()
+	defer lis.Close()
+	if got := h.sh(t, "gui", "test -S /tmp/.X11-unix/X43 && echo socket"); got != "socket" {
+		t.Fatalf("with the server's new socket: %q", got)
+	}
+	if got := inContainer(); got != ino {
+		t.Fatalf("after the socket was made again the container sees inode %d, want %d", got, ino)
 	}
 }

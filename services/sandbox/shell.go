@@ -28,7 +28,7 @@ type shell struct {
 }
 
 func (s *Service) startShell(b *box) (*shell, error) {
-	spec, err := s.jailSpec(b, []string{"bash", "--noprofile", "--norc"}, []string{"SHELL=/bin/bash"}, "", "")
+	spec, err := s.jailSpec(b.kill, b, []string{"bash", "--noprofile", "--norc"}, []string{"SHELL=/bin/bash"}, "", "", false)
 	if err != nil {
 		return nil, err
 	}

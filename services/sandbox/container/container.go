@@ -259,9 +259,20 @@ type State struct {
 	Bundle string `json:"bundle"`
 }
 
+// noState reports whether the state root does not exist: then runc knows
+// no container, and asking it would make the root (every runc subcommand
+// creates --root), leaving an empty directory behind.
+func (r Runtime) noState() bool {
+	_, err := os.Stat(r.Root)
+	return errors.Is(err, os.ErrNotExist)
+}
+
 // State reports the container id; an unknown one is os.ErrNotExist.
 func (r Runtime) State(ctx context.Context, id string) (State, error) {
 	var st State
+	if r.noState() {
+		return st, fmt.Errorf("container %s: %w", id, os.ErrNotExist)
+	}
 	var out, errOut bytes.Buffer
 	cmd := r.Command(ctx, "state", id)
 	cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -279,7 +290,7 @@ func (r Runtime) State(ctx context.Context, id string) (State, error) {
 
 // List names the containers runc knows in this state root.
 func (r Runtime) List(ctx context.Context) ([]State, error) {
-	if _, err := os.Stat(r.Root); errors.Is(err, os.ErrNotExist) {
+	if r.noState() {
 		return nil, nil
 	}
 	var out, errOut bytes.Buffer
@@ -300,6 +311,9 @@ func (r Runtime) List(ctx context.Context) ([]State, error) {
 // Delete kills every process of the container and removes it; an unknown
 // container is no error.
 func (r Runtime) Delete(ctx context.Context, id string) error {
+	if r.noState() {
+		return nil
+	}
 	var out bytes.Buffer
 	cmd := r.Command(ctx, "delete", "--force", id)
 	cmd.Stdout, cmd.Stderr = &out, &out
