@@ -288,6 +288,26 @@ func (r Runtime) State(ctx context.Context, id string) (State, error) {
 	return st, nil
 }
 
+// StateDirs names every container with a directory in the state root,
+// including those whose state runc cannot load (it was killed before it
+// wrote it) and that List leaves out.
+func (r Runtime) StateDirs() ([]string, error) {
+	ents, err := os.ReadDir(r.Root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("runc state: %w", err)
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
 // List names the containers runc knows in this state root.
 func (r Runtime) List(ctx context.Context) ([]State, error) {
 	if r.noState() {
@@ -319,6 +339,11 @@ func (r Runtime) Delete(ctx context.Context, id string) error {
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	if err == nil || strings.Contains(out.String(), "does not exist") {
+		// runc killed before it wrote its state leaves a directory it
+		// cannot load, and that refuses a new container of the same id.
+		if rerr := os.RemoveAll(filepath.Join(r.Root, id)); rerr != nil {
+			return fmt.Errorf("remove runc's state of %s: %w", id, rerr)
+		}
 		return nil
 	}
 	// runc refuses while the init is still dying; its state dir is the
