@@ -99,6 +99,11 @@ export interface ExecOptions {
   stdin?: string | Uint8Array;
   /** The command's own limit, in seconds. */
   timeout?: number;
+  /**
+   * Run as root of the session's own user namespace (a session from an
+   * image: to `apt-get install`, write /etc); not the host's root.
+   */
+  asRoot?: boolean;
   signal?: AbortSignal;
 }
 
@@ -547,6 +552,7 @@ export class Session implements AsyncDisposable {
     if (o.cwd) body.cwd = o.cwd;
     if (o.stdin !== undefined) body.stdin = toBase64(o.stdin);
     if (o.timeout !== undefined) body.timeout = dur(o.timeout);
+    if (o.asRoot) body.asRoot = true;
     const timeoutMs = Math.max(this.dg.transport.o.timeoutMs, ((o.timeout ?? 0) + 30) * 1000);
     for await (const m of this.dg.transport.stream<S['v1ExecResponse']>('POST', this.path(':exec'), {
       body, signal: o.signal, timeoutMs,
