@@ -68,6 +68,9 @@ type box struct {
 	// shellMu serialises the persistent shell's calls.
 	shellMu sync.Mutex
 	shell   *shell
+	// rootShell is the persistent shell as root of the session's own user
+	// namespace (RunShell as_root).
+	rootShell *shell
 
 	// pmu guards the started programs and the frozen flag.
 	pmu      sync.Mutex

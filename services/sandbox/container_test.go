@@ -572,11 +572,12 @@ func TestImageSessionXSocketIsTheServers(t *testing.T) {
 	}
 }
 
-// TestExecAsRoot: a command asked to run as root runs as uid 0 of the
-// session's own user namespace: it may write /etc (in the session's layer
+// TestExecAsRoot: a command (exec, started program) asked to run as root
+// runs as uid 0 of the session's own user namespace: it may write /etc (in the session's layer
 // only), and what it makes is owned on the host by the first id of the
 // session's range, never by the host's root. The image's user cannot; a
-// session without an image has no namespace to be root in.
+// session without an image has no namespace to be root in (nor a root
+// shell; TestDesktopImageSession runs one, the test images have no bash).
 func TestExecAsRoot(t *testing.T) {
 	h, _ := newImageHarness(t)
 	ctx := context.Background()
@@ -623,5 +624,7 @@ func TestExecAsRoot(t *testing.T) {
 	_, err = plain.exec(t, &sandboxv1.ExecRequest{SessionId: "plain", AsRoot: true, Argv: []string{"true"}})
 	wantCode(t, err, codes.FailedPrecondition)
 	_, err = plain.client.StartProcess(ctx, &sandboxv1.StartProcessRequest{SessionId: "plain", AsRoot: true, Argv: []string{"true"}})
+	wantCode(t, err, codes.FailedPrecondition)
+	_, err = plain.client.RunShell(ctx, &sandboxv1.RunShellRequest{SessionId: "plain", AsRoot: true, Command: "true"})
 	wantCode(t, err, codes.FailedPrecondition)
 }

@@ -601,12 +601,16 @@ class Session:
                 )
         raise StreamError("exec: the stream ended without an exit status")
 
-    def shell(self, command: str, *, timeout: Optional[float] = None) -> ShellResult:
+    def shell(self, command: str, *, timeout: Optional[float] = None, as_root: bool = False) -> ShellResult:
         """Runs a command in the session's persistent shell: its directory
-        and exported variables carry over to the next command."""
+        and exported variables carry over to the next command. ``as_root``
+        uses the session's root shell instead, a second persistent shell as
+        root of the session's own user namespace (sessions from an image)."""
         body: JSON = {"command": command}
         if timeout is not None:
             body["timeout"] = _dur(timeout)
+        if as_root:
+            body["asRoot"] = True
         r = self._call("POST", "/shell:run", body=body, timeout=max(self._c.transport.timeout, (timeout or 0) + 30))
         return ShellResult(
             output=_unb64(r.get("output")).decode("utf-8", "replace"),

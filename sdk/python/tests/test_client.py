@@ -156,6 +156,8 @@ class SessionTest(unittest.TestCase):
         # root in: the node refuses, so the field was sent.
         with self.assertRaises(deskgrid.FailedPrecondition):
             self.s.exec("id", "-u", as_root=True)
+        with self.assertRaises(deskgrid.FailedPrecondition):
+            self.s.shell("id -u", as_root=True)
 
     def test_exec_timeout(self) -> None:
         r = self.s.exec("sleep", "30", timeout=0.5)

@@ -1722,6 +1722,13 @@ export interface components {
         SandboxServiceRestartShellBody: Record<string, never>;
         SandboxServiceRestoreSnapshotBody: Record<string, never>;
         SandboxServiceRunShellBody: {
+            /**
+             * @description Run in the session's root shell: a second persistent shell, as root of
+             *     the session's own user namespace (see ExecRequest.as_root), with its
+             *     own directory and variables. Only a session from an image has one;
+             *     elsewhere FAILED_PRECONDITION.
+             */
+            asRoot?: boolean;
             /** @description Shell command line, run by bash. */
             command?: string;
             /** @description The shell is killed and restarted after this long; zero means 60 s. */

@@ -120,6 +120,7 @@ describe('a session', () => {
     // asRoot reaches the node: a session from no image has no user
     // namespace of its own to be root in.
     await assert.rejects(s.exec(['id', '-u'], { asRoot: true }), FailedPrecondition);
+    await assert.rejects(s.shell('id -u', { asRoot: true }), FailedPrecondition);
   });
 
   test('the shell keeps its directory and variables', async () => {

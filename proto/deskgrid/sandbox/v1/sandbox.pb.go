@@ -3773,7 +3773,12 @@ type RunShellRequest struct {
 	// Shell command line, run by bash.
 	Command string `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
 	// The shell is killed and restarted after this long; zero means 60 s.
-	Timeout       *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// Run in the session's root shell: a second persistent shell, as root of
+	// the session's own user namespace (see ExecRequest.as_root), with its
+	// own directory and variables. Only a session from an image has one;
+	// elsewhere FAILED_PRECONDITION.
+	AsRoot        bool `protobuf:"varint,4,opt,name=as_root,json=asRoot,proto3" json:"as_root,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3827,6 +3832,13 @@ func (x *RunShellRequest) GetTimeout() *durationpb.Duration {
 		return x.Timeout
 	}
 	return nil
+}
+
+func (x *RunShellRequest) GetAsRoot() bool {
+	if x != nil {
+		return x.AsRoot
+	}
+	return false
 }
 
 type RunShellResponse struct {
@@ -4983,12 +4995,13 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1f\n" +
 	"\vsnapshot_id\x18\x02 \x01(\tR\n" +
 	"snapshotId\"\x18\n" +
-	"\x16DeleteSnapshotResponse\"\x7f\n" +
+	"\x16DeleteSnapshotResponse\"\x98\x01\n" +
 	"\x0fRunShellRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\tR\acommand\x123\n" +
-	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\x82\x01\n" +
+	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x17\n" +
+	"\aas_root\x18\x04 \x01(\bR\x06asRoot\"\x82\x01\n" +
 	"\x10RunShellResponse\x12\x16\n" +
 	"\x06output\x18\x01 \x01(\fR\x06output\x12\x1b\n" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12\x1b\n" +
