@@ -261,7 +261,8 @@ func (s *Session) Exec(ctx context.Context, argv ...string) (*ExecResult, error)
 	return s.ExecWith(ctx, &sandboxv1.ExecRequest{Argv: argv})
 }
 
-// ExecWith runs a command described in full (env, cwd, stdin, timeout).
+// ExecWith runs a command described in full (env, cwd, stdin, timeout, and
+// AsRoot: root of the session's own user namespace, never the host's).
 func (s *Session) ExecWith(ctx context.Context, req *sandboxv1.ExecRequest) (*ExecResult, error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()

@@ -135,9 +135,11 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var cwd string
 	var timeout time.Duration
 	var env string
+	var asRoot bool
 	// Flags come first; everything after the session id (or after --) is the
 	// command, its own flags included.
 	fs, cf := newClientFlags("exec", stderr)
+	fs.BoolVar(&asRoot, "root", false, "run as root of the session's own user namespace (sessions from an image: apt-get install, /etc); not the host's root")
 	fs.StringVar(&cwd, "cwd", "", "working directory inside the sandbox")
 	fs.DurationVar(&timeout, "t", 0, "kill the command after this long (0: 60s)")
 	fs.StringVar(&env, "env", "", "extra environment, K=V,K2=V2")
@@ -157,7 +159,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer conn.Close()
-	req := &sandboxv1.ExecRequest{SessionId: id, Argv: argv, Cwd: cwd, Env: splitList(env)}
+	req := &sandboxv1.ExecRequest{SessionId: id, Argv: argv, Cwd: cwd, Env: splitList(env), AsRoot: asRoot}
 	if timeout > 0 {
 		req.Timeout = durationpb.New(timeout)
 	}

@@ -42,6 +42,11 @@ func TestEndToEndCLICommands(t *testing.T) {
 	if code != 7 || out != "out\n" || !strings.Contains(errs, "err") {
 		t.Fatalf("exec: code %d out %q err %q", code, out, errs)
 	}
+	// -root asks for root of the session's own user namespace, which a
+	// session from no image does not have: the node says so.
+	if out, errs, code := run("", "exec", "-root", s.ID, "--", "id", "-u"); code == 0 || !strings.Contains(errs, "user namespace") {
+		t.Fatalf("exec -root without an image: code %d out %q err %q", code, out, errs)
+	}
 	// The persistent shell keeps state between calls.
 	must("shell", s.ID, "cd /tmp && export GREETING=hi")
 	if out := must("shell", s.ID, "echo $GREETING $PWD"); out != "hi /tmp\n" {

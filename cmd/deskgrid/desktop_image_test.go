@@ -226,6 +226,39 @@ dg-test`
 	if st.Uid != base || st.Mode&syscall.S_ISUID == 0 {
 		t.Errorf("the setuid file the session's root made: host uid %d mode %o, want uid %d and setuid", st.Uid, st.Mode, base)
 	}
+	// Without sudo: REST asks for root of the session's namespace, in one
+	// exec and in the root shell (a persistent shell of its own); what root
+	// makes is the range's first id on the host, never host root.
+	if code, out, _ := p.do("POST", "/v1/sessions/"+a.ID+":exec", `{"argv":["sh","-c","id -u; touch /etc/by-root-exec"],"asRoot":true}`); code != 200 || !strings.Contains(string(out), `"stdout":"MAo="`) {
+		t.Fatalf("exec as root: %d %s", code, out)
+	}
+	runShell := func(body string) string {
+		t.Helper()
+		code, out, _ := p.do("POST", "/v1/sessions/"+a.ID+"/shell:run", body)
+		var r struct {
+			Output   []byte `json:"output"`
+			ExitCode int    `json:"exitCode"`
+		}
+		if err := json.Unmarshal(out, &r); code != 200 || err != nil || r.ExitCode != 0 {
+			t.Fatalf("shell %s: %d %s", body, code, out)
+		}
+		return strings.TrimSpace(string(r.Output))
+	}
+	runShell(`{"command":"cd /etc && export R=kept && touch by-root-shell","asRoot":true}`)
+	if got := runShell(`{"command":"echo $R $PWD; id -u","asRoot":true}`); got != "kept /etc\n0" {
+		t.Errorf("the root shell: %q", got)
+	}
+	if got := runShell(`{"command":"echo [$R]; id -u"}`); got != "[]\n1000" {
+		t.Errorf("the user's shell beside it: %q", got)
+	}
+	for _, f := range []string{"etc/by-root-exec", "etc/by-root-shell"} {
+		if err := syscall.Lstat(filepath.Join(uppers[0], f), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Uid != base || st.Gid != base {
+			t.Errorf("%s made as root is host %d:%d, want the range's %d", f, st.Uid, st.Gid, base)
+		}
+	}
 	// The session's processes run in its range on the host.
 	if out, _ := exec.Command("ps", "-eo", "uid=,args=").Output(); !strings.Contains(string(out), fmt.Sprint(base+1000)) {
 		t.Errorf("no process of host uid %d (the session's user) on the host", base+1000)
@@ -254,9 +287,9 @@ dg-test`
 		t.Helper()
 		deadline := time.Now().Add(time.Minute)
 		for {
-			out, _ := exec.Command("runc", "--root", runcRoot, "list", "-q").Output()
+			out := runcContainers(runcRoot)
 			mounts, _ := os.ReadFile("/proc/self/mountinfo")
-			if len(strings.TrimSpace(string(out))) == 0 && !strings.Contains(string(mounts), root+"/sandboxes/") {
+			if out == "" && !strings.Contains(string(mounts), root+"/sandboxes/") {
 				return
 			}
 			if time.Now().After(deadline) {
@@ -275,10 +308,22 @@ dg-test`
 	// A crash: the service killed with a session running; the next start
 	// removes its container, mounts and cgroup.
 	d := p.createWith(`{"display":{"width":640,"height":480}}`)
-	if out, _ := exec.Command("runc", "--root", runcRoot, "list", "-q").Output(); !strings.Contains(string(out), d.ID) {
+	if out := runcContainers(runcRoot); !strings.Contains(out, d.ID) {
 		t.Fatalf("runc list before the crash: %q", out)
 	}
 	p.kill9()
 	startUp(t, dataDir, runDir, "-default-image", defaultImage, "-warm-desktops", "0")
 	waitNoContainers("after a crash and a restart")
+}
+
+// runcContainers names the containers with state in runc's state root, one
+// a line, read from the directory: runc itself (`runc list`) would make the
+// root when it is gone, leaving an empty directory behind the service.
+func runcContainers(root string) string {
+	ents, _ := os.ReadDir(root)
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return strings.Join(out, "\n")
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -162,10 +161,10 @@ func TestDesktopWarmPool(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(2 * time.Minute)
 		for {
-			out, _ := exec.Command("runc", "--root", runcRoot, "list", "-q").Output()
+			out := runcContainers(runcRoot)
 			mounts, _ := os.ReadFile("/proc/self/mountinfo")
 			dirs, _ := os.ReadDir(filepath.Join(root, "sandboxes"))
-			if len(strings.TrimSpace(string(out))) == 0 && !strings.Contains(string(mounts), root+"/sandboxes/") && len(dirs) == 0 {
+			if out == "" && !strings.Contains(string(mounts), root+"/sandboxes/") && len(dirs) == 0 {
 				return
 			}
 			if time.Now().After(deadline) {

@@ -130,7 +130,7 @@ func (s *Service) sessionPids(ctx context.Context, b *box) ([]int, error) {
 	if b.img == nil {
 		return nil, coded(codes.FailedPrecondition, "session %q: this node runs sandboxes without cgroups, whose programs cannot be told apart from the node's", b.id)
 	}
-	st, err := s.runtime().State(ctx, b.id)
+	st, err := s.runtime().State(ctx, b.cid)
 	if err != nil {
 		return nil, err
 	}

@@ -68,6 +68,9 @@ type box struct {
 	// shellMu serialises the persistent shell's calls.
 	shellMu sync.Mutex
 	shell   *shell
+	// rootShell is the persistent shell as root of the session's own user
+	// namespace (RunShell as_root).
+	rootShell *shell
 
 	// pmu guards the started programs and the frozen flag.
 	pmu      sync.Mutex
@@ -733,6 +736,13 @@ func (s *Service) Reconcile(ctx context.Context, keep func(sessionID string) boo
 		for _, c := range list {
 			ids[c.ID] = true
 		}
+		dirs, err := s.runtime().StateDirs()
+		if err != nil {
+			return nil, fmt.Errorf("reconcile: %w", err)
+		}
+		for _, id := range dirs {
+			ids[id] = true
+		}
 	}
 	if s.cgroups != nil {
 		groups, err := s.cgroups.List()
@@ -898,7 +908,8 @@ func (s *Service) adoptContainer(ctx context.Context, id, dir string, m meta) er
 		_ = os.WriteFile(filepath.Join(p, "owner"), []byte(dir), 0o600)
 	}
 	st, serr := s.runtime().State(ctx, cid)
-	running := serr == nil && st.Status == "running"
+	// A paused container is a suspended session's: it keeps its processes.
+	running := serr == nil && (st.Status == "running" || st.Status == "paused")
 	if m.Disk != "" {
 		if ok, err := overlay.IsMounted(b.layerDir()); err != nil {
 			return fail(err)
@@ -926,6 +937,18 @@ func (s *Service) adoptContainer(ctx context.Context, id, dir string, m meta) er
 		}
 		if err != nil {
 			return fail(err)
+		}
+		if !running {
+			// What is left in the group is a dead container's (runc's init,
+			// frozen when runc was killed while it froze the group to kill
+			// it), and runc refuses to start in a frozen group: the new
+			// container gets the group made anew.
+			if err := cg.Delete(); err != nil {
+				return fail(err)
+			}
+			if cg, err = s.cgroups.Create(cid, m.Limits.cgroup()); err != nil {
+				return fail(err)
+			}
 		}
 		b.cg = cg
 		b.frozen = cg.Frozen()

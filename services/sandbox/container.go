@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -405,21 +406,20 @@ const xauthName = ".Xauthority-deskgrid"
 
 // shareDisplay binds the session's X socket into its container and copies
 // its cookie there, owned by the container's user; it returns DISPLAY and
-// XAUTHORITY for the command.
-func (s *Service) shareDisplay(b *box, sock, n, xauth string, uid, gid int) ([]string, error) {
+// XAUTHORITY for the command. sock is the host's socket as waitXSocket
+// found it: the bind is of that very socket, and what the container sees
+// at /tmp/.X11-unix/X<n> is checked to be it before any program is told
+// to use it.
+func (s *Service) shareDisplay(b *box, sock string, sockSt unix.Stat_t, n, xauth string, uid, gid int) ([]string, error) {
 	dir := s.bundle(b.cid) + ".x11"
 	dst := filepath.Join(dir, "X"+n)
 	b.xmu.Lock()
 	defer b.xmu.Unlock()
-	if mounted, _ := isMountPoint(dst); !mounted {
-		f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o666)
-		if err != nil {
-			return nil, fmt.Errorf("bind the X socket: %w", err)
-		}
-		f.Close()
-		if err := unix.Mount(sock, dst, "", unix.MS_BIND, ""); err != nil {
-			return nil, fmt.Errorf("bind the X socket: %w", err)
-		}
+	if err := bindXSocket(sock, sockSt, dst); err != nil {
+		return nil, err
+	}
+	if err := s.checkXSocketInContainer(b, n, sockSt); err != nil {
+		return nil, err
 	}
 	env := []string{"DISPLAY=:" + n}
 	if xauth != "" {
@@ -440,6 +440,94 @@ func (s *Service) shareDisplay(b *box, sock, n, xauth string, uid, gid int) ([]s
 		env = append(env, "XAUTHORITY=/tmp/.X11-unix/"+xauthName)
 	}
 	return env, nil
+}
+
+// bindXSocket makes dst (in a container's X11 dir on the host) the X
+// socket sock. A bind already there of another inode (the server made its
+// socket again, or something took its place) is replaced.
+func bindXSocket(sock string, sockSt unix.Stat_t, dst string) error {
+	if mounted, _ := isMountPoint(dst); mounted {
+		var st unix.Stat_t
+		if unix.Stat(dst, &st) == nil && sameFile(st, sockSt) {
+			return nil
+		}
+		if err := unix.Unmount(dst, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("bind the X socket: replace a stale one: %w", err)
+		}
+	}
+	// The mount point: an empty file, only ever seen with the socket on it
+	// (the bind follows before any program is given the display).
+	f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|unix.O_NOFOLLOW, 0o666)
+	if err != nil {
+		return fmt.Errorf("bind the X socket: %w", err)
+	}
+	f.Close()
+	if err := unix.Mount(sock, dst, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind the X socket: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(dst, &st); err != nil || !sameFile(st, sockSt) {
+		// The socket was replaced between the wait and the bind.
+		_ = unix.Unmount(dst, unix.MNT_DETACH)
+		return coded(codes.Unavailable, "the X socket %s changed while it was being shared; try again", sock)
+	}
+	return nil
+}
+
+// checkXSocketInContainer makes sure the running container sees the X
+// socket at /tmp/.X11-unix/X<n>: the bind reaches it by mount propagation,
+// and a program told DISPLAY=:n finding anything else there (an empty
+// file) fails to open the display.
+func (s *Service) checkXSocketInContainer(b *box, n string, sockSt unix.Stat_t) error {
+	data, err := os.ReadFile(filepath.Join(s.bundle(b.cid), "init.pid"))
+	if err != nil {
+		return fmt.Errorf("session %s's container: %w", b.id, err)
+	}
+	pid := strings.TrimSpace(string(data))
+	var st unix.Stat_t
+	err = unix.Stat(filepath.Join("/proc", pid, "root", "tmp", ".X11-unix", "X"+n), &st)
+	if err == nil && sameFile(st, sockSt) {
+		return nil
+	}
+	if err == nil {
+		err = fmt.Errorf("found mode %o, inode %d instead of the socket's inode %d", st.Mode, st.Ino, sockSt.Ino)
+	}
+	return coded(codes.Unavailable, "session %q's X socket did not reach its container: %v", b.id, err)
+}
+
+func sameFile(a, b unix.Stat_t) bool { return a.Dev == b.Dev && a.Ino == b.Ino }
+
+// xSocketWait bounds the wait for a display's X socket to be there and be
+// a socket: a display reported ready has it already, unless its server is
+// still making it (or making it again).
+const xSocketWait = 2 * time.Second
+
+// waitXSocket waits until sock is a unix socket and returns what it is. A
+// path that stays missing or stays something else (a file left in its
+// place) is FailedPrecondition: binding that would give the session's
+// programs a display they cannot open.
+func waitXSocket(ctx context.Context, sessionID, display, sock string) (unix.Stat_t, error) {
+	deadline := time.Now().Add(xSocketWait)
+	delay := time.Millisecond
+	for {
+		var st unix.Stat_t
+		err := unix.Lstat(sock, &st)
+		if err == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK {
+			return st, nil
+		}
+		if err == nil {
+			err = fmt.Errorf("%s is not a socket (mode %o)", sock, st.Mode)
+		}
+		if time.Now().After(deadline) {
+			return st, coded(codes.FailedPrecondition, "session %q's display %s has no X socket on this node: %v", sessionID, display, err)
+		}
+		select {
+		case <-ctx.Done():
+			return st, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 50*time.Millisecond)
+	}
 }
 
 // SessionLabel names an image's desktop program; a container sandbox

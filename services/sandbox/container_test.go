@@ -22,6 +22,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"google.golang.org/grpc/codes"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/sandbox/container"
@@ -487,7 +488,143 @@ func TestImageSessionDisplay(t *testing.T) {
 	if got := h.sh(t, "gui", `echo $DISPLAY $XAUTHORITY; test -S /tmp/.X11-unix/X42 && echo socket; cat "$XAUTHORITY"; echo; id -u`); got != ":42 /tmp/.X11-unix/.Xauthority-deskgrid\nsocket\ncookie\n1000" {
 		t.Fatalf("gui session: %q", got)
 	}
+	// A command as root gets the display too, and the cookie stays the
+	// image user's, who reads it again for every new connection.
+	res, err := h.exec(t, &sandboxv1.ExecRequest{SessionId: "gui", AsRoot: true, Argv: []string{"sh", "-c", `id -u; cat "$XAUTHORITY"`}})
+	if err != nil || res.stdout != "0\ncookie" {
+		t.Fatalf("gui session as root: %+v %v", res, err)
+	}
+	if got := h.sh(t, "gui", `cat "$XAUTHORITY"`); got != "cookie" {
+		t.Fatalf("the user's cookie after a command as root: %q", got)
+	}
 	if got := h.sh(t, "headless", `echo "[$DISPLAY]"; ls -A /tmp/.X11-unix | wc -l`); got != "[]\n0" {
 		t.Fatalf("headless session: %q", got)
 	}
+}
+
+// TestImageSessionXSocketIsTheServers: what a session's programs find at
+// /tmp/.X11-unix/X<n> is the X server's socket or nothing: a file left in
+// the socket's place (a server that has not made its socket yet, or a
+// stale file) is refused instead of bound, and a socket the server made
+// again replaces the one bound before.
+func TestImageSessionXSocketIsTheServers(t *testing.T) {
+	store, err := image.New(context.Background(), image.Deps{Dir: filepath.Join(t.TempDir(), "images"), Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	importImage(t, store, busyboxImage(t, "1000:1000"), "test/busybox:user")
+	cfg := testConfig(t)
+	cfg.X11SocketDir = t.TempDir()
+	sock := filepath.Join(cfg.X11SocketDir, "X43")
+	h := newHarness(t, cfg, Deps{Images: store, DisplayLookup: func(id string) (string, string, bool) {
+		return ":43", "", true
+	}})
+	h.createFrom(t, "gui", "test/busybox:user")
+
+	// A regular file where the socket will be: no command is given it.
+	if err := os.WriteFile(sock, nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.exec(t, &sandboxv1.ExecRequest{SessionId: "gui", Argv: []string{"true"}})
+	wantCode(t, err, codes.FailedPrecondition)
+
+	listen := func() (net.Listener, uint64) {
+		t.Helper()
+		_ = os.Remove(sock)
+		lis, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(sock, &st); err != nil {
+			t.Fatal(err)
+		}
+		return lis, st.Ino
+	}
+	inContainer := func() uint64 {
+		t.Helper()
+		data, err := os.ReadFile(filepath.Join(h.svc.bundle(h.svc.boxes["gui"].cid), "init.pid"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join("/proc", strings.TrimSpace(string(data)), "root/tmp/.X11-unix/X43"), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Ino
+	}
+	lis, ino := listen()
+	if got := h.sh(t, "gui", "test -S /tmp/.X11-unix/X43 && echo socket"); got != "socket" {
+		t.Fatalf("with the server's socket: %q", got)
+	}
+	if got := inContainer(); got != ino {
+		t.Fatalf("the container sees inode %d, the server's socket is %d", got, ino)
+	}
+	// The server makes its socket again (a new inode at the same path).
+	lis.Close()
+	lis, ino = listen()
+	defer lis.Close()
+	if got := h.sh(t, "gui", "test -S /tmp/.X11-unix/X43 && echo socket"); got != "socket" {
+		t.Fatalf("with the server's new socket: %q", got)
+	}
+	if got := inContainer(); got != ino {
+		t.Fatalf("after the socket was made again the container sees inode %d, want %d", got, ino)
+	}
+}
+
+// TestExecAsRoot: a command (exec, started program) asked to run as root
+// runs as uid 0 of the session's own user namespace: it may write /etc (in the session's layer
+// only), and what it makes is owned on the host by the first id of the
+// session's range, never by the host's root. The image's user cannot; a
+// session without an image has no namespace to be root in (nor a root
+// shell; TestDesktopImageSession runs one, the test images have no bash).
+func TestExecAsRoot(t *testing.T) {
+	h, _ := newImageHarness(t)
+	ctx := context.Background()
+	h.createFrom(t, "user", "test/busybox:user")
+	h.createFrom(t, "other", "test/busybox:user")
+	b := h.svc.boxes["user"]
+
+	if got := h.sh(t, "user", "id -u; echo x > /etc/by-user 2>/dev/null || echo refused"); got != "1000\nrefused" {
+		t.Fatalf("as the image's user: %q", got)
+	}
+	res, err := h.exec(t, &sandboxv1.ExecRequest{SessionId: "user", AsRoot: true, Argv: []string{"sh", "-c",
+		"id -u; id -g; echo hi > /etc/by-root && touch /home/user/by-root && chmod 4755 /home/user/by-root && ls -n /etc/by-root | awk '{print $3}'"}})
+	if err != nil || res.exit.GetExitCode() != 0 || res.stdout != "0\n0\n0\n" {
+		t.Fatalf("as root: %+v %v", res, err)
+	}
+	for _, p := range []string{"etc/by-root", "home/user/by-root"} {
+		uid, gid, mode := hostOwner(t, filepath.Join(b.upper(), p))
+		if uid == 0 || gid == 0 || uid != b.img.Range.Host(0) || gid != b.img.Range.Host(0) {
+			t.Errorf("%s made by the session's root is host %d:%d, want the range's %d", p, uid, gid, b.img.Range.Host(0))
+		}
+		if p == "home/user/by-root" && mode&os.ModeSetuid == 0 {
+			t.Errorf("%s lost its setuid bit: %v", p, mode)
+		}
+	}
+	// The image's user still works in its home after root did.
+	if got := h.sh(t, "user", "cat /etc/by-root; touch ~/still-mine && echo ok"); got != "hi\nok" {
+		t.Errorf("the user after root: %q", got)
+	}
+	if got := h.sh(t, "other", "test -e /etc/by-root && echo leaked || echo absent"); got != "absent" {
+		t.Errorf("another session: %q", got)
+	}
+	// A started program as root too.
+	p, err := h.client.StartProcess(ctx, &sandboxv1.StartProcessRequest{SessionId: "user", AsRoot: true, Argv: []string{"sh", "-c", "id -u > /etc/started-as"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the started program to end", func() bool { return !alive(p.GetProcess().GetPid()) })
+	if got := h.sh(t, "user", "cat /etc/started-as"); got != "0" {
+		t.Errorf("a program started as root ran as %q", got)
+	}
+
+	plain := newHarness(t, testConfig(t), Deps{})
+	plain.create(t, "plain", "")
+	_, err = plain.exec(t, &sandboxv1.ExecRequest{SessionId: "plain", AsRoot: true, Argv: []string{"true"}})
+	wantCode(t, err, codes.FailedPrecondition)
+	_, err = plain.client.StartProcess(ctx, &sandboxv1.StartProcessRequest{SessionId: "plain", AsRoot: true, Argv: []string{"true"}})
+	wantCode(t, err, codes.FailedPrecondition)
+	_, err = plain.client.RunShell(ctx, &sandboxv1.RunShellRequest{SessionId: "plain", AsRoot: true, Command: "true"})
+	wantCode(t, err, codes.FailedPrecondition)
 }

@@ -115,7 +115,7 @@ func (s *Service) exec(ctx context.Context, req *sandboxv1.ExecRequest, send fun
 		return nil, coded(codes.FailedPrecondition, "session %q's sandbox is frozen; thaw it (resume the session) first", b.id)
 	}
 
-	spec, err := s.jailSpec(b, req.GetArgv(), req.GetEnv(), cwd, req.GetCwd())
+	spec, err := s.jailSpec(ctx, b, req.GetArgv(), req.GetEnv(), cwd, req.GetCwd(), req.GetAsRoot())
 	if err != nil {
 		return nil, err
 	}
@@ -155,9 +155,12 @@ func (s *Service) exec(ctx context.Context, req *sandboxv1.ExecRequest, send fun
 // jailSpec is how a command runs in b: its home, accounts, display and
 // cgroup. cwd is from execCwd ("" for the default); asked is what the
 // caller wrote.
-func (s *Service) jailSpec(b *box, argv, extraEnv []string, cwd, asked string) (jail.Spec, error) {
+func (s *Service) jailSpec(ctx context.Context, b *box, argv, extraEnv []string, cwd, asked string, asRoot bool) (jail.Spec, error) {
 	if b.img != nil {
-		return s.containerSpec(b, argv, extraEnv, cwd, asked)
+		return s.containerSpec(ctx, b, argv, extraEnv, cwd, asked, asRoot)
+	}
+	if asRoot {
+		return jail.Spec{}, coded(codes.FailedPrecondition, "session %q runs no image: only a session from an image has a user namespace of its own to be root in", b.id)
 	}
 	wd := jail.Home
 	if cwd != "" {
@@ -187,8 +190,8 @@ func (s *Service) jailSpec(b *box, argv, extraEnv []string, cwd, asked string) (
 			if err != nil {
 				return jail.Spec{}, err
 			}
-			if _, err := os.Stat(sock); err != nil {
-				return jail.Spec{}, coded(codes.FailedPrecondition, "session %q's display %s has no X socket on this node: %v", b.id, disp, err)
+			if _, err := waitXSocket(ctx, b.id, disp, sock); err != nil {
+				return jail.Spec{}, err
 			}
 			if xauth != "" {
 				if _, err := os.Stat(xauth); err != nil {
@@ -223,7 +226,7 @@ func (s *Service) jailSpec(b *box, argv, extraEnv []string, cwd, asked string) (
 // containerSpec is how a command runs in a sandbox that runs its image: a
 // `runc exec` as the image's user, in the asked working directory or else
 // the image's (else the user's home), with the session's display.
-func (s *Service) containerSpec(b *box, argv, extraEnv []string, cwd, asked string) (jail.Spec, error) {
+func (s *Service) containerSpec(ctx context.Context, b *box, argv, extraEnv []string, cwd, asked string, asRoot bool) (jail.Spec, error) {
 	uid, gid, err := imageUser(b.merged(), b.img.Config.User)
 	if err != nil {
 		return jail.Spec{}, coded(codes.FailedPrecondition, "session %q: %v", b.id, err)
@@ -239,10 +242,16 @@ func (s *Service) containerSpec(b *box, argv, extraEnv []string, cwd, asked stri
 		}
 		wd = path.Join("/", real)
 	}
+	runAs := fmt.Sprintf("%d:%d", uid, gid)
+	if asRoot {
+		// Root of the session's own user namespace: the range's first host
+		// id, never the host's root.
+		runAs = "0:0"
+	}
 	spec := jail.Spec{
 		Argv:      argv,
 		Cwd:       wd,
-		Container: &jail.Container{Runtime: s.runtime(), ID: b.cid, User: fmt.Sprintf("%d:%d", uid, gid)},
+		Container: &jail.Container{Runtime: s.runtime(), ID: b.cid, User: runAs},
 	}
 	var env []string
 	if s.display != nil {
@@ -251,10 +260,13 @@ func (s *Service) containerSpec(b *box, argv, extraEnv []string, cwd, asked stri
 			if err != nil {
 				return jail.Spec{}, err
 			}
-			if _, err := os.Stat(sock); err != nil {
-				return jail.Spec{}, coded(codes.FailedPrecondition, "session %q's display %s has no X socket on this node: %v", b.id, disp, err)
+			st, err := waitXSocket(ctx, b.id, disp, sock)
+			if err != nil {
+				return jail.Spec{}, err
 			}
-			if env, err = s.shareDisplay(b, sock, n, xauth, uid, gid); err != nil {
+			// The cookie stays the image user's, also for a command as root:
+			// the user's programs read it again for every new connection.
+			if env, err = s.shareDisplay(b, sock, st, n, xauth, uid, gid); err != nil {
 				return jail.Spec{}, err
 			}
 		}

@@ -116,7 +116,7 @@ func (s *Service) startProcess(ctx context.Context, req *sandboxv1.StartProcessR
 		return nil, err
 	}
 	defer release()
-	spec, err := s.jailSpec(b, req.GetArgv(), req.GetEnv(), cwd, req.GetCwd())
+	spec, err := s.jailSpec(ctx, b, req.GetArgv(), req.GetEnv(), cwd, req.GetCwd(), req.GetAsRoot())
 	if err != nil {
 		return nil, err
 	}

@@ -2,17 +2,23 @@ package sandbox
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/sandbox/cgroup"
+	"github.com/deskgrid/deskgrid/services/sandbox/image"
 	"github.com/deskgrid/deskgrid/services/sandbox/jail"
 )
 
@@ -196,4 +202,120 @@ func TestReconcileRemovesLeftoverCgroups(t *testing.T) {
 	if ids, err := h.svc.cgroups.List(); err != nil || len(ids) != 0 {
 		t.Fatalf("cgroups left: %v %v", ids, err)
 	}
+}
+
+// runc killed mid-start (with the node agent that ran it) leaves the
+// container's init in the session's cgroup, frozen when runc was freezing
+// the group (it does while it kills what is in it), its state unwritten
+// (runc knows no such container but refuses the id), the bundle with its
+// root filesystem bound and the X socket dir. Reconcile thaws, kills and
+// removes all of it, in every cgroup hierarchy runc made the group in
+// (runc refuses to start in a frozen group: "container's cgroup
+// unexpectedly frozen"), and the closed service leaves no directory under
+// /run/deskgrid/containers; a session the next process keeps gets a
+// container that starts.
+func TestReconcileContainerKilledMidStart(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		t.Run(map[bool]string{false: "removed", true: "kept"}[keep], func(t *testing.T) {
+			ctx := context.Background()
+			store, err := image.New(ctx, image.Deps{Dir: filepath.Join(t.TempDir(), "images"), Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			importImage(t, store, busyboxImage(t, ""), "test/busybox:root")
+			cfg := testConfig(t)
+			scrubOnCleanup(t, cfg.Root)
+			crashed, err := New(ctx, cfg, Deps{Logger: quietLogger(), Images: store})
+			if err != nil {
+				t.Fatal(err)
+			}
+			im, err := store.Resolve(ctx, "", "test/busybox:root")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := crashed.create(ctx, "midstart", "", Limits{}, "", false, im)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// What runc killed mid-start leaves: its init frozen in the
+			// group (runc freezes a group while it kills what is in it) and
+			// its state never written, so that runc knows no such container.
+			rt := crashed.runtime()
+			if err := b.cg.Freeze(); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(filepath.Join(rt.Root, b.cid, "state.json")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := rt.State(ctx, b.cid); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("runc still knows the container: %v", err)
+			}
+			leftover, _ := b.cg.Pids()
+			if !b.cg.Frozen() || len(leftover) == 0 {
+				t.Fatalf("no frozen cgroup with the container's init: frozen %v, pids %v", b.cg.Frozen(), leftover)
+			}
+			cgPath := b.cg.Path()
+
+			h := newHarness(t, cfg, Deps{Images: store})
+			removed, err := h.svc.Reconcile(ctx, func(string) bool { return keep })
+			if err != nil {
+				t.Fatalf("Reconcile: %v", err)
+			}
+			for _, pid := range leftover {
+				if alive(int64(pid)) && !gone(pid) {
+					t.Errorf("runc's init %d survived Reconcile", pid)
+				}
+			}
+			if keep {
+				if len(removed) != 0 {
+					t.Fatalf("removed %v, want it kept", removed)
+				}
+				if got := h.sh(t, "midstart", "echo up; id -u"); got != "up\n0" {
+					t.Fatalf("in the kept session: %q", got)
+				}
+				if h.svc.boxes["midstart"].cg.Frozen() {
+					t.Fatal("the kept session's cgroup is still frozen")
+				}
+				if _, err := h.client.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SessionId: "midstart"}); err != nil {
+					t.Fatal(err)
+				}
+			} else if !slices.Equal(removed, []string{"midstart"}) {
+				t.Fatalf("removed %v, want [midstart]", removed)
+			}
+			assertNoContainerMounts(t, h.svc.cfg.ContainerDir)
+			if ents, _ := os.ReadDir(h.svc.runtime().Root); len(ents) > 0 {
+				t.Errorf("runc state left: %v", ents)
+			}
+			ctrls, _ := os.ReadDir("/sys/fs/cgroup")
+			for _, c := range ctrls {
+				for _, p := range []string{filepath.Join("/sys/fs/cgroup", c.Name(), cgPath), filepath.Join("/sys/fs/cgroup", cgPath)} {
+					if _, err := os.Stat(p); err == nil {
+						t.Errorf("cgroup left: %s", p)
+					}
+				}
+			}
+			if err := h.svc.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(h.svc.cfg.ContainerDir); !errors.Is(err, fs.ErrNotExist) {
+				ents, _ := os.ReadDir(h.svc.cfg.ContainerDir)
+				t.Errorf("the service's container dir is left after Close: %v %v", err, ents)
+			}
+		})
+	}
+}
+
+// gone waits until pid is dead or a zombie (reaped by whoever adopted it).
+func gone(pid int) bool {
+	ok := false
+	deadline := time.Now().Add(5 * time.Second)
+	for !ok && time.Now().Before(deadline) {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		f := strings.Fields(string(data))
+		ok = err != nil || len(f) > 2 && f[2] == "Z"
+		if !ok {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return ok
 }

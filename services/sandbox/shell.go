@@ -27,8 +27,8 @@ type shell struct {
 	chunks chan []byte // its stdout and stderr; closed at EOF
 }
 
-func (s *Service) startShell(b *box) (*shell, error) {
-	spec, err := s.jailSpec(b, []string{"bash", "--noprofile", "--norc"}, []string{"SHELL=/bin/bash"}, "", "")
+func (s *Service) startShell(b *box, asRoot bool) (*shell, error) {
+	spec, err := s.jailSpec(b.kill, b, []string{"bash", "--noprofile", "--norc"}, []string{"SHELL=/bin/bash"}, "", "", asRoot)
 	if err != nil {
 		return nil, err
 	}
@@ -76,13 +76,15 @@ func (sh *shell) stop() {
 	}
 }
 
-// stopShell ends the session's shell, if any.
+// stopShell ends the session's shells (the user's and root's), if any.
 func (b *box) stopShell() {
 	b.shellMu.Lock()
 	defer b.shellMu.Unlock()
-	if b.shell != nil {
-		b.shell.stop()
-		b.shell = nil
+	for _, sh := range []**shell{&b.shell, &b.rootShell} {
+		if *sh != nil {
+			(*sh).stop()
+			*sh = nil
+		}
 	}
 }
 
@@ -124,12 +126,16 @@ func (s *Service) runShell(ctx context.Context, req *sandboxv1.RunShellRequest) 
 	}
 	b.shellMu.Lock()
 	defer b.shellMu.Unlock()
-	if b.shell == nil {
-		if b.shell, err = s.startShell(b); err != nil {
+	slot := &b.shell
+	if req.GetAsRoot() {
+		slot = &b.rootShell
+	}
+	if *slot == nil {
+		if *slot, err = s.startShell(b, req.GetAsRoot()); err != nil {
 			return res, fmt.Errorf("start shell: %w", err)
 		}
 	}
-	sh := b.shell
+	sh := *slot
 	var raw [12]byte
 	_, _ = rand.Read(raw[:])
 	sentinel := "__deskgrid_" + hex.EncodeToString(raw[:]) + "__:"
@@ -138,7 +144,7 @@ func (s *Service) runShell(ctx context.Context, req *sandboxv1.RunShellRequest) 
 	script := "eval " + quote(req.GetCommand()) + " </dev/null\nprintf '%s%d\\n' " + quote(sentinel) + " \"$?\"\n"
 	if _, err := sh.in.WriteString(script); err != nil {
 		sh.stop()
-		b.shell = nil
+		*slot = nil
 		return res, coded(codes.Aborted, "the shell of session %q had ended; it starts afresh on the next call", b.id)
 	}
 
@@ -152,7 +158,7 @@ func (s *Service) runShell(ctx context.Context, req *sandboxv1.RunShellRequest) 
 				// The command ended the shell (exit, exec): report how.
 				exit, _ := sh.p.Exit()
 				sh.in.Close()
-				b.shell = nil
+				*slot = nil
 				res.output, res.exitCode = out, exit.Code
 				return res, nil
 			}
@@ -174,17 +180,17 @@ func (s *Service) runShell(ctx context.Context, req *sandboxv1.RunShellRequest) 
 			}
 		case <-timer.C:
 			sh.stop()
-			b.shell = nil
+			*slot = nil
 			res.output, res.timedOut, res.exitCode = appendBounded(out, window, &res.truncated), true, 124
 			return res, nil
 		case <-b.kill.Done():
 			sh.stop()
-			b.shell = nil
+			*slot = nil
 			return res, coded(codes.Aborted, "session %q's sandbox was deleted while the command ran", b.id)
 		case <-ctx.Done():
 			// The shell's state is unknown now: start afresh next time.
 			sh.stop()
-			b.shell = nil
+			*slot = nil
 			return res, ctx.Err()
 		}
 	}

@@ -174,8 +174,8 @@ class AsyncSession:
     def exec_stream(self, *argv: str, **options: Any) -> AsyncIterator[Tuple[str, Union[bytes, JSON]]]:
         return _aiter(lambda: self.sync.exec_stream(*argv, **options))
 
-    async def shell(self, command: str, *, timeout: Optional[float] = None) -> ShellResult:
-        return await asyncio.to_thread(self.sync.shell, command, timeout=timeout)
+    async def shell(self, command: str, *, timeout: Optional[float] = None, as_root: bool = False) -> ShellResult:
+        return await asyncio.to_thread(lambda: self.sync.shell(command, timeout=timeout, as_root=as_root))
 
     async def read_file(self, path: str) -> bytes:
         return await asyncio.to_thread(self.sync.files.read, path)

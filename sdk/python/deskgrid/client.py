@@ -541,11 +541,14 @@ class Session:
         cwd: Optional[str] = None,
         stdin: Union[bytes, str, None] = None,
         timeout: Optional[float] = None,
+        as_root: bool = False,
     ) -> Iterator[Tuple[str, Union[bytes, JSON]]]:
         """Runs argv in the session's sandbox and yields its output as it
         comes: ("stdout", bytes), ("stderr", bytes), and last ("exit",
         {"exitCode": ..., "signal": ..., "timedOut": ...}). ``timeout`` is
-        the command's own limit, in seconds."""
+        the command's own limit, in seconds. ``as_root`` runs it as root of
+        the session's own user namespace (a session from an image: to
+        ``apt-get install``, write /etc), which is not the host's root."""
         if not argv:
             raise ValueError("exec needs a command")
         body: JSON = {"argv": list(argv)}
@@ -557,6 +560,8 @@ class Session:
             body["stdin"] = _b64(stdin)
         if timeout is not None:
             body["timeout"] = _dur(timeout)
+        if as_root:
+            body["asRoot"] = True
         read_timeout = max(self._c.transport.timeout, (timeout or 0) + 30)
         for m in self._c.transport.stream("POST", self._path(":exec"), body=body, timeout=read_timeout):
             if "stdout" in m:
@@ -574,11 +579,13 @@ class Session:
         cwd: Optional[str] = None,
         stdin: Union[bytes, str, None] = None,
         timeout: Optional[float] = None,
+        as_root: bool = False,
     ) -> ExecResult:
-        """Runs argv in the session's sandbox and waits for it."""
+        """Runs argv in the session's sandbox and waits for it (``as_root``:
+        see exec_stream)."""
         out: List[bytes] = []
         err: List[bytes] = []
-        for kind, v in self.exec_stream(*argv, env=env, cwd=cwd, stdin=stdin, timeout=timeout):
+        for kind, v in self.exec_stream(*argv, env=env, cwd=cwd, stdin=stdin, timeout=timeout, as_root=as_root):
             if kind == "stdout":
                 out.append(v)  # type: ignore[arg-type]
             elif kind == "stderr":
@@ -594,12 +601,16 @@ class Session:
                 )
         raise StreamError("exec: the stream ended without an exit status")
 
-    def shell(self, command: str, *, timeout: Optional[float] = None) -> ShellResult:
+    def shell(self, command: str, *, timeout: Optional[float] = None, as_root: bool = False) -> ShellResult:
         """Runs a command in the session's persistent shell: its directory
-        and exported variables carry over to the next command."""
+        and exported variables carry over to the next command. ``as_root``
+        uses the session's root shell instead, a second persistent shell as
+        root of the session's own user namespace (sessions from an image)."""
         body: JSON = {"command": command}
         if timeout is not None:
             body["timeout"] = _dur(timeout)
+        if as_root:
+            body["asRoot"] = True
         r = self._call("POST", "/shell:run", body=body, timeout=max(self._c.transport.timeout, (timeout or 0) + 30))
         return ShellResult(
             output=_unb64(r.get("output")).decode("utf-8", "replace"),

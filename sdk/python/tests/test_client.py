@@ -151,6 +151,14 @@ class SessionTest(unittest.TestCase):
         self.assertEqual(parts[-1][0], "exit")
         self.assertEqual(b"".join(v for k, v in parts if k == "stdout"), b"one\ntwo\n")  # type: ignore[misc]
 
+    def test_exec_as_root_reaches_the_node(self) -> None:
+        # A session from no image has no user namespace of its own to be
+        # root in: the node refuses, so the field was sent.
+        with self.assertRaises(deskgrid.FailedPrecondition):
+            self.s.exec("id", "-u", as_root=True)
+        with self.assertRaises(deskgrid.FailedPrecondition):
+            self.s.shell("id -u", as_root=True)
+
     def test_exec_timeout(self) -> None:
         r = self.s.exec("sleep", "30", timeout=0.5)
         self.assertTrue(r.timed_out, r)

@@ -99,6 +99,11 @@ export interface ExecOptions {
   stdin?: string | Uint8Array;
   /** The command's own limit, in seconds. */
   timeout?: number;
+  /**
+   * Run as root of the session's own user namespace (a session from an
+   * image: to `apt-get install`, write /etc); not the host's root.
+   */
+  asRoot?: boolean;
   signal?: AbortSignal;
 }
 
@@ -547,6 +552,7 @@ export class Session implements AsyncDisposable {
     if (o.cwd) body.cwd = o.cwd;
     if (o.stdin !== undefined) body.stdin = toBase64(o.stdin);
     if (o.timeout !== undefined) body.timeout = dur(o.timeout);
+    if (o.asRoot) body.asRoot = true;
     const timeoutMs = Math.max(this.dg.transport.o.timeoutMs, ((o.timeout ?? 0) + 30) * 1000);
     for await (const m of this.dg.transport.stream<S['v1ExecResponse']>('POST', this.path(':exec'), {
       body, signal: o.signal, timeoutMs,
@@ -578,10 +584,14 @@ export class Session implements AsyncDisposable {
     throw new StreamError('exec: the stream ended without an exit status');
   }
 
-  /** Runs a command in the session's persistent shell (cwd and exports carry over). */
-  async shell(command: string, o: { timeout?: number; signal?: AbortSignal } = {}): Promise<ShellResult> {
+  /**
+   * Runs a command in the session's persistent shell (cwd and exports carry
+   * over); `asRoot` uses the session's root shell, a second persistent shell
+   * as root of the session's own user namespace (sessions from an image).
+   */
+  async shell(command: string, o: { timeout?: number; asRoot?: boolean; signal?: AbortSignal } = {}): Promise<ShellResult> {
     const r = await this.call<S['v1RunShellResponse']>('POST', '/shell:run', {
-      body: { command, timeout: dur(o.timeout) }, signal: o.signal,
+      body: { command, timeout: dur(o.timeout), ...(o.asRoot ? { asRoot: true } : {}) }, signal: o.signal,
       timeoutMs: Math.max(this.dg.transport.o.timeoutMs, ((o.timeout ?? 0) + 30) * 1000),
     });
     return { output: dec.decode(fromBase64(r.output)), exitCode: r.exitCode ?? 0, timedOut: r.timedOut ?? false, truncated: r.truncated ?? false };

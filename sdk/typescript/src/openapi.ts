@@ -1674,6 +1674,15 @@ export interface components {
             /** @description Program and arguments; argv[0] is looked up in the sandbox's PATH. */
             argv?: string[];
             /**
+             * @description Run as root (uid and gid 0) of the session's own user namespace
+             *     instead of the image's user: to install packages (`apt-get install`),
+             *     write /etc. Root there is an unprivileged host uid of the session's
+             *     range, and what it writes lands in the session's layer only. Only a
+             *     session from an image has such a namespace; elsewhere
+             *     FAILED_PRECONDITION.
+             */
+            asRoot?: boolean;
+            /**
              * @description Working directory: relative to the session user's home, or absolute;
              *     empty for the image's working directory, else the home.
              */
@@ -1713,6 +1722,13 @@ export interface components {
         SandboxServiceRestartShellBody: Record<string, never>;
         SandboxServiceRestoreSnapshotBody: Record<string, never>;
         SandboxServiceRunShellBody: {
+            /**
+             * @description Run in the session's root shell: a second persistent shell, as root of
+             *     the session's own user namespace (see ExecRequest.as_root), with its
+             *     own directory and variables. Only a session from an image has one;
+             *     elsewhere FAILED_PRECONDITION.
+             */
+            asRoot?: boolean;
             /** @description Shell command line, run by bash. */
             command?: string;
             /** @description The shell is killed and restarted after this long; zero means 60 s. */

@@ -117,6 +117,10 @@ describe('a session', () => {
     for await (const m of s.execStream(['sh', '-c', 'echo one; echo two'])) kinds.push(m.kind);
     assert.equal(kinds.at(-1), 'exit');
     assert.equal((await s.exec(['sleep', '30'], { timeout: 0.5 })).timedOut, true);
+    // asRoot reaches the node: a session from no image has no user
+    // namespace of its own to be root in.
+    await assert.rejects(s.exec(['id', '-u'], { asRoot: true }), FailedPrecondition);
+    await assert.rejects(s.shell('id -u', { asRoot: true }), FailedPrecondition);
   });
 
   test('the shell keeps its directory and variables', async () => {

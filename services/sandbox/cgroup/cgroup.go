@@ -171,7 +171,7 @@ func (h Hierarchy) Create(id string, l Limits) (*Group, error) {
 			return nil, fmt.Errorf("create cgroup %s: %w", h.group(id), err)
 		}
 		g.v2 = dir
-		return g, nil
+		return g, g.thawTakenOver()
 	}
 	res := &specs.LinuxResources{}
 	if l.MemoryBytes > 0 {
@@ -191,10 +191,26 @@ func (h Hierarchy) Create(id string, l Limits) (*Group, error) {
 		return nil, fmt.Errorf("create cgroup %s: %w", h.group(id), err)
 	}
 	g.v1 = cg
-	return g, nil
+	return g, g.thawTakenOver()
 }
 
-// Load opens an existing group, or reports fs.ErrNotExist.
+// thawTakenOver thaws a group Create took over frozen (left by a runtime
+// killed while it froze the group): runc refuses to start a container in a
+// frozen group.
+func (g *Group) thawTakenOver() error {
+	if !g.Frozen() {
+		return nil
+	}
+	if err := g.Thaw(); err != nil {
+		return fmt.Errorf("create cgroup %s: %w", g.h.group(g.id), err)
+	}
+	return nil
+}
+
+// Load opens an existing group, or reports fs.ErrNotExist. A group left
+// only in hierarchies an OCI runtime made it in (a crash between removing
+// it from deskgrid's controllers and from the others) is found too; it
+// holds nothing deskgrid limits and can only be deleted.
 func (h Hierarchy) Load(id string) (*Group, error) {
 	found := false
 	for _, d := range h.dirs(id) {
@@ -203,6 +219,11 @@ func (h Hierarchy) Load(id string) (*Group, error) {
 		}
 	}
 	if !found {
+		for _, d := range h.foreignDirs(id) {
+			if _, err := os.Stat(d); err == nil {
+				return &Group{h: h, id: id}, nil
+			}
+		}
 		return nil, fmt.Errorf("cgroup %s: %w", h.group(id), fs.ErrNotExist)
 	}
 	g := &Group{h: h, id: id}
@@ -231,15 +252,30 @@ func (h Hierarchy) dirs(id string) []string {
 	return out
 }
 
-// List returns the names of the groups under the deskgrid parent.
-func (h Hierarchy) List() ([]string, error) {
-	parents := []string{filepath.Join(h.Mountpoint, h.Parent)}
-	if !h.V2 {
-		parents = parents[:0]
-		for _, c := range v1Controllers {
-			parents = append(parents, filepath.Join(h.Mountpoint, string(c), h.Parent))
+// foreignDirs are the group's directories in the v1 hierarchies deskgrid
+// does not use, where an OCI runtime placing a container in the group made
+// it too (cpuset, devices, blkio, the named systemd one...).
+func (h Hierarchy) foreignDirs(id string) []string {
+	if h.V2 {
+		return nil
+	}
+	own := map[string]bool{}
+	for _, c := range v1Controllers {
+		own[filepath.Join(h.Mountpoint, string(c), h.Parent)] = true
+	}
+	var out []string
+	for _, p := range h.parents() {
+		if !own[p] {
+			out = append(out, filepath.Join(p, id))
 		}
 	}
+	return out
+}
+
+// List returns the names of the groups under the deskgrid parent, in every
+// hierarchy it is in.
+func (h Hierarchy) List() ([]string, error) {
+	parents := h.parents()
 	seen := map[string]bool{}
 	var out []string
 	for _, p := range parents {
@@ -339,24 +375,37 @@ func (g *Group) Command(cmd *exec.Cmd) (start func() error, done func()) {
 	return start, closeAll
 }
 
+// foreignOnly says the group is left only in hierarchies deskgrid does not
+// use (see Load).
+func (g *Group) foreignOnly() bool { return g.v2 == "" && g.v1 == nil }
+
 // Freeze stops every process of the group where it is; Thaw resumes them.
 func (g *Group) Freeze() error {
+	if g.foreignOnly() {
+		return fmt.Errorf("freeze cgroup %s: %w", g.h.group(g.id), fs.ErrNotExist)
+	}
 	if g.v2 != "" {
 		return g.freezeV2("1")
 	}
-	return g.v1.Freeze()
+	return g.freezeV1("FROZEN")
 }
 
 // Thaw resumes a frozen group.
 func (g *Group) Thaw() error {
+	if g.foreignOnly() {
+		return nil
+	}
 	if g.v2 != "" {
 		return g.freezeV2("0")
 	}
-	return g.v1.Thaw()
+	return g.freezeV1("THAWED")
 }
 
 // Frozen reports whether the group is frozen.
 func (g *Group) Frozen() bool {
+	if g.foreignOnly() {
+		return false
+	}
 	if g.v2 != "" {
 		data, err := os.ReadFile(filepath.Join(g.v2, "cgroup.freeze"))
 		return err == nil && strings.TrimSpace(string(data)) == "1"
@@ -369,6 +418,16 @@ func (g *Group) Pids() ([]int, error) {
 	var out []int
 	if g.v2 != "" {
 		return readPids(filepath.Join(g.v2, "cgroup.procs"))
+	}
+	if g.foreignOnly() {
+		for _, d := range g.h.foreignDirs(g.id) {
+			pids, err := readPids(filepath.Join(d, "cgroup.procs"))
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return nil, err
+			}
+			out = append(out, pids...)
+		}
+		return out, nil
 	}
 	ps, err := g.v1.Processes(cgroup1.Freezer, true)
 	if err != nil {
@@ -388,14 +447,20 @@ func (g *Group) Kill(timeout time.Duration) error {
 		if err := os.WriteFile(filepath.Join(g.v2, "cgroup.kill"), []byte("1"), 0); err != nil {
 			return fmt.Errorf("kill cgroup %s: %w", g.h.group(g.id), err)
 		}
-	} else {
-		_ = g.v1.Freeze()
+	} else if g.v1 != nil {
+		// Frozen already or not, the group ends thawed: a frozen group
+		// (left by a runtime killed while it froze it to kill its
+		// processes) would keep them, and refuse a new container.
+		// A group that cannot freeze (a task caught in exec while it was
+		// freezing stays in D state) is killed unfrozen, the loop below
+		// catching what it forks meanwhile.
+		_ = g.freezeV1("FROZEN")
 		if pids, err := g.Pids(); err == nil {
 			for _, p := range pids {
 				_ = unix.Kill(p, unix.SIGKILL) // delivered on thaw
 			}
 		}
-		_ = g.v1.Thaw()
+		_ = g.freezeV1("THAWED")
 	}
 	deadline := time.Now().Add(timeout)
 	delay := time.Millisecond
@@ -407,7 +472,7 @@ func (g *Group) Kill(timeout time.Duration) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("cgroup %s still has %d processes", g.h.group(g.id), len(pids))
 		}
-		if g.v1 != nil {
+		if g.v2 == "" {
 			// Stragglers forked between freeze and listing.
 			for _, p := range pids {
 				_ = unix.Kill(p, unix.SIGKILL)
@@ -420,7 +485,10 @@ func (g *Group) Kill(timeout time.Duration) error {
 	}
 }
 
-// Delete kills what is left in the group and removes it.
+// Delete kills what is left in the group and removes it, from every
+// hierarchy it is in: an OCI runtime placing a container in it made it in
+// each one it found, and is not always there (killed, or its state lost)
+// to remove it.
 func (g *Group) Delete() error {
 	if err := g.Kill(5 * time.Second); err != nil {
 		return err
@@ -431,8 +499,15 @@ func (g *Group) Delete() error {
 		}
 		return nil
 	}
-	if err := g.v1.Delete(); err != nil && !errors.Is(err, cgroup1.ErrCgroupDeleted) {
-		return fmt.Errorf("remove cgroup %s: %w", g.h.group(g.id), err)
+	if g.v1 != nil {
+		if err := g.v1.Delete(); err != nil && !errors.Is(err, cgroup1.ErrCgroupDeleted) {
+			return fmt.Errorf("remove cgroup %s: %w", g.h.group(g.id), err)
+		}
+	}
+	for _, d := range g.h.foreignDirs(g.id) {
+		if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("remove cgroup %s: %w", d, err)
+		}
 	}
 	return nil
 }

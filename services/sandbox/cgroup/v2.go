@@ -83,6 +83,35 @@ func (g *Group) freezeV2(v string) error {
 	return fmt.Errorf("cgroup %s did not reach %q", g.v2, want)
 }
 
+// freezeV1 sets the v1 freezer's state and waits, for a bounded time, until
+// the group is in it. containerd's v1 Freeze waits without bound, and a
+// group whose task is stuck between freezing and exec (runc's init, when
+// runc froze the group to kill it) never gets to FROZEN: it is left
+// thawed then, so that killing it works.
+func (g *Group) freezeV1(state string) error {
+	file := filepath.Join(g.h.Mountpoint, "freezer", g.h.Parent, g.id, "freezer.state")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if err := os.WriteFile(file, []byte(state), 0); err != nil {
+			return fmt.Errorf("freeze cgroup %s: %w", g.h.group(g.id), err)
+		}
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("freeze cgroup %s: %w", g.h.group(g.id), err)
+		}
+		if strings.TrimSpace(string(data)) == state {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if state == "FROZEN" {
+				_ = os.WriteFile(file, []byte("THAWED"), 0)
+			}
+			return fmt.Errorf("cgroup %s did not reach %s (%s)", g.h.group(g.id), state, strings.TrimSpace(string(data)))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func readPids(file string) ([]int, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {

@@ -259,9 +259,20 @@ type State struct {
 	Bundle string `json:"bundle"`
 }
 
+// noState reports whether the state root does not exist: then runc knows
+// no container, and asking it would make the root (every runc subcommand
+// creates --root), leaving an empty directory behind.
+func (r Runtime) noState() bool {
+	_, err := os.Stat(r.Root)
+	return errors.Is(err, os.ErrNotExist)
+}
+
 // State reports the container id; an unknown one is os.ErrNotExist.
 func (r Runtime) State(ctx context.Context, id string) (State, error) {
 	var st State
+	if r.noState() {
+		return st, fmt.Errorf("container %s: %w", id, os.ErrNotExist)
+	}
 	var out, errOut bytes.Buffer
 	cmd := r.Command(ctx, "state", id)
 	cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -277,9 +288,29 @@ func (r Runtime) State(ctx context.Context, id string) (State, error) {
 	return st, nil
 }
 
+// StateDirs names every container with a directory in the state root,
+// including those whose state runc cannot load (it was killed before it
+// wrote it) and that List leaves out.
+func (r Runtime) StateDirs() ([]string, error) {
+	ents, err := os.ReadDir(r.Root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("runc state: %w", err)
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
 // List names the containers runc knows in this state root.
 func (r Runtime) List(ctx context.Context) ([]State, error) {
-	if _, err := os.Stat(r.Root); errors.Is(err, os.ErrNotExist) {
+	if r.noState() {
 		return nil, nil
 	}
 	var out, errOut bytes.Buffer
@@ -300,11 +331,19 @@ func (r Runtime) List(ctx context.Context) ([]State, error) {
 // Delete kills every process of the container and removes it; an unknown
 // container is no error.
 func (r Runtime) Delete(ctx context.Context, id string) error {
+	if r.noState() {
+		return nil
+	}
 	var out bytes.Buffer
 	cmd := r.Command(ctx, "delete", "--force", id)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	if err == nil || strings.Contains(out.String(), "does not exist") {
+		// runc killed before it wrote its state leaves a directory it
+		// cannot load, and that refuses a new container of the same id.
+		if rerr := os.RemoveAll(filepath.Join(r.Root, id)); rerr != nil {
+			return fmt.Errorf("remove runc's state of %s: %w", id, rerr)
+		}
 		return nil
 	}
 	// runc refuses while the init is still dying; its state dir is the

@@ -1047,7 +1047,14 @@ type ExecRequest struct {
 	// Bytes written to the command's standard input, then closed.
 	Stdin []byte `protobuf:"bytes,5,opt,name=stdin,proto3" json:"stdin,omitempty"`
 	// Killed, with its whole process tree, after this long; zero means 60 s.
-	Timeout       *durationpb.Duration `protobuf:"bytes,6,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,6,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// Run as root (uid and gid 0) of the session's own user namespace
+	// instead of the image's user: to install packages (`apt-get install`),
+	// write /etc. Root there is an unprivileged host uid of the session's
+	// range, and what it writes lands in the session's layer only. Only a
+	// session from an image has such a namespace; elsewhere
+	// FAILED_PRECONDITION.
+	AsRoot        bool `protobuf:"varint,7,opt,name=as_root,json=asRoot,proto3" json:"as_root,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1122,6 +1129,13 @@ func (x *ExecRequest) GetTimeout() *durationpb.Duration {
 		return x.Timeout
 	}
 	return nil
+}
+
+func (x *ExecRequest) GetAsRoot() bool {
+	if x != nil {
+		return x.AsRoot
+	}
+	return false
 }
 
 // ExecExit is how a command ended.
@@ -1677,7 +1691,9 @@ type StartProcessRequest struct {
 	Env []string `protobuf:"bytes,3,rep,name=env,proto3" json:"env,omitempty"`
 	// Working directory: relative to the session user's home, or absolute;
 	// empty for the image's working directory, else the home.
-	Cwd           string `protobuf:"bytes,4,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	Cwd string `protobuf:"bytes,4,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	// Run as root of the session's own user namespace, as ExecRequest.as_root.
+	AsRoot        bool `protobuf:"varint,5,opt,name=as_root,json=asRoot,proto3" json:"as_root,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1738,6 +1754,13 @@ func (x *StartProcessRequest) GetCwd() string {
 		return x.Cwd
 	}
 	return ""
+}
+
+func (x *StartProcessRequest) GetAsRoot() bool {
+	if x != nil {
+		return x.AsRoot
+	}
+	return false
 }
 
 // Process is a program StartProcess started.
@@ -3844,7 +3867,12 @@ type RunShellRequest struct {
 	// Shell command line, run by bash.
 	Command string `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
 	// The shell is killed and restarted after this long; zero means 60 s.
-	Timeout       *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// Run in the session's root shell: a second persistent shell, as root of
+	// the session's own user namespace (see ExecRequest.as_root), with its
+	// own directory and variables. Only a session from an image has one;
+	// elsewhere FAILED_PRECONDITION.
+	AsRoot        bool `protobuf:"varint,4,opt,name=as_root,json=asRoot,proto3" json:"as_root,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3898,6 +3926,13 @@ func (x *RunShellRequest) GetTimeout() *durationpb.Duration {
 		return x.Timeout
 	}
 	return nil
+}
+
+func (x *RunShellRequest) GetAsRoot() bool {
+	if x != nil {
+		return x.AsRoot
+	}
+	return false
 }
 
 type RunShellResponse struct {
@@ -4856,7 +4891,7 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x14DeleteSandboxRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x17\n" +
-	"\x15DeleteSandboxResponse\"\x90\x02\n" +
+	"\x15DeleteSandboxResponse\"\xa9\x02\n" +
 	"\vExecRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
@@ -4864,7 +4899,8 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x03env\x18\x03 \x03(\tR\x03env\x12\x10\n" +
 	"\x03cwd\x18\x04 \x01(\tR\x03cwd\x12\x14\n" +
 	"\x05stdin\x18\x05 \x01(\fR\x05stdin\x123\n" +
-	"\atimeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\atimeout:_\x92A\\2Z{\"argv\": [\"sh\", \"-c\", \"echo hello\"], \"env\": [\"LANG=C.UTF-8\"], \"cwd\": \"\", \"timeout\": \"30s\"}\"\\\n" +
+	"\atimeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x17\n" +
+	"\aas_root\x18\a \x01(\bR\x06asRoot:_\x92A\\2Z{\"argv\": [\"sh\", \"-c\", \"echo hello\"], \"env\": [\"LANG=C.UTF-8\"], \"cwd\": \"\", \"timeout\": \"30s\"}\"\\\n" +
 	"\bExecExit\x12\x1b\n" +
 	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\tR\x06signal\x12\x1b\n" +
@@ -4900,13 +4936,14 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\vmodify_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"modifyTime\"H\n" +
 	"\x11ListFilesResponse\x123\n" +
-	"\x05files\x18\x01 \x03(\v2\x1d.deskgrid.sandbox.v1.FileInfoR\x05files\"l\n" +
+	"\x05files\x18\x01 \x03(\v2\x1d.deskgrid.sandbox.v1.FileInfoR\x05files\"\x85\x01\n" +
 	"\x13StartProcessRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
 	"\x04argv\x18\x02 \x03(\tR\x04argv\x12\x10\n" +
 	"\x03env\x18\x03 \x03(\tR\x03env\x12\x10\n" +
-	"\x03cwd\x18\x04 \x01(\tR\x03cwd\"\x96\x02\n" +
+	"\x03cwd\x18\x04 \x01(\tR\x03cwd\x12\x17\n" +
+	"\aas_root\x18\x05 \x01(\bR\x06asRoot\"\x96\x02\n" +
 	"\aProcess\x12\x1d\n" +
 	"\n" +
 	"process_id\x18\x01 \x01(\tR\tprocessId\x12\x12\n" +
@@ -5060,12 +5097,13 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1f\n" +
 	"\vsnapshot_id\x18\x02 \x01(\tR\n" +
 	"snapshotId\"\x18\n" +
-	"\x16DeleteSnapshotResponse\"\x7f\n" +
+	"\x16DeleteSnapshotResponse\"\x98\x01\n" +
 	"\x0fRunShellRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\tR\acommand\x123\n" +
-	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\x82\x01\n" +
+	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x17\n" +
+	"\aas_root\x18\x04 \x01(\bR\x06asRoot\"\x82\x01\n" +
 	"\x10RunShellResponse\x12\x16\n" +
 	"\x06output\x18\x01 \x01(\fR\x06output\x12\x1b\n" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12\x1b\n" +
