@@ -1683,8 +1683,9 @@ export interface components {
              */
             id?: string;
             /**
-             * @description Replace the contents of an editable text (an entry, a text area, a
-             *     field of a page) with this; empty clears it. At most 1 MiB.
+             * @description Replace the contents of an editable text (a GTK entry or text view)
+             *     with this; empty clears it. At most 1 MiB. Chromium's page fields
+             *     offer no editable text: focus them and type.
              */
             text?: string;
         };

@@ -2519,8 +2519,9 @@ type ActOnAccessibleRequest_Action struct {
 }
 
 type ActOnAccessibleRequest_Text struct {
-	// Replace the contents of an editable text (an entry, a text area, a
-	// field of a page) with this; empty clears it. At most 1 MiB.
+	// Replace the contents of an editable text (a GTK entry or text view)
+	// with this; empty clears it. At most 1 MiB. Chromium's page fields
+	// offer no editable text: focus them and type.
 	Text string `protobuf:"bytes,4,opt,name=text,proto3,oneof"`
 }
 
