@@ -111,7 +111,9 @@ func actThroughTheTree(t *testing.T, p *upProcess, s *deskgrid.Session, l *deskg
 	}
 	defer cs.Close()
 	// Set text through REST; the reply holds the node's new text.
+	start := time.Now()
 	code, body := act(js(map[string]any{"id": view.GetId(), "text": "ann@example.com"}))
+	t.Logf("set text through REST: %v", time.Since(start))
 	var reply sandboxv1.ActOnAccessibleResponse
 	if err := protojson.Unmarshal([]byte(body), &reply); code != http.StatusOK || err != nil || reply.GetNode().GetText() != "ann@example.com" || reply.GetNode().GetId() != view.GetId() {
 		t.Fatalf("set text through REST: %d %v %s", code, err, body)
@@ -223,9 +225,11 @@ func actThroughTheTree(t *testing.T, p *upProcess, s *deskgrid.Session, l *deskg
 	if !slices.Contains(button.GetActions(), name) {
 		name = button.GetActions()[0]
 	}
+	start = time.Now()
 	if _, err := s.ActOnAccessible(ctx, button.GetId(), deskgrid.DoAction(strings.ToUpper(name))); err != nil {
 		t.Fatalf("%s the button: %v", name, err)
 	}
+	t.Logf("%s the button through gRPC: %v", name, time.Since(start))
 	deadline = time.Now().Add(30 * time.Second)
 	for findText(chrome(), "Pressed with ann@example.com") == nil {
 		if time.Now().After(deadline) {
