@@ -5,11 +5,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,6 +29,7 @@ import (
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	"github.com/deskgrid/deskgrid/services/platform/natsembed/natstest"
 	"github.com/deskgrid/deskgrid/services/platform/noderoute"
+	"github.com/deskgrid/deskgrid/services/platform/sqlstore/sqlstoretest"
 	"github.com/deskgrid/deskgrid/services/session/cluster"
 )
 
@@ -44,13 +43,6 @@ func testRedisURL() string {
 	return "redis://127.0.0.1:6379/0"
 }
 
-func testPostgresURL() string {
-	if u := os.Getenv("DESKGRID_TEST_POSTGRES_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
-
 func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
@@ -60,30 +52,8 @@ func randomHex(n int) string {
 // postgresSchema makes a schema of its own and returns a URL using it.
 func postgresSchema(t *testing.T) string {
 	t.Helper()
-	schema := "dgcluster_" + randomHex(5)
-	psql := func(sql string) error {
-		out, err := exec.Command("psql", testPostgresURL(), "-v", "ON_ERROR_STOP=1", "-qc", sql).CombinedOutput()
-		if err != nil {
-			return errors.New(string(out))
-		}
-		return nil
-	}
-	if err := psql("CREATE SCHEMA " + schema); err != nil {
-		t.Fatalf("postgres: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := psql("DROP SCHEMA " + schema + " CASCADE"); err != nil {
-			t.Errorf("drop schema: %v", err)
-		}
-	})
-	u, err := url.Parse(testPostgresURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
+	_, dsn := sqlstoretest.Schema(t, "dgcluster")
+	return dsn
 }
 
 // redisPrefix returns a key prefix of the test's own, removed at the end.

@@ -73,7 +73,7 @@ func waitPanel(b *testing.B, p *upProcess, id string) {
 	}
 }
 
-func (p *upProcess) deleteSession(b *testing.B, id string) {
+func (p *upProcess) deleteSession(b testing.TB, id string) {
 	b.Helper()
 	if code, out, _ := p.do("DELETE", "/v1/sessions/"+id, ""); code != 200 {
 		b.Fatalf("delete %s: %d %s", id, code, out)
@@ -204,8 +204,8 @@ const mib = 1 << 20
 
 // BenchmarkDesktopIdleMemory: the private memory and PSS of idle desktop
 // sessions (X server + every process of the session's container), 10 s after
-// the panel appeared: one session alone, then ten at once (PSS each, lowered
-// by the image's pages they share).
+// the panel appeared: one session alone, then twenty at once (PSS each,
+// lowered by the image's pages they share).
 func BenchmarkDesktopIdleMemory(b *testing.B) {
 	p, root := startDesktopUp(b)
 	defer p.stop()
@@ -227,17 +227,104 @@ func BenchmarkDesktopIdleMemory(b *testing.B) {
 		}
 		return float64(pr) / mib / float64(n), float64(ps) / mib / float64(n), len(pids) / n
 	}
-	var one, onePSS, tenPSS, tenPrivate float64
+	var one, onePSS, manyPSS, manyPrivate float64
 	var procs int
 	for i := 0; i < b.N; i++ {
 		one, onePSS, procs = idle(1)
-		tenPrivate, tenPSS, _ = idle(10)
+		manyPrivate, manyPSS, _ = idle(20)
 	}
 	b.ReportMetric(one, "private-MB")
 	b.ReportMetric(onePSS, "pss-MB")
 	b.ReportMetric(float64(procs), "procs")
-	b.ReportMetric(tenPrivate, "private-MB-each-of-10")
-	b.ReportMetric(tenPSS, "pss-MB-each-of-10")
+	b.ReportMetric(manyPrivate, "private-MB-each-of-20")
+	b.ReportMetric(manyPSS, "pss-MB-each-of-20")
+}
+
+// BenchmarkDesktopIdleCapacity: how many idle desktop sessions one node
+// holds at once ($DESKGRID_BENCH_IDLE_SESSIONS, 150 unless set), each
+// created in turn (1280x800, the default image) until its panel shows. Once
+// every one is up and 20 s have passed: the CPU all their processes (X
+// servers and containers) use over 10 s, in percent of one core; their PSS
+// each; the memory the machine still has available.
+func BenchmarkDesktopIdleCapacity(b *testing.B) {
+	n := 150
+	if v, err := strconv.Atoi(os.Getenv("DESKGRID_BENCH_IDLE_SESSIONS")); err == nil && v > 0 {
+		n = v
+	}
+	p, root := startDesktopUp(b, "-node-max-sessions", strconv.Itoa(n+8), "-tenant-max-sessions", "0")
+	defer p.stop()
+	var cpu, pssEach, availGiB, upEach float64
+	for i := 0; i < b.N; i++ {
+		var ss []sessionJSON
+		began := time.Now()
+		for j := 0; j < n; j++ {
+			s := p.createWith(`{"display":{"width":1280,"height":800}}`)
+			ss = append(ss, s)
+			waitPanel(b, p, s.ID)
+		}
+		upEach = float64(time.Since(began).Milliseconds()) / float64(n)
+		time.Sleep(20 * time.Second)
+		var pids []string
+		for _, s := range ss {
+			pids = append(pids, sessionPids(b, root, s.ID, s.XDisplay)...)
+		}
+		t0, w0 := cpuTicks(pids), time.Now()
+		time.Sleep(10 * time.Second)
+		t1, wall := cpuTicks(pids), time.Since(w0)
+		// USER_HZ is 100 on Linux.
+		cpu = float64(t1-t0) / 100 / wall.Seconds() * 100
+		_, pss := memOf(b, pids)
+		pssEach = float64(pss) / mib / float64(n)
+		availGiB = float64(memAvailable(b)) / (1 << 30)
+		for _, s := range ss {
+			p.deleteSession(b, s.ID)
+		}
+	}
+	b.ReportMetric(float64(n), "sessions")
+	b.ReportMetric(cpu, "cpu-%-of-a-core")
+	b.ReportMetric(pssEach, "pss-MB-each")
+	b.ReportMetric(availGiB, "available-GiB")
+	b.ReportMetric(upEach, "ms-to-panel-each")
+}
+
+// cpuTicks sums the user and system CPU time, in clock ticks, that pids
+// have used so far (those gone meanwhile count nothing).
+func cpuTicks(pids []string) int64 {
+	var sum int64
+	for _, pid := range pids {
+		data, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil {
+			continue
+		}
+		// The fields after the command's name, which may hold spaces:
+		// state is the 3rd field, utime the 14th and stime the 15th.
+		rest := string(data[strings.LastIndexByte(string(data), ')')+2:])
+		fs := strings.Fields(rest)
+		if len(fs) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseInt(fs[11], 10, 64)
+		s, _ := strconv.ParseInt(fs[12], 10, 64)
+		sum += u + s
+	}
+	return sum
+}
+
+// memAvailable is the machine's MemAvailable in bytes.
+func memAvailable(b *testing.B) int64 {
+	b.Helper()
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if fs := strings.Fields(line); len(fs) >= 2 && fs[0] == "MemAvailable:" {
+			kb, _ := strconv.ParseInt(fs[1], 10, 64)
+			return kb << 10
+		}
+	}
+	b.Fatal("no MemAvailable in /proc/meminfo")
+	return 0
 }
 
 // buttonPage is a saved web page: a form whose button changes colour on

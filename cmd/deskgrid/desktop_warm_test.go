@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -187,4 +189,77 @@ func TestDesktopWarmPool(t *testing.T) {
 	p.kill9()
 	startUp(t, dataDir, runDir, "-default-image", defaultImage, "-warm-desktops", "0")
 	waitNone("after a crash and a restart")
+}
+
+// TestWarmImagesFlag: -warm-images names pools as ref=count; what is not
+// that is refused before anything starts, with a usage error (exit 2).
+func TestWarmImagesFlag(t *testing.T) {
+	got, err := warmImages(1, "deskgrid/desktop:latest", " team/qa:v3=2, registry.example:5000/x/y@sha256:"+strings.Repeat("a", 64)+"=1 ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []warmImage{{"deskgrid/desktop:latest", 1}, {"team/qa:v3", 2}, {"registry.example:5000/x/y@sha256:" + strings.Repeat("a", 64), 1}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("pools %v, want %v", got, want)
+	}
+	if got, err := warmImages(0, "deskgrid/desktop:latest", ""); err != nil || len(got) != 0 {
+		t.Fatalf("-warm-desktops 0 and no -warm-images: %v %v", got, err)
+	}
+	for _, bad := range []string{"team/qa:v3", "team/qa:v3=0", "team/qa:v3=-1", "team/qa:v3=x", "team/qa:v3=65", "=2", "Bad Ref=1",
+		"team/qa:v3=1,team/qa:v3=1", "docker.io/deskgrid/desktop:latest=1"} {
+		_, _, err := parseServerFlags("up", []string{"-default-image", "deskgrid/desktop:latest", "-warm-images", bad}, io.Discard)
+		if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "-warm-images") {
+			t.Errorf("-warm-images %q: %v (exit %d), want a usage error naming the flag", bad, err, exitCode(err))
+		}
+	}
+}
+
+// TestDesktopWarmPoolPerImage: -warm-images keeps desktops of other images
+// started too. A session's commit, made public, is kept warm after a
+// restart: a create of it is given a started desktop holding what was
+// committed, whose first screenshot shows the panel; the default image,
+// with -warm-desktops 0, has no pool; nothing is left after shutdown.
+func TestDesktopWarmPoolPerImage(t *testing.T) {
+	dataDir, runDir := t.TempDir(), t.TempDir()
+	p := startUpOnDesktop(t, dataDir, runDir, "-warm-desktops", "0")
+	root := filepath.Join(dataDir, "sandbox")
+	a := p.createWith(`{}`)
+	if out, code := p.execIn(a.ID, "sh", "-c", "echo committed > ~/qa-marker"); code != 0 {
+		t.Fatalf("write the marker: %q (exit %d)", out, code)
+	}
+	// The test image store is shared by every run: a name of this run's.
+	ref := fmt.Sprintf("team/qa-%d:v1", time.Now().UnixNano())
+	if code, out, _ := p.do("POST", "/v1/sessions/"+a.ID+":commit", `{"image":"`+ref+`"}`); code != 200 {
+		t.Fatalf("commit: %d %s", code, out)
+	}
+	if code, out, _ := p.do("POST", "/v1/images:setPublic", `{"ref":"`+ref+`","public":true}`); code != 200 {
+		t.Fatalf("make %s public: %d %s", ref, code, out)
+	}
+	p.deleteSession(t, a.ID)
+	p.stop()
+
+	p = startUp(t, dataDir, runDir, "-default-image", defaultImage, "-warm-desktops", "0", "-warm-images", ref+"=1")
+	t.Cleanup(func() {
+		if code, out, _ := p.do("DELETE", "/v1/images?ref="+ref, ""); code != 200 {
+			t.Errorf("delete %s: %d %s", ref, code, out)
+		}
+		p.stop()
+	})
+	waitWarmReady(t, p, 1)
+	s := p.createWith(`{"image":"` + ref + `"}`)
+	if c := containerOf(t, root, s.ID); !strings.HasPrefix(c, warmDesktopPrefix) {
+		t.Fatalf("a session of %s was not given a warm desktop (container %s)\n%s", ref, c, p.logs)
+	}
+	if ok, desc := panelShown(p.screenshot(s.ID)); !ok {
+		t.Fatalf("the first screenshot of a warm %s desktop shows no panel: %s", ref, desc)
+	}
+	if out, code := p.execIn(s.ID, "cat", "qa-marker"); code != 0 || strings.TrimSpace(out) != "committed" {
+		t.Fatalf("the committed file in the warm desktop: %q (exit %d)", out, code)
+	}
+	d := p.createWith(`{}`)
+	if c := containerOf(t, root, d.ID); c != d.ID {
+		t.Errorf("a session of the default image was given a warm desktop with -warm-desktops 0 (container %s)", c)
+	}
+	p.deleteSession(t, s.ID)
+	p.deleteSession(t, d.ID)
 }

@@ -48,6 +48,10 @@ func promQLMetrics(expr string) []string {
 	return out
 }
 
+// postgresOnly are the metrics only roles keeping their stores in PostgreSQL
+// export, which `deskgrid up` never does: the dashboards may read them.
+var postgresOnly = map[string]bool{"deskgrid_postgres_query_duration_seconds": true}
+
 // family is the metric family a series name belongs to.
 func family(name string, have scrape) string {
 	if have[name] != nil {
@@ -172,6 +176,10 @@ func checkObservability(t *testing.T, have scrape) {
 					t.Errorf("%s: %s is no recording rule of rules.yml", where, n)
 				}
 			case family(n, have) == "":
+				if b := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(n, "_bucket"), "_count"), "_sum"); postgresOnly[b] {
+					// sqlstore's tests read this one from a store on PostgreSQL.
+					break
+				}
 				t.Errorf("%s: %s is not a metric deskgrid exports", where, n)
 			}
 		}

@@ -58,8 +58,8 @@ type node struct {
 	// The same services through this process's gRPC server (cluster mode).
 	displays  displayv1.DisplayServiceClient
 	sandboxes sandboxv1.SandboxServiceClient
-	// pool keeps desktops started ahead of demand; nil: none.
-	pool *desktopPool
+	// pools keep desktops started ahead of demand, one per image.
+	pools desktopPools
 }
 
 // addNode starts the display and sandbox services on srv. With reconcile, it
@@ -67,6 +67,10 @@ type node struct {
 // (every session on it is gone with that process in the all-in-one mode).
 func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay, withSandbox bool) (*node, error) {
 	n := &node{}
+	warm, err := warmImages(s.cfg.WarmDesktops, s.cfg.DefaultImage, s.cfg.WarmImages)
+	if err != nil {
+		return nil, err
+	}
 	if withDisplay {
 		dc := display.DefaultConfig()
 		dc.RuntimeDir = s.cfg.RuntimeDir
@@ -118,14 +122,18 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 		}
 		b.Register(srv.GRPC)
 		srv.SetServing(sandboxv1.SandboxService_ServiceDesc.ServiceName)
-		if n.display != nil && s.cfg.WarmDesktops > 0 && s.cfg.DefaultImage != "" {
+		if n.display != nil {
 			def := session.DefaultConfig()
-			pool := newDesktopPool(s.cfg.WarmDesktops, s.cfg.DefaultImage,
-				sandbox.DisplaySpec{Width: int(def.DefaultWidth), Height: int(def.DefaultHeight), Depth: int(def.DefaultDepth)},
-				session.DesktopArgv(strings.Fields(s.cfg.WindowManager), true), n.display, b, s.logger.With("component", "warm-desktops"))
-			b.SetWarmDesktops(pool)
-			s.closers.add("warm desktops", pool.Close)
-			n.pool = pool
+			spec := sandbox.DisplaySpec{Width: int(def.DefaultWidth), Height: int(def.DefaultHeight), Depth: int(def.DefaultDepth)}
+			argv := session.DesktopArgv(strings.Fields(s.cfg.WindowManager), true)
+			for _, w := range warm {
+				n.pools = append(n.pools, newDesktopPool(w.count, w.ref, spec, argv, n.display, b,
+					s.logger.With("component", "warm-desktops", "image", w.ref)))
+			}
+			if len(n.pools) > 0 {
+				b.SetWarmDesktops(n.pools)
+				s.closers.add("warm desktops", n.pools.Close)
+			}
 		}
 		is, err := sandbox.NewImageServer(sandbox.ImageDeps{Store: images, Logger: s.logger.With("component", "images"), Tenant: s.tenantHook()})
 		if err != nil {
@@ -367,7 +375,7 @@ func (n *node) reconcile(ctx context.Context, keep map[string]bool) error {
 			errs = append(errs, err)
 		}
 		for _, d := range list.GetDisplays() {
-			if !keep[d.GetSessionId()] && !n.pool.owns(d.GetSessionId()) {
+			if !keep[d.GetSessionId()] && !n.pools.owns(d.GetSessionId()) {
 				if _, err := n.displays.DeleteDisplay(ctx, &displayv1.DeleteDisplayRequest{SessionId: d.GetSessionId()}); err != nil {
 					errs = append(errs, err)
 				} else {
@@ -387,7 +395,7 @@ func (n *node) reconcile(ctx context.Context, keep map[string]bool) error {
 			errs = append(errs, err)
 		}
 		for _, b := range list.GetSandboxes() {
-			if !keep[b.GetSessionId()] && !n.pool.owns(b.GetSessionId()) {
+			if !keep[b.GetSessionId()] && !n.pools.owns(b.GetSessionId()) {
 				if _, err := n.sandboxes.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SessionId: b.GetSessionId()}); err != nil {
 					errs = append(errs, err)
 				} else {

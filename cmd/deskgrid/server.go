@@ -57,6 +57,7 @@ type serverConfig struct {
 	NodeMaxSessions int
 	WarmDisplays    int
 	WarmDesktops    int
+	WarmImages      string
 	FirstDisplay    int
 	WindowManager   string
 	WorkspaceRoots  string
@@ -154,6 +155,7 @@ func serverFlags(name string, stderr io.Writer) (*flag.FlagSet, *serverConfig) {
 	fs.IntVar(&c.NodeMaxSessions, "node-max-sessions", 64, "sessions one node holds at once")
 	fs.IntVar(&c.WarmDisplays, "warm-displays", 1, "X servers kept started at the default size, so creating a session does not wait for one")
 	fs.IntVar(&c.WarmDesktops, "warm-desktops", 1, "sessions of -default-image kept fully started (container, window manager and panel drawn) at the default display size, so creating such a session is instant; each holds one idle desktop's memory")
+	fs.StringVar(&c.WarmImages, "warm-images", "", "more images whose desktops are kept started like -warm-desktops, as comma-separated ref=count pairs (my-team/qa-desktop:v3=2); a create of that image (as its tenant resolves it) at the default size is given one")
 	fs.IntVar(&c.FirstDisplay, "first-display", 100, "lowest X display number the node uses; give nodes sharing one machine's /tmp disjoint ranges")
 	fs.StringVar(&c.WindowManager, "window-manager", "", "window manager started inside every session's sandbox on its display, such as openbox; empty runs bare X")
 	// up is one node that imports its default image; in a cluster the
@@ -381,6 +383,9 @@ func parseServerFlags(name string, args []string, stderr io.Writer) (*serverConf
 		return nil, nil, err
 	}
 	warnSecretFlags(stderr, fs, args)
+	if _, err := warmImages(cfg.WarmDesktops, cfg.DefaultImage, cfg.WarmImages); err != nil {
+		return nil, nil, err
+	}
 	return cfg, fs.Args(), nil
 }
 

@@ -9,6 +9,8 @@ import (
 	"image"
 	"image/png"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/display"
 	"github.com/deskgrid/deskgrid/services/sandbox"
+	imagestore "github.com/deskgrid/deskgrid/services/sandbox/image"
 )
 
 // desktopPool keeps sessions of the node's default image fully started
@@ -40,6 +43,80 @@ type desktopPool struct {
 	refill chan struct{}
 	cancel context.CancelFunc
 	done   chan struct{}
+}
+
+// warmImage is an image a pool keeps desktops of, and how many.
+type warmImage struct {
+	ref   string
+	count int
+}
+
+// warmImages lists the pools a node keeps: defaultCount desktops of
+// defaultImage (-warm-desktops) and those of -warm-images (ref=count,...).
+// An image named twice is an error: one pool per image.
+func warmImages(defaultCount int, defaultImage, spec string) ([]warmImage, error) {
+	var out []warmImage
+	seen := map[string]bool{}
+	if defaultCount > 0 && defaultImage != "" {
+		out = append(out, warmImage{defaultImage, defaultCount})
+		if r, err := imagestore.ParseRef(defaultImage); err == nil {
+			seen[r.Name] = true
+		}
+	}
+	for _, kv := range splitList(spec) {
+		i := strings.LastIndexByte(kv, '=')
+		if i <= 0 {
+			return nil, usageError("-warm-images: %q: want ref=count", kv)
+		}
+		ref := strings.TrimSpace(kv[:i])
+		n, err := strconv.Atoi(strings.TrimSpace(kv[i+1:]))
+		if err != nil || n < 1 || n > 64 {
+			return nil, usageError("-warm-images: %q: the count must be a whole number from 1 to 64", kv)
+		}
+		r, err := imagestore.ParseRef(ref)
+		if err != nil {
+			return nil, usageError("-warm-images: %v", err)
+		}
+		if seen[r.Name] {
+			return nil, usageError("-warm-images: %s is kept warm twice (the default image's pool is -warm-desktops)", ref)
+		}
+		seen[r.Name] = true
+		out = append(out, warmImage{ref, n})
+	}
+	return out, nil
+}
+
+// desktopPools are a node's pools, one per image (sandbox.WarmDesktops):
+// a create is given a member of the pool whose image it resolves to.
+type desktopPools []*desktopPool
+
+// Claim implements sandbox.WarmDesktops.
+func (ps desktopPools) Claim(ctx context.Context, sessionID, tenant string, req *sandboxv1.CreateSandboxRequest, spec sandbox.DisplaySpec) bool {
+	for _, p := range ps {
+		if p.Claim(ctx, sessionID, tenant, req, spec) {
+			return true
+		}
+	}
+	return false
+}
+
+// owns reports whether id is a member of one of the pools.
+func (ps desktopPools) owns(id string) bool {
+	for _, p := range ps {
+		if p.owns(id) {
+			return true
+		}
+	}
+	return false
+}
+
+// Close closes every pool.
+func (ps desktopPools) Close(ctx context.Context) error {
+	var errs []error
+	for _, p := range ps {
+		errs = append(errs, p.Close(ctx))
+	}
+	return errors.Join(errs...)
 }
 
 // warmDesktopPrefix starts the ids of pool members: no session id has it

@@ -93,7 +93,7 @@ func (g *server) CreateSandbox(ctx context.Context, req *sandboxv1.CreateSandbox
 		return nil, g.s.toStatus(ctx, "create sandbox", err)
 	}
 	if b := g.s.claimWarm(ctx, req); b != nil {
-		return &sandboxv1.CreateSandboxResponse{Sandbox: b.proto()}, nil
+		return &sandboxv1.CreateSandboxResponse{Sandbox: b.proto(), DesktopStarted: true}, nil
 	}
 	im, err := g.s.sandboxImage(ctx, req.GetSessionId(), req.GetImage())
 	if err != nil {

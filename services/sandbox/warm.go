@@ -18,22 +18,13 @@ import (
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 )
 
-// Warm desktops: a node may keep sessions of its default image fully
-// started (container, X server, window manager and panel drawn) under ids of
-// their own, for no tenant and used by nobody. A CreateSandbox whose caller
-// will start a desktop names the display it wants in the WarmDesktopHeader
-// metadata; when a warm desktop fits the request, it is given to the new
-// session (Rekey here and in the display service) and the answer carries
-// WarmDesktopTrailer, telling the caller the display and the desktop are
-// already there.
-
-// WarmDesktopHeader carries, on CreateSandbox, the display its caller will
-// create for the session: "WIDTHxHEIGHTxDEPTH@DPI".
-const WarmDesktopHeader = "deskgrid-warm-desktop"
-
-// WarmDesktopTrailer is set to "started" on a CreateSandbox answered with a
-// warm desktop: the session's display exists and runs its desktop.
-const WarmDesktopTrailer = "deskgrid-warm-desktop"
+// Warm desktops: a node may keep sessions of popular images fully started
+// (container, X server, window manager and panel drawn) under ids of their
+// own, for no tenant and used by nobody. A CreateSandbox whose caller will
+// start a desktop names the display it wants (CreateSandboxRequest.desktop);
+// when a warm desktop fits the request, it is given to the new session
+// (Rekey here and in the display service) and the answer's desktop_started
+// tells the caller the display and the desktop are already there.
 
 // DisplaySpec is the display a warm desktop has or a create asks for.
 type DisplaySpec struct{ Width, Height, Depth, DPI int }
@@ -42,11 +33,9 @@ func (d DisplaySpec) String() string {
 	return fmt.Sprintf("%dx%dx%d@%d", d.Width, d.Height, d.Depth, d.DPI)
 }
 
-// ParseDisplaySpec reads what DisplaySpec.String writes.
-func ParseDisplaySpec(s string) (DisplaySpec, bool) {
-	var d DisplaySpec
-	n, err := fmt.Sscanf(s, "%dx%dx%d@%d", &d.Width, &d.Height, &d.Depth, &d.DPI)
-	return d, err == nil && n == 4
+// displaySpecOf is the display a CreateSandbox asks a desktop on.
+func displaySpecOf(d *sandboxv1.DesktopSpec) DisplaySpec {
+	return DisplaySpec{Width: int(d.GetWidth()), Height: int(d.GetHeight()), Depth: int(d.GetDepth()), DPI: int(d.GetDpi())}
 }
 
 // WarmDesktops hands out desktops started ahead of demand.
@@ -72,23 +61,17 @@ func (s *Service) claimWarm(ctx context.Context, req *sandboxv1.CreateSandboxReq
 	if w == nil || req.GetImage() == "" || req.GetWorkspace() != "" || req.GetSnapshotId() != "" {
 		return nil
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	v := md.Get(WarmDesktopHeader)
-	if len(v) != 1 {
+	if req.GetDesktop() == nil {
 		return nil
 	}
-	spec, ok := ParseDisplaySpec(v[0])
-	if !ok {
-		return nil
-	}
-	if !w.Claim(ctx, req.GetSessionId(), s.callerTenant(ctx), req, spec) {
+	if !w.Claim(ctx, req.GetSessionId(), s.callerTenant(ctx), req, displaySpecOf(req.GetDesktop())) {
 		return nil
 	}
 	b, err := s.lookup(ctx, req.GetSessionId())
 	if err != nil {
 		return nil
 	}
-	_ = grpc.SetTrailer(ctx, metadata.Pairs(WarmDesktopTrailer, "started", "deskgrid-metric-warm", "true"))
+	_ = grpc.SetTrailer(ctx, metadata.Pairs("deskgrid-metric-warm", "true"))
 	return b
 }
 

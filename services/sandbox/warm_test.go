@@ -11,9 +11,6 @@ import (
 	"sync"
 	"testing"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
-
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/sandbox/image"
 )
@@ -63,21 +60,20 @@ func TestWarmSandboxGivenToOneSession(t *testing.T) {
 		t.Errorf("a warm sandbox is listed: %v %v", list.GetSandboxes(), err)
 	}
 	h.svc.SetWarmDesktops(&onePool{s: h.svc, ids: []string{"warm-a"}})
-	create := func(id, ref string, header bool) (bool, *sandboxv1.Sandbox) {
+	create := func(id, ref string, desktop bool) (bool, *sandboxv1.Sandbox) {
 		t.Helper()
-		cctx := ctx
-		if header {
-			cctx = metadata.AppendToOutgoingContext(ctx, WarmDesktopHeader, DisplaySpec{Width: 1280, Height: 800, Depth: 24}.String())
+		req := &sandboxv1.CreateSandboxRequest{SessionId: id, Image: ref}
+		if desktop {
+			req.Desktop = &sandboxv1.DesktopSpec{Width: 1280, Height: 800, Depth: 24}
 		}
-		var tr metadata.MD
-		resp, err := h.client.CreateSandbox(cctx, &sandboxv1.CreateSandboxRequest{SessionId: id, Image: ref}, grpc.Trailer(&tr))
+		resp, err := h.client.CreateSandbox(ctx, req)
 		if err != nil {
 			t.Fatalf("create %s: %v", id, err)
 		}
-		return slices.Contains(tr.Get(WarmDesktopTrailer), "started"), resp.GetSandbox()
+		return resp.GetDesktopStarted(), resp.GetSandbox()
 	}
 	if warm, _ := create("plain", "test/busybox:user", false); warm {
-		t.Errorf("a create without the header was given the warm sandbox")
+		t.Errorf("a create naming no desktop was given the warm sandbox")
 	}
 	if warm, _ := create("other", "test/busybox:root", true); warm {
 		t.Errorf("a create of another image was given the warm sandbox")

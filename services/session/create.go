@@ -8,9 +8,7 @@ import (
 	"maps"
 	"slices"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -273,12 +271,11 @@ func (s *Service) startDesktop(ctx context.Context, cur *sessionv1.Session, node
 	d := cur.GetDisplay()
 	// A node keeping desktops of the image started ahead of demand gives
 	// one, its display and desktop included, when it fits.
-	sctx := ctx
+	var desktop *sandboxv1.DesktopSpec
 	if img != "" && snapshotID == "" && cur.GetWorkspace() == "" {
-		sctx = metadata.AppendToOutgoingContext(ctx, warmDesktopHeader, fmt.Sprintf("%dx%dx%d@%d", d.GetWidth(), d.GetHeight(), d.GetDepth(), d.GetDpi()))
+		desktop = &sandboxv1.DesktopSpec{Width: d.GetWidth(), Height: d.GetHeight(), Depth: d.GetDepth(), Dpi: d.GetDpi()}
 	}
-	var trailer metadata.MD
-	sb, err := sandboxes.CreateSandbox(sctx, &sandboxv1.CreateSandboxRequest{
+	sb, err := sandboxes.CreateSandbox(ctx, &sandboxv1.CreateSandboxRequest{
 		SessionId:   cur.GetId(),
 		Workspace:   cur.GetWorkspace(),
 		MemoryBytes: lim.GetMemoryBytes(),
@@ -288,11 +285,12 @@ func (s *Service) startDesktop(ctx context.Context, cur *sessionv1.Session, node
 		SnapshotId:  snapshotID,
 		Network:     cur.GetNetwork(),
 		Image:       img,
-	}, grpc.Trailer(&trailer))
+		Desktop:     desktop,
+	})
 	if err != nil {
 		return "", &nodeError{Node: nodeID, Op: "create sandbox", Err: err}
 	}
-	warm := slices.Contains(trailer.Get(warmDesktopHeader), "started")
+	warm := sb.GetDesktopStarted()
 	if d := sb.GetSandbox().GetImageDigest(); d != "" {
 		// Written with the move to RUNNING.
 		cur.ImageDigest = d
@@ -343,10 +341,6 @@ func (s *Service) startDesktop(ctx context.Context, cur *sessionv1.Session, node
 	s.watchAutostart(cur.GetId(), cur.GetTenant(), sandboxes, started)
 	return xd, nil
 }
-
-// warmDesktopHeader is the metadata of CreateSandbox asking for a desktop
-// started ahead of demand (sandbox.WarmDesktopHeader), and of its answer.
-const warmDesktopHeader = "deskgrid-warm-desktop"
 
 // lostRace explains a conflict during create: someone else changed the session.
 func (s *Service) lostRace(ctx context.Context, id string, err error) error {

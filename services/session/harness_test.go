@@ -2,14 +2,10 @@ package session
 
 import (
 	"context"
-	"database/sql"
 	"io"
 	"log/slog"
 	"net"
-	"net/url"
-	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +21,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/platform/activity"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/platform/natsembed/natstest"
+	"github.com/deskgrid/deskgrid/services/platform/sqlstore/sqlstoretest"
 	"github.com/deskgrid/deskgrid/services/session/placement"
 	"github.com/deskgrid/deskgrid/services/session/store"
 )
@@ -158,32 +155,8 @@ func openSQLite(t testing.TB) store.Store {
 func openPostgres(t testing.TB) store.Store {
 	t.Helper()
 	ctx := context.Background()
-	dsn := os.Getenv("DESKGRID_TEST_POSTGRES_URL")
-	if dsn == "" {
-		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
-	admin, err := sql.Open("pgx", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.Close() })
-	schema := "session_svc_test_" + strings.TrimPrefix(newID(), idPrefix)
-	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatalf("postgres at %s: %v", dsn, err)
-	}
-	t.Cleanup(func() {
-		if _, err := admin.ExecContext(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	st, err := store.OpenPostgres(ctx, u.String(), nil)
+	_, dsn := sqlstoretest.Schema(t, "session_svc_test")
+	st, err := store.OpenPostgres(ctx, dsn, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,83 +3,24 @@ package store
 import (
 	"context"
 	"database/sql"
-	"embed"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"io/fs"
-	"log/slog"
-	"strconv"
-	"strings"
 
-	"github.com/pressly/goose/v3"
-	"github.com/pressly/goose/v3/lock"
 	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
+	"github.com/deskgrid/deskgrid/services/platform/sqlstore"
 )
-
-//go:embed migrations
-var migrations embed.FS
-
-// versionTable is goose's bookkeeping table, named for this service so
-// several services can keep their migrations in one database.
-const versionTable = "agent_goose_version"
-
-func migrate(ctx context.Context, db *sql.DB, d goose.Dialect, dir string, locker lock.SessionLocker, logger *slog.Logger) error {
-	fsys, err := fs.Sub(migrations, "migrations/"+dir)
-	if err != nil {
-		return fmt.Errorf("migrations: %w", err)
-	}
-	opts := []goose.ProviderOption{goose.WithTableName(versionTable), goose.WithDisableGlobalRegistry(true)}
-	if locker != nil {
-		opts = append(opts, goose.WithSessionLocker(locker))
-	}
-	if logger != nil {
-		opts = append(opts, goose.WithSlog(logger))
-	}
-	p, err := goose.NewProvider(d, db, fsys, opts...)
-	if err != nil {
-		return fmt.Errorf("migrations: %w", err)
-	}
-	// Provider.Close would close db, which the store goes on using.
-	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("migrate agent %s schema: %w", dir, err)
-	}
-	return nil
-}
-
-// lockID is the advisory lock serialising migrations of one schema.
-func lockID(schema string) int64 {
-	h := fnv.New64a()
-	h.Write([]byte("deskgrid.agent.migrate/" + schema))
-	return int64(h.Sum64() &^ (1 << 63))
-}
 
 // SQL is a Store in SQLite or PostgreSQL.
 type SQL struct {
+	db       *sqlstore.DB
 	w, r     *sql.DB
 	postgres bool
-	isUnique func(error) bool
 }
 
 // q rewrites ? placeholders to $n for PostgreSQL.
-func (s *SQL) q(query string) string {
-	if !s.postgres {
-		return query
-	}
-	var b strings.Builder
-	n := 0
-	for _, c := range query {
-		if c == '?' {
-			n++
-			b.WriteString("$" + strconv.Itoa(n))
-			continue
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
-}
+func (s *SQL) q(query string) string { return s.db.Rebind(query) }
 
 func (s *SQL) bool(v bool) any {
 	if s.postgres {
@@ -103,7 +44,7 @@ func (s *SQL) Create(ctx context.Context, r *agentv1.Run, a Access) error {
 	_, err = s.w.ExecContext(ctx, s.q(`INSERT INTO agent_runs (id, tenant, session_id, state, create_time, update_time, data, base_url, own_key, sealed_key)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		r.GetId(), r.GetTenant(), r.GetSessionId(), int32(r.GetState()), createNanos(r), r.GetUpdateTime().AsTime().UnixNano(), data, a.BaseURL, s.bool(a.OwnKey), sealed)
-	if err != nil && s.isUnique(err) {
+	if err != nil && sqlstore.IsUnique(err) {
 		return fmt.Errorf("%w: %s", ErrExists, r.GetId())
 	}
 	if err != nil {
@@ -273,10 +214,4 @@ func (s *SQL) Unfinished(ctx context.Context) ([]*agentv1.Run, error) {
 }
 
 // Close closes the database.
-func (s *SQL) Close() error {
-	err := s.w.Close()
-	if s.r != s.w {
-		err = errors.Join(err, s.r.Close())
-	}
-	return err
-}
+func (s *SQL) Close() error { return s.db.Close() }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
 	"github.com/deskgrid/deskgrid/services/agent/store"
 	"github.com/deskgrid/deskgrid/services/agent/store/storetest"
+	"github.com/deskgrid/deskgrid/services/platform/sqlstore/sqlstoretest"
 )
 
 func postgresSchema(t testing.TB) string { return storetest.PostgresSchema(t) }
@@ -221,5 +223,33 @@ func TestSQLTablesArePrefixed(t *testing.T) {
 	}
 	if fmt.Sprint(names) != "[agent_goose_version agent_runs]" {
 		t.Fatalf("tables = %v", names)
+	}
+}
+
+// A SQLite path holding '%', '?' and '#' (which mean something in a URI)
+// is the file the store keeps its runs in, across a reopen.
+func TestSQLiteOddPath(t *testing.T) {
+	ctx := context.Background()
+	path := sqlstoretest.OddPath(t, "agent.db")
+	st, err := store.Open(ctx, path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Create(ctx, run("r1", "t", "s", time.Unix(100, 0)), store.Access{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("no database at %s: %v", path, err)
+	}
+	st, err = store.OpenSQLite(ctx, path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if r, err := st.Get(ctx, "r1"); err != nil || r.GetSessionId() != "s" {
+		t.Fatalf("reopened: %v, %v", r, err)
 	}
 }

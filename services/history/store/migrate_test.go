@@ -2,17 +2,15 @@ package store
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"io/fs"
-	"net/url"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/pressly/goose/v3"
+
+	"github.com/deskgrid/deskgrid/services/platform/sqlstore/sqlstoretest"
 )
 
 // migrateTo brings db to version v only, as an older release left it.
@@ -77,27 +75,8 @@ func TestUpgradeKeepsEntries(t *testing.T) {
 	})
 
 	t.Run("postgres", func(t *testing.T) {
-		base := os.Getenv("DESKGRID_TEST_POSTGRES_URL")
-		if base == "" {
-			base = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-		}
-		admin, err := sql.Open("pgx", base)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer admin.Close()
-		var b [6]byte
-		_, _ = rand.Read(b[:])
-		schema := "history_upgrade_" + hex.EncodeToString(b[:])
-		if _, err := admin.Exec("CREATE SCHEMA " + schema); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { admin.Exec("DROP SCHEMA " + schema + " CASCADE") })
-		u, _ := url.Parse(base)
-		q := u.Query()
-		q.Set("search_path", schema)
-		u.RawQuery = q.Encode()
-		db, err := sql.Open("pgx", u.String())
+		_, dsn := sqlstoretest.Schema(t, "history_upgrade")
+		db, err := sql.Open("pgx", dsn)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,7 +88,7 @@ func TestUpgradeKeepsEntries(t *testing.T) {
 			}
 		}
 		db.Close()
-		s, err := OpenPostgres(ctx, u.String())
+		s, err := OpenPostgres(ctx, dsn)
 		if err != nil {
 			t.Fatal(err)
 		}

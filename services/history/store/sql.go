@@ -12,7 +12,7 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/pressly/goose/v3"
+	"github.com/deskgrid/deskgrid/services/platform/sqlstore"
 )
 
 //go:embed migrations
@@ -25,7 +25,8 @@ const migrationTable = "history_goose_db_version"
 // dialect is what differs between the databases.
 type dialect struct {
 	name string
-	// placeholder returns the n-th (from 1) parameter marker.
+	// placeholder returns the n-th (from 1) parameter marker (the
+	// database's: sqlstore.DB.Placeholder).
 	placeholder func(n int) string
 	// timeDest returns a scan destination and how to read the time from it.
 	timeDest func() (any, func() time.Time)
@@ -44,40 +45,35 @@ type dialect struct {
 	searchOpts []any
 }
 
-// SQL is a Store over database/sql.
+// SQL is a Store over database/sql: w writes, r reads (one pool on
+// PostgreSQL; on SQLite one writing connection and a read-only pool).
 type SQL struct {
-	db *sql.DB
-	d  dialect
+	db   *sqlstore.DB
+	w, r *sql.DB
+	d    dialect
 }
 
 var _ Store = (*SQL)(nil)
 
-func open(ctx context.Context, db *sql.DB, d dialect, gooseDialect goose.Dialect, opts ...goose.ProviderOption) (*SQL, error) {
-	if err := migrate(ctx, db, d.name, gooseDialect, opts...); err != nil {
-		db.Close()
+func config() sqlstore.Config {
+	sub, _ := fs.Sub(migrations, "migrations")
+	return sqlstore.Config{Name: "history", Migrations: sub, VersionTable: migrationTable}
+}
+
+func wrap(db *sqlstore.DB, err error) (*SQL, error) {
+	if err != nil {
 		return nil, err
 	}
-	return &SQL{db: db, d: d}, nil
+	d := sqliteDialect
+	if db.Postgres() {
+		d = postgresDialect
+	}
+	d.placeholder = db.Placeholder
+	return &SQL{db: db, w: db.W, r: db.R, d: d}, nil
 }
 
-func migrate(ctx context.Context, db *sql.DB, dir string, gd goose.Dialect, opts ...goose.ProviderOption) error {
-	fsys, err := fs.Sub(migrations, "migrations/"+dir)
-	if err != nil {
-		return fmt.Errorf("store: migrations: %w", err)
-	}
-	opts = append([]goose.ProviderOption{goose.WithTableName(migrationTable)}, opts...)
-	p, err := goose.NewProvider(gd, db, fsys, opts...)
-	if err != nil {
-		return fmt.Errorf("store: migrations: %w", err)
-	}
-	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("store: migrate %s: %w", dir, err)
-	}
-	return nil
-}
-
-// DB is the underlying database handle.
-func (s *SQL) DB() *sql.DB { return s.db }
+// DB is the database handle that writes.
+func (s *SQL) DB() *sql.DB { return s.w }
 
 // Close closes the database.
 func (s *SQL) Close() error { return s.db.Close() }
@@ -135,7 +131,7 @@ func (s *SQL) append(ctx context.Context, entries []Entry, check func(*sql.Tx) e
 			entries[i].Kind = KindOf(e.Type)
 		}
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("store: begin: %w", err)
 	}
@@ -264,7 +260,7 @@ func (s *SQL) List(ctx context.Context, q Query) ([]Entry, string, error) {
 			eargs = append(eargs, q.Tenant)
 		}
 		var one int
-		err := s.db.QueryRowContext(ctx, exists+" LIMIT 1", eargs...).Scan(&one)
+		err := s.r.QueryRowContext(ctx, exists+" LIMIT 1", eargs...).Scan(&one)
 		switch {
 		case err == sql.ErrNoRows:
 			return nil, "", fmt.Errorf("%w: no entries for %s %q", ErrNotFound, strings.TrimSuffix(ownerCol, "_id"), owner)
@@ -282,7 +278,7 @@ func (s *SQL) List(ctx context.Context, q Query) ([]Entry, string, error) {
 
 // query runs a select of selectColumns; pks receives each row's pk if set.
 func (s *SQL) query(ctx context.Context, query string, args []any, capHint int, pks ...*[]int64) ([]Entry, error) {
-	rows, err := s.db.QueryContext(ctx, query, args...)
+	rows, err := s.r.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -397,7 +393,7 @@ func (s *SQL) DeleteSession(ctx context.Context, tenant, sessionID string) (int6
 		query += " AND tenant = " + s.d.placeholder(2)
 		qargs = append(qargs, tenant)
 	}
-	res, err := s.db.ExecContext(ctx, query, qargs...)
+	res, err := s.w.ExecContext(ctx, query, qargs...)
 	if err != nil {
 		return 0, fmt.Errorf("store: delete session %s: %w", sessionID, err)
 	}
@@ -406,7 +402,7 @@ func (s *SQL) DeleteSession(ctx context.Context, tenant, sessionID string) (int6
 
 // Tenants implements Store.
 func (s *SQL) Tenants(ctx context.Context) ([]TenantUsage, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT tenant, count(*) FROM history_entries GROUP BY tenant ORDER BY tenant")
+	rows, err := s.r.QueryContext(ctx, "SELECT tenant, count(*) FROM history_entries GROUP BY tenant ORDER BY tenant")
 	if err != nil {
 		return nil, fmt.Errorf("store: tenants: %w", err)
 	}
@@ -428,7 +424,7 @@ func (s *SQL) Tenants(ctx context.Context) ([]TenantUsage, error) {
 // DeleteBefore implements Store.
 func (s *SQL) DeleteBefore(ctx context.Context, tenant string, cutoff time.Time, limit int) (int64, error) {
 	p := s.d.placeholder
-	res, err := s.db.ExecContext(ctx, "DELETE FROM history_entries WHERE pk IN (SELECT pk FROM history_entries WHERE tenant = "+p(1)+" AND time < "+p(2)+" LIMIT "+p(3)+")",
+	res, err := s.w.ExecContext(ctx, "DELETE FROM history_entries WHERE pk IN (SELECT pk FROM history_entries WHERE tenant = "+p(1)+" AND time < "+p(2)+" LIMIT "+p(3)+")",
 		tenant, s.d.timeArg(cutoff), max(limit, 1))
 	if err != nil {
 		return 0, fmt.Errorf("store: delete %s entries before %s: %w", tenant, cutoff.Format(time.RFC3339), err)
@@ -439,7 +435,7 @@ func (s *SQL) DeleteBefore(ctx context.Context, tenant string, cutoff time.Time,
 // DeleteOldest implements Store.
 func (s *SQL) DeleteOldest(ctx context.Context, tenant string, keep int64, limit int) (int64, error) {
 	p := s.d.placeholder
-	res, err := s.db.ExecContext(ctx, "DELETE FROM history_entries WHERE pk IN (SELECT pk FROM history_entries WHERE tenant = "+p(1)+" ORDER BY time DESC, pk DESC LIMIT "+p(2)+" OFFSET "+p(3)+")",
+	res, err := s.w.ExecContext(ctx, "DELETE FROM history_entries WHERE pk IN (SELECT pk FROM history_entries WHERE tenant = "+p(1)+" ORDER BY time DESC, pk DESC LIMIT "+p(2)+" OFFSET "+p(3)+")",
 		tenant, max(limit, 1), max(keep, 0))
 	if err != nil {
 		return 0, fmt.Errorf("store: trim %s to %d entries: %w", tenant, keep, err)
@@ -458,7 +454,7 @@ func (s *SQL) BlobReferenced(ctx context.Context, tenant, hash string) (bool, er
 		qargs = append(qargs, tenant)
 	}
 	var one int
-	err := s.db.QueryRowContext(ctx, query+" LIMIT 1", qargs...).Scan(&one)
+	err := s.r.QueryRowContext(ctx, query+" LIMIT 1", qargs...).Scan(&one)
 	switch {
 	case err == sql.ErrNoRows:
 		return false, nil
@@ -467,7 +463,3 @@ func (s *SQL) BlobReferenced(ctx context.Context, tenant, hash string) (bool, er
 	}
 	return true, nil
 }
-
-func questionMark(int) string { return "?" }
-
-func dollar(n int) string { return "$" + strconv.Itoa(n) }

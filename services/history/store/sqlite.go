@@ -3,19 +3,11 @@ package store
 import (
 	"context"
 	"database/sql"
-	"fmt"
-	"net/url"
-	"os"
-	"path/filepath"
 	"time"
-
-	"github.com/pressly/goose/v3"
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
 var sqliteDialect = dialect{
-	name:        "sqlite",
-	placeholder: questionMark,
+	name: "sqlite",
 	timeDest: func() (any, func() time.Time) {
 		var ns int64
 		return &ns, func() time.Time { return time.Unix(0, ns).UTC() }
@@ -50,31 +42,4 @@ func sqliteInsert(ctx context.Context, tx *sql.Tx, chunk []Entry) (int64, error)
 		n += k
 	}
 	return n, nil
-}
-
-// OpenSQLite opens (creating it if needed) the SQLite database at path and
-// brings its schema up to date.
-func OpenSQLite(ctx context.Context, path string) (*SQL, error) {
-	if dir := filepath.Dir(path); dir != "" {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return nil, fmt.Errorf("store: %w", err)
-		}
-	}
-	v := url.Values{}
-	// WAL lets readers run beside the writer; busy_timeout makes a second
-	// writer wait instead of failing; an immediate transaction takes the
-	// write lock at BEGIN so it never has to upgrade and fail mid-way.
-	v.Add("_pragma", "journal_mode(WAL)")
-	v.Add("_pragma", "busy_timeout(10000)")
-	v.Add("_pragma", "synchronous(NORMAL)")
-	v.Set("_txlock", "immediate")
-	db, err := sql.Open("sqlite", "file:"+path+"?"+v.Encode())
-	if err != nil {
-		return nil, fmt.Errorf("store: open sqlite %s: %w", path, err)
-	}
-	if err := db.PingContext(ctx); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("store: open sqlite %s: %w", path, err)
-	}
-	return open(ctx, db, sqliteDialect, goose.DialectSQLite3)
 }

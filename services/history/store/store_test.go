@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/deskgrid/deskgrid/services/history/store"
 	"github.com/deskgrid/deskgrid/services/history/store/storetest"
+	"github.com/deskgrid/deskgrid/services/platform/sqlstore/sqlstoretest"
 )
 
 func forEachDB(t *testing.T, fn func(t *testing.T, s *store.SQL)) {
@@ -235,5 +237,33 @@ func TestReopenKeepsEntries(t *testing.T) {
 	got, _, err := s.List(ctx, store.Query{SessionID: "s1"})
 	if err != nil || len(got) != 1 {
 		t.Fatalf("after reopen: %d entries, %v", len(got), err)
+	}
+}
+
+// A SQLite path holding '%', '?' and '#' (which mean something in a URI)
+// is the file the store keeps its entries in, across a reopen.
+func TestSQLiteOddPath(t *testing.T) {
+	ctx := context.Background()
+	path := sqlstoretest.OddPath(t, "history.db")
+	s, err := store.Open(ctx, "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Append(ctx, []store.Entry{{ID: "e1", SessionID: "s1", Sequence: 1, Type: "t", Time: base, Text: "odd path"}}); err != nil || n != 1 {
+		t.Fatalf("append: %d, %v", n, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("no database at %s: %v", path, err)
+	}
+	s = storetest.SQLiteAt(t, path)
+	got, _, err := s.List(ctx, store.Query{SessionID: "s1"})
+	if err != nil || len(got) != 1 || got[0].ID != "e1" {
+		t.Fatalf("reopened: %v, %v", got, err)
+	}
+	if hits, _, err := s.Search(ctx, store.SearchQuery{Text: "odd"}); err != nil || len(hits) != 1 {
+		t.Fatalf("search: %v, %v", hits, err)
 	}
 }

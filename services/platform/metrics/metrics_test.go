@@ -10,7 +10,6 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -19,6 +18,7 @@ import (
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/platform/metrics"
+	"github.com/deskgrid/deskgrid/services/platform/metrics/metricstest"
 	"github.com/deskgrid/deskgrid/services/platform/natsembed/natstest"
 )
 
@@ -32,32 +32,7 @@ func TestMain(m *testing.M) {
 // sum adds the int64 counter points of name whose attributes include want.
 func sum(t *testing.T, name string, want ...attribute.KeyValue) int64 {
 	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != name {
-				continue
-			}
-			s, ok := m.Data.(metricdata.Sum[int64])
-			if !ok {
-				t.Fatalf("%s is %T", name, m.Data)
-			}
-		points:
-			for _, p := range s.DataPoints {
-				for _, kv := range want {
-					if v, ok := p.Attributes.Value(kv.Key); !ok || v != kv.Value {
-						continue points
-					}
-				}
-				n += p.Value
-			}
-		}
-	}
-	return n
+	return metricstest.Sum(t, reader, name, want...)
 }
 
 func TestReason(t *testing.T) {

@@ -7,41 +7,16 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/deskgrid/deskgrid/services/platform/metrics"
+	"github.com/deskgrid/deskgrid/services/platform/metrics/metricstest"
 )
 
 // histCount adds the observation counts of histogram name's points whose
 // attributes include want.
 func histCount(t *testing.T, name string, want ...attribute.KeyValue) uint64 {
 	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	var n uint64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != name {
-				continue
-			}
-			h, ok := m.Data.(metricdata.Histogram[float64])
-			if !ok {
-				t.Fatalf("%s is %T", name, m.Data)
-			}
-		points:
-			for _, p := range h.DataPoints {
-				for _, kv := range want {
-					if v, ok := p.Attributes.Value(kv.Key); !ok || v != kv.Value {
-						continue points
-					}
-				}
-				n += p.Count
-			}
-		}
-	}
-	return n
+	return metricstest.HistCount(t, reader, name, want...)
 }
 
 // Every call of a client with the hook is timed, by command and outcome.

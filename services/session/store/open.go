@@ -2,22 +2,47 @@ package store
 
 import (
 	"context"
+	"embed"
+	"io/fs"
 	"log/slog"
-	"strings"
+
+	"github.com/deskgrid/deskgrid/services/platform/sqlstore"
 )
+
+//go:embed migrations
+var migrations embed.FS
+
+func config(logger *slog.Logger) sqlstore.Config {
+	sub, _ := fs.Sub(migrations, "migrations")
+	// The version table is named for this service so other services can
+	// keep their own migrations in the same database.
+	return sqlstore.Config{Name: "session", Migrations: sub, VersionTable: "session_goose_version", Logger: logger}
+}
 
 // Open picks the database from dsn: a postgres:// or postgresql:// URL opens
 // PostgreSQL; anything else is a SQLite file path, optionally prefixed with
-// "sqlite:", "sqlite://" or "file:".
+// "sqlite:", "sqlite://" or "file:" (see sqlstore.Open).
 func Open(ctx context.Context, dsn string, logger *slog.Logger) (Store, error) {
-	switch {
-	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		return OpenPostgres(ctx, dsn, logger)
-	case strings.HasPrefix(dsn, "sqlite://"):
-		return OpenSQLite(ctx, strings.TrimPrefix(dsn, "sqlite://"), logger)
-	case strings.HasPrefix(dsn, "file:"):
-		return OpenSQLite(ctx, strings.TrimPrefix(dsn, "file:"), logger)
-	default:
-		return OpenSQLite(ctx, strings.TrimPrefix(dsn, "sqlite:"), logger)
+	return wrap(sqlstore.Open(ctx, dsn, config(logger)))
+}
+
+// OpenPostgres connects to PostgreSQL with dsn (a URL or key=value string;
+// a search_path parameter picks the schema) and migrates it. Replicas
+// starting together take an advisory lock so only one migrates.
+func OpenPostgres(ctx context.Context, dsn string, logger *slog.Logger) (Store, error) {
+	return wrap(sqlstore.OpenPostgres(ctx, dsn, config(logger)))
+}
+
+// OpenSQLite opens (creating if needed) the SQLite database at path and
+// migrates it. One connection writes, so writers queue in the process instead
+// of failing on SQLite's file lock; WAL lets readers run beside it.
+func OpenSQLite(ctx context.Context, path string, logger *slog.Logger) (Store, error) {
+	return wrap(sqlstore.OpenSQLite(ctx, path, config(logger)))
+}
+
+func wrap(db *sqlstore.DB, err error) (Store, error) {
+	if err != nil {
+		return nil, err
 	}
+	return &sqlStore{db: db, w: db.W, r: db.R}, nil
 }

@@ -17,46 +17,22 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
+	"github.com/deskgrid/deskgrid/services/platform/sqlstore"
 	"github.com/deskgrid/deskgrid/services/session/state"
 )
-
-// dialect holds what differs between the SQL databases.
-type dialect struct {
-	name string
-	// dollar makes placeholders $1, $2, ... instead of ?.
-	dollar bool
-	// isUnique reports a unique-constraint violation.
-	isUnique func(error) bool
-}
 
 // sqlStore is the Store over database/sql. Writes go through w and reads
 // through r; they are the same pool except on SQLite, where one connection
 // writes and several read.
 type sqlStore struct {
+	db   *sqlstore.DB
 	w, r *sql.DB
-	d    dialect
 }
 
 const columns = "data"
 
-// bind rewrites ? placeholders for the dialect.
-func (s *sqlStore) bind(q string) string {
-	if !s.d.dollar {
-		return q
-	}
-	var b strings.Builder
-	n := 0
-	for _, c := range q {
-		if c == '?' {
-			n++
-			b.WriteByte('$')
-			b.WriteString(strconv.Itoa(n))
-			continue
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
-}
+// bind rewrites ? placeholders for the database.
+func (s *sqlStore) bind(q string) string { return s.db.Rebind(q) }
 
 // row is the column form of a session.
 type row struct {
@@ -125,7 +101,7 @@ func (s *sqlStore) Create(ctx context.Context, sess *sessionv1.Session, requestI
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		sess.GetId(), r.tenant, r.state, r.nodeID, rid, r.createTime, r.updateTime, r.expireAt, r.idleAt, r.generation, r.data)
 	if err != nil {
-		if s.d.isUnique(err) {
+		if sqlstore.IsUnique(err) {
 			return fmt.Errorf("create session %s: %w", sess.GetId(), ErrAlreadyExists)
 		}
 		return fmt.Errorf("create session %s: %w", sess.GetId(), err)
@@ -137,7 +113,7 @@ func (s *sqlStore) Create(ctx context.Context, sess *sessionv1.Session, requestI
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		if s.d.isUnique(err) {
+		if sqlstore.IsUnique(err) {
 			return fmt.Errorf("create session %s: %w", sess.GetId(), ErrAlreadyExists)
 		}
 		return fmt.Errorf("create session %s: commit: %w", sess.GetId(), err)
@@ -432,10 +408,4 @@ func (s *sqlStore) ListActive(ctx context.Context, nodeID string) ([]*sessionv1.
 	return s.query(ctx, "list active sessions", q+` ORDER BY create_time, id`, args...)
 }
 
-func (s *sqlStore) Close() error {
-	err := s.w.Close()
-	if s.r != s.w {
-		err = errors.Join(err, s.r.Close())
-	}
-	return err
-}
+func (s *sqlStore) Close() error { return s.db.Close() }

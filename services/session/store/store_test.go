@@ -2,12 +2,8 @@ package store_test
 
 import (
 	"context"
-	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -20,16 +16,10 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
+	"github.com/deskgrid/deskgrid/services/platform/sqlstore/sqlstoretest"
 	"github.com/deskgrid/deskgrid/services/session/state"
 	"github.com/deskgrid/deskgrid/services/session/store"
 )
-
-func postgresURL() string {
-	if u := os.Getenv("DESKGRID_TEST_POSTGRES_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
 
 func openSQLite(t testing.TB) store.Store {
 	t.Helper()
@@ -45,30 +35,8 @@ func openSQLite(t testing.TB) store.Store {
 func openPostgres(t testing.TB) store.Store {
 	t.Helper()
 	ctx := context.Background()
-	admin, err := sql.Open("pgx", postgresURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.Close() })
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "session_test_" + hex.EncodeToString(b[:])
-	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatalf("postgres at %s: %v", postgresURL(), err)
-	}
-	t.Cleanup(func() {
-		if _, err := admin.ExecContext(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	u, err := url.Parse(postgresURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	st, err := store.OpenPostgres(ctx, u.String(), nil)
+	_, dsn := sqlstoretest.Schema(t, "session_test")
+	st, err := store.OpenPostgres(ctx, dsn, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -526,26 +494,7 @@ func TestPostgresReplicasMigrateTogether(t *testing.T) {
 	ctx := context.Background()
 	// Several stores opening one fresh schema at once: the advisory lock
 	// keeps their migrations from racing.
-	admin, err := sql.Open("pgx", postgresURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.Close() })
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "session_test_" + hex.EncodeToString(b[:])
-	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := admin.ExecContext(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	u, _ := url.Parse(postgresURL())
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
+	_, dsn := sqlstoretest.Schema(t, "session_test")
 	var wg sync.WaitGroup
 	stores := make([]store.Store, 3)
 	errs := make([]error, 3)
@@ -553,7 +502,7 @@ func TestPostgresReplicasMigrateTogether(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			stores[i], errs[i] = store.Open(ctx, u.String(), nil)
+			stores[i], errs[i] = store.Open(ctx, dsn, nil)
 		}()
 	}
 	wg.Wait()

@@ -4,25 +4,16 @@ package storetest
 
 import (
 	"context"
-	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
-	"net/url"
-	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/deskgrid/deskgrid/services/history/store"
+	"github.com/deskgrid/deskgrid/services/platform/sqlstore/sqlstoretest"
 )
 
 // PostgresURL is the test PostgreSQL server: DESKGRID_TEST_POSTGRES_URL, or
 // the local server.
-func PostgresURL() string {
-	if u := os.Getenv("DESKGRID_TEST_POSTGRES_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
+func PostgresURL() string { return sqlstoretest.PostgresURL() }
 
 // Opener opens a fresh, empty store for one test.
 type Opener struct {
@@ -53,31 +44,8 @@ func SQLiteAt(tb testing.TB, path string) *store.SQL {
 // Postgres opens a store in a new schema, dropped at cleanup.
 func Postgres(tb testing.TB) *store.SQL {
 	tb.Helper()
-	ctx := context.Background()
-	admin, err := sql.Open("pgx", PostgresURL())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { admin.Close() })
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "history_test_" + hex.EncodeToString(b[:])
-	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
-		tb.Fatalf("postgres at %s (set DESKGRID_TEST_POSTGRES_URL): %v", PostgresURL(), err)
-	}
-	tb.Cleanup(func() {
-		if _, err := admin.ExecContext(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			tb.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	u, err := url.Parse(PostgresURL())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	s, err := store.OpenPostgres(ctx, u.String())
+	_, dsn := sqlstoretest.Schema(tb, "history_test")
+	s, err := store.OpenPostgres(context.Background(), dsn)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -12,19 +12,10 @@ import (
 	"hash/fnv"
 	"io/fs"
 	"log/slog"
-	"net/url"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
-	"github.com/pressly/goose/v3"
-	"github.com/pressly/goose/v3/lock"
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
-
 	"github.com/deskgrid/deskgrid/services/platform/auth"
+	"github.com/deskgrid/deskgrid/services/platform/sqlstore"
 )
 
 //go:embed migrations
@@ -71,128 +62,47 @@ func (k Key) Active(now time.Time) bool {
 
 // Store is the tenants and keys in one database.
 type Store struct {
+	db       *sqlstore.DB
 	w, r     *sql.DB
 	postgres bool
-	isUnique func(error) bool
 	now      func() time.Time
+}
+
+func config(logger *slog.Logger) sqlstore.Config {
+	sub, _ := fs.Sub(migrations, "migrations")
+	// Keys are few and written rarely: a revocation must survive a power loss.
+	return sqlstore.Config{Name: "auth", Migrations: sub, VersionTable: versionTable, Logger: logger, MaxConns: 8, Durable: true}
 }
 
 // Open picks the database from dsn: a postgres:// or postgresql:// URL is
 // PostgreSQL (a search_path parameter picks the schema); anything else is
 // a SQLite file path, optionally prefixed with "sqlite:", "sqlite://" or
-// "file:".
+// "file:" (see sqlstore.Open).
 func Open(ctx context.Context, dsn string, logger *slog.Logger) (*Store, error) {
-	switch {
-	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		return OpenPostgres(ctx, dsn, logger)
-	case strings.HasPrefix(dsn, "sqlite://"):
-		return OpenSQLite(ctx, strings.TrimPrefix(dsn, "sqlite://"), logger)
-	case strings.HasPrefix(dsn, "file:"):
-		return OpenSQLite(ctx, strings.TrimPrefix(dsn, "file:"), logger)
-	default:
-		return OpenSQLite(ctx, strings.TrimPrefix(dsn, "sqlite:"), logger)
-	}
+	return wrap(sqlstore.Open(ctx, dsn, config(logger)))
 }
 
 // OpenPostgres connects and migrates; replicas starting together take an
 // advisory lock so only one migrates.
 func OpenPostgres(ctx context.Context, dsn string, logger *slog.Logger) (*Store, error) {
-	db, err := sql.Open("pgx", dsn)
-	if err != nil {
-		return nil, fmt.Errorf("postgres key store: %w", err)
-	}
-	db.SetMaxOpenConns(8)
-	db.SetMaxIdleConns(2)
-	db.SetConnMaxIdleTime(5 * time.Minute)
-	var schema string
-	if err := db.QueryRowContext(ctx, "SELECT coalesce(current_schema(), '')").Scan(&schema); err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("postgres key store: %w", err)
-	}
-	if schema == "" {
-		_ = db.Close()
-		return nil, errors.New("postgres key store: no schema on the search_path exists")
-	}
-	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockID("migrate/"+schema)), lock.WithLockTimeout(1, 300))
-	if err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("postgres key store: %w", err)
-	}
-	if err := migrate(ctx, db, goose.DialectPostgres, "postgres", locker, logger); err != nil {
-		_ = db.Close()
-		return nil, err
-	}
-	return &Store{w: db, r: db, postgres: true, now: time.Now, isUnique: func(err error) bool {
-		var pe *pgconn.PgError
-		return errors.As(err, &pe) && pe.Code == "23505"
-	}}, nil
+	return wrap(sqlstore.OpenPostgres(ctx, dsn, config(logger)))
 }
 
 // OpenSQLite opens (creating if needed) the database file at path and
 // migrates it. One connection writes, so writers queue in the process
 // instead of failing on the file lock.
 func OpenSQLite(ctx context.Context, path string, logger *slog.Logger) (*Store, error) {
-	if path == "" {
-		return nil, errors.New("sqlite key store: path is required")
-	}
-	q := url.Values{}
-	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "busy_timeout(10000)")
-	q.Add("_pragma", "foreign_keys(1)")
-	uri := "file:" + strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
-	wq := url.Values{"_txlock": {"immediate"}}
-	for k, v := range q {
-		wq[k] = v
-	}
-	w, err := sql.Open("sqlite", uri+"?"+wq.Encode())
+	return wrap(sqlstore.OpenSQLite(ctx, path, config(logger)))
+}
+
+func wrap(db *sqlstore.DB, err error) (*Store, error) {
 	if err != nil {
-		return nil, fmt.Errorf("sqlite key store %s: %w", path, err)
-	}
-	w.SetMaxOpenConns(1)
-	w.SetConnMaxLifetime(0)
-	if err := migrate(ctx, w, goose.DialectSQLite3, "sqlite", nil, logger); err != nil {
-		_ = w.Close()
 		return nil, err
 	}
-	q.Add("_pragma", "query_only(1)")
-	r, err := sql.Open("sqlite", uri+"?"+q.Encode())
-	if err != nil {
-		_ = w.Close()
-		return nil, fmt.Errorf("sqlite key store %s: %w", path, err)
-	}
-	r.SetMaxOpenConns(4)
-	return &Store{w: w, r: r, now: time.Now, isUnique: func(err error) bool {
-		var se *sqlite.Error
-		if !errors.As(err, &se) {
-			return false
-		}
-		return se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
-	}}, nil
+	return &Store{db: db, w: db.W, r: db.R, postgres: db.Postgres(), now: time.Now}, nil
 }
 
-func migrate(ctx context.Context, db *sql.DB, d goose.Dialect, dir string, locker lock.SessionLocker, logger *slog.Logger) error {
-	fsys, err := fs.Sub(migrations, "migrations/"+dir)
-	if err != nil {
-		return fmt.Errorf("key store migrations: %w", err)
-	}
-	opts := []goose.ProviderOption{goose.WithTableName(versionTable), goose.WithDisableGlobalRegistry(true)}
-	if locker != nil {
-		opts = append(opts, goose.WithSessionLocker(locker))
-	}
-	if logger != nil {
-		opts = append(opts, goose.WithSlog(logger))
-	}
-	p, err := goose.NewProvider(d, db, fsys, opts...)
-	if err != nil {
-		return fmt.Errorf("key store migrations: %w", err)
-	}
-	// Provider.Close would close db, which the store goes on using.
-	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("migrate key store %s schema: %w", dir, err)
-	}
-	return nil
-}
-
+// lockID is an advisory lock of the store's own (not the migrations').
 func lockID(what string) int64 {
 	h := fnv.New64a()
 	h.Write([]byte("deskgrid.auth/" + what))
@@ -200,31 +110,10 @@ func lockID(what string) int64 {
 }
 
 // Close closes the database.
-func (s *Store) Close() error {
-	err := s.w.Close()
-	if s.r != s.w {
-		err = errors.Join(err, s.r.Close())
-	}
-	return err
-}
+func (s *Store) Close() error { return s.db.Close() }
 
 // q rewrites ? placeholders to $n for PostgreSQL.
-func (s *Store) q(query string) string {
-	if !s.postgres {
-		return query
-	}
-	var b strings.Builder
-	n := 0
-	for _, c := range query {
-		if c == '?' {
-			n++
-			b.WriteString("$" + strconv.Itoa(n))
-			continue
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
-}
+func (s *Store) q(query string) string { return s.db.Rebind(query) }
 
 // ValidTenantID checks a tenant id: 1 to 63 lower-case letters, digits and
 // dashes, not starting with a dash (safe in paths, labels and subjects).
@@ -262,7 +151,7 @@ func (s *Store) CreateTenant(ctx context.Context, id, name string) (Tenant, erro
 	t := Tenant{ID: id, Name: name, CreateTime: s.now()}
 	_, err := s.w.ExecContext(ctx, s.q("INSERT INTO auth_tenants (id, name, create_time) VALUES (?, ?, ?)"), t.ID, t.Name, nanos(t.CreateTime))
 	if err != nil {
-		if s.isUnique(err) {
+		if sqlstore.IsUnique(err) {
 			return Tenant{}, fmt.Errorf("tenant %q: %w", id, ErrExists)
 		}
 		return Tenant{}, fmt.Errorf("create tenant %q: %w", id, err)

@@ -2,55 +2,35 @@ package keystore
 
 import (
 	"context"
-	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
 	"errors"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
 	"github.com/deskgrid/deskgrid/services/platform/auth"
+	"github.com/deskgrid/deskgrid/services/platform/metrics/metricstest"
+	"github.com/deskgrid/deskgrid/services/platform/sqlstore/sqlstoretest"
 )
 
-func postgresURL() string {
-	if u := os.Getenv("DESKGRID_TEST_POSTGRES_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+var reader = sdkmetric.NewManualReader()
+
+func TestMain(m *testing.M) {
+	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	os.Exit(m.Run())
 }
 
 // postgresSchema creates a schema for the test, dropped when it ends, and
 // returns a DSN whose search_path is that schema.
 func postgresSchema(tb testing.TB) string {
 	tb.Helper()
-	admin, err := sql.Open("pgx", postgresURL())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = admin.Close() })
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "auth_test_" + hex.EncodeToString(b[:])
-	if _, err := admin.ExecContext(context.Background(), "CREATE SCHEMA "+schema); err != nil {
-		tb.Fatalf("postgres at %s: %v", postgresURL(), err)
-	}
-	tb.Cleanup(func() {
-		if _, err := admin.ExecContext(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			tb.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	u, err := url.Parse(postgresURL())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
+	_, dsn := sqlstoretest.Schema(tb, "auth_test")
+	return dsn
 }
 
 // dialects opens a fresh store per dialect; reopen opens the same database
@@ -304,4 +284,62 @@ func TestMigrationsIdempotent(t *testing.T) {
 		open(t, dsn)
 		open(t, dsn)
 	})
+}
+
+// A SQLite path holding '%', '?' and '#' (which mean something in a URI)
+// is the file the store keeps its tenants in, across a reopen.
+func TestSQLiteOddPath(t *testing.T) {
+	ctx := context.Background()
+	path := sqlstoretest.OddPath(t, "auth.db")
+	s, err := Open(ctx, "sqlite:"+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateTenant(ctx, "acme", "Acme"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("no database at %s: %v", path, err)
+	}
+	s = open(t, path)
+	if got, err := s.GetTenant(ctx, "acme"); err != nil || got.Name != "Acme" {
+		t.Fatalf("reopened: %+v, %v", got, err)
+	}
+}
+
+// queries counts the PostgreSQL queries the store labelled store timed
+// with operation and outcome.
+func queries(t *testing.T, store, op, outcome string) uint64 {
+	t.Helper()
+	return metricstest.HistCount(t, reader, "deskgrid.postgres.query.duration",
+		attribute.String("store", store), attribute.String("operation", op), attribute.String("outcome", outcome))
+}
+
+// The key store's PostgreSQL queries are timed under store="auth": a read
+// as a select, a duplicate tenant as an insert refused with a conflict.
+func TestPostgresQueriesTimed(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, postgresSchema(t))
+	sel, ins, dup := queries(t, "auth", "select", "ok"), queries(t, "auth", "insert", "ok"), queries(t, "auth", "insert", "conflict")
+	if _, err := s.CreateTenant(ctx, "acme", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateTenant(ctx, "acme", ""); !errors.Is(err, ErrExists) {
+		t.Fatalf("duplicate tenant: %v", err)
+	}
+	if _, err := s.GetTenant(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if d := queries(t, "auth", "insert", "ok") - ins; d != 1 {
+		t.Errorf("%d inserts timed, want 1", d)
+	}
+	if d := queries(t, "auth", "insert", "conflict") - dup; d != 1 {
+		t.Errorf("%d conflicting inserts timed, want 1", d)
+	}
+	if d := queries(t, "auth", "select", "ok") - sel; d != 1 {
+		t.Errorf("%d selects timed, want 1", d)
+	}
 }

@@ -1,0 +1,81 @@
+// Package metricstest reads what a test's meter provider recorded.
+package metricstest
+
+import (
+	"context"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+// points calls add with each data point of instrument name whose
+// attributes include want.
+func points(tb testing.TB, r sdkmetric.Reader, name string, want []attribute.KeyValue, add func(data metricdata.Aggregation, i int)) {
+	tb.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		tb.Fatal(err)
+	}
+	match := func(set attribute.Set) bool {
+		for _, kv := range want {
+			if v, ok := set.Value(kv.Key); !ok || v != kv.Value {
+				return false
+			}
+		}
+		return true
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			switch d := m.Data.(type) {
+			case metricdata.Histogram[float64]:
+				for i, p := range d.DataPoints {
+					if match(p.Attributes) {
+						add(d, i)
+					}
+				}
+			case metricdata.Sum[int64]:
+				for i, p := range d.DataPoints {
+					if match(p.Attributes) {
+						add(d, i)
+					}
+				}
+			default:
+				tb.Fatalf("%s is %T", name, m.Data)
+			}
+		}
+	}
+}
+
+// HistCount adds the observation counts of float histogram name's points
+// whose attributes include want.
+func HistCount(tb testing.TB, r sdkmetric.Reader, name string, want ...attribute.KeyValue) uint64 {
+	tb.Helper()
+	var n uint64
+	points(tb, r, name, want, func(data metricdata.Aggregation, i int) {
+		h, ok := data.(metricdata.Histogram[float64])
+		if !ok {
+			tb.Fatalf("%s is %T, not a histogram", name, data)
+		}
+		n += h.DataPoints[i].Count
+	})
+	return n
+}
+
+// Sum adds the int64 counter points of name whose attributes include want.
+func Sum(tb testing.TB, r sdkmetric.Reader, name string, want ...attribute.KeyValue) int64 {
+	tb.Helper()
+	var n int64
+	points(tb, r, name, want, func(data metricdata.Aggregation, i int) {
+		s, ok := data.(metricdata.Sum[int64])
+		if !ok {
+			tb.Fatalf("%s is %T, not a sum", name, data)
+		}
+		n += s.DataPoints[i].Value
+	})
+	return n
+}
