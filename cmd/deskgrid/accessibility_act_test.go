@@ -103,13 +103,7 @@ func actThroughTheTree(t *testing.T, p *upProcess, s *deskgrid.Session, l *deskg
 			time.Sleep(500 * time.Millisecond) // polled: the window's widgets appear as it starts
 		}
 	}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{
-		Endpoint: p.httpURL + "/mcp", HTTPClient: &http.Client{Transport: bearerTransport{key: p.key, next: http.DefaultTransport}},
-	}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	cs := mcpOverHTTP(t, ctx, p.httpURL, p.key)
 	// Set text through REST; the reply holds the node's new text.
 	start := time.Now()
 	code, body := act(js(map[string]any{"id": view.GetId(), "text": "ann@example.com"}))
