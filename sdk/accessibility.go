@@ -33,6 +33,57 @@ func Application(name string) AccessibilityOption {
 	return func(r *sandboxv1.GetAccessibilityTreeRequest) { r.Application = name }
 }
 
+// Root reads only the subtree of one node, by the id the tree gave it (a
+// window's, say); MaxDepth then counts from it.
+func Root(id string) AccessibilityOption {
+	return func(r *sandboxv1.GetAccessibilityTreeRequest) { r.Root = id }
+}
+
+// AccessibleAct is what ActOnAccessible does to a node: DoAction, SetText
+// or Focus.
+type AccessibleAct func(*sandboxv1.ActOnAccessibleRequest)
+
+// DoAction performs the node's action of this name ("click", "press",
+// "activate"...; any case), one of those its AccessibleNode lists.
+func DoAction(name string) AccessibleAct {
+	return func(r *sandboxv1.ActOnAccessibleRequest) {
+		r.Operation = &sandboxv1.ActOnAccessibleRequest_Action{Action: name}
+	}
+}
+
+// SetText replaces the contents of an editable text; "" clears it.
+func SetText(text string) AccessibleAct {
+	return func(r *sandboxv1.ActOnAccessibleRequest) {
+		r.Operation = &sandboxv1.ActOnAccessibleRequest_Text{Text: text}
+	}
+}
+
+// Focus gives the node the keyboard focus.
+func Focus() AccessibleAct {
+	return func(r *sandboxv1.ActOnAccessibleRequest) {
+		r.Operation = &sandboxv1.ActOnAccessibleRequest_Focus{Focus: true}
+	}
+}
+
+// ActOnAccessible acts on the node of the accessibility tree whose id is
+// id, through the application itself (no pointer or keyboard input), and
+// returns the node as it is afterwards: nil when the act made it go away.
+// A stale id is a NotFound error; a node that cannot do it a
+// FailedPrecondition one saying what it can do.
+func (s *Session) ActOnAccessible(ctx context.Context, id string, act AccessibleAct) (*sandboxv1.AccessibleNode, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	req := &sandboxv1.ActOnAccessibleRequest{SessionId: s.GetId(), Id: id}
+	if act != nil {
+		act(req)
+	}
+	resp, err := s.c.sandbox.ActOnAccessible(ctx, req)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return resp.GetNode(), nil
+}
+
 // AccessibilityTree reads the accessibility tree (AT-SPI2) of the
 // session's desktop: applications, their windows and widgets, with role,
 // name, states, actions and bounds in screen pixels.

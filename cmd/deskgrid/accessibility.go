@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -12,45 +13,114 @@ import (
 	deskgrid "github.com/deskgrid/deskgrid/sdk"
 )
 
-// runAccessibility prints a session's accessibility tree.
+// runAccessibility prints a session's accessibility tree, or acts on one
+// of its nodes: do NODE ACTION, set-text NODE TEXT, focus NODE. With -role
+// and/or -name in place of NODE, the one node they find.
 func runAccessibility(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cf := newClientFlags("a11y", stderr)
 	depth := fs.Int("depth", 0, "levels below each application (0: 12, at most 64)")
 	nodes := fs.Int("nodes", 0, "nodes at most (0: 2000, at most 20000)")
 	visible := fs.Bool("visible", false, "only what shows on the screen")
 	app := fs.String("app", "", "only applications whose name contains this")
+	root := fs.String("root", "", "only the subtree of this node id (a window's)")
 	role := fs.String("role", "", "find: only nodes of this role (push button, entry, link, ...)")
 	name := fs.String("name", "", "find: only nodes whose name contains this")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return usageError("a11y: want one session id")
+	const usage = "a11y: want <id> [-app A] [-root NODE] [-role R -name N], or <id> do NODE ACTION | set-text NODE TEXT | focus NODE (NODE may be left out for -role/-name to find it)"
+	if len(pos) < 1 {
+		return usageError(usage)
+	}
+	var act deskgrid.AccessibleAct
+	var node string
+	if len(pos) > 1 {
+		verb, rest := pos[1], pos[2:]
+		// The node is the first argument when it is an id; else -role and
+		// -name find it.
+		if len(rest) > 0 && strings.HasPrefix(rest[0], ":") {
+			node, rest = rest[0], rest[1:]
+		} else if *role == "" && *name == "" {
+			return usageError(usage)
+		}
+		switch {
+		case verb == "do" && len(rest) == 1:
+			act = deskgrid.DoAction(rest[0])
+		case verb == "set-text" && len(rest) == 1:
+			act = deskgrid.SetText(rest[0])
+		case verb == "focus" && len(rest) == 0:
+			act = deskgrid.Focus()
+		default:
+			return usageError(usage)
+		}
 	}
 	conn, ctx, done, err := cf.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
-	tree, err := sandboxv1.NewSandboxServiceClient(conn).GetAccessibilityTree(ctx, &sandboxv1.GetAccessibilityTreeRequest{
-		SessionId: pos[0], MaxDepth: int32(*depth), MaxNodes: int32(*nodes), OnlyVisible: *visible, Application: *app,
-	})
-	if err != nil {
-		return rpcError(err)
+	client := sandboxv1.NewSandboxServiceClient(conn)
+	var tree *sandboxv1.GetAccessibilityTreeResponse
+	if act == nil || node == "" {
+		tree, err = client.GetAccessibilityTree(ctx, &sandboxv1.GetAccessibilityTreeRequest{
+			SessionId: pos[0], MaxDepth: int32(*depth), MaxNodes: int32(*nodes), OnlyVisible: *visible, Application: *app, Root: *root,
+		})
+		if err != nil {
+			return rpcError(err)
+		}
+	}
+	m := protojson.MarshalOptions{Multiline: true, Indent: "  "}
+	if act != nil {
+		if node == "" {
+			found := deskgrid.FindAccessible(tree, *role, *name)
+			if len(found) != 1 {
+				var b strings.Builder
+				writeFound(&b, found)
+				return fmt.Errorf("a11y %s: -role %q -name %q find %d nodes, want one (give its id):\n%s", pos[1], *role, *name, len(found), b.String())
+			}
+			node = found[0].GetId()
+		}
+		s, err := deskgrid.NewWithConn(conn).Sessions.Get(ctx, pos[0])
+		if err != nil {
+			return rpcError(err)
+		}
+		n, err := s.ActOnAccessible(ctx, node, act)
+		if err != nil {
+			return rpcError(err)
+		}
+		if cf.output == "json" {
+			b, err := m.Marshal(&sandboxv1.ActOnAccessibleResponse{Node: n})
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintln(stdout, string(b))
+			return err
+		}
+		if n == nil {
+			_, err = fmt.Fprintf(stdout, "%s: done; the node is gone\n", node)
+			return err
+		}
+		return writeFound(stdout, []*sandboxv1.AccessibleNode{n})
 	}
 	if *role != "" || *name != "" {
 		found := deskgrid.FindAccessible(tree, *role, *name)
-		flat := &sandboxv1.GetAccessibilityTreeResponse{NodeCount: int32(len(found))}
-		for _, n := range found {
-			leaf := &sandboxv1.AccessibleNode{Id: n.GetId(), Role: n.GetRole(), Name: n.GetName(), Description: n.GetDescription(),
-				States: n.GetStates(), Bounds: n.GetBounds(), Actions: n.GetActions(), Text: n.GetText(), Value: n.Value, ChildCount: n.GetChildCount()}
-			flat.Applications = append(flat.Applications, leaf)
+		if cf.output == "json" {
+			flat := &sandboxv1.GetAccessibilityTreeResponse{NodeCount: int32(len(found))}
+			for _, n := range found {
+				flat.Applications = append(flat.Applications, leaf(n))
+			}
+			b, err := m.Marshal(flat)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintln(stdout, string(b))
+			return err
 		}
-		tree = flat
+		return writeFound(stdout, found)
 	}
 	if cf.output == "json" {
-		b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(tree)
+		b, err := m.Marshal(tree)
 		if err != nil {
 			return err
 		}
@@ -58,6 +128,27 @@ func runAccessibility(ctx context.Context, args []string, stdout, stderr io.Writ
 		return err
 	}
 	return deskgrid.WriteAccessibilityTree(stdout, tree)
+}
+
+// leaf is a node without its children.
+func leaf(n *sandboxv1.AccessibleNode) *sandboxv1.AccessibleNode {
+	return &sandboxv1.AccessibleNode{Id: n.GetId(), Role: n.GetRole(), Name: n.GetName(), Description: n.GetDescription(),
+		States: n.GetStates(), Bounds: n.GetBounds(), Actions: n.GetActions(), Text: n.GetText(), Value: n.Value, ChildCount: n.GetChildCount()}
+}
+
+// writeFound writes nodes one a line, as the tree does, each followed by
+// its id: what do, set-text and focus take.
+func writeFound(w io.Writer, nodes []*sandboxv1.AccessibleNode) error {
+	for _, n := range nodes {
+		var b strings.Builder
+		if err := deskgrid.WriteAccessibilityTree(&b, &sandboxv1.GetAccessibilityTreeResponse{Applications: []*sandboxv1.AccessibleNode{leaf(n)}}); err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(w, "%s  %s\n", strings.TrimSuffix(b.String(), "\n"), n.GetId()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // runApps lists the applications a session offers, or launches one and

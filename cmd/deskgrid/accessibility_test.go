@@ -19,7 +19,7 @@ import (
 // desktop-image session through REST, the Go SDK and the CLI: Chromium
 // showing a page with a button is there, the button with its name, role,
 // action and place on the screen; the tree is bounded and bad input is
-// refused.
+// refused; then its nodes are acted on (actThroughTheTree).
 func TestAccessibilityTreeOfADesktopSession(t *testing.T) {
 	p := startUpOnDesktop(t, t.TempDir(), t.TempDir())
 	a := p.createWith(`{"display":{"width":1280,"height":800}}`)
@@ -48,7 +48,7 @@ func TestAccessibilityTreeOfADesktopSession(t *testing.T) {
 		time.Sleep(500 * time.Millisecond) // polled: the bus comes up with the desktop
 	}
 
-	page := "data:text/html," + url.PathEscape(`<title>Form</title><h1>Sign up</h1><button>Press me</button>`)
+	page := "data:text/html," + url.PathEscape(actPage)
 	if _, code := p.execIn(a.ID, "sh", "-c", `setsid -f chromium --user-data-dir=/tmp/a11y-profile --window-size=900,600 --window-position=50,40 '`+page+`' >/dev/null 2>&1`); code != 0 {
 		t.Fatalf("start chromium: exit %d", code)
 	}
@@ -186,4 +186,7 @@ func TestAccessibilityTreeOfADesktopSession(t *testing.T) {
 	if err := run(ctx, []string{"apps", a.ID, "-addr", p.grpc, "-api-key", p.key}, &out, &errOut); err != nil || !strings.Contains(out.String(), "Mousepad") {
 		t.Errorf("deskgrid apps: %v %q", err, out.String())
 	}
+
+	// Acting through the tree, on this page and this Mousepad.
+	actThroughTheTree(t, p, s, l)
 }

@@ -60,6 +60,20 @@ func TestEndToEndMCP(t *testing.T) {
 	}
 }
 
+// mcpOverHTTP connects an MCP host to a gateway's /mcp with an API key;
+// the session closes when the test ends.
+func mcpOverHTTP(t *testing.T, ctx context.Context, httpURL, key string) *mcp.ClientSession {
+	t.Helper()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{
+		Endpoint: httpURL + "/mcp", HTTPClient: &http.Client{Transport: bearerTransport{key: key, next: http.DefaultTransport}},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
 // bearerTransport sends an API key with every request, as an MCP host
 // configured with deskgrid's key does.
 type bearerTransport struct {

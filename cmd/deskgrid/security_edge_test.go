@@ -49,13 +49,7 @@ func TestEndToEndEdgeAttacks(t *testing.T) {
 	t.Run("MCP session riding", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		cs, err := mcp.NewClient(&mcp.Implementation{Name: "victim", Version: "1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{
-			Endpoint: a.httpURL + "/mcp", HTTPClient: &http.Client{Transport: bearerTransport{key: a.admin, next: http.DefaultTransport}},
-		}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cs.Close()
+		cs := mcpOverHTTP(t, ctx, a.httpURL, a.admin)
 		if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "read_file", Arguments: map[string]any{"session_id": victimSession, "path": "secret.txt"}}); err != nil || res.IsError {
 			t.Fatalf("victim's own MCP read: %v %v", err, res)
 		}

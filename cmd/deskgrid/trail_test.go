@@ -121,13 +121,7 @@ func TestEndToEndTrail(t *testing.T) {
 	}
 
 	// A file written through MCP.
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{
-		Endpoint: p.httpURL + "/mcp", HTTPClient: &http.Client{Transport: bearerTransport{key: p.key, next: http.DefaultTransport}},
-	}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	cs := mcpOverHTTP(t, ctx, p.httpURL, p.key)
 	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "write_file", Arguments: map[string]any{"session_id": s.ID, "path": "from-mcp.txt", "content": "written by an MCP host"}}); err != nil || res.IsError {
 		t.Fatalf("write_file: %v %v", err, res)
 	}

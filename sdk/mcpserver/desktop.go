@@ -19,6 +19,7 @@ func addDesktopTools(s *mcp.Server, t *tools) {
 	addTool(s, t, &mcp.Tool{Name: "set_clipboard", Description: "Put text (any Unicode, at most 1 MiB) on a session's clipboard, for its programs to paste with ctrl+v."}, t.setClipboard)
 	addTool(s, t, &mcp.Tool{Name: "list_windows", Description: "List a session's open windows: id, title, class, pid, geometry, focused, minimized, maximized."}, t.listWindows)
 	addTool(s, t, &mcp.Tool{Name: "accessibility_tree", Description: "Read the accessibility tree of a session's desktop (applications, windows, buttons, links, text fields...), one node a line: role, \"name\", [states], @x,y WxH in screen pixels (click the middle to press it), (actions), = text. With role and/or name, only the matching nodes."}, t.accessibilityTree)
+	addTool(s, t, &mcp.Tool{Name: "accessible_act", Description: "Act on a node of the accessibility tree through its application, without the mouse or keyboard: action performs one of its actions by name (click, press, activate...), text replaces an editable text's contents, focus gives it the keyboard focus; exactly one. Name the node by id (the tree with role or name shows ids), or by role and/or name (and application) when they find exactly one node. Returns the node afterwards."}, t.accessibleAct)
 	addTool(s, t, &mcp.Tool{Name: "list_applications", Description: "List the applications a session's desktop offers (its menu entries): id, name, comment."}, t.listApplications)
 	addTool(s, t, &mcp.Tool{Name: "launch", Description: "Start an application by id or name (as list_applications gives them), optionally with files or URLs to open, and wait for its window; returns the window."}, t.launch)
 	addTool(s, t, &mcp.Tool{Name: "window", Description: "Act on a window by id: activate, close, minimize, maximize, fullscreen, restore, or move (x, y and optionally width, height). Returns the window afterwards."}, t.window)
@@ -213,12 +214,92 @@ func (t *tools) accessibilityTree(ctx context.Context, _ *mcp.CallToolRequest, i
 			flat.Applications = append(flat.Applications, leaf)
 		}
 		tree, out.Nodes = flat, len(found)
+		// Found nodes carry their ids, for accessible_act.
+		out.Tree = withIDs(found)
+		return nil, out, nil
 	}
 	var b strings.Builder
 	if err := deskgrid.WriteAccessibilityTree(&b, tree); err != nil {
 		return nil, accessibilityOut{}, err
 	}
 	out.Tree = b.String()
+	return nil, out, nil
+}
+
+// withIDs writes nodes one a line as the tree does, each followed by
+// "id=" and its id.
+func withIDs(nodes []*sandboxv1.AccessibleNode) string {
+	var b strings.Builder
+	for _, n := range nodes {
+		leaf := proto.Clone(n).(*sandboxv1.AccessibleNode)
+		leaf.Children = nil
+		var line strings.Builder
+		_ = deskgrid.WriteAccessibilityTree(&line, &sandboxv1.GetAccessibilityTreeResponse{Applications: []*sandboxv1.AccessibleNode{leaf}})
+		fmt.Fprintf(&b, "%s id=%s\n", strings.TrimSuffix(line.String(), "\n"), n.GetId())
+	}
+	return b.String()
+}
+
+type accessibleActIn struct {
+	SessionID   string  `json:"session_id"`
+	ID          string  `json:"id,omitempty" jsonschema:"the node's id, as accessibility_tree shows it (id=...)"`
+	Role        string  `json:"role,omitempty" jsonschema:"without id: the node of this role (push button, entry, ...)"`
+	Name        string  `json:"name,omitempty" jsonschema:"without id: the node whose name contains this (any case)"`
+	Application string  `json:"application,omitempty" jsonschema:"without id: look only in applications whose name contains this"`
+	Action      string  `json:"action,omitempty" jsonschema:"perform this action of the node (click, press, activate, ...)"`
+	Text        *string `json:"text,omitempty" jsonschema:"replace the node's editable text with this (empty clears it)"`
+	Focus       bool    `json:"focus,omitempty" jsonschema:"give the node the keyboard focus"`
+}
+
+type accessibleActOut struct {
+	// Node is the node afterwards, one line as the tree shows it; empty
+	// when the act made it go away.
+	Node string `json:"node"`
+	ID   string `json:"id"`
+}
+
+func (t *tools) accessibleAct(ctx context.Context, _ *mcp.CallToolRequest, in accessibleActIn) (*mcp.CallToolResult, accessibleActOut, error) {
+	var act deskgrid.AccessibleAct
+	asked := 0
+	if in.Action != "" {
+		act, asked = deskgrid.DoAction(in.Action), asked+1
+	}
+	if in.Text != nil {
+		act, asked = deskgrid.SetText(*in.Text), asked+1
+	}
+	if in.Focus {
+		act, asked = deskgrid.Focus(), asked+1
+	}
+	if asked != 1 {
+		return nil, accessibleActOut{}, fmt.Errorf("want exactly one of action, text or focus")
+	}
+	s, err := t.session(ctx, in.SessionID)
+	if err != nil {
+		return nil, accessibleActOut{}, err
+	}
+	id := in.ID
+	if id == "" {
+		if in.Role == "" && in.Name == "" {
+			return nil, accessibleActOut{}, fmt.Errorf("want the node's id, or a role and/or name that find it")
+		}
+		tree, err := s.AccessibilityTree(ctx, deskgrid.Application(in.Application), deskgrid.MaxNodes(20000))
+		if err != nil {
+			return nil, accessibleActOut{}, err
+		}
+		found := deskgrid.FindAccessible(tree, in.Role, in.Name)
+		if len(found) != 1 {
+			return nil, accessibleActOut{}, fmt.Errorf("role %q and name %q find %d nodes, want one; give its id:\n%s", in.Role, in.Name, len(found), withIDs(found[:min(len(found), 20)]))
+		}
+		id = found[0].GetId()
+	}
+	n, err := s.ActOnAccessible(ctx, id, act)
+	if err != nil {
+		return nil, accessibleActOut{}, err
+	}
+	out := accessibleActOut{ID: id}
+	if n != nil {
+		out.Node = strings.TrimSuffix(withIDs([]*sandboxv1.AccessibleNode{n}), "\n")
+	}
 	return nil, out, nil
 }
 

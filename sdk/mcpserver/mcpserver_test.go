@@ -54,7 +54,7 @@ func exercise(t *testing.T, cs *mcp.ClientSession) {
 	for _, tool := range tl.Tools {
 		names[tool.Name] = true
 	}
-	for _, want := range []string{"create_session", "list_sessions", "delete_session", "screenshot", "click", "type_text", "press_key", "run_command", "read_file", "write_file", "start_run", "get_clipboard", "set_clipboard", "list_windows", "window", "accessibility_tree", "list_applications", "launch"} {
+	for _, want := range []string{"create_session", "list_sessions", "delete_session", "screenshot", "click", "type_text", "press_key", "run_command", "read_file", "write_file", "start_run", "get_clipboard", "set_clipboard", "list_windows", "window", "accessibility_tree", "accessible_act", "list_applications", "launch"} {
 		if !names[want] {
 			t.Errorf("tool %s missing", want)
 		}
@@ -113,6 +113,12 @@ func exercise(t *testing.T, cs *mcp.ClientSession) {
 	// desktop image's tree is tested in cmd/deskgrid).
 	if res := call(t, cs, "accessibility_tree", map[string]any{"session_id": s.ID}); !res.IsError || !strings.Contains(textOf(res), "accessibility bus") {
 		t.Fatalf("accessibility_tree without a bus: %v", textOf(res))
+	}
+	if res := call(t, cs, "accessible_act", map[string]any{"session_id": s.ID, "id": ":1.5:/org/a11y/atspi/accessible/1", "action": "click"}); !res.IsError || !strings.Contains(textOf(res), "accessibility bus") {
+		t.Fatalf("accessible_act without a bus: %v", textOf(res))
+	}
+	if res := call(t, cs, "accessible_act", map[string]any{"session_id": s.ID, "id": ":1.5:/org/a11y/atspi/accessible/1", "action": "click", "focus": true}); !res.IsError || !strings.Contains(textOf(res), "exactly one") {
+		t.Fatalf("accessible_act with two acts: %v", textOf(res))
 	}
 	if res := call(t, cs, "write_file", map[string]any{"session_id": s.ID, "path": "a.txt", "content": "from mcp"}); res.IsError {
 		t.Fatalf("write_file: %v", res.Content)

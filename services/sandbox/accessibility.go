@@ -7,7 +7,9 @@ import (
 	"os"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
+	"github.com/godbus/dbus/v5"
 	"google.golang.org/grpc/codes"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
@@ -33,6 +35,7 @@ func (s *Service) accessibilityTree(ctx context.Context, req *sandboxv1.GetAcces
 		MaxNodes:    int(req.GetMaxNodes()),
 		OnlyVisible: req.GetOnlyVisible(),
 		Application: req.GetApplication(),
+		Root:        req.GetRoot(),
 	}
 	switch {
 	case lim.MaxDepth < 0 || lim.MaxDepth > a11yMaxDepth:
@@ -48,17 +51,100 @@ func (s *Service) accessibilityTree(ctx context.Context, req *sandboxv1.GetAcces
 	if lim.MaxNodes == 0 {
 		lim.MaxNodes = a11yDefaultNodes
 	}
-	b, release, err := s.acquire(ctx, req.GetSessionId())
+	if len(lim.Root) > maxNodeID {
+		return nil, coded(codes.InvalidArgument, "root is %d bytes; at most %d", len(lim.Root), maxNodeID)
+	}
+	if lim.Root != "" {
+		if _, _, err := atspi.ParseID(lim.Root); err != nil {
+			return nil, coded(codes.InvalidArgument, "root: %v", err)
+		}
+	}
+	var tree *atspi.Tree
+	err := s.withA11yBus(ctx, req.GetSessionId(), "the accessibility tree was not read", func(ctx context.Context, conn *dbus.Conn) (err error) {
+		tree, err = atspi.Walk(ctx, conn, lim)
+		return err
+	})
 	if err != nil {
 		return nil, err
+	}
+	out := &sandboxv1.GetAccessibilityTreeResponse{NodeCount: int32(tree.Nodes), Truncated: tree.Truncated}
+	for _, a := range tree.Applications {
+		out.Applications = append(out.Applications, nodeProto(a))
+	}
+	return out, nil
+}
+
+// maxNodeID bounds a node id: a bus name and an object path.
+const maxNodeID = 1024
+
+// maxSetText bounds the text an act puts in a field.
+const maxSetText = 1 << 20
+
+// actOnAccessible acts on one node of the session's accessibility tree.
+func (s *Service) actOnAccessible(ctx context.Context, req *sandboxv1.ActOnAccessibleRequest) (*sandboxv1.ActOnAccessibleResponse, error) {
+	id := req.GetId()
+	switch {
+	case id == "":
+		return nil, coded(codes.InvalidArgument, "id: want a node's id, as the accessibility tree gives it")
+	case len(id) > maxNodeID:
+		return nil, coded(codes.InvalidArgument, "id is %d bytes; at most %d", len(id), maxNodeID)
+	}
+	if _, _, err := atspi.ParseID(id); err != nil {
+		return nil, coded(codes.InvalidArgument, "%v", err)
+	}
+	var op atspi.Op
+	switch o := req.GetOperation().(type) {
+	case *sandboxv1.ActOnAccessibleRequest_Action:
+		if o.Action == "" || len(o.Action) > 256 {
+			return nil, coded(codes.InvalidArgument, "action: want the name of one of the node's actions (click, press, activate...)")
+		}
+		op.Action = o.Action
+	case *sandboxv1.ActOnAccessibleRequest_Text:
+		if len(o.Text) > maxSetText {
+			return nil, coded(codes.InvalidArgument, "text is %d bytes; at most %d", len(o.Text), maxSetText)
+		}
+		if !utf8.ValidString(o.Text) {
+			return nil, coded(codes.InvalidArgument, "text is not UTF-8")
+		}
+		op.Text = &o.Text
+	case *sandboxv1.ActOnAccessibleRequest_Focus:
+		if !o.Focus {
+			return nil, coded(codes.InvalidArgument, "focus: false asks for nothing; want true")
+		}
+		op.Focus = true
+	default:
+		return nil, coded(codes.InvalidArgument, "want one of action, text or focus")
+	}
+	var n *atspi.Node
+	err := s.withA11yBus(ctx, req.GetSessionId(), "the act was not done", func(ctx context.Context, conn *dbus.Conn) (err error) {
+		n, err = atspi.Act(ctx, conn, id, op)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := &sandboxv1.ActOnAccessibleResponse{}
+	if n != nil {
+		out.Node = nodeProto(n)
+	}
+	return out, nil
+}
+
+// withA11yBus connects to a session's accessibility bus and runs f on it,
+// bounded by a11yTimeout and ended by the sandbox's deletion; its errors
+// come back coded.
+func (s *Service) withA11yBus(ctx context.Context, sessionID, late string, f func(context.Context, *dbus.Conn) error) error {
+	b, release, err := s.acquire(ctx, sessionID)
+	if err != nil {
+		return err
 	}
 	defer release()
 	if b.isFrozen() {
-		return nil, coded(codes.FailedPrecondition, "session %q is suspended: its applications cannot answer until it is resumed", b.id)
+		return coded(codes.FailedPrecondition, "session %q is suspended: its applications cannot answer until it is resumed", b.id)
 	}
 	pids, err := s.sessionPids(ctx, b)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	bus, err := atspi.Find(pids)
 	if errors.Is(err, atspi.ErrNoBus) {
@@ -66,37 +152,39 @@ func (s *Service) accessibilityTree(ctx context.Context, req *sandboxv1.GetAcces
 		bus, err = s.wakeA11yBus(ctx, b)
 	}
 	if errors.Is(err, atspi.ErrNoBus) {
-		return nil, coded(codes.FailedPrecondition, "session %q runs no accessibility bus (the desktop image starts one; a session on the node's own programs or a plain image has none)", b.id)
+		return coded(codes.FailedPrecondition, "session %q runs no accessibility bus (the desktop image starts one; a session on the node's own programs or a plain image has none)", b.id)
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	conn, err := bus.Dial()
 	if err != nil {
-		return nil, coded(codes.Unavailable, "session %q: %v", b.id, err)
+		return coded(codes.Unavailable, "session %q: %v", b.id, err)
 	}
 	defer conn.Close()
 	wctx, cancel := context.WithTimeout(ctx, a11yTimeout)
 	defer cancel()
-	// A sandbox deleted meanwhile ends the read.
+	// A sandbox deleted meanwhile ends the call.
 	defer context.AfterFunc(b.kill, cancel)()
-	tree, err := atspi.Walk(wctx, conn, lim)
+	err = f(wctx, conn)
+	var unsupported *atspi.UnsupportedError
+	var declined *atspi.DeclinedError
 	switch {
 	case err == nil:
+		return nil
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-		return nil, coded(codes.DeadlineExceeded, "session %q: the accessibility tree was not read within %v (an application does not answer)", b.id, a11yTimeout)
+		return coded(codes.DeadlineExceeded, "session %q: %s within %v (an application does not answer)", b.id, late, a11yTimeout)
 	case ctx.Err() != nil:
-		return nil, ctx.Err()
+		return ctx.Err()
+	case errors.Is(err, atspi.ErrNoNode):
+		return coded(codes.NotFound, "session %q: %v (read the tree again for current ids)", b.id, err)
+	case errors.As(err, &unsupported), errors.As(err, &declined):
+		return coded(codes.FailedPrecondition, "session %q: %v", b.id, err)
 	case atspi.IsNoBus(err):
-		return nil, coded(codes.FailedPrecondition, "session %q: its accessibility bus has no registry (%v)", b.id, err)
+		return coded(codes.FailedPrecondition, "session %q: its accessibility bus has no registry (%v)", b.id, err)
 	default:
-		return nil, coded(codes.Unavailable, "session %q: %v", b.id, err)
+		return coded(codes.Unavailable, "session %q: %v", b.id, err)
 	}
-	out := &sandboxv1.GetAccessibilityTreeResponse{NodeCount: int32(tree.Nodes), Truncated: tree.Truncated}
-	for _, a := range tree.Applications {
-		out.Applications = append(out.Applications, nodeProto(a))
-	}
-	return out, nil
 }
 
 func nodeProto(n *atspi.Node) *sandboxv1.AccessibleNode {

@@ -397,6 +397,14 @@ func (g *server) GetAccessibilityTree(ctx context.Context, req *sandboxv1.GetAcc
 	return resp, nil
 }
 
+func (g *server) ActOnAccessible(ctx context.Context, req *sandboxv1.ActOnAccessibleRequest) (*sandboxv1.ActOnAccessibleResponse, error) {
+	resp, err := g.s.actOnAccessible(ctx, req)
+	if err != nil {
+		return nil, g.s.toStatus(ctx, "act on an accessible node", err)
+	}
+	return resp, nil
+}
+
 func (g *server) ListApplications(ctx context.Context, req *sandboxv1.ListApplicationsRequest) (*sandboxv1.ListApplicationsResponse, error) {
 	apps, err := g.s.listApplications(ctx, req.GetSessionId())
 	if err != nil {

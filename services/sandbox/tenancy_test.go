@@ -130,6 +130,10 @@ var sessionCalls = map[string]sandboxCall{
 		_, err := c.GetAccessibilityTree(ctx, &sandboxv1.GetAccessibilityTreeRequest{SessionId: tg.session})
 		return err
 	},
+	"ActOnAccessible": func(ctx context.Context, c sandboxv1.SandboxServiceClient, tg target) error {
+		_, err := c.ActOnAccessible(ctx, &sandboxv1.ActOnAccessibleRequest{SessionId: tg.session, Id: ":1.1:/org/a11y/atspi/accessible/root", Operation: &sandboxv1.ActOnAccessibleRequest_Focus{Focus: true}})
+		return err
+	},
 	"ListApplications": func(ctx context.Context, c sandboxv1.SandboxServiceClient, tg target) error {
 		_, err := c.ListApplications(ctx, &sandboxv1.ListApplicationsRequest{SessionId: tg.session})
 		return err

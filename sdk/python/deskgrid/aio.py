@@ -217,11 +217,24 @@ class AsyncSession:
         max_nodes: Optional[int] = None,
         only_visible: bool = False,
         application: Optional[str] = None,
+        root: Optional[str] = None,
     ) -> JSON:
         return await asyncio.to_thread(
             lambda: self.sync.accessibility_tree(
-                max_depth=max_depth, max_nodes=max_nodes, only_visible=only_visible, application=application
+                max_depth=max_depth, max_nodes=max_nodes, only_visible=only_visible, application=application, root=root
             )
+        )
+
+    async def act_on_accessible(
+        self,
+        node_id: str,
+        *,
+        action: Optional[str] = None,
+        text: Optional[str] = None,
+        focus: bool = False,
+    ) -> Optional[JSON]:
+        return await asyncio.to_thread(
+            lambda: self.sync.act_on_accessible(node_id, action=action, text=text, focus=focus)
         )
 
     async def windows(self) -> List[JSON]:

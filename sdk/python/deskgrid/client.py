@@ -693,18 +693,50 @@ class Session:
         max_nodes: Optional[int] = None,
         only_visible: bool = False,
         application: Optional[str] = None,
+        root: Optional[str] = None,
     ) -> JSON:
         """The desktop's accessibility tree (AT-SPI): ``applications``, each
-        a node with ``role``, ``name``, ``states``, ``actions``, ``bounds``
-        and ``children``; ``truncated`` when the bounds cut it."""
+        a node with ``id``, ``role``, ``name``, ``states``, ``actions``,
+        ``bounds`` and ``children``; ``truncated`` when the bounds cut it.
+        ``root``, a node's ``id``, reads only that node's subtree."""
         query: Dict[str, Any] = {
             "maxDepth": max_depth,
             "maxNodes": max_nodes,
             "onlyVisible": "true" if only_visible else None,
             "application": application,
+            "root": root,
         }
         result: JSON = self._call("GET", "/accessibility", query=query)
         return result
+
+    def act_on_accessible(
+        self,
+        node_id: str,
+        *,
+        action: Optional[str] = None,
+        text: Optional[str] = None,
+        focus: bool = False,
+    ) -> Optional[JSON]:
+        """Acts on the node of :meth:`accessibility_tree` whose ``id`` is
+        ``node_id``, through its application: performs its ``action`` by
+        name (``"click"``, ``"press"``...), replaces its editable ``text``
+        (``""`` clears it), or gives it the ``focus``; exactly one. Returns
+        the node afterwards, or None when the act made it go away. A stale
+        id raises :class:`NotFound`; a node that cannot do it
+        :class:`FailedPrecondition`, saying what it can do."""
+        asked = [k for k, v in (("action", action), ("text", text), ("focus", focus or None)) if v is not None]
+        if len(asked) != 1:
+            raise ValueError("act_on_accessible: want exactly one of action, text or focus")
+        body: JSON = {"id": node_id}
+        if action is not None:
+            body["action"] = action
+        elif text is not None:
+            body["text"] = text
+        else:
+            body["focus"] = True
+        result: JSON = self._call("POST", "/accessibility:act", body=body)
+        node: Optional[JSON] = result.get("node")
+        return node
 
     def processes(self) -> List[JSON]:
         """The programs started on the session's desktop (its autostart

@@ -414,6 +414,16 @@ class DesktopApiTest(unittest.TestCase):
             self.s.accessibility_tree(max_depth=3)
         with self.assertRaises(deskgrid.InvalidArgument):
             self.s.accessibility_tree(max_depth=1000)
+        # Acting needs the bus too; an id that is no node's is refused
+        # first, and so is asking for two acts at once.
+        with self.assertRaises(deskgrid.FailedPrecondition):
+            self.s.act_on_accessible(":1.5:/org/a11y/atspi/accessible/1", text="hello")
+        with self.assertRaises(deskgrid.InvalidArgument):
+            self.s.act_on_accessible("not-a-node", action="click")
+        with self.assertRaises(deskgrid.InvalidArgument):
+            self.s.accessibility_tree(root="not-a-node")
+        with self.assertRaises(ValueError):
+            self.s.act_on_accessible(":1.5:/a", action="click", focus=True)
 
     def test_processes_list_the_autostart_program(self) -> None:
         procs = self.s.processes()

@@ -665,13 +665,34 @@ export class Session implements AsyncDisposable {
     return this.call<S['v1LaunchApplicationResponse']>('POST', '/applications:launch', { body });
   }
 
-  /** The desktop's accessibility tree (AT-SPI); `truncated` says when the bounds cut it. */
+  /**
+   * The desktop's accessibility tree (AT-SPI); `truncated` says when the bounds cut it.
+   * `root`, a node's id, reads only that node's subtree.
+   */
   async accessibilityTree(
-    o: { maxDepth?: number; maxNodes?: number; onlyVisible?: boolean; application?: string } = {},
+    o: { maxDepth?: number; maxNodes?: number; onlyVisible?: boolean; application?: string; root?: string } = {},
   ): Promise<S['v1GetAccessibilityTreeResponse']> {
     return this.call<S['v1GetAccessibilityTreeResponse']>('GET', '/accessibility', {
-      query: { maxDepth: o.maxDepth, maxNodes: o.maxNodes, onlyVisible: o.onlyVisible ? 'true' : undefined, application: o.application },
+      query: {
+        maxDepth: o.maxDepth, maxNodes: o.maxNodes, onlyVisible: o.onlyVisible ? 'true' : undefined,
+        application: o.application, root: o.root,
+      },
     });
+  }
+
+  /**
+   * Acts on the node of accessibilityTree() whose id is `id`, through its application:
+   * `{ action: 'click' }` performs one of its actions by name, `{ text }` replaces its
+   * editable text ('' clears it), `{ focus: true }` gives it the keyboard focus. Returns the
+   * node afterwards, or undefined when the act made it go away. A stale id rejects with
+   * NotFound; a node that cannot do it with FailedPrecondition, saying what it can do.
+   */
+  async actOnAccessible(
+    id: string,
+    act: { action: string } | { text: string } | { focus: true },
+  ): Promise<S['v1AccessibleNode'] | undefined> {
+    const body: S['SandboxServiceActOnAccessibleBody'] = { id, ...act };
+    return (await this.call<S['v1ActOnAccessibleResponse']>('POST', '/accessibility:act', { body })).node;
   }
 
   async processes(): Promise<Process[]> {

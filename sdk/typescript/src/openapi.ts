@@ -530,11 +530,31 @@ export interface paths {
         };
         /**
          * Read the accessibility tree
-         * @description Returns the AT-SPI2 tree of the session's desktop: one node per application, its windows and widgets below, each with role, name, states, actions, text and bounds in screen pixels (the coordinates clicks take). `?max_depth=` (default 12, at most 64) and `?max_nodes=` (default 2000, at most 20000) bound it and `truncated` says when they cut it; `?only_visible=true` keeps what shows on the screen; `?application=` keeps the applications whose name contains it.
+         * @description Returns the AT-SPI2 tree of the session's desktop: one node per application, its windows and widgets below, each with role, name, states, actions, text and bounds in screen pixels (the coordinates clicks take). `?max_depth=` (default 12, at most 64) and `?max_nodes=` (default 2000, at most 20000) bound it and `truncated` says when they cut it; `?only_visible=true` keeps what shows on the screen; `?application=` keeps the applications whose name contains it; `?root=` reads only the subtree of one node (a window's id). Each node's `id` is what accessibility:act takes.
          */
         get: operations["SandboxService_GetAccessibilityTree"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{sessionId}/accessibility:act": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Act on a node of the accessibility tree
+         * @description Acts on the node whose `id` the tree gave: `{"action": "click"}` performs one of its actions by name (any case), `{"text": "..."}` replaces the contents of an editable text, `{"focus": true}` gives it the keyboard focus. Returns the node as it is afterwards (unset when the action made it go away). An unknown or stale id is 404; a node without that action or interface is 400 FAILED_PRECONDITION listing what it offers.
+         */
+        post: operations["SandboxService_ActOnAccessible"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1642,6 +1662,33 @@ export interface components {
             details?: components["schemas"]["protobufAny"][];
             message?: string;
         };
+        /**
+         * @example {
+         *       "action": "click",
+         *       "id": ":1.5:/org/a11y/atspi/accessible/12"
+         *     }
+         */
+        SandboxServiceActOnAccessibleBody: {
+            /**
+             * @description Perform the node's action of this name ("click", "press",
+             *     "activate", "toggle", ...; any case), one of its AccessibleNode
+             *     actions.
+             */
+            action?: string;
+            /** @description Give the node the keyboard focus. */
+            focus?: boolean;
+            /**
+             * @description The node's id, as GetAccessibilityTree gives it (bus name and object
+             *     path).
+             */
+            id?: string;
+            /**
+             * @description Replace the contents of an editable text (a GTK entry or text view)
+             *     with this; empty clears it. At most 1 MiB. Chromium's page fields
+             *     offer no editable text: focus them and type.
+             */
+            text?: string;
+        };
         SandboxServiceApplyChangesBody: {
             /** @description Paths to apply (a directory covers what is beneath it); empty applies all. */
             paths?: string[];
@@ -1840,6 +1887,9 @@ export interface components {
         };
         v1ActivateWindowResponse: {
             window?: components["schemas"]["v1Window"];
+        };
+        v1ActOnAccessibleResponse: {
+            node?: components["schemas"]["v1AccessibleNode"];
         };
         /** @description Application is a desktop entry of the session's image. */
         v1Application: {
@@ -4152,6 +4202,12 @@ export interface operations {
                  *     children.
                  */
                 onlyVisible?: boolean;
+                /**
+                 * @description Read only the subtree below this node (an id the tree gave, such as
+                 *     a window's): the response holds that node alone, its descendants
+                 *     below it, and max_depth counts from it. application is ignored.
+                 */
+                root?: string;
             };
             header?: never;
             path: {
@@ -4168,6 +4224,41 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["v1GetAccessibilityTreeResponse"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["rpcStatus"];
+                };
+            };
+        };
+    };
+    SandboxService_ActOnAccessible: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SandboxServiceActOnAccessibleBody"];
+            };
+        };
+        responses: {
+            /** @description The node afterwards. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["v1ActOnAccessibleResponse"];
                 };
             };
             /** @description An unexpected error response. */

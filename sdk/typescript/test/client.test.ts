@@ -287,6 +287,10 @@ describe('desktop API', () => {
     // This desktop runs no accessibility bus: a precondition, not an empty tree.
     await assert.rejects(s.accessibilityTree({ maxDepth: 3 }), FailedPrecondition);
     await assert.rejects(s.accessibilityTree({ maxDepth: 1000 }), InvalidArgument);
+    // Acting needs the bus too; an id that is no node's is refused first.
+    await assert.rejects(s.actOnAccessible(':1.5:/org/a11y/atspi/accessible/1', { action: 'click' }), FailedPrecondition);
+    await assert.rejects(s.actOnAccessible('not-a-node', { focus: true }), InvalidArgument);
+    await assert.rejects(s.accessibilityTree({ root: 'not-a-node' }), InvalidArgument);
   });
 
   test('processes list the autostart program', async () => {

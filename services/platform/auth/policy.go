@@ -117,6 +117,7 @@ func DefaultMethodScopes() map[string]Scope {
 		sandbox + "StopProcess":          w,
 		sandbox + "ListProcesses":        r,
 		sandbox + "GetAccessibilityTree": r,
+		sandbox + "ActOnAccessible":      w,
 		sandbox + "ListApplications":     r,
 		sandbox + "LaunchApplication":    w,
 		sandbox + "FreezeSandbox":        a,

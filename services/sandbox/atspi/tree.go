@@ -38,6 +38,9 @@ type Limits struct {
 	// Application keeps only applications whose name contains it (any
 	// case); empty keeps all.
 	Application string
+	// Root, a node id, reads only that node's subtree (MaxDepth counts
+	// from it); Application is then ignored.
+	Root string
 }
 
 // Rect is a node's extents in screen pixels.
@@ -82,6 +85,9 @@ type ref struct {
 
 // Walk reads the tree of every application registered on the bus.
 func Walk(ctx context.Context, conn *dbus.Conn, lim Limits) (*Tree, error) {
+	if lim.Root != "" {
+		return walkFrom(ctx, conn, lim)
+	}
 	var apps []ref
 	if err := conn.Object(registryName, rootPath).CallWithContext(ctx, ifAccessible+".GetChildren", 0).Store(&apps); err != nil {
 		return nil, fmt.Errorf("list the applications on the accessibility bus: %w", err)
@@ -109,6 +115,35 @@ func Walk(ctx context.Context, conn *dbus.Conn, lim Limits) (*Tree, error) {
 		w.children(ctx, n, a, 0)
 		w.tree.Applications = append(w.tree.Applications, n)
 	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return w.tree, nil
+}
+
+// walkFrom reads the subtree of the node lim.Root.
+func walkFrom(ctx context.Context, conn *dbus.Conn, lim Limits) (*Tree, error) {
+	bus, path, err := ParseID(lim.Root)
+	if err != nil {
+		return nil, err
+	}
+	r := ref{Bus: bus, Path: path}
+	w := &walker{conn: conn, lim: lim, tree: &Tree{}}
+	if lim.MaxNodes < 1 {
+		return w.tree, nil
+	}
+	n, err := w.node(ctx, r, 0)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, gone(lim.Root, err)
+	}
+	if slices.Contains(n.States, "defunct") {
+		return nil, fmt.Errorf("node %s is defunct: %w", lim.Root, ErrNoNode)
+	}
+	w.children(ctx, n, r, 0)
+	w.tree.Applications = []*Node{n}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}

@@ -2384,7 +2384,11 @@ type GetAccessibilityTreeRequest struct {
 	// children.
 	OnlyVisible bool `protobuf:"varint,4,opt,name=only_visible,json=onlyVisible,proto3" json:"only_visible,omitempty"`
 	// Keep only the applications whose name contains this (any case).
-	Application   string `protobuf:"bytes,5,opt,name=application,proto3" json:"application,omitempty"`
+	Application string `protobuf:"bytes,5,opt,name=application,proto3" json:"application,omitempty"`
+	// Read only the subtree below this node (an id the tree gave, such as
+	// a window's): the response holds that node alone, its descendants
+	// below it, and max_depth counts from it. application is ignored.
+	Root          string `protobuf:"bytes,6,opt,name=root,proto3" json:"root,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2454,6 +2458,13 @@ func (x *GetAccessibilityTreeRequest) GetApplication() string {
 	return ""
 }
 
+func (x *GetAccessibilityTreeRequest) GetRoot() string {
+	if x != nil {
+		return x.Root
+	}
+	return ""
+}
+
 type GetAccessibilityTreeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One node per application, its windows below.
@@ -2517,6 +2528,177 @@ func (x *GetAccessibilityTreeResponse) GetTruncated() bool {
 	return false
 }
 
+type ActOnAccessibleRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The node's id, as GetAccessibilityTree gives it (bus name and object
+	// path).
+	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// What to do: exactly one.
+	//
+	// Types that are valid to be assigned to Operation:
+	//
+	//	*ActOnAccessibleRequest_Action
+	//	*ActOnAccessibleRequest_Text
+	//	*ActOnAccessibleRequest_Focus
+	Operation     isActOnAccessibleRequest_Operation `protobuf_oneof:"operation"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActOnAccessibleRequest) Reset() {
+	*x = ActOnAccessibleRequest{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActOnAccessibleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActOnAccessibleRequest) ProtoMessage() {}
+
+func (x *ActOnAccessibleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActOnAccessibleRequest.ProtoReflect.Descriptor instead.
+func (*ActOnAccessibleRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ActOnAccessibleRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ActOnAccessibleRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ActOnAccessibleRequest) GetOperation() isActOnAccessibleRequest_Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
+func (x *ActOnAccessibleRequest) GetAction() string {
+	if x != nil {
+		if x, ok := x.Operation.(*ActOnAccessibleRequest_Action); ok {
+			return x.Action
+		}
+	}
+	return ""
+}
+
+func (x *ActOnAccessibleRequest) GetText() string {
+	if x != nil {
+		if x, ok := x.Operation.(*ActOnAccessibleRequest_Text); ok {
+			return x.Text
+		}
+	}
+	return ""
+}
+
+func (x *ActOnAccessibleRequest) GetFocus() bool {
+	if x != nil {
+		if x, ok := x.Operation.(*ActOnAccessibleRequest_Focus); ok {
+			return x.Focus
+		}
+	}
+	return false
+}
+
+type isActOnAccessibleRequest_Operation interface {
+	isActOnAccessibleRequest_Operation()
+}
+
+type ActOnAccessibleRequest_Action struct {
+	// Perform the node's action of this name ("click", "press",
+	// "activate", "toggle", ...; any case), one of its AccessibleNode
+	// actions.
+	Action string `protobuf:"bytes,3,opt,name=action,proto3,oneof"`
+}
+
+type ActOnAccessibleRequest_Text struct {
+	// Replace the contents of an editable text (a GTK entry or text view)
+	// with this; empty clears it. At most 1 MiB. Chromium's page fields
+	// offer no editable text: focus them and type.
+	Text string `protobuf:"bytes,4,opt,name=text,proto3,oneof"`
+}
+
+type ActOnAccessibleRequest_Focus struct {
+	// Give the node the keyboard focus.
+	Focus bool `protobuf:"varint,5,opt,name=focus,proto3,oneof"`
+}
+
+func (*ActOnAccessibleRequest_Action) isActOnAccessibleRequest_Operation() {}
+
+func (*ActOnAccessibleRequest_Text) isActOnAccessibleRequest_Operation() {}
+
+func (*ActOnAccessibleRequest_Focus) isActOnAccessibleRequest_Operation() {}
+
+type ActOnAccessibleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node as it is after the act, without its children; unset when the
+	// act made it go away (a button that closes its window).
+	Node          *AccessibleNode `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActOnAccessibleResponse) Reset() {
+	*x = ActOnAccessibleResponse{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActOnAccessibleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActOnAccessibleResponse) ProtoMessage() {}
+
+func (x *ActOnAccessibleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActOnAccessibleResponse.ProtoReflect.Descriptor instead.
+func (*ActOnAccessibleResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ActOnAccessibleResponse) GetNode() *AccessibleNode {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
 // AccessibleNode is one object of the accessibility tree.
 type AccessibleNode struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2547,7 +2729,7 @@ type AccessibleNode struct {
 
 func (x *AccessibleNode) Reset() {
 	*x = AccessibleNode{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2559,7 +2741,7 @@ func (x *AccessibleNode) String() string {
 func (*AccessibleNode) ProtoMessage() {}
 
 func (x *AccessibleNode) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2572,7 +2754,7 @@ func (x *AccessibleNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessibleNode.ProtoReflect.Descriptor instead.
 func (*AccessibleNode) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AccessibleNode) GetId() string {
@@ -2664,7 +2846,7 @@ type AccessibleBounds struct {
 
 func (x *AccessibleBounds) Reset() {
 	*x = AccessibleBounds{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2676,7 +2858,7 @@ func (x *AccessibleBounds) String() string {
 func (*AccessibleBounds) ProtoMessage() {}
 
 func (x *AccessibleBounds) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2689,7 +2871,7 @@ func (x *AccessibleBounds) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessibleBounds.ProtoReflect.Descriptor instead.
 func (*AccessibleBounds) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AccessibleBounds) GetX() int32 {
@@ -2729,7 +2911,7 @@ type FreezeSandboxRequest struct {
 
 func (x *FreezeSandboxRequest) Reset() {
 	*x = FreezeSandboxRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2741,7 +2923,7 @@ func (x *FreezeSandboxRequest) String() string {
 func (*FreezeSandboxRequest) ProtoMessage() {}
 
 func (x *FreezeSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2754,7 +2936,7 @@ func (x *FreezeSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezeSandboxRequest.ProtoReflect.Descriptor instead.
 func (*FreezeSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *FreezeSandboxRequest) GetSessionId() string {
@@ -2772,7 +2954,7 @@ type FreezeSandboxResponse struct {
 
 func (x *FreezeSandboxResponse) Reset() {
 	*x = FreezeSandboxResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2784,7 +2966,7 @@ func (x *FreezeSandboxResponse) String() string {
 func (*FreezeSandboxResponse) ProtoMessage() {}
 
 func (x *FreezeSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2797,7 +2979,7 @@ func (x *FreezeSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezeSandboxResponse.ProtoReflect.Descriptor instead.
 func (*FreezeSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
 }
 
 type ThawSandboxRequest struct {
@@ -2809,7 +2991,7 @@ type ThawSandboxRequest struct {
 
 func (x *ThawSandboxRequest) Reset() {
 	*x = ThawSandboxRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2821,7 +3003,7 @@ func (x *ThawSandboxRequest) String() string {
 func (*ThawSandboxRequest) ProtoMessage() {}
 
 func (x *ThawSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2834,7 +3016,7 @@ func (x *ThawSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThawSandboxRequest.ProtoReflect.Descriptor instead.
 func (*ThawSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ThawSandboxRequest) GetSessionId() string {
@@ -2852,7 +3034,7 @@ type ThawSandboxResponse struct {
 
 func (x *ThawSandboxResponse) Reset() {
 	*x = ThawSandboxResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[43]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2864,7 +3046,7 @@ func (x *ThawSandboxResponse) String() string {
 func (*ThawSandboxResponse) ProtoMessage() {}
 
 func (x *ThawSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[43]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2877,7 +3059,7 @@ func (x *ThawSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThawSandboxResponse.ProtoReflect.Descriptor instead.
 func (*ThawSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
 }
 
 // Change is one path the session changed.
@@ -2895,7 +3077,7 @@ type Change struct {
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[44]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2907,7 +3089,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[44]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2920,7 +3102,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Change) GetPath() string {
@@ -2962,7 +3144,7 @@ type ListChangesRequest struct {
 
 func (x *ListChangesRequest) Reset() {
 	*x = ListChangesRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[45]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2974,7 +3156,7 @@ func (x *ListChangesRequest) String() string {
 func (*ListChangesRequest) ProtoMessage() {}
 
 func (x *ListChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[45]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2987,7 +3169,7 @@ func (x *ListChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangesRequest.ProtoReflect.Descriptor instead.
 func (*ListChangesRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListChangesRequest) GetSessionId() string {
@@ -3013,7 +3195,7 @@ type ListChangesResponse struct {
 
 func (x *ListChangesResponse) Reset() {
 	*x = ListChangesResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[46]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3025,7 +3207,7 @@ func (x *ListChangesResponse) String() string {
 func (*ListChangesResponse) ProtoMessage() {}
 
 func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[46]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3038,7 +3220,7 @@ func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangesResponse.ProtoReflect.Descriptor instead.
 func (*ListChangesResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListChangesResponse) GetChanges() []*Change {
@@ -3058,7 +3240,7 @@ type DiffFileRequest struct {
 
 func (x *DiffFileRequest) Reset() {
 	*x = DiffFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[47]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3070,7 +3252,7 @@ func (x *DiffFileRequest) String() string {
 func (*DiffFileRequest) ProtoMessage() {}
 
 func (x *DiffFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[47]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3083,7 +3265,7 @@ func (x *DiffFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffFileRequest.ProtoReflect.Descriptor instead.
 func (*DiffFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DiffFileRequest) GetSessionId() string {
@@ -3113,7 +3295,7 @@ type DiffFileResponse struct {
 
 func (x *DiffFileResponse) Reset() {
 	*x = DiffFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[48]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3125,7 +3307,7 @@ func (x *DiffFileResponse) String() string {
 func (*DiffFileResponse) ProtoMessage() {}
 
 func (x *DiffFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[48]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3138,7 +3320,7 @@ func (x *DiffFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffFileResponse.ProtoReflect.Descriptor instead.
 func (*DiffFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DiffFileResponse) GetChange() *Change {
@@ -3173,7 +3355,7 @@ type ApplyChangesRequest struct {
 
 func (x *ApplyChangesRequest) Reset() {
 	*x = ApplyChangesRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[49]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3185,7 +3367,7 @@ func (x *ApplyChangesRequest) String() string {
 func (*ApplyChangesRequest) ProtoMessage() {}
 
 func (x *ApplyChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[49]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3198,7 +3380,7 @@ func (x *ApplyChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyChangesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyChangesRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ApplyChangesRequest) GetSessionId() string {
@@ -3226,7 +3408,7 @@ type Conflict struct {
 
 func (x *Conflict) Reset() {
 	*x = Conflict{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[50]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3238,7 +3420,7 @@ func (x *Conflict) String() string {
 func (*Conflict) ProtoMessage() {}
 
 func (x *Conflict) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[50]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3251,7 +3433,7 @@ func (x *Conflict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Conflict.ProtoReflect.Descriptor instead.
 func (*Conflict) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Conflict) GetPath() string {
@@ -3279,7 +3461,7 @@ type ApplyChangesResponse struct {
 
 func (x *ApplyChangesResponse) Reset() {
 	*x = ApplyChangesResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[51]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3291,7 +3473,7 @@ func (x *ApplyChangesResponse) String() string {
 func (*ApplyChangesResponse) ProtoMessage() {}
 
 func (x *ApplyChangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[51]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3304,7 +3486,7 @@ func (x *ApplyChangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyChangesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyChangesResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{51}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ApplyChangesResponse) GetApplied() []string {
@@ -3332,7 +3514,7 @@ type DiscardChangesRequest struct {
 
 func (x *DiscardChangesRequest) Reset() {
 	*x = DiscardChangesRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[52]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3344,7 +3526,7 @@ func (x *DiscardChangesRequest) String() string {
 func (*DiscardChangesRequest) ProtoMessage() {}
 
 func (x *DiscardChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[52]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3357,7 +3539,7 @@ func (x *DiscardChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardChangesRequest.ProtoReflect.Descriptor instead.
 func (*DiscardChangesRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{52}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *DiscardChangesRequest) GetSessionId() string {
@@ -3383,7 +3565,7 @@ type DiscardChangesResponse struct {
 
 func (x *DiscardChangesResponse) Reset() {
 	*x = DiscardChangesResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[53]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3395,7 +3577,7 @@ func (x *DiscardChangesResponse) String() string {
 func (*DiscardChangesResponse) ProtoMessage() {}
 
 func (x *DiscardChangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[53]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3408,7 +3590,7 @@ func (x *DiscardChangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardChangesResponse.ProtoReflect.Descriptor instead.
 func (*DiscardChangesResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{53}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *DiscardChangesResponse) GetDiscarded() []string {
@@ -3437,7 +3619,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[54]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3449,7 +3631,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[54]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3462,7 +3644,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{54}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Snapshot) GetSnapshotId() string {
@@ -3516,7 +3698,7 @@ type CreateSnapshotRequest struct {
 
 func (x *CreateSnapshotRequest) Reset() {
 	*x = CreateSnapshotRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[55]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3528,7 +3710,7 @@ func (x *CreateSnapshotRequest) String() string {
 func (*CreateSnapshotRequest) ProtoMessage() {}
 
 func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[55]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3541,7 +3723,7 @@ func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*CreateSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{55}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *CreateSnapshotRequest) GetSessionId() string {
@@ -3560,7 +3742,7 @@ type CreateSnapshotResponse struct {
 
 func (x *CreateSnapshotResponse) Reset() {
 	*x = CreateSnapshotResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[56]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3572,7 +3754,7 @@ func (x *CreateSnapshotResponse) String() string {
 func (*CreateSnapshotResponse) ProtoMessage() {}
 
 func (x *CreateSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[56]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3585,7 +3767,7 @@ func (x *CreateSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*CreateSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{56}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *CreateSnapshotResponse) GetSnapshot() *Snapshot {
@@ -3605,7 +3787,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[57]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3617,7 +3799,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[57]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3630,7 +3812,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{57}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListSnapshotsRequest) GetSessionId() string {
@@ -3649,7 +3831,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[58]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3661,7 +3843,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[58]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3674,7 +3856,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{58}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
@@ -3695,7 +3877,7 @@ type RestoreSnapshotRequest struct {
 
 func (x *RestoreSnapshotRequest) Reset() {
 	*x = RestoreSnapshotRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[59]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3707,7 +3889,7 @@ func (x *RestoreSnapshotRequest) String() string {
 func (*RestoreSnapshotRequest) ProtoMessage() {}
 
 func (x *RestoreSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[59]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3720,7 +3902,7 @@ func (x *RestoreSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*RestoreSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{59}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RestoreSnapshotRequest) GetSessionId() string {
@@ -3745,7 +3927,7 @@ type RestoreSnapshotResponse struct {
 
 func (x *RestoreSnapshotResponse) Reset() {
 	*x = RestoreSnapshotResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[60]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3757,7 +3939,7 @@ func (x *RestoreSnapshotResponse) String() string {
 func (*RestoreSnapshotResponse) ProtoMessage() {}
 
 func (x *RestoreSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[60]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3770,7 +3952,7 @@ func (x *RestoreSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*RestoreSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{60}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{62}
 }
 
 type DeleteSnapshotRequest struct {
@@ -3783,7 +3965,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[61]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3795,7 +3977,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[61]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3808,7 +3990,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{61}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *DeleteSnapshotRequest) GetSessionId() string {
@@ -3833,7 +4015,7 @@ type DeleteSnapshotResponse struct {
 
 func (x *DeleteSnapshotResponse) Reset() {
 	*x = DeleteSnapshotResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[62]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3845,7 +4027,7 @@ func (x *DeleteSnapshotResponse) String() string {
 func (*DeleteSnapshotResponse) ProtoMessage() {}
 
 func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[62]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3858,7 +4040,7 @@ func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{62}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{64}
 }
 
 type RunShellRequest struct {
@@ -3879,7 +4061,7 @@ type RunShellRequest struct {
 
 func (x *RunShellRequest) Reset() {
 	*x = RunShellRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[63]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3891,7 +4073,7 @@ func (x *RunShellRequest) String() string {
 func (*RunShellRequest) ProtoMessage() {}
 
 func (x *RunShellRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[63]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3904,7 +4086,7 @@ func (x *RunShellRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunShellRequest.ProtoReflect.Descriptor instead.
 func (*RunShellRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{63}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RunShellRequest) GetSessionId() string {
@@ -3950,7 +4132,7 @@ type RunShellResponse struct {
 
 func (x *RunShellResponse) Reset() {
 	*x = RunShellResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[64]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3962,7 +4144,7 @@ func (x *RunShellResponse) String() string {
 func (*RunShellResponse) ProtoMessage() {}
 
 func (x *RunShellResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[64]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3975,7 +4157,7 @@ func (x *RunShellResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunShellResponse.ProtoReflect.Descriptor instead.
 func (*RunShellResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{64}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RunShellResponse) GetOutput() []byte {
@@ -4015,7 +4197,7 @@ type RestartShellRequest struct {
 
 func (x *RestartShellRequest) Reset() {
 	*x = RestartShellRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[65]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4027,7 +4209,7 @@ func (x *RestartShellRequest) String() string {
 func (*RestartShellRequest) ProtoMessage() {}
 
 func (x *RestartShellRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[65]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4040,7 +4222,7 @@ func (x *RestartShellRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartShellRequest.ProtoReflect.Descriptor instead.
 func (*RestartShellRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{65}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *RestartShellRequest) GetSessionId() string {
@@ -4058,7 +4240,7 @@ type RestartShellResponse struct {
 
 func (x *RestartShellResponse) Reset() {
 	*x = RestartShellResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[66]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4070,7 +4252,7 @@ func (x *RestartShellResponse) String() string {
 func (*RestartShellResponse) ProtoMessage() {}
 
 func (x *RestartShellResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[66]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4083,7 +4265,7 @@ func (x *RestartShellResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartShellResponse.ProtoReflect.Descriptor instead.
 func (*RestartShellResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{66}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{68}
 }
 
 // UploadFileHeader names the file an upload writes.
@@ -4099,7 +4281,7 @@ type UploadFileHeader struct {
 
 func (x *UploadFileHeader) Reset() {
 	*x = UploadFileHeader{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[67]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4111,7 +4293,7 @@ func (x *UploadFileHeader) String() string {
 func (*UploadFileHeader) ProtoMessage() {}
 
 func (x *UploadFileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[67]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4124,7 +4306,7 @@ func (x *UploadFileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileHeader.ProtoReflect.Descriptor instead.
 func (*UploadFileHeader) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{67}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *UploadFileHeader) GetSessionId() string {
@@ -4161,7 +4343,7 @@ type UploadFileRequest struct {
 
 func (x *UploadFileRequest) Reset() {
 	*x = UploadFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[68]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4173,7 +4355,7 @@ func (x *UploadFileRequest) String() string {
 func (*UploadFileRequest) ProtoMessage() {}
 
 func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[68]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4186,7 +4368,7 @@ func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileRequest.ProtoReflect.Descriptor instead.
 func (*UploadFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{68}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *UploadFileRequest) GetData() isUploadFileRequest_Data {
@@ -4240,7 +4422,7 @@ type UploadFileResponse struct {
 
 func (x *UploadFileResponse) Reset() {
 	*x = UploadFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[69]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4252,7 +4434,7 @@ func (x *UploadFileResponse) String() string {
 func (*UploadFileResponse) ProtoMessage() {}
 
 func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[69]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4265,7 +4447,7 @@ func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileResponse.ProtoReflect.Descriptor instead.
 func (*UploadFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{69}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *UploadFileResponse) GetFile() *FileInfo {
@@ -4285,7 +4467,7 @@ type DownloadFileRequest struct {
 
 func (x *DownloadFileRequest) Reset() {
 	*x = DownloadFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[70]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4297,7 +4479,7 @@ func (x *DownloadFileRequest) String() string {
 func (*DownloadFileRequest) ProtoMessage() {}
 
 func (x *DownloadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[70]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4310,7 +4492,7 @@ func (x *DownloadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFileRequest.ProtoReflect.Descriptor instead.
 func (*DownloadFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{70}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *DownloadFileRequest) GetSessionId() string {
@@ -4340,7 +4522,7 @@ type DownloadFileResponse struct {
 
 func (x *DownloadFileResponse) Reset() {
 	*x = DownloadFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[71]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4352,7 +4534,7 @@ func (x *DownloadFileResponse) String() string {
 func (*DownloadFileResponse) ProtoMessage() {}
 
 func (x *DownloadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[71]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4365,7 +4547,7 @@ func (x *DownloadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFileResponse.ProtoReflect.Descriptor instead.
 func (*DownloadFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{71}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *DownloadFileResponse) GetData() isDownloadFileResponse_Data {
@@ -4420,7 +4602,7 @@ type StatFileRequest struct {
 
 func (x *StatFileRequest) Reset() {
 	*x = StatFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[72]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4432,7 +4614,7 @@ func (x *StatFileRequest) String() string {
 func (*StatFileRequest) ProtoMessage() {}
 
 func (x *StatFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[72]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4445,7 +4627,7 @@ func (x *StatFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFileRequest.ProtoReflect.Descriptor instead.
 func (*StatFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{72}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *StatFileRequest) GetSessionId() string {
@@ -4471,7 +4653,7 @@ type StatFileResponse struct {
 
 func (x *StatFileResponse) Reset() {
 	*x = StatFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[73]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4483,7 +4665,7 @@ func (x *StatFileResponse) String() string {
 func (*StatFileResponse) ProtoMessage() {}
 
 func (x *StatFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[73]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4496,7 +4678,7 @@ func (x *StatFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFileResponse.ProtoReflect.Descriptor instead.
 func (*StatFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{73}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *StatFileResponse) GetFile() *FileInfo {
@@ -4520,7 +4702,7 @@ type MakeDirectoryRequest struct {
 
 func (x *MakeDirectoryRequest) Reset() {
 	*x = MakeDirectoryRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[74]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4532,7 +4714,7 @@ func (x *MakeDirectoryRequest) String() string {
 func (*MakeDirectoryRequest) ProtoMessage() {}
 
 func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[74]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4545,7 +4727,7 @@ func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{74}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *MakeDirectoryRequest) GetSessionId() string {
@@ -4584,7 +4766,7 @@ type MakeDirectoryResponse struct {
 
 func (x *MakeDirectoryResponse) Reset() {
 	*x = MakeDirectoryResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[75]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4596,7 +4778,7 @@ func (x *MakeDirectoryResponse) String() string {
 func (*MakeDirectoryResponse) ProtoMessage() {}
 
 func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[75]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4609,7 +4791,7 @@ func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{75}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{77}
 }
 
 type MoveFileRequest struct {
@@ -4625,7 +4807,7 @@ type MoveFileRequest struct {
 
 func (x *MoveFileRequest) Reset() {
 	*x = MoveFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[76]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4637,7 +4819,7 @@ func (x *MoveFileRequest) String() string {
 func (*MoveFileRequest) ProtoMessage() {}
 
 func (x *MoveFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[76]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4650,7 +4832,7 @@ func (x *MoveFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveFileRequest.ProtoReflect.Descriptor instead.
 func (*MoveFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{76}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *MoveFileRequest) GetSessionId() string {
@@ -4689,7 +4871,7 @@ type MoveFileResponse struct {
 
 func (x *MoveFileResponse) Reset() {
 	*x = MoveFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[77]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4701,7 +4883,7 @@ func (x *MoveFileResponse) String() string {
 func (*MoveFileResponse) ProtoMessage() {}
 
 func (x *MoveFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[77]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4714,7 +4896,7 @@ func (x *MoveFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveFileResponse.ProtoReflect.Descriptor instead.
 func (*MoveFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{77}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{79}
 }
 
 type DeleteFileRequest struct {
@@ -4729,7 +4911,7 @@ type DeleteFileRequest struct {
 
 func (x *DeleteFileRequest) Reset() {
 	*x = DeleteFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[78]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4741,7 +4923,7 @@ func (x *DeleteFileRequest) String() string {
 func (*DeleteFileRequest) ProtoMessage() {}
 
 func (x *DeleteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[78]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4754,7 +4936,7 @@ func (x *DeleteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{78}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *DeleteFileRequest) GetSessionId() string {
@@ -4786,7 +4968,7 @@ type DeleteFileResponse struct {
 
 func (x *DeleteFileResponse) Reset() {
 	*x = DeleteFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[79]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4798,7 +4980,7 @@ func (x *DeleteFileResponse) String() string {
 func (*DeleteFileResponse) ProtoMessage() {}
 
 func (x *DeleteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[79]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4811,7 +4993,7 @@ func (x *DeleteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileResponse.ProtoReflect.Descriptor instead.
 func (*DeleteFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{79}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{81}
 }
 
 var File_deskgrid_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
@@ -4989,19 +5171,30 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x04args\x18\x03 \x03(\tR\x04args\"\x97\x01\n" +
 	"\x19LaunchApplicationResponse\x12B\n" +
 	"\vapplication\x18\x01 \x01(\v2 .deskgrid.sandbox.v1.ApplicationR\vapplication\x126\n" +
-	"\aprocess\x18\x02 \x01(\v2\x1c.deskgrid.sandbox.v1.ProcessR\aprocess\"\xbb\x01\n" +
+	"\aprocess\x18\x02 \x01(\v2\x1c.deskgrid.sandbox.v1.ProcessR\aprocess\"\xcf\x01\n" +
 	"\x1bGetAccessibilityTreeRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
 	"\tmax_depth\x18\x02 \x01(\x05R\bmaxDepth\x12\x1b\n" +
 	"\tmax_nodes\x18\x03 \x01(\x05R\bmaxNodes\x12!\n" +
 	"\fonly_visible\x18\x04 \x01(\bR\vonlyVisible\x12 \n" +
-	"\vapplication\x18\x05 \x01(\tR\vapplication\"\xa4\x01\n" +
+	"\vapplication\x18\x05 \x01(\tR\vapplication\x12\x12\n" +
+	"\x04root\x18\x06 \x01(\tR\x04root\"\xa4\x01\n" +
 	"\x1cGetAccessibilityTreeResponse\x12G\n" +
 	"\fapplications\x18\x01 \x03(\v2#.deskgrid.sandbox.v1.AccessibleNodeR\fapplications\x12\x1d\n" +
 	"\n" +
 	"node_count\x18\x02 \x01(\x05R\tnodeCount\x12\x1c\n" +
-	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\xf6\x02\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\xe2\x01\n" +
+	"\x16ActOnAccessibleRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x18\n" +
+	"\x06action\x18\x03 \x01(\tH\x00R\x06action\x12\x14\n" +
+	"\x04text\x18\x04 \x01(\tH\x00R\x04text\x12\x16\n" +
+	"\x05focus\x18\x05 \x01(\bH\x00R\x05focus:D\x92AA2?{\"id\": \":1.5:/org/a11y/atspi/accessible/12\", \"action\": \"click\"}B\v\n" +
+	"\toperation\"R\n" +
+	"\x17ActOnAccessibleResponse\x127\n" +
+	"\x04node\x18\x01 \x01(\v2#.deskgrid.sandbox.v1.AccessibleNodeR\x04node\"\xf6\x02\n" +
 	"\x0eAccessibleNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x12\n" +
@@ -5167,7 +5360,7 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x17CHANGE_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11CHANGE_KIND_ADDED\x10\x01\x12\x18\n" +
 	"\x14CHANGE_KIND_MODIFIED\x10\x02\x12\x17\n" +
-	"\x13CHANGE_KIND_DELETED\x10\x032\x814\n" +
+	"\x13CHANGE_KIND_DELETED\x10\x032\xd3;\n" +
 	"\x0eSandboxService\x12f\n" +
 	"\rCreateSandbox\x12).deskgrid.sandbox.v1.CreateSandboxRequest\x1a*.deskgrid.sandbox.v1.CreateSandboxResponse\x12f\n" +
 	"\rCommitSandbox\x12).deskgrid.sandbox.v1.CommitSandboxRequest\x1a*.deskgrid.sandbox.v1.CommitSandboxResponse\x12\x91\x01\n" +
@@ -5192,11 +5385,15 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\vStopProcess\x12'.deskgrid.sandbox.v1.StopProcessRequest\x1a(.deskgrid.sandbox.v1.StopProcessResponse\x12\x93\x01\n" +
 	"\rListProcesses\x12).deskgrid.sandbox.v1.ListProcessesRequest\x1a*.deskgrid.sandbox.v1.ListProcessesResponse\"+\x82\xd3\xe4\x93\x02%\x12#/v1/sessions/{session_id}/processes\x12\x9f\x01\n" +
 	"\x10ListApplications\x12,.deskgrid.sandbox.v1.ListApplicationsRequest\x1a-.deskgrid.sandbox.v1.ListApplicationsResponse\".\x82\xd3\xe4\x93\x02(\x12&/v1/sessions/{session_id}/applications\x12\xac\x01\n" +
-	"\x11LaunchApplication\x12-.deskgrid.sandbox.v1.LaunchApplicationRequest\x1a..deskgrid.sandbox.v1.LaunchApplicationResponse\"8\x82\xd3\xe4\x93\x022:\x01*\"-/v1/sessions/{session_id}/applications:launch\x12\xd6\b\n" +
-	"\x14GetAccessibilityTree\x120.deskgrid.sandbox.v1.GetAccessibilityTreeRequest\x1a1.deskgrid.sandbox.v1.GetAccessibilityTreeResponse\"\xd8\a\x92A\xa5\a\x12\x1bRead the accessibility tree\x1a\xcd\x03Returns the AT-SPI2 tree of the session's desktop: one node per application, its windows and widgets below, each with role, name, states, actions, text and bounds in screen pixels (the coordinates clicks take). `?max_depth=` (default 12, at most 64) and `?max_nodes=` (default 2000, at most 20000) bound it and `truncated` says when they cut it; `?only_visible=true` keeps what shows on the screen; `?application=` keeps the applications whose name contains it.J\xb5\x03\n" +
+	"\x11LaunchApplication\x12-.deskgrid.sandbox.v1.LaunchApplicationRequest\x1a..deskgrid.sandbox.v1.LaunchApplicationResponse\"8\x82\xd3\xe4\x93\x022:\x01*\"-/v1/sessions/{session_id}/applications:launch\x12\xc5\t\n" +
+	"\x14GetAccessibilityTree\x120.deskgrid.sandbox.v1.GetAccessibilityTreeRequest\x1a1.deskgrid.sandbox.v1.GetAccessibilityTreeResponse\"\xc7\b\x92A\x94\b\x12\x1bRead the accessibility tree\x1a\xbc\x04Returns the AT-SPI2 tree of the session's desktop: one node per application, its windows and widgets below, each with role, name, states, actions, text and bounds in screen pixels (the coordinates clicks take). `?max_depth=` (default 12, at most 64) and `?max_nodes=` (default 2000, at most 20000) bound it and `truncated` says when they cut it; `?only_visible=true` keeps what shows on the screen; `?application=` keeps the applications whose name contains it; `?root=` reads only the subtree of one node (a window's id). Each node's `id` is what accessibility:act takes.J\xb5\x03\n" +
 	"\x03200\x12\xad\x03\n" +
 	"\tThe tree.\"\x9f\x03\n" +
-	"\x10application/json\x12\x8a\x03{\"applications\": [{\"id\": \":1.5:/org/a11y/atspi/accessible/root\", \"role\": \"application\", \"name\": \"mousepad\", \"states\": [], \"childCount\": 1, \"children\": [{\"id\": \":1.5:/org/a11y/atspi/accessible/1\", \"role\": \"frame\", \"name\": \"Untitled 1 - Mousepad\", \"states\": [\"active\", \"enabled\", \"showing\", \"visible\"], \"bounds\": {\"x\": 0, \"y\": 0, \"width\": 640, \"height\": 480}, \"childCount\": 1}]}], \"nodeCount\": 2}\x82\xd3\xe4\x93\x02)\x12'/v1/sessions/{session_id}/accessibility\x12f\n" +
+	"\x10application/json\x12\x8a\x03{\"applications\": [{\"id\": \":1.5:/org/a11y/atspi/accessible/root\", \"role\": \"application\", \"name\": \"mousepad\", \"states\": [], \"childCount\": 1, \"children\": [{\"id\": \":1.5:/org/a11y/atspi/accessible/1\", \"role\": \"frame\", \"name\": \"Untitled 1 - Mousepad\", \"states\": [\"active\", \"enabled\", \"showing\", \"visible\"], \"bounds\": {\"x\": 0, \"y\": 0, \"width\": 640, \"height\": 480}, \"childCount\": 1}]}], \"nodeCount\": 2}\x82\xd3\xe4\x93\x02)\x12'/v1/sessions/{session_id}/accessibility\x12\xe0\x06\n" +
+	"\x0fActOnAccessible\x12+.deskgrid.sandbox.v1.ActOnAccessibleRequest\x1a,.deskgrid.sandbox.v1.ActOnAccessibleResponse\"\xf1\x05\x92A\xb7\x05\x12'Act on a node of the accessibility tree\x1a\xa4\x03Acts on the node whose `id` the tree gave: `{\"action\": \"click\"}` performs one of its actions by name (any case), `{\"text\": \"...\"}` replaces the contents of an editable text, `{\"focus\": true}` gives it the keyboard focus. Returns the node as it is afterwards (unset when the action made it go away). An unknown or stale id is 404; a node without that action or interface is 400 FAILED_PRECONDITION listing what it offers.J\xe4\x01\n" +
+	"\x03200\x12\xdc\x01\n" +
+	"\x14The node afterwards.\"\xc3\x01\n" +
+	"\x10application/json\x12\xae\x01{\"node\": {\"id\": \":1.5:/org/a11y/atspi/accessible/7\", \"role\": \"text\", \"name\": \"\", \"states\": [\"editable\", \"focusable\", \"showing\", \"visible\"], \"text\": \"hello\", \"childCount\": 0}}\x82\xd3\xe4\x93\x020:\x01*\"+/v1/sessions/{session_id}/accessibility:act\x12f\n" +
 	"\rFreezeSandbox\x12).deskgrid.sandbox.v1.FreezeSandboxRequest\x1a*.deskgrid.sandbox.v1.FreezeSandboxResponse\x12`\n" +
 	"\vThawSandbox\x12'.deskgrid.sandbox.v1.ThawSandboxRequest\x1a(.deskgrid.sandbox.v1.ThawSandboxResponse\x12\x8b\x01\n" +
 	"\vListChanges\x12'.deskgrid.sandbox.v1.ListChangesRequest\x1a(.deskgrid.sandbox.v1.ListChangesResponse\")\x82\xd3\xe4\x93\x02#\x12!/v1/sessions/{session_id}/changes\x12\x87\x01\n" +
@@ -5231,7 +5428,7 @@ func file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_deskgrid_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_deskgrid_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
+var file_deskgrid_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
 var file_deskgrid_sandbox_v1_sandbox_proto_goTypes = []any{
 	(ProcessState)(0),                    // 0: deskgrid.sandbox.v1.ProcessState
 	(ChangeKind)(0),                      // 1: deskgrid.sandbox.v1.ChangeKind
@@ -5273,158 +5470,163 @@ var file_deskgrid_sandbox_v1_sandbox_proto_goTypes = []any{
 	(*LaunchApplicationResponse)(nil),    // 37: deskgrid.sandbox.v1.LaunchApplicationResponse
 	(*GetAccessibilityTreeRequest)(nil),  // 38: deskgrid.sandbox.v1.GetAccessibilityTreeRequest
 	(*GetAccessibilityTreeResponse)(nil), // 39: deskgrid.sandbox.v1.GetAccessibilityTreeResponse
-	(*AccessibleNode)(nil),               // 40: deskgrid.sandbox.v1.AccessibleNode
-	(*AccessibleBounds)(nil),             // 41: deskgrid.sandbox.v1.AccessibleBounds
-	(*FreezeSandboxRequest)(nil),         // 42: deskgrid.sandbox.v1.FreezeSandboxRequest
-	(*FreezeSandboxResponse)(nil),        // 43: deskgrid.sandbox.v1.FreezeSandboxResponse
-	(*ThawSandboxRequest)(nil),           // 44: deskgrid.sandbox.v1.ThawSandboxRequest
-	(*ThawSandboxResponse)(nil),          // 45: deskgrid.sandbox.v1.ThawSandboxResponse
-	(*Change)(nil),                       // 46: deskgrid.sandbox.v1.Change
-	(*ListChangesRequest)(nil),           // 47: deskgrid.sandbox.v1.ListChangesRequest
-	(*ListChangesResponse)(nil),          // 48: deskgrid.sandbox.v1.ListChangesResponse
-	(*DiffFileRequest)(nil),              // 49: deskgrid.sandbox.v1.DiffFileRequest
-	(*DiffFileResponse)(nil),             // 50: deskgrid.sandbox.v1.DiffFileResponse
-	(*ApplyChangesRequest)(nil),          // 51: deskgrid.sandbox.v1.ApplyChangesRequest
-	(*Conflict)(nil),                     // 52: deskgrid.sandbox.v1.Conflict
-	(*ApplyChangesResponse)(nil),         // 53: deskgrid.sandbox.v1.ApplyChangesResponse
-	(*DiscardChangesRequest)(nil),        // 54: deskgrid.sandbox.v1.DiscardChangesRequest
-	(*DiscardChangesResponse)(nil),       // 55: deskgrid.sandbox.v1.DiscardChangesResponse
-	(*Snapshot)(nil),                     // 56: deskgrid.sandbox.v1.Snapshot
-	(*CreateSnapshotRequest)(nil),        // 57: deskgrid.sandbox.v1.CreateSnapshotRequest
-	(*CreateSnapshotResponse)(nil),       // 58: deskgrid.sandbox.v1.CreateSnapshotResponse
-	(*ListSnapshotsRequest)(nil),         // 59: deskgrid.sandbox.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),        // 60: deskgrid.sandbox.v1.ListSnapshotsResponse
-	(*RestoreSnapshotRequest)(nil),       // 61: deskgrid.sandbox.v1.RestoreSnapshotRequest
-	(*RestoreSnapshotResponse)(nil),      // 62: deskgrid.sandbox.v1.RestoreSnapshotResponse
-	(*DeleteSnapshotRequest)(nil),        // 63: deskgrid.sandbox.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil),       // 64: deskgrid.sandbox.v1.DeleteSnapshotResponse
-	(*RunShellRequest)(nil),              // 65: deskgrid.sandbox.v1.RunShellRequest
-	(*RunShellResponse)(nil),             // 66: deskgrid.sandbox.v1.RunShellResponse
-	(*RestartShellRequest)(nil),          // 67: deskgrid.sandbox.v1.RestartShellRequest
-	(*RestartShellResponse)(nil),         // 68: deskgrid.sandbox.v1.RestartShellResponse
-	(*UploadFileHeader)(nil),             // 69: deskgrid.sandbox.v1.UploadFileHeader
-	(*UploadFileRequest)(nil),            // 70: deskgrid.sandbox.v1.UploadFileRequest
-	(*UploadFileResponse)(nil),           // 71: deskgrid.sandbox.v1.UploadFileResponse
-	(*DownloadFileRequest)(nil),          // 72: deskgrid.sandbox.v1.DownloadFileRequest
-	(*DownloadFileResponse)(nil),         // 73: deskgrid.sandbox.v1.DownloadFileResponse
-	(*StatFileRequest)(nil),              // 74: deskgrid.sandbox.v1.StatFileRequest
-	(*StatFileResponse)(nil),             // 75: deskgrid.sandbox.v1.StatFileResponse
-	(*MakeDirectoryRequest)(nil),         // 76: deskgrid.sandbox.v1.MakeDirectoryRequest
-	(*MakeDirectoryResponse)(nil),        // 77: deskgrid.sandbox.v1.MakeDirectoryResponse
-	(*MoveFileRequest)(nil),              // 78: deskgrid.sandbox.v1.MoveFileRequest
-	(*MoveFileResponse)(nil),             // 79: deskgrid.sandbox.v1.MoveFileResponse
-	(*DeleteFileRequest)(nil),            // 80: deskgrid.sandbox.v1.DeleteFileRequest
-	(*DeleteFileResponse)(nil),           // 81: deskgrid.sandbox.v1.DeleteFileResponse
-	(*timestamppb.Timestamp)(nil),        // 82: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),          // 83: google.protobuf.Duration
+	(*ActOnAccessibleRequest)(nil),       // 40: deskgrid.sandbox.v1.ActOnAccessibleRequest
+	(*ActOnAccessibleResponse)(nil),      // 41: deskgrid.sandbox.v1.ActOnAccessibleResponse
+	(*AccessibleNode)(nil),               // 42: deskgrid.sandbox.v1.AccessibleNode
+	(*AccessibleBounds)(nil),             // 43: deskgrid.sandbox.v1.AccessibleBounds
+	(*FreezeSandboxRequest)(nil),         // 44: deskgrid.sandbox.v1.FreezeSandboxRequest
+	(*FreezeSandboxResponse)(nil),        // 45: deskgrid.sandbox.v1.FreezeSandboxResponse
+	(*ThawSandboxRequest)(nil),           // 46: deskgrid.sandbox.v1.ThawSandboxRequest
+	(*ThawSandboxResponse)(nil),          // 47: deskgrid.sandbox.v1.ThawSandboxResponse
+	(*Change)(nil),                       // 48: deskgrid.sandbox.v1.Change
+	(*ListChangesRequest)(nil),           // 49: deskgrid.sandbox.v1.ListChangesRequest
+	(*ListChangesResponse)(nil),          // 50: deskgrid.sandbox.v1.ListChangesResponse
+	(*DiffFileRequest)(nil),              // 51: deskgrid.sandbox.v1.DiffFileRequest
+	(*DiffFileResponse)(nil),             // 52: deskgrid.sandbox.v1.DiffFileResponse
+	(*ApplyChangesRequest)(nil),          // 53: deskgrid.sandbox.v1.ApplyChangesRequest
+	(*Conflict)(nil),                     // 54: deskgrid.sandbox.v1.Conflict
+	(*ApplyChangesResponse)(nil),         // 55: deskgrid.sandbox.v1.ApplyChangesResponse
+	(*DiscardChangesRequest)(nil),        // 56: deskgrid.sandbox.v1.DiscardChangesRequest
+	(*DiscardChangesResponse)(nil),       // 57: deskgrid.sandbox.v1.DiscardChangesResponse
+	(*Snapshot)(nil),                     // 58: deskgrid.sandbox.v1.Snapshot
+	(*CreateSnapshotRequest)(nil),        // 59: deskgrid.sandbox.v1.CreateSnapshotRequest
+	(*CreateSnapshotResponse)(nil),       // 60: deskgrid.sandbox.v1.CreateSnapshotResponse
+	(*ListSnapshotsRequest)(nil),         // 61: deskgrid.sandbox.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),        // 62: deskgrid.sandbox.v1.ListSnapshotsResponse
+	(*RestoreSnapshotRequest)(nil),       // 63: deskgrid.sandbox.v1.RestoreSnapshotRequest
+	(*RestoreSnapshotResponse)(nil),      // 64: deskgrid.sandbox.v1.RestoreSnapshotResponse
+	(*DeleteSnapshotRequest)(nil),        // 65: deskgrid.sandbox.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),       // 66: deskgrid.sandbox.v1.DeleteSnapshotResponse
+	(*RunShellRequest)(nil),              // 67: deskgrid.sandbox.v1.RunShellRequest
+	(*RunShellResponse)(nil),             // 68: deskgrid.sandbox.v1.RunShellResponse
+	(*RestartShellRequest)(nil),          // 69: deskgrid.sandbox.v1.RestartShellRequest
+	(*RestartShellResponse)(nil),         // 70: deskgrid.sandbox.v1.RestartShellResponse
+	(*UploadFileHeader)(nil),             // 71: deskgrid.sandbox.v1.UploadFileHeader
+	(*UploadFileRequest)(nil),            // 72: deskgrid.sandbox.v1.UploadFileRequest
+	(*UploadFileResponse)(nil),           // 73: deskgrid.sandbox.v1.UploadFileResponse
+	(*DownloadFileRequest)(nil),          // 74: deskgrid.sandbox.v1.DownloadFileRequest
+	(*DownloadFileResponse)(nil),         // 75: deskgrid.sandbox.v1.DownloadFileResponse
+	(*StatFileRequest)(nil),              // 76: deskgrid.sandbox.v1.StatFileRequest
+	(*StatFileResponse)(nil),             // 77: deskgrid.sandbox.v1.StatFileResponse
+	(*MakeDirectoryRequest)(nil),         // 78: deskgrid.sandbox.v1.MakeDirectoryRequest
+	(*MakeDirectoryResponse)(nil),        // 79: deskgrid.sandbox.v1.MakeDirectoryResponse
+	(*MoveFileRequest)(nil),              // 80: deskgrid.sandbox.v1.MoveFileRequest
+	(*MoveFileResponse)(nil),             // 81: deskgrid.sandbox.v1.MoveFileResponse
+	(*DeleteFileRequest)(nil),            // 82: deskgrid.sandbox.v1.DeleteFileRequest
+	(*DeleteFileResponse)(nil),           // 83: deskgrid.sandbox.v1.DeleteFileResponse
+	(*timestamppb.Timestamp)(nil),        // 84: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),          // 85: google.protobuf.Duration
 }
 var file_deskgrid_sandbox_v1_sandbox_proto_depIdxs = []int32{
-	82, // 0: deskgrid.sandbox.v1.Sandbox.create_time:type_name -> google.protobuf.Timestamp
+	84, // 0: deskgrid.sandbox.v1.Sandbox.create_time:type_name -> google.protobuf.Timestamp
 	3,  // 1: deskgrid.sandbox.v1.Sandbox.limits:type_name -> deskgrid.sandbox.v1.SandboxLimits
 	4,  // 2: deskgrid.sandbox.v1.Sandbox.usage:type_name -> deskgrid.sandbox.v1.SandboxUsage
 	6,  // 3: deskgrid.sandbox.v1.CreateSandboxRequest.desktop:type_name -> deskgrid.sandbox.v1.DesktopSpec
 	2,  // 4: deskgrid.sandbox.v1.CreateSandboxResponse.sandbox:type_name -> deskgrid.sandbox.v1.Sandbox
 	2,  // 5: deskgrid.sandbox.v1.GetSandboxResponse.sandbox:type_name -> deskgrid.sandbox.v1.Sandbox
 	2,  // 6: deskgrid.sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> deskgrid.sandbox.v1.Sandbox
-	83, // 7: deskgrid.sandbox.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
+	85, // 7: deskgrid.sandbox.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
 	17, // 8: deskgrid.sandbox.v1.ExecResponse.exit:type_name -> deskgrid.sandbox.v1.ExecExit
-	82, // 9: deskgrid.sandbox.v1.FileInfo.modify_time:type_name -> google.protobuf.Timestamp
+	84, // 9: deskgrid.sandbox.v1.FileInfo.modify_time:type_name -> google.protobuf.Timestamp
 	24, // 10: deskgrid.sandbox.v1.ListFilesResponse.files:type_name -> deskgrid.sandbox.v1.FileInfo
 	0,  // 11: deskgrid.sandbox.v1.Process.state:type_name -> deskgrid.sandbox.v1.ProcessState
 	17, // 12: deskgrid.sandbox.v1.Process.exit:type_name -> deskgrid.sandbox.v1.ExecExit
-	82, // 13: deskgrid.sandbox.v1.Process.start_time:type_name -> google.protobuf.Timestamp
+	84, // 13: deskgrid.sandbox.v1.Process.start_time:type_name -> google.protobuf.Timestamp
 	27, // 14: deskgrid.sandbox.v1.StartProcessResponse.process:type_name -> deskgrid.sandbox.v1.Process
 	27, // 15: deskgrid.sandbox.v1.StopProcessResponse.process:type_name -> deskgrid.sandbox.v1.Process
 	27, // 16: deskgrid.sandbox.v1.ListProcessesResponse.processes:type_name -> deskgrid.sandbox.v1.Process
 	35, // 17: deskgrid.sandbox.v1.ListApplicationsResponse.applications:type_name -> deskgrid.sandbox.v1.Application
 	35, // 18: deskgrid.sandbox.v1.LaunchApplicationResponse.application:type_name -> deskgrid.sandbox.v1.Application
 	27, // 19: deskgrid.sandbox.v1.LaunchApplicationResponse.process:type_name -> deskgrid.sandbox.v1.Process
-	40, // 20: deskgrid.sandbox.v1.GetAccessibilityTreeResponse.applications:type_name -> deskgrid.sandbox.v1.AccessibleNode
-	41, // 21: deskgrid.sandbox.v1.AccessibleNode.bounds:type_name -> deskgrid.sandbox.v1.AccessibleBounds
-	40, // 22: deskgrid.sandbox.v1.AccessibleNode.children:type_name -> deskgrid.sandbox.v1.AccessibleNode
-	1,  // 23: deskgrid.sandbox.v1.Change.kind:type_name -> deskgrid.sandbox.v1.ChangeKind
-	46, // 24: deskgrid.sandbox.v1.ListChangesResponse.changes:type_name -> deskgrid.sandbox.v1.Change
-	46, // 25: deskgrid.sandbox.v1.DiffFileResponse.change:type_name -> deskgrid.sandbox.v1.Change
-	52, // 26: deskgrid.sandbox.v1.ApplyChangesResponse.conflicts:type_name -> deskgrid.sandbox.v1.Conflict
-	82, // 27: deskgrid.sandbox.v1.Snapshot.create_time:type_name -> google.protobuf.Timestamp
-	56, // 28: deskgrid.sandbox.v1.CreateSnapshotResponse.snapshot:type_name -> deskgrid.sandbox.v1.Snapshot
-	56, // 29: deskgrid.sandbox.v1.ListSnapshotsResponse.snapshots:type_name -> deskgrid.sandbox.v1.Snapshot
-	83, // 30: deskgrid.sandbox.v1.RunShellRequest.timeout:type_name -> google.protobuf.Duration
-	69, // 31: deskgrid.sandbox.v1.UploadFileRequest.header:type_name -> deskgrid.sandbox.v1.UploadFileHeader
-	24, // 32: deskgrid.sandbox.v1.UploadFileResponse.file:type_name -> deskgrid.sandbox.v1.FileInfo
-	24, // 33: deskgrid.sandbox.v1.DownloadFileResponse.info:type_name -> deskgrid.sandbox.v1.FileInfo
-	24, // 34: deskgrid.sandbox.v1.StatFileResponse.file:type_name -> deskgrid.sandbox.v1.FileInfo
-	5,  // 35: deskgrid.sandbox.v1.SandboxService.CreateSandbox:input_type -> deskgrid.sandbox.v1.CreateSandboxRequest
-	7,  // 36: deskgrid.sandbox.v1.SandboxService.CommitSandbox:input_type -> deskgrid.sandbox.v1.CommitSandboxRequest
-	10, // 37: deskgrid.sandbox.v1.SandboxService.GetSandbox:input_type -> deskgrid.sandbox.v1.GetSandboxRequest
-	12, // 38: deskgrid.sandbox.v1.SandboxService.ListSandboxes:input_type -> deskgrid.sandbox.v1.ListSandboxesRequest
-	14, // 39: deskgrid.sandbox.v1.SandboxService.DeleteSandbox:input_type -> deskgrid.sandbox.v1.DeleteSandboxRequest
-	16, // 40: deskgrid.sandbox.v1.SandboxService.Exec:input_type -> deskgrid.sandbox.v1.ExecRequest
-	19, // 41: deskgrid.sandbox.v1.SandboxService.ReadFile:input_type -> deskgrid.sandbox.v1.ReadFileRequest
-	21, // 42: deskgrid.sandbox.v1.SandboxService.WriteFile:input_type -> deskgrid.sandbox.v1.WriteFileRequest
-	23, // 43: deskgrid.sandbox.v1.SandboxService.ListFiles:input_type -> deskgrid.sandbox.v1.ListFilesRequest
-	26, // 44: deskgrid.sandbox.v1.SandboxService.StartProcess:input_type -> deskgrid.sandbox.v1.StartProcessRequest
-	29, // 45: deskgrid.sandbox.v1.SandboxService.StopProcess:input_type -> deskgrid.sandbox.v1.StopProcessRequest
-	31, // 46: deskgrid.sandbox.v1.SandboxService.ListProcesses:input_type -> deskgrid.sandbox.v1.ListProcessesRequest
-	33, // 47: deskgrid.sandbox.v1.SandboxService.ListApplications:input_type -> deskgrid.sandbox.v1.ListApplicationsRequest
-	36, // 48: deskgrid.sandbox.v1.SandboxService.LaunchApplication:input_type -> deskgrid.sandbox.v1.LaunchApplicationRequest
-	38, // 49: deskgrid.sandbox.v1.SandboxService.GetAccessibilityTree:input_type -> deskgrid.sandbox.v1.GetAccessibilityTreeRequest
-	42, // 50: deskgrid.sandbox.v1.SandboxService.FreezeSandbox:input_type -> deskgrid.sandbox.v1.FreezeSandboxRequest
-	44, // 51: deskgrid.sandbox.v1.SandboxService.ThawSandbox:input_type -> deskgrid.sandbox.v1.ThawSandboxRequest
-	47, // 52: deskgrid.sandbox.v1.SandboxService.ListChanges:input_type -> deskgrid.sandbox.v1.ListChangesRequest
-	49, // 53: deskgrid.sandbox.v1.SandboxService.DiffFile:input_type -> deskgrid.sandbox.v1.DiffFileRequest
-	51, // 54: deskgrid.sandbox.v1.SandboxService.ApplyChanges:input_type -> deskgrid.sandbox.v1.ApplyChangesRequest
-	54, // 55: deskgrid.sandbox.v1.SandboxService.DiscardChanges:input_type -> deskgrid.sandbox.v1.DiscardChangesRequest
-	57, // 56: deskgrid.sandbox.v1.SandboxService.CreateSnapshot:input_type -> deskgrid.sandbox.v1.CreateSnapshotRequest
-	59, // 57: deskgrid.sandbox.v1.SandboxService.ListSnapshots:input_type -> deskgrid.sandbox.v1.ListSnapshotsRequest
-	61, // 58: deskgrid.sandbox.v1.SandboxService.RestoreSnapshot:input_type -> deskgrid.sandbox.v1.RestoreSnapshotRequest
-	63, // 59: deskgrid.sandbox.v1.SandboxService.DeleteSnapshot:input_type -> deskgrid.sandbox.v1.DeleteSnapshotRequest
-	65, // 60: deskgrid.sandbox.v1.SandboxService.RunShell:input_type -> deskgrid.sandbox.v1.RunShellRequest
-	67, // 61: deskgrid.sandbox.v1.SandboxService.RestartShell:input_type -> deskgrid.sandbox.v1.RestartShellRequest
-	70, // 62: deskgrid.sandbox.v1.SandboxService.UploadFile:input_type -> deskgrid.sandbox.v1.UploadFileRequest
-	72, // 63: deskgrid.sandbox.v1.SandboxService.DownloadFile:input_type -> deskgrid.sandbox.v1.DownloadFileRequest
-	74, // 64: deskgrid.sandbox.v1.SandboxService.StatFile:input_type -> deskgrid.sandbox.v1.StatFileRequest
-	76, // 65: deskgrid.sandbox.v1.SandboxService.MakeDirectory:input_type -> deskgrid.sandbox.v1.MakeDirectoryRequest
-	78, // 66: deskgrid.sandbox.v1.SandboxService.MoveFile:input_type -> deskgrid.sandbox.v1.MoveFileRequest
-	80, // 67: deskgrid.sandbox.v1.SandboxService.DeleteFile:input_type -> deskgrid.sandbox.v1.DeleteFileRequest
-	9,  // 68: deskgrid.sandbox.v1.SandboxService.CreateSandbox:output_type -> deskgrid.sandbox.v1.CreateSandboxResponse
-	8,  // 69: deskgrid.sandbox.v1.SandboxService.CommitSandbox:output_type -> deskgrid.sandbox.v1.CommitSandboxResponse
-	11, // 70: deskgrid.sandbox.v1.SandboxService.GetSandbox:output_type -> deskgrid.sandbox.v1.GetSandboxResponse
-	13, // 71: deskgrid.sandbox.v1.SandboxService.ListSandboxes:output_type -> deskgrid.sandbox.v1.ListSandboxesResponse
-	15, // 72: deskgrid.sandbox.v1.SandboxService.DeleteSandbox:output_type -> deskgrid.sandbox.v1.DeleteSandboxResponse
-	18, // 73: deskgrid.sandbox.v1.SandboxService.Exec:output_type -> deskgrid.sandbox.v1.ExecResponse
-	20, // 74: deskgrid.sandbox.v1.SandboxService.ReadFile:output_type -> deskgrid.sandbox.v1.ReadFileResponse
-	22, // 75: deskgrid.sandbox.v1.SandboxService.WriteFile:output_type -> deskgrid.sandbox.v1.WriteFileResponse
-	25, // 76: deskgrid.sandbox.v1.SandboxService.ListFiles:output_type -> deskgrid.sandbox.v1.ListFilesResponse
-	28, // 77: deskgrid.sandbox.v1.SandboxService.StartProcess:output_type -> deskgrid.sandbox.v1.StartProcessResponse
-	30, // 78: deskgrid.sandbox.v1.SandboxService.StopProcess:output_type -> deskgrid.sandbox.v1.StopProcessResponse
-	32, // 79: deskgrid.sandbox.v1.SandboxService.ListProcesses:output_type -> deskgrid.sandbox.v1.ListProcessesResponse
-	34, // 80: deskgrid.sandbox.v1.SandboxService.ListApplications:output_type -> deskgrid.sandbox.v1.ListApplicationsResponse
-	37, // 81: deskgrid.sandbox.v1.SandboxService.LaunchApplication:output_type -> deskgrid.sandbox.v1.LaunchApplicationResponse
-	39, // 82: deskgrid.sandbox.v1.SandboxService.GetAccessibilityTree:output_type -> deskgrid.sandbox.v1.GetAccessibilityTreeResponse
-	43, // 83: deskgrid.sandbox.v1.SandboxService.FreezeSandbox:output_type -> deskgrid.sandbox.v1.FreezeSandboxResponse
-	45, // 84: deskgrid.sandbox.v1.SandboxService.ThawSandbox:output_type -> deskgrid.sandbox.v1.ThawSandboxResponse
-	48, // 85: deskgrid.sandbox.v1.SandboxService.ListChanges:output_type -> deskgrid.sandbox.v1.ListChangesResponse
-	50, // 86: deskgrid.sandbox.v1.SandboxService.DiffFile:output_type -> deskgrid.sandbox.v1.DiffFileResponse
-	53, // 87: deskgrid.sandbox.v1.SandboxService.ApplyChanges:output_type -> deskgrid.sandbox.v1.ApplyChangesResponse
-	55, // 88: deskgrid.sandbox.v1.SandboxService.DiscardChanges:output_type -> deskgrid.sandbox.v1.DiscardChangesResponse
-	58, // 89: deskgrid.sandbox.v1.SandboxService.CreateSnapshot:output_type -> deskgrid.sandbox.v1.CreateSnapshotResponse
-	60, // 90: deskgrid.sandbox.v1.SandboxService.ListSnapshots:output_type -> deskgrid.sandbox.v1.ListSnapshotsResponse
-	62, // 91: deskgrid.sandbox.v1.SandboxService.RestoreSnapshot:output_type -> deskgrid.sandbox.v1.RestoreSnapshotResponse
-	64, // 92: deskgrid.sandbox.v1.SandboxService.DeleteSnapshot:output_type -> deskgrid.sandbox.v1.DeleteSnapshotResponse
-	66, // 93: deskgrid.sandbox.v1.SandboxService.RunShell:output_type -> deskgrid.sandbox.v1.RunShellResponse
-	68, // 94: deskgrid.sandbox.v1.SandboxService.RestartShell:output_type -> deskgrid.sandbox.v1.RestartShellResponse
-	71, // 95: deskgrid.sandbox.v1.SandboxService.UploadFile:output_type -> deskgrid.sandbox.v1.UploadFileResponse
-	73, // 96: deskgrid.sandbox.v1.SandboxService.DownloadFile:output_type -> deskgrid.sandbox.v1.DownloadFileResponse
-	75, // 97: deskgrid.sandbox.v1.SandboxService.StatFile:output_type -> deskgrid.sandbox.v1.StatFileResponse
-	77, // 98: deskgrid.sandbox.v1.SandboxService.MakeDirectory:output_type -> deskgrid.sandbox.v1.MakeDirectoryResponse
-	79, // 99: deskgrid.sandbox.v1.SandboxService.MoveFile:output_type -> deskgrid.sandbox.v1.MoveFileResponse
-	81, // 100: deskgrid.sandbox.v1.SandboxService.DeleteFile:output_type -> deskgrid.sandbox.v1.DeleteFileResponse
-	68, // [68:101] is the sub-list for method output_type
-	35, // [35:68] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	42, // 20: deskgrid.sandbox.v1.GetAccessibilityTreeResponse.applications:type_name -> deskgrid.sandbox.v1.AccessibleNode
+	42, // 21: deskgrid.sandbox.v1.ActOnAccessibleResponse.node:type_name -> deskgrid.sandbox.v1.AccessibleNode
+	43, // 22: deskgrid.sandbox.v1.AccessibleNode.bounds:type_name -> deskgrid.sandbox.v1.AccessibleBounds
+	42, // 23: deskgrid.sandbox.v1.AccessibleNode.children:type_name -> deskgrid.sandbox.v1.AccessibleNode
+	1,  // 24: deskgrid.sandbox.v1.Change.kind:type_name -> deskgrid.sandbox.v1.ChangeKind
+	48, // 25: deskgrid.sandbox.v1.ListChangesResponse.changes:type_name -> deskgrid.sandbox.v1.Change
+	48, // 26: deskgrid.sandbox.v1.DiffFileResponse.change:type_name -> deskgrid.sandbox.v1.Change
+	54, // 27: deskgrid.sandbox.v1.ApplyChangesResponse.conflicts:type_name -> deskgrid.sandbox.v1.Conflict
+	84, // 28: deskgrid.sandbox.v1.Snapshot.create_time:type_name -> google.protobuf.Timestamp
+	58, // 29: deskgrid.sandbox.v1.CreateSnapshotResponse.snapshot:type_name -> deskgrid.sandbox.v1.Snapshot
+	58, // 30: deskgrid.sandbox.v1.ListSnapshotsResponse.snapshots:type_name -> deskgrid.sandbox.v1.Snapshot
+	85, // 31: deskgrid.sandbox.v1.RunShellRequest.timeout:type_name -> google.protobuf.Duration
+	71, // 32: deskgrid.sandbox.v1.UploadFileRequest.header:type_name -> deskgrid.sandbox.v1.UploadFileHeader
+	24, // 33: deskgrid.sandbox.v1.UploadFileResponse.file:type_name -> deskgrid.sandbox.v1.FileInfo
+	24, // 34: deskgrid.sandbox.v1.DownloadFileResponse.info:type_name -> deskgrid.sandbox.v1.FileInfo
+	24, // 35: deskgrid.sandbox.v1.StatFileResponse.file:type_name -> deskgrid.sandbox.v1.FileInfo
+	5,  // 36: deskgrid.sandbox.v1.SandboxService.CreateSandbox:input_type -> deskgrid.sandbox.v1.CreateSandboxRequest
+	7,  // 37: deskgrid.sandbox.v1.SandboxService.CommitSandbox:input_type -> deskgrid.sandbox.v1.CommitSandboxRequest
+	10, // 38: deskgrid.sandbox.v1.SandboxService.GetSandbox:input_type -> deskgrid.sandbox.v1.GetSandboxRequest
+	12, // 39: deskgrid.sandbox.v1.SandboxService.ListSandboxes:input_type -> deskgrid.sandbox.v1.ListSandboxesRequest
+	14, // 40: deskgrid.sandbox.v1.SandboxService.DeleteSandbox:input_type -> deskgrid.sandbox.v1.DeleteSandboxRequest
+	16, // 41: deskgrid.sandbox.v1.SandboxService.Exec:input_type -> deskgrid.sandbox.v1.ExecRequest
+	19, // 42: deskgrid.sandbox.v1.SandboxService.ReadFile:input_type -> deskgrid.sandbox.v1.ReadFileRequest
+	21, // 43: deskgrid.sandbox.v1.SandboxService.WriteFile:input_type -> deskgrid.sandbox.v1.WriteFileRequest
+	23, // 44: deskgrid.sandbox.v1.SandboxService.ListFiles:input_type -> deskgrid.sandbox.v1.ListFilesRequest
+	26, // 45: deskgrid.sandbox.v1.SandboxService.StartProcess:input_type -> deskgrid.sandbox.v1.StartProcessRequest
+	29, // 46: deskgrid.sandbox.v1.SandboxService.StopProcess:input_type -> deskgrid.sandbox.v1.StopProcessRequest
+	31, // 47: deskgrid.sandbox.v1.SandboxService.ListProcesses:input_type -> deskgrid.sandbox.v1.ListProcessesRequest
+	33, // 48: deskgrid.sandbox.v1.SandboxService.ListApplications:input_type -> deskgrid.sandbox.v1.ListApplicationsRequest
+	36, // 49: deskgrid.sandbox.v1.SandboxService.LaunchApplication:input_type -> deskgrid.sandbox.v1.LaunchApplicationRequest
+	38, // 50: deskgrid.sandbox.v1.SandboxService.GetAccessibilityTree:input_type -> deskgrid.sandbox.v1.GetAccessibilityTreeRequest
+	40, // 51: deskgrid.sandbox.v1.SandboxService.ActOnAccessible:input_type -> deskgrid.sandbox.v1.ActOnAccessibleRequest
+	44, // 52: deskgrid.sandbox.v1.SandboxService.FreezeSandbox:input_type -> deskgrid.sandbox.v1.FreezeSandboxRequest
+	46, // 53: deskgrid.sandbox.v1.SandboxService.ThawSandbox:input_type -> deskgrid.sandbox.v1.ThawSandboxRequest
+	49, // 54: deskgrid.sandbox.v1.SandboxService.ListChanges:input_type -> deskgrid.sandbox.v1.ListChangesRequest
+	51, // 55: deskgrid.sandbox.v1.SandboxService.DiffFile:input_type -> deskgrid.sandbox.v1.DiffFileRequest
+	53, // 56: deskgrid.sandbox.v1.SandboxService.ApplyChanges:input_type -> deskgrid.sandbox.v1.ApplyChangesRequest
+	56, // 57: deskgrid.sandbox.v1.SandboxService.DiscardChanges:input_type -> deskgrid.sandbox.v1.DiscardChangesRequest
+	59, // 58: deskgrid.sandbox.v1.SandboxService.CreateSnapshot:input_type -> deskgrid.sandbox.v1.CreateSnapshotRequest
+	61, // 59: deskgrid.sandbox.v1.SandboxService.ListSnapshots:input_type -> deskgrid.sandbox.v1.ListSnapshotsRequest
+	63, // 60: deskgrid.sandbox.v1.SandboxService.RestoreSnapshot:input_type -> deskgrid.sandbox.v1.RestoreSnapshotRequest
+	65, // 61: deskgrid.sandbox.v1.SandboxService.DeleteSnapshot:input_type -> deskgrid.sandbox.v1.DeleteSnapshotRequest
+	67, // 62: deskgrid.sandbox.v1.SandboxService.RunShell:input_type -> deskgrid.sandbox.v1.RunShellRequest
+	69, // 63: deskgrid.sandbox.v1.SandboxService.RestartShell:input_type -> deskgrid.sandbox.v1.RestartShellRequest
+	72, // 64: deskgrid.sandbox.v1.SandboxService.UploadFile:input_type -> deskgrid.sandbox.v1.UploadFileRequest
+	74, // 65: deskgrid.sandbox.v1.SandboxService.DownloadFile:input_type -> deskgrid.sandbox.v1.DownloadFileRequest
+	76, // 66: deskgrid.sandbox.v1.SandboxService.StatFile:input_type -> deskgrid.sandbox.v1.StatFileRequest
+	78, // 67: deskgrid.sandbox.v1.SandboxService.MakeDirectory:input_type -> deskgrid.sandbox.v1.MakeDirectoryRequest
+	80, // 68: deskgrid.sandbox.v1.SandboxService.MoveFile:input_type -> deskgrid.sandbox.v1.MoveFileRequest
+	82, // 69: deskgrid.sandbox.v1.SandboxService.DeleteFile:input_type -> deskgrid.sandbox.v1.DeleteFileRequest
+	9,  // 70: deskgrid.sandbox.v1.SandboxService.CreateSandbox:output_type -> deskgrid.sandbox.v1.CreateSandboxResponse
+	8,  // 71: deskgrid.sandbox.v1.SandboxService.CommitSandbox:output_type -> deskgrid.sandbox.v1.CommitSandboxResponse
+	11, // 72: deskgrid.sandbox.v1.SandboxService.GetSandbox:output_type -> deskgrid.sandbox.v1.GetSandboxResponse
+	13, // 73: deskgrid.sandbox.v1.SandboxService.ListSandboxes:output_type -> deskgrid.sandbox.v1.ListSandboxesResponse
+	15, // 74: deskgrid.sandbox.v1.SandboxService.DeleteSandbox:output_type -> deskgrid.sandbox.v1.DeleteSandboxResponse
+	18, // 75: deskgrid.sandbox.v1.SandboxService.Exec:output_type -> deskgrid.sandbox.v1.ExecResponse
+	20, // 76: deskgrid.sandbox.v1.SandboxService.ReadFile:output_type -> deskgrid.sandbox.v1.ReadFileResponse
+	22, // 77: deskgrid.sandbox.v1.SandboxService.WriteFile:output_type -> deskgrid.sandbox.v1.WriteFileResponse
+	25, // 78: deskgrid.sandbox.v1.SandboxService.ListFiles:output_type -> deskgrid.sandbox.v1.ListFilesResponse
+	28, // 79: deskgrid.sandbox.v1.SandboxService.StartProcess:output_type -> deskgrid.sandbox.v1.StartProcessResponse
+	30, // 80: deskgrid.sandbox.v1.SandboxService.StopProcess:output_type -> deskgrid.sandbox.v1.StopProcessResponse
+	32, // 81: deskgrid.sandbox.v1.SandboxService.ListProcesses:output_type -> deskgrid.sandbox.v1.ListProcessesResponse
+	34, // 82: deskgrid.sandbox.v1.SandboxService.ListApplications:output_type -> deskgrid.sandbox.v1.ListApplicationsResponse
+	37, // 83: deskgrid.sandbox.v1.SandboxService.LaunchApplication:output_type -> deskgrid.sandbox.v1.LaunchApplicationResponse
+	39, // 84: deskgrid.sandbox.v1.SandboxService.GetAccessibilityTree:output_type -> deskgrid.sandbox.v1.GetAccessibilityTreeResponse
+	41, // 85: deskgrid.sandbox.v1.SandboxService.ActOnAccessible:output_type -> deskgrid.sandbox.v1.ActOnAccessibleResponse
+	45, // 86: deskgrid.sandbox.v1.SandboxService.FreezeSandbox:output_type -> deskgrid.sandbox.v1.FreezeSandboxResponse
+	47, // 87: deskgrid.sandbox.v1.SandboxService.ThawSandbox:output_type -> deskgrid.sandbox.v1.ThawSandboxResponse
+	50, // 88: deskgrid.sandbox.v1.SandboxService.ListChanges:output_type -> deskgrid.sandbox.v1.ListChangesResponse
+	52, // 89: deskgrid.sandbox.v1.SandboxService.DiffFile:output_type -> deskgrid.sandbox.v1.DiffFileResponse
+	55, // 90: deskgrid.sandbox.v1.SandboxService.ApplyChanges:output_type -> deskgrid.sandbox.v1.ApplyChangesResponse
+	57, // 91: deskgrid.sandbox.v1.SandboxService.DiscardChanges:output_type -> deskgrid.sandbox.v1.DiscardChangesResponse
+	60, // 92: deskgrid.sandbox.v1.SandboxService.CreateSnapshot:output_type -> deskgrid.sandbox.v1.CreateSnapshotResponse
+	62, // 93: deskgrid.sandbox.v1.SandboxService.ListSnapshots:output_type -> deskgrid.sandbox.v1.ListSnapshotsResponse
+	64, // 94: deskgrid.sandbox.v1.SandboxService.RestoreSnapshot:output_type -> deskgrid.sandbox.v1.RestoreSnapshotResponse
+	66, // 95: deskgrid.sandbox.v1.SandboxService.DeleteSnapshot:output_type -> deskgrid.sandbox.v1.DeleteSnapshotResponse
+	68, // 96: deskgrid.sandbox.v1.SandboxService.RunShell:output_type -> deskgrid.sandbox.v1.RunShellResponse
+	70, // 97: deskgrid.sandbox.v1.SandboxService.RestartShell:output_type -> deskgrid.sandbox.v1.RestartShellResponse
+	73, // 98: deskgrid.sandbox.v1.SandboxService.UploadFile:output_type -> deskgrid.sandbox.v1.UploadFileResponse
+	75, // 99: deskgrid.sandbox.v1.SandboxService.DownloadFile:output_type -> deskgrid.sandbox.v1.DownloadFileResponse
+	77, // 100: deskgrid.sandbox.v1.SandboxService.StatFile:output_type -> deskgrid.sandbox.v1.StatFileResponse
+	79, // 101: deskgrid.sandbox.v1.SandboxService.MakeDirectory:output_type -> deskgrid.sandbox.v1.MakeDirectoryResponse
+	81, // 102: deskgrid.sandbox.v1.SandboxService.MoveFile:output_type -> deskgrid.sandbox.v1.MoveFileResponse
+	83, // 103: deskgrid.sandbox.v1.SandboxService.DeleteFile:output_type -> deskgrid.sandbox.v1.DeleteFileResponse
+	70, // [70:104] is the sub-list for method output_type
+	36, // [36:70] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_deskgrid_sandbox_v1_sandbox_proto_init() }
@@ -5437,12 +5639,17 @@ func file_deskgrid_sandbox_v1_sandbox_proto_init() {
 		(*ExecResponse_Stderr)(nil),
 		(*ExecResponse_Exit)(nil),
 	}
-	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[38].OneofWrappers = []any{}
-	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[68].OneofWrappers = []any{
+	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[38].OneofWrappers = []any{
+		(*ActOnAccessibleRequest_Action)(nil),
+		(*ActOnAccessibleRequest_Text)(nil),
+		(*ActOnAccessibleRequest_Focus)(nil),
+	}
+	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[40].OneofWrappers = []any{}
+	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[70].OneofWrappers = []any{
 		(*UploadFileRequest_Header)(nil),
 		(*UploadFileRequest_Chunk)(nil),
 	}
-	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[71].OneofWrappers = []any{
+	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[73].OneofWrappers = []any{
 		(*DownloadFileResponse_Info)(nil),
 		(*DownloadFileResponse_Chunk)(nil),
 	}
@@ -5452,7 +5659,7 @@ func file_deskgrid_sandbox_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_deskgrid_sandbox_v1_sandbox_proto_rawDesc), len(file_deskgrid_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   80,
+			NumMessages:   82,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

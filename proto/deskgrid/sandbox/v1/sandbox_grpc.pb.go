@@ -34,6 +34,7 @@ const (
 	SandboxService_ListApplications_FullMethodName     = "/deskgrid.sandbox.v1.SandboxService/ListApplications"
 	SandboxService_LaunchApplication_FullMethodName    = "/deskgrid.sandbox.v1.SandboxService/LaunchApplication"
 	SandboxService_GetAccessibilityTree_FullMethodName = "/deskgrid.sandbox.v1.SandboxService/GetAccessibilityTree"
+	SandboxService_ActOnAccessible_FullMethodName      = "/deskgrid.sandbox.v1.SandboxService/ActOnAccessible"
 	SandboxService_FreezeSandbox_FullMethodName        = "/deskgrid.sandbox.v1.SandboxService/FreezeSandbox"
 	SandboxService_ThawSandbox_FullMethodName          = "/deskgrid.sandbox.v1.SandboxService/ThawSandbox"
 	SandboxService_ListChanges_FullMethodName          = "/deskgrid.sandbox.v1.SandboxService/ListChanges"
@@ -108,6 +109,14 @@ type SandboxServiceClient interface {
 	// actions and bounds in screen pixels. Depth and size are bounded; a
 	// session whose desktop runs no accessibility bus is FailedPrecondition.
 	GetAccessibilityTree(ctx context.Context, in *GetAccessibilityTreeRequest, opts ...grpc.CallOption) (*GetAccessibilityTreeResponse, error)
+	// ActOnAccessible acts on one node of the accessibility tree, by the id
+	// GetAccessibilityTree gives it: performs one of its named actions
+	// ("click", "press", "activate"...), replaces an editable text's
+	// contents, or gives it the keyboard focus. The application does it
+	// itself, wherever the node is on the screen. An id whose application
+	// has exited or whose object is gone is NotFound; a node that cannot do
+	// what is asked is FailedPrecondition, saying what it can do.
+	ActOnAccessible(ctx context.Context, in *ActOnAccessibleRequest, opts ...grpc.CallOption) (*ActOnAccessibleResponse, error)
 	// FreezeSandbox stops every process of the sandbox where it is (cgroup
 	// freezer), keeping its memory; ThawSandbox resumes them. Used by Suspend.
 	FreezeSandbox(ctx context.Context, in *FreezeSandboxRequest, opts ...grpc.CallOption) (*FreezeSandboxResponse, error)
@@ -316,6 +325,16 @@ func (c *sandboxServiceClient) GetAccessibilityTree(ctx context.Context, in *Get
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetAccessibilityTreeResponse)
 	err := c.cc.Invoke(ctx, SandboxService_GetAccessibilityTree_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ActOnAccessible(ctx context.Context, in *ActOnAccessibleRequest, opts ...grpc.CallOption) (*ActOnAccessibleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ActOnAccessibleResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ActOnAccessible_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -568,6 +587,14 @@ type SandboxServiceServer interface {
 	// actions and bounds in screen pixels. Depth and size are bounded; a
 	// session whose desktop runs no accessibility bus is FailedPrecondition.
 	GetAccessibilityTree(context.Context, *GetAccessibilityTreeRequest) (*GetAccessibilityTreeResponse, error)
+	// ActOnAccessible acts on one node of the accessibility tree, by the id
+	// GetAccessibilityTree gives it: performs one of its named actions
+	// ("click", "press", "activate"...), replaces an editable text's
+	// contents, or gives it the keyboard focus. The application does it
+	// itself, wherever the node is on the screen. An id whose application
+	// has exited or whose object is gone is NotFound; a node that cannot do
+	// what is asked is FailedPrecondition, saying what it can do.
+	ActOnAccessible(context.Context, *ActOnAccessibleRequest) (*ActOnAccessibleResponse, error)
 	// FreezeSandbox stops every process of the sandbox where it is (cgroup
 	// freezer), keeping its memory; ThawSandbox resumes them. Used by Suspend.
 	FreezeSandbox(context.Context, *FreezeSandboxRequest) (*FreezeSandboxResponse, error)
@@ -667,6 +694,9 @@ func (UnimplementedSandboxServiceServer) LaunchApplication(context.Context, *Lau
 }
 func (UnimplementedSandboxServiceServer) GetAccessibilityTree(context.Context, *GetAccessibilityTreeRequest) (*GetAccessibilityTreeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetAccessibilityTree not implemented")
+}
+func (UnimplementedSandboxServiceServer) ActOnAccessible(context.Context, *ActOnAccessibleRequest) (*ActOnAccessibleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ActOnAccessible not implemented")
 }
 func (UnimplementedSandboxServiceServer) FreezeSandbox(context.Context, *FreezeSandboxRequest) (*FreezeSandboxResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method FreezeSandbox not implemented")
@@ -1002,6 +1032,24 @@ func _SandboxService_GetAccessibilityTree_Handler(srv interface{}, ctx context.C
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(SandboxServiceServer).GetAccessibilityTree(ctx, req.(*GetAccessibilityTreeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ActOnAccessible_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ActOnAccessibleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ActOnAccessible(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ActOnAccessible_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ActOnAccessible(ctx, req.(*ActOnAccessibleRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1374,6 +1422,10 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetAccessibilityTree",
 			Handler:    _SandboxService_GetAccessibilityTree_Handler,
+		},
+		{
+			MethodName: "ActOnAccessible",
+			Handler:    _SandboxService_ActOnAccessible_Handler,
 		},
 		{
 			MethodName: "FreezeSandbox",
