@@ -638,9 +638,11 @@ func (e *taskEnv) run(t *testing.T, task suiteTask, provider string) (bool, stri
 }
 
 // closeApps ends what a task started, so the next starts from a clean
-// screen.
+// screen, and removes the browser profiles it made, so fifty runs do not
+// pile fifty of them up on the session's disk.
 func (e *taskEnv) closeApps(t testing.TB) {
 	e.shell(t, `pids=$(cat /tmp/dgapps.pid 2>/dev/null); rm -f /tmp/dgapps.pid
 for pid in $pids; do kill $pid 2>/dev/null; done
-for i in $(seq 100); do alive=; for pid in $pids; do kill -0 $pid 2>/dev/null && alive=1; done; [ -z "$alive" ] && break; sleep 0.1; done; true`)
+for i in $(seq 100); do alive=; for pid in $pids; do kill -0 $pid 2>/dev/null && alive=1; done; [ -z "$alive" ] && break; sleep 0.1; done
+rm -rf /tmp/dgb-*/; true`)
 }
