@@ -30,7 +30,8 @@ import (
 // "message" type), for an onmessage handler:
 //
 //	id: <run event sequence | session generation>
-//	event: <type: the run event's kind (text_delta, tool_call, state, ...) or "session">
+//	event: <type: the run event's kind (text_delta, tool_call, state, ...),
+//	        or "session" or "process_exited" (an autostart program ended)>
 //	data: <protojson of the stream message>
 //
 //	id: <the same>
@@ -43,8 +44,9 @@ import (
 // reconnects with Last-Event-ID and resumes after the last event it saw.
 
 const (
-	sseEndEvent     = "end"
-	sseSessionEvent = "session"
+	sseEndEvent           = "end"
+	sseSessionEvent       = "session"
+	sseProcessExitedEvent = "process_exited"
 )
 
 var sseJSON = protojson.MarshalOptions{}
@@ -139,20 +141,26 @@ func (g *Gateway) watchSessionSSE(w http.ResponseWriter, r *http.Request, mux *r
 			if err != nil {
 				return nil, err
 			}
+			last := seen
 			return func() (sseMessage, error) {
-				{
-					m, err := stream.Recv()
-					if err != nil {
-						return sseMessage{}, err
-					}
-					// The watch starts with the session as it is now: a
-					// reconnecting client already has that generation, but
-					// it tells that the stream stands.
-					if gen := m.GetSession().GetGeneration(); seen > 0 && gen <= seen {
-						return sseMessage{}, nil
-					}
-					return sseMessage{id: m.GetSession().GetGeneration(), typ: sseSessionEvent, msg: m}, nil
+				m, err := stream.Recv()
+				if err != nil {
+					return sseMessage{}, err
 				}
+				if m.GetSession() == nil {
+					// An autostart program's end: it keeps the id of the
+					// generation before it, where a reconnect resumes.
+					return sseMessage{id: last, typ: sseProcessExitedEvent, msg: m}, nil
+				}
+				// The watch starts with the session as it is now: a
+				// reconnecting client already has that generation, but it
+				// tells that the stream stands.
+				gen := m.GetSession().GetGeneration()
+				if seen > 0 && gen <= seen {
+					return sseMessage{}, nil
+				}
+				last = gen
+				return sseMessage{id: gen, typ: sseSessionEvent, msg: m}, nil
 			}, nil
 		})
 }

@@ -170,6 +170,11 @@ func (s *Session) Watch(ctx context.Context) iter.Seq2[*sessionv1.Session, error
 				yield(nil, wrap(err))
 				return
 			}
+			if resp.GetSession() == nil {
+				// An autostart program's end (process_exited); the
+				// session's events and history carry it too.
+				continue
+			}
 			if !yield(resp.GetSession(), nil) {
 				return
 			}

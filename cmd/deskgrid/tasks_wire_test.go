@@ -46,6 +46,9 @@ type move struct {
 	until func() bool
 	// what a look waits for, for the failure message.
 	what string
+	// press, for a look, are key combinations the model presses in turn,
+	// one on each turn it waits, instead of only looking.
+	press []string
 }
 
 func look(what string, until func() bool) move { return move{kind: "look", until: until, what: what} }
@@ -128,6 +131,9 @@ func (m *scriptedModel) nextMove() move {
 			// A model takes its time to answer; no need to hammer the
 			// desktop with screenshots while a page loads.
 			time.Sleep(250 * time.Millisecond)
+		}
+		if len(mv.press) > 0 {
+			return keys(mv.press[(m.looks-1)%len(mv.press)])
 		}
 		return mv
 	}

@@ -20,7 +20,8 @@ import (
 const watchBuffer = 256
 
 // WatchSession streams the session as it is now and then every newer
-// version, until it ends (STOPPED, FAILED or LOST) or the caller leaves.
+// version, until it ends (STOPPED, FAILED or LOST) or the caller leaves;
+// an autostart program that ends meanwhile comes as a message of its own.
 func (s *Service) WatchSession(req *sessionv1.WatchSessionRequest, stream sessionv1.SessionService_WatchSessionServer) error {
 	ctx := stream.Context()
 	if err := s.watch(ctx, req.GetSessionId(), stream.Send); err != nil {
@@ -73,6 +74,12 @@ func (s *Service) watch(ctx context.Context, id string, send func(*sessionv1.Wat
 		case <-s.done:
 			return errClosing
 		case m := <-msgs:
+			if exit := decodeProcessExit(ctx, m); exit != nil {
+				if err := send(&sessionv1.WatchSessionResponse{ProcessExited: exit}); err != nil {
+					return err
+				}
+				continue
+			}
 			next = decodeStateChange(ctx, m)
 		case <-resync.C:
 			next, err = s.store.Get(ctx, id)
@@ -112,4 +119,25 @@ func decodeStateChange(ctx context.Context, m *nats.Msg) *sessionv1.Session {
 		return nil
 	}
 	return proto.Clone(p.GetSession()).(*sessionv1.Session)
+}
+
+// decodeProcessExit returns the autostart program's end carried by a
+// process-exited event, or nil for anything else.
+func decodeProcessExit(ctx context.Context, m *nats.Msg) *sessionv1.ProcessExit {
+	_, ev, err := events.Decode(ctx, m.Data, m.Header)
+	if err != nil || ev.GetType() != TypeProcessExited || ev.GetPayload() == nil {
+		return nil
+	}
+	var p eventsv1.ProcessExited
+	if err := ev.GetPayload().UnmarshalTo(&p); err != nil {
+		return nil
+	}
+	return &sessionv1.ProcessExit{
+		ProcessId:  p.GetProcessId(),
+		Command:    p.GetCommand(),
+		ExitCode:   p.GetExitCode(),
+		Signal:     p.GetSignal(),
+		OutputTail: p.GetOutputTail(),
+		Time:       ev.GetTime(),
+	}
 }

@@ -510,7 +510,9 @@ export interface paths {
         };
         /**
          * WatchSession streams the session as it is now, then every change, until it
-         *     reaches a terminal state or the caller goes away.
+         *     reaches a terminal state or the caller goes away. An autostart program
+         *     that ends while the session runs comes as a message of its own
+         *     (process_exited, with session unset).
          */
         get: operations["SessionService_WatchSession"];
         put?: never;
@@ -2482,6 +2484,27 @@ export interface components {
             state?: components["schemas"]["v1ProcessState"];
         };
         /**
+         * @description ProcessExit is an autostart program that ended while its session ran; the
+         *     same as the session's "session.process_exited.v1" event.
+         */
+        v1ProcessExit: {
+            /** @description The autostart line as the session was created with it. */
+            command?: string;
+            /** Format: int32 */
+            exitCode?: number;
+            /** @description The last lines it wrote to its standard output and error. */
+            outputTail?: string;
+            /** @description The sandbox's id of the program, such as "p2". */
+            processId?: string;
+            /** @description The signal that ended it, if any. */
+            signal?: string;
+            /**
+             * Format: date-time
+             * @description When the event was published.
+             */
+            time?: string;
+        };
+        /**
          * @description ProcessState says whether a started program still runs.
          * @default PROCESS_STATE_UNSPECIFIED
          * @enum {string}
@@ -3063,7 +3086,13 @@ export interface components {
         v1Wait: {
             duration?: string;
         };
+        /**
+         * @description WatchSessionResponse is one message of a watch: the session after a change,
+         *     or (with session unset) one of its autostart programs that ended while it
+         *     ran.
+         */
         v1WatchSessionResponse: {
+            processExited?: components["schemas"]["v1ProcessExit"];
             session?: components["schemas"]["v1Session"];
         };
         /** @description Window is a top-level window open on a display. */
@@ -4154,7 +4183,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description A stream, newline-delimited JSON (`application/x-ndjson`): one object a line, `{"result": <message>}`, or `{"error": <status>}` if the stream fails. With `Accept: text/event-stream`, server-sent events: each is sent twice with the same id and data, once named for its type (for `addEventListener`) and once unnamed (for `onmessage`). Event names: `session` (data: a WatchSessionResponse, id: the session's generation) and `end`, whose data is `{"code": <gRPC code>, "message": ...}` when the stream has finished for good (code 0 when it simply ended). A reconnecting client sends `Last-Event-ID` and resumes after it. */
+            /** @description A stream, newline-delimited JSON (`application/x-ndjson`): one object a line, `{"result": <message>}`, or `{"error": <status>}` if the stream fails. With `Accept: text/event-stream`, server-sent events: each is sent twice with the same id and data, once named for its type (for `addEventListener`) and once unnamed (for `onmessage`). Event names: `session` (data: a WatchSessionResponse with the session, id: its generation), `process_exited` (data: a WatchSessionResponse with processExited, an autostart program that ended; id: the generation before it) and `end`, whose data is `{"code": <gRPC code>, "message": ...}` when the stream has finished for good (code 0 when it simply ended). A reconnecting client sends `Last-Event-ID` and resumes after it. */
             200: {
                 headers: {
                     [name: string]: unknown;

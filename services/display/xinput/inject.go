@@ -52,6 +52,9 @@ func New(c *xgb.Conn, root xproto.Window) (*Injector, error) {
 		return nil, fmt.Errorf("XTEST version: %w", err)
 	}
 	in := &Injector{c: c, root: root}
+	if err := in.claimKeyboard(); err != nil {
+		return nil, err
+	}
 	if err := in.load(); err != nil {
 		return nil, err
 	}
@@ -70,6 +73,21 @@ func New(c *xgb.Conn, root xproto.Window) (*Injector, error) {
 		}
 	}
 	return in, nil
+}
+
+// claimKeyboard makes the XTEST keyboard the one the core keyboard last
+// took a key from, before any program is on the display. The server copies
+// the keymap of the keyboard a key comes from onto the core keyboard each
+// time that keyboard changes, and tells every client the whole mapping
+// changed (a MappingNotify for every keycode); a toolkit then reloads its
+// keymap while the key that caused it arrives, and may drop that key
+// (Chromium does: the first key a session is sent was lost in about one
+// run of three). Here the change happens while nobody listens. The event is
+// the release of a key that is not down, which the server switches devices
+// for but delivers to no window.
+func (in *Injector) claimKeyboard() error {
+	in.fake(xproto.KeyRelease, byte(xproto.Setup(in.c).MinKeycode), 0, 0)
+	return in.Sync()
 }
 
 // MappingChanged tells the injector the keyboard mapping changed (a

@@ -1235,9 +1235,13 @@ func (x *WatchSessionRequest) GetSessionId() string {
 	return ""
 }
 
+// WatchSessionResponse is one message of a watch: the session after a change,
+// or (with session unset) one of its autostart programs that ended while it
+// ran.
 type WatchSessionResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Session       *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	ProcessExited *ProcessExit           `protobuf:"bytes,2,opt,name=process_exited,json=processExited,proto3" json:"process_exited,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1279,6 +1283,104 @@ func (x *WatchSessionResponse) GetSession() *Session {
 	return nil
 }
 
+func (x *WatchSessionResponse) GetProcessExited() *ProcessExit {
+	if x != nil {
+		return x.ProcessExited
+	}
+	return nil
+}
+
+// ProcessExit is an autostart program that ended while its session ran; the
+// same as the session's "session.process_exited.v1" event.
+type ProcessExit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sandbox's id of the program, such as "p2".
+	ProcessId string `protobuf:"bytes,1,opt,name=process_id,json=processId,proto3" json:"process_id,omitempty"`
+	// The autostart line as the session was created with it.
+	Command  string `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
+	ExitCode int32  `protobuf:"varint,3,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// The signal that ended it, if any.
+	Signal string `protobuf:"bytes,4,opt,name=signal,proto3" json:"signal,omitempty"`
+	// The last lines it wrote to its standard output and error.
+	OutputTail string `protobuf:"bytes,5,opt,name=output_tail,json=outputTail,proto3" json:"output_tail,omitempty"`
+	// When the event was published.
+	Time          *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcessExit) Reset() {
+	*x = ProcessExit{}
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcessExit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcessExit) ProtoMessage() {}
+
+func (x *ProcessExit) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcessExit.ProtoReflect.Descriptor instead.
+func (*ProcessExit) Descriptor() ([]byte, []int) {
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ProcessExit) GetProcessId() string {
+	if x != nil {
+		return x.ProcessId
+	}
+	return ""
+}
+
+func (x *ProcessExit) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *ProcessExit) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *ProcessExit) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+func (x *ProcessExit) GetOutputTail() string {
+	if x != nil {
+		return x.OutputTail
+	}
+	return ""
+}
+
+func (x *ProcessExit) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
 type SuspendSessionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -1289,7 +1391,7 @@ type SuspendSessionRequest struct {
 
 func (x *SuspendSessionRequest) Reset() {
 	*x = SuspendSessionRequest{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[15]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1301,7 +1403,7 @@ func (x *SuspendSessionRequest) String() string {
 func (*SuspendSessionRequest) ProtoMessage() {}
 
 func (x *SuspendSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[15]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1314,7 +1416,7 @@ func (x *SuspendSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendSessionRequest.ProtoReflect.Descriptor instead.
 func (*SuspendSessionRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{15}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SuspendSessionRequest) GetSessionId() string {
@@ -1340,7 +1442,7 @@ type SuspendSessionResponse struct {
 
 func (x *SuspendSessionResponse) Reset() {
 	*x = SuspendSessionResponse{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[16]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1352,7 +1454,7 @@ func (x *SuspendSessionResponse) String() string {
 func (*SuspendSessionResponse) ProtoMessage() {}
 
 func (x *SuspendSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[16]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1365,7 +1467,7 @@ func (x *SuspendSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendSessionResponse.ProtoReflect.Descriptor instead.
 func (*SuspendSessionResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{16}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SuspendSessionResponse) GetSession() *Session {
@@ -1384,7 +1486,7 @@ type ResumeSessionRequest struct {
 
 func (x *ResumeSessionRequest) Reset() {
 	*x = ResumeSessionRequest{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[17]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1396,7 +1498,7 @@ func (x *ResumeSessionRequest) String() string {
 func (*ResumeSessionRequest) ProtoMessage() {}
 
 func (x *ResumeSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[17]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1409,7 +1511,7 @@ func (x *ResumeSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeSessionRequest.ProtoReflect.Descriptor instead.
 func (*ResumeSessionRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{17}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ResumeSessionRequest) GetSessionId() string {
@@ -1428,7 +1530,7 @@ type ResumeSessionResponse struct {
 
 func (x *ResumeSessionResponse) Reset() {
 	*x = ResumeSessionResponse{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[18]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1542,7 @@ func (x *ResumeSessionResponse) String() string {
 func (*ResumeSessionResponse) ProtoMessage() {}
 
 func (x *ResumeSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[18]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1555,7 @@ func (x *ResumeSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeSessionResponse.ProtoReflect.Descriptor instead.
 func (*ResumeSessionResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{18}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ResumeSessionResponse) GetSession() *Session {
@@ -1472,7 +1574,7 @@ type KeepaliveSessionRequest struct {
 
 func (x *KeepaliveSessionRequest) Reset() {
 	*x = KeepaliveSessionRequest{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[19]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +1586,7 @@ func (x *KeepaliveSessionRequest) String() string {
 func (*KeepaliveSessionRequest) ProtoMessage() {}
 
 func (x *KeepaliveSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[19]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +1599,7 @@ func (x *KeepaliveSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepaliveSessionRequest.ProtoReflect.Descriptor instead.
 func (*KeepaliveSessionRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{19}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *KeepaliveSessionRequest) GetSessionId() string {
@@ -1516,7 +1618,7 @@ type KeepaliveSessionResponse struct {
 
 func (x *KeepaliveSessionResponse) Reset() {
 	*x = KeepaliveSessionResponse{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[20]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1528,7 +1630,7 @@ func (x *KeepaliveSessionResponse) String() string {
 func (*KeepaliveSessionResponse) ProtoMessage() {}
 
 func (x *KeepaliveSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[20]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1541,7 +1643,7 @@ func (x *KeepaliveSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepaliveSessionResponse.ProtoReflect.Descriptor instead.
 func (*KeepaliveSessionResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{20}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *KeepaliveSessionResponse) GetSession() *Session {
@@ -1564,7 +1666,7 @@ type NodeResources struct {
 
 func (x *NodeResources) Reset() {
 	*x = NodeResources{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[21]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1576,7 +1678,7 @@ func (x *NodeResources) String() string {
 func (*NodeResources) ProtoMessage() {}
 
 func (x *NodeResources) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[21]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1589,7 +1691,7 @@ func (x *NodeResources) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeResources.ProtoReflect.Descriptor instead.
 func (*NodeResources) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{21}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *NodeResources) GetSessions() int64 {
@@ -1630,7 +1732,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[22]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +1744,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[22]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,7 +1757,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{22}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Node) GetId() string {
@@ -1708,7 +1810,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[23]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1720,7 +1822,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[23]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1733,7 +1835,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{23}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{24}
 }
 
 type ListNodesResponse struct {
@@ -1745,7 +1847,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[24]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1757,7 +1859,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[24]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1770,7 +1872,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{24}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -1789,7 +1891,7 @@ type GetNodeRequest struct {
 
 func (x *GetNodeRequest) Reset() {
 	*x = GetNodeRequest{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[25]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1801,7 +1903,7 @@ func (x *GetNodeRequest) String() string {
 func (*GetNodeRequest) ProtoMessage() {}
 
 func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[25]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1814,7 +1916,7 @@ func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{25}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetNodeRequest) GetNodeId() string {
@@ -1833,7 +1935,7 @@ type GetNodeResponse struct {
 
 func (x *GetNodeResponse) Reset() {
 	*x = GetNodeResponse{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[26]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +1947,7 @@ func (x *GetNodeResponse) String() string {
 func (*GetNodeResponse) ProtoMessage() {}
 
 func (x *GetNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[26]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +1960,7 @@ func (x *GetNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeResponse.ProtoReflect.Descriptor instead.
 func (*GetNodeResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{26}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetNodeResponse) GetNode() *Node {
@@ -1877,7 +1979,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[27]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +1991,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[27]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,7 +2004,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{27}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DrainNodeRequest) GetNodeId() string {
@@ -1921,7 +2023,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[28]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1933,7 +2035,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[28]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1946,7 +2048,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{28}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DrainNodeResponse) GetNode() *Node {
@@ -1965,7 +2067,7 @@ type UndrainNodeRequest struct {
 
 func (x *UndrainNodeRequest) Reset() {
 	*x = UndrainNodeRequest{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[29]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1977,7 +2079,7 @@ func (x *UndrainNodeRequest) String() string {
 func (*UndrainNodeRequest) ProtoMessage() {}
 
 func (x *UndrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[29]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1990,7 +2092,7 @@ func (x *UndrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UndrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*UndrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{29}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *UndrainNodeRequest) GetNodeId() string {
@@ -2009,7 +2111,7 @@ type UndrainNodeResponse struct {
 
 func (x *UndrainNodeResponse) Reset() {
 	*x = UndrainNodeResponse{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[30]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2021,7 +2123,7 @@ func (x *UndrainNodeResponse) String() string {
 func (*UndrainNodeResponse) ProtoMessage() {}
 
 func (x *UndrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[30]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2034,7 +2136,7 @@ func (x *UndrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UndrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*UndrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{30}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *UndrainNodeResponse) GetNode() *Node {
@@ -2156,9 +2258,19 @@ const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"\asession\x18\x01 \x01(\v2\x1c.deskgrid.session.v1.SessionR\asession\"4\n" +
 	"\x13WatchSessionRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"N\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\x97\x01\n" +
 	"\x14WatchSessionResponse\x126\n" +
-	"\asession\x18\x01 \x01(\v2\x1c.deskgrid.session.v1.SessionR\asession\"l\n" +
+	"\asession\x18\x01 \x01(\v2\x1c.deskgrid.session.v1.SessionR\asession\x12G\n" +
+	"\x0eprocess_exited\x18\x02 \x01(\v2 .deskgrid.session.v1.ProcessExitR\rprocessExited\"\xcc\x01\n" +
+	"\vProcessExit\x12\x1d\n" +
+	"\n" +
+	"process_id\x18\x01 \x01(\tR\tprocessId\x12\x18\n" +
+	"\acommand\x18\x02 \x01(\tR\acommand\x12\x1b\n" +
+	"\texit_code\x18\x03 \x01(\x05R\bexitCode\x12\x16\n" +
+	"\x06signal\x18\x04 \x01(\tR\x06signal\x12\x1f\n" +
+	"\voutput_tail\x18\x05 \x01(\tR\n" +
+	"outputTail\x12.\n" +
+	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"l\n" +
 	"\x15SuspendSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x124\n" +
@@ -2286,7 +2398,7 @@ func file_deskgrid_session_v1_session_proto_rawDescGZIP() []byte {
 }
 
 var file_deskgrid_session_v1_session_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_deskgrid_session_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_deskgrid_session_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_deskgrid_session_v1_session_proto_goTypes = []any{
 	(SessionState)(0),                // 0: deskgrid.session.v1.SessionState
 	(SuspendMode)(0),                 // 1: deskgrid.session.v1.SuspendMode
@@ -2306,100 +2418,103 @@ var file_deskgrid_session_v1_session_proto_goTypes = []any{
 	(*DeleteSessionResponse)(nil),    // 15: deskgrid.session.v1.DeleteSessionResponse
 	(*WatchSessionRequest)(nil),      // 16: deskgrid.session.v1.WatchSessionRequest
 	(*WatchSessionResponse)(nil),     // 17: deskgrid.session.v1.WatchSessionResponse
-	(*SuspendSessionRequest)(nil),    // 18: deskgrid.session.v1.SuspendSessionRequest
-	(*SuspendSessionResponse)(nil),   // 19: deskgrid.session.v1.SuspendSessionResponse
-	(*ResumeSessionRequest)(nil),     // 20: deskgrid.session.v1.ResumeSessionRequest
-	(*ResumeSessionResponse)(nil),    // 21: deskgrid.session.v1.ResumeSessionResponse
-	(*KeepaliveSessionRequest)(nil),  // 22: deskgrid.session.v1.KeepaliveSessionRequest
-	(*KeepaliveSessionResponse)(nil), // 23: deskgrid.session.v1.KeepaliveSessionResponse
-	(*NodeResources)(nil),            // 24: deskgrid.session.v1.NodeResources
-	(*Node)(nil),                     // 25: deskgrid.session.v1.Node
-	(*ListNodesRequest)(nil),         // 26: deskgrid.session.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),        // 27: deskgrid.session.v1.ListNodesResponse
-	(*GetNodeRequest)(nil),           // 28: deskgrid.session.v1.GetNodeRequest
-	(*GetNodeResponse)(nil),          // 29: deskgrid.session.v1.GetNodeResponse
-	(*DrainNodeRequest)(nil),         // 30: deskgrid.session.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),        // 31: deskgrid.session.v1.DrainNodeResponse
-	(*UndrainNodeRequest)(nil),       // 32: deskgrid.session.v1.UndrainNodeRequest
-	(*UndrainNodeResponse)(nil),      // 33: deskgrid.session.v1.UndrainNodeResponse
-	nil,                              // 34: deskgrid.session.v1.Session.LabelsEntry
-	nil,                              // 35: deskgrid.session.v1.Session.NodeSelectorEntry
-	nil,                              // 36: deskgrid.session.v1.CreateSessionRequest.LabelsEntry
-	nil,                              // 37: deskgrid.session.v1.CreateSessionRequest.NodeSelectorEntry
-	nil,                              // 38: deskgrid.session.v1.ListSessionsRequest.LabelsEntry
-	nil,                              // 39: deskgrid.session.v1.Node.LabelsEntry
-	(*durationpb.Duration)(nil),      // 40: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 41: google.protobuf.Timestamp
+	(*ProcessExit)(nil),              // 18: deskgrid.session.v1.ProcessExit
+	(*SuspendSessionRequest)(nil),    // 19: deskgrid.session.v1.SuspendSessionRequest
+	(*SuspendSessionResponse)(nil),   // 20: deskgrid.session.v1.SuspendSessionResponse
+	(*ResumeSessionRequest)(nil),     // 21: deskgrid.session.v1.ResumeSessionRequest
+	(*ResumeSessionResponse)(nil),    // 22: deskgrid.session.v1.ResumeSessionResponse
+	(*KeepaliveSessionRequest)(nil),  // 23: deskgrid.session.v1.KeepaliveSessionRequest
+	(*KeepaliveSessionResponse)(nil), // 24: deskgrid.session.v1.KeepaliveSessionResponse
+	(*NodeResources)(nil),            // 25: deskgrid.session.v1.NodeResources
+	(*Node)(nil),                     // 26: deskgrid.session.v1.Node
+	(*ListNodesRequest)(nil),         // 27: deskgrid.session.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),        // 28: deskgrid.session.v1.ListNodesResponse
+	(*GetNodeRequest)(nil),           // 29: deskgrid.session.v1.GetNodeRequest
+	(*GetNodeResponse)(nil),          // 30: deskgrid.session.v1.GetNodeResponse
+	(*DrainNodeRequest)(nil),         // 31: deskgrid.session.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),        // 32: deskgrid.session.v1.DrainNodeResponse
+	(*UndrainNodeRequest)(nil),       // 33: deskgrid.session.v1.UndrainNodeRequest
+	(*UndrainNodeResponse)(nil),      // 34: deskgrid.session.v1.UndrainNodeResponse
+	nil,                              // 35: deskgrid.session.v1.Session.LabelsEntry
+	nil,                              // 36: deskgrid.session.v1.Session.NodeSelectorEntry
+	nil,                              // 37: deskgrid.session.v1.CreateSessionRequest.LabelsEntry
+	nil,                              // 38: deskgrid.session.v1.CreateSessionRequest.NodeSelectorEntry
+	nil,                              // 39: deskgrid.session.v1.ListSessionsRequest.LabelsEntry
+	nil,                              // 40: deskgrid.session.v1.Node.LabelsEntry
+	(*durationpb.Duration)(nil),      // 41: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 42: google.protobuf.Timestamp
 }
 var file_deskgrid_session_v1_session_proto_depIdxs = []int32{
 	0,  // 0: deskgrid.session.v1.Session.state:type_name -> deskgrid.session.v1.SessionState
 	5,  // 1: deskgrid.session.v1.Session.display:type_name -> deskgrid.session.v1.DisplaySpec
 	6,  // 2: deskgrid.session.v1.Session.limits:type_name -> deskgrid.session.v1.ResourceLimits
-	34, // 3: deskgrid.session.v1.Session.labels:type_name -> deskgrid.session.v1.Session.LabelsEntry
-	35, // 4: deskgrid.session.v1.Session.node_selector:type_name -> deskgrid.session.v1.Session.NodeSelectorEntry
-	40, // 5: deskgrid.session.v1.Session.ttl:type_name -> google.protobuf.Duration
-	40, // 6: deskgrid.session.v1.Session.idle_timeout:type_name -> google.protobuf.Duration
-	41, // 7: deskgrid.session.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	41, // 8: deskgrid.session.v1.Session.update_time:type_name -> google.protobuf.Timestamp
-	41, // 9: deskgrid.session.v1.Session.expire_time:type_name -> google.protobuf.Timestamp
-	41, // 10: deskgrid.session.v1.Session.last_active_time:type_name -> google.protobuf.Timestamp
+	35, // 3: deskgrid.session.v1.Session.labels:type_name -> deskgrid.session.v1.Session.LabelsEntry
+	36, // 4: deskgrid.session.v1.Session.node_selector:type_name -> deskgrid.session.v1.Session.NodeSelectorEntry
+	41, // 5: deskgrid.session.v1.Session.ttl:type_name -> google.protobuf.Duration
+	41, // 6: deskgrid.session.v1.Session.idle_timeout:type_name -> google.protobuf.Duration
+	42, // 7: deskgrid.session.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	42, // 8: deskgrid.session.v1.Session.update_time:type_name -> google.protobuf.Timestamp
+	42, // 9: deskgrid.session.v1.Session.expire_time:type_name -> google.protobuf.Timestamp
+	42, // 10: deskgrid.session.v1.Session.last_active_time:type_name -> google.protobuf.Timestamp
 	1,  // 11: deskgrid.session.v1.Session.suspend_mode:type_name -> deskgrid.session.v1.SuspendMode
 	5,  // 12: deskgrid.session.v1.CreateSessionRequest.display:type_name -> deskgrid.session.v1.DisplaySpec
 	6,  // 13: deskgrid.session.v1.CreateSessionRequest.limits:type_name -> deskgrid.session.v1.ResourceLimits
-	36, // 14: deskgrid.session.v1.CreateSessionRequest.labels:type_name -> deskgrid.session.v1.CreateSessionRequest.LabelsEntry
-	37, // 15: deskgrid.session.v1.CreateSessionRequest.node_selector:type_name -> deskgrid.session.v1.CreateSessionRequest.NodeSelectorEntry
-	40, // 16: deskgrid.session.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	40, // 17: deskgrid.session.v1.CreateSessionRequest.idle_timeout:type_name -> google.protobuf.Duration
+	37, // 14: deskgrid.session.v1.CreateSessionRequest.labels:type_name -> deskgrid.session.v1.CreateSessionRequest.LabelsEntry
+	38, // 15: deskgrid.session.v1.CreateSessionRequest.node_selector:type_name -> deskgrid.session.v1.CreateSessionRequest.NodeSelectorEntry
+	41, // 16: deskgrid.session.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	41, // 17: deskgrid.session.v1.CreateSessionRequest.idle_timeout:type_name -> google.protobuf.Duration
 	7,  // 18: deskgrid.session.v1.CreateSessionResponse.session:type_name -> deskgrid.session.v1.Session
 	7,  // 19: deskgrid.session.v1.GetSessionResponse.session:type_name -> deskgrid.session.v1.Session
 	0,  // 20: deskgrid.session.v1.ListSessionsRequest.states:type_name -> deskgrid.session.v1.SessionState
-	38, // 21: deskgrid.session.v1.ListSessionsRequest.labels:type_name -> deskgrid.session.v1.ListSessionsRequest.LabelsEntry
+	39, // 21: deskgrid.session.v1.ListSessionsRequest.labels:type_name -> deskgrid.session.v1.ListSessionsRequest.LabelsEntry
 	7,  // 22: deskgrid.session.v1.ListSessionsResponse.sessions:type_name -> deskgrid.session.v1.Session
 	7,  // 23: deskgrid.session.v1.DeleteSessionResponse.session:type_name -> deskgrid.session.v1.Session
 	7,  // 24: deskgrid.session.v1.WatchSessionResponse.session:type_name -> deskgrid.session.v1.Session
-	1,  // 25: deskgrid.session.v1.SuspendSessionRequest.mode:type_name -> deskgrid.session.v1.SuspendMode
-	7,  // 26: deskgrid.session.v1.SuspendSessionResponse.session:type_name -> deskgrid.session.v1.Session
-	7,  // 27: deskgrid.session.v1.ResumeSessionResponse.session:type_name -> deskgrid.session.v1.Session
-	7,  // 28: deskgrid.session.v1.KeepaliveSessionResponse.session:type_name -> deskgrid.session.v1.Session
-	2,  // 29: deskgrid.session.v1.Node.state:type_name -> deskgrid.session.v1.NodeState
-	39, // 30: deskgrid.session.v1.Node.labels:type_name -> deskgrid.session.v1.Node.LabelsEntry
-	24, // 31: deskgrid.session.v1.Node.capacity:type_name -> deskgrid.session.v1.NodeResources
-	24, // 32: deskgrid.session.v1.Node.used:type_name -> deskgrid.session.v1.NodeResources
-	25, // 33: deskgrid.session.v1.ListNodesResponse.nodes:type_name -> deskgrid.session.v1.Node
-	25, // 34: deskgrid.session.v1.GetNodeResponse.node:type_name -> deskgrid.session.v1.Node
-	25, // 35: deskgrid.session.v1.DrainNodeResponse.node:type_name -> deskgrid.session.v1.Node
-	25, // 36: deskgrid.session.v1.UndrainNodeResponse.node:type_name -> deskgrid.session.v1.Node
-	8,  // 37: deskgrid.session.v1.SessionService.CreateSession:input_type -> deskgrid.session.v1.CreateSessionRequest
-	10, // 38: deskgrid.session.v1.SessionService.GetSession:input_type -> deskgrid.session.v1.GetSessionRequest
-	12, // 39: deskgrid.session.v1.SessionService.ListSessions:input_type -> deskgrid.session.v1.ListSessionsRequest
-	14, // 40: deskgrid.session.v1.SessionService.DeleteSession:input_type -> deskgrid.session.v1.DeleteSessionRequest
-	16, // 41: deskgrid.session.v1.SessionService.WatchSession:input_type -> deskgrid.session.v1.WatchSessionRequest
-	18, // 42: deskgrid.session.v1.SessionService.SuspendSession:input_type -> deskgrid.session.v1.SuspendSessionRequest
-	20, // 43: deskgrid.session.v1.SessionService.ResumeSession:input_type -> deskgrid.session.v1.ResumeSessionRequest
-	22, // 44: deskgrid.session.v1.SessionService.KeepaliveSession:input_type -> deskgrid.session.v1.KeepaliveSessionRequest
-	3,  // 45: deskgrid.session.v1.SessionService.CommitSession:input_type -> deskgrid.session.v1.CommitSessionRequest
-	26, // 46: deskgrid.session.v1.NodeService.ListNodes:input_type -> deskgrid.session.v1.ListNodesRequest
-	28, // 47: deskgrid.session.v1.NodeService.GetNode:input_type -> deskgrid.session.v1.GetNodeRequest
-	30, // 48: deskgrid.session.v1.NodeService.DrainNode:input_type -> deskgrid.session.v1.DrainNodeRequest
-	32, // 49: deskgrid.session.v1.NodeService.UndrainNode:input_type -> deskgrid.session.v1.UndrainNodeRequest
-	9,  // 50: deskgrid.session.v1.SessionService.CreateSession:output_type -> deskgrid.session.v1.CreateSessionResponse
-	11, // 51: deskgrid.session.v1.SessionService.GetSession:output_type -> deskgrid.session.v1.GetSessionResponse
-	13, // 52: deskgrid.session.v1.SessionService.ListSessions:output_type -> deskgrid.session.v1.ListSessionsResponse
-	15, // 53: deskgrid.session.v1.SessionService.DeleteSession:output_type -> deskgrid.session.v1.DeleteSessionResponse
-	17, // 54: deskgrid.session.v1.SessionService.WatchSession:output_type -> deskgrid.session.v1.WatchSessionResponse
-	19, // 55: deskgrid.session.v1.SessionService.SuspendSession:output_type -> deskgrid.session.v1.SuspendSessionResponse
-	21, // 56: deskgrid.session.v1.SessionService.ResumeSession:output_type -> deskgrid.session.v1.ResumeSessionResponse
-	23, // 57: deskgrid.session.v1.SessionService.KeepaliveSession:output_type -> deskgrid.session.v1.KeepaliveSessionResponse
-	4,  // 58: deskgrid.session.v1.SessionService.CommitSession:output_type -> deskgrid.session.v1.CommitSessionResponse
-	27, // 59: deskgrid.session.v1.NodeService.ListNodes:output_type -> deskgrid.session.v1.ListNodesResponse
-	29, // 60: deskgrid.session.v1.NodeService.GetNode:output_type -> deskgrid.session.v1.GetNodeResponse
-	31, // 61: deskgrid.session.v1.NodeService.DrainNode:output_type -> deskgrid.session.v1.DrainNodeResponse
-	33, // 62: deskgrid.session.v1.NodeService.UndrainNode:output_type -> deskgrid.session.v1.UndrainNodeResponse
-	50, // [50:63] is the sub-list for method output_type
-	37, // [37:50] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	18, // 25: deskgrid.session.v1.WatchSessionResponse.process_exited:type_name -> deskgrid.session.v1.ProcessExit
+	42, // 26: deskgrid.session.v1.ProcessExit.time:type_name -> google.protobuf.Timestamp
+	1,  // 27: deskgrid.session.v1.SuspendSessionRequest.mode:type_name -> deskgrid.session.v1.SuspendMode
+	7,  // 28: deskgrid.session.v1.SuspendSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	7,  // 29: deskgrid.session.v1.ResumeSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	7,  // 30: deskgrid.session.v1.KeepaliveSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	2,  // 31: deskgrid.session.v1.Node.state:type_name -> deskgrid.session.v1.NodeState
+	40, // 32: deskgrid.session.v1.Node.labels:type_name -> deskgrid.session.v1.Node.LabelsEntry
+	25, // 33: deskgrid.session.v1.Node.capacity:type_name -> deskgrid.session.v1.NodeResources
+	25, // 34: deskgrid.session.v1.Node.used:type_name -> deskgrid.session.v1.NodeResources
+	26, // 35: deskgrid.session.v1.ListNodesResponse.nodes:type_name -> deskgrid.session.v1.Node
+	26, // 36: deskgrid.session.v1.GetNodeResponse.node:type_name -> deskgrid.session.v1.Node
+	26, // 37: deskgrid.session.v1.DrainNodeResponse.node:type_name -> deskgrid.session.v1.Node
+	26, // 38: deskgrid.session.v1.UndrainNodeResponse.node:type_name -> deskgrid.session.v1.Node
+	8,  // 39: deskgrid.session.v1.SessionService.CreateSession:input_type -> deskgrid.session.v1.CreateSessionRequest
+	10, // 40: deskgrid.session.v1.SessionService.GetSession:input_type -> deskgrid.session.v1.GetSessionRequest
+	12, // 41: deskgrid.session.v1.SessionService.ListSessions:input_type -> deskgrid.session.v1.ListSessionsRequest
+	14, // 42: deskgrid.session.v1.SessionService.DeleteSession:input_type -> deskgrid.session.v1.DeleteSessionRequest
+	16, // 43: deskgrid.session.v1.SessionService.WatchSession:input_type -> deskgrid.session.v1.WatchSessionRequest
+	19, // 44: deskgrid.session.v1.SessionService.SuspendSession:input_type -> deskgrid.session.v1.SuspendSessionRequest
+	21, // 45: deskgrid.session.v1.SessionService.ResumeSession:input_type -> deskgrid.session.v1.ResumeSessionRequest
+	23, // 46: deskgrid.session.v1.SessionService.KeepaliveSession:input_type -> deskgrid.session.v1.KeepaliveSessionRequest
+	3,  // 47: deskgrid.session.v1.SessionService.CommitSession:input_type -> deskgrid.session.v1.CommitSessionRequest
+	27, // 48: deskgrid.session.v1.NodeService.ListNodes:input_type -> deskgrid.session.v1.ListNodesRequest
+	29, // 49: deskgrid.session.v1.NodeService.GetNode:input_type -> deskgrid.session.v1.GetNodeRequest
+	31, // 50: deskgrid.session.v1.NodeService.DrainNode:input_type -> deskgrid.session.v1.DrainNodeRequest
+	33, // 51: deskgrid.session.v1.NodeService.UndrainNode:input_type -> deskgrid.session.v1.UndrainNodeRequest
+	9,  // 52: deskgrid.session.v1.SessionService.CreateSession:output_type -> deskgrid.session.v1.CreateSessionResponse
+	11, // 53: deskgrid.session.v1.SessionService.GetSession:output_type -> deskgrid.session.v1.GetSessionResponse
+	13, // 54: deskgrid.session.v1.SessionService.ListSessions:output_type -> deskgrid.session.v1.ListSessionsResponse
+	15, // 55: deskgrid.session.v1.SessionService.DeleteSession:output_type -> deskgrid.session.v1.DeleteSessionResponse
+	17, // 56: deskgrid.session.v1.SessionService.WatchSession:output_type -> deskgrid.session.v1.WatchSessionResponse
+	20, // 57: deskgrid.session.v1.SessionService.SuspendSession:output_type -> deskgrid.session.v1.SuspendSessionResponse
+	22, // 58: deskgrid.session.v1.SessionService.ResumeSession:output_type -> deskgrid.session.v1.ResumeSessionResponse
+	24, // 59: deskgrid.session.v1.SessionService.KeepaliveSession:output_type -> deskgrid.session.v1.KeepaliveSessionResponse
+	4,  // 60: deskgrid.session.v1.SessionService.CommitSession:output_type -> deskgrid.session.v1.CommitSessionResponse
+	28, // 61: deskgrid.session.v1.NodeService.ListNodes:output_type -> deskgrid.session.v1.ListNodesResponse
+	30, // 62: deskgrid.session.v1.NodeService.GetNode:output_type -> deskgrid.session.v1.GetNodeResponse
+	32, // 63: deskgrid.session.v1.NodeService.DrainNode:output_type -> deskgrid.session.v1.DrainNodeResponse
+	34, // 64: deskgrid.session.v1.NodeService.UndrainNode:output_type -> deskgrid.session.v1.UndrainNodeResponse
+	52, // [52:65] is the sub-list for method output_type
+	39, // [39:52] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_deskgrid_session_v1_session_proto_init() }
@@ -2414,7 +2529,7 @@ func file_deskgrid_session_v1_session_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_deskgrid_session_v1_session_proto_rawDesc), len(file_deskgrid_session_v1_session_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   37,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

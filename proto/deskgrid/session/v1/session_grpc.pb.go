@@ -47,7 +47,9 @@ type SessionServiceClient interface {
 	// session that is already stopped returns it unchanged.
 	DeleteSession(ctx context.Context, in *DeleteSessionRequest, opts ...grpc.CallOption) (*DeleteSessionResponse, error)
 	// WatchSession streams the session as it is now, then every change, until it
-	// reaches a terminal state or the caller goes away.
+	// reaches a terminal state or the caller goes away. An autostart program
+	// that ends while the session runs comes as a message of its own
+	// (process_exited, with session unset).
 	WatchSession(ctx context.Context, in *WatchSessionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchSessionResponse], error)
 	// SuspendSession freezes or hibernates a running session.
 	SuspendSession(ctx context.Context, in *SuspendSessionRequest, opts ...grpc.CallOption) (*SuspendSessionResponse, error)
@@ -185,7 +187,9 @@ type SessionServiceServer interface {
 	// session that is already stopped returns it unchanged.
 	DeleteSession(context.Context, *DeleteSessionRequest) (*DeleteSessionResponse, error)
 	// WatchSession streams the session as it is now, then every change, until it
-	// reaches a terminal state or the caller goes away.
+	// reaches a terminal state or the caller goes away. An autostart program
+	// that ends while the session runs comes as a message of its own
+	// (process_exited, with session unset).
 	WatchSession(*WatchSessionRequest, grpc.ServerStreamingServer[WatchSessionResponse]) error
 	// SuspendSession freezes or hibernates a running session.
 	SuspendSession(context.Context, *SuspendSessionRequest) (*SuspendSessionResponse, error)
