@@ -284,6 +284,35 @@ func actThroughTheTree(t *testing.T, p *upProcess, s *deskgrid.Session, l *deskg
 		t.Errorf("the subtree of an unknown node: %d %s", code, body)
 	}
 
+	// Acts are input under the session's input lease, as display actions
+	// are: while holder A (token 7) holds it, B (no token, an older one) is
+	// refused with the same status and reason, acting or launching; A acts.
+	lease := func(body string) {
+		t.Helper()
+		if code, b, _ := p.do("POST", "/v1/sessions/"+id+"/actions", body); code != http.StatusOK {
+			t.Fatalf("display actions %s: %d %s", body, code, b)
+		}
+	}
+	lease(`{"lease_token":"7","actions":[{"mouseMove":{"to":{"x":5,"y":5}}}]}`)
+	for _, b := range []string{
+		js(map[string]any{"id": entry.GetId(), "focus": true}),
+		js(map[string]any{"id": entry.GetId(), "focus": true, "lease_token": 6}),
+	} {
+		if code, body := act(b); code != http.StatusBadRequest || !strings.Contains(body, "STALE_INPUT_LEASE") {
+			t.Errorf("an act of another holder (%s) while the lease is held: %d %s", b, code, body)
+		}
+	}
+	if code, body, _ := p.do("POST", "/v1/sessions/"+id+"/applications:launch", `{"application":"mousepad"}`); code != http.StatusBadRequest || !strings.Contains(string(body), "STALE_INPUT_LEASE") {
+		t.Errorf("a launch of another holder while the lease is held: %d %s", code, body)
+	}
+	if code, body := act(js(map[string]any{"id": entry.GetId(), "focus": true, "lease_token": 7})); code != http.StatusOK {
+		t.Errorf("the holder's act: %d %s", code, body)
+	}
+	lease(`{"lease_token":"7","release_lease":true}`)
+	if code, body := act(js(map[string]any{"id": entry.GetId(), "focus": true})); code != http.StatusOK {
+		t.Errorf("an act once the lease is given up: %d %s", code, body)
+	}
+
 	// Each act is in the session's history, the text it set with it.
 	p.waitHistory(id, "trail.act_on_accessible.v1")
 	var acts []string

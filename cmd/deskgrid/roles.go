@@ -108,6 +108,10 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 		deps := sandbox.Deps{Logger: s.logger.With("component", "sandbox"), Tenancy: s.tenancy(), Images: images}
 		if n.display != nil {
 			deps.DisplayLookup = n.display.Lookup
+			// The display holds the session's input lease: the sandbox's
+			// input (accessibility acts, launches) asks it, as its own
+			// actions do.
+			deps.InputFence = n.display.Fence
 		}
 		b, err := sandbox.New(ctx, sc, deps)
 		if err != nil {

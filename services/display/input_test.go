@@ -2,6 +2,7 @@ package display
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -504,5 +505,54 @@ func TestDeleteEndsPendingActions(t *testing.T) {
 	}
 	if err := <-errc; status.Code(err) != codes.NotFound {
 		t.Fatalf("pending actions ended with %v, want NotFound", err)
+	}
+}
+
+// Fence is the lease of another service's input (the sandbox's
+// accessibility acts): refused as display actions are, with the same
+// status and reason, and act not run; run for the holder, its error
+// unchanged; run for anyone once the lease is given up, or on a session
+// without a display.
+func TestFenceHoldsOtherInputToTheLease(t *testing.T) {
+	s, c := testService(t, "")
+	createDisplay(t, c, "fenced", 100, 100)
+	ran := 0
+	act := func() error { ran++; return nil }
+	if err := s.Fence(ctxT(t), "fenced", 0, act); err != nil || ran != 1 {
+		t.Fatalf("no lease held: %v, ran %d", err, ran)
+	}
+	// Holder A takes the lease by acting with its token.
+	if _, err := c.PerformActions(ctxT(t), &displayv1.PerformActionsRequest{SessionId: "fenced", LeaseToken: 7, Actions: []*displayv1.Action{moveTo(3, 3)}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, token := range []int64{0, 6} { // B: no token, an older one
+		err := s.Fence(ctxT(t), "fenced", token, act)
+		if status.Code(err) != codes.FailedPrecondition || errinfo.Reason(err) != errinfo.StaleInputLease || ran != 1 {
+			t.Fatalf("token %d while 7 holds the lease: %v (reason %q), ran %d", token, err, errinfo.Reason(err), ran)
+		}
+	}
+	if err := s.Fence(ctxT(t), "fenced", 7, act); err != nil || ran != 2 {
+		t.Fatalf("the holder: %v, ran %d", err, ran)
+	}
+	boom := errors.New("the act failed")
+	if err := s.Fence(ctxT(t), "fenced", 7, func() error { return boom }); err != boom {
+		t.Fatalf("the act's own error: %v", err)
+	}
+	// Input through Fence fences too: a newer holder shuts the display's
+	// actions of the older one out.
+	if err := s.Fence(ctxT(t), "fenced", 9, act); err != nil || ran != 3 {
+		t.Fatalf("a newer holder: %v, ran %d", err, ran)
+	}
+	if _, err := c.PerformActions(ctxT(t), &displayv1.PerformActionsRequest{SessionId: "fenced", LeaseToken: 7, Actions: []*displayv1.Action{moveTo(4, 4)}}); errinfo.Reason(err) != errinfo.StaleInputLease {
+		t.Fatalf("the older holder's display action: %v", err)
+	}
+	if _, err := c.PerformActions(ctxT(t), &displayv1.PerformActionsRequest{SessionId: "fenced", LeaseToken: 9, ReleaseLease: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Fence(ctxT(t), "fenced", 0, act); err != nil || ran != 4 {
+		t.Fatalf("the lease given up: %v, ran %d", err, ran)
+	}
+	if err := s.Fence(ctxT(t), "no-display", 0, act); err != nil || ran != 5 {
+		t.Fatalf("a session without a display: %v, ran %d", err, ran)
 	}
 }

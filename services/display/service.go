@@ -795,3 +795,34 @@ func (s *Service) Close(ctx context.Context) error {
 	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// Fence runs act as input to the session's display, under the input lease
+// exactly as the display's own actions are: with inputMu held, after
+// fencing token, so another service's input (the sandbox's accessibility
+// acts) is refused as display input is, and never interleaves with it. A
+// refusal is a FAILED_PRECONDITION status with the STALE_INPUT_LEASE
+// reason, act not run; act's own error comes back unchanged. A session
+// without a ready display has no lease to honour: act runs. The caller
+// has checked the tenant.
+func (s *Service) Fence(ctx context.Context, sessionID string, token int64, act func() error) error {
+	s.mu.Lock()
+	e, found := s.displays[sessionID]
+	s.mu.Unlock()
+	var d *display
+	if found {
+		select {
+		case <-e.ready:
+			d = e.d
+		default:
+		}
+	}
+	if d == nil {
+		return act()
+	}
+	d.inputMu.Lock()
+	defer d.inputMu.Unlock()
+	if err := d.fence(token); err != nil {
+		return s.toStatus(ctx, err)
+	}
+	return act()
+}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/platform/errinfo"
 	"github.com/deskgrid/deskgrid/services/sandbox/atspi"
 )
 
@@ -115,10 +116,16 @@ func (s *Service) actOnAccessible(ctx context.Context, req *sandboxv1.ActOnAcces
 	default:
 		return nil, coded(codes.InvalidArgument, "want one of action, text or focus")
 	}
+	if req.GetLeaseToken() < 0 {
+		return nil, coded(codes.InvalidArgument, "lease_token %d is negative", req.GetLeaseToken())
+	}
 	var n *atspi.Node
-	err := s.withA11yBus(ctx, req.GetSessionId(), "the act was not done", func(ctx context.Context, conn *dbus.Conn) (err error) {
-		n, err = atspi.Act(ctx, conn, id, op)
-		return err
+	err := s.withA11yBus(ctx, req.GetSessionId(), "the act was not done", func(ctx context.Context, conn *dbus.Conn) error {
+		// An act is input: fenced by the input lease, as display actions are.
+		return s.asInput(ctx, req.GetSessionId(), req.GetLeaseToken(), func() (err error) {
+			n, err = atspi.Act(ctx, conn, id, op)
+			return err
+		})
 	})
 	if err != nil {
 		return nil, err
@@ -172,6 +179,9 @@ func (s *Service) withA11yBus(ctx context.Context, sessionID, late string, f fun
 	switch {
 	case err == nil:
 		return nil
+	case errinfo.Reason(err) != "":
+		// Refused with a reason (the input lease): as it is.
+		return err
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 		return coded(codes.DeadlineExceeded, "session %q: %s within %v (an application does not answer)", b.id, late, a11yTimeout)
 	case ctx.Err() != nil:

@@ -209,6 +209,8 @@ func (s *Service) launchApplication(ctx context.Context, req *sandboxv1.LaunchAp
 		return nil, coded(codes.InvalidArgument, "application is required: an id or a name ListApplications gives")
 	case len(want) > 256:
 		return nil, coded(codes.InvalidArgument, "application is %d bytes; at most 256", len(want))
+	case req.GetLeaseToken() < 0:
+		return nil, coded(codes.InvalidArgument, "lease_token %d is negative", req.GetLeaseToken())
 	case len(req.GetArgs()) > maxLaunchArgs:
 		return nil, coded(codes.InvalidArgument, "%d args; at most %d", len(req.GetArgs()), maxLaunchArgs)
 	}
@@ -248,7 +250,12 @@ func (s *Service) launchApplication(ctx context.Context, req *sandboxv1.LaunchAp
 	if err != nil {
 		return nil, coded(codes.FailedPrecondition, "application %q cannot be started: %v", app.GetId(), err)
 	}
-	p, err := s.startProcess(ctx, &sandboxv1.StartProcessRequest{SessionId: req.GetSessionId(), Argv: argv})
+	// A launch is input: fenced by the input lease, as display actions are.
+	var p *sandboxv1.Process
+	err = s.asInput(ctx, req.GetSessionId(), req.GetLeaseToken(), func() (err error) {
+		p, err = s.startProcess(ctx, &sandboxv1.StartProcessRequest{SessionId: req.GetSessionId(), Argv: argv})
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

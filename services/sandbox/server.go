@@ -16,6 +16,7 @@ import (
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/platform/auth"
+	"github.com/deskgrid/deskgrid/services/platform/errinfo"
 	"github.com/deskgrid/deskgrid/services/sandbox/fsroot"
 	"github.com/deskgrid/deskgrid/services/sandbox/jail"
 )
@@ -57,6 +58,10 @@ func (s *Service) toStatus(ctx context.Context, op string, err error) error {
 	}
 	if code, ok := codeOf(err); ok {
 		return status.Error(code, err.Error())
+	}
+	if errinfo.Reason(err) != "" {
+		// A status with a reason (the input lease's refusal): as it is.
+		return err
 	}
 	switch {
 	case errors.Is(err, auth.ErrAnonymous):

@@ -20,6 +20,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/sandbox/cgroup"
@@ -152,6 +153,12 @@ type Deps struct {
 	// X authority file of a session; Exec then binds the display's socket and
 	// cookie into the sandbox and sets DISPLAY and XAUTHORITY.
 	DisplayLookup func(sessionID string) (xDisplay, xauthPath string, ok bool)
+	// InputFence, when set, runs act as input to a session under its input
+	// lease, the display's authority: it refuses a stale or missing lease
+	// token with a FAILED_PRECONDITION status carrying the
+	// STALE_INPUT_LEASE reason, act not run, and returns act's error
+	// otherwise. Unset, nothing holds input leases on this node: act runs.
+	InputFence func(ctx context.Context, sessionID string, token int64, act func() error) error
 	// Drivers, when set, replaces the drivers chosen by Config.Driver.
 	Drivers []overlay.Driver
 	// Tenancy says who a call acts for (auth.CallerOf with auth on, nil
@@ -171,6 +178,7 @@ type Service struct {
 	log     *slog.Logger
 	drivers overlay.Chain
 	display func(string) (string, string, bool)
+	fence   func(context.Context, string, int64, func() error) error
 	tenancy auth.Tenancy
 	etcDir  string            // synthetic passwd and group for sandboxes
 	cgroups *cgroup.Hierarchy // nil: no limits on this node
@@ -289,6 +297,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		cfg:     cfg,
 		log:     log.With("service", "sandbox"),
 		display: deps.DisplayLookup,
+		fence:   deps.InputFence,
 		tenancy: deps.Tenancy,
 		images:  deps.Images,
 		etcDir:  filepath.Join(cfg.Root, "etc"),
@@ -424,4 +433,16 @@ func (s *Service) Close(ctx context.Context) error {
 		_ = os.Remove(s.cfg.ContainerDir)
 	}
 	return errors.Join(errs...)
+}
+
+// asInput runs act as input to a session, under its input lease as the
+// display's actions are (Deps.InputFence). A negative token is refused.
+func (s *Service) asInput(ctx context.Context, sessionID string, token int64, act func() error) error {
+	if token < 0 {
+		return coded(codes.InvalidArgument, "lease_token %d is negative", token)
+	}
+	if s.fence == nil {
+		return act()
+	}
+	return s.fence(ctx, sessionID, token, act)
 }

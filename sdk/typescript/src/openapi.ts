@@ -1685,6 +1685,12 @@ export interface components {
              */
             id?: string;
             /**
+             * Format: int64
+             * @description Fencing token of the caller's input lease, when leases are in use: an
+             *     act is input to the session, fenced as the display's actions are.
+             */
+            leaseToken?: string;
+            /**
              * @description Replace the contents of an editable text (a GTK entry or text view)
              *     with this; empty clears it. At most 1 MiB. Chromium's page fields
              *     offer no editable text: focus them and type.
@@ -1751,6 +1757,12 @@ export interface components {
             application?: string;
             /** @description Files or URLs for it to open, when its entry takes them. */
             args?: string[];
+            /**
+             * Format: int64
+             * @description Fencing token of the caller's input lease, when leases are in use: a
+             *     launch is input to the session, fenced as the display's actions are.
+             */
+            leaseToken?: string;
         };
         SandboxServiceMakeDirectoryBody: {
             /**

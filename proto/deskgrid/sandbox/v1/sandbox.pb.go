@@ -2262,7 +2262,10 @@ type LaunchApplicationRequest struct {
 	// An application's id or name (any case).
 	Application string `protobuf:"bytes,2,opt,name=application,proto3" json:"application,omitempty"`
 	// Files or URLs for it to open, when its entry takes them.
-	Args          []string `protobuf:"bytes,3,rep,name=args,proto3" json:"args,omitempty"`
+	Args []string `protobuf:"bytes,3,rep,name=args,proto3" json:"args,omitempty"`
+	// Fencing token of the caller's input lease, when leases are in use: a
+	// launch is input to the session, fenced as the display's actions are.
+	LeaseToken    int64 `protobuf:"varint,4,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2316,6 +2319,13 @@ func (x *LaunchApplicationRequest) GetArgs() []string {
 		return x.Args
 	}
 	return nil
+}
+
+func (x *LaunchApplicationRequest) GetLeaseToken() int64 {
+	if x != nil {
+		return x.LeaseToken
+	}
+	return 0
 }
 
 type LaunchApplicationResponse struct {
@@ -2541,7 +2551,10 @@ type ActOnAccessibleRequest struct {
 	//	*ActOnAccessibleRequest_Action
 	//	*ActOnAccessibleRequest_Text
 	//	*ActOnAccessibleRequest_Focus
-	Operation     isActOnAccessibleRequest_Operation `protobuf_oneof:"operation"`
+	Operation isActOnAccessibleRequest_Operation `protobuf_oneof:"operation"`
+	// Fencing token of the caller's input lease, when leases are in use: an
+	// act is input to the session, fenced as the display's actions are.
+	LeaseToken    int64 `protobuf:"varint,6,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2622,6 +2635,13 @@ func (x *ActOnAccessibleRequest) GetFocus() bool {
 		}
 	}
 	return false
+}
+
+func (x *ActOnAccessibleRequest) GetLeaseToken() int64 {
+	if x != nil {
+		return x.LeaseToken
+	}
+	return 0
 }
 
 type isActOnAccessibleRequest_Operation interface {
@@ -5163,12 +5183,14 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x04exec\x18\x04 \x01(\tR\x04exec\x12\x1e\n" +
 	"\n" +
 	"categories\x18\x05 \x03(\tR\n" +
-	"categories\"o\n" +
+	"categories\"\x90\x01\n" +
 	"\x18LaunchApplicationRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12 \n" +
 	"\vapplication\x18\x02 \x01(\tR\vapplication\x12\x12\n" +
-	"\x04args\x18\x03 \x03(\tR\x04args\"\x97\x01\n" +
+	"\x04args\x18\x03 \x03(\tR\x04args\x12\x1f\n" +
+	"\vlease_token\x18\x04 \x01(\x03R\n" +
+	"leaseToken\"\x97\x01\n" +
 	"\x19LaunchApplicationResponse\x12B\n" +
 	"\vapplication\x18\x01 \x01(\v2 .deskgrid.sandbox.v1.ApplicationR\vapplication\x126\n" +
 	"\aprocess\x18\x02 \x01(\v2\x1c.deskgrid.sandbox.v1.ProcessR\aprocess\"\xcf\x01\n" +
@@ -5184,14 +5206,16 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\fapplications\x18\x01 \x03(\v2#.deskgrid.sandbox.v1.AccessibleNodeR\fapplications\x12\x1d\n" +
 	"\n" +
 	"node_count\x18\x02 \x01(\x05R\tnodeCount\x12\x1c\n" +
-	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\xe2\x01\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\x83\x02\n" +
 	"\x16ActOnAccessibleRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x18\n" +
 	"\x06action\x18\x03 \x01(\tH\x00R\x06action\x12\x14\n" +
 	"\x04text\x18\x04 \x01(\tH\x00R\x04text\x12\x16\n" +
-	"\x05focus\x18\x05 \x01(\bH\x00R\x05focus:D\x92AA2?{\"id\": \":1.5:/org/a11y/atspi/accessible/12\", \"action\": \"click\"}B\v\n" +
+	"\x05focus\x18\x05 \x01(\bH\x00R\x05focus\x12\x1f\n" +
+	"\vlease_token\x18\x06 \x01(\x03R\n" +
+	"leaseToken:D\x92AA2?{\"id\": \":1.5:/org/a11y/atspi/accessible/12\", \"action\": \"click\"}B\v\n" +
 	"\toperation\"R\n" +
 	"\x17ActOnAccessibleResponse\x127\n" +
 	"\x04node\x18\x01 \x01(\v2#.deskgrid.sandbox.v1.AccessibleNodeR\x04node\"\xf6\x02\n" +
