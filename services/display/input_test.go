@@ -15,8 +15,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
-	"github.com/deskgrid/deskgrid/services/display/xinput"
 	"github.com/deskgrid/deskgrid/services/platform/errinfo"
+	"github.com/deskgrid/deskgrid/services/platform/keysym"
 )
 
 // inputWindow is a full-screen window of a client on the display that
@@ -150,7 +150,7 @@ func TestFirstKeysComeWithoutKeymapChange(t *testing.T) {
 	var got []string
 	// Down, Shift, A and d and a, each pressed and released.
 	for _, ev := range iw.collect(t, 10, isKey) {
-		if k, ok := ev.(xproto.KeyPressEvent); ok && iw.keysym(k.Detail, k.State) != xinput.KeysymShiftL {
+		if k, ok := ev.(xproto.KeyPressEvent); ok && iw.keysym(k.Detail, k.State) != xproto.Keysym(keysym.ShiftL) {
 			got = append(got, fmt.Sprintf("%#x", iw.keysym(k.Detail, k.State)))
 		}
 	}
