@@ -220,4 +220,10 @@ func Start(ctx context.Context) {
 	}
 	publishFailure.Add(ctx, 0, attrs("type", "session.state_changed.v1"))
 	sessionTransitions.Add(ctx, 0, attrs("state", "lost", "reason", "node_lost"))
+	for _, o := range PlacementOutcomes {
+		placementDecisions.Add(ctx, 0, attrs("outcome", o))
+	}
+	for _, r := range []string{"reservation_refused", "stale_snapshot"} {
+		placementRetries.Add(ctx, 0, attrs("reason", r))
+	}
 }
