@@ -193,7 +193,7 @@ func TestMetricsOfASessionsLife(t *testing.T) {
 	// Counters an alert reads exist from the start, at zero.
 	for _, name := range []string{"deskgrid_rate_limited_total", "deskgrid_image_pulls_total", "deskgrid_events_publish_failures_total", "deskgrid_node_reconcile_removed_total",
 		"deskgrid_sandbox_oom_kills_total", "deskgrid_sandbox_pids_limit_hits_total", "deskgrid_sandbox_disk_full_total",
-		"deskgrid_placement_decisions_total", "deskgrid_placement_retries_total"} {
+		"deskgrid_placement_decisions_total", "deskgrid_placement_retries_total", "deskgrid_session_suspends_total", "deskgrid_session_resumes_total"} {
 		if before[name] == nil {
 			t.Errorf("%s not exported before anything happened", name)
 		}

@@ -226,4 +226,8 @@ func Start(ctx context.Context) {
 	for _, r := range []string{"reservation_refused", "stale_snapshot"} {
 		placementRetries.Add(ctx, 0, attrs("reason", r))
 	}
+	for _, m := range []string{"freeze", "hibernate"} {
+		sessionSuspends.Add(ctx, 0, attrs("mode", m, "outcome", "ok"))
+		sessionResumes.Add(ctx, 0, attrs("mode", m, "outcome", "ok"))
+	}
 }
