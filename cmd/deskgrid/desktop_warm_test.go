@@ -66,6 +66,12 @@ func TestDesktopWarmPool(t *testing.T) {
 	h := sha256.Sum256([]byte(root))
 	runcRoot := filepath.Join("/run/deskgrid/containers", hex.EncodeToString(h[:6]), "runc")
 	waitWarmReady(t, p, 2)
+	img := labels{"image": defaultImage}
+	if m := p.scrape(); m.value("deskgrid_warm_desktops", img) != 2 ||
+		len(m.labelValues("deskgrid_warm_desktop_claims_total", "outcome")) != 2 || m.value("deskgrid_warm_desktop_claims_total", nil) != 0 {
+		t.Fatalf("with the pool full: %v warm desktops, claims by outcome %v (total %v); want 2, hit and miss at 0",
+			m.value("deskgrid_warm_desktops", img), m.labelValues("deskgrid_warm_desktop_claims_total", "outcome"), m.value("deskgrid_warm_desktop_claims_total", nil))
+	}
 
 	// Given a warm desktop: the panel is on the first screenshot.
 	a := p.createWith(`{}`)
@@ -151,6 +157,18 @@ func TestDesktopWarmPool(t *testing.T) {
 		t.Errorf("the session of the committed image: %q (exit %d)", out, code)
 	}
 	all = append(all, small, other)
+	// Each create asked once: a hit for each desktop given, a miss for each
+	// other create; the committed image is kept by no pool.
+	m := p.scrape()
+	if hits := m.value("deskgrid_warm_desktop_claims_total", labels{"image": defaultImage, "outcome": "hit"}); hits != float64(warm+1) {
+		t.Errorf("warm desktop hits = %v, want %d", hits, warm+1)
+	}
+	if miss := m.value("deskgrid_warm_desktop_claims_total", labels{"image": defaultImage, "outcome": "miss"}); miss != float64(4-warm+1) {
+		t.Errorf("warm desktop misses of the default image = %v, want %d", miss, 4-warm+1)
+	}
+	if miss := m.value("deskgrid_warm_desktop_claims_total", labels{"image": "other", "outcome": "miss"}); miss != 1 {
+		t.Errorf("warm desktop misses of an image no pool keeps = %v, want 1", miss)
+	}
 	for _, s := range all {
 		if code, out, _ := p.do("DELETE", "/v1/sessions/"+s.ID, ""); code != 200 {
 			t.Fatalf("delete %s: %d %s", s.ID, code, out)
@@ -209,6 +227,26 @@ func TestWarmImagesFlag(t *testing.T) {
 		_, _, err := parseServerFlags("up", []string{"-default-image", "deskgrid/desktop:latest", "-warm-images", bad}, io.Discard)
 		if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "-warm-images") {
 			t.Errorf("-warm-images %q: %v (exit %d), want a usage error naming the flag", bad, err, exitCode(err))
+		}
+	}
+}
+
+// A miss is counted under the pool keeping the create's image (the same
+// normalised ref),
+// or "other": what a create names is never a label value.
+func TestWarmDesktopImageLabel(t *testing.T) {
+	ps := desktopPools{{image: "deskgrid/desktop:latest"}, {image: "team/qa:v3"}}
+	for image, want := range map[string]string{
+		"deskgrid/desktop:latest":           "deskgrid/desktop:latest",
+		"docker.io/deskgrid/desktop:latest": "deskgrid/desktop:latest",
+		"team/qa:v3":                        "team/qa:v3",
+		"team/qa:v4":                        "other",
+		"team/secret-name:v1":               "other",
+		"Not A Ref":                         "other",
+		"":                                  "other",
+	} {
+		if got := ps.imageLabel(image); got != want {
+			t.Errorf("imageLabel(%q) = %q, want %q", image, got, want)
 		}
 	}
 }

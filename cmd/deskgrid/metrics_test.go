@@ -172,6 +172,12 @@ func TestMetricsOfASessionsLife(t *testing.T) {
 		t.Errorf("deskgrid_node_used{resource=sessions} = %v, want 1", v)
 	}
 	moved("deskgrid_session_transitions_total", labels{"state": "running", "reason": "none"}, 1)
+	// One placement, on the machine's own node; the bad create never got
+	// that far.
+	if d := running.value("deskgrid_placement_decisions_total", nil) - before.value("deskgrid_placement_decisions_total", nil); d != 1 ||
+		running.value("deskgrid_placement_decisions_total", labels{"outcome": "placed"})-before.value("deskgrid_placement_decisions_total", labels{"outcome": "placed"}) != 1 {
+		t.Errorf("placements moved by %v, by outcome %v; want one placed", d, running.labelValues("deskgrid_placement_decisions_total", "outcome"))
+	}
 	moved("deskgrid_agent_tokens_total", labels{"provider": "anthropic", "kind": "output"}, 1)
 	moved("deskgrid_agent_lease_wait_duration_seconds", labels{"outcome": "ok"}, 1)
 	// Each model call of the run, measured at the agent.
@@ -186,7 +192,8 @@ func TestMetricsOfASessionsLife(t *testing.T) {
 	}
 	// Counters an alert reads exist from the start, at zero.
 	for _, name := range []string{"deskgrid_rate_limited_total", "deskgrid_image_pulls_total", "deskgrid_events_publish_failures_total", "deskgrid_node_reconcile_removed_total",
-		"deskgrid_sandbox_oom_kills_total", "deskgrid_sandbox_pids_limit_hits_total", "deskgrid_sandbox_disk_full_total"} {
+		"deskgrid_sandbox_oom_kills_total", "deskgrid_sandbox_pids_limit_hits_total", "deskgrid_sandbox_disk_full_total",
+		"deskgrid_placement_decisions_total", "deskgrid_placement_retries_total", "deskgrid_session_suspends_total", "deskgrid_session_resumes_total"} {
 		if before[name] == nil {
 			t.Errorf("%s not exported before anything happened", name)
 		}

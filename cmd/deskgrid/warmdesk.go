@@ -18,6 +18,7 @@ import (
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/display"
 	"github.com/deskgrid/deskgrid/services/platform/auth"
+	"github.com/deskgrid/deskgrid/services/platform/metrics"
 	"github.com/deskgrid/deskgrid/services/sandbox"
 	imagestore "github.com/deskgrid/deskgrid/services/sandbox/image"
 )
@@ -44,6 +45,8 @@ type desktopPool struct {
 	refill chan struct{}
 	cancel context.CancelFunc
 	done   chan struct{}
+	// unobserve stops deskgrid_warm_desktops for the pool.
+	unobserve func() error
 }
 
 // warmImage is an image a pool keeps desktops of, and how many.
@@ -91,14 +94,34 @@ func warmImages(defaultCount int, defaultImage, spec string) ([]warmImage, error
 // a create is given a member of the pool whose image it resolves to.
 type desktopPools []*desktopPool
 
-// Claim implements sandbox.WarmDesktops.
+// Claim implements sandbox.WarmDesktops. Each call is counted once in
+// deskgrid_warm_desktop_claims_total: a hit under the image of the pool that
+// gave the desktop, a miss under the image of the pool that keeps the
+// create's image (the same normalised ref), or "other" when no pool keeps it.
 func (ps desktopPools) Claim(ctx context.Context, sessionID, tenant string, req *sandboxv1.CreateSandboxRequest, spec sandbox.DisplaySpec) bool {
 	for _, p := range ps {
 		if p.Claim(ctx, sessionID, tenant, req, spec) {
+			metrics.WarmDesktopClaimed(ctx, p.image, true)
 			return true
 		}
 	}
+	metrics.WarmDesktopClaimed(ctx, ps.imageLabel(req.GetImage()), false)
 	return false
+}
+
+// imageLabel is the ref of the pool keeping image (normalised refs equal), or
+// "other": what a create names is not a label value of its own.
+func (ps desktopPools) imageLabel(image string) string {
+	want, err := imagestore.ParseRef(image)
+	if err != nil {
+		return "other"
+	}
+	for _, p := range ps {
+		if r, err := imagestore.ParseRef(p.image); err == nil && r.Name == want.Name {
+			return p.image
+		}
+	}
+	return "other"
 }
 
 // owns reports whether id is a member of one of the pools.
@@ -131,6 +154,11 @@ func newDesktopPool(size int, ref string, spec sandbox.DisplaySpec, argv []strin
 	// tenant until Claim gives one to a session.
 	ctx, cancel := context.WithCancel(auth.AsSystem(context.Background()))
 	p.cancel = cancel
+	if stop, err := metrics.ObserveWarmDesktops(ref, p.readyCount); err == nil {
+		p.unobserve = stop
+	} else {
+		log.Warn("warm desktop gauge", "err", err)
+	}
 	p.refill <- struct{}{}
 	go p.fill(ctx)
 	return p
@@ -292,6 +320,13 @@ func darkShare(img image.Image) float64 {
 	return float64(dark) / float64(total)
 }
 
+// readyCount is how many members are ready to be given.
+func (p *desktopPool) readyCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.ready)
+}
+
 // owns reports whether id is a member of the pool not given to a session:
 // the node's reconcile leaves it alone.
 func (p *desktopPool) owns(id string) bool {
@@ -362,6 +397,9 @@ func (p *desktopPool) Claim(ctx context.Context, sessionID, tenant string, req *
 // Close stops filling and removes the members not given to a session.
 func (p *desktopPool) Close(ctx context.Context) error {
 	p.cancel()
+	if p.unobserve != nil {
+		_ = p.unobserve()
+	}
 	select {
 	case <-p.done:
 	case <-ctx.Done():

@@ -10,6 +10,7 @@ import (
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
+	"github.com/deskgrid/deskgrid/services/platform/metrics"
 	"github.com/deskgrid/deskgrid/services/session/state"
 	"github.com/deskgrid/deskgrid/services/session/store"
 )
@@ -67,11 +68,22 @@ func (s *Service) KeepaliveSession(ctx context.Context, req *sessionv1.Keepalive
 // the default: memory kept, back in an instant) or hibernates it (HIBERNATE:
 // its files saved as a snapshot, its desktop and processes stopped, memory
 // freed; resuming restores the files and starts the desktop again).
+// Each call is counted in deskgrid_session_suspends_total.
 func (s *Service) SuspendSession(ctx context.Context, req *sessionv1.SuspendSessionRequest) (*sessionv1.SuspendSessionResponse, error) {
+	mode := "unknown"
+	switch req.GetMode() {
+	case sessionv1.SuspendMode_SUSPEND_MODE_UNSPECIFIED, sessionv1.SuspendMode_SUSPEND_MODE_FREEZE:
+		mode = "freeze"
+	case sessionv1.SuspendMode_SUSPEND_MODE_HIBERNATE:
+		mode = "hibernate"
+	}
 	sess, err := s.suspend(ctx, req)
 	if err != nil {
-		return nil, s.toStatus(ctx, err)
+		err = s.toStatus(ctx, err)
+		metrics.SessionSuspended(ctx, mode, err)
+		return nil, err
 	}
+	metrics.SessionSuspended(ctx, mode, nil)
 	return &sessionv1.SuspendSessionResponse{Session: sess}, nil
 }
 
@@ -137,18 +149,31 @@ func (s *Service) suspendFailed(ctx context.Context, cur *sessionv1.Session, cau
 }
 
 // ResumeSession brings a suspended session back to RUNNING.
+// Each call is counted in deskgrid_session_resumes_total.
 func (s *Service) ResumeSession(ctx context.Context, req *sessionv1.ResumeSessionRequest) (*sessionv1.ResumeSessionResponse, error) {
-	sess, err := s.resume(ctx, req.GetSessionId())
+	mode := "none"
+	sess, err := s.resume(ctx, req.GetSessionId(), &mode)
 	if err != nil {
-		return nil, s.toStatus(ctx, err)
+		err = s.toStatus(ctx, err)
+		metrics.SessionResumed(ctx, mode, err)
+		return nil, err
 	}
+	metrics.SessionResumed(ctx, mode, nil)
 	return &sessionv1.ResumeSessionResponse{Session: sess}, nil
 }
 
-func (s *Service) resume(ctx context.Context, id string) (*sessionv1.Session, error) {
+// resume sets *mode to the mode the session was suspended in ("freeze",
+// "hibernate") once it is known to be suspended.
+func (s *Service) resume(ctx context.Context, id string, mode *string) (*sessionv1.Session, error) {
 	sess, err := s.get(ctx, id)
 	if err != nil {
 		return nil, err
+	}
+	if sess.GetState() == state.Suspended {
+		*mode = "freeze"
+		if sess.GetSuspendMode() == sessionv1.SuspendMode_SUSPEND_MODE_HIBERNATE {
+			*mode = "hibernate"
+		}
 	}
 	if err := state.Check(sess.GetState(), state.Resuming); err != nil {
 		return nil, &preconditionError{msg: fmt.Sprintf("session %s is %s; only a SUSPENDED session can be resumed", sess.GetId(), state.Name(sess.GetState()))}

@@ -731,6 +731,7 @@ func TestKeepaliveSuspendResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := created.GetSession().GetId()
+	counted := suspendCounts(t)
 	clock.Advance(time.Minute)
 	ka, err := h.client.KeepaliveSession(ctx, &sessionv1.KeepaliveSessionRequest{SessionId: id})
 	if err != nil {
@@ -793,6 +794,28 @@ func TestKeepaliveSuspendResume(t *testing.T) {
 	wantCode(t, err, codes.FailedPrecondition)
 	_, err = h.client.SuspendSession(ctx, &sessionv1.SuspendSessionRequest{SessionId: id})
 	wantCode(t, err, codes.FailedPrecondition)
+
+	// Each call counted once, by mode and outcome.
+	want := map[string]int64{
+		"suspend unknown invalid_argument":   1, // mode 7
+		"suspend freeze unavailable":         1,
+		"suspend freeze ok":                  1,
+		"suspend hibernate ok":               1,
+		"suspend freeze invalid_argument":    1, // session "x"
+		"suspend freeze failed_precondition": 1, // deleted
+		"resume none failed_precondition":    1, // running
+		"resume freeze ok":                   1,
+		"resume hibernate ok":                1,
+	}
+	counts := map[string]int64{}
+	for k, v := range suspendCounts(t) {
+		if d := v - counted[k]; d != 0 {
+			counts[k] = d
+		}
+	}
+	if fmt.Sprint(counts) != fmt.Sprint(want) {
+		t.Errorf("suspends and resumes counted %v, want %v", counts, want)
+	}
 }
 
 func TestReaperStopsExpiredSession(t *testing.T) {

@@ -220,4 +220,14 @@ func Start(ctx context.Context) {
 	}
 	publishFailure.Add(ctx, 0, attrs("type", "session.state_changed.v1"))
 	sessionTransitions.Add(ctx, 0, attrs("state", "lost", "reason", "node_lost"))
+	for _, o := range PlacementOutcomes {
+		placementDecisions.Add(ctx, 0, attrs("outcome", o))
+	}
+	for _, r := range []string{"reservation_refused", "stale_snapshot"} {
+		placementRetries.Add(ctx, 0, attrs("reason", r))
+	}
+	for _, m := range []string{"freeze", "hibernate"} {
+		sessionSuspends.Add(ctx, 0, attrs("mode", m, "outcome", "ok"))
+		sessionResumes.Add(ctx, 0, attrs("mode", m, "outcome", "ok"))
+	}
 }

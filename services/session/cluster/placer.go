@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/deskgrid/deskgrid/services/platform/metrics"
 	"github.com/deskgrid/deskgrid/services/session/placement"
 )
 
@@ -65,11 +66,14 @@ func NewPlacer(reg *Registry, cfg PlacerConfig) *Placer {
 
 // Place implements placement.Placer. Failures to reach Redis wrap
 // placement.ErrUnavailable.
+// Each call is counted once in deskgrid_placement_decisions_total, each
+// attempt tried again in deskgrid_placement_retries_total.
 func (p *Placer) Place(ctx context.Context, req placement.Request) (placement.Node, error) {
 	n, err := p.place(ctx, req)
 	if err != nil && ctx.Err() == nil && !errors.Is(err, placement.ErrNoCapacity) && !errors.Is(err, placement.ErrNoMatchingNode) {
 		err = fmt.Errorf("%w: %w", placement.ErrUnavailable, err)
 	}
+	metrics.PlacementDecided(ctx, placement.Outcome(ctx, err))
 	return n, err
 }
 
@@ -95,7 +99,9 @@ func (p *Placer) place(ctx context.Context, req placement.Request) (placement.No
 		p.mu.Unlock()
 		if err != nil {
 			if cached {
-				continue // the cached view may be out of date; look again
+				// The cached view may be out of date; look again.
+				metrics.PlacementRetried(ctx, "stale_snapshot")
+				continue
 			}
 			return placement.Node{}, err
 		}
@@ -119,6 +125,7 @@ func (p *Placer) place(ctx context.Context, req placement.Request) (placement.No
 			if !errors.Is(err, placement.ErrNoCapacity) && !errors.As(err, &refused) {
 				return placement.Node{}, err
 			}
+			metrics.PlacementRetried(ctx, "reservation_refused")
 			last = err
 		}
 	}

@@ -13,6 +13,8 @@ import (
 	"maps"
 	"slices"
 	"sync"
+
+	"github.com/deskgrid/deskgrid/services/platform/metrics"
 )
 
 var (
@@ -24,6 +26,23 @@ var (
 	// retrying later may succeed.
 	ErrUnavailable = errors.New("node registry unavailable")
 )
+
+// Outcome names a placement's result for deskgrid_placement_decisions_total:
+// placed, no_capacity, no_matching_node, cancelled (the caller gave up) or
+// unavailable (anything else: the registry could not be reached).
+func Outcome(ctx context.Context, err error) string {
+	switch {
+	case err == nil:
+		return "placed"
+	case errors.Is(err, ErrNoCapacity):
+		return "no_capacity"
+	case errors.Is(err, ErrNoMatchingNode):
+		return "no_matching_node"
+	case ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return "cancelled"
+	}
+	return "unavailable"
+}
 
 // Resources a session asks for; zero means the node default.
 type Resources struct {
@@ -92,7 +111,8 @@ func NewLocal(node Node, capacity int, opts ...LocalOption) *Local {
 }
 
 // Place implements Placer.
-func (l *Local) Place(ctx context.Context, req Request) (Node, error) {
+func (l *Local) Place(ctx context.Context, req Request) (n Node, err error) {
+	defer func() { metrics.PlacementDecided(ctx, Outcome(ctx, err)) }()
 	if err := ctx.Err(); err != nil {
 		return Node{}, err
 	}

@@ -50,6 +50,12 @@ func points(tb testing.TB, r sdkmetric.Reader, name string, want []attribute.Key
 						add(d, i)
 					}
 				}
+			case metricdata.Gauge[int64]:
+				for i, p := range d.DataPoints {
+					if match(p.Attributes) {
+						add(d, i)
+					}
+				}
 			default:
 				tb.Fatalf("%s is %T", name, m.Data)
 			}
@@ -96,6 +102,22 @@ func Gauge(tb testing.TB, r sdkmetric.Reader, name string, want ...attribute.Key
 		g, ok := data.(metricdata.Gauge[float64])
 		if !ok {
 			tb.Fatalf("%s is %T, not a float gauge", name, data)
+		}
+		v, found = g.DataPoints[i].Value, true
+	})
+	return v, found
+}
+
+// IntGauge returns the value of int gauge name's point whose attributes
+// include want, and whether there is one.
+func IntGauge(tb testing.TB, r sdkmetric.Reader, name string, want ...attribute.KeyValue) (int64, bool) {
+	tb.Helper()
+	var v int64
+	found := false
+	points(tb, r, name, want, func(data metricdata.Aggregation, i int) {
+		g, ok := data.(metricdata.Gauge[int64])
+		if !ok {
+			tb.Fatalf("%s is %T, not an int gauge", name, data)
 		}
 		v, found = g.DataPoints[i].Value, true
 	})
