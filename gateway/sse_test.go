@@ -13,6 +13,7 @@ import (
 
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 
 type sseEvent struct {
@@ -360,7 +361,7 @@ func TestRunEventsSSEDropsAStalledClient(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatal(resp.StatusCode)
 	}
-	waitFor(t, "the stalled stream to be dropped", func() bool { return h.agent.streamsEnded.Load() == 1 })
+	testkit.Eventually(t, 20*time.Second, func() bool { return h.agent.streamsEnded.Load() == 1 }, "the stalled stream to be dropped")
 	// What was sent before the drop still arrives, in order, then the end.
 	last := 0
 	for {

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 
 func wsURL(h *harness, path string) string {
@@ -35,18 +37,6 @@ func dialVNC(t *testing.T, h *harness, path string, hdr http.Header) (*websocket
 		t.Cleanup(func() { c.CloseNow() })
 	}
 	return c, resp, err
-}
-
-// waitFor polls cond until it holds, failing the test at a deadline.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func waitEnded(t *testing.T, d *vncDisplay, sessionID string) {
@@ -443,7 +433,7 @@ func TestVNCBackpressure(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the node to receive every byte", func() bool { return h.display.sinkGot.Load() == total })
+		testkit.Eventually(t, 20*time.Second, func() bool { return h.display.sinkGot.Load() == total }, "the node to receive every byte")
 		t.Logf("held back at %d MiB of %d", held>>20, total>>20)
 	})
 }

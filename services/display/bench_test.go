@@ -11,6 +11,7 @@ import (
 	"time"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 
 // BenchmarkScreenshotPNG1280x800 measures one full-screen PNG screenshot
@@ -132,7 +133,7 @@ func BenchmarkCreateWarmToFirstScreenshot(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		b.StopTimer()
-		eventually(b, 10*time.Second, "warm display", func() bool { return len(s.pool.ready) == 1 })
+		testkit.Eventually(b, 10*time.Second, func() bool { return len(s.pool.ready) == 1 }, "warm display")
 		id := "bench-warm-" + strconv.Itoa(i)
 		i++
 		b.StartTimer()

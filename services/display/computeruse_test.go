@@ -10,6 +10,7 @@ import (
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/platform/computeruse"
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 
 func perform(t *testing.T, c displayv1.DisplayServiceClient, id, input string, openAI bool) *displayv1.PerformActionsResponse {
@@ -84,7 +85,7 @@ func TestComputerUseActionsArrive(t *testing.T) {
 			t.Errorf("cursor %v, want 5,6", p)
 		}
 		showWindow(t, iw.c, 100, 100, 20, 10, 0xff0000, 0)
-		eventually(t, 5*time.Second, "red zoom", func() bool {
+		testkit.Eventually(t, 5*time.Second, func() bool {
 			resp := perform(t, c, "cu", `{"action":"zoom","region":[100,100,120,110]}`, false)
 			if len(resp.GetImages()) != 1 {
 				t.Fatalf("zoom gave %d images", len(resp.GetImages()))
@@ -94,6 +95,6 @@ func TestComputerUseActionsArrive(t *testing.T) {
 				t.Fatalf("zoom image %v, want 20x10 (full resolution)", b)
 			}
 			return isRed(img.At(0, 0)) && isRed(img.At(19, 9))
-		})
+		}, "red zoom")
 	})
 }

@@ -17,6 +17,7 @@ import (
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/display/xserver"
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 
 // helperEnv makes the test binary act as a node agent that starts a display
@@ -82,7 +83,7 @@ func TestKilledAgentLeavesNothingAfterReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	eventually(t, 5*time.Second, "X server killed with its parent", func() bool { return !xserver.IsServerFor(pid, num) })
+	testkit.Eventually(t, 5*time.Second, func() bool { return !xserver.IsServerFor(pid, num) }, "X server killed with its parent")
 
 	s, _ := testService(t, dir)
 	removed, err := s.Reconcile(ctxT(t), nil)
@@ -109,10 +110,10 @@ func TestServerDeathIsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-d.server.Exited()
-	eventually(t, 5*time.Second, "death noticed", func() bool {
+	testkit.Eventually(t, 5*time.Second, func() bool {
 		_, err := c.Screenshot(ctxT(t), &displayv1.ScreenshotRequest{SessionId: "dies"})
 		return status.Code(err) == codes.FailedPrecondition
-	})
+	}, "death noticed")
 	_, err := c.PerformActions(ctxT(t), &displayv1.PerformActionsRequest{SessionId: "dies", Actions: []*displayv1.Action{moveTo(1, 1)}})
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("actions on a dead display = %v, want FailedPrecondition", err)

@@ -172,18 +172,6 @@ func isRed(c color.Color) bool {
 	return r>>8 > 200 && g>>8 < 50 && b>>8 < 50
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(tb testing.TB, d time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil

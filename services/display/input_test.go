@@ -17,6 +17,7 @@ import (
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/platform/errinfo"
 	"github.com/deskgrid/deskgrid/services/platform/keysym"
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 
 // inputWindow is a full-screen window of a client on the display that
@@ -493,13 +494,13 @@ func TestDeleteEndsPendingActions(t *testing.T) {
 		errc <- err
 	}()
 	// The request holds the display's input once its wait has begun.
-	eventually(t, 5*time.Second, "the wait to start", func() bool {
+	testkit.Eventually(t, 5*time.Second, func() bool {
 		if d.inputMu.TryLock() {
 			d.inputMu.Unlock()
 			return false
 		}
 		return true
-	})
+	}, "the wait to start")
 	if _, err := c.DeleteDisplay(ctxT(t), &displayv1.DeleteDisplayRequest{SessionId: "busy"}); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/display/xserver"
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 
 // Many create/screenshot/type/delete cycles leave no process, socket, lock,
@@ -55,7 +56,7 @@ func TestCyclesLeaveNothing(t *testing.T) {
 	if got := countSHM(t); got > shm0 {
 		t.Errorf("%d shared memory segments after the cycles, %d before", got, shm0)
 	}
-	eventually(t, 5*time.Second, "goroutines to end", func() bool { return runtime.NumGoroutine() <= g0 })
+	testkit.Eventually(t, 5*time.Second, func() bool { return runtime.NumGoroutine() <= g0 }, "goroutines to end")
 }
 
 func countFDs(t *testing.T) int {

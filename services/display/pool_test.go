@@ -10,6 +10,7 @@ import (
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/display/xserver"
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 
 func poolService(t *testing.T, dir string, warm int) *Service {
@@ -28,7 +29,7 @@ func poolService(t *testing.T, dir string, warm int) *Service {
 
 func waitWarm(t *testing.T, s *Service, n int) {
 	t.Helper()
-	eventually(t, 10*time.Second, "warm displays", func() bool { return len(s.pool.ready) == n })
+	testkit.Eventually(t, 10*time.Second, func() bool { return len(s.pool.ready) == n }, "warm displays")
 }
 
 func TestWarmDisplayIsHandedOver(t *testing.T) {
@@ -61,13 +62,13 @@ func TestWarmDisplayIsHandedOver(t *testing.T) {
 	// The moved cookie still opens the display, and the display works.
 	xc := clientConn(t, s, "warm")
 	showWindow(t, xc, 0, 0, 20, 20, 0xff0000, 0)
-	eventually(t, 5*time.Second, "red on the warm display", func() bool {
+	testkit.Eventually(t, 5*time.Second, func() bool {
 		r, err := s.Screenshot(ctxT(t), &displayv1.ScreenshotRequest{SessionId: "warm"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return isRed(decodePNG(t, r.GetData()).At(5, 5))
-	})
+	}, "red on the warm display")
 
 	// The pool refills; another size starts cold.
 	waitWarm(t, s, 1)
@@ -117,9 +118,9 @@ func TestReconcileRemovesLeftoverWarmDisplays(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, d := range old {
-		eventually(t, 5*time.Second, "leftover warm X server gone", func() bool {
+		testkit.Eventually(t, 5*time.Second, func() bool {
 			return !xserver.IsServerFor(d.server.PID, d.server.Display)
-		})
+		}, "leftover warm X server gone")
 		if exists(d.dir) {
 			t.Errorf("leftover pool dir %s not removed", d.dir)
 		}

@@ -20,6 +20,7 @@ import (
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/display/resize"
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 
 func resizeTo(t *testing.T, c displayv1.DisplayServiceClient, id string, w, h int32) *displayv1.Display {
@@ -60,10 +61,10 @@ func TestResizeDisplay(t *testing.T) {
 		// shows in it, so the grab covers the whole new screen.
 		sq := showWindow(t, xc, w-20, h-20, 20, 20, 0xff0000, 0)
 		defer xproto.DestroyWindow(xc, sq)
-		eventually(t, 5*time.Second, "red corner in the screenshot", func() bool {
+		testkit.Eventually(t, 5*time.Second, func() bool {
 			resp, err := c.Screenshot(ctxT(t), &displayv1.ScreenshotRequest{SessionId: "rs"})
 			return err == nil && isRed(decode(t, resp).At(w-1, h-1))
-		})
+		}, "red corner in the screenshot")
 	}
 	shot(800, 600)
 
@@ -142,10 +143,10 @@ func TestResizeByAProgramOnTheDisplay(t *testing.T) {
 	if err := resizeScreenAs(xc, 1024, 768); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "1024x768 reported", func() bool {
+	testkit.Eventually(t, 5*time.Second, func() bool {
 		get, err := c.GetDisplay(ctxT(t), &displayv1.GetDisplayRequest{SessionId: "rs-prog"})
 		return err == nil && get.GetDisplay().GetWidth() == 1024 && get.GetDisplay().GetHeight() == 768
-	})
+	}, "1024x768 reported")
 	resp, err := c.Screenshot(ctxT(t), &displayv1.ScreenshotRequest{SessionId: "rs-prog"})
 	if err != nil || resp.GetWidth() != 1024 || resp.GetHeight() != 768 {
 		t.Fatalf("screenshot %dx%d (%v), want 1024x768", resp.GetWidth(), resp.GetHeight(), err)

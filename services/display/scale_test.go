@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 
 // A click on a pixel of a scaled screenshot lands on the screen pixel that
@@ -34,7 +35,7 @@ func TestScaledClickLandsOnTheScaledPixel(t *testing.T) {
 				// A red 7x7 square around it shows in the scaled screenshot
 				// at exactly the scaled pixel.
 				red := showWindow(t, iw.c, int(wantX)-3, int(wantY)-3, 7, 7, 0xff0000, xproto.EventMaskButtonPress)
-				eventually(t, 5*time.Second, "red square in the scaled screenshot", func() bool {
+				testkit.Eventually(t, 5*time.Second, func() bool {
 					shot, err := c.Screenshot(ctxT(t), &displayv1.ScreenshotRequest{SessionId: id, ScaleTo: to})
 					if err != nil {
 						t.Fatal(err)
@@ -44,7 +45,7 @@ func TestScaledClickLandsOnTheScaledPixel(t *testing.T) {
 						t.Fatalf("scaled screenshot is %v, want %dx%d", b, r.w, r.h)
 					}
 					return isRed(img.At(int(p[0]), int(p[1])))
-				})
+				}, "red square in the scaled screenshot")
 				resp, err := c.PerformActions(ctxT(t), &displayv1.PerformActionsRequest{SessionId: id, ScaleTo: to,
 					Actions: []*displayv1.Action{{Action: &displayv1.Action_Click{Click: &displayv1.Click{At: &displayv1.Point{X: p[0], Y: p[1]}}}}}})
 				if err != nil {

@@ -16,6 +16,7 @@ import (
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/display/xconn"
 	"github.com/deskgrid/deskgrid/services/display/xserver"
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 
 func TestTwoDisplaysAreIsolated(t *testing.T) {
@@ -50,9 +51,9 @@ func TestTwoDisplaysAreIsolated(t *testing.T) {
 	// A program on a draws a red window; a shows it, b does not.
 	xa := clientConn(t, s, "sess-a")
 	showWindow(t, xa, 10, 10, 100, 50, 0xff0000, 0)
-	eventually(t, 5*time.Second, "red window on a", func() bool {
+	testkit.Eventually(t, 5*time.Second, func() bool {
 		return isRed(decodePNG(t, shot("sess-a").GetData()).At(50, 30))
-	})
+	}, "red window on a")
 	imgB := decodePNG(t, shot("sess-b").GetData())
 	for y := 0; y < 480; y++ {
 		for x := 0; x < 640; x++ {
@@ -79,7 +80,7 @@ func TestScreenshotRegionAndJPEG(t *testing.T) {
 	showWindow(t, xc, 100, 100, 50, 40, 0xff0000, 0)
 
 	region := &displayv1.Rect{X: 100, Y: 100, Width: 50, Height: 40}
-	eventually(t, 5*time.Second, "red region", func() bool {
+	testkit.Eventually(t, 5*time.Second, func() bool {
 		resp, err := c.Screenshot(ctxT(t), &displayv1.ScreenshotRequest{SessionId: "sess-r", Region: region})
 		if err != nil {
 			t.Fatal(err)
@@ -89,7 +90,7 @@ func TestScreenshotRegionAndJPEG(t *testing.T) {
 			t.Fatalf("region image is %v, want 50x40", img.Bounds())
 		}
 		return isRed(img.At(0, 0)) && isRed(img.At(49, 39))
-	})
+	}, "red region")
 
 	resp, err := c.Screenshot(ctxT(t), &displayv1.ScreenshotRequest{
 		SessionId: "sess-r", Format: displayv1.ImageFormat_IMAGE_FORMAT_JPEG, Quality: 90,
@@ -117,7 +118,7 @@ func TestDepth16(t *testing.T) {
 	xc := clientConn(t, s, "sess-16")
 	// Pure red in RGB565.
 	showWindow(t, xc, 0, 0, 50, 50, 0xf800, 0)
-	eventually(t, 5*time.Second, "red on a 16-bit display", func() bool {
+	testkit.Eventually(t, 5*time.Second, func() bool {
 		resp, err := c.Screenshot(ctxT(t), &displayv1.ScreenshotRequest{SessionId: "sess-16"})
 		if err != nil {
 			t.Fatal(err)
@@ -125,7 +126,7 @@ func TestDepth16(t *testing.T) {
 		img := decodePNG(t, resp.GetData())
 		r, g, b, _ := img.At(10, 10).RGBA()
 		return r>>8 == 255 && g == 0 && b == 0
-	})
+	}, "red on a 16-bit display")
 }
 
 func TestValidation(t *testing.T) {
@@ -329,9 +330,9 @@ func TestReconcileAfterCrash(t *testing.T) {
 	if len(removed) != 1 || removed[0] != "crashed" {
 		t.Fatalf("removed = %v, want [crashed]", removed)
 	}
-	eventually(t, 5*time.Second, "crashed X server gone", func() bool {
+	testkit.Eventually(t, 5*time.Second, func() bool {
 		return !xserver.IsServerFor(crashed.server.PID, crashed.server.Display)
-	})
+	}, "crashed X server gone")
 	for _, p := range []string{xserver.SocketPath(crashed.server.Display), xserver.LockPath(crashed.server.Display), s2.sessionDir("crashed")} {
 		if exists(p) {
 			t.Errorf("%s left after reconcile", p)
@@ -349,9 +350,9 @@ func TestReconcileAfterCrash(t *testing.T) {
 	if len(removed) != 1 || removed[0] != "kept" {
 		t.Fatalf("removed = %v, want [kept]", removed)
 	}
-	eventually(t, 5*time.Second, "kept X server gone", func() bool {
+	testkit.Eventually(t, 5*time.Second, func() bool {
 		return !xserver.IsServerFor(kept.server.PID, kept.server.Display)
-	})
+	}, "kept X server gone")
 	if exists(xserver.SocketPath(kept.server.Display)) || exists(xserver.LockPath(kept.server.Display)) {
 		t.Error("socket or lock left after reconcile")
 	}
@@ -473,11 +474,11 @@ func TestSharedAndSocketGrabsAgree(t *testing.T) {
 		}
 		return resp.GetData()
 	}
-	eventually(t, 5*time.Second, "windows drawn", func() bool {
+	testkit.Eventually(t, 5*time.Second, func() bool {
 		img := decodePNG(t, shot(nil))
 		r, g, _, _ := img.At(170, 120).RGBA()
 		return isRed(img.At(50, 40)) && g>>8 == 0xff && r == 0
-	})
+	}, "windows drawn")
 	region := &displayv1.Rect{X: 5, Y: 15, Width: 200, Height: 150}
 	viaShared := [][]byte{shot(nil), shot(region)}
 	d.shotMu.Lock()

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 
 // lateClient is an X program that answers a click late: delay after each
@@ -163,10 +164,10 @@ func TestScreenshotShowsLateEffect(t *testing.T) {
 		t.Fatalf("an unwaited screenshot shows %06x, want the colour before the click", got)
 	}
 	// The late repaint lands before the client's connection closes.
-	eventually(t, 30*time.Second, "the late repaint", func() bool {
+	testkit.Eventually(t, 30*time.Second, func() bool {
 		shot, err := c.Screenshot(ctxT(t), &displayv1.ScreenshotRequest{SessionId: "late", Format: displayv1.ImageFormat_IMAGE_FORMAT_PNG})
 		return err == nil && rgb(decodePNG(t, shot.GetData()).At(100, 100)) == colours[clicks%len(colours)]
-	})
+	}, "the late repaint")
 }
 
 // A screen that never stops changing where the input acted is reported

@@ -15,6 +15,7 @@ import (
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/platform/auth"
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 
 // tenantMD is the metadata header the tests' Tenancy hook reads, standing
@@ -280,7 +281,7 @@ func TestTenancyWarmDisplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
-	eventually(t, 20*time.Second, "a warm display", func() bool { return len(s.pool.ready) == 1 })
+	testkit.Eventually(t, 20*time.Second, func() bool { return len(s.pool.ready) == 1 }, "a warm display")
 	ctx := metadata.NewIncomingContext(ctxT(t), metadata.Pairs(tenantMD, "acme"))
 	if _, err := s.CreateDisplay(ctx, &displayv1.CreateDisplayRequest{SessionId: "warm-sess"}); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 
 // rfbViewer is a minimal RFB client speaking through ConnectVNC, as the
@@ -181,10 +182,10 @@ func TestVNCShowsTheDesktop(t *testing.T) {
 	if v.width != 320 || v.height != 200 || v.name != "deskgrid" {
 		t.Fatalf("ServerInit %dx%d %q, want 320x200 \"deskgrid\"", v.width, v.height, v.name)
 	}
-	eventually(t, 5*time.Second, "red window in the VNC frame", func() bool {
+	testkit.Eventually(t, 5*time.Second, func() bool {
 		px := v.update(50, 30)
 		return px[0] > 200 && px[1] < 50 && px[2] < 50
-	})
+	}, "red window in the VNC frame")
 	if px := v.update(200, 150); px != [3]byte{0, 0, 0} {
 		t.Errorf("background pixel %v, want black", px)
 	}
@@ -217,10 +218,10 @@ func TestVNCViewOnlyCannotDrive(t *testing.T) {
 	}
 	controller.pointer(200, 150, 0)
 	controller.update(0, 0)
-	eventually(t, 5*time.Second, "pointer at 200,150", func() bool {
+	testkit.Eventually(t, 5*time.Second, func() bool {
 		x, y := pointerAt()
 		return x == 200 && y == 150
-	})
+	}, "pointer at 200,150")
 	watcher.pointer(10, 10, 0)
 	watcher.update(0, 0)
 	if x, y := pointerAt(); x != 200 || y != 150 {

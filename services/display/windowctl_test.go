@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 
 // politeWindow is a program's window on its own connection that says it
@@ -86,7 +87,7 @@ func TestWindowControlUnderOpenbox(t *testing.T) {
 
 	_, editor := politeWindow(t, s, id, appWindow{title: "Editor", instance: "ed", class: "Ed", x: 100, y: 100, w: 300, h: 200}, 4242)
 	_, viewer := politeWindow(t, s, id, appWindow{title: "Viewer", instance: "view", class: "View", x: 420, y: 150, w: 250, h: 180}, 0)
-	eventually(t, 10*time.Second, "both windows listed", func() bool { return len(listWindows(t, c, id)) == 2 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return len(listWindows(t, c, id)) == 2 }, "both windows listed")
 	ws := listWindows(t, c, id)
 	if w := ws[uint32(editor)]; w.GetPid() != 4242 || w.GetTitle() != "Editor" || w.GetClass() != "Ed" || w.GetMinimized() || w.GetMaximized() {
 		t.Fatalf("editor listed as %v", w)
@@ -181,14 +182,14 @@ func TestWindowControlUnderOpenbox(t *testing.T) {
 	}
 	prog := startClient(t, s, id, []string{xmessage, "-name", "closeme", "close me"})
 	var msg *displayv1.Window
-	eventually(t, 10*time.Second, "xmessage's window", func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		for _, w := range listWindows(t, c, id) {
 			if w.GetInstance() == "closeme" {
 				msg = w
 			}
 		}
 		return msg != nil
-	})
+	}, "xmessage's window")
 	if msg.GetClass() != "Xmessage" {
 		t.Fatalf("xmessage listed as %v", msg)
 	}
@@ -219,7 +220,7 @@ func TestWindowControlWithoutWindowManager(t *testing.T) {
 	_, polite := politeWindow(t, s, id, appWindow{title: "polite", x: 300, y: 200, w: 100, h: 100}, 0)
 	rudeConn := clientConn(t, s, id)
 	rude := appWindow{title: "rude", x: 400, y: 50, w: 100, h: 100}.create(t, rudeConn)
-	eventually(t, 5*time.Second, "three windows", func() bool { return len(listWindows(t, c, id)) == 3 })
+	testkit.Eventually(t, 5*time.Second, func() bool { return len(listWindows(t, c, id)) == 3 }, "three windows")
 
 	act, err := c.ActivateWindow(ctx, &displayv1.ActivateWindowRequest{SessionId: id, WindowId: uint32(a)})
 	if err != nil || !act.GetWindow().GetFocused() {

@@ -11,6 +11,7 @@ import (
 	"github.com/jezek/xgb/xproto"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 
 func atom(tb testing.TB, c *xgb.Conn, name string) xproto.Atom {
@@ -204,10 +205,10 @@ func TestGetDisplayListsWindows(t *testing.T) {
 			// Mapped (and, with openbox, managed) windows are listed before
 			// the focus is moved, so the window manager's own focusing of
 			// new windows has happened.
-			eventually(t, 10*time.Second, "both windows listed", func() bool {
+			testkit.Eventually(t, 10*time.Second, func() bool {
 				ws := getWindows(t, c, id)
 				return len(ws) == 2
-			})
+			}, "both windows listed")
 			focus(term)
 			wait("terminal focused", term, true)
 			focus(doc)
@@ -270,7 +271,7 @@ func waitWindowManager(t *testing.T, xc *xgb.Conn) {
 			t.Fatal(err)
 		}
 		if managed {
-			eventually(t, 5*time.Second, "probe window gone", func() bool { return len(clients()) == 0 })
+			testkit.Eventually(t, 5*time.Second, func() bool { return len(clients()) == 0 }, "probe window gone")
 			return
 		}
 		if time.Now().After(deadline) {

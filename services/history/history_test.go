@@ -31,6 +31,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/history/store/storetest"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/platform/natsembed/natstest"
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 
 // env is an embedded NATS with JetStream and a client on it.
@@ -123,24 +124,12 @@ func publish(t *testing.T, e *env, session string, n int) []string {
 	return ids
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func waitCount(t *testing.T, st *store.SQL, want int) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("%d entries", want), func() bool {
+	testkit.Eventually(t, 30*time.Second, func() bool {
 		rows, _ := storetest.Count(t, st)
 		return rows >= want
-	})
+	}, fmt.Sprintf("%d entries", want))
 	rows, distinct := storetest.Count(t, st)
 	if rows != want || distinct != want {
 		t.Fatalf("store holds %d rows, %d distinct ids; want %d of each", rows, distinct, want)
@@ -260,16 +249,16 @@ func TestRestartLosesNothing(t *testing.T) {
 			t.Cleanup(func() { stopPub(); wg.Wait() })
 			countPublished := func() int { mu.Lock(); defer mu.Unlock(); return len(published) }
 
-			waitFor(t, "the first service to store something", func() bool { return svc1.IngestStats().Stored >= 200 })
+			testkit.Eventually(t, 30*time.Second, func() bool { return svc1.IngestStats().Stored >= 200 }, "the first service to store something")
 			if err := tc.stop(svc1); err != nil {
 				t.Fatal(err)
 			}
 			// More events while no history service runs.
 			down := countPublished()
-			waitFor(t, "events published while down", func() bool { return countPublished() >= down+300 })
+			testkit.Eventually(t, 30*time.Second, func() bool { return countPublished() >= down+300 }, "events published while down")
 
 			svc2 := startService(t, e, st, cfg)
-			waitFor(t, "the second service to store something", func() bool { return svc2.IngestStats().Stored > 0 })
+			testkit.Eventually(t, 30*time.Second, func() bool { return svc2.IngestStats().Stored > 0 }, "the second service to store something")
 			stopPub()
 			wg.Wait()
 
@@ -339,7 +328,7 @@ func TestPoisonMessagesDoNotBlock(t *testing.T) {
 	after := publish(t, e, "s1", 5)
 
 	waitCount(t, st, len(before)+1+len(after))
-	waitFor(t, "poison counted", func() bool { return svc.IngestStats().Rejected == uint64(len(poison)) })
+	testkit.Eventually(t, 30*time.Second, func() bool { return svc.IngestStats().Rejected == uint64(len(poison)) }, "poison counted")
 
 	got := listAll(t, client(t, svc), &historyv1.ListSessionHistoryRequest{SessionId: "s1", Types: []string{"future.thing.v3"}})
 	if len(got) != 1 {
@@ -355,10 +344,10 @@ func TestPoisonMessagesDoNotBlock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "no pending acks", func() bool {
+	testkit.Eventually(t, 30*time.Second, func() bool {
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
-	})
+	}, "no pending acks")
 }
 
 func TestListSessionHistoryValidation(t *testing.T) {

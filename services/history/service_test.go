@@ -24,6 +24,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/history/store"
 	"github.com/deskgrid/deskgrid/services/history/store/storetest"
 	"github.com/deskgrid/deskgrid/services/platform/events"
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 
 // publishRun publishes an event of run in session as the agent does: the run
@@ -485,10 +486,10 @@ func TestSweeperRunsInBackground(t *testing.T) {
 	cfg.RetentionMaxEntriesPerTenant = 3
 	svc := startService(t, e, st, cfg)
 	publish(t, e, "s1", 10)
-	waitFor(t, "the sweeper to trim the tenant to 3 entries", func() bool {
+	testkit.Eventually(t, 30*time.Second, func() bool {
 		rows, _ := storetest.Count(t, st)
 		return svc.IngestStats().Stored == 10 && rows == 3
-	})
+	}, "the sweeper to trim the tenant to 3 entries")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := svc.Close(ctx); err != nil {

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 	"github.com/deskgrid/deskgrid/services/sandbox/container"
 	"github.com/deskgrid/deskgrid/services/sandbox/image"
 )
@@ -614,7 +615,7 @@ func TestExecAsRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the started program to end", func() bool { return !alive(p.GetProcess().GetPid()) })
+	testkit.Eventually(t, 10*time.Second, func() bool { return !alive(p.GetProcess().GetPid()) }, "the started program to end")
 	if got := h.sh(t, "user", "cat /etc/started-as"); got != "0" {
 		t.Errorf("a program started as root ran as %q", got)
 	}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 
 type execResult struct {
@@ -151,17 +152,6 @@ func hostProcessesWith(marker string) []int {
 	return pids
 }
 
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestExecTimeoutKillsTree(t *testing.T) {
 	h := newHarness(t, testConfig(t), Deps{})
 	h.create(t, "to", "")
@@ -177,7 +167,7 @@ func TestExecTimeoutKillsTree(t *testing.T) {
 	if res.stdout != "started\n" {
 		t.Errorf("stdout %q", res.stdout)
 	}
-	waitFor(t, "sleeps to die", func() bool { return len(hostProcessesWith("sleep\x003141")) == 0 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return len(hostProcessesWith("sleep\x003141")) == 0 }, "sleeps to die")
 }
 
 func TestExecTimeoutWithClosedOutput(t *testing.T) {
@@ -190,7 +180,7 @@ func TestExecTimeoutWithClosedOutput(t *testing.T) {
 	if !res.exit.GetTimedOut() {
 		t.Fatalf("exit %v", res.exit)
 	}
-	waitFor(t, "sleep to die", func() bool { return len(hostProcessesWith("sleep\x001732")) == 0 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return len(hostProcessesWith("sleep\x001732")) == 0 }, "sleep to die")
 }
 
 func TestDeleteKillsRunningCommands(t *testing.T) {
@@ -209,7 +199,7 @@ func TestDeleteKillsRunningCommands(t *testing.T) {
 	}
 	_, err = st.Recv()
 	wantCode(t, err, codes.Aborted)
-	waitFor(t, "sleep to die", func() bool { return len(hostProcessesWith("sleep\x002718")) == 0 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return len(hostProcessesWith("sleep\x002718")) == 0 }, "sleep to die")
 	assertNothingLeft(t, h.cfg.Root)
 }
 

@@ -7,10 +7,12 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 	"github.com/deskgrid/deskgrid/services/sandbox/jail"
 )
 
@@ -94,7 +96,7 @@ func TestNetworkOnlyWhenAsked(t *testing.T) {
 	if _, err := h.client.StopProcess(ctx, &sandboxv1.StopProcessRequest{SessionId: "online", ProcessId: p.GetProcess().GetProcessId()}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the program's slirp4netns to end", func() bool { return slirpChildren(t) == 1 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return slirpChildren(t) == 1 }, "the program's slirp4netns to end")
 	if _, err := h.client.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SessionId: "online"}); err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 
 // fakeDisplay makes an X socket for display :77 and returns the lookup a
@@ -51,10 +52,10 @@ func TestStartedProcessesOutliveTheCallAndDieWithTheSandbox(t *testing.T) {
 	}
 	a := start(`echo "$DISPLAY" > display.txt; test -S /tmp/.X11-unix/X77 && echo socket >> display.txt; exec sleep 1000`)
 	b := start(`exec sleep 1001`)
-	waitFor(t, "the program to write", func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		data, _ := os.ReadFile(filepath.Join(sb.GetRootDir(), "display.txt"))
 		return string(data) == ":77\nsocket\n"
-	})
+	}, "the program to write")
 	list, err := h.client.ListProcesses(ctx, &sandboxv1.ListProcessesRequest{SessionId: "auto"})
 	if err != nil || len(list.GetProcesses()) != 2 {
 		t.Fatalf("ListProcesses = %v, %v", list, err)
@@ -76,7 +77,7 @@ func TestStartedProcessesOutliveTheCallAndDieWithTheSandbox(t *testing.T) {
 	if _, err := h.client.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SessionId: "auto"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "programs to die with the sandbox", func() bool { return len(hostProcessesWith("sleep\x001001")) == 0 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return len(hostProcessesWith("sleep\x001001")) == 0 }, "programs to die with the sandbox")
 	if ids, _ := h.svc.cgroups.List(); len(ids) != 0 {
 		t.Fatalf("cgroups left after delete: %v", ids)
 	}
@@ -131,7 +132,7 @@ func TestForkBombStaysInsideItsPidsLimit(t *testing.T) {
 		defer wg.Done()
 		res, err = h.exec(t, &sandboxv1.ExecRequest{SessionId: "bomb", Argv: []string{"python3", "-c", bomb}, Timeout: durationpb.New(3 * time.Second)})
 	}()
-	waitFor(t, "the bomb to hit its limit", func() bool { return h.usage(t, "bomb").GetPids() >= 60 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return h.usage(t, "bomb").GetPids() >= 60 }, "the bomb to hit its limit")
 	// The node and the other sandbox keep working while it rages.
 	if got := h.mustExec(t, "bystander", "echo", "fine"); got.stdout != "fine\n" {
 		t.Fatalf("bystander exec: %+v", got)
@@ -143,7 +144,7 @@ func TestForkBombStaysInsideItsPidsLimit(t *testing.T) {
 	if err != nil || !res.exit.GetTimedOut() {
 		t.Fatalf("bomb exec: %+v %v", res.exit, err)
 	}
-	waitFor(t, "the bomb to be gone", func() bool { return h.usage(t, "bomb").GetPids() == 0 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return h.usage(t, "bomb").GetPids() == 0 }, "the bomb to be gone")
 	// Its refused forks are counted for the node, not the bystander's.
 	hits := h.svc.LimitEvents().PidsLimitHits
 	if hits < 1 {
@@ -224,13 +225,13 @@ func TestFreezeStopsAndThawResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := ""
-	waitFor(t, "the counter to advance", func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		v := read()
 		if first == "" {
 			first = v
 		}
 		return v != "" && v != first
-	})
+	}, "the counter to advance")
 	if _, err := h.client.FreezeSandbox(ctx, &sandboxv1.FreezeSandboxRequest{SessionId: "ice"}); err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +251,7 @@ func TestFreezeStopsAndThawResumes(t *testing.T) {
 	if _, err := h.client.ThawSandbox(ctx, &sandboxv1.ThawSandboxRequest{SessionId: "ice"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the counter to resume", func() bool { return read() != frozenAt })
+	testkit.Eventually(t, 10*time.Second, func() bool { return read() != frozenAt }, "the counter to resume")
 	// Deleting a frozen sandbox works too.
 	if _, err := h.client.FreezeSandbox(ctx, &sandboxv1.FreezeSandboxRequest{SessionId: "ice"}); err != nil {
 		t.Fatal(err)
@@ -272,13 +273,13 @@ func startXvfb(t *testing.T) string {
 	}
 	// SIGTERM: Xvfb then removes its socket and lock for the next one.
 	t.Cleanup(func() { _ = cmd.Process.Signal(unix.SIGTERM); _ = cmd.Wait() })
-	waitFor(t, "the X socket to answer", func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		c, err := net.Dial("unix", "/tmp/.X11-unix/X"+n)
 		if err == nil {
 			c.Close()
 		}
 		return err == nil
-	})
+	}, "the X socket to answer")
 	return ":" + n
 }
 
@@ -289,10 +290,10 @@ func TestStartedProgramDrawsOnTheSessionsDisplay(t *testing.T) {
 	if _, err := h.client.StartProcess(context.Background(), &sandboxv1.StartProcessRequest{SessionId: "gui", Argv: []string{"sh", "-c", "xdpyinfo > info.txt; exec sleep 1000"}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the X client to describe the display", func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		data, _ := os.ReadFile(filepath.Join(sb.GetRootDir(), "info.txt"))
 		return strings.Contains(string(data), "dimensions:    320x200 pixels")
-	})
+	}, "the X client to describe the display")
 }
 
 // A started program's record keeps the end of its output, so one that ends
@@ -310,7 +311,7 @@ func TestStartedProcessKeepsTheEndOfItsOutput(t *testing.T) {
 	}
 	id := resp.GetProcess().GetProcessId()
 	var p *sandboxv1.Process
-	waitFor(t, "the program to end", func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		list, err := h.client.ListProcesses(ctx, &sandboxv1.ListProcessesRequest{SessionId: "tail"})
 		if err != nil {
 			t.Fatal(err)
@@ -322,7 +323,7 @@ func TestStartedProcessKeepsTheEndOfItsOutput(t *testing.T) {
 			}
 		}
 		return p != nil
-	})
+	}, "the program to end")
 	out := p.GetOutputTail()
 	if p.GetExit().GetExitCode() != 3 || len(out) > 4096 || !strings.HasPrefix(out, "line ") || !strings.Contains(out, "line 499 of the output\n") {
 		t.Fatalf("exit %v, output tail (%d bytes) %q", p.GetExit(), len(out), out)

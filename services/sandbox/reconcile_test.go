@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 	"github.com/deskgrid/deskgrid/services/sandbox/cgroup"
 	"github.com/deskgrid/deskgrid/services/sandbox/image"
 	"github.com/deskgrid/deskgrid/services/sandbox/jail"
@@ -52,7 +53,7 @@ func TestReconcileKillsLeftoverProcesses(t *testing.T) {
 				done <- err
 			}()
 			<-started
-			waitFor(t, "command to run", func() bool { return len(hostProcessesWith("sleep\x001618")) > 0 })
+			testkit.Eventually(t, 10*time.Second, func() bool { return len(hostProcessesWith("sleep\x001618")) > 0 }, "command to run")
 
 			h := newHarness(t, cfg, Deps{})
 			removed, err := h.svc.Reconcile(ctx, nil)
@@ -62,7 +63,7 @@ func TestReconcileKillsLeftoverProcesses(t *testing.T) {
 			if err := <-done; err != nil {
 				t.Logf("leftover command ended: %v", err)
 			}
-			waitFor(t, "leftover command to die", func() bool { return len(hostProcessesWith("sleep\x001618")) == 0 })
+			testkit.Eventually(t, 10*time.Second, func() bool { return len(hostProcessesWith("sleep\x001618")) == 0 }, "leftover command to die")
 			assertNothingLeft(t, h.cfg.Root)
 		})
 	}
@@ -131,7 +132,7 @@ func TestExecCancelledByClientKillsCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancel()
-	waitFor(t, "command to die", func() bool { return len(hostProcessesWith("sleep\x001414")) == 0 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return len(hostProcessesWith("sleep\x001414")) == 0 }, "command to die")
 }
 
 func TestExecDisplayMissingSocket(t *testing.T) {
@@ -198,7 +199,7 @@ func TestReconcileRemovesLeftoverCgroups(t *testing.T) {
 	if err != nil || !slices.Equal(removed, []string{"dirless", "orphan"}) {
 		t.Fatalf("Reconcile = %v, %v", removed, err)
 	}
-	waitFor(t, "the started program to die", func() bool { return !alive(p.GetPid()) })
+	testkit.Eventually(t, 10*time.Second, func() bool { return !alive(p.GetPid()) }, "the started program to die")
 	if ids, err := h.svc.cgroups.List(); err != nil || len(ids) != 0 {
 		t.Fatalf("cgroups left: %v %v", ids, err)
 	}

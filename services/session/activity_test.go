@@ -9,6 +9,7 @@ import (
 
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	"github.com/deskgrid/deskgrid/services/platform/activity"
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 	"github.com/deskgrid/deskgrid/services/session/state"
 )
 
@@ -56,7 +57,7 @@ func TestReaperSparesSessionsInUse(t *testing.T) {
 		}
 		return r.GetSession()
 	}
-	eventually(t, "the session left alone stopped", func() bool { return get(alone).GetState() == state.Stopped })
+	testkit.Eventually(t, 10*time.Second, func() bool { return get(alone).GetState() == state.Stopped }, "the session left alone stopped")
 	if r := get(alone).GetStateReason(); r != ReasonIdleTimeout {
 		t.Fatalf("reason %q", r)
 	}
@@ -78,7 +79,7 @@ func TestReaperSparesSessionsInUse(t *testing.T) {
 	<-useDone
 	release()
 	for _, id := range []string{used, held} {
-		eventually(t, "a session no longer used stopped", func() bool { return get(id).GetState() == state.Stopped })
+		testkit.Eventually(t, 10*time.Second, func() bool { return get(id).GetState() == state.Stopped }, "a session no longer used stopped")
 		if r := get(id).GetStateReason(); r != ReasonIdleTimeout {
 			t.Fatalf("reason %q", r)
 		}

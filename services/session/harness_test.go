@@ -209,18 +209,6 @@ func (r *recorder) of(id string) []*eventsv1.SessionStateChanged {
 	return out
 }
 
-// eventually waits for cond, failing the test after a deadline.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func asTenant(ctx context.Context, tenant string) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, tenantHeader, tenant)
 }

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 	"github.com/deskgrid/deskgrid/services/session/state"
 	"github.com/deskgrid/deskgrid/services/session/store"
 )
@@ -81,7 +82,7 @@ func TestCreateSessionRunsAndPublishesEveryStep(t *testing.T) {
 		t.Errorf("node calls %v, want %v", got, want)
 	}
 	// Every transition is published, in order, carrying the session after it.
-	eventually(t, "three events", func() bool { return len(rec.of(s.GetId())) == 3 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return len(rec.of(s.GetId())) == 3 }, "three events")
 	evs := rec.of(s.GetId())
 	wantFromTo := [][2]sessionv1.SessionState{
 		{sessionv1.SessionState_SESSION_STATE_UNSPECIFIED, state.Pending},
@@ -169,10 +170,10 @@ func TestCreateFailureUndoesAndFails(t *testing.T) {
 			if d, sb := h.node.Live(); d != wantUsed || sb != wantUsed {
 				t.Errorf("node left %d displays and %d sandboxes", d, sb)
 			}
-			eventually(t, "FAILED event", func() bool {
+			testkit.Eventually(t, 10*time.Second, func() bool {
 				evs := rec.of(f.GetId())
 				return len(evs) > 0 && evs[len(evs)-1].GetTo() == state.Failed
-			})
+			}, "FAILED event")
 			// A FAILED session can be deleted, which stops it for good.
 			del, err := h.client.DeleteSession(ctx, &sessionv1.DeleteSessionRequest{SessionId: f.GetId()})
 			if err != nil || del.GetSession().GetState() != state.Stopped {
@@ -432,7 +433,7 @@ func TestDeleteSession(t *testing.T) {
 	if err != nil || again.GetSession().GetGeneration() != 5 {
 		t.Fatalf("second delete: %v, %v", again, err)
 	}
-	eventually(t, "stop events", func() bool { return len(rec.of(id)) == 5 })
+	testkit.Eventually(t, 10*time.Second, func() bool { return len(rec.of(id)) == 5 }, "stop events")
 	var got []sessionv1.SessionState
 	for _, e := range rec.of(id) {
 		got = append(got, e.GetTo())
@@ -830,11 +831,11 @@ func TestReaperStopsExpiredSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got *sessionv1.Session
-	eventually(t, "short session reaped", func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		r, err := h.client.GetSession(ctx, &sessionv1.GetSessionRequest{SessionId: short.GetSession().GetId()})
 		got = r.GetSession()
 		return err == nil && got.GetState() == state.Stopped
-	})
+	}, "short session reaped")
 	if got.GetStateReason() != ReasonTTLExpired {
 		t.Fatalf("reason %q", got.GetStateReason())
 	}
@@ -933,10 +934,10 @@ func TestMarkNodeSessionsLost(t *testing.T) {
 	if live, _ := h.svc.LiveOnNode(ctx, "node-1"); len(live) != 0 {
 		t.Fatalf("live after lost: %v", live)
 	}
-	eventually(t, "LOST event", func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		evs := rec.of(ids[0])
 		return len(evs) > 0 && evs[len(evs)-1].GetTo() == state.Lost
-	})
+	}, "LOST event")
 	// The node is gone: deleting a LOST session still ends it.
 	delete(h.nodes, "node-1")
 	del, err := h.client.DeleteSession(ctx, &sessionv1.DeleteSessionRequest{SessionId: ids[0]})

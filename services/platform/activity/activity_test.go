@@ -13,20 +13,10 @@ import (
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	"github.com/deskgrid/deskgrid/services/platform/activity"
 	"github.com/deskgrid/deskgrid/services/platform/natsembed/natstest"
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 
 const interval = 50 * time.Millisecond
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 func start(t *testing.T) (*activity.Tracker, *activity.Monitor) {
 	_, nc, _ := natstest.Start(t)
@@ -50,24 +40,24 @@ func TestTouchHoldAndRelease(t *testing.T) {
 	}
 	before := time.Now()
 	tr.Touch("s-a")
-	eventually(t, "the touch reported", func() bool { return !m.Session("s-a").LastActive.IsZero() })
+	testkit.Eventually(t, 10*time.Second, func() bool { return !m.Session("s-a").LastActive.IsZero() }, "the touch reported")
 	st := m.Session("s-a")
 	if st.Busy || st.LastActive.Before(before.Add(-interval)) {
 		t.Fatalf("touched session: %+v", st)
 	}
-	eventually(t, "the monitor warm", func() bool { return m.Session("s-a").Warm })
+	testkit.Eventually(t, 10*time.Second, func() bool { return m.Session("s-a").Warm }, "the monitor warm")
 
 	release := tr.Hold("s-b")
-	eventually(t, "the hold reported", func() bool { return m.Session("s-b").Busy })
+	testkit.Eventually(t, 10*time.Second, func() bool { return m.Session("s-b").Busy }, "the hold reported")
 	// Held across many reports: busy all along, its last use moving.
 	first := m.Session("s-b").LastActive
-	eventually(t, "the held session's last use moving", func() bool { return m.Session("s-b").LastActive.After(first.Add(2 * interval)) })
+	testkit.Eventually(t, 10*time.Second, func() bool { return m.Session("s-b").LastActive.After(first.Add(2 * interval)) }, "the held session's last use moving")
 	if !m.Session("s-b").Busy {
 		t.Fatal("held session no longer busy")
 	}
 	release()
 	release() // twice is once
-	eventually(t, "the released session no longer busy", func() bool { return !m.Session("s-b").Busy })
+	testkit.Eventually(t, 10*time.Second, func() bool { return !m.Session("s-b").Busy }, "the released session no longer busy")
 	m.Forget("s-b")
 	if st := m.Session("s-b"); !st.LastActive.IsZero() {
 		t.Fatalf("forgotten session: %+v", st)
@@ -91,8 +81,8 @@ func TestInterceptors(t *testing.T) {
 	unary(displayv1.DisplayService_Screenshot_FullMethodName, "s-failed", status.Error(codes.Internal, "x"))
 	unary(displayv1.DisplayService_DeleteDisplay_FullMethodName, "s-lifecycle", nil)
 	unary(sessionv1.SessionService_GetSession_FullMethodName, "s-other-service", nil)
-	eventually(t, "the call reported", func() bool { return !m.Session("s-used").LastActive.IsZero() })
-	eventually(t, "the failed call reported", func() bool { return !m.Session("s-failed").LastActive.IsZero() })
+	testkit.Eventually(t, 10*time.Second, func() bool { return !m.Session("s-used").LastActive.IsZero() }, "the call reported")
+	testkit.Eventually(t, 10*time.Second, func() bool { return !m.Session("s-failed").LastActive.IsZero() }, "the failed call reported")
 	tr.Flush()
 	time.Sleep(3 * interval)
 	for _, id := range []string{"s-refused", "s-lifecycle", "s-other-service"} {
@@ -117,12 +107,12 @@ func TestInterceptors(t *testing.T) {
 				return nil
 			})
 	}()
-	eventually(t, "the viewer's session busy", func() bool { return m.Session("s-viewer").Busy })
+	testkit.Eventually(t, 10*time.Second, func() bool { return m.Session("s-viewer").Busy }, "the viewer's session busy")
 	close(end)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the viewer's session idle after it left", func() bool { return !m.Session("s-viewer").Busy })
+	testkit.Eventually(t, 10*time.Second, func() bool { return !m.Session("s-viewer").Busy }, "the viewer's session idle after it left")
 }
 
 type fakeStream struct {

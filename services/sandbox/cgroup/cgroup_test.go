@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 
 func testHierarchy(t *testing.T) Hierarchy {
@@ -17,17 +19,6 @@ func testHierarchy(t *testing.T) Hierarchy {
 	}
 	t.Cleanup(h.RemoveParent)
 	return h
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func TestGroupLifecycle(t *testing.T) {
@@ -54,10 +45,10 @@ func TestGroupLifecycle(t *testing.T) {
 	if !slices.Contains(pids, cmd.Process.Pid) {
 		t.Fatalf("pid %d not in group: %v", cmd.Process.Pid, pids)
 	}
-	waitFor(t, "sleep to exec", func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", cmd.Process.Pid))
 		return exe != "" && exe != "/usr/bin/dash" && exe != "/bin/sh"
-	})
+	}, "sleep to exec")
 	if ids, err := h.List(); err != nil || !slices.Contains(ids, "life") {
 		t.Fatalf("List = %v, %v", ids, err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 	"github.com/deskgrid/deskgrid/services/session/placement"
 )
 
@@ -61,17 +62,6 @@ func addNode(t testing.TB, reg *Registry, id string, capSessions int64, labels m
 	}
 	if _, err := reg.Heartbeat(ctx, id, "boot", time.Minute); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -280,10 +270,10 @@ func TestMemberWatcherAndRejoin(t *testing.T) {
 	t.Cleanup(func() { _ = w.Close(context.Background()) })
 
 	// Alive for several TTLs: never reported.
-	waitFor(t, "several heartbeats", func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		n, _ := reg.Node(ctx, "n1")
 		return n.Alive
-	})
+	}, "several heartbeats")
 	if err := m.Close(ctx, false); err != nil { // as a kill: no leave
 		t.Fatal(err)
 	}
@@ -295,10 +285,10 @@ func TestMemberWatcherAndRejoin(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("dead node not reported")
 	}
-	waitFor(t, "the dead node's sessions released", func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		held, _ := reg.Assigned(ctx, "n1")
 		return len(held) == 0
-	})
+	}, "the dead node's sessions released")
 	if _, err := p.Place(ctx, placement.Request{SessionID: "s2"}); !errors.Is(err, placement.ErrNoMatchingNode) {
 		t.Fatalf("placing on a dead node: %v", err)
 	}
@@ -456,10 +446,10 @@ func TestSweepEnded(t *testing.T) {
 	w := WatchWith(reg, WatchConfig{Interval: 20 * time.Millisecond, SweepEvery: 20 * time.Millisecond,
 		Ended: func(_ context.Context, id string) (bool, error) { return id == "ended", nil }})
 	t.Cleanup(func() { _ = w.Close(ctx) })
-	waitFor(t, "the ended session released", func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		held, _ := reg.Assigned(ctx, "a")
 		return !held["ended"] && held["running"]
-	})
+	}, "the ended session released")
 	n, _ := reg.Node(ctx, "a")
 	if n.Used.Sessions != 1 {
 		t.Fatalf("used %d after the sweep, want 1", n.Used.Sessions)
@@ -504,10 +494,10 @@ func TestMemberKeepsSessionsWhenRedisForgets(t *testing.T) {
 		}
 	}
 	flush()
-	waitFor(t, "the node to heartbeat into the empty Redis", func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		n, err := reg.Node(ctx, "n1")
 		return err == nil && n.Alive
-	})
+	}, "the node to heartbeat into the empty Redis")
 	// Several heartbeats later it has still not been told to drop s1.
 	time.Sleep(5 * cfg.Interval)
 	select {

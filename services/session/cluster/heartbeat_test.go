@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/deskgrid/deskgrid/services/platform/testkit"
 	"github.com/deskgrid/deskgrid/services/session/placement"
 )
 
@@ -91,22 +92,22 @@ func TestLastHeartbeatStandsStillWhileRedisIsUnreachable(t *testing.T) {
 	if first.IsZero() || first.Unix() <= 0 {
 		t.Fatalf("no heartbeat recorded after Join: %v", first)
 	}
-	waitFor(t, "a later heartbeat", func() bool { return m.LastHeartbeat().After(first) })
+	testkit.Eventually(t, 10*time.Second, func() bool { return m.LastHeartbeat().After(first) }, "a later heartbeat")
 
 	lim.down.Store(true)
 	// A heartbeat in flight may still land; then nothing moves.
 	stuck := m.LastHeartbeat()
-	waitFor(t, "the heartbeat to go stale", func() bool {
+	testkit.Eventually(t, 10*time.Second, func() bool {
 		if !m.LastHeartbeat().Equal(stuck) {
 			stuck = m.LastHeartbeat()
 			return false
 		}
 		return time.Since(stuck) > 10*20*time.Millisecond
-	})
+	}, "the heartbeat to go stale")
 	if got := m.LastHeartbeat(); !got.Equal(stuck) {
 		t.Fatalf("a heartbeat succeeded while Redis was unreachable: %v after %v", got, stuck)
 	}
 
 	lim.down.Store(false)
-	waitFor(t, "a heartbeat once Redis answers", func() bool { return m.LastHeartbeat().After(stuck) })
+	testkit.Eventually(t, 10*time.Second, func() bool { return m.LastHeartbeat().After(stuck) }, "a heartbeat once Redis answers")
 }
