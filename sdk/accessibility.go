@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // AccessibilityOption tunes AccessibilityTree.
@@ -71,12 +72,23 @@ func Focus() AccessibleAct {
 // A stale id is a NotFound error; a node that cannot do it a
 // FailedPrecondition one saying what it can do.
 func (s *Session) ActOnAccessible(ctx context.Context, id string, act AccessibleAct) (*sandboxv1.AccessibleNode, error) {
-	ctx, cancel := bounded(ctx)
-	defer cancel()
-	req := &sandboxv1.ActOnAccessibleRequest{SessionId: s.GetId(), Id: id}
+	req := &sandboxv1.ActOnAccessibleRequest{Id: id}
 	if act != nil {
 		act(req)
 	}
+	return s.ActOnAccessibleWith(ctx, req)
+}
+
+// ActOnAccessibleWith acts on a node as ActOnAccessible does, with a
+// request described in full: the lease token of the caller's input lease
+// while input leases are in use (an act is input, fenced as the display's
+// actions are: a stale or missing token while a lease is held is a
+// FailedPrecondition error). Its session id is the session's own.
+func (s *Session) ActOnAccessibleWith(ctx context.Context, req *sandboxv1.ActOnAccessibleRequest) (*sandboxv1.AccessibleNode, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	req = proto.Clone(req).(*sandboxv1.ActOnAccessibleRequest)
+	req.SessionId = s.GetId()
 	resp, err := s.c.sandbox.ActOnAccessible(ctx, req)
 	if err != nil {
 		return nil, wrap(err)

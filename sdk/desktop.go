@@ -7,6 +7,7 @@ import (
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // PrimarySelection picks the PRIMARY selection (the mouse selection) in
@@ -139,6 +140,17 @@ type Launched struct {
 // new top-level window on the session's screen. ctx bounds the wait (a
 // minute when it has no deadline).
 func (s *Session) Launch(ctx context.Context, application string, args ...string) (*Launched, error) {
+	return s.LaunchWith(ctx, &sandboxv1.LaunchApplicationRequest{Application: application, Args: args})
+}
+
+// LaunchWith launches as Launch does, with a request described in full:
+// the lease token of the caller's input lease while input leases are in
+// use (a launch is input, fenced as the display's actions are: a stale or
+// missing token while a lease is held is a FailedPrecondition error). Its
+// session id is the session's own.
+func (s *Session) LaunchWith(ctx context.Context, req *sandboxv1.LaunchApplicationRequest) (*Launched, error) {
+	req = proto.Clone(req).(*sandboxv1.LaunchApplicationRequest)
+	req.SessionId = s.GetId()
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Minute)
@@ -152,7 +164,7 @@ func (s *Session) Launch(ctx context.Context, application string, args ...string
 	for _, w := range before {
 		seen[w.GetId()] = true
 	}
-	resp, err := s.c.sandbox.LaunchApplication(ctx, &sandboxv1.LaunchApplicationRequest{SessionId: s.GetId(), Application: application, Args: args})
+	resp, err := s.c.sandbox.LaunchApplication(ctx, req)
 	if err != nil {
 		return nil, wrap(err)
 	}

@@ -14,8 +14,8 @@ import (
 // AcquireInputLease waits its turn (first come, first served) for the
 // session's input lease, for at most wait (0: until ctx ends), and holds it
 // for ttl (0: 30 seconds). holder is a label such as a run id or a user
-// name. Pass the lease's Token as the lease token of actions (ActWith)
-// while leases are in use; renew the lease before it expires and release it
+// name. Pass the lease's Token as the lease token of input (ActWith,
+// ActOnAccessibleWith, LaunchWith) while leases are in use; renew the lease before it expires and release it
 // when done.
 func (s *Session) AcquireInputLease(ctx context.Context, holder string, ttl, wait time.Duration) (*agentv1.InputLease, error) {
 	ctx, cancel := bounded(ctx)

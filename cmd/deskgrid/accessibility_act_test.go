@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -307,6 +308,21 @@ func actThroughTheTree(t *testing.T, p *upProcess, s *deskgrid.Session, l *deskg
 	}
 	if code, body := act(js(map[string]any{"id": entry.GetId(), "focus": true, "lease_token": 7})); code != http.StatusOK {
 		t.Errorf("the holder's act: %d %s", code, body)
+	}
+	// The Go SDK passes the token the same way: the holder's act goes
+	// through, acting or launching; an act without it or a launch with an
+	// older one is refused.
+	if _, err := s.ActOnAccessibleWith(ctx, &sandboxv1.ActOnAccessibleRequest{Id: entry.GetId(), Operation: &sandboxv1.ActOnAccessibleRequest_Focus{Focus: true}, LeaseToken: 7}); err != nil {
+		t.Errorf("the holder's act by the Go SDK: %v", err)
+	}
+	if _, err := s.ActOnAccessible(ctx, entry.GetId(), deskgrid.Focus()); !errors.Is(err, deskgrid.ErrFailedPrecondition) {
+		t.Errorf("an act by the Go SDK without the token while the lease is held: %v", err)
+	}
+	if _, err := s.LaunchWith(ctx, &sandboxv1.LaunchApplicationRequest{Application: "mousepad", LeaseToken: 6}); !errors.Is(err, deskgrid.ErrFailedPrecondition) {
+		t.Errorf("a launch by the Go SDK with a stale token while the lease is held: %v", err)
+	}
+	if l, err := s.LaunchWith(ctx, &sandboxv1.LaunchApplicationRequest{Application: "mousepad", LeaseToken: 7}); err != nil || l.Window == nil {
+		t.Errorf("the holder's launch by the Go SDK: %+v %v", l, err)
 	}
 	lease(`{"lease_token":"7","release_lease":true}`)
 	if code, body := act(js(map[string]any{"id": entry.GetId(), "focus": true})); code != http.StatusOK {

@@ -194,9 +194,10 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 // runShell runs a command line in the session's persistent shell.
 func runShell(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var restart bool
+	var restart, asRoot bool
 	c, err := newCLI(ctx, "shell", args, stdout, stderr, func(fs *flag.FlagSet) {
 		fs.BoolVar(&restart, "restart", false, "restart the shell, losing its state")
+		fs.BoolVar(&asRoot, "root", false, "run in the session's root shell, as root of its own user namespace (sessions from an image); not the host's root")
 	})
 	if err != nil {
 		return err
@@ -204,6 +205,9 @@ func runShell(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer c.close()
 	sb := sandboxv1.NewSandboxServiceClient(c.conn)
 	if restart {
+		if asRoot {
+			return usageError("shell: -root does not go with -restart")
+		}
 		if err := c.want(1, "shell -restart <session>"); err != nil {
 			return err
 		}
@@ -213,7 +217,7 @@ func runShell(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(c.pos) < 2 {
 		return usageError("shell: want <session> <command line>")
 	}
-	resp, err := sb.RunShell(c.ctx, &sandboxv1.RunShellRequest{SessionId: c.pos[0], Command: strings.Join(c.pos[1:], " ")})
+	resp, err := sb.RunShell(c.ctx, &sandboxv1.RunShellRequest{SessionId: c.pos[0], Command: strings.Join(c.pos[1:], " "), AsRoot: asRoot})
 	if err != nil {
 		return rpcError(err)
 	}

@@ -47,6 +47,14 @@ func TestEndToEndCLICommands(t *testing.T) {
 	if out, errs, code := run("", "exec", "-root", s.ID, "--", "id", "-u"); code == 0 || !strings.Contains(errs, "user namespace") {
 		t.Fatalf("exec -root without an image: code %d out %q err %q", code, out, errs)
 	}
+	// So does shell -root, the session's root shell; it does not go with
+	// -restart.
+	if out, errs, code := run("", "shell", "-root", s.ID, "id -u"); code == 0 || !strings.Contains(errs, "image") {
+		t.Fatalf("shell -root without an image: code %d out %q err %q", code, out, errs)
+	}
+	if out, errs, code := run("", "shell", "-root", "-restart", s.ID); code != 2 || !strings.Contains(errs, "-restart") {
+		t.Fatalf("shell -root -restart: code %d out %q err %q", code, out, errs)
+	}
 	// The persistent shell keeps state between calls.
 	must("shell", s.ID, "cd /tmp && export GREETING=hi")
 	if out := must("shell", s.ID, "echo $GREETING $PWD"); out != "hi /tmp\n" {

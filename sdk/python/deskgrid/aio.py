@@ -207,8 +207,8 @@ class AsyncSession:
     async def applications(self) -> List[JSON]:
         return await asyncio.to_thread(self.sync.applications)
 
-    async def launch(self, application: str, *args: str) -> JSON:
-        return await asyncio.to_thread(lambda: self.sync.launch(application, *args))
+    async def launch(self, application: str, *args: str, lease_token: Optional[int] = None) -> JSON:
+        return await asyncio.to_thread(lambda: self.sync.launch(application, *args, lease_token=lease_token))
 
     async def accessibility_tree(
         self,
@@ -232,9 +232,12 @@ class AsyncSession:
         action: Optional[str] = None,
         text: Optional[str] = None,
         focus: bool = False,
+        lease_token: Optional[int] = None,
     ) -> Optional[JSON]:
         return await asyncio.to_thread(
-            lambda: self.sync.act_on_accessible(node_id, action=action, text=text, focus=focus)
+            lambda: self.sync.act_on_accessible(
+                node_id, action=action, text=text, focus=focus, lease_token=lease_token
+            )
         )
 
     async def windows(self) -> List[JSON]:

@@ -678,11 +678,14 @@ class Session:
         result: List[JSON] = self._call("GET", "/applications").get("applications", [])
         return result
 
-    def launch(self, application: str, *args: str) -> JSON:
+    def launch(self, application: str, *args: str, lease_token: Optional[int] = None) -> JSON:
         """Starts a program of :meth:`applications` on the desktop, by id or
         name, with files or URLs as ``args``; returns ``application`` and the
-        started ``process``."""
+        started ``process``. A launch is input: pass the input lease's
+        ``token`` as ``lease_token`` while leases are in use."""
         body: JSON = {"application": application, "args": list(args)}
+        if lease_token:
+            body["leaseToken"] = str(lease_token)
         result: JSON = self._call("POST", "/applications:launch", body=body)
         return result
 
@@ -716,6 +719,7 @@ class Session:
         action: Optional[str] = None,
         text: Optional[str] = None,
         focus: bool = False,
+        lease_token: Optional[int] = None,
     ) -> Optional[JSON]:
         """Acts on the node of :meth:`accessibility_tree` whose ``id`` is
         ``node_id``, through its application: performs its ``action`` by
@@ -723,7 +727,9 @@ class Session:
         (``""`` clears it), or gives it the ``focus``; exactly one. Returns
         the node afterwards, or None when the act made it go away. A stale
         id raises :class:`NotFound`; a node that cannot do it
-        :class:`FailedPrecondition`, saying what it can do."""
+        :class:`FailedPrecondition`, saying what it can do. An act is input:
+        pass the input lease's ``token`` as ``lease_token`` while leases are
+        in use."""
         asked = [k for k, v in (("action", action), ("text", text), ("focus", focus or None)) if v is not None]
         if len(asked) != 1:
             raise ValueError("act_on_accessible: want exactly one of action, text or focus")
@@ -734,6 +740,8 @@ class Session:
             body["text"] = text
         else:
             body["focus"] = True
+        if lease_token:
+            body["leaseToken"] = str(lease_token)
         result: JSON = self._call("POST", "/accessibility:act", body=body)
         node: Optional[JSON] = result.get("node")
         return node

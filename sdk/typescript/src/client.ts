@@ -659,9 +659,17 @@ export class Session implements AsyncDisposable {
     return (await this.call<S['v1ListApplicationsResponse']>('GET', '/applications')).applications ?? [];
   }
 
-  /** Starts a program of applications() by id or name, with files or URLs as args. */
-  async launch(application: string, ...args: string[]): Promise<S['v1LaunchApplicationResponse']> {
-    const body: S['SandboxServiceLaunchApplicationBody'] = { application, args };
+  /**
+   * Starts a program of applications() by id or name, with files or URLs as args. A launch
+   * is input: while input leases are in use, end the args with `{ leaseToken }`, the lease's
+   * token.
+   */
+  async launch(application: string, ...args: string[] | [...string[], { leaseToken?: string }]): Promise<S['v1LaunchApplicationResponse']> {
+    const all: (string | { leaseToken?: string })[] = args;
+    const last = all[all.length - 1];
+    const o = typeof last === 'object' ? last : {};
+    const files = all.filter((a): a is string => typeof a === 'string');
+    const body: S['SandboxServiceLaunchApplicationBody'] = { application, args: files, leaseToken: o.leaseToken };
     return this.call<S['v1LaunchApplicationResponse']>('POST', '/applications:launch', { body });
   }
 
@@ -685,13 +693,15 @@ export class Session implements AsyncDisposable {
    * `{ action: 'click' }` performs one of its actions by name, `{ text }` replaces its
    * editable text ('' clears it), `{ focus: true }` gives it the keyboard focus. Returns the
    * node afterwards, or undefined when the act made it go away. A stale id rejects with
-   * NotFound; a node that cannot do it with FailedPrecondition, saying what it can do.
+   * NotFound; a node that cannot do it with FailedPrecondition, saying what it can do. An
+   * act is input: pass the input lease's token as `leaseToken` while leases are in use.
    */
   async actOnAccessible(
     id: string,
     act: { action: string } | { text: string } | { focus: true },
+    o: { leaseToken?: string } = {},
   ): Promise<S['v1AccessibleNode'] | undefined> {
-    const body: S['SandboxServiceActOnAccessibleBody'] = { id, ...act };
+    const body: S['SandboxServiceActOnAccessibleBody'] = { id, ...act, leaseToken: o.leaseToken };
     return (await this.call<S['v1ActOnAccessibleResponse']>('POST', '/accessibility:act', { body })).node;
   }
 
