@@ -9,6 +9,7 @@ package deskgridtest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -116,6 +117,20 @@ func Start(tb testing.TB, flags ...string) *Server {
 // crash finds them.
 func StartIn(tb testing.TB, dataDir, runDir string, flags ...string) *Server {
 	tb.Helper()
+	// A free port may be taken by another process between the moment it
+	// is picked and deskgrid's listen: started again on other ports.
+	for try := 1; ; try++ {
+		s, err := startIn(tb, dataDir, runDir, flags...)
+		if err == nil {
+			return s
+		}
+		if try == 3 || !strings.Contains(s.logs.String(), "address already in use") {
+			tb.Fatalf("%v\n%s", err, s.logs)
+		}
+	}
+}
+
+func startIn(tb testing.TB, dataDir, runDir string, flags ...string) (*Server, error) {
 	s := &Server{tb: tb, DataDir: dataDir, RunDir: runDir, logs: &logBuffer{}, done: make(chan error, 1)}
 	httpAddr, grpcAddr := freeAddr(tb), freeAddr(tb)
 	s.GRPCAddr, s.HTTPURL = grpcAddr, "http://"+httpAddr
@@ -129,7 +144,6 @@ func StartIn(tb testing.TB, dataDir, runDir string, flags ...string) *Server {
 		tb.Fatal(err)
 	}
 	go func() { s.done <- s.cmd.Wait() }()
-	tb.Cleanup(s.Stop)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for {
@@ -140,15 +154,17 @@ func StartIn(tb testing.TB, dataDir, runDir string, flags ...string) *Server {
 				if b, err := os.ReadFile(filepath.Join(s.DataDir, "admin.key")); err == nil {
 					s.APIKey = strings.TrimSpace(string(b))
 				}
-				return s
+				tb.Cleanup(s.Stop)
+				return s, nil
 			}
 		}
 		select {
 		case err := <-s.done:
 			s.done <- err
-			tb.Fatalf("deskgrid up exited before it was ready: %v\n%s", err, s.logs)
+			return s, fmt.Errorf("deskgrid up exited before it was ready: %v", err)
 		case <-ctx.Done():
-			tb.Fatalf("deskgrid up not ready in time\n%s", s.logs)
+			s.Stop()
+			return s, errors.New("deskgrid up not ready in time")
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
