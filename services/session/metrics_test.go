@@ -1,22 +1,15 @@
 package session
 
 import (
-	"os"
 	"testing"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/deskgrid/deskgrid/services/platform/metrics/metricstest"
 )
 
-var reader = sdkmetric.NewManualReader()
-
-func TestMain(m *testing.M) {
-	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
-	os.Exit(m.Run())
-}
+// reader holds what the package's code recorded.
+var reader = metricstest.Global()
 
 // suspendCounts reads deskgrid_session_suspends_total and
 // deskgrid_session_resumes_total as "suspend|resume mode outcome" -> count.

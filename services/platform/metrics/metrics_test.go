@@ -2,14 +2,11 @@ package metrics_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -22,12 +19,8 @@ import (
 	"github.com/deskgrid/deskgrid/services/platform/natsembed/natstest"
 )
 
-var reader = sdkmetric.NewManualReader()
-
-func TestMain(m *testing.M) {
-	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
-	os.Exit(m.Run())
-}
+// reader holds what the package's code recorded.
+var reader = metricstest.Global()
 
 // sum adds the int64 counter points of name whose attributes include want.
 func sum(t *testing.T, name string, want ...attribute.KeyValue) int64 {

@@ -4,25 +4,18 @@ import (
 	"context"
 	"errors"
 	"net"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/deskgrid/deskgrid/services/platform/metrics/metricstest"
 	"github.com/deskgrid/deskgrid/services/session/placement"
 )
 
-var reader = sdkmetric.NewManualReader()
-
-func TestMain(m *testing.M) {
-	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
-	os.Exit(m.Run())
-}
+// reader holds what the package's code recorded.
+var reader = metricstest.Global()
 
 // placements reads deskgrid_placement_decisions_total by outcome and
 // deskgrid_placement_retries_total by reason.

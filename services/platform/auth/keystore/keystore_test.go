@@ -9,21 +9,15 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/deskgrid/deskgrid/services/platform/auth"
 	"github.com/deskgrid/deskgrid/services/platform/metrics/metricstest"
 	"github.com/deskgrid/deskgrid/services/platform/sqlstore/sqlstoretest"
 )
 
-var reader = sdkmetric.NewManualReader()
-
-func TestMain(m *testing.M) {
-	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
-	os.Exit(m.Run())
-}
+// reader holds what the package's code recorded.
+var reader = metricstest.Global()
 
 // postgresSchema creates a schema for the test, dropped when it ends, and
 // returns a DSN whose search_path is that schema.

@@ -5,10 +5,20 @@ import (
 	"context"
 	"testing"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
+
+// Global makes a meter provider that records into the reader it returns
+// the process's global one: a test package's metrics, read back with Sum,
+// HistCount and Gauge. Called once, from a package-level var.
+func Global() *sdkmetric.ManualReader {
+	r := sdkmetric.NewManualReader()
+	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(r)))
+	return r
+}
 
 // points calls add with each data point of instrument name whose
 // attributes include want.
