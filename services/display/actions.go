@@ -548,33 +548,6 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// fence admits input by lease fencing token, the way a store guards against
-// a writer whose lock expired: tokens only grow, so a caller holding an
-// older token than one already seen has lost its lease. While a lease is
-// held (a token seen and not released), input without one is refused too.
-// Callers hold inputMu.
-func (d *display) fence(token int64) error {
-	switch {
-	case token == 0 && !d.leaseHeld:
-		return nil
-	case token == 0:
-		return fmt.Errorf("input to session %s is leased; pass the lease token: %w", d.sessionID, errStaleLease)
-	case token < d.leaseToken:
-		return fmt.Errorf("input lease token %d is older than %d: the lease has passed to another holder: %w", token, d.leaseToken, errStaleLease)
-	}
-	d.leaseToken, d.leaseHeld = token, true
-	return nil
-}
-
-// release marks the lease of token given up, when it is the newest seen:
-// input without a token is accepted again, older tokens stay refused.
-// Callers hold inputMu.
-func (d *display) release(token int64) {
-	if token >= d.leaseToken {
-		d.leaseToken, d.leaseHeld = token, false
-	}
-}
-
 // paste puts the step's text on the CLIPBOARD and presses its chord.
 // Callers hold inputMu.
 func (d *display) paste(ctx context.Context, in *xinput.Injector, st step) error {
