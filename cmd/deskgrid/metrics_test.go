@@ -252,10 +252,25 @@ func TestServeRoleMetricsAddr(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	got := scrapeURL(t, re.FindStringSubmatch(out.String())[1])
-	for _, name := range []string{"deskgrid_image_pulls_total", "deskgrid_node_reconcile_removed_total", "deskgrid_sandbox_oom_kills_total", "go_goroutines"} {
-		if got[name] == nil {
-			t.Errorf("serve sandbox's /metrics has no %s", name)
+	// The metrics endpoint is served from the start; the sandbox service's
+	// own series appear once it is set up.
+	url := re.FindStringSubmatch(out.String())[1]
+	want := []string{"deskgrid_image_pulls_total", "deskgrid_node_reconcile_removed_total", "deskgrid_sandbox_oom_kills_total", "go_goroutines"}
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		got := scrapeURL(t, url)
+		var missing []string
+		for _, name := range want {
+			if got[name] == nil {
+				missing = append(missing, name)
+			}
 		}
+		if len(missing) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve sandbox's /metrics has no %v\n%s", missing, out)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
