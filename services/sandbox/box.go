@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	"github.com/deskgrid/deskgrid/services/sandbox/cgroup"
 	"github.com/deskgrid/deskgrid/services/sandbox/jail"
 	"github.com/deskgrid/deskgrid/services/sandbox/overlay"
@@ -116,14 +114,14 @@ const maxSessionID = 64
 
 func validateSessionID(id string) error {
 	if id == "" {
-		return coded(codes.InvalidArgument, "session_id is required")
+		return invalidf("session_id is required")
 	}
 	if len(id) > maxSessionID {
-		return coded(codes.InvalidArgument, "session_id is %d characters; at most %d are allowed", len(id), maxSessionID)
+		return invalidf("session_id is %d characters; at most %d are allowed", len(id), maxSessionID)
 	}
 	for _, r := range id {
 		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
-			return coded(codes.InvalidArgument, "session_id %q may contain only a-z, 0-9 and '-'", id)
+			return invalidf("session_id %q may contain only a-z, 0-9 and '-'", id)
 		}
 	}
 	return nil

@@ -11,8 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	"github.com/deskgrid/deskgrid/services/sandbox/image"
 	"github.com/deskgrid/deskgrid/services/sandbox/overlay"
 )
@@ -38,14 +36,14 @@ func (s *Service) lowerFor(workspace string) (string, *overlay.Owner, error) {
 
 func (s *Service) workspaceLower(workspace string) (string, error) {
 	if !filepath.IsAbs(workspace) {
-		return "", coded(codes.InvalidArgument, "workspace %q must be an absolute path", workspace)
+		return "", invalidf("workspace %q must be an absolute path", workspace)
 	}
 	real, err := filepath.EvalSymlinks(workspace)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return "", coded(codes.InvalidArgument, "workspace %q does not exist", workspace)
+			return "", invalidf("workspace %q does not exist", workspace)
 		}
-		return "", coded(codes.InvalidArgument, "workspace %q cannot be resolved: %v", workspace, err)
+		return "", invalidf("workspace %q cannot be resolved: %v", workspace, err)
 	}
 	inside := false
 	for _, r := range s.cfg.WorkspaceRoots {
@@ -56,16 +54,16 @@ func (s *Service) workspaceLower(workspace string) (string, error) {
 	}
 	if !inside {
 		if len(s.cfg.WorkspaceRoots) == 0 {
-			return "", coded(codes.PermissionDenied, "workspace %q refused: this node accepts no workspaces (no workspace roots configured)", workspace)
+			return "", failf(errRefused, "workspace %q refused: this node accepts no workspaces (no workspace roots configured)", workspace)
 		}
-		return "", coded(codes.PermissionDenied, "workspace %q (resolved to %q) is not beneath an allowed workspace root (%s)", workspace, real, strings.Join(s.cfg.WorkspaceRoots, ", "))
+		return "", failf(errRefused, "workspace %q (resolved to %q) is not beneath an allowed workspace root (%s)", workspace, real, strings.Join(s.cfg.WorkspaceRoots, ", "))
 	}
 	st, err := os.Stat(real)
 	if err != nil || !st.IsDir() {
-		return "", coded(codes.InvalidArgument, "workspace %q is not a directory", workspace)
+		return "", invalidf("workspace %q is not a directory", workspace)
 	}
 	if err := overlay.CheckPath(real); err != nil {
-		return "", coded(codes.InvalidArgument, "workspace %q: %v", workspace, err)
+		return "", invalidf("workspace %q: %v", workspace, err)
 	}
 	return real, nil
 }
@@ -86,7 +84,7 @@ func (s *Service) create(ctx context.Context, id, workspace string, req Limits, 
 		return nil, err
 	}
 	if im != nil && workspace != "" {
-		return nil, coded(codes.InvalidArgument, "a sandbox runs either an image or a workspace, not both")
+		return nil, invalidf("a sandbox runs either an image or a workspace, not both")
 	}
 	if snapshotID != "" {
 		// Only a snapshot of the caller's own tenant may seed its sandbox.
@@ -129,11 +127,11 @@ func (s *Service) create(ctx context.Context, id, workspace string, req Limits, 
 	case s.closed:
 		s.mu.Unlock()
 		cancel()
-		return nil, coded(codes.Unavailable, "sandbox service is shutting down")
+		return nil, failf(errClosed, "sandbox service is shutting down")
 	case s.boxes[id] != nil:
 		s.mu.Unlock()
 		cancel()
-		return nil, coded(codes.AlreadyExists, "session %q already has a sandbox on this node", id)
+		return nil, failf(errExists, "session %q already has a sandbox on this node", id)
 	}
 	s.boxes[id] = b
 	s.mu.Unlock()
@@ -158,7 +156,7 @@ func (s *Service) build(ctx context.Context, b *box) (err error) {
 	// Mkdir, not MkdirAll: it is the claim on the id across processes too.
 	if err := os.Mkdir(b.dir, 0o700); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return coded(codes.AlreadyExists, "session %q has a sandbox left over from a previous run on this node; delete it or reconcile first", b.id)
+			return failf(errExists, "session %q has a sandbox left over from a previous run on this node; delete it or reconcile first", b.id)
 		}
 		return fmt.Errorf("create sandbox dir: %w", err)
 	}
@@ -228,9 +226,9 @@ func (s *Service) build(ctx context.Context, b *box) (err error) {
 	if err != nil {
 		switch {
 		case errors.Is(err, overlay.ErrUnsafePath):
-			return coded(codes.InvalidArgument, "%v", err)
+			return invalidf("%v", err)
 		case errors.Is(err, overlay.ErrRefused):
-			return coded(codes.FailedPrecondition, "no overlay driver on this node can mount session %q's sandbox: %v", b.id, err)
+			return failf(errPrecondition, "no overlay driver on this node can mount session %q's sandbox: %v", b.id, err)
 		}
 		return fmt.Errorf("mount sandbox %s: %w", b.id, err)
 	}
@@ -242,9 +240,9 @@ func (s *Service) build(ctx context.Context, b *box) (err error) {
 		// A copy has no upper layer to seed or to hold in a bounded store.
 		switch {
 		case b.fromSnapshot != "":
-			return coded(codes.FailedPrecondition, "this node can only copy sandboxes (no overlay driver works here), and a copied sandbox cannot start from a snapshot")
+			return failf(errPrecondition, "this node can only copy sandboxes (no overlay driver works here), and a copied sandbox cannot start from a snapshot")
 		case b.disk != "":
-			return coded(codes.FailedPrecondition, "this node can only copy sandboxes (no overlay driver works here), and a copied sandbox cannot have a disk limit")
+			return failf(errPrecondition, "this node can only copy sandboxes (no overlay driver works here), and a copied sandbox cannot have a disk limit")
 		}
 	}
 	if s.cgroups != nil {

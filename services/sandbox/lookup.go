@@ -2,8 +2,6 @@ package sandbox
 
 import (
 	"context"
-
-	"google.golang.org/grpc/codes"
 )
 
 // lookup returns a ready sandbox. It is the one place a session's sandbox
@@ -17,11 +15,11 @@ func (s *Service) lookup(ctx context.Context, id string) (*box, error) {
 	b := s.boxes[id]
 	s.mu.Unlock()
 	if b == nil || !s.tenancy.Sees(ctx, b.tenant) {
-		return nil, coded(codes.NotFound, "session %q has no sandbox on this node", id)
+		return nil, failf(errNoSandbox, "session %q has no sandbox on this node", id)
 	}
 	<-b.ready // creation is bounded by its own mount call
 	if !b.ok {
-		return nil, coded(codes.NotFound, "session %q has no sandbox on this node", id)
+		return nil, failf(errNoSandbox, "session %q has no sandbox on this node", id)
 	}
 	return b, nil
 }
@@ -36,7 +34,7 @@ func (s *Service) acquire(ctx context.Context, id string) (*box, func(), error) 
 	s.mu.Lock()
 	if b.deleting || s.boxes[id] != b {
 		s.mu.Unlock()
-		return nil, nil, coded(codes.NotFound, "session %q's sandbox is being deleted", id)
+		return nil, nil, failf(errNoSandbox, "session %q's sandbox is being deleted", id)
 	}
 	b.users.Add(1)
 	s.mu.Unlock()
