@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/platform/auth"
 	"github.com/deskgrid/deskgrid/services/platform/errinfo"
 	"github.com/deskgrid/deskgrid/services/sandbox/fsroot"
@@ -190,4 +191,45 @@ func declaredKinds(t *testing.T) []string {
 		t.Fatal("errors.go declares no kinds")
 	}
 	return names
+}
+
+// TestReasonsReachTheClient: through a real gRPC server, the cases a
+// client tells apart carry their reason, and the others carry none.
+func TestReasonsReachTheClient(t *testing.T) {
+	h := newHarness(t, testConfig(t), Deps{})
+	ctx := context.Background()
+	h.create(t, "why", "")
+	check := func(what string, err error, code codes.Code, reason string) {
+		t.Helper()
+		if status.Code(err) != code || errinfo.Reason(err) != reason {
+			t.Errorf("%s: %v (reason %q), want %v with reason %q", what, err, errinfo.Reason(err), code, reason)
+		}
+	}
+
+	_, err := h.client.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SessionId: "none"})
+	check("GetSandbox of no sandbox", err, codes.NotFound, errinfo.SandboxNotFound)
+	_, err = h.client.ReadFile(ctx, &sandboxv1.ReadFileRequest{SessionId: "none", Path: "f"})
+	check("ReadFile in no sandbox", err, codes.NotFound, errinfo.SandboxNotFound)
+	_, err = h.client.ReadFile(ctx, &sandboxv1.ReadFileRequest{SessionId: "why", Path: "missing"})
+	check("ReadFile of a missing file", err, codes.NotFound, "")
+
+	if _, err := h.client.MakeDirectory(ctx, &sandboxv1.MakeDirectoryRequest{SessionId: "why", Path: "d"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.client.ReadFile(ctx, &sandboxv1.ReadFileRequest{SessionId: "why", Path: "d"})
+	check("ReadFile of a directory", err, codes.InvalidArgument, errinfo.NotRegularFile)
+	_, err = h.client.ReadFile(ctx, &sandboxv1.ReadFileRequest{SessionId: "why", Path: "../d"})
+	check("ReadFile of a bad path", err, codes.InvalidArgument, "")
+
+	if _, err := h.client.FreezeSandbox(ctx, &sandboxv1.FreezeSandboxRequest{SessionId: "why"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.client.RestartShell(ctx, &sandboxv1.RestartShellRequest{SessionId: "why"})
+	check("RestartShell when frozen", err, codes.FailedPrecondition, errinfo.SandboxFrozen)
+	if _, err := h.client.ThawSandbox(ctx, &sandboxv1.ThawSandboxRequest{SessionId: "why"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.RestartShell(ctx, &sandboxv1.RestartShellRequest{SessionId: "why"}); err != nil {
+		t.Fatalf("RestartShell once thawed: %v", err)
+	}
 }
