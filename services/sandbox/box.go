@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/deskgrid/deskgrid/services/sandbox/cgroup"
@@ -34,6 +35,9 @@ type box struct {
 	cg      *cgroup.Group // nil on a node without cgroups
 	// disk is the backing of a size-limited layer ("ext4", "tmpfs"), or empty.
 	disk string
+	// diskFull: the disk was found full when the node's limit counts were
+	// last read (sweepFullDisks), so it is counted once.
+	diskFull atomic.Bool
 	// fromSnapshot is the snapshot the layer was created from, if any.
 	fromSnapshot string
 	// network gives its commands outbound network.
