@@ -356,6 +356,14 @@ func TestCluster(t *testing.T) {
 		if nodes := m.labelValues("deskgrid_sandbox_oom_kills_total", "node"); len(nodes) != 1 || nodes[0] != id {
 			t.Errorf("node %s exports OOM kills for %v", id, nodes)
 		}
+		// Its image store (empty here) and the room on its filesystem.
+		if n, ok := m["deskgrid_image_store_images"]; !ok || m.value("deskgrid_image_store_images", labels{"node": id}) != 0 || len(n.GetMetric()) != 1 {
+			t.Errorf("node %s exports image store images %v", id, n)
+		}
+		if free, size := m.value("deskgrid_image_store_filesystem_bytes", labels{"node": id, "kind": "free"}),
+			m.value("deskgrid_image_store_filesystem_bytes", labels{"node": id, "kind": "size"}); free <= 0 || size < free {
+			t.Errorf("node %s: image store filesystem free %v of %v bytes", id, free, size)
+		}
 		// Its Redis calls (heartbeats) are timed, and the connections it
 		// opened counted.
 		if m.value("deskgrid_redis_call_duration_seconds", labels{"outcome": "ok"}) < 1 || m.value("deskgrid_redis_dials_total", labels{"outcome": "ok"}) < 1 {

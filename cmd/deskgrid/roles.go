@@ -105,6 +105,11 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 			return nil, fmt.Errorf("images: %w", err)
 		}
 		s.ensureDefaultImage(ctx, images)
+		stopStore, err := metrics.ObserveImageStore(s.cfg.NodeID, imageStoreUsage(images, filepath.Join(s.cfg.DataDir, "images")))
+		if err != nil {
+			return nil, err
+		}
+		s.closers.add("image store metrics", func(context.Context) error { return stopStore() })
 		deps := sandbox.Deps{Logger: s.logger.With("component", "sandbox"), Tenancy: s.tenancy(), Images: images}
 		if n.display != nil {
 			deps.DisplayLookup = n.display.Lookup

@@ -232,7 +232,7 @@ func ObserveSandboxLimits(node string, events func() SandboxLimitEvents) (func()
 	if err != nil {
 		return nil, err
 	}
-	disk, err := meter.Int64ObservableCounter("deskgrid.sandbox.disk_full", metric.WithDescription("calls of the node's sandbox service (uploads, file writes) refused because a session's disk was full"))
+	disk, err := meter.Int64ObservableCounter("deskgrid.sandbox.disk_full", metric.WithDescription("times a session's disk was full: calls of the node's sandbox service refused for it, and disks its programs filled"))
 	if err != nil {
 		return nil, err
 	}
@@ -244,6 +244,57 @@ func ObserveSandboxLimits(node string, events func() SandboxLimitEvents) (func()
 		o.ObserveInt64(disk, ev.DiskFull, a)
 		return nil
 	}, oom, pids, disk)
+	if err != nil {
+		return nil, err
+	}
+	return reg.Unregister, nil
+}
+
+// ImageStoreUsage is what a node's image store holds and the room left on
+// the filesystem it is on.
+type ImageStoreUsage struct {
+	Images                int64 // distinct images (by digest)
+	LayerBytes, BlobBytes int64 // unpacked layers; compressed blobs, manifests and configs
+	// FSFree and FSSize are the filesystem's bytes available to the node
+	// and its size; 0 when it could not be read.
+	FSFree, FSSize int64
+}
+
+// ObserveImageStore reports the node's deskgrid_image_store_images,
+// deskgrid_image_store_bytes{kind} and deskgrid_image_store_filesystem_bytes{kind}
+// from usage, read at every collection (usage returns false when the store
+// could not be read: nothing is reported then). The returned function
+// stops it.
+func ObserveImageStore(node string, usage func() (ImageStoreUsage, bool)) (func() error, error) {
+	images, err := meter.Int64ObservableGauge("deskgrid.image_store.images", metric.WithDescription("images (by digest) the node's image store holds"))
+	if err != nil {
+		return nil, err
+	}
+	size, err := meter.Int64ObservableGauge("deskgrid.image_store.bytes", metric.WithUnit("By"),
+		metric.WithDescription("disk the node's image store uses, by kind: layers (unpacked, shared by sessions) and blobs (compressed layers, manifests, configs)"))
+	if err != nil {
+		return nil, err
+	}
+	fs, err := meter.Int64ObservableGauge("deskgrid.image_store.filesystem.bytes", metric.WithUnit("By"),
+		metric.WithDescription("the filesystem the node's image store is on, by kind: free (available to the node) and size"))
+	if err != nil {
+		return nil, err
+	}
+	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		u, ok := usage()
+		if !ok {
+			return nil
+		}
+		n := nodeLabel(node)
+		o.ObserveInt64(images, u.Images, attrs("node", n))
+		o.ObserveInt64(size, u.LayerBytes, attrs("node", n, "kind", "layers"))
+		o.ObserveInt64(size, u.BlobBytes, attrs("node", n, "kind", "blobs"))
+		if u.FSSize > 0 {
+			o.ObserveInt64(fs, u.FSFree, attrs("node", n, "kind", "free"))
+			o.ObserveInt64(fs, u.FSSize, attrs("node", n, "kind", "size"))
+		}
+		return nil
+	}, images, size, fs)
 	if err != nil {
 		return nil, err
 	}
