@@ -193,7 +193,9 @@ func TestMetricsOfASessionsLife(t *testing.T) {
 	// Counters an alert reads exist from the start, at zero.
 	for _, name := range []string{"deskgrid_rate_limited_total", "deskgrid_image_pulls_total", "deskgrid_events_publish_failures_total", "deskgrid_node_reconcile_removed_total",
 		"deskgrid_sandbox_oom_kills_total", "deskgrid_sandbox_pids_limit_hits_total", "deskgrid_sandbox_disk_full_total",
-		"deskgrid_placement_decisions_total", "deskgrid_placement_retries_total", "deskgrid_session_suspends_total", "deskgrid_session_resumes_total"} {
+		"deskgrid_placement_decisions_total", "deskgrid_placement_retries_total", "deskgrid_session_suspends_total", "deskgrid_session_resumes_total",
+		"deskgrid_history_ingested_events_total", "deskgrid_history_ingest_store_failures_total", "deskgrid_nats_connection_events_total",
+		"deskgrid_image_store_images", "deskgrid_image_store_filesystem_bytes"} {
 		if before[name] == nil {
 			t.Errorf("%s not exported before anything happened", name)
 		}
@@ -217,7 +219,9 @@ func TestMetricsOfASessionsLife(t *testing.T) {
 		after := p.scrape()
 		stopped := after.value("deskgrid_session_transitions_total", labels{"state": "stopped", "reason": "deleted"})
 		live := after.value("deskgrid_sessions", nil)
-		if stopped >= 1 && live == 0 && after.value("deskgrid_node_used", labels{"resource": "sessions"}) == 0 {
+		// History stored the session's and the run's events.
+		stored := after.value("deskgrid_history_ingested_events_total", labels{"outcome": "stored"}) - before.value("deskgrid_history_ingested_events_total", labels{"outcome": "stored"})
+		if stopped >= 1 && live == 0 && after.value("deskgrid_node_used", labels{"resource": "sessions"}) == 0 && stored >= 3 {
 			// The dashboards and alerts read only what was exported.
 			for name, f := range running {
 				if after[name] == nil {
@@ -228,7 +232,7 @@ func TestMetricsOfASessionsLife(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after delete: transitions to stopped %v, live sessions %v", stopped, live)
+			t.Fatalf("after delete: transitions to stopped %v, live sessions %v, events history stored %v", stopped, live, stored)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

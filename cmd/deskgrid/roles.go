@@ -456,6 +456,14 @@ func (s *setup) addHistory(ctx context.Context, srv *grpcserver.Server, js jetst
 	if err := s.observeBlobs(cfg.BlobDir); err != nil {
 		return err
 	}
+	stopIngest, err := metrics.ObserveHistoryIngest(func() metrics.HistoryIngest {
+		st := h.IngestStats()
+		return metrics.HistoryIngest{Stored: int64(st.Stored), Duplicates: int64(st.Duplicates), Rejected: int64(st.Rejected), StoreFailures: int64(st.StoreFailures)}
+	})
+	if err != nil {
+		return err
+	}
+	s.closers.add("history ingest metrics", func(context.Context) error { return stopIngest() })
 	return s.observeConsumers(js)
 }
 

@@ -300,3 +300,41 @@ func ObserveImageStore(node string, usage func() (ImageStoreUsage, bool)) (func(
 	}
 	return reg.Unregister, nil
 }
+
+// HistoryIngest is what this process's history ingest has done since it
+// started.
+type HistoryIngest struct {
+	Stored, Duplicates, Rejected int64
+	// StoreFailures are batches the store refused (they are delivered
+	// again).
+	StoreFailures int64
+}
+
+// ObserveHistoryIngest reports deskgrid_history_ingested_events_total{outcome}
+// (stored, duplicate: delivered again and dropped, rejected: not a valid
+// event) and deskgrid_history_ingest_store_failures_total from stats, read
+// at every collection. The returned function stops it.
+func ObserveHistoryIngest(stats func() HistoryIngest) (func() error, error) {
+	events, err := meter.Int64ObservableCounter("deskgrid.history.ingested.events",
+		metric.WithDescription("events history's ingest took from the stream, by outcome: stored, duplicate (delivered again, dropped), rejected (not a valid event)"))
+	if err != nil {
+		return nil, err
+	}
+	failures, err := meter.Int64ObservableCounter("deskgrid.history.ingest.store_failures",
+		metric.WithDescription("batches of events the history store failed to write; they are delivered again"))
+	if err != nil {
+		return nil, err
+	}
+	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		st := stats()
+		o.ObserveInt64(events, st.Stored, attrs("outcome", "stored"))
+		o.ObserveInt64(events, st.Duplicates, attrs("outcome", "duplicate"))
+		o.ObserveInt64(events, st.Rejected, attrs("outcome", "rejected"))
+		o.ObserveInt64(failures, st.StoreFailures)
+		return nil
+	}, events, failures)
+	if err != nil {
+		return nil, err
+	}
+	return reg.Unregister, nil
+}
