@@ -2485,8 +2485,8 @@ export interface components {
         v1NodePullResult: {
             error?: string;
             /**
-             * @description Set when the pull failed: the gRPC code's name ("NOT_FOUND",
-             *     "UNAVAILABLE", ...) and the node's message.
+             * @description Set when the pull failed: the gRPC code's name ("NotFound",
+             *     "Unavailable", ...) and the node's message.
              */
             errorCode?: string;
             image?: components["schemas"]["v1Image"];
@@ -3574,13 +3574,13 @@ export interface operations {
             };
         };
         responses: {
-            /** @description A successful response.(streaming responses) */
+            /** @description A stream, newline-delimited JSON (`application/x-ndjson`): one object a line, `{"result": <message>}`, or `{"error": <status>}` if the stream fails. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
+                    "application/x-ndjson": {
                         error?: components["schemas"]["rpcStatus"];
                         result?: components["schemas"]["v1PullImageOnNodesResponse"];
                     };
@@ -3592,7 +3592,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["rpcStatus"];
+                    "application/x-ndjson": components["schemas"]["rpcStatus"];
                 };
             };
         };
@@ -4304,7 +4304,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description A stream, newline-delimited JSON (`application/x-ndjson`): one object a line, `{"result": <message>}`, or `{"error": <status>}` if the stream fails. With `Accept: text/event-stream`, server-sent events: each is sent twice with the same id and data, once named for its type (for `addEventListener`) and once unnamed (for `onmessage`). Event names: `session` (data: a WatchSessionResponse with the session, id: its generation), `process_exited` (data: a WatchSessionResponse with processExited, an autostart program that ended; id: the generation before it) and `end`, whose data is `{"code": <gRPC code>, "message": ...}` when the stream has finished for good (code 0 when it simply ended). A reconnecting client sends `Last-Event-ID` and resumes after it. */
+            /** @description A stream, newline-delimited JSON (`application/x-ndjson`): one object a line, `{"result": <message>}`, or `{"error": <status>}` if the stream fails. With `Accept: text/event-stream`, server-sent events: each is sent twice with the same id and data, once named for its type (for `addEventListener`) and once unnamed (for `onmessage`). Event names: `session` (data: a WatchSessionResponse with the session, id: its generation), `process_exited` (data: a WatchSessionResponse with processExited, an autostart program that ended; id: the generation before it), `image_pull` (data: a WatchSessionResponse with imagePull, how far its node has pulled its image while it starts; id: the generation before it) and `end`, whose data is `{"code": <gRPC code>, "message": ...}` when the stream has finished for good (code 0 when it simply ended). A reconnecting client sends `Last-Event-ID` and resumes after it. */
             200: {
                 headers: {
                     [name: string]: unknown;

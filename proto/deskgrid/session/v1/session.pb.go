@@ -2426,8 +2426,8 @@ type NodePullResult struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	Image  *v1.Image              `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
-	// Set when the pull failed: the gRPC code's name ("NOT_FOUND",
-	// "UNAVAILABLE", ...) and the node's message.
+	// Set when the pull failed: the gRPC code's name ("NotFound",
+	// "Unavailable", ...) and the node's message.
 	ErrorCode     string `protobuf:"bytes,3,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
 	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
