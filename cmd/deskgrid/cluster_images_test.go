@@ -378,4 +378,44 @@ func TestClusterImagePull(t *testing.T) {
 		}
 		c.waitFor("n2, and not n1, reporting the image", 10*time.Second, func() bool { return holds("n2", slow) && !holds("n1", slow) })
 	})
+
+	t.Run("a create whose node dies mid-pull is placed on the other", func(t *testing.T) {
+		reg2 := startGatedRegistry(t)
+		img := reg2.host + "/team/far:v1"
+		layers, _ := pushTestImage(t, img, 1<<20).Layers()
+		big, _ := layers[1].Digest()
+		d := big.String()
+		reg2.gate.Store(&d)
+		type result struct {
+			s   *sessionv1.Session
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			w, h := int32(320), int32(240)
+			resp, err := client.CreateSession(ctx, &sessionv1.CreateSessionRequest{Image: img, Display: &sessionv1.DisplaySpec{Width: &w, Height: &h}})
+			done <- result{resp.GetSession(), err}
+		}()
+		c.waitFor("a node fetching", 30*time.Second, func() bool { return reg2.waiting.Load() >= 1 })
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		list, err := client.ListSessions(ctx, &sessionv1.ListSessionsRequest{States: []sessionv1.SessionState{sessionv1.SessionState_SESSION_STATE_STARTING}})
+		if err != nil || len(list.GetSessions()) != 1 {
+			t.Fatalf("starting sessions %v %v", list.GetSessions(), err)
+		}
+		first := list.GetSessions()[0].GetNodeId()
+		c.nodes[first].kill9()
+		reg2.open()
+		r := <-done
+		if r.err != nil {
+			t.Fatalf("create after its node died mid-pull: %v\n%s", r.err, c.logs())
+		}
+		t.Cleanup(func() { c.delete(r.s.GetId()) })
+		if r.s.GetNodeId() == first || r.s.GetState() != sessionv1.SessionState_SESSION_STATE_RUNNING {
+			t.Fatalf("session %v, want RUNNING off %s", r.s, first)
+		}
+		c.startNode(first, 5)
+	})
 }
