@@ -31,7 +31,8 @@ import (
 //
 //	id: <run event sequence | session generation>
 //	event: <type: the run event's kind (text_delta, tool_call, state, ...),
-//	        or "session" or "process_exited" (an autostart program ended)>
+//	        or "session", "process_exited" (an autostart program ended) or
+//	        "image_pull" (its node pulling its image while it starts)>
 //	data: <protojson of the stream message>
 //
 //	id: <the same>
@@ -47,6 +48,7 @@ const (
 	sseEndEvent           = "end"
 	sseSessionEvent       = "session"
 	sseProcessExitedEvent = "process_exited"
+	sseImagePullEvent     = "image_pull"
 )
 
 var sseJSON = protojson.MarshalOptions{}
@@ -146,6 +148,12 @@ func (g *Gateway) watchSessionSSE(w http.ResponseWriter, r *http.Request, mux *r
 				m, err := stream.Recv()
 				if err != nil {
 					return sseMessage{}, err
+				}
+				if m.GetImagePull() != nil {
+					// The pull of its image while it starts: it keeps the
+					// id of the generation before it, like an autostart
+					// program's end.
+					return sseMessage{id: last, typ: sseImagePullEvent, msg: m}, nil
 				}
 				if m.GetSession() == nil {
 					// An autostart program's end: it keeps the id of the

@@ -2,6 +2,8 @@ package deskgrid
 
 import (
 	"context"
+	"errors"
+	"io"
 
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 )
@@ -52,4 +54,33 @@ func (n *Nodes) Undrain(ctx context.Context, id string) (*sessionv1.Node, error)
 		return nil, wrap(err)
 	}
 	return resp.GetNode(), nil
+}
+
+// PullImage pulls ref onto every live node at once, for the caller's
+// tenant; progress, when set, sees each node's progress. It returns every
+// node's result, and an error when any node failed (the results say which
+// and why). ctx bounds the whole pull.
+func (n *Nodes) PullImage(ctx context.Context, ref string, progress func(*sessionv1.NodePullProgress)) ([]*sessionv1.NodePullResult, error) {
+	stream, err := n.c.node.PullImageOnNodes(ctx, &sessionv1.PullImageOnNodesRequest{Ref: ref})
+	if err != nil {
+		return nil, wrap(err)
+	}
+	var results []*sessionv1.NodePullResult
+	for {
+		m, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return results, nil
+		}
+		if err != nil {
+			return results, wrap(err)
+		}
+		switch {
+		case m.GetProgress() != nil:
+			if progress != nil {
+				progress(m.GetProgress())
+			}
+		case m.GetResult() != nil:
+			results = append(results, m.GetResult())
+		}
+	}
 }

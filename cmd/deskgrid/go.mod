@@ -11,6 +11,7 @@ require (
 	github.com/deskgrid/deskgrid/services/platform v0.0.0
 	github.com/deskgrid/deskgrid/services/sandbox v0.0.0
 	github.com/deskgrid/deskgrid/services/session v0.0.0
+	github.com/google/go-containerregistry v0.20.6
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/nats-io/nats.go v1.55.0
 	github.com/redis/go-redis/v9 v9.23.0
@@ -52,7 +53,6 @@ require (
 	github.com/godbus/dbus/v5 v5.1.0 // indirect
 	github.com/golang/groupcache v0.0.0-20210331224755-41bb18bfe9da // indirect
 	github.com/google/go-cmp v0.7.0 // indirect
-	github.com/google/go-containerregistry v0.20.6 // indirect
 	github.com/google/jsonschema-go v0.4.3 // indirect
 	github.com/google/s2a-go v0.1.8 // indirect
 	github.com/googleapis/enterprise-certificate-proxy v0.3.4 // indirect

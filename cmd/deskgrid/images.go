@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
 	imagev1 "github.com/deskgrid/deskgrid/proto/deskgrid/image/v1"
+	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 )
 
 // imagesBuild, when set, makes an image from a recipe (`deskgrid images
@@ -32,8 +34,11 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs, cf := newClientFlags("images "+sub, stderr)
 	cf.timeout = 30 * time.Minute
 	var ref string
+	var allNodes bool
 	switch sub {
-	case "list", "ls", "pull", "rm", "delete", "inspect":
+	case "pull":
+		fs.BoolVar(&allNodes, "all-nodes", false, "pull onto every live node of the cluster at once (through the session service), with each node's progress and result; exits non-zero when any node failed")
+	case "list", "ls", "rm", "delete", "inspect":
 	case "import":
 		fs.StringVar(&ref, "tag", "", "tag for the imported image (default: the names the archive carries)")
 	default:
@@ -89,6 +94,9 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		r, err := one()
 		if err != nil {
 			return err
+		}
+		if allNodes {
+			return pullAllNodes(ctx, sessionv1.NewNodeServiceClient(conn), r, cf.output, stdout, stderr)
 		}
 		stream, err := client.PullImage(ctx, &imagev1.PullImageRequest{Ref: r})
 		if err != nil {
@@ -162,6 +170,84 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return printImages(stdout, cf.output, resp.GetImages()...)
 	}
 	return nil
+}
+
+// pullAllNodes pulls ref onto every live node: a line on stderr whenever a
+// node reaches a new phase or layer, then each node's result and a summary
+// on stdout. A node that failed makes the command fail.
+func pullAllNodes(ctx context.Context, nodes sessionv1.NodeServiceClient, ref, output string, stdout, stderr io.Writer) error {
+	stream, err := nodes.PullImageOnNodes(ctx, &sessionv1.PullImageOnNodesRequest{Ref: ref})
+	if err != nil {
+		return rpcError(err)
+	}
+	type seen struct {
+		phase  string
+		layers int32
+	}
+	last := map[string]seen{}
+	var results []*sessionv1.NodePullResult
+	var summary *sessionv1.NodePullSummary
+	for {
+		m, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			err = nil
+		}
+		if err == nil && m != nil {
+			switch {
+			case m.GetProgress() != nil:
+				p := m.GetProgress()
+				cur := seen{p.GetProgress().GetPhase(), p.GetProgress().GetLayersDone()}
+				if output == "table" && last[p.GetNodeId()] != cur {
+					last[p.GetNodeId()] = cur
+					fmt.Fprintf(stderr, "%s: %s\n", p.GetNodeId(), progressLine(p.GetProgress()))
+				}
+			case m.GetResult() != nil:
+				results = append(results, m.GetResult())
+			case m.GetSummary() != nil:
+				summary = m.GetSummary()
+			}
+			continue
+		}
+		if output == "json" {
+			for _, r := range results {
+				b, _ := protojson.Marshal(r)
+				fmt.Fprintln(stdout, string(b))
+			}
+			if summary != nil {
+				b, _ := protojson.Marshal(summary)
+				fmt.Fprintln(stdout, string(b))
+			}
+		} else {
+			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NODE\tRESULT\tDIGEST\tSIZE")
+			for _, r := range results {
+				if r.GetErrorCode() != "" {
+					fmt.Fprintf(tw, "%s\tfailed: %s: %s\t\t\n", r.GetNodeId(), strings.ToLower(r.GetErrorCode()), r.GetError())
+					continue
+				}
+				d := r.GetImage().GetDigest()
+				if len(d) > 19 {
+					d = d[:19]
+				}
+				fmt.Fprintf(tw, "%s\tpulled\t%s\t%s\n", r.GetNodeId(), d, humanBytes(r.GetImage().GetSize()))
+			}
+			_ = tw.Flush()
+			if summary != nil {
+				fmt.Fprintf(stdout, "%s: pulled onto %d of %d nodes", ref, summary.GetSucceeded(), summary.GetNodes())
+				if summary.GetFailed() > 0 {
+					fmt.Fprintf(stdout, ", failed on %d", summary.GetFailed())
+				}
+				fmt.Fprintln(stdout)
+			}
+		}
+		if err != nil {
+			return rpcError(err)
+		}
+		if summary == nil {
+			return errors.New("pull: the session service ended the stream without a summary")
+		}
+		return nil
+	}
 }
 
 func progressLine(p *imagev1.PullProgress) string {

@@ -109,4 +109,9 @@ func TestEndToEndImagesCLI(t *testing.T) {
 	if _, _, code := run("images", "pull", "Not A Ref"); code == 0 {
 		t.Fatal("a malformed reference was pulled")
 	}
+	// One machine is one node: -all-nodes reports it, and fails with it.
+	if out, errs, code := run("images", "pull", "-all-nodes", "127.0.0.1:1/nobody/here:v1"); code == 0 || !strings.Contains(errs, "unreachable") ||
+		!strings.Contains(out, "pulled onto 0 of 1 nodes, failed on 1") {
+		t.Fatalf("pull -all-nodes from nowhere: exit %d\n%s%s", code, out, errs)
+	}
 }

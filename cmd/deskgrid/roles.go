@@ -60,6 +60,8 @@ type node struct {
 	sandboxes sandboxv1.SandboxServiceClient
 	// pools keep desktops started ahead of demand, one per image.
 	pools desktopPools
+	// images is the node's image store (nil on a node without a sandbox).
+	images *image.Store
 }
 
 // addNode starts the display and sandbox services on srv. With reconcile, it
@@ -110,6 +112,7 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 			return nil, err
 		}
 		s.closers.add("image store metrics", func(context.Context) error { return stopStore() })
+		n.images = images
 		deps := sandbox.Deps{Logger: s.logger.With("component", "sandbox"), Tenancy: s.tenancy(), Images: images}
 		if n.display != nil {
 			deps.DisplayLookup = n.display.Lookup
@@ -181,6 +184,13 @@ func (n staticNodes) Sandbox(nodeID string) (sandboxv1.SandboxServiceClient, err
 		return nil, fmt.Errorf("unknown node %q", nodeID)
 	}
 	return sandboxv1.NewSandboxServiceClient(n.conn), nil
+}
+
+func (n staticNodes) Image(nodeID string) (imagev1.ImageServiceClient, error) {
+	if nodeID != n.id {
+		return nil, fmt.Errorf("unknown node %q", nodeID)
+	}
+	return imagev1.NewImageServiceClient(n.conn), nil
 }
 
 func (s *setup) storeDSN(file string) (string, error) {
@@ -262,6 +272,8 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 		Events:   events.NewPublisher(js),
 		NATS:     nc,
 		Tenant:   s.tenantHook(),
+		// Placement prefers a node holding the session's image.
+		ImageKeys: s.sessionImageKeys,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("session: %w", err)
@@ -314,10 +326,10 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 			},
 		})
 		s.closers.add("node watcher", w.Close)
-		cluster.NewNodeService(reg, s.logger.With("component", "nodes")).Register(srv.GRPC)
+		cluster.NewNodeService(reg, conns, s.logger.With("component", "nodes")).Register(srv.GRPC)
 	} else {
 		// One machine: its one node, drained and undrained like a cluster's.
-		cluster.NewNodeService(cluster.LocalNodes{Local: local}, s.logger.With("component", "nodes")).Register(srv.GRPC)
+		cluster.NewNodeService(cluster.LocalNodes{Local: local}, nodes.(staticNodes), s.logger.With("component", "nodes")).Register(srv.GRPC)
 	}
 	svc.Register(srv.GRPC)
 	return svc, nil
@@ -371,6 +383,7 @@ func (s *setup) joinCluster(ctx context.Context, n *node, self string) error {
 		},
 		Interval: s.cfg.HeartbeatInterval,
 		TTL:      s.cfg.HeartbeatTTL,
+		Images:   n.imageKeys,
 	}, s.logger.With("component", "cluster"), n.reconcile)
 	if err != nil {
 		return err
@@ -384,6 +397,36 @@ func (s *setup) joinCluster(ctx context.Context, n *node, self string) error {
 	}
 	s.closers.add("heartbeat age metric", func(context.Context) error { return stopAge() })
 	return nil
+}
+
+// imageKeys are the keys of the images this node holds, which placement
+// prefers for sessions of those images.
+func (n *node) imageKeys(ctx context.Context) ([]string, error) {
+	if n.images == nil {
+		return nil, nil
+	}
+	tags, err := n.images.Tags(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for _, t := range tags {
+		keys = append(keys, placement.HeldImageKeys(t.Tenant, t.Ref, t.Digest, t.Public)...)
+	}
+	return keys, nil
+}
+
+// sessionImageKeys name a session's image as the nodes report theirs: the
+// reference normalised as the image store does, under the tenant the nodes
+// keep the caller's tags under (none without authentication).
+func (s *setup) sessionImageKeys(tenant, ref string) []string {
+	if !s.cfg.Auth {
+		tenant = ""
+	}
+	if r, err := image.ParseRef(ref); err == nil {
+		ref = r.Name
+	}
+	return placement.ImageKeys(tenant, ref)
 }
 
 // reconcile removes every display and sandbox on this node whose session

@@ -43,9 +43,10 @@ var streams = map[string]struct {
 	sse    bool
 	events string
 }{
-	"SandboxService_Exec":         {},
-	"SandboxService_DownloadFile": {},
-	"SessionService_WatchSession": {sse: true, events: "`session` (data: a WatchSessionResponse with the session, id: its generation), `process_exited` (data: a WatchSessionResponse with processExited, an autostart program that ended; id: the generation before it) and `end`"},
+	"SandboxService_Exec":          {},
+	"SandboxService_DownloadFile":  {},
+	"NodeService_PullImageOnNodes": {},
+	"SessionService_WatchSession":  {sse: true, events: "`session` (data: a WatchSessionResponse with the session, id: its generation), `process_exited` (data: a WatchSessionResponse with processExited, an autostart program that ended; id: the generation before it), `image_pull` (data: a WatchSessionResponse with imagePull, how far its node has pulled its image while it starts; id: the generation before it) and `end`"},
 	"AgentService_StreamRunEvents": {sse: true, events: "the run event's kind (`text_delta`, `thinking_delta`, `tool_call`, `tool_result`, " +
 		"`screenshot`, `usage`, `state`, ...; data: a StreamRunEventsResponse, id: the event's sequence) and `end`"},
 }

@@ -126,6 +126,7 @@ func (s *Service) start(ctx context.Context, sess *sessionv1.Session) (*sessionv
 			CPUMillis:   sess.GetLimits().GetCpuMillis(),
 			DiskBytes:   sess.GetLimits().GetDiskBytes(),
 		},
+		Image: s.sessionImageKeys(sess),
 	}
 	node, err := s.placer.Place(ctx, req)
 	if err != nil {
@@ -184,7 +185,7 @@ const maxPlacements = 3
 // reset, not registered any more), as opposed to refusing the request.
 func nodeUnreachable(err error) bool {
 	var ne *nodeError
-	if !errors.As(err, &ne) {
+	if !errors.As(err, &ne) || ne.Answered {
 		return false
 	}
 	if _, ok := status.FromError(ne.Err); !ok {
@@ -274,6 +275,9 @@ func (s *Service) startDesktop(ctx context.Context, cur *sessionv1.Session, node
 	var desktop *sandboxv1.DesktopSpec
 	if img != "" && snapshotID == "" && cur.GetWorkspace() == "" {
 		desktop = &sandboxv1.DesktopSpec{Width: d.GetWidth(), Height: d.GetHeight(), Depth: d.GetDepth(), Dpi: d.GetDpi()}
+	}
+	if err := s.ensureImage(ctx, cur, nodeID, img); err != nil {
+		return "", err
 	}
 	sb, err := sandboxes.CreateSandbox(ctx, &sandboxv1.CreateSandboxRequest{
 		SessionId:   cur.GetId(),

@@ -24,11 +24,14 @@ var (
 	errClosing = errors.New("session service is shutting down")
 )
 
-// nodeError is a failed call to a node's display or sandbox.
+// nodeError is a failed call to a node's display, sandbox or images.
 type nodeError struct {
 	Node string
 	Op   string
 	Err  error
+	// Answered: the node was reached and answered Err itself, even if its
+	// code is Unavailable (its registry was unreachable).
+	Answered bool
 }
 
 func (e *nodeError) Error() string { return fmt.Sprintf("node %s: %s: %v", e.Node, e.Op, e.Err) }

@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	imagev1 "github.com/deskgrid/deskgrid/proto/deskgrid/image/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 )
 
@@ -25,6 +27,9 @@ type fakeNode struct {
 	displays  map[string]string
 	sandboxes map[string]bool
 	nextX     int
+	// lacks: images the node does not hold until pulled; the node holds
+	// every other.
+	lacks map[string]bool
 }
 
 func newFakeNode() *fakeNode {
@@ -225,4 +230,64 @@ func (f fakeNodes) Sandbox(id string) (sandboxv1.SandboxServiceClient, error) {
 		return nil, fmt.Errorf("node %q: %w", id, ErrUnknownNode)
 	}
 	return fakeSandbox{n: n}, nil
+}
+
+func (f fakeNodes) Image(id string) (imagev1.ImageServiceClient, error) {
+	n, ok := f[id]
+	if !ok {
+		return nil, fmt.Errorf("node %q: %w", id, ErrUnknownNode)
+	}
+	return fakeImages{n: n}, nil
+}
+
+// fakeImages is a node's image service: it holds every image but those in
+// lacks, and a pull of one of those streams progress over two layers.
+type fakeImages struct {
+	imagev1.ImageServiceClient // methods no test calls
+	n                          *fakeNode
+}
+
+func (f fakeImages) GetImage(_ context.Context, in *imagev1.GetImageRequest, _ ...grpc.CallOption) (*imagev1.GetImageResponse, error) {
+	f.n.mu.Lock()
+	defer f.n.mu.Unlock()
+	if f.n.lacks[in.GetRef()] {
+		return nil, status.Errorf(codes.NotFound, "image %s: not found on this node (pull it first)", in.GetRef())
+	}
+	return &imagev1.GetImageResponse{Image: &imagev1.Image{Ref: in.GetRef(), Digest: "sha256:" + strings.Repeat("d", 64)}}, nil
+}
+
+func (f fakeImages) GetImageUsage(context.Context, *imagev1.GetImageUsageRequest, ...grpc.CallOption) (*imagev1.GetImageUsageResponse, error) {
+	return &imagev1.GetImageUsageResponse{}, nil
+}
+
+func (f fakeImages) PullImage(ctx context.Context, in *imagev1.PullImageRequest, _ ...grpc.CallOption) (grpc.ServerStreamingClient[imagev1.PullImageResponse], error) {
+	if err := f.n.enter(ctx, "image.pull", in.GetRef()); err != nil {
+		return nil, err
+	}
+	f.n.mu.Lock()
+	delete(f.n.lacks, in.GetRef())
+	f.n.mu.Unlock()
+	prog := func(phase string, layers int32, done int64) *imagev1.PullImageResponse {
+		return &imagev1.PullImageResponse{Event: &imagev1.PullImageResponse_Progress{Progress: &imagev1.PullProgress{
+			Phase: phase, LayersDone: layers, LayersTotal: 2, DoneBytes: done, TotalBytes: 1000}}}
+	}
+	return &fakePullStream{msgs: []*imagev1.PullImageResponse{
+		{Event: &imagev1.PullImageResponse_Progress{Progress: &imagev1.PullProgress{Phase: "resolving"}}},
+		prog("fetching", 0, 0), prog("fetching", 0, 300), prog("fetching", 1, 600), prog("fetching", 1, 800), prog("fetching", 2, 1000),
+		{Event: &imagev1.PullImageResponse_Image{Image: &imagev1.Image{Ref: in.GetRef(), Digest: "sha256:" + strings.Repeat("d", 64)}}},
+	}}, nil
+}
+
+type fakePullStream struct {
+	grpc.ClientStream
+	msgs []*imagev1.PullImageResponse
+}
+
+func (s *fakePullStream) Recv() (*imagev1.PullImageResponse, error) {
+	if len(s.msgs) == 0 {
+		return nil, io.EOF
+	}
+	m := s.msgs[0]
+	s.msgs = s.msgs[1:]
+	return m, nil
 }

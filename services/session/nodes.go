@@ -7,13 +7,15 @@ import (
 	"google.golang.org/grpc"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	imagev1 "github.com/deskgrid/deskgrid/proto/deskgrid/image/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 )
 
-// Nodes reaches the display and sandbox services of a node.
+// Nodes reaches the display, sandbox and image services of a node.
 type Nodes interface {
 	Display(nodeID string) (displayv1.DisplayServiceClient, error)
 	Sandbox(nodeID string) (sandboxv1.SandboxServiceClient, error)
+	Image(nodeID string) (imagev1.ImageServiceClient, error)
 }
 
 // ErrUnknownNode: no connection to that node is known.
@@ -40,4 +42,13 @@ func (n StaticNodes) Sandbox(nodeID string) (sandboxv1.SandboxServiceClient, err
 		return nil, fmt.Errorf("node %q: %w", nodeID, ErrUnknownNode)
 	}
 	return sandboxv1.NewSandboxServiceClient(cc), nil
+}
+
+// Image implements Nodes.
+func (n StaticNodes) Image(nodeID string) (imagev1.ImageServiceClient, error) {
+	cc, ok := n[nodeID]
+	if !ok {
+		return nil, fmt.Errorf("node %q: %w", nodeID, ErrUnknownNode)
+	}
+	return imagev1.NewImageServiceClient(cc), nil
 }

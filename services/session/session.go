@@ -112,6 +112,12 @@ type Deps struct {
 	// says is busy or was used within its idle timeout. nil: only create,
 	// resume and keepalive count as use.
 	Activity Activity
+	// ImageKeys names a session's image (a reference or a digest) for
+	// placement as nodes report the images they hold: the normalised
+	// reference ("debian" is "docker.io/library/debian:latest") under the
+	// tenant the nodes know the caller as. nil: placement.ImageKeys of the
+	// image as written.
+	ImageKeys func(tenant, image string) []string
 }
 
 // Activity is what the reports of sessions' use say (activity.Monitor).
@@ -136,7 +142,9 @@ type Service struct {
 	nc     *nats.Conn
 	tenant func(ctx context.Context) string
 	usage  Activity
-	now    func() time.Time
+	// imageKeys: Deps.ImageKeys.
+	imageKeys func(tenant, image string) []string
+	now       func() time.Time
 
 	// done closes when Close starts; watches and the reaper end.
 	done      chan struct{}
@@ -194,17 +202,18 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		tenant = func(context.Context) string { return DefaultTenant }
 	}
 	s := &Service{
-		cfg:    cfg,
-		log:    logger.With("service", "session"),
-		store:  deps.Store,
-		placer: deps.Placer,
-		nodes:  deps.Nodes,
-		events: deps.Events,
-		nc:     deps.NATS,
-		tenant: tenant,
-		usage:  deps.Activity,
-		now:    time.Now,
-		done:   make(chan struct{}),
+		cfg:       cfg,
+		log:       logger.With("service", "session"),
+		store:     deps.Store,
+		placer:    deps.Placer,
+		nodes:     deps.Nodes,
+		events:    deps.Events,
+		nc:        deps.NATS,
+		tenant:    tenant,
+		usage:     deps.Activity,
+		imageKeys: deps.ImageKeys,
+		now:       time.Now,
+		done:      make(chan struct{}),
 	}
 	if cfg.ReapInterval > 0 {
 		s.wg.Add(1)

@@ -21,7 +21,8 @@ const watchBuffer = 256
 
 // WatchSession streams the session as it is now and then every newer
 // version, until it ends (STOPPED, FAILED or LOST) or the caller leaves;
-// an autostart program that ends meanwhile comes as a message of its own.
+// an autostart program that ends meanwhile comes as a message of its own,
+// and so does the progress of the pull of its image while it starts.
 func (s *Service) WatchSession(req *sessionv1.WatchSessionRequest, stream sessionv1.SessionService_WatchSessionServer) error {
 	ctx := stream.Context()
 	if err := s.watch(ctx, req.GetSessionId(), stream.Send); err != nil {
@@ -76,6 +77,12 @@ func (s *Service) watch(ctx context.Context, id string, send func(*sessionv1.Wat
 		case m := <-msgs:
 			if exit := decodeProcessExit(ctx, m); exit != nil {
 				if err := send(&sessionv1.WatchSessionResponse{ProcessExited: exit}); err != nil {
+					return err
+				}
+				continue
+			}
+			if pull := decodeImagePull(ctx, m); pull != nil {
+				if err := send(&sessionv1.WatchSessionResponse{ImagePull: pull}); err != nil {
 					return err
 				}
 				continue
@@ -140,4 +147,18 @@ func decodeProcessExit(ctx context.Context, m *nats.Msg) *sessionv1.ProcessExit 
 		OutputTail: p.GetOutputTail(),
 		Time:       ev.GetTime(),
 	}
+}
+
+// decodeImagePull returns the progress carried by an image_pull event, or
+// nil for anything else.
+func decodeImagePull(ctx context.Context, m *nats.Msg) *sessionv1.ImagePull {
+	_, ev, err := events.Decode(ctx, m.Data, m.Header)
+	if err != nil || ev.GetType() != TypeImagePull || ev.GetPayload() == nil {
+		return nil
+	}
+	var p sessionv1.ImagePull
+	if err := ev.GetPayload().UnmarshalTo(&p); err != nil {
+		return nil
+	}
+	return &p
 }

@@ -405,3 +405,6 @@ class AsyncNodes:
 
     async def undrain(self, node_id: str) -> JSON:
         return await asyncio.to_thread(self._c.nodes.undrain, node_id)
+
+    async def pull_image(self, ref: str, progress: Optional[Callable[[JSON], None]] = None) -> List[JSON]:
+        return await asyncio.to_thread(self._c.nodes.pull_image, ref, progress)

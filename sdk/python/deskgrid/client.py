@@ -1092,3 +1092,15 @@ class Nodes:
         """Lets a drained node take new sessions again."""
         result: JSON = self._c.transport.call("POST", f"/v1/nodes/{_q(node_id)}:undrain", idempotent=True)
         return result
+
+    def pull_image(self, ref: str, progress: Optional[Callable[[JSON], None]] = None) -> List[JSON]:
+        """Pulls ref onto every live node at once; ``progress`` sees each
+        node's progress message. Returns every node's result; raises when
+        any node failed."""
+        results: List[JSON] = []
+        for m in self._c.transport.stream("POST", "/v1/nodes:pullImage", body={"ref": ref}, timeout=1800.0):
+            if "result" in m:
+                results.append(m["result"])
+            elif progress is not None and "progress" in m:
+                progress(m["progress"])
+        return results

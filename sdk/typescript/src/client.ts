@@ -977,4 +977,13 @@ export class Nodes {
   undrain(id: string): Promise<Node> {
     return this.dg.transport.call<Node>('POST', `/v1/nodes/${q(id)}:undrain`, { idempotent: true });
   }
+  /** Pulls ref onto every live node at once; `progress` sees each node's progress. Returns every node's result; throws when any node failed. */
+  async pullImage(ref: string, progress?: (p: S['v1NodePullProgress']) => void): Promise<S['v1NodePullResult'][]> {
+    const results: S['v1NodePullResult'][] = [];
+    for await (const m of this.dg.transport.stream<S['v1PullImageOnNodesResponse']>('POST', '/v1/nodes:pullImage', { body: { ref }, timeoutMs: 1_800_000 })) {
+      if (m.result) results.push(m.result);
+      else if (m.progress && progress) progress(m.progress);
+    }
+    return results;
+  }
 }

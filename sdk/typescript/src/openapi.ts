@@ -168,6 +168,29 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/nodes:pullImage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * PullImageOnNodes pulls an image for the caller's tenant onto every live
+         *     node at once, streaming each node's progress, then each node's result,
+         *     then a summary. A node's store keeps nothing of a pull that failed. When
+         *     any node failed, the stream then ends with an error: the failures' code
+         *     when they all share one (NOT_FOUND for an unknown image), else ABORTED.
+         */
+        post: operations["NodeService_PullImageOnNodes"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/nodes/{nodeId}": {
         parameters: {
             query?: never;
@@ -2310,6 +2333,19 @@ export interface components {
          * @enum {string}
          */
         v1ImageFormat: "IMAGE_FORMAT_UNSPECIFIED" | "IMAGE_FORMAT_PNG" | "IMAGE_FORMAT_JPEG";
+        /**
+         * @description ImagePull is how far the node a session was placed on has pulled the
+         *     session's image, while the session is STARTING; the same as the session's
+         *     "session.image_pull.v1" event. A node that already holds the image pulls
+         *     nothing, and none is sent.
+         */
+        v1ImagePull: {
+            /** @description The image as the session asked for it. */
+            image?: string;
+            /** @description The node pulling. */
+            nodeId?: string;
+            progress?: components["schemas"]["v1PullProgress"];
+        };
         v1ImportSessionHistoryRequest: {
             /**
              * Format: byte
@@ -2440,6 +2476,31 @@ export interface components {
             state?: components["schemas"]["v1NodeState"];
             used?: components["schemas"]["v1NodeResources"];
         };
+        /** @description NodePullProgress is how far one node has come. */
+        v1NodePullProgress: {
+            nodeId?: string;
+            progress?: components["schemas"]["v1PullProgress"];
+        };
+        /** @description NodePullResult is how one node's pull ended: the image, or why it failed. */
+        v1NodePullResult: {
+            error?: string;
+            /**
+             * @description Set when the pull failed: the gRPC code's name ("NotFound",
+             *     "Unavailable", ...) and the node's message.
+             */
+            errorCode?: string;
+            image?: components["schemas"]["v1Image"];
+            nodeId?: string;
+        };
+        /** @description NodePullSummary counts the nodes the pull was sent to and how it went. */
+        v1NodePullSummary: {
+            /** Format: int32 */
+            failed?: number;
+            /** Format: int32 */
+            nodes?: number;
+            /** Format: int32 */
+            succeeded?: number;
+        };
         /**
          * @description NodeResources is an amount of what placement accounts for; zero CPU or
          *     memory capacity means the node does not limit it.
@@ -2522,6 +2583,16 @@ export interface components {
          * @enum {string}
          */
         v1ProcessState: "PROCESS_STATE_UNSPECIFIED" | "PROCESS_STATE_RUNNING" | "PROCESS_STATE_EXITED";
+        v1PullImageOnNodesRequest: {
+            /** @description The image to pull ("docker.io/library/debian:bookworm", "registry:5000/team/app:v1"). */
+            ref?: string;
+        };
+        /** @description PullImageOnNodesResponse is one message of a pull onto every node. */
+        v1PullImageOnNodesResponse: {
+            progress?: components["schemas"]["v1NodePullProgress"];
+            result?: components["schemas"]["v1NodePullResult"];
+            summary?: components["schemas"]["v1NodePullSummary"];
+        };
         v1PullImageRequest: {
             ref?: string;
         };
@@ -3101,9 +3172,11 @@ export interface components {
         /**
          * @description WatchSessionResponse is one message of a watch: the session after a change,
          *     or (with session unset) one of its autostart programs that ended while it
-         *     ran.
+         *     ran, or the progress of the pull of its image onto its node while it
+         *     starts.
          */
         v1WatchSessionResponse: {
+            imagePull?: components["schemas"]["v1ImagePull"];
             processExited?: components["schemas"]["v1ProcessExit"];
             session?: components["schemas"]["v1Session"];
         };
@@ -3484,6 +3557,42 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["rpcStatus"];
+                };
+            };
+        };
+    };
+    NodeService_PullImageOnNodes: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["v1PullImageOnNodesRequest"];
+            };
+        };
+        responses: {
+            /** @description A stream, newline-delimited JSON (`application/x-ndjson`): one object a line, `{"result": <message>}`, or `{"error": <status>}` if the stream fails. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-ndjson": {
+                        error?: components["schemas"]["rpcStatus"];
+                        result?: components["schemas"]["v1PullImageOnNodesResponse"];
+                    };
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-ndjson": components["schemas"]["rpcStatus"];
                 };
             };
         };
@@ -4195,7 +4304,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description A stream, newline-delimited JSON (`application/x-ndjson`): one object a line, `{"result": <message>}`, or `{"error": <status>}` if the stream fails. With `Accept: text/event-stream`, server-sent events: each is sent twice with the same id and data, once named for its type (for `addEventListener`) and once unnamed (for `onmessage`). Event names: `session` (data: a WatchSessionResponse with the session, id: its generation), `process_exited` (data: a WatchSessionResponse with processExited, an autostart program that ended; id: the generation before it) and `end`, whose data is `{"code": <gRPC code>, "message": ...}` when the stream has finished for good (code 0 when it simply ended). A reconnecting client sends `Last-Event-ID` and resumes after it. */
+            /** @description A stream, newline-delimited JSON (`application/x-ndjson`): one object a line, `{"result": <message>}`, or `{"error": <status>}` if the stream fails. With `Accept: text/event-stream`, server-sent events: each is sent twice with the same id and data, once named for its type (for `addEventListener`) and once unnamed (for `onmessage`). Event names: `session` (data: a WatchSessionResponse with the session, id: its generation), `process_exited` (data: a WatchSessionResponse with processExited, an autostart program that ended; id: the generation before it), `image_pull` (data: a WatchSessionResponse with imagePull, how far its node has pulled its image while it starts; id: the generation before it) and `end`, whose data is `{"code": <gRPC code>, "message": ...}` when the stream has finished for good (code 0 when it simply ended). A reconnecting client sends `Last-Event-ID` and resumes after it. */
             200: {
                 headers: {
                     [name: string]: unknown;

@@ -87,6 +87,8 @@ func DefaultMethodScopes() map[string]Scope {
 		node + "GetNode":     r,
 		node + "DrainNode":   a,
 		node + "UndrainNode": a,
+		// Tags are per tenant: a pull onto every node acts for the caller.
+		node + "PullImageOnNodes": w,
 
 		display + "CreateDisplay":  a,
 		display + "GetDisplay":     r,

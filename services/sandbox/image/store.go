@@ -394,6 +394,27 @@ func (s *Store) List(ctx context.Context, tenant string) ([]*Image, error) {
 	return out, err
 }
 
+// Tag is one tag the store holds: a tenant's name for an image.
+type Tag struct {
+	Tenant, Ref, Digest string
+	Public              bool
+}
+
+// Tags lists the tags of every tenant whose image the store holds, for the
+// node's report of its images to placement.
+func (s *Store) Tags(ctx context.Context) ([]Tag, error) {
+	var out []Tag
+	err := s.withState(func(st *state) (bool, error) {
+		for _, t := range st.Tags {
+			if st.Images[t.Digest] != nil {
+				out = append(out, Tag{Tenant: t.Tenant, Ref: t.Ref, Digest: t.Digest, Public: t.Public})
+			}
+		}
+		return false, nil
+	})
+	return out, err
+}
+
 // tag points a tenant's ref at an image, replacing what it pointed at.
 func tag(st *state, tenant, ref, digest string) {
 	for i := range st.Tags {

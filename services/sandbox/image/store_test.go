@@ -71,6 +71,11 @@ func TestImportLayoutResolveAndTenancy(t *testing.T) {
 	}
 	// But may not delete it.
 	wantCode(t, s.Delete(ctx, "other", "example.com/team/desk:v1"), codes.NotFound)
+	// The node reports the tag, its owner and that it is public.
+	tags, err := s.Tags(ctx)
+	if err != nil || len(tags) != 1 || tags[0] != (Tag{Tenant: "acme", Ref: "example.com/team/desk:v1", Digest: want.String(), Public: true}) {
+		t.Fatalf("tags %+v %v", tags, err)
+	}
 }
 
 func TestImportOCITarAndDockerArchiveShareLayers(t *testing.T) {

@@ -574,3 +574,64 @@ func TestRegistryCallsHaveDeadlines(t *testing.T) {
 		t.Fatal("heartbeat to a frozen Redis succeeded")
 	}
 }
+
+// A node's recorded images reach the snapshot, and placement prefers the
+// node holding the session's image even when it is busier; a member
+// records what its node holds and records it again when it changes.
+func TestPlacementPrefersNodeWithImage(t *testing.T) {
+	reg, _ := newRegistry(t)
+	ctx := context.Background()
+	addNode(t, reg, "n1", 10, nil)
+	addNode(t, reg, "n2", 10, nil)
+	img := placement.ImageKeys("acme", "docker.io/team/desk:v1")
+	if err := reg.SetImages(ctx, "n2", placement.HeldImageKeys("acme", "docker.io/team/desk:v1", "sha256:aa", false)); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := reg.SnapshotFor(ctx, "", img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap) != 2 || snap[0].HasImage || !snap[1].HasImage {
+		t.Fatalf("snapshot %+v", snap)
+	}
+	if snap, _ := reg.SnapshotFor(ctx, "", placement.ImageKeys("evil", "docker.io/team/desk:v1")); snap[1].HasImage {
+		t.Fatal("another tenant's tag counts as holding the image")
+	}
+	p := NewPlacer(reg, PlacerConfig{Seed: 7})
+	// n2 takes sessions of the image up to half its capacity beyond n1's load.
+	for i := range 4 {
+		n, err := p.Place(ctx, placement.Request{SessionID: fmt.Sprintf("img%d", i), Tenant: "acme", Image: img})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.ID != "n2" {
+			t.Fatalf("session %d of the image placed on %s, want n2 which holds it", i, n.ID)
+		}
+	}
+	// A session without an image goes by load alone.
+	if n, err := p.Place(ctx, placement.Request{SessionID: "plain", Tenant: "acme"}); err != nil || n.ID != "n1" {
+		t.Fatalf("plain session on %s (%v), want the idle n1", n.ID, err)
+	}
+
+	// A member records its node's images at join and after a change.
+	var mu sync.Mutex
+	held := []string{}
+	m, err := Join(ctx, reg, MemberConfig{Node: NodeInfo{ID: "n3", Address: "127.0.0.1:13", Capacity: placement.Capacity{Sessions: 10}},
+		Interval: 50 * time.Millisecond, TTL: time.Second,
+		Images: func(context.Context) ([]string, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(held), nil
+		}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close(context.Background(), true) })
+	mu.Lock()
+	held = placement.HeldImageKeys("acme", "docker.io/team/desk:v1", "sha256:aa", false)
+	mu.Unlock()
+	testkit.Eventually(t, 5*time.Second, func() bool {
+		snap, err := reg.SnapshotFor(ctx, "", img)
+		return err == nil && len(snap) == 3 && snap[2].ID == "n3" && snap[2].HasImage
+	}, "n3's pulled image recorded")
+}

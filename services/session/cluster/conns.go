@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	imagev1 "github.com/deskgrid/deskgrid/proto/deskgrid/image/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/platform/grpcserver"
 	"github.com/deskgrid/deskgrid/services/platform/noderoute"
@@ -157,6 +158,15 @@ func (c *NodeConns) Sandbox(id string) (sandboxv1.SandboxServiceClient, error) {
 		return nil, err
 	}
 	return sandboxv1.NewSandboxServiceClient(cc), nil
+}
+
+// Image returns node id's image service client.
+func (c *NodeConns) Image(id string) (imagev1.ImageServiceClient, error) {
+	cc, err := c.Conn(id)
+	if err != nil {
+		return nil, err
+	}
+	return imagev1.NewImageServiceClient(cc), nil
 }
 
 // Close closes every node connection.

@@ -13,6 +13,8 @@
 //	used               hash: "<id>\ts|c|m" -> sessions, cpu, mem reserved
 //	tenants:<id>       hash: tenant -> sessions it holds on the node
 //	sessions:<id>      set of the sessions the node is given
+//	images:<id>        set of keys naming the images the node holds
+//	                   (placement.HeldImageKeys), which placement prefers
 //	smap               hash: session -> node, generation, cpu, mem, tenant
 //	gen                counter the generations come from
 //	epoch              a random id set once the session map was built (or
@@ -48,6 +50,7 @@ func (k keys) draining() string          { return string(k) + "draining" }
 func (k keys) used() string              { return string(k) + "used" }
 func (k keys) tenants(id string) string  { return string(k) + "tenants:" + id }
 func (k keys) sessions(id string) string { return string(k) + "sessions:" + id }
+func (k keys) images(id string) string   { return string(k) + "images:" + id }
 func (k keys) smap() string              { return string(k) + "smap" }
 func (k keys) epoch() string             { return string(k) + "epoch" }
 

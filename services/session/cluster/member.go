@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +24,12 @@ type MemberConfig struct {
 	// RestartWait bounds how long a restarted node waits for the control
 	// plane to give up the sessions of its previous run (3 × TTL when zero).
 	RestartWait time.Duration
+	// Images, when set, lists the keys of the images the node holds
+	// (placement.HeldImageKeys of each tag). They are recorded at join and
+	// again after a heartbeat whenever they changed, so placement prefers
+	// this node for sessions of those images within about one interval of a
+	// pull.
+	Images func(ctx context.Context) ([]string, error)
 }
 
 // Member keeps a node registered and alive. Whenever it (re)joins — at
@@ -47,6 +55,10 @@ type Member struct {
 	retry bool
 	// lastOK is when the last heartbeat succeeded, in Unix nanoseconds.
 	lastOK atomic.Int64
+	// images is the image keys last recorded, joined; imagesOK is set once
+	// they were.
+	images   string
+	imagesOK bool
 
 	stop chan struct{}
 	done chan struct{}
@@ -137,8 +149,35 @@ func (m *Member) rejoin(ctx context.Context) error {
 			return fmt.Errorf("reconcile node %s: %w", m.cfg.Node.ID, err)
 		}
 	}
+	// Redis may have lost the node's images with the rest.
+	m.imagesOK = false
+	m.publishImages(ctx)
 	_, err = m.beat(ctx)
 	return err
+}
+
+// publishImages records the node's image keys when they changed since they
+// were last recorded. A failure is logged and tried again on the next
+// heartbeat: placement then only misses a preference.
+func (m *Member) publishImages(ctx context.Context) {
+	if m.cfg.Images == nil {
+		return
+	}
+	keys, err := m.cfg.Images(ctx)
+	if err != nil {
+		m.log.Warn("list the node's images for placement", "err", err)
+		return
+	}
+	slices.Sort(keys)
+	joined := strings.Join(keys, "\n")
+	if m.imagesOK && joined == m.images {
+		return
+	}
+	if err := m.reg.SetImages(ctx, m.cfg.Node.ID, keys); err != nil {
+		m.log.Warn("record the node's images for placement", "err", err)
+		return
+	}
+	m.images, m.imagesOK = joined, true
 }
 
 // beat sends one heartbeat.
@@ -181,6 +220,9 @@ func (m *Member) loop() {
 			m.retry = err != nil
 		} else if err == nil && m.unsure {
 			err = m.settle(ctx)
+		}
+		if err == nil {
+			m.publishImages(ctx)
 		}
 		cancel()
 		switch {

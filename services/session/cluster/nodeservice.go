@@ -51,16 +51,18 @@ func (l LocalNodes) SetDraining(ctx context.Context, id string, draining bool) e
 // NodeService implements sessionv1.NodeServiceServer over a NodeSource.
 type NodeService struct {
 	sessionv1.UnimplementedNodeServiceServer
-	reg NodeSource
-	log *slog.Logger
+	reg    NodeSource
+	images NodeImages
+	log    *slog.Logger
 }
 
-// NewNodeService returns the node API of reg.
-func NewNodeService(reg NodeSource, logger *slog.Logger) *NodeService {
+// NewNodeService returns the node API of reg; images reaches the nodes'
+// image services, for PullImageOnNodes (nil: that call is refused).
+func NewNodeService(reg NodeSource, images NodeImages, logger *slog.Logger) *NodeService {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &NodeService{reg: reg, log: logger}
+	return &NodeService{reg: reg, images: images, log: logger}
 }
 
 // Register registers the NodeService on r.

@@ -19,7 +19,7 @@ func TestNodeService(t *testing.T) {
 	if err := reg.Register(ctx, NodeInfo{ID: "down", Address: "x:1", Capacity: placement.Capacity{Sessions: 2}}); err != nil {
 		t.Fatal(err)
 	}
-	s := NewNodeService(reg, nil)
+	s := NewNodeService(reg, nil, nil)
 	list, err := s.ListNodes(ctx, &sessionv1.ListNodesRequest{})
 	if err != nil || len(list.GetNodes()) != 2 {
 		t.Fatalf("ListNodes = %v, %v", list, err)
@@ -63,7 +63,7 @@ func TestNodeServiceLocal(t *testing.T) {
 	if _, err := local.Place(ctx, placement.Request{SessionID: "s1"}); err != nil {
 		t.Fatal(err)
 	}
-	s := NewNodeService(LocalNodes{Local: local}, nil)
+	s := NewNodeService(LocalNodes{Local: local}, nil, nil)
 	list, err := s.ListNodes(ctx, &sessionv1.ListNodesRequest{})
 	if err != nil || len(list.GetNodes()) != 1 {
 		t.Fatalf("ListNodes = %v, %v", list, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,6 +43,8 @@ type Placer struct {
 	rng    *rand.Rand
 	snap   []placement.NodeState
 	snapAt time.Time
+	// snapImage is the image keys the cached snapshot's HasImage answers.
+	snapImage string
 }
 
 var _ placement.Placer = (*Placer)(nil)
@@ -90,7 +93,7 @@ func (p *Placer) place(ctx context.Context, req placement.Request) (placement.No
 	}
 	var last error
 	for round := 0; round < p.cfg.Rounds; round++ {
-		snap, cached, err := p.snapshot(ctx, tenant, round > 0)
+		snap, cached, err := p.snapshot(ctx, tenant, req.Image, round > 0)
 		if err != nil {
 			return placement.Node{}, err
 		}
@@ -132,24 +135,26 @@ func (p *Placer) place(ctx context.Context, req placement.Request) (placement.No
 	return placement.Node{}, fmt.Errorf("every node tried was taken by concurrent placements (last: %v): %w", last, placement.ErrNoCapacity)
 }
 
-// snapshot returns the cached snapshot while it is young enough, else reads
-// one. Tenant counts are per request, so anti-affinity always reads.
-func (p *Placer) snapshot(ctx context.Context, tenant string, fresh bool) (snap []placement.NodeState, cached bool, err error) {
+// snapshot returns the cached snapshot while it is young enough and was
+// read for the same image, else reads one. Tenant counts are per request,
+// so anti-affinity always reads.
+func (p *Placer) snapshot(ctx context.Context, tenant string, image []string, fresh bool) (snap []placement.NodeState, cached bool, err error) {
+	imageKey := strings.Join(image, "\n")
 	if !fresh && tenant == "" && p.cfg.SnapshotMaxAge > 0 {
 		p.mu.Lock()
-		snap, at := p.snap, p.snapAt
+		snap, at, key := p.snap, p.snapAt, p.snapImage
 		p.mu.Unlock()
-		if snap != nil && time.Since(at) < p.cfg.SnapshotMaxAge {
+		if snap != nil && key == imageKey && time.Since(at) < p.cfg.SnapshotMaxAge {
 			return snap, true, nil
 		}
 	}
-	snap, err = p.reg.Snapshot(ctx, tenant)
+	snap, err = p.reg.SnapshotFor(ctx, tenant, image)
 	if err != nil {
 		return nil, false, err
 	}
 	if tenant == "" {
 		p.mu.Lock()
-		p.snap, p.snapAt = snap, time.Now()
+		p.snap, p.snapAt, p.snapImage = snap, time.Now(), imageKey
 		p.mu.Unlock()
 	}
 	return snap, false, nil

@@ -103,6 +103,28 @@ func (r *Registry) HeartbeatAfter(ctx context.Context, id, value, prev string, t
 	return n == 1, nil
 }
 
+// SetImages replaces the keys of the images node id holds
+// (placement.HeldImageKeys of each tag), which placement prefers.
+func (r *Registry) SetImages(ctx context.Context, id string, keys []string) error {
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
+	_, err := r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, r.k.images(id))
+		if len(keys) > 0 {
+			members := make([]any, len(keys))
+			for i, k := range keys {
+				members[i] = k
+			}
+			p.SAdd(ctx, r.k.images(id), members...)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("record the images of node %s: %w", id, err)
+	}
+	return nil
+}
+
 // Leave ends node id's heartbeat at once, as when it shuts down: its
 // sessions are declared lost without waiting for the TTL.
 func (r *Registry) Leave(ctx context.Context, id string) error {
@@ -132,16 +154,27 @@ func (r *Registry) SetDraining(ctx context.Context, id string, draining bool) er
 // usage, sorted by id; TenantSessions counts tenant's sessions (when tenant
 // is not empty). One round trip, a fixed number of commands.
 func (r *Registry) Snapshot(ctx context.Context, tenant string) ([]placement.NodeState, error) {
+	return r.SnapshotFor(ctx, tenant, nil)
+}
+
+// SnapshotFor is Snapshot with HasImage set on the nodes that hold any of
+// the image keys (placement.ImageKeys) a placement asks for.
+func (r *Registry) SnapshotFor(ctx context.Context, tenant string, image []string) ([]placement.NodeState, error) {
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
-	res, err := snapshotScript.Run(ctx, r.rdb, nil, string(r.k), tenant).Slice()
+	args := make([]any, 0, 2+len(image))
+	args = append(args, string(r.k), tenant)
+	for _, k := range image {
+		args = append(args, k)
+	}
+	res, err := snapshotScript.Run(ctx, r.rdb, nil, args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("read nodes: %w", err)
 	}
-	if len(res) != 5 {
+	if len(res) != 6 {
 		return nil, fmt.Errorf("read nodes: unexpected reply of %d parts", len(res))
 	}
-	nodes, alive, draining, used, tenants := strs(res[0]), strs(res[1]), strs(res[2]), strs(res[3]), strs(res[4])
+	nodes, alive, draining, used, tenants, holds := strs(res[0]), strs(res[1]), strs(res[2]), strs(res[3]), strs(res[4]), strs(res[5])
 	usage := make(map[string]int64, len(used)/2)
 	for i := 0; i+1 < len(used); i += 2 {
 		usage[used[i]] = atoi(used[i+1])
@@ -165,6 +198,7 @@ func (r *Registry) Snapshot(ctx context.Context, tenant string) ([]placement.Nod
 		if i/2 < len(tenants) {
 			n.TenantSessions = atoi(tenants[i/2])
 		}
+		n.HasImage = i/2 < len(holds) && holds[i/2] == "1"
 		out = append(out, n)
 	}
 	slices.SortFunc(out, func(a, b placement.NodeState) int { return strings.Compare(a.ID, b.ID) })

@@ -94,14 +94,16 @@ return {addr, node, g}
 `)
 
 // snapshotScript reads every node in one call, with a fixed number of
-// commands: {nodes hash (flat id, info pairs), alive flags in the same
-// order, draining ids, used hash (flat), tenant counts in the same order}.
+// commands per node: {nodes hash (flat id, info pairs), alive flags in the
+// same order, draining ids, used hash (flat), tenant counts in the same
+// order, image flags in the same order}. A node's image flag is '1' when
+// its set of held image keys holds any of the keys asked for.
 //
-// ARGV: prefix, tenant (may be empty).
+// ARGV: prefix, tenant (may be empty), image keys (none or more).
 var snapshotScript = redis.NewScript(`
 local p, tenant = ARGV[1], ARGV[2]
 local nodes = redis.call('HGETALL', p..'nodes')
-local alive, tenants = {}, {}
+local alive, tenants, holds = {}, {}, {}
 if #nodes > 0 then
   local ks = {}
   for i = 1, #nodes, 2 do ks[#ks+1] = p..'alive:'..nodes[i] end
@@ -111,9 +113,18 @@ if #nodes > 0 then
     if tenant ~= '' then
       tenants[i] = redis.call('HGET', p..'tenants:'..nodes[2*i-1], tenant) or '0'
     end
+    if #ARGV > 2 then
+      holds[i] = '0'
+      for j = 3, #ARGV do
+        if redis.call('SISMEMBER', p..'images:'..nodes[2*i-1], ARGV[j]) == 1 then
+          holds[i] = '1'
+          break
+        end
+      end
+    end
   end
 end
-return {nodes, alive, redis.call('SMEMBERS', p..'draining'), redis.call('HGETALL', p..'used'), tenants}
+return {nodes, alive, redis.call('SMEMBERS', p..'draining'), redis.call('HGETALL', p..'used'), tenants, holds}
 `)
 
 // restoreScript puts a session back in the map on its node, whatever the

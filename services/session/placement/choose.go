@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 )
 
 // Capacity is an amount of each resource placement accounts for. Zero CPU or
@@ -29,7 +30,16 @@ type NodeState struct {
 	// TenantSessions is how many sessions of the requesting tenant it holds;
 	// only read with ChooseOptions.TenantAntiAffinity.
 	TenantSessions int64
+	// HasImage: it holds the image of the session being placed (one of
+	// Request.Image), so it starts the session without a pull.
+	HasImage bool
 }
+
+// ImageMissPenalty is added to the score of a node that would have to pull
+// the session's image first: a pull takes seconds to minutes and the whole
+// image's disk, so such a node is chosen over one holding the image only
+// when it is at least this much less loaded (half its capacity).
+const ImageMissPenalty = 0.5
 
 // ChooseOptions tune Choose.
 type ChooseOptions struct {
@@ -123,19 +133,30 @@ func Choose(snapshot []NodeState, req Request, opts ChooseOptions, rng *rand.Ran
 	}
 	// Snapshot order must not matter: sort so the same rng picks the same nodes.
 	slices.SortFunc(feasible, func(a, b int) int { return cmp.Compare(snapshot[a].ID, snapshot[b].ID) })
-	k := opts.K
-	if k <= 0 || k > len(feasible) {
-		k = len(feasible)
+	var picked []int
+	if len(req.Image) > 0 {
+		// Up to K nodes holding the image and up to K others are scored, so
+		// a holder is always among the candidates when there is one, and an
+		// idle node still wins over a crowded holder.
+		var holders, others []int
+		for _, i := range feasible {
+			if snapshot[i].HasImage {
+				holders = append(holders, i)
+			} else {
+				others = append(others, i)
+			}
+		}
+		picked = append(sample(holders, opts.K, rng), sample(others, opts.K, rng)...)
+	} else {
+		picked = sample(feasible, opts.K, rng)
 	}
-	// Partial Fisher-Yates: the first k entries become a uniform sample.
-	for i := 0; i < k; i++ {
-		j := i + rng.IntN(len(feasible)-i)
-		feasible[i], feasible[j] = feasible[j], feasible[i]
-	}
-	out := make([]Candidate, k)
-	for i, idx := range feasible[:k] {
+	out := make([]Candidate, len(picked))
+	for i, idx := range picked {
 		n := &snapshot[idx]
 		out[i] = Candidate{Node: n, Score: Score(n, req.Resources, opts)}
+		if len(req.Image) > 0 && !n.HasImage {
+			out[i].Score += ImageMissPenalty
+		}
 	}
 	slices.SortStableFunc(out, func(a, b Candidate) int {
 		if c := cmp.Compare(a.Score, b.Score); c != 0 {
@@ -144,4 +165,39 @@ func Choose(snapshot []NodeState, req Request, opts ChooseOptions, rng *rand.Ran
 		return cmp.Compare(a.Node.ID, b.Node.ID)
 	})
 	return out, nil
+}
+
+// sample reorders xs so that its first k entries are a uniform sample of it
+// (a partial Fisher-Yates), and returns them; k <= 0 takes every entry.
+func sample(xs []int, k int, rng *rand.Rand) []int {
+	if k <= 0 || k > len(xs) {
+		k = len(xs)
+	}
+	for i := 0; i < k; i++ {
+		j := i + rng.IntN(len(xs)-i)
+		xs[i], xs[j] = xs[j], xs[i]
+	}
+	return xs[:k]
+}
+
+// ImageKeys name an image as nodes report what they hold (ImageKeys for
+// each tag) and as a placement request asks for it: tenant's tag name and
+// a public tag of that name, or the manifest digest under the tenant and
+// public. name is the normalised reference ("docker.io/library/debian:12")
+// or a digest ("sha256:...").
+func ImageKeys(tenant, name string) []string {
+	if strings.HasPrefix(name, "sha256:") {
+		return []string{"d\t" + tenant + "\t" + name, "dp\t" + name}
+	}
+	return []string{"t\t" + tenant + "\t" + name, "tp\t" + name}
+}
+
+// HeldImageKeys are the keys a node reports for one tag it holds: by name
+// and by digest, for its tenant, and for everyone when it is public.
+func HeldImageKeys(tenant, name, digest string, public bool) []string {
+	out := []string{"t\t" + tenant + "\t" + name, "d\t" + tenant + "\t" + digest}
+	if public {
+		out = append(out, "tp\t"+name, "dp\t"+digest)
+	}
+	return out
 }

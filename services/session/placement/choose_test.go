@@ -38,6 +38,8 @@ func TestChoose(t *testing.T) {
 	tenantHeavy := node("heavy", 2, 10)
 	tenantHeavy.TenantSessions = 2
 	tenantLight := node("light", 3, 10)
+	holds := func(n NodeState) NodeState { n.HasImage = true; return n }
+	img := []string{"t\tacme\tdocker.io/team/desk:v1"}
 
 	tests := []struct {
 		name    string
@@ -74,6 +76,14 @@ func TestChoose(t *testing.T) {
 			opts: ChooseOptions{TenantAntiAffinity: true}, want: []string{"light", "heavy"}},
 		{name: "ties break by id", nodes: []NodeState{node("b", 1, 10), node("a", 1, 10)},
 			want: []string{"a", "b"}},
+		{name: "a node holding the image is preferred", nodes: []NodeState{holds(node("has", 3, 10)), node("idle", 1, 10)},
+			req: Request{Image: img}, want: []string{"has", "idle"}},
+		{name: "an idle node wins over a crowded holder", nodes: []NodeState{holds(node("has", 9, 10)), node("idle", 0, 10)},
+			req: Request{Image: img}, want: []string{"idle", "has"}},
+		{name: "holding counts only for a session with an image", nodes: []NodeState{holds(node("has", 3, 10)), node("idle", 1, 10)},
+			want: []string{"idle", "has"}},
+		{name: "a full holder is left out", nodes: []NodeState{holds(node("has", 10, 10)), node("idle", 8, 10)},
+			req: Request{Image: img}, want: []string{"idle"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -112,6 +122,56 @@ func TestChooseBestOfKIsDeterministic(t *testing.T) {
 		}
 		if !sort.SliceIsSorted(a, func(i, j int) bool { return a[i].Score < a[j].Score }) {
 			t.Fatalf("seed %d: not best first: %+v", seed, a)
+		}
+	}
+}
+
+// A node holding the image is among the candidates however few are
+// sampled, next to K others.
+func TestChooseSamplesHoldersAndOthers(t *testing.T) {
+	var nodes []NodeState
+	for i := range 30 {
+		nodes = append(nodes, node(fmt.Sprintf("n%02d", i), 2, 10))
+	}
+	nodes[17].HasImage = true
+	nodes[17].Used.Sessions = 4
+	for seed := range uint64(20) {
+		cs, err := Choose(nodes, Request{Image: []string{"k"}}, ChooseOptions{K: 1}, rand.New(rand.NewPCG(seed, 0)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cs) != 2 || cs[0].Node.ID != "n17" || cs[1].Node.HasImage {
+			t.Fatalf("seed %d: %v", seed, ids(cs))
+		}
+	}
+}
+
+func TestImageKeysMatchHeld(t *testing.T) {
+	held := HeldImageKeys("acme", "docker.io/team/desk:v1", "sha256:aa", false)
+	pub := HeldImageKeys("other", "docker.io/library/debian:12", "sha256:bb", true)
+	has := func(keys, want []string) bool {
+		for _, k := range want {
+			if slices.Contains(keys, k) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, c := range []struct {
+		held []string
+		ask  []string
+		want bool
+	}{
+		{held, ImageKeys("acme", "docker.io/team/desk:v1"), true},
+		{held, ImageKeys("acme", "sha256:aa"), true},
+		{held, ImageKeys("evil", "docker.io/team/desk:v1"), false}, // another tenant's tag
+		{held, ImageKeys("evil", "sha256:aa"), false},
+		{pub, ImageKeys("anyone", "docker.io/library/debian:12"), true},
+		{pub, ImageKeys("anyone", "sha256:bb"), true},
+		{pub, ImageKeys("anyone", "docker.io/library/debian:13"), false},
+	} {
+		if got := has(c.held, c.ask); got != c.want {
+			t.Errorf("held %q asked %q: %v, want %v", c.held, c.ask, got, c.want)
 		}
 	}
 }

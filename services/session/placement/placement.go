@@ -61,6 +61,10 @@ type Request struct {
 	// Exclude names nodes not to use: a create re-placed after its first
 	// node failed before the session started.
 	Exclude []string
+	// Image names the session's image as nodes report the images they hold
+	// (ImageKeys): a node holding any of these need not pull it, and is
+	// preferred. Empty: the session runs no image.
+	Image []string
 }
 
 // Node is where a session was placed.

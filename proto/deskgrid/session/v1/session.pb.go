@@ -7,6 +7,7 @@
 package sessionv1
 
 import (
+	v1 "github.com/deskgrid/deskgrid/proto/deskgrid/image/v1"
 	_ "github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2/options"
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
@@ -1237,11 +1238,13 @@ func (x *WatchSessionRequest) GetSessionId() string {
 
 // WatchSessionResponse is one message of a watch: the session after a change,
 // or (with session unset) one of its autostart programs that ended while it
-// ran.
+// ran, or the progress of the pull of its image onto its node while it
+// starts.
 type WatchSessionResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Session       *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	ProcessExited *ProcessExit           `protobuf:"bytes,2,opt,name=process_exited,json=processExited,proto3" json:"process_exited,omitempty"`
+	ImagePull     *ImagePull             `protobuf:"bytes,3,opt,name=image_pull,json=imagePull,proto3" json:"image_pull,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1290,6 +1293,81 @@ func (x *WatchSessionResponse) GetProcessExited() *ProcessExit {
 	return nil
 }
 
+func (x *WatchSessionResponse) GetImagePull() *ImagePull {
+	if x != nil {
+		return x.ImagePull
+	}
+	return nil
+}
+
+// ImagePull is how far the node a session was placed on has pulled the
+// session's image, while the session is STARTING; the same as the session's
+// "session.image_pull.v1" event. A node that already holds the image pulls
+// nothing, and none is sent.
+type ImagePull struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node pulling.
+	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The image as the session asked for it.
+	Image string `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
+	// Phase ("resolving", "fetching", "unpacking", "done"), layers and
+	// compressed bytes done of the total.
+	Progress      *v1.PullProgress `protobuf:"bytes,3,opt,name=progress,proto3" json:"progress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImagePull) Reset() {
+	*x = ImagePull{}
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImagePull) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImagePull) ProtoMessage() {}
+
+func (x *ImagePull) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImagePull.ProtoReflect.Descriptor instead.
+func (*ImagePull) Descriptor() ([]byte, []int) {
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ImagePull) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ImagePull) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *ImagePull) GetProgress() *v1.PullProgress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
 // ProcessExit is an autostart program that ended while its session ran; the
 // same as the session's "session.process_exited.v1" event.
 type ProcessExit struct {
@@ -1311,7 +1389,7 @@ type ProcessExit struct {
 
 func (x *ProcessExit) Reset() {
 	*x = ProcessExit{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[15]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +1401,7 @@ func (x *ProcessExit) String() string {
 func (*ProcessExit) ProtoMessage() {}
 
 func (x *ProcessExit) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[15]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +1414,7 @@ func (x *ProcessExit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessExit.ProtoReflect.Descriptor instead.
 func (*ProcessExit) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{15}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ProcessExit) GetProcessId() string {
@@ -1391,7 +1469,7 @@ type SuspendSessionRequest struct {
 
 func (x *SuspendSessionRequest) Reset() {
 	*x = SuspendSessionRequest{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[16]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1481,7 @@ func (x *SuspendSessionRequest) String() string {
 func (*SuspendSessionRequest) ProtoMessage() {}
 
 func (x *SuspendSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[16]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1494,7 @@ func (x *SuspendSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendSessionRequest.ProtoReflect.Descriptor instead.
 func (*SuspendSessionRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{16}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SuspendSessionRequest) GetSessionId() string {
@@ -1442,7 +1520,7 @@ type SuspendSessionResponse struct {
 
 func (x *SuspendSessionResponse) Reset() {
 	*x = SuspendSessionResponse{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[17]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +1532,7 @@ func (x *SuspendSessionResponse) String() string {
 func (*SuspendSessionResponse) ProtoMessage() {}
 
 func (x *SuspendSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[17]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +1545,7 @@ func (x *SuspendSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuspendSessionResponse.ProtoReflect.Descriptor instead.
 func (*SuspendSessionResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{17}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SuspendSessionResponse) GetSession() *Session {
@@ -1486,7 +1564,7 @@ type ResumeSessionRequest struct {
 
 func (x *ResumeSessionRequest) Reset() {
 	*x = ResumeSessionRequest{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[18]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1576,7 @@ func (x *ResumeSessionRequest) String() string {
 func (*ResumeSessionRequest) ProtoMessage() {}
 
 func (x *ResumeSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[18]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1589,7 @@ func (x *ResumeSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeSessionRequest.ProtoReflect.Descriptor instead.
 func (*ResumeSessionRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{18}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ResumeSessionRequest) GetSessionId() string {
@@ -1530,7 +1608,7 @@ type ResumeSessionResponse struct {
 
 func (x *ResumeSessionResponse) Reset() {
 	*x = ResumeSessionResponse{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[19]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1542,7 +1620,7 @@ func (x *ResumeSessionResponse) String() string {
 func (*ResumeSessionResponse) ProtoMessage() {}
 
 func (x *ResumeSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[19]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1555,7 +1633,7 @@ func (x *ResumeSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeSessionResponse.ProtoReflect.Descriptor instead.
 func (*ResumeSessionResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{19}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ResumeSessionResponse) GetSession() *Session {
@@ -1574,7 +1652,7 @@ type KeepaliveSessionRequest struct {
 
 func (x *KeepaliveSessionRequest) Reset() {
 	*x = KeepaliveSessionRequest{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[20]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1586,7 +1664,7 @@ func (x *KeepaliveSessionRequest) String() string {
 func (*KeepaliveSessionRequest) ProtoMessage() {}
 
 func (x *KeepaliveSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[20]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1599,7 +1677,7 @@ func (x *KeepaliveSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepaliveSessionRequest.ProtoReflect.Descriptor instead.
 func (*KeepaliveSessionRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{20}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *KeepaliveSessionRequest) GetSessionId() string {
@@ -1618,7 +1696,7 @@ type KeepaliveSessionResponse struct {
 
 func (x *KeepaliveSessionResponse) Reset() {
 	*x = KeepaliveSessionResponse{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[21]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1630,7 +1708,7 @@ func (x *KeepaliveSessionResponse) String() string {
 func (*KeepaliveSessionResponse) ProtoMessage() {}
 
 func (x *KeepaliveSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[21]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1643,7 +1721,7 @@ func (x *KeepaliveSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepaliveSessionResponse.ProtoReflect.Descriptor instead.
 func (*KeepaliveSessionResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{21}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *KeepaliveSessionResponse) GetSession() *Session {
@@ -1666,7 +1744,7 @@ type NodeResources struct {
 
 func (x *NodeResources) Reset() {
 	*x = NodeResources{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[22]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1678,7 +1756,7 @@ func (x *NodeResources) String() string {
 func (*NodeResources) ProtoMessage() {}
 
 func (x *NodeResources) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[22]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1691,7 +1769,7 @@ func (x *NodeResources) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeResources.ProtoReflect.Descriptor instead.
 func (*NodeResources) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{22}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *NodeResources) GetSessions() int64 {
@@ -1732,7 +1810,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[23]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1744,7 +1822,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[23]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1757,7 +1835,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{23}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Node) GetId() string {
@@ -1810,7 +1888,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[24]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1822,7 +1900,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[24]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1835,7 +1913,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{24}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{25}
 }
 
 type ListNodesResponse struct {
@@ -1847,7 +1925,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[25]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1859,7 +1937,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[25]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1872,7 +1950,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{25}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -1891,7 +1969,7 @@ type GetNodeRequest struct {
 
 func (x *GetNodeRequest) Reset() {
 	*x = GetNodeRequest{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[26]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +1981,7 @@ func (x *GetNodeRequest) String() string {
 func (*GetNodeRequest) ProtoMessage() {}
 
 func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[26]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +1994,7 @@ func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{26}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetNodeRequest) GetNodeId() string {
@@ -1935,7 +2013,7 @@ type GetNodeResponse struct {
 
 func (x *GetNodeResponse) Reset() {
 	*x = GetNodeResponse{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[27]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1947,7 +2025,7 @@ func (x *GetNodeResponse) String() string {
 func (*GetNodeResponse) ProtoMessage() {}
 
 func (x *GetNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[27]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1960,7 +2038,7 @@ func (x *GetNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeResponse.ProtoReflect.Descriptor instead.
 func (*GetNodeResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{27}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetNodeResponse) GetNode() *Node {
@@ -1979,7 +2057,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[28]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1991,7 +2069,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[28]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2004,7 +2082,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{28}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DrainNodeRequest) GetNodeId() string {
@@ -2023,7 +2101,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[29]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2035,7 +2113,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[29]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2048,7 +2126,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{29}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DrainNodeResponse) GetNode() *Node {
@@ -2067,7 +2145,7 @@ type UndrainNodeRequest struct {
 
 func (x *UndrainNodeRequest) Reset() {
 	*x = UndrainNodeRequest{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[30]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +2157,7 @@ func (x *UndrainNodeRequest) String() string {
 func (*UndrainNodeRequest) ProtoMessage() {}
 
 func (x *UndrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[30]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +2170,7 @@ func (x *UndrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UndrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*UndrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{30}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *UndrainNodeRequest) GetNodeId() string {
@@ -2111,7 +2189,7 @@ type UndrainNodeResponse struct {
 
 func (x *UndrainNodeResponse) Reset() {
 	*x = UndrainNodeResponse{}
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[31]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2123,7 +2201,7 @@ func (x *UndrainNodeResponse) String() string {
 func (*UndrainNodeResponse) ProtoMessage() {}
 
 func (x *UndrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_session_v1_session_proto_msgTypes[31]
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2136,7 +2214,7 @@ func (x *UndrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UndrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*UndrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{31}
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *UndrainNodeResponse) GetNode() *Node {
@@ -2146,11 +2224,340 @@ func (x *UndrainNodeResponse) GetNode() *Node {
 	return nil
 }
 
+type PullImageOnNodesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The image to pull ("docker.io/library/debian:bookworm", "registry:5000/team/app:v1").
+	Ref           string `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullImageOnNodesRequest) Reset() {
+	*x = PullImageOnNodesRequest{}
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullImageOnNodesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullImageOnNodesRequest) ProtoMessage() {}
+
+func (x *PullImageOnNodesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullImageOnNodesRequest.ProtoReflect.Descriptor instead.
+func (*PullImageOnNodesRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *PullImageOnNodesRequest) GetRef() string {
+	if x != nil {
+		return x.Ref
+	}
+	return ""
+}
+
+// PullImageOnNodesResponse is one message of a pull onto every node.
+type PullImageOnNodesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Event:
+	//
+	//	*PullImageOnNodesResponse_Progress
+	//	*PullImageOnNodesResponse_Result
+	//	*PullImageOnNodesResponse_Summary
+	Event         isPullImageOnNodesResponse_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullImageOnNodesResponse) Reset() {
+	*x = PullImageOnNodesResponse{}
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullImageOnNodesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullImageOnNodesResponse) ProtoMessage() {}
+
+func (x *PullImageOnNodesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullImageOnNodesResponse.ProtoReflect.Descriptor instead.
+func (*PullImageOnNodesResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *PullImageOnNodesResponse) GetEvent() isPullImageOnNodesResponse_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *PullImageOnNodesResponse) GetProgress() *NodePullProgress {
+	if x != nil {
+		if x, ok := x.Event.(*PullImageOnNodesResponse_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
+func (x *PullImageOnNodesResponse) GetResult() *NodePullResult {
+	if x != nil {
+		if x, ok := x.Event.(*PullImageOnNodesResponse_Result); ok {
+			return x.Result
+		}
+	}
+	return nil
+}
+
+func (x *PullImageOnNodesResponse) GetSummary() *NodePullSummary {
+	if x != nil {
+		if x, ok := x.Event.(*PullImageOnNodesResponse_Summary); ok {
+			return x.Summary
+		}
+	}
+	return nil
+}
+
+type isPullImageOnNodesResponse_Event interface {
+	isPullImageOnNodesResponse_Event()
+}
+
+type PullImageOnNodesResponse_Progress struct {
+	Progress *NodePullProgress `protobuf:"bytes,1,opt,name=progress,proto3,oneof"`
+}
+
+type PullImageOnNodesResponse_Result struct {
+	Result *NodePullResult `protobuf:"bytes,2,opt,name=result,proto3,oneof"`
+}
+
+type PullImageOnNodesResponse_Summary struct {
+	Summary *NodePullSummary `protobuf:"bytes,3,opt,name=summary,proto3,oneof"`
+}
+
+func (*PullImageOnNodesResponse_Progress) isPullImageOnNodesResponse_Event() {}
+
+func (*PullImageOnNodesResponse_Result) isPullImageOnNodesResponse_Event() {}
+
+func (*PullImageOnNodesResponse_Summary) isPullImageOnNodesResponse_Event() {}
+
+// NodePullProgress is how far one node has come.
+type NodePullProgress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Progress      *v1.PullProgress       `protobuf:"bytes,2,opt,name=progress,proto3" json:"progress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodePullProgress) Reset() {
+	*x = NodePullProgress{}
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodePullProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodePullProgress) ProtoMessage() {}
+
+func (x *NodePullProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodePullProgress.ProtoReflect.Descriptor instead.
+func (*NodePullProgress) Descriptor() ([]byte, []int) {
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *NodePullProgress) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *NodePullProgress) GetProgress() *v1.PullProgress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
+// NodePullResult is how one node's pull ended: the image, or why it failed.
+type NodePullResult struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Image  *v1.Image              `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
+	// Set when the pull failed: the gRPC code's name ("NotFound",
+	// "Unavailable", ...) and the node's message.
+	ErrorCode     string `protobuf:"bytes,3,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodePullResult) Reset() {
+	*x = NodePullResult{}
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodePullResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodePullResult) ProtoMessage() {}
+
+func (x *NodePullResult) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodePullResult.ProtoReflect.Descriptor instead.
+func (*NodePullResult) Descriptor() ([]byte, []int) {
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *NodePullResult) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *NodePullResult) GetImage() *v1.Image {
+	if x != nil {
+		return x.Image
+	}
+	return nil
+}
+
+func (x *NodePullResult) GetErrorCode() string {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ""
+}
+
+func (x *NodePullResult) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// NodePullSummary counts the nodes the pull was sent to and how it went.
+type NodePullSummary struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nodes         int32                  `protobuf:"varint,1,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	Succeeded     int32                  `protobuf:"varint,2,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
+	Failed        int32                  `protobuf:"varint,3,opt,name=failed,proto3" json:"failed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodePullSummary) Reset() {
+	*x = NodePullSummary{}
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodePullSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodePullSummary) ProtoMessage() {}
+
+func (x *NodePullSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_session_v1_session_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodePullSummary.ProtoReflect.Descriptor instead.
+func (*NodePullSummary) Descriptor() ([]byte, []int) {
+	return file_deskgrid_session_v1_session_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *NodePullSummary) GetNodes() int32 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *NodePullSummary) GetSucceeded() int32 {
+	if x != nil {
+		return x.Succeeded
+	}
+	return 0
+}
+
+func (x *NodePullSummary) GetFailed() int32 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
 var File_deskgrid_session_v1_session_proto protoreflect.FileDescriptor
 
 const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"\n" +
-	"!deskgrid/session/v1/session.proto\x12\x13deskgrid.session.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"K\n" +
+	"!deskgrid/session/v1/session.proto\x12\x13deskgrid.session.v1\x1a\x1ddeskgrid/image/v1/image.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"K\n" +
 	"\x14CommitSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
@@ -2258,10 +2665,16 @@ const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"\asession\x18\x01 \x01(\v2\x1c.deskgrid.session.v1.SessionR\asession\"4\n" +
 	"\x13WatchSessionRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"\x97\x01\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\xd6\x01\n" +
 	"\x14WatchSessionResponse\x126\n" +
 	"\asession\x18\x01 \x01(\v2\x1c.deskgrid.session.v1.SessionR\asession\x12G\n" +
-	"\x0eprocess_exited\x18\x02 \x01(\v2 .deskgrid.session.v1.ProcessExitR\rprocessExited\"\xcc\x01\n" +
+	"\x0eprocess_exited\x18\x02 \x01(\v2 .deskgrid.session.v1.ProcessExitR\rprocessExited\x12=\n" +
+	"\n" +
+	"image_pull\x18\x03 \x01(\v2\x1e.deskgrid.session.v1.ImagePullR\timagePull\"w\n" +
+	"\tImagePull\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
+	"\x05image\x18\x02 \x01(\tR\x05image\x12;\n" +
+	"\bprogress\x18\x03 \x01(\v2\x1f.deskgrid.image.v1.PullProgressR\bprogress\"\xcc\x01\n" +
 	"\vProcessExit\x12\x1d\n" +
 	"\n" +
 	"process_id\x18\x01 \x01(\tR\tprocessId\x12\x18\n" +
@@ -2316,7 +2729,27 @@ const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"\x12UndrainNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"D\n" +
 	"\x13UndrainNodeResponse\x12-\n" +
-	"\x04node\x18\x01 \x01(\v2\x19.deskgrid.session.v1.NodeR\x04node*\xbf\x02\n" +
+	"\x04node\x18\x01 \x01(\v2\x19.deskgrid.session.v1.NodeR\x04node\"+\n" +
+	"\x17PullImageOnNodesRequest\x12\x10\n" +
+	"\x03ref\x18\x01 \x01(\tR\x03ref\"\xe9\x01\n" +
+	"\x18PullImageOnNodesResponse\x12C\n" +
+	"\bprogress\x18\x01 \x01(\v2%.deskgrid.session.v1.NodePullProgressH\x00R\bprogress\x12=\n" +
+	"\x06result\x18\x02 \x01(\v2#.deskgrid.session.v1.NodePullResultH\x00R\x06result\x12@\n" +
+	"\asummary\x18\x03 \x01(\v2$.deskgrid.session.v1.NodePullSummaryH\x00R\asummaryB\a\n" +
+	"\x05event\"h\n" +
+	"\x10NodePullProgress\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12;\n" +
+	"\bprogress\x18\x02 \x01(\v2\x1f.deskgrid.image.v1.PullProgressR\bprogress\"\x8e\x01\n" +
+	"\x0eNodePullResult\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12.\n" +
+	"\x05image\x18\x02 \x01(\v2\x18.deskgrid.image.v1.ImageR\x05image\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x03 \x01(\tR\terrorCode\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"]\n" +
+	"\x0fNodePullSummary\x12\x14\n" +
+	"\x05nodes\x18\x01 \x01(\x05R\x05nodes\x12\x1c\n" +
+	"\tsucceeded\x18\x02 \x01(\x05R\tsucceeded\x12\x16\n" +
+	"\x06failed\x18\x03 \x01(\x05R\x06failed*\xbf\x02\n" +
 	"\fSessionState\x12\x1d\n" +
 	"\x19SESSION_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15SESSION_STATE_PENDING\x10\x01\x12\x1a\n" +
@@ -2361,12 +2794,13 @@ const file_deskgrid_session_v1_session_proto_rawDesc = "" +
 	"\x0eSuspendSession\x12*.deskgrid.session.v1.SuspendSessionRequest\x1a+.deskgrid.session.v1.SuspendSessionResponse\"5\x82\xd3\xe4\x93\x02/:\x01*b\asession\"!/v1/sessions/{session_id}:suspend\x12\x9c\x01\n" +
 	"\rResumeSession\x12).deskgrid.session.v1.ResumeSessionRequest\x1a*.deskgrid.session.v1.ResumeSessionResponse\"4\x82\xd3\xe4\x93\x02.:\x01*b\asession\" /v1/sessions/{session_id}:resume\x12\xa8\x01\n" +
 	"\x10KeepaliveSession\x12,.deskgrid.session.v1.KeepaliveSessionRequest\x1a-.deskgrid.session.v1.KeepaliveSessionResponse\"7\x82\xd3\xe4\x93\x021:\x01*b\asession\"#/v1/sessions/{session_id}:keepalive\x12\x93\x01\n" +
-	"\rCommitSession\x12).deskgrid.session.v1.CommitSessionRequest\x1a*.deskgrid.session.v1.CommitSessionResponse\"+\x82\xd3\xe4\x93\x02%:\x01*\" /v1/sessions/{session_id}:commit2\x8f\x04\n" +
+	"\rCommitSession\x12).deskgrid.session.v1.CommitSessionRequest\x1a*.deskgrid.session.v1.CommitSessionResponse\"+\x82\xd3\xe4\x93\x02%:\x01*\" /v1/sessions/{session_id}:commit2\xa3\x05\n" +
 	"\vNodeService\x12m\n" +
 	"\tListNodes\x12%.deskgrid.session.v1.ListNodesRequest\x1a&.deskgrid.session.v1.ListNodesResponse\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/v1/nodes\x12w\n" +
 	"\aGetNode\x12#.deskgrid.session.v1.GetNodeRequest\x1a$.deskgrid.session.v1.GetNodeResponse\"!\x82\xd3\xe4\x93\x02\x1bb\x04node\x12\x13/v1/nodes/{node_id}\x12\x86\x01\n" +
 	"\tDrainNode\x12%.deskgrid.session.v1.DrainNodeRequest\x1a&.deskgrid.session.v1.DrainNodeResponse\"*\x82\xd3\xe4\x93\x02$:\x01*b\x04node\"\x19/v1/nodes/{node_id}:drain\x12\x8e\x01\n" +
-	"\vUndrainNode\x12'.deskgrid.session.v1.UndrainNodeRequest\x1a(.deskgrid.session.v1.UndrainNodeResponse\",\x82\xd3\xe4\x93\x02&:\x01*b\x04node\"\x1b/v1/nodes/{node_id}:undrainB\xa5\v\x92A\xdf\n" +
+	"\vUndrainNode\x12'.deskgrid.session.v1.UndrainNodeRequest\x1a(.deskgrid.session.v1.UndrainNodeResponse\",\x82\xd3\xe4\x93\x02&:\x01*b\x04node\"\x1b/v1/nodes/{node_id}:undrain\x12\x91\x01\n" +
+	"\x10PullImageOnNodes\x12,.deskgrid.session.v1.PullImageOnNodesRequest\x1a-.deskgrid.session.v1.PullImageOnNodesResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/nodes:pullImage0\x01B\xa5\v\x92A\xdf\n" +
 	"\x12\xe3\x04\n" +
 	"\fdeskgrid API\x12\xce\x04deskgrid gives computer-use agents isolated Linux desktops on demand: create a session, look at its screen, send mouse and keyboard input, run commands and move files in its sandbox, run an agent on it, and read back what happened.\n" +
 	"\n" +
@@ -2398,7 +2832,7 @@ func file_deskgrid_session_v1_session_proto_rawDescGZIP() []byte {
 }
 
 var file_deskgrid_session_v1_session_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_deskgrid_session_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_deskgrid_session_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_deskgrid_session_v1_session_proto_goTypes = []any{
 	(SessionState)(0),                // 0: deskgrid.session.v1.SessionState
 	(SuspendMode)(0),                 // 1: deskgrid.session.v1.SuspendMode
@@ -2418,103 +2852,120 @@ var file_deskgrid_session_v1_session_proto_goTypes = []any{
 	(*DeleteSessionResponse)(nil),    // 15: deskgrid.session.v1.DeleteSessionResponse
 	(*WatchSessionRequest)(nil),      // 16: deskgrid.session.v1.WatchSessionRequest
 	(*WatchSessionResponse)(nil),     // 17: deskgrid.session.v1.WatchSessionResponse
-	(*ProcessExit)(nil),              // 18: deskgrid.session.v1.ProcessExit
-	(*SuspendSessionRequest)(nil),    // 19: deskgrid.session.v1.SuspendSessionRequest
-	(*SuspendSessionResponse)(nil),   // 20: deskgrid.session.v1.SuspendSessionResponse
-	(*ResumeSessionRequest)(nil),     // 21: deskgrid.session.v1.ResumeSessionRequest
-	(*ResumeSessionResponse)(nil),    // 22: deskgrid.session.v1.ResumeSessionResponse
-	(*KeepaliveSessionRequest)(nil),  // 23: deskgrid.session.v1.KeepaliveSessionRequest
-	(*KeepaliveSessionResponse)(nil), // 24: deskgrid.session.v1.KeepaliveSessionResponse
-	(*NodeResources)(nil),            // 25: deskgrid.session.v1.NodeResources
-	(*Node)(nil),                     // 26: deskgrid.session.v1.Node
-	(*ListNodesRequest)(nil),         // 27: deskgrid.session.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),        // 28: deskgrid.session.v1.ListNodesResponse
-	(*GetNodeRequest)(nil),           // 29: deskgrid.session.v1.GetNodeRequest
-	(*GetNodeResponse)(nil),          // 30: deskgrid.session.v1.GetNodeResponse
-	(*DrainNodeRequest)(nil),         // 31: deskgrid.session.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),        // 32: deskgrid.session.v1.DrainNodeResponse
-	(*UndrainNodeRequest)(nil),       // 33: deskgrid.session.v1.UndrainNodeRequest
-	(*UndrainNodeResponse)(nil),      // 34: deskgrid.session.v1.UndrainNodeResponse
-	nil,                              // 35: deskgrid.session.v1.Session.LabelsEntry
-	nil,                              // 36: deskgrid.session.v1.Session.NodeSelectorEntry
-	nil,                              // 37: deskgrid.session.v1.CreateSessionRequest.LabelsEntry
-	nil,                              // 38: deskgrid.session.v1.CreateSessionRequest.NodeSelectorEntry
-	nil,                              // 39: deskgrid.session.v1.ListSessionsRequest.LabelsEntry
-	nil,                              // 40: deskgrid.session.v1.Node.LabelsEntry
-	(*durationpb.Duration)(nil),      // 41: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 42: google.protobuf.Timestamp
+	(*ImagePull)(nil),                // 18: deskgrid.session.v1.ImagePull
+	(*ProcessExit)(nil),              // 19: deskgrid.session.v1.ProcessExit
+	(*SuspendSessionRequest)(nil),    // 20: deskgrid.session.v1.SuspendSessionRequest
+	(*SuspendSessionResponse)(nil),   // 21: deskgrid.session.v1.SuspendSessionResponse
+	(*ResumeSessionRequest)(nil),     // 22: deskgrid.session.v1.ResumeSessionRequest
+	(*ResumeSessionResponse)(nil),    // 23: deskgrid.session.v1.ResumeSessionResponse
+	(*KeepaliveSessionRequest)(nil),  // 24: deskgrid.session.v1.KeepaliveSessionRequest
+	(*KeepaliveSessionResponse)(nil), // 25: deskgrid.session.v1.KeepaliveSessionResponse
+	(*NodeResources)(nil),            // 26: deskgrid.session.v1.NodeResources
+	(*Node)(nil),                     // 27: deskgrid.session.v1.Node
+	(*ListNodesRequest)(nil),         // 28: deskgrid.session.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),        // 29: deskgrid.session.v1.ListNodesResponse
+	(*GetNodeRequest)(nil),           // 30: deskgrid.session.v1.GetNodeRequest
+	(*GetNodeResponse)(nil),          // 31: deskgrid.session.v1.GetNodeResponse
+	(*DrainNodeRequest)(nil),         // 32: deskgrid.session.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),        // 33: deskgrid.session.v1.DrainNodeResponse
+	(*UndrainNodeRequest)(nil),       // 34: deskgrid.session.v1.UndrainNodeRequest
+	(*UndrainNodeResponse)(nil),      // 35: deskgrid.session.v1.UndrainNodeResponse
+	(*PullImageOnNodesRequest)(nil),  // 36: deskgrid.session.v1.PullImageOnNodesRequest
+	(*PullImageOnNodesResponse)(nil), // 37: deskgrid.session.v1.PullImageOnNodesResponse
+	(*NodePullProgress)(nil),         // 38: deskgrid.session.v1.NodePullProgress
+	(*NodePullResult)(nil),           // 39: deskgrid.session.v1.NodePullResult
+	(*NodePullSummary)(nil),          // 40: deskgrid.session.v1.NodePullSummary
+	nil,                              // 41: deskgrid.session.v1.Session.LabelsEntry
+	nil,                              // 42: deskgrid.session.v1.Session.NodeSelectorEntry
+	nil,                              // 43: deskgrid.session.v1.CreateSessionRequest.LabelsEntry
+	nil,                              // 44: deskgrid.session.v1.CreateSessionRequest.NodeSelectorEntry
+	nil,                              // 45: deskgrid.session.v1.ListSessionsRequest.LabelsEntry
+	nil,                              // 46: deskgrid.session.v1.Node.LabelsEntry
+	(*durationpb.Duration)(nil),      // 47: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 48: google.protobuf.Timestamp
+	(*v1.PullProgress)(nil),          // 49: deskgrid.image.v1.PullProgress
+	(*v1.Image)(nil),                 // 50: deskgrid.image.v1.Image
 }
 var file_deskgrid_session_v1_session_proto_depIdxs = []int32{
 	0,  // 0: deskgrid.session.v1.Session.state:type_name -> deskgrid.session.v1.SessionState
 	5,  // 1: deskgrid.session.v1.Session.display:type_name -> deskgrid.session.v1.DisplaySpec
 	6,  // 2: deskgrid.session.v1.Session.limits:type_name -> deskgrid.session.v1.ResourceLimits
-	35, // 3: deskgrid.session.v1.Session.labels:type_name -> deskgrid.session.v1.Session.LabelsEntry
-	36, // 4: deskgrid.session.v1.Session.node_selector:type_name -> deskgrid.session.v1.Session.NodeSelectorEntry
-	41, // 5: deskgrid.session.v1.Session.ttl:type_name -> google.protobuf.Duration
-	41, // 6: deskgrid.session.v1.Session.idle_timeout:type_name -> google.protobuf.Duration
-	42, // 7: deskgrid.session.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	42, // 8: deskgrid.session.v1.Session.update_time:type_name -> google.protobuf.Timestamp
-	42, // 9: deskgrid.session.v1.Session.expire_time:type_name -> google.protobuf.Timestamp
-	42, // 10: deskgrid.session.v1.Session.last_active_time:type_name -> google.protobuf.Timestamp
+	41, // 3: deskgrid.session.v1.Session.labels:type_name -> deskgrid.session.v1.Session.LabelsEntry
+	42, // 4: deskgrid.session.v1.Session.node_selector:type_name -> deskgrid.session.v1.Session.NodeSelectorEntry
+	47, // 5: deskgrid.session.v1.Session.ttl:type_name -> google.protobuf.Duration
+	47, // 6: deskgrid.session.v1.Session.idle_timeout:type_name -> google.protobuf.Duration
+	48, // 7: deskgrid.session.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	48, // 8: deskgrid.session.v1.Session.update_time:type_name -> google.protobuf.Timestamp
+	48, // 9: deskgrid.session.v1.Session.expire_time:type_name -> google.protobuf.Timestamp
+	48, // 10: deskgrid.session.v1.Session.last_active_time:type_name -> google.protobuf.Timestamp
 	1,  // 11: deskgrid.session.v1.Session.suspend_mode:type_name -> deskgrid.session.v1.SuspendMode
 	5,  // 12: deskgrid.session.v1.CreateSessionRequest.display:type_name -> deskgrid.session.v1.DisplaySpec
 	6,  // 13: deskgrid.session.v1.CreateSessionRequest.limits:type_name -> deskgrid.session.v1.ResourceLimits
-	37, // 14: deskgrid.session.v1.CreateSessionRequest.labels:type_name -> deskgrid.session.v1.CreateSessionRequest.LabelsEntry
-	38, // 15: deskgrid.session.v1.CreateSessionRequest.node_selector:type_name -> deskgrid.session.v1.CreateSessionRequest.NodeSelectorEntry
-	41, // 16: deskgrid.session.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	41, // 17: deskgrid.session.v1.CreateSessionRequest.idle_timeout:type_name -> google.protobuf.Duration
+	43, // 14: deskgrid.session.v1.CreateSessionRequest.labels:type_name -> deskgrid.session.v1.CreateSessionRequest.LabelsEntry
+	44, // 15: deskgrid.session.v1.CreateSessionRequest.node_selector:type_name -> deskgrid.session.v1.CreateSessionRequest.NodeSelectorEntry
+	47, // 16: deskgrid.session.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	47, // 17: deskgrid.session.v1.CreateSessionRequest.idle_timeout:type_name -> google.protobuf.Duration
 	7,  // 18: deskgrid.session.v1.CreateSessionResponse.session:type_name -> deskgrid.session.v1.Session
 	7,  // 19: deskgrid.session.v1.GetSessionResponse.session:type_name -> deskgrid.session.v1.Session
 	0,  // 20: deskgrid.session.v1.ListSessionsRequest.states:type_name -> deskgrid.session.v1.SessionState
-	39, // 21: deskgrid.session.v1.ListSessionsRequest.labels:type_name -> deskgrid.session.v1.ListSessionsRequest.LabelsEntry
+	45, // 21: deskgrid.session.v1.ListSessionsRequest.labels:type_name -> deskgrid.session.v1.ListSessionsRequest.LabelsEntry
 	7,  // 22: deskgrid.session.v1.ListSessionsResponse.sessions:type_name -> deskgrid.session.v1.Session
 	7,  // 23: deskgrid.session.v1.DeleteSessionResponse.session:type_name -> deskgrid.session.v1.Session
 	7,  // 24: deskgrid.session.v1.WatchSessionResponse.session:type_name -> deskgrid.session.v1.Session
-	18, // 25: deskgrid.session.v1.WatchSessionResponse.process_exited:type_name -> deskgrid.session.v1.ProcessExit
-	42, // 26: deskgrid.session.v1.ProcessExit.time:type_name -> google.protobuf.Timestamp
-	1,  // 27: deskgrid.session.v1.SuspendSessionRequest.mode:type_name -> deskgrid.session.v1.SuspendMode
-	7,  // 28: deskgrid.session.v1.SuspendSessionResponse.session:type_name -> deskgrid.session.v1.Session
-	7,  // 29: deskgrid.session.v1.ResumeSessionResponse.session:type_name -> deskgrid.session.v1.Session
-	7,  // 30: deskgrid.session.v1.KeepaliveSessionResponse.session:type_name -> deskgrid.session.v1.Session
-	2,  // 31: deskgrid.session.v1.Node.state:type_name -> deskgrid.session.v1.NodeState
-	40, // 32: deskgrid.session.v1.Node.labels:type_name -> deskgrid.session.v1.Node.LabelsEntry
-	25, // 33: deskgrid.session.v1.Node.capacity:type_name -> deskgrid.session.v1.NodeResources
-	25, // 34: deskgrid.session.v1.Node.used:type_name -> deskgrid.session.v1.NodeResources
-	26, // 35: deskgrid.session.v1.ListNodesResponse.nodes:type_name -> deskgrid.session.v1.Node
-	26, // 36: deskgrid.session.v1.GetNodeResponse.node:type_name -> deskgrid.session.v1.Node
-	26, // 37: deskgrid.session.v1.DrainNodeResponse.node:type_name -> deskgrid.session.v1.Node
-	26, // 38: deskgrid.session.v1.UndrainNodeResponse.node:type_name -> deskgrid.session.v1.Node
-	8,  // 39: deskgrid.session.v1.SessionService.CreateSession:input_type -> deskgrid.session.v1.CreateSessionRequest
-	10, // 40: deskgrid.session.v1.SessionService.GetSession:input_type -> deskgrid.session.v1.GetSessionRequest
-	12, // 41: deskgrid.session.v1.SessionService.ListSessions:input_type -> deskgrid.session.v1.ListSessionsRequest
-	14, // 42: deskgrid.session.v1.SessionService.DeleteSession:input_type -> deskgrid.session.v1.DeleteSessionRequest
-	16, // 43: deskgrid.session.v1.SessionService.WatchSession:input_type -> deskgrid.session.v1.WatchSessionRequest
-	19, // 44: deskgrid.session.v1.SessionService.SuspendSession:input_type -> deskgrid.session.v1.SuspendSessionRequest
-	21, // 45: deskgrid.session.v1.SessionService.ResumeSession:input_type -> deskgrid.session.v1.ResumeSessionRequest
-	23, // 46: deskgrid.session.v1.SessionService.KeepaliveSession:input_type -> deskgrid.session.v1.KeepaliveSessionRequest
-	3,  // 47: deskgrid.session.v1.SessionService.CommitSession:input_type -> deskgrid.session.v1.CommitSessionRequest
-	27, // 48: deskgrid.session.v1.NodeService.ListNodes:input_type -> deskgrid.session.v1.ListNodesRequest
-	29, // 49: deskgrid.session.v1.NodeService.GetNode:input_type -> deskgrid.session.v1.GetNodeRequest
-	31, // 50: deskgrid.session.v1.NodeService.DrainNode:input_type -> deskgrid.session.v1.DrainNodeRequest
-	33, // 51: deskgrid.session.v1.NodeService.UndrainNode:input_type -> deskgrid.session.v1.UndrainNodeRequest
-	9,  // 52: deskgrid.session.v1.SessionService.CreateSession:output_type -> deskgrid.session.v1.CreateSessionResponse
-	11, // 53: deskgrid.session.v1.SessionService.GetSession:output_type -> deskgrid.session.v1.GetSessionResponse
-	13, // 54: deskgrid.session.v1.SessionService.ListSessions:output_type -> deskgrid.session.v1.ListSessionsResponse
-	15, // 55: deskgrid.session.v1.SessionService.DeleteSession:output_type -> deskgrid.session.v1.DeleteSessionResponse
-	17, // 56: deskgrid.session.v1.SessionService.WatchSession:output_type -> deskgrid.session.v1.WatchSessionResponse
-	20, // 57: deskgrid.session.v1.SessionService.SuspendSession:output_type -> deskgrid.session.v1.SuspendSessionResponse
-	22, // 58: deskgrid.session.v1.SessionService.ResumeSession:output_type -> deskgrid.session.v1.ResumeSessionResponse
-	24, // 59: deskgrid.session.v1.SessionService.KeepaliveSession:output_type -> deskgrid.session.v1.KeepaliveSessionResponse
-	4,  // 60: deskgrid.session.v1.SessionService.CommitSession:output_type -> deskgrid.session.v1.CommitSessionResponse
-	28, // 61: deskgrid.session.v1.NodeService.ListNodes:output_type -> deskgrid.session.v1.ListNodesResponse
-	30, // 62: deskgrid.session.v1.NodeService.GetNode:output_type -> deskgrid.session.v1.GetNodeResponse
-	32, // 63: deskgrid.session.v1.NodeService.DrainNode:output_type -> deskgrid.session.v1.DrainNodeResponse
-	34, // 64: deskgrid.session.v1.NodeService.UndrainNode:output_type -> deskgrid.session.v1.UndrainNodeResponse
-	52, // [52:65] is the sub-list for method output_type
-	39, // [39:52] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	19, // 25: deskgrid.session.v1.WatchSessionResponse.process_exited:type_name -> deskgrid.session.v1.ProcessExit
+	18, // 26: deskgrid.session.v1.WatchSessionResponse.image_pull:type_name -> deskgrid.session.v1.ImagePull
+	49, // 27: deskgrid.session.v1.ImagePull.progress:type_name -> deskgrid.image.v1.PullProgress
+	48, // 28: deskgrid.session.v1.ProcessExit.time:type_name -> google.protobuf.Timestamp
+	1,  // 29: deskgrid.session.v1.SuspendSessionRequest.mode:type_name -> deskgrid.session.v1.SuspendMode
+	7,  // 30: deskgrid.session.v1.SuspendSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	7,  // 31: deskgrid.session.v1.ResumeSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	7,  // 32: deskgrid.session.v1.KeepaliveSessionResponse.session:type_name -> deskgrid.session.v1.Session
+	2,  // 33: deskgrid.session.v1.Node.state:type_name -> deskgrid.session.v1.NodeState
+	46, // 34: deskgrid.session.v1.Node.labels:type_name -> deskgrid.session.v1.Node.LabelsEntry
+	26, // 35: deskgrid.session.v1.Node.capacity:type_name -> deskgrid.session.v1.NodeResources
+	26, // 36: deskgrid.session.v1.Node.used:type_name -> deskgrid.session.v1.NodeResources
+	27, // 37: deskgrid.session.v1.ListNodesResponse.nodes:type_name -> deskgrid.session.v1.Node
+	27, // 38: deskgrid.session.v1.GetNodeResponse.node:type_name -> deskgrid.session.v1.Node
+	27, // 39: deskgrid.session.v1.DrainNodeResponse.node:type_name -> deskgrid.session.v1.Node
+	27, // 40: deskgrid.session.v1.UndrainNodeResponse.node:type_name -> deskgrid.session.v1.Node
+	38, // 41: deskgrid.session.v1.PullImageOnNodesResponse.progress:type_name -> deskgrid.session.v1.NodePullProgress
+	39, // 42: deskgrid.session.v1.PullImageOnNodesResponse.result:type_name -> deskgrid.session.v1.NodePullResult
+	40, // 43: deskgrid.session.v1.PullImageOnNodesResponse.summary:type_name -> deskgrid.session.v1.NodePullSummary
+	49, // 44: deskgrid.session.v1.NodePullProgress.progress:type_name -> deskgrid.image.v1.PullProgress
+	50, // 45: deskgrid.session.v1.NodePullResult.image:type_name -> deskgrid.image.v1.Image
+	8,  // 46: deskgrid.session.v1.SessionService.CreateSession:input_type -> deskgrid.session.v1.CreateSessionRequest
+	10, // 47: deskgrid.session.v1.SessionService.GetSession:input_type -> deskgrid.session.v1.GetSessionRequest
+	12, // 48: deskgrid.session.v1.SessionService.ListSessions:input_type -> deskgrid.session.v1.ListSessionsRequest
+	14, // 49: deskgrid.session.v1.SessionService.DeleteSession:input_type -> deskgrid.session.v1.DeleteSessionRequest
+	16, // 50: deskgrid.session.v1.SessionService.WatchSession:input_type -> deskgrid.session.v1.WatchSessionRequest
+	20, // 51: deskgrid.session.v1.SessionService.SuspendSession:input_type -> deskgrid.session.v1.SuspendSessionRequest
+	22, // 52: deskgrid.session.v1.SessionService.ResumeSession:input_type -> deskgrid.session.v1.ResumeSessionRequest
+	24, // 53: deskgrid.session.v1.SessionService.KeepaliveSession:input_type -> deskgrid.session.v1.KeepaliveSessionRequest
+	3,  // 54: deskgrid.session.v1.SessionService.CommitSession:input_type -> deskgrid.session.v1.CommitSessionRequest
+	28, // 55: deskgrid.session.v1.NodeService.ListNodes:input_type -> deskgrid.session.v1.ListNodesRequest
+	30, // 56: deskgrid.session.v1.NodeService.GetNode:input_type -> deskgrid.session.v1.GetNodeRequest
+	32, // 57: deskgrid.session.v1.NodeService.DrainNode:input_type -> deskgrid.session.v1.DrainNodeRequest
+	34, // 58: deskgrid.session.v1.NodeService.UndrainNode:input_type -> deskgrid.session.v1.UndrainNodeRequest
+	36, // 59: deskgrid.session.v1.NodeService.PullImageOnNodes:input_type -> deskgrid.session.v1.PullImageOnNodesRequest
+	9,  // 60: deskgrid.session.v1.SessionService.CreateSession:output_type -> deskgrid.session.v1.CreateSessionResponse
+	11, // 61: deskgrid.session.v1.SessionService.GetSession:output_type -> deskgrid.session.v1.GetSessionResponse
+	13, // 62: deskgrid.session.v1.SessionService.ListSessions:output_type -> deskgrid.session.v1.ListSessionsResponse
+	15, // 63: deskgrid.session.v1.SessionService.DeleteSession:output_type -> deskgrid.session.v1.DeleteSessionResponse
+	17, // 64: deskgrid.session.v1.SessionService.WatchSession:output_type -> deskgrid.session.v1.WatchSessionResponse
+	21, // 65: deskgrid.session.v1.SessionService.SuspendSession:output_type -> deskgrid.session.v1.SuspendSessionResponse
+	23, // 66: deskgrid.session.v1.SessionService.ResumeSession:output_type -> deskgrid.session.v1.ResumeSessionResponse
+	25, // 67: deskgrid.session.v1.SessionService.KeepaliveSession:output_type -> deskgrid.session.v1.KeepaliveSessionResponse
+	4,  // 68: deskgrid.session.v1.SessionService.CommitSession:output_type -> deskgrid.session.v1.CommitSessionResponse
+	29, // 69: deskgrid.session.v1.NodeService.ListNodes:output_type -> deskgrid.session.v1.ListNodesResponse
+	31, // 70: deskgrid.session.v1.NodeService.GetNode:output_type -> deskgrid.session.v1.GetNodeResponse
+	33, // 71: deskgrid.session.v1.NodeService.DrainNode:output_type -> deskgrid.session.v1.DrainNodeResponse
+	35, // 72: deskgrid.session.v1.NodeService.UndrainNode:output_type -> deskgrid.session.v1.UndrainNodeResponse
+	37, // 73: deskgrid.session.v1.NodeService.PullImageOnNodes:output_type -> deskgrid.session.v1.PullImageOnNodesResponse
+	60, // [60:74] is the sub-list for method output_type
+	46, // [46:60] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_deskgrid_session_v1_session_proto_init() }
@@ -2523,13 +2974,18 @@ func file_deskgrid_session_v1_session_proto_init() {
 		return
 	}
 	file_deskgrid_session_v1_session_proto_msgTypes[2].OneofWrappers = []any{}
+	file_deskgrid_session_v1_session_proto_msgTypes[34].OneofWrappers = []any{
+		(*PullImageOnNodesResponse_Progress)(nil),
+		(*PullImageOnNodesResponse_Result)(nil),
+		(*PullImageOnNodesResponse_Summary)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_deskgrid_session_v1_session_proto_rawDesc), len(file_deskgrid_session_v1_session_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   38,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -534,6 +534,29 @@ func local_request_NodeService_UndrainNode_0(ctx context.Context, marshaler runt
 	return msg, metadata, err
 }
 
+func request_NodeService_PullImageOnNodes_0(ctx context.Context, marshaler runtime.Marshaler, client NodeServiceClient, req *http.Request, pathParams map[string]string) (NodeService_PullImageOnNodesClient, runtime.ServerMetadata, error) {
+	var (
+		protoReq PullImageOnNodesRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	stream, err := client.PullImageOnNodes(ctx, &protoReq)
+	if err != nil {
+		return nil, metadata, err
+	}
+	header, err := stream.Header()
+	if err != nil {
+		return nil, metadata, err
+	}
+	metadata.HeaderMD = header
+	return stream, metadata, nil
+}
+
 // RegisterSessionServiceHandlerServer registers the http handlers for service SessionService to "mux".
 // UnaryRPC     :call SessionServiceServer directly.
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
@@ -796,6 +819,13 @@ func RegisterNodeServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux
 			return
 		}
 		forward_NodeService_UndrainNode_0(annotatedContext, mux, outboundMarshaler, w, req, response_NodeService_UndrainNode_0{resp.(*UndrainNodeResponse)}, mux.GetForwardResponseOptions()...)
+	})
+
+	mux.Handle(http.MethodPost, pattern_NodeService_PullImageOnNodes_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		err := status.Error(codes.Unimplemented, "streaming calls are not yet supported in the in-process transport")
+		_, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+		return
 	})
 
 	return nil
@@ -1175,6 +1205,23 @@ func RegisterNodeServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux
 		}
 		forward_NodeService_UndrainNode_0(annotatedContext, mux, outboundMarshaler, w, req, response_NodeService_UndrainNode_0{resp.(*UndrainNodeResponse)}, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_NodeService_PullImageOnNodes_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/deskgrid.session.v1.NodeService/PullImageOnNodes", runtime.WithHTTPPathPattern("/v1/nodes:pullImage"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_NodeService_PullImageOnNodes_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_NodeService_PullImageOnNodes_0(annotatedContext, mux, outboundMarshaler, w, req, func() (proto.Message, error) { return resp.Recv() }, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
@@ -1206,15 +1253,17 @@ func (m response_NodeService_UndrainNode_0) XXX_ResponseBody() interface{} {
 }
 
 var (
-	pattern_NodeService_ListNodes_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "nodes"}, ""))
-	pattern_NodeService_GetNode_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "nodes", "node_id"}, ""))
-	pattern_NodeService_DrainNode_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "nodes", "node_id"}, "drain"))
-	pattern_NodeService_UndrainNode_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "nodes", "node_id"}, "undrain"))
+	pattern_NodeService_ListNodes_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "nodes"}, ""))
+	pattern_NodeService_GetNode_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "nodes", "node_id"}, ""))
+	pattern_NodeService_DrainNode_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "nodes", "node_id"}, "drain"))
+	pattern_NodeService_UndrainNode_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "nodes", "node_id"}, "undrain"))
+	pattern_NodeService_PullImageOnNodes_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "nodes"}, "pullImage"))
 )
 
 var (
-	forward_NodeService_ListNodes_0   = runtime.ForwardResponseMessage
-	forward_NodeService_GetNode_0     = runtime.ForwardResponseMessage
-	forward_NodeService_DrainNode_0   = runtime.ForwardResponseMessage
-	forward_NodeService_UndrainNode_0 = runtime.ForwardResponseMessage
+	forward_NodeService_ListNodes_0        = runtime.ForwardResponseMessage
+	forward_NodeService_GetNode_0          = runtime.ForwardResponseMessage
+	forward_NodeService_DrainNode_0        = runtime.ForwardResponseMessage
+	forward_NodeService_UndrainNode_0      = runtime.ForwardResponseMessage
+	forward_NodeService_PullImageOnNodes_0 = runtime.ForwardResponseStream
 )

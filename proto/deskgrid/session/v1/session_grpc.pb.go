@@ -465,10 +465,11 @@ var SessionService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	NodeService_ListNodes_FullMethodName   = "/deskgrid.session.v1.NodeService/ListNodes"
-	NodeService_GetNode_FullMethodName     = "/deskgrid.session.v1.NodeService/GetNode"
-	NodeService_DrainNode_FullMethodName   = "/deskgrid.session.v1.NodeService/DrainNode"
-	NodeService_UndrainNode_FullMethodName = "/deskgrid.session.v1.NodeService/UndrainNode"
+	NodeService_ListNodes_FullMethodName        = "/deskgrid.session.v1.NodeService/ListNodes"
+	NodeService_GetNode_FullMethodName          = "/deskgrid.session.v1.NodeService/GetNode"
+	NodeService_DrainNode_FullMethodName        = "/deskgrid.session.v1.NodeService/DrainNode"
+	NodeService_UndrainNode_FullMethodName      = "/deskgrid.session.v1.NodeService/UndrainNode"
+	NodeService_PullImageOnNodes_FullMethodName = "/deskgrid.session.v1.NodeService/PullImageOnNodes"
 )
 
 // NodeServiceClient is the client API for NodeService service.
@@ -485,6 +486,12 @@ type NodeServiceClient interface {
 	DrainNode(ctx context.Context, in *DrainNodeRequest, opts ...grpc.CallOption) (*DrainNodeResponse, error)
 	// UndrainNode lets a drained node take new sessions again.
 	UndrainNode(ctx context.Context, in *UndrainNodeRequest, opts ...grpc.CallOption) (*UndrainNodeResponse, error)
+	// PullImageOnNodes pulls an image for the caller's tenant onto every live
+	// node at once, streaming each node's progress, then each node's result,
+	// then a summary. A node's store keeps nothing of a pull that failed. When
+	// any node failed, the stream then ends with an error: the failures' code
+	// when they all share one (NOT_FOUND for an unknown image), else ABORTED.
+	PullImageOnNodes(ctx context.Context, in *PullImageOnNodesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PullImageOnNodesResponse], error)
 }
 
 type nodeServiceClient struct {
@@ -535,6 +542,25 @@ func (c *nodeServiceClient) UndrainNode(ctx context.Context, in *UndrainNodeRequ
 	return out, nil
 }
 
+func (c *nodeServiceClient) PullImageOnNodes(ctx context.Context, in *PullImageOnNodesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PullImageOnNodesResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &NodeService_ServiceDesc.Streams[0], NodeService_PullImageOnNodes_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PullImageOnNodesRequest, PullImageOnNodesResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type NodeService_PullImageOnNodesClient = grpc.ServerStreamingClient[PullImageOnNodesResponse]
+
 // NodeServiceServer is the server API for NodeService service.
 // All implementations must embed UnimplementedNodeServiceServer
 // for forward compatibility.
@@ -549,6 +575,12 @@ type NodeServiceServer interface {
 	DrainNode(context.Context, *DrainNodeRequest) (*DrainNodeResponse, error)
 	// UndrainNode lets a drained node take new sessions again.
 	UndrainNode(context.Context, *UndrainNodeRequest) (*UndrainNodeResponse, error)
+	// PullImageOnNodes pulls an image for the caller's tenant onto every live
+	// node at once, streaming each node's progress, then each node's result,
+	// then a summary. A node's store keeps nothing of a pull that failed. When
+	// any node failed, the stream then ends with an error: the failures' code
+	// when they all share one (NOT_FOUND for an unknown image), else ABORTED.
+	PullImageOnNodes(*PullImageOnNodesRequest, grpc.ServerStreamingServer[PullImageOnNodesResponse]) error
 	mustEmbedUnimplementedNodeServiceServer()
 }
 
@@ -570,6 +602,9 @@ func (UnimplementedNodeServiceServer) DrainNode(context.Context, *DrainNodeReque
 }
 func (UnimplementedNodeServiceServer) UndrainNode(context.Context, *UndrainNodeRequest) (*UndrainNodeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UndrainNode not implemented")
+}
+func (UnimplementedNodeServiceServer) PullImageOnNodes(*PullImageOnNodesRequest, grpc.ServerStreamingServer[PullImageOnNodesResponse]) error {
+	return status.Error(codes.Unimplemented, "method PullImageOnNodes not implemented")
 }
 func (UnimplementedNodeServiceServer) mustEmbedUnimplementedNodeServiceServer() {}
 func (UnimplementedNodeServiceServer) testEmbeddedByValue()                     {}
@@ -664,6 +699,17 @@ func _NodeService_UndrainNode_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _NodeService_PullImageOnNodes_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(PullImageOnNodesRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(NodeServiceServer).PullImageOnNodes(m, &grpc.GenericServerStream[PullImageOnNodesRequest, PullImageOnNodesResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type NodeService_PullImageOnNodesServer = grpc.ServerStreamingServer[PullImageOnNodesResponse]
+
 // NodeService_ServiceDesc is the grpc.ServiceDesc for NodeService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -688,6 +734,12 @@ var NodeService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _NodeService_UndrainNode_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "PullImageOnNodes",
+			Handler:       _NodeService_PullImageOnNodes_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "deskgrid/session/v1/session.proto",
 }
