@@ -73,6 +73,10 @@ func (s *Service) toStatus(ctx context.Context, op string, err error) error {
 	case errors.Is(err, jail.ErrNoSlirp):
 		// Before fs.ErrNotExist, which it wraps: the program is missing, not a file.
 		return status.Errorf(codes.Unavailable, "%s: this node cannot give sandboxes network: %s is not installed (Debian package slirp4netns)", op, s.cfg.SlirpPath)
+	case errors.Is(err, fsroot.ErrIsDir):
+		// Told by its reason, so a caller (the agent's editor) can list
+		// the directory instead.
+		return errinfo.Error(codes.InvalidArgument, errinfo.IsADirectory, err.Error())
 	case errors.Is(err, fsroot.ErrInvalidPath), errors.Is(err, fsroot.ErrNotRegular), errors.Is(err, fsroot.ErrNotDir):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, fsroot.ErrEscape):

@@ -19,6 +19,9 @@ const (
 	// StaleInputLease: input carried no lease token, or an older one, while
 	// another holder has the session's input lease.
 	StaleInputLease = "STALE_INPUT_LEASE"
+	// IsADirectory: the path names a directory where a file was asked
+	// for (reading a directory as a file).
+	IsADirectory = "IS_A_DIRECTORY"
 )
 
 // Error returns a status error with code, msg and reason as its ErrorInfo.
