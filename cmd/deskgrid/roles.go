@@ -256,7 +256,7 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 		Nodes:    nodes,
 		Events:   events.NewPublisher(js),
 		NATS:     nc,
-		Tenant:   s.tenantHook(),
+		Tenancy:  s.tenancy(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("session: %w", err)
@@ -515,11 +515,6 @@ func (s *setup) addAgent(ctx context.Context, srv *grpcserver.Server, nc *nats.C
 	if err != nil {
 		return err
 	}
-	tenant := s.tenantHook()
-	if tenant == nil {
-		// Without authentication every caller is one tenant.
-		tenant = func(context.Context) string { return agent.DefaultTenant }
-	}
 	a, err := agent.New(ctx, cfg, agent.Deps{
 		Logger:    s.logger.With("component", "agent"),
 		Display:   displayv1.NewDisplayServiceClient(nodes),
@@ -528,7 +523,7 @@ func (s *setup) addAgent(ctx context.Context, srv *grpcserver.Server, nc *nats.C
 		Store:     st,
 		JetStream: js,
 		Leases:    timedLeases{leases},
-		Tenant:    tenant,
+		Tenancy:   s.tenancy(),
 		NATS:      nc,
 		Activity:  act,
 	})
