@@ -2,8 +2,11 @@ package agent
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"net"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -52,10 +55,8 @@ type goneError struct{ msg string }
 
 func (e *goneError) Error() string { return e.msg }
 
-// backendError: a store or service the call needs failed. What fails it
-// for a reason of its own (not found, a conflict, the caller's deadline)
-// is told as that; anything else is an outage, told as Unavailable with
-// msg (the cause is logged, not sent).
+// backendError: a store or service the call needs could not be reached:
+// Unavailable with msg, the cause logged, not sent.
 type backendError struct {
 	msg string
 	err error
@@ -66,15 +67,23 @@ func (e *backendError) Unwrap() error { return e.err }
 
 // storeErr wraps an error of the run store for op ("read run x"): what
 // the store says of the run (not found, exists, a bad page token) and the
-// caller's own deadline are told as such, anything else is an outage.
+// caller's own deadline are told as such, a store that cannot be reached
+// is an outage; anything else is the service's own fault.
 func storeErr(op string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrExists), errors.Is(err, store.ErrInvalidPageToken), isContextErr(err):
-		return fmt.Errorf("%s: %w", op, err)
+	case isOutage(err):
+		return &backendError{msg: op + ": the run store did not answer; retry shortly", err: err}
 	}
-	return &backendError{msg: op + ": the run store did not answer; retry shortly", err: err}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// isOutage reports whether err says a server could not be reached or
+// dropped the connection (rather than refused the request).
+func isOutage(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone)
 }
 
 // leaseErr wraps an error of the input lease manager, as storeErr.

@@ -2,11 +2,14 @@ package agent
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
+	"syscall"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -21,7 +24,7 @@ import (
 // outage's cause (an address, a driver's words) stays in the log.
 func TestToStatus(t *testing.T) {
 	s := &Service{logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	outage := errors.New("dial tcp 10.0.0.7:5432: connection refused")
+	outage := &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 7), Port: 5432}, Err: syscall.ECONNREFUSED}
 	for _, tc := range []struct {
 		name string
 		err  error
@@ -38,7 +41,9 @@ func TestToStatus(t *testing.T) {
 		{"store: page token", storeErr("list runs", store.ErrInvalidPageToken), codes.InvalidArgument, "page_token is not valid"},
 		{"store: deadline", storeErr("read run run-1", fmt.Errorf("query: %w", context.DeadlineExceeded)), codes.DeadlineExceeded, ""},
 		{"store: canceled", storeErr("read run run-1", context.Canceled), codes.Canceled, ""},
-		{"store: outage", storeErr("read run run-1", outage), codes.Unavailable, "read run run-1: the run store did not answer; retry shortly"},
+		{"store: outage", storeErr("read run run-1", fmt.Errorf("read run: %w", outage)), codes.Unavailable, "read run run-1: the run store did not answer; retry shortly"},
+		{"store: connection dropped", storeErr("read run run-1", driver.ErrBadConn), codes.Unavailable, "read run run-1: the run store did not answer; retry shortly"},
+		{"store: the service's own fault", storeErr("read run run-1", errors.New("sql: database is closed")), codes.Internal, "internal error"},
 		{"lease: not held", leaseErr(fmt.Errorf("renew input lease of s-1: %w", lease.ErrNotHolder)), codes.FailedPrecondition, "renew input lease of s-1: input lease not held"},
 		{"lease: invalid", leaseErr(lease.ErrInvalid), codes.InvalidArgument, lease.ErrInvalid.Error()},
 		{"lease: outage", leaseErr(outage), codes.Unavailable, "input lease: the lease store did not answer; retry shortly"},
@@ -68,14 +73,26 @@ func (f failingStore) List(context.Context, string, string, int, string) ([]*age
 	return nil, "", f.err
 }
 
-// A run store that is down is an outage the caller may retry
+// A run store that cannot be reached is an outage the caller may retry
 // (Unavailable), not an internal error; the caller's own deadline is its
-// own.
+// own. (A store the service itself broke stays Internal and masked:
+// TestStoreFailureReachesClientMasked.)
 func TestRunStoreOutageIsUnavailable(t *testing.T) {
-	down := failingStore{Store: store.NewMemory(), err: errors.New("dial tcp 10.0.0.7:5432: connection refused")}
+	// A real refused connection: an address nothing listens on any more.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	_ = lis.Close()
+	_, refused := net.Dial("tcp", addr)
+	if refused == nil {
+		t.Skip("the closed port answered")
+	}
+	down := failingStore{Store: store.NewMemory(), err: fmt.Errorf("read run: %w", refused)}
 	h := newHarness(t, DefaultConfig(), fixed(&scripted{}), func(d *Deps) { d.Store = down })
 	ctx := context.Background()
-	if _, err := h.client.GetRun(ctx, &agentv1.GetRunRequest{RunId: "run-1"}); status.Code(err) != codes.Unavailable || strings.Contains(err.Error(), "10.0.0.7") {
+	if _, err := h.client.GetRun(ctx, &agentv1.GetRunRequest{RunId: "run-1"}); status.Code(err) != codes.Unavailable || strings.Contains(err.Error(), addr) {
 		t.Fatalf("GetRun with the store down: %v, want Unavailable without the cause", err)
 	}
 	if _, err := h.client.ListRuns(ctx, &agentv1.ListRunsRequest{SessionId: "s-1"}); status.Code(err) != codes.Unavailable {
