@@ -151,23 +151,14 @@ func (s *setup) internalDialOptions(ctx context.Context) ([]grpc.DialOption, err
 }
 
 // tenancy is the Deps.Tenancy of the services that own tenants' resources
-// (display, sandbox, images, history): auth.CallerOf with auth on, so a call
-// with no principal is anonymous and never the system; nil (every caller
-// unrestricted) without.
+// (session, agent, display, sandbox, images, history): auth.CallerOf with
+// auth on, so a call with no principal is anonymous and never the system;
+// nil (every caller unrestricted) without.
 func (s *setup) tenancy() auth.Tenancy {
 	if !s.cfg.Auth {
 		return nil
 	}
 	return auth.CallerOf
-}
-
-// tenantHook is the services' Deps.Tenant: the caller's tenant with auth on,
-// nil (every caller is the default tenant) without.
-func (s *setup) tenantHook() func(context.Context) string {
-	if !s.cfg.Auth {
-		return nil
-	}
-	return auth.TenantOf
 }
 
 // firstKey makes the first admin key when none ever existed, prints it once

@@ -271,7 +271,7 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 		Nodes:    nodes,
 		Events:   events.NewPublisher(js),
 		NATS:     nc,
-		Tenant:   s.tenantHook(),
+		Tenancy:  s.tenancy(),
 		// Placement prefers a node holding the session's image.
 		ImageKeys: s.sessionImageKeys,
 	})
@@ -571,11 +571,6 @@ func (s *setup) addAgent(ctx context.Context, srv *grpcserver.Server, nc *nats.C
 	if err != nil {
 		return err
 	}
-	tenant := s.tenantHook()
-	if tenant == nil {
-		// Without authentication every caller is one tenant.
-		tenant = func(context.Context) string { return agent.DefaultTenant }
-	}
 	a, err := agent.New(ctx, cfg, agent.Deps{
 		Logger:    s.logger.With("component", "agent"),
 		Display:   displayv1.NewDisplayServiceClient(nodes),
@@ -584,7 +579,7 @@ func (s *setup) addAgent(ctx context.Context, srv *grpcserver.Server, nc *nats.C
 		Store:     st,
 		JetStream: js,
 		Leases:    timedLeases{leases},
-		Tenant:    tenant,
+		Tenancy:   s.tenancy(),
 		NATS:      nc,
 		Activity:  act,
 	})

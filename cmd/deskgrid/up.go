@@ -117,7 +117,8 @@ func stopAllSessions(ctx context.Context, svc sessionv1.SessionServiceServer) er
 	var live []*sessionv1.Session
 	req := &sessionv1.ListSessionsRequest{PageSize: 1000}
 	for {
-		resp, err := svc.ListSessions(ctx, req)
+		// As the system: every tenant's sessions.
+		resp, err := svc.ListSessions(auth.AsSystem(ctx), req)
 		if err != nil {
 			return err
 		}

@@ -31,6 +31,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/agent/provider"
 	"github.com/deskgrid/deskgrid/services/agent/runlog"
 	"github.com/deskgrid/deskgrid/services/agent/store"
+	"github.com/deskgrid/deskgrid/services/platform/auth"
 	"github.com/deskgrid/deskgrid/services/platform/auth/secretbox"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/platform/metrics"
@@ -137,9 +138,11 @@ type Deps struct {
 	// is theirs (the call's metadata is passed on) before a run starts on
 	// it and on every input lease call.
 	Sessions sessionv1.SessionServiceClient
-	// Tenant (required) names the caller's tenant. A run is visible only
-	// to its tenant.
-	Tenant func(ctx context.Context) string
+	// Tenancy says who a call acts for (auth.CallerOf with auth on, nil
+	// with auth off, when every caller sees every run and runs belong to
+	// auth.DefaultTenant). A run is seen only by its tenant, the system and,
+	// with auth off, everyone; an anonymous caller sees none.
+	Tenancy auth.Tenancy
 	// NATS carries the sessions' state changes: a run whose session stops,
 	// fails, is lost, deleted or suspended fails at once, with the reason.
 	// nil: a run learns it only when its next tool call fails.
@@ -151,8 +154,8 @@ type Deps struct {
 	}
 }
 
-// DefaultTenant is the tenant of a deskgrid without authentication.
-const DefaultTenant = "default"
+// DefaultTenant owns the runs of a deskgrid without authentication.
+const DefaultTenant = auth.DefaultTenant
 
 // Service implements agentv1.AgentServiceServer.
 type Service struct {
@@ -166,7 +169,7 @@ type Service struct {
 	replayer runlog.Replayer
 	asyncJS  jetstream.JetStream
 	sealer   *secretbox.Box
-	tenant   func(context.Context) string
+	tenancy  auth.Tenancy
 
 	ctx    context.Context
 	stop   context.CancelFunc
@@ -229,8 +232,6 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		return nil, errors.New("agent: Deps.Leases is required")
 	case deps.Sessions == nil:
 		return nil, errors.New("agent: Deps.Sessions is required")
-	case deps.Tenant == nil:
-		return nil, errors.New("agent: Deps.Tenant is required")
 	}
 	if cfg.ProviderBaseURLs == nil {
 		cfg.ProviderBaseURLs = slices.Clone(DefaultProviderBaseURLs)
@@ -239,7 +240,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
-	s := &Service{cfg: cfg, baseURLs: rules, deps: deps, logger: l, store: deps.Store, leases: deps.Leases, tenant: deps.Tenant, runs: map[string]*run{}, models: metrics.ModelLabels{Max: metrics.DefaultModelLabels}}
+	s := &Service{cfg: cfg, baseURLs: rules, deps: deps, logger: l, store: deps.Store, leases: deps.Leases, tenancy: deps.Tenancy, runs: map[string]*run{}, models: metrics.ModelLabels{Max: metrics.DefaultModelLabels}}
 	if deps.NewProvider == nil {
 		s.deps.NewProvider = func(ctx context.Context, c provider.Config) (provider.Provider, error) { return provider.New(ctx, c) }
 	}

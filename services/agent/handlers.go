@@ -22,6 +22,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/agent/runlog"
 	"github.com/deskgrid/deskgrid/services/agent/store"
 	"github.com/deskgrid/deskgrid/services/agent/tools"
+	"github.com/deskgrid/deskgrid/services/platform/auth"
 )
 
 // sink is where a run's events are made durable: JetStream directly
@@ -40,27 +41,39 @@ func (s *Service) sink(rec *agentv1.Run) runlog.Sink {
 
 // CreateRun starts an agent loop on a session.
 func (s *Service) CreateRun(ctx context.Context, req *agentv1.CreateRunRequest) (*agentv1.CreateRunResponse, error) {
+	rec, err := s.createRun(ctx, req)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &agentv1.CreateRunResponse{Run: rec}, nil
+}
+
+func (s *Service) createRun(ctx context.Context, req *agentv1.CreateRunRequest) (*agentv1.Run, error) {
 	if req.GetSessionId() == "" || strings.ContainsAny(req.GetSessionId(), ".*> ") {
-		return nil, status.Error(codes.InvalidArgument, "session_id is required and may not contain '.', '*', '>' or spaces")
+		return nil, invalid("session_id is required and may not contain '.', '*', '>' or spaces")
 	}
 	if req.GetPrompt() == "" {
-		return nil, status.Error(codes.InvalidArgument, "prompt is required")
+		return nil, invalid("prompt is required")
 	}
 	if req.GetMaxSteps() < 0 {
-		return nil, status.Error(codes.InvalidArgument, "max_steps must not be negative")
+		return nil, invalid("max_steps must not be negative")
 	}
 	if t := req.GetOptions().GetComputerTool(); t != "" && t != provider.Computer20250124 && t != provider.Computer20251124 {
-		return nil, status.Errorf(codes.InvalidArgument, "options.computer_tool must be %s or %s", provider.Computer20250124, provider.Computer20251124)
+		return nil, invalid("options.computer_tool must be %s or %s", provider.Computer20250124, provider.Computer20251124)
 	}
 	if st := req.GetOptions().GetSettle(); st != nil {
 		for name, d := range map[string]*durationpb.Duration{"change_timeout": st.GetChangeTimeout(), "quiet": st.GetQuiet(), "timeout": st.GetTimeout()} {
 			if d != nil && (d.CheckValid() != nil || d.AsDuration() < 0) {
-				return nil, status.Errorf(codes.InvalidArgument, "options.settle.%s must be a non-negative duration", name)
+				return nil, invalid("options.settle.%s must be a non-negative duration", name)
 			}
 		}
 	}
 	if s.deps.Display == nil || s.deps.Sandbox == nil {
-		return nil, status.Error(codes.FailedPrecondition, "this deskgrid has no display or sandbox service for agent runs")
+		return nil, errNoNode
+	}
+	tenant, err := s.tenancy.Owner(ctx)
+	if err != nil {
+		return nil, err
 	}
 	if err := s.checkSession(ctx, req.GetSessionId(), true); err != nil {
 		return nil, err
@@ -81,7 +94,7 @@ func (s *Service) CreateRun(ctx context.Context, req *agentv1.CreateRunRequest) 
 		return nil, err
 	}
 	if model == "" {
-		return nil, status.Errorf(codes.InvalidArgument, "model is required for provider %s", name)
+		return nil, invalid("model is required for provider %s", name)
 	}
 	maxSteps := req.GetMaxSteps()
 	if maxSteps == 0 {
@@ -93,7 +106,7 @@ func (s *Service) CreateRun(ctx context.Context, req *agentv1.CreateRunRequest) 
 		opts = &agentv1.RunOptions{}
 	}
 	rec := &agentv1.Run{
-		Id: newRunID(), SessionId: req.GetSessionId(), Tenant: s.tenant(ctx), State: agentv1.RunState_RUN_STATE_QUEUED,
+		Id: newRunID(), SessionId: req.GetSessionId(), Tenant: tenant, State: agentv1.RunState_RUN_STATE_QUEUED,
 		Provider: name, Model: model, Prompt: req.GetPrompt(), MaxSteps: maxSteps,
 		CreateTime: now, UpdateTime: now, Options: opts, Usage: &agentv1.Usage{},
 	}
@@ -102,7 +115,7 @@ func (s *Service) CreateRun(ctx context.Context, req *agentv1.CreateRunRequest) 
 		access.SealedKey = s.sealer.Seal([]byte(req.GetApiKey()), []byte(rec.GetId()))
 	}
 	if err := s.store.Create(ctx, rec, access); err != nil {
-		return nil, fmt.Errorf("store run: %w", err)
+		return nil, storeErr("store run", err)
 	}
 	r := s.newRun(rec, prov, 0)
 	r.conv = []provider.Message{provider.UserText(req.GetPrompt())}
@@ -112,13 +125,17 @@ func (s *Service) CreateRun(ctx context.Context, req *agentv1.CreateRunRequest) 
 		return nil, err
 	}
 	r.start()
-	return &agentv1.CreateRunResponse{Run: rec}, nil
+	return rec, nil
 }
 
 // checkSession asks the session service, as the caller, whether the session
 // exists and is the caller's, and with running whether it is RUNNING (a run
-// cannot work on a desktop that is not).
+// cannot work on a desktop that is not). An anonymous caller sees no
+// session.
 func (s *Service) checkSession(ctx context.Context, id string, running bool) error {
+	if s.tenancy.Caller(ctx).Kind == auth.Anonymous {
+		return sessionNotFound(id)
+	}
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		ctx = metadata.NewOutgoingContext(ctx, md.Copy())
 	}
@@ -130,26 +147,23 @@ func (s *Service) checkSession(ctx context.Context, id string, running bool) err
 			if r := resp.GetSession().GetStateReason(); r != "" {
 				msg += " (" + r + ")"
 			}
-			return status.Errorf(codes.FailedPrecondition, "%s; a run needs a RUNNING session", msg)
+			return precondition("%s; a run needs a RUNNING session", msg)
 		}
 		return nil
 	case codes.NotFound, codes.PermissionDenied:
-		return status.Errorf(codes.NotFound, "session %s not found", id)
-	case codes.Canceled, codes.DeadlineExceeded:
-		if ctx.Err() != nil {
-			return status.FromContextError(ctx.Err()).Err()
-		}
-		return status.Errorf(codes.Unavailable, "check session %s: %v", id, status.Convert(err).Message())
-	default:
-		return status.Errorf(codes.Unavailable, "check session %s: %v", id, status.Convert(err).Message())
+		return sessionNotFound(id)
 	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return &backendError{msg: fmt.Sprintf("check session %s: %s", id, status.Convert(err).Message()), err: err}
 }
 
 // newProvider builds a provider, the run's own key and base URL first, the
 // service's configured ones otherwise.
 func (s *Service) newProvider(ctx context.Context, name, key, baseURL string) (provider.Provider, error) {
 	if err := s.checkBaseURL(name, baseURL); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, invalid("%s", err.Error())
 	}
 	pcfg := provider.Config{Name: name, APIKey: key, BaseURL: baseURL}
 	if pcfg.APIKey == "" {
@@ -163,15 +177,15 @@ func (s *Service) newProvider(ctx context.Context, name, key, baseURL string) (p
 	}
 	prov, err := s.deps.NewProvider(ctx, pcfg)
 	if errors.Is(err, provider.ErrUnknownProvider) {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, invalid("%s", err.Error())
 	}
 	if errors.Is(err, provider.ErrNoKey) {
 		env := map[string]string{"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}[name]
-		return nil, status.Errorf(codes.InvalidArgument,
+		return nil, invalid(
 			"no API key for provider %s: send api_key with the run (deskgrid runs create -provider-key), or start deskgrid with -%s-api-key or %s in its environment", name, name, env)
 	}
 	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "provider %s: %v", name, err)
+		return nil, invalid("provider %s: %v", name, err)
 	}
 	return prov, nil
 }
@@ -198,10 +212,10 @@ func (s *Service) admit(r *run) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return status.Error(codes.Unavailable, "the agent service is shutting down")
+		return errClosing
 	}
 	if why := s.endedRecently(r.rec.GetSessionId()); why != nil {
-		return status.Errorf(codes.FailedPrecondition, "%s; a run needs a RUNNING session", why.Error())
+		return precondition("%s; a run needs a RUNNING session", why.Error())
 	}
 	s.runs[r.id] = r
 	return nil
@@ -233,25 +247,25 @@ func (s *Service) live(id string) *run {
 
 func (s *Service) getRun(ctx context.Context, id string) (*agentv1.Run, error) {
 	if id == "" {
-		return nil, status.Error(codes.InvalidArgument, "run_id is required")
+		return nil, invalid("run_id is required")
 	}
 	if r := s.live(id); r != nil {
 		rec := r.snapshot()
-		if rec.GetTenant() != s.tenant(ctx) {
-			return nil, status.Errorf(codes.NotFound, "run %s not found", id)
+		if !s.tenancy.Sees(ctx, rec.GetTenant()) {
+			return nil, runNotFound(id)
 		}
 		return rec, nil
 	}
 	rec, err := s.store.Get(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, status.Errorf(codes.NotFound, "run %s not found", id)
+		return nil, runNotFound(id)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read run %s: %w", id, err)
+		return nil, storeErr("read run "+id, err)
 	}
 	// Another tenant's run does not exist for this caller.
-	if rec.GetTenant() != s.tenant(ctx) {
-		return nil, status.Errorf(codes.NotFound, "run %s not found", id)
+	if !s.tenancy.Sees(ctx, rec.GetTenant()) {
+		return nil, runNotFound(id)
 	}
 	return rec, nil
 }
@@ -260,7 +274,7 @@ func (s *Service) getRun(ctx context.Context, id string) (*agentv1.Run, error) {
 func (s *Service) GetRun(ctx context.Context, req *agentv1.GetRunRequest) (*agentv1.GetRunResponse, error) {
 	rec, err := s.getRun(ctx, req.GetRunId())
 	if err != nil {
-		return nil, err
+		return nil, s.toStatus(ctx, err)
 	}
 	return &agentv1.GetRunResponse{Run: rec}, nil
 }
@@ -268,17 +282,20 @@ func (s *Service) GetRun(ctx context.Context, req *agentv1.GetRunRequest) (*agen
 // ListRuns lists a session's runs, newest first.
 func (s *Service) ListRuns(ctx context.Context, req *agentv1.ListRunsRequest) (*agentv1.ListRunsResponse, error) {
 	if req.GetSessionId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "session_id is required")
+		return nil, s.toStatus(ctx, invalid("session_id is required"))
 	}
 	if req.GetPageSize() < 0 || req.GetPageSize() > 1000 {
-		return nil, status.Error(codes.InvalidArgument, "page_size must be between 0 and 1000")
+		return nil, s.toStatus(ctx, invalid("page_size must be between 0 and 1000"))
 	}
-	runs, next, err := s.store.List(ctx, s.tenant(ctx), req.GetSessionId(), int(req.GetPageSize()), req.GetPageToken())
-	if errors.Is(err, store.ErrInvalidPageToken) {
-		return nil, status.Error(codes.InvalidArgument, "page_token is not valid")
-	}
+	// The caller's tenant's runs; every tenant's for the system and with
+	// auth off; none for an anonymous caller.
+	tenant, err := s.tenancy.Scope(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list runs: %w", err)
+		return nil, s.toStatus(ctx, err)
+	}
+	runs, next, err := s.store.List(ctx, tenant, req.GetSessionId(), int(req.GetPageSize()), req.GetPageToken())
+	if err != nil {
+		return nil, s.toStatus(ctx, storeErr("list runs", err))
 	}
 	for i, rec := range runs {
 		if r := s.live(rec.GetId()); r != nil {
@@ -292,7 +309,7 @@ func (s *Service) ListRuns(ctx context.Context, req *agentv1.ListRunsRequest) (*
 func (s *Service) CancelRun(ctx context.Context, req *agentv1.CancelRunRequest) (*agentv1.CancelRunResponse, error) {
 	rec, err := s.getRun(ctx, req.GetRunId())
 	if err != nil {
-		return nil, err
+		return nil, s.toStatus(ctx, err)
 	}
 	r := s.live(rec.GetId())
 	if r == nil || terminal(rec.GetState()) {
@@ -306,7 +323,7 @@ func (s *Service) CancelRun(ctx context.Context, req *agentv1.CancelRunRequest) 
 		select {
 		case <-done:
 		case <-ctx.Done():
-			return nil, status.FromContextError(ctx.Err()).Err()
+			return nil, s.toStatus(ctx, ctx.Err())
 		}
 	}
 	return &agentv1.CancelRunResponse{Run: r.snapshot()}, nil
@@ -314,8 +331,16 @@ func (s *Service) CancelRun(ctx context.Context, req *agentv1.CancelRunRequest) 
 
 // SendMessage continues a run's conversation.
 func (s *Service) SendMessage(ctx context.Context, req *agentv1.SendMessageRequest) (*agentv1.SendMessageResponse, error) {
+	rec, err := s.sendMessage(ctx, req)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &agentv1.SendMessageResponse{Run: rec}, nil
+}
+
+func (s *Service) sendMessage(ctx context.Context, req *agentv1.SendMessageRequest) (*agentv1.Run, error) {
 	if strings.TrimSpace(req.GetText()) == "" {
-		return nil, status.Error(codes.InvalidArgument, "text is required")
+		return nil, invalid("text is required")
 	}
 	rec, err := s.getRun(ctx, req.GetRunId())
 	if err != nil {
@@ -333,7 +358,7 @@ func (s *Service) SendMessage(ctx context.Context, req *agentv1.SendMessageReque
 		r.inbox = append(r.inbox, req.GetText())
 		r.mu.Unlock()
 		r.log.Append(&agentv1.RunEvent{Event: &agentv1.RunEvent_UserMessage{UserMessage: req.GetText()}})
-		return &agentv1.SendMessageResponse{Run: r.snapshot()}, nil
+		return r.snapshot(), nil
 	}
 	done := r.done
 	r.mu.Unlock()
@@ -348,7 +373,7 @@ func (s *Service) SendMessage(ctx context.Context, req *agentv1.SendMessageReque
 	why := s.endedRecently(rec.GetSessionId())
 	s.mu.Unlock()
 	if why != nil {
-		return nil, status.Errorf(codes.FailedPrecondition, "%s; a run needs a RUNNING session", why.Error())
+		return nil, precondition("%s; a run needs a RUNNING session", why.Error())
 	}
 	r.mu.Lock()
 	r.conv = append(r.conv, provider.UserText(req.GetText()))
@@ -359,7 +384,7 @@ func (s *Service) SendMessage(ctx context.Context, req *agentv1.SendMessageReque
 	r.log.Reopen(s.sink(r.snapshot()))
 	r.log.Append(&agentv1.RunEvent{Event: &agentv1.RunEvent_UserMessage{UserMessage: req.GetText()}})
 	r.start()
-	return &agentv1.SendMessageResponse{Run: r.snapshot()}, nil
+	return r.snapshot(), nil
 }
 
 // revive loads a run this process no longer holds (finished long ago, or
@@ -367,7 +392,7 @@ func (s *Service) SendMessage(ctx context.Context, req *agentv1.SendMessageReque
 func (s *Service) revive(ctx context.Context, rec *agentv1.Run, apiKey string) (*run, error) {
 	a, err := s.store.Access(ctx, rec.GetId())
 	if err != nil {
-		return nil, fmt.Errorf("read run %s: %w", rec.GetId(), err)
+		return nil, storeErr("read run "+rec.GetId(), err)
 	}
 	key := apiKey
 	if key == "" && a.OwnKey {
@@ -379,7 +404,7 @@ func (s *Service) revive(ctx context.Context, rec *agentv1.Run, apiKey string) (
 			}
 		}
 		if key == "" {
-			return nil, status.Errorf(codes.FailedPrecondition, "run %s used its own API key, which this agent service no longer holds; send it again in api_key", rec.GetId())
+			return nil, precondition("run %s used its own API key, which this agent service no longer holds; send it again in api_key", rec.GetId())
 		}
 	}
 	prov, err := s.newProvider(ctx, rec.GetProvider(), key, a.BaseURL)
@@ -388,12 +413,12 @@ func (s *Service) revive(ctx context.Context, rec *agentv1.Run, apiKey string) (
 	}
 	data, err := s.store.Conversation(ctx, rec.GetId())
 	if err != nil {
-		return nil, fmt.Errorf("read run %s: %w", rec.GetId(), err)
+		return nil, storeErr("read run "+rec.GetId(), err)
 	}
 	var conv []provider.Message
 	if len(data) > 0 {
 		if err := json.Unmarshal(data, &conv); err != nil {
-			return nil, status.Errorf(codes.FailedPrecondition, "run %s: its stored conversation is unreadable (%v); start a new run", rec.GetId(), err)
+			return nil, precondition("run %s: its stored conversation is unreadable (%v); start a new run", rec.GetId(), err)
 		}
 	}
 	if len(conv) == 0 {
@@ -410,7 +435,7 @@ func (s *Service) revive(ctx context.Context, rec *agentv1.Run, apiKey string) (
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, status.Error(codes.Unavailable, "the agent service is shutting down")
+		return nil, errClosing
 	}
 	if cur := s.runs[r.id]; cur != nil {
 		return cur, nil
@@ -427,24 +452,24 @@ func (s *Service) decide(ctx context.Context, runID, callID string, d decision) 
 	}
 	r := s.live(rec.GetId())
 	if r == nil {
-		return nil, status.Errorf(codes.FailedPrecondition, "run %s is not waiting for approval", runID)
+		return nil, precondition("run %s is not waiting for approval", runID)
 	}
 	r.mu.Lock()
 	ch, pending := r.decision, r.rec.GetPendingToolCall()
 	if ch == nil || pending == nil || r.rec.GetState() != agentv1.RunState_RUN_STATE_WAITING_APPROVAL {
 		r.mu.Unlock()
-		return nil, status.Errorf(codes.FailedPrecondition, "run %s is not waiting for approval", runID)
+		return nil, precondition("run %s is not waiting for approval", runID)
 	}
 	if callID != "" && callID != pending.GetId() {
 		r.mu.Unlock()
-		return nil, status.Errorf(codes.FailedPrecondition, "the pending tool call is %s, not %s", pending.GetId(), callID)
+		return nil, precondition("the pending tool call is %s, not %s", pending.GetId(), callID)
 	}
 	d.callID = pending.GetId()
 	select {
 	case ch <- d:
 	default:
 		r.mu.Unlock()
-		return nil, status.Errorf(codes.FailedPrecondition, "tool call %s was already decided", pending.GetId())
+		return nil, precondition("tool call %s was already decided", pending.GetId())
 	}
 	r.mu.Unlock()
 	// Answer once the run has moved on, so the caller sees the new state.
@@ -469,7 +494,7 @@ func (s *Service) decide(ctx context.Context, runID, callID string, d decision) 
 func (s *Service) ApproveStep(ctx context.Context, req *agentv1.ApproveStepRequest) (*agentv1.ApproveStepResponse, error) {
 	rec, err := s.decide(ctx, req.GetRunId(), req.GetToolCallId(), decision{ok: true})
 	if err != nil {
-		return nil, err
+		return nil, s.toStatus(ctx, err)
 	}
 	return &agentv1.ApproveStepResponse{Run: rec}, nil
 }
@@ -478,7 +503,7 @@ func (s *Service) ApproveStep(ctx context.Context, req *agentv1.ApproveStepReque
 func (s *Service) RejectStep(ctx context.Context, req *agentv1.RejectStepRequest) (*agentv1.RejectStepResponse, error) {
 	rec, err := s.decide(ctx, req.GetRunId(), req.GetToolCallId(), decision{reason: req.GetReason()})
 	if err != nil {
-		return nil, err
+		return nil, s.toStatus(ctx, err)
 	}
 	return &agentv1.RejectStepResponse{Run: rec}, nil
 }
@@ -487,8 +512,12 @@ func (s *Service) RejectStep(ctx context.Context, req *agentv1.RejectStepRequest
 // until the run finishes.
 func (s *Service) StreamRunEvents(req *agentv1.StreamRunEventsRequest, stream grpc.ServerStreamingServer[agentv1.StreamRunEventsResponse]) error {
 	ctx := stream.Context()
+	return s.toStatus(ctx, s.streamRunEvents(ctx, req, stream))
+}
+
+func (s *Service) streamRunEvents(ctx context.Context, req *agentv1.StreamRunEventsRequest, stream grpc.ServerStreamingServer[agentv1.StreamRunEventsResponse]) error {
 	if req.GetAfterSequence() < 0 {
-		return status.Error(codes.InvalidArgument, "after_sequence must not be negative")
+		return invalid("after_sequence must not be negative")
 	}
 	rec, err := s.getRun(ctx, req.GetRunId())
 	if err != nil {
@@ -498,28 +527,26 @@ func (s *Service) StreamRunEvents(req *agentv1.StreamRunEventsRequest, stream gr
 		return stream.Send(&agentv1.StreamRunEventsResponse{Event: ev})
 	}
 	if r := s.live(rec.GetId()); r != nil {
-		err := r.log.Read(ctx, req.GetAfterSequence(), send)
-		return streamErr(ctx, err)
+		return streamErr(ctx, r.log.Read(ctx, req.GetAfterSequence(), send))
 	}
 	// Not in this process: the event stream has the run's events.
 	if s.replayer == nil {
-		return status.Errorf(codes.OutOfRange, "the events of run %s are no longer kept", rec.GetId())
+		return &goneError{msg: fmt.Sprintf("the events of run %s are no longer kept", rec.GetId())}
 	}
 	err = s.replayer.Replay(ctx, rec.GetSessionId(), rec.GetId(), req.GetAfterSequence(), 0, send)
+	if err != nil && ctx.Err() == nil && !errors.Is(err, runlog.ErrGone) && status.Code(err) == codes.Unknown {
+		// Neither the caller's end nor a send that failed: the event
+		// stream did not answer.
+		return &backendError{msg: fmt.Sprintf("events of run %s: the event stream did not answer; retry shortly", rec.GetId()), err: err}
+	}
 	return streamErr(ctx, err)
 }
 
+// streamErr is what a stream's reading ended with: the caller's own end
+// when it ended, else err.
 func streamErr(ctx context.Context, err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case ctx.Err() != nil:
-		return status.FromContextError(ctx.Err()).Err()
-	case errors.Is(err, runlog.ErrGone):
-		return status.Error(codes.OutOfRange, err.Error())
-	case status.Code(err) != codes.Unknown:
-		return err
-	default:
-		return fmt.Errorf("stream run events: %w", err)
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
 	}
+	return err
 }

@@ -292,7 +292,7 @@ func newHarness(t testing.TB, cfg Config, newProv func(context.Context, provider
 	conn := startNode(t, node)
 	deps := Deps{
 		Display: displayv1.NewDisplayServiceClient(conn), Sandbox: sandboxv1.NewSandboxServiceClient(conn), NewProvider: newProv,
-		Store: store.NewMemory(), Leases: lease.NewMemory(nil), Tenant: tenantFromMetadata,
+		Store: store.NewMemory(), Leases: lease.NewMemory(nil), Tenancy: tenantFromMetadata,
 		Sessions: sessionv1.NewSessionServiceClient(startSessions(t, &fakeSessions{})),
 	}
 	for _, m := range mut {

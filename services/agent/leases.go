@@ -2,12 +2,9 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
@@ -19,47 +16,40 @@ func leaseProto(l lease.Lease) *agentv1.InputLease {
 	return &agentv1.InputLease{SessionId: l.SessionID, Holder: l.Holder, Token: l.Token, LeaseId: l.ID, ExpireTime: timestamppb.New(l.Expires)}
 }
 
-func leaseErr(err error) error {
-	switch {
-	case errors.Is(err, lease.ErrInvalid):
-		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, lease.ErrNotHolder):
-		return status.Error(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
-	default:
-		return status.Errorf(codes.Unavailable, "input lease: %v", err)
-	}
-}
-
 func checkTTL(d interface{ AsDuration() time.Duration }, name string) (time.Duration, error) {
 	if d == nil {
 		return 0, nil
 	}
 	v := d.AsDuration()
 	if v < 0 || v > time.Hour {
-		return 0, status.Errorf(codes.InvalidArgument, "%s must be between 0 and 1h", name)
+		return 0, invalid("%s must be between 0 and 1h", name)
 	}
 	return v, nil
 }
 
 // AcquireInputLease waits for the session's input lease.
 func (s *Service) AcquireInputLease(ctx context.Context, req *agentv1.AcquireInputLeaseRequest) (*agentv1.AcquireInputLeaseResponse, error) {
+	l, err := s.acquireInputLease(ctx, req)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &agentv1.AcquireInputLeaseResponse{Lease: leaseProto(l)}, nil
+}
+
+func (s *Service) acquireInputLease(ctx context.Context, req *agentv1.AcquireInputLeaseRequest) (lease.Lease, error) {
 	ttl, err := checkTTL(req.GetTtl(), "ttl")
 	if err != nil {
-		return nil, err
+		return lease.Lease{}, err
 	}
 	wait, err := checkTTL(req.GetWait(), "wait")
 	if err != nil {
-		return nil, err
+		return lease.Lease{}, err
 	}
 	if req.GetSessionId() == "" || req.GetHolder() == "" {
-		return nil, status.Error(codes.InvalidArgument, "session_id and holder are required")
+		return lease.Lease{}, invalid("session_id and holder are required")
 	}
 	if err := s.checkSession(ctx, req.GetSessionId(), false); err != nil {
-		return nil, err
+		return lease.Lease{}, err
 	}
 	if wait > 0 {
 		var cancel context.CancelFunc
@@ -67,41 +57,43 @@ func (s *Service) AcquireInputLease(ctx context.Context, req *agentv1.AcquireInp
 		defer cancel()
 	}
 	l, err := s.leases.Acquire(ctx, req.GetSessionId(), req.GetHolder(), ttl)
-	if err != nil {
-		return nil, leaseErr(err)
-	}
-	return &agentv1.AcquireInputLeaseResponse{Lease: leaseProto(l)}, nil
+	return l, leaseErr(err)
 }
 
 // RenewInputLease extends a held lease.
 func (s *Service) RenewInputLease(ctx context.Context, req *agentv1.RenewInputLeaseRequest) (*agentv1.RenewInputLeaseResponse, error) {
-	ttl, err := checkTTL(req.GetTtl(), "ttl")
+	l, err := s.renewInputLease(ctx, req)
 	if err != nil {
-		return nil, err
-	}
-	if req.GetSessionId() == "" || req.GetLeaseId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "session_id and lease_id are required")
-	}
-	if err := s.checkSession(ctx, req.GetSessionId(), false); err != nil {
-		return nil, err
-	}
-	l, err := s.leases.Renew(ctx, req.GetSessionId(), req.GetLeaseId(), ttl)
-	if err != nil {
-		return nil, leaseErr(err)
+		return nil, s.toStatus(ctx, err)
 	}
 	return &agentv1.RenewInputLeaseResponse{Lease: leaseProto(l)}, nil
+}
+
+func (s *Service) renewInputLease(ctx context.Context, req *agentv1.RenewInputLeaseRequest) (lease.Lease, error) {
+	ttl, err := checkTTL(req.GetTtl(), "ttl")
+	if err != nil {
+		return lease.Lease{}, err
+	}
+	if req.GetSessionId() == "" || req.GetLeaseId() == "" {
+		return lease.Lease{}, invalid("session_id and lease_id are required")
+	}
+	if err := s.checkSession(ctx, req.GetSessionId(), false); err != nil {
+		return lease.Lease{}, err
+	}
+	l, err := s.leases.Renew(ctx, req.GetSessionId(), req.GetLeaseId(), ttl)
+	return l, leaseErr(err)
 }
 
 // ReleaseInputLease gives a lease up.
 func (s *Service) ReleaseInputLease(ctx context.Context, req *agentv1.ReleaseInputLeaseRequest) (*agentv1.ReleaseInputLeaseResponse, error) {
 	if req.GetSessionId() == "" || req.GetLeaseId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "session_id and lease_id are required")
+		return nil, s.toStatus(ctx, invalid("session_id and lease_id are required"))
 	}
 	if err := s.checkSession(ctx, req.GetSessionId(), false); err != nil {
-		return nil, err
+		return nil, s.toStatus(ctx, err)
 	}
 	if err := s.leases.Release(ctx, req.GetSessionId(), req.GetLeaseId()); err != nil {
-		return nil, leaseErr(err)
+		return nil, s.toStatus(ctx, leaseErr(err))
 	}
 	s.releaseAtDisplay(ctx, req.GetSessionId(), req.GetToken())
 	return &agentv1.ReleaseInputLeaseResponse{}, nil

@@ -36,7 +36,7 @@ func TestStoreFailureReachesClientMasked(t *testing.T) {
 	node := startNode(t, newFakeNode())
 	svc, err := New(ctx, DefaultConfig(), Deps{
 		Display: displayv1.NewDisplayServiceClient(node), Sandbox: sandboxv1.NewSandboxServiceClient(node), Store: st,
-		Leases: lease.NewMemory(nil), Tenant: tenantFromMetadata,
+		Leases: lease.NewMemory(nil), Tenancy: tenantFromMetadata,
 		Sessions: sessionv1.NewSessionServiceClient(startSessions(t, &fakeSessions{})),
 	})
 	if err != nil {

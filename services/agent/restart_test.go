@@ -23,6 +23,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/agent/provider"
 	"github.com/deskgrid/deskgrid/services/agent/store"
 	"github.com/deskgrid/deskgrid/services/agent/store/storetest"
+	"github.com/deskgrid/deskgrid/services/platform/auth"
 	"github.com/deskgrid/deskgrid/services/platform/auth/secretbox"
 )
 
@@ -174,12 +175,14 @@ func TestSendMessageAfterRestart(t *testing.T) {
 	}
 }
 
-// tenantFromMetadata reads the tenant a test puts in the call's metadata.
-func tenantFromMetadata(ctx context.Context) string {
+// tenantFromMetadata is the tests' Tenancy: the tenant a test puts in the
+// call's metadata, standing in for the authenticated principal, and
+// DefaultTenant for a call without it.
+func tenantFromMetadata(ctx context.Context) auth.Caller {
 	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get("x-tenant")) > 0 {
-		return md.Get("x-tenant")[0]
+		return auth.ForTenant(md.Get("x-tenant")[0])
 	}
-	return DefaultTenant
+	return auth.ForTenant(DefaultTenant)
 }
 
 func asTenant(t string) context.Context {
@@ -188,7 +191,7 @@ func asTenant(t string) context.Context {
 
 func TestRunsBelongToTheirTenant(t *testing.T) {
 	p := &scripted{turns: []func(provider.Request) (*provider.Response, error){toolTurn(call("t1", "bash", `{"command":"ls"}`))}}
-	h := newHarness(t, DefaultConfig(), fixed(p), func(d *Deps) { d.Tenant = tenantFromMetadata })
+	h := newHarness(t, DefaultConfig(), fixed(p), func(d *Deps) { d.Tenancy = tenantFromMetadata })
 	resp, err := h.client.CreateRun(asTenant("acme"), &agentv1.CreateRunRequest{SessionId: "s-1", Prompt: "x", Options: &agentv1.RunOptions{ApprovalTools: []string{"bash"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -275,7 +278,7 @@ func (f *fakeSessions) set(id string, st sessionv1.SessionState) {
 }
 
 func (f *fakeSessions) GetSession(ctx context.Context, req *sessionv1.GetSessionRequest) (*sessionv1.GetSessionResponse, error) {
-	if f.owner != nil && f.owner[req.GetSessionId()] != tenantFromMetadata(ctx) {
+	if owner, ok := f.owner[req.GetSessionId()]; f.owner != nil && (!ok || !tenantFromMetadata(ctx).Sees(owner)) {
 		return nil, status.Errorf(codes.NotFound, "session %s not found", req.GetSessionId())
 	}
 	f.mu.Lock()
@@ -303,7 +306,7 @@ func TestCreateRunChecksTheSessionIsTheCallers(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	h := newHarness(t, DefaultConfig(), fixed(&scripted{}), func(d *Deps) {
-		d.Tenant = tenantFromMetadata
+		d.Tenancy = tenantFromMetadata
 		d.Sessions = sessionv1.NewSessionServiceClient(conn)
 	})
 	if _, err := h.client.CreateRun(asTenant("globex"), &agentv1.CreateRunRequest{SessionId: "s-1", Prompt: "x"}); status.Code(err) != codes.NotFound {

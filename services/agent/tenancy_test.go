@@ -14,6 +14,7 @@ import (
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	"github.com/deskgrid/deskgrid/services/agent/provider"
+	"github.com/deskgrid/deskgrid/services/platform/auth"
 )
 
 // target names what an attack aims at: a session, a run on it and the
@@ -197,5 +198,54 @@ func waitStateAs(t *testing.T, c agentv1.AgentServiceClient, ctx context.Context
 			t.Fatalf("run %s: %v, %v; want %v", id, r, err, state)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// With auth on, a call that reaches the service with no principal (past
+// the interceptors, as an in-process caller could) is anonymous, not the
+// system: it finds no run, not even one made for no tenant, touches no
+// session's input lease, lists nothing and may start no run.
+func TestTenancyAnonymousIsNotTheSystem(t *testing.T) {
+	p := &scripted{turns: []func(provider.Request) (*provider.Response, error){toolTurn(call("t1", "bash", `{"command":"ls"}`))}}
+	h := newHarness(t, DefaultConfig(), fixed(p), func(d *Deps) { d.Tenancy = auth.CallerOf })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	system := auth.AsSystem(ctx)
+	created, err := h.svc.CreateRun(system, &agentv1.CreateRunRequest{SessionId: "s-1", Prompt: "x",
+		Options: &agentv1.RunOptions{ApprovalTools: []string{"bash"}, SkipInputLease: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := created.GetRun()
+	if run.GetTenant() != "" {
+		t.Fatalf("the system's run belongs to %q, want no tenant", run.GetTenant())
+	}
+	held, err := h.svc.AcquireInputLease(system, &agentv1.AcquireInputLeaseRequest{SessionId: "s-1", Holder: "system", Ttl: durationMs(60_000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	anon := ctx // the harness's server has no interceptors: no principal
+	tg := target{session: "s-1", run: run.GetId(), lease: held.GetLease().GetLeaseId()}
+	for name, c := range targetCalls {
+		want := codes.NotFound
+		if name == "CreateRun" || name == "ListRuns" {
+			want = codes.Unauthenticated
+		}
+		if err := c(anon, h.client, tg); status.Code(err) != want {
+			t.Errorf("anonymous %s: %v, want %v", name, err, want)
+		}
+	}
+
+	// Nothing moved, and the system still has its run and its lease.
+	got, err := h.svc.GetRun(system, &agentv1.GetRunRequest{RunId: run.GetId()})
+	if err != nil || terminal(got.GetRun().GetState()) {
+		t.Fatalf("the system's run after the anonymous calls: %v, %v", got.GetRun(), err)
+	}
+	if _, err := h.svc.RenewInputLease(system, &agentv1.RenewInputLeaseRequest{SessionId: "s-1", LeaseId: held.GetLease().GetLeaseId()}); err != nil {
+		t.Fatalf("the system lost its lease: %v", err)
+	}
+	if _, err := h.svc.CancelRun(system, &agentv1.CancelRunRequest{RunId: run.GetId()}); err != nil {
+		t.Fatal(err)
 	}
 }

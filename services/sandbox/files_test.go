@@ -9,8 +9,10 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/platform/errinfo"
 )
 
 func TestFilesRoundTrip(t *testing.T) {
@@ -47,6 +49,14 @@ func TestFilesRoundTrip(t *testing.T) {
 	}
 	if got := strings.Join(names, ","); got != ".cache,.config,.local,Desktop,notes,run.sh" {
 		t.Fatalf("ListFiles: %s", got)
+	}
+	// Reading a directory as a file says so by its reason, which callers
+	// decide on (never the wording).
+	if _, err := h.client.ReadFile(ctx, &sandboxv1.ReadFileRequest{SessionId: "f", Path: "notes"}); status.Code(err) != codes.InvalidArgument || errinfo.Reason(err) != errinfo.NotRegularFile {
+		t.Fatalf("ReadFile of a directory: %v (reason %q), want InvalidArgument with reason %s", err, errinfo.Reason(err), errinfo.NotRegularFile)
+	}
+	if _, err := h.client.ReadFile(ctx, &sandboxv1.ReadFileRequest{SessionId: "f", Path: "notes/missing"}); errinfo.Reason(err) != "" {
+		t.Fatalf("ReadFile of a missing file has reason %q", errinfo.Reason(err))
 	}
 }
 

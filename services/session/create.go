@@ -38,7 +38,10 @@ func (s *Service) create(ctx context.Context, req *sessionv1.CreateSessionReques
 	if err != nil {
 		return nil, err
 	}
-	tenant := s.tenant(ctx)
+	tenant, err := s.tenancy.Owner(ctx)
+	if err != nil {
+		return nil, err
+	}
 	rid := req.GetRequestId()
 	if rid != "" {
 		prev, err := s.store.FindByRequestID(ctx, tenant, rid)
@@ -225,6 +228,11 @@ func (s *Service) replace(ctx context.Context, cur *sessionv1.Session, failed st
 // one tenant may each see room for the last slot: the quota is a bound on
 // steady use, the node capacities are the hard limit.
 func (s *Service) admit(ctx context.Context, tenant string, sp spec) error {
+	if tenant == "" {
+		// The system, acting for no tenant, has no quota (and "" would
+		// count every tenant's sessions).
+		return nil
+	}
 	limits, ok := s.cfg.TenantQuotas[tenant]
 	if !ok {
 		limits = s.cfg.TenantQuota

@@ -30,8 +30,14 @@ func (s *Service) ListSessions(ctx context.Context, req *sessionv1.ListSessionsR
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
+	// The caller's tenant's sessions; every tenant's for the system and
+	// with auth off; none for an anonymous caller.
+	tenant, err := s.tenancy.Scope(ctx)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
 	page, next, err := s.store.List(ctx, store.Filter{
-		Tenant:    s.tenant(ctx),
+		Tenant:    tenant,
 		States:    req.GetStates(),
 		Labels:    req.GetLabels(),
 		PageSize:  size,

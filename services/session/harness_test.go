@@ -19,6 +19,7 @@ import (
 	eventsv1 "github.com/deskgrid/deskgrid/proto/deskgrid/events/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	"github.com/deskgrid/deskgrid/services/platform/activity"
+	"github.com/deskgrid/deskgrid/services/platform/auth"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/platform/natsembed/natstest"
 	"github.com/deskgrid/deskgrid/services/platform/sqlstore/sqlstoretest"
@@ -47,6 +48,22 @@ type harnessOpts struct {
 	// activity: the service hears activity reports sent at this interval.
 	activity  time.Duration
 	openStore func(testing.TB) store.Store
+	// tenancy: tenantFromMD unless set.
+	tenancy auth.Tenancy
+}
+
+// tenantFromMD is the tests' Tenancy: the tenant a test puts in the call's
+// metadata, standing in for the authenticated principal, and DefaultTenant
+// for a call without it.
+func tenantFromMD(ctx context.Context) auth.Caller {
+	if v := metadata.ValueFromIncomingContext(ctx, tenantHeader); len(v) > 0 {
+		return auth.ForTenant(v[0])
+	}
+	return auth.ForTenant(DefaultTenant)
+}
+
+func withTenancy(t auth.Tenancy) option {
+	return func(_ *Config, o *harnessOpts) { o.tenancy = t }
 }
 
 func withStore(open func(testing.TB) store.Store) option {
@@ -64,7 +81,7 @@ func newHarness(t testing.TB, opts ...option) *harness {
 	ctx := context.Background()
 	cfg := DefaultConfig()
 	cfg.ReapInterval = 0
-	ho := harnessOpts{capacity: 100}
+	ho := harnessOpts{capacity: 100, tenancy: tenantFromMD}
 	for _, o := range opts {
 		o(&cfg, &ho)
 	}
@@ -104,12 +121,7 @@ func newHarness(t testing.TB, opts ...option) *harness {
 		Nodes:    h.nodes,
 		Events:   events.NewPublisher(js),
 		NATS:     nc,
-		Tenant: func(ctx context.Context) string {
-			if v := metadata.ValueFromIncomingContext(ctx, tenantHeader); len(v) > 0 {
-				return v[0]
-			}
-			return DefaultTenant
-		},
+		Tenancy:  ho.tenancy,
 	})
 	if err != nil {
 		t.Fatal(err)

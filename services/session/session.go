@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/deskgrid/deskgrid/services/platform/auth"
 	"github.com/deskgrid/deskgrid/services/platform/auth/quota"
 	"log/slog"
 	"sync"
@@ -105,8 +106,12 @@ type Deps struct {
 	// NATS carries the events WatchSession follows; nil falls back to
 	// re-reading the record every WatchResync.
 	NATS *nats.Conn
-	// Tenant names the caller's tenant; nil means every caller is "default".
-	Tenant func(ctx context.Context) string
+	// Tenancy says who a call acts for (auth.CallerOf with auth on, nil
+	// with auth off, when every caller sees every session and sessions
+	// belong to auth.DefaultTenant). A session is seen only by its tenant,
+	// the system and, with auth off, everyone; an anonymous caller sees
+	// none and may create none.
+	Tenancy auth.Tenancy
 	// Activity says which sessions are in use (activity.Monitor, fed by
 	// the nodes' and the agent's reports); the reaper stops no session it
 	// says is busy or was used within its idle timeout. nil: only create,
@@ -126,22 +131,22 @@ type Activity interface {
 	Forget(id string)
 }
 
-// DefaultTenant owns every session when Deps.Tenant is nil.
-const DefaultTenant = "default"
+// DefaultTenant owns the sessions of a deskgrid without authentication.
+const DefaultTenant = auth.DefaultTenant
 
 // Service implements sessionv1.SessionServiceServer.
 type Service struct {
 	sessionv1.UnimplementedSessionServiceServer
 
-	cfg    Config
-	log    *slog.Logger
-	store  store.Store
-	placer placement.Placer
-	nodes  Nodes
-	events events.Publisher
-	nc     *nats.Conn
-	tenant func(ctx context.Context) string
-	usage  Activity
+	cfg     Config
+	log     *slog.Logger
+	store   store.Store
+	placer  placement.Placer
+	nodes   Nodes
+	events  events.Publisher
+	nc      *nats.Conn
+	tenancy auth.Tenancy
+	usage   Activity
 	// imageKeys: Deps.ImageKeys.
 	imageKeys func(tenant, image string) []string
 	now       func() time.Time
@@ -197,10 +202,6 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	tenant := deps.Tenant
-	if tenant == nil {
-		tenant = func(context.Context) string { return DefaultTenant }
-	}
 	s := &Service{
 		cfg:       cfg,
 		log:       logger.With("service", "session"),
@@ -209,7 +210,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		nodes:     deps.Nodes,
 		events:    deps.Events,
 		nc:        deps.NATS,
-		tenant:    tenant,
+		tenancy:   deps.Tenancy,
 		usage:     deps.Activity,
 		imageKeys: deps.ImageKeys,
 		now:       time.Now,

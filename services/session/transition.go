@@ -103,7 +103,7 @@ func (s *Service) get(ctx context.Context, id string) (*sessionv1.Session, error
 		return nil, err
 	}
 	sess, err := s.store.Get(ctx, id)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && sess.GetTenant() != s.tenant(ctx)) {
+	if errors.Is(err, store.ErrNotFound) || (err == nil && !s.tenancy.Sees(ctx, sess.GetTenant())) {
 		return nil, fmt.Errorf("session %s: %w", id, errNotFound)
 	}
 	return sess, err

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/platform/errinfo"
 )
 
 type editInput struct {
@@ -43,6 +44,10 @@ func (e *Executor) edit(ctx context.Context, raw json.RawMessage) (Result, error
 	rel, ok := e.relPath(in.Path)
 	if !ok {
 		return fail("%s is outside the session's files: give a path under %s", in.Path, e.home())
+	}
+	if rel == "" {
+		// The home itself: the sandbox names its root ".".
+		rel = "."
 	}
 	in.Path = rel
 	switch in.Command {
@@ -217,7 +222,7 @@ func (e *Executor) relPath(p string) (string, bool) {
 // a directory.
 func (e *Executor) read(ctx context.Context, path string) ([]byte, bool, error) {
 	r, err := e.Sandbox.ReadFile(ctx, &sandboxv1.ReadFileRequest{SessionId: e.SessionID, Path: path})
-	if status.Code(err) == codes.NotFound || (status.Code(err) == codes.InvalidArgument || status.Code(err) == codes.FailedPrecondition) && strings.Contains(err.Error(), "directory") {
+	if status.Code(err) == codes.NotFound || errinfo.Reason(err) == errinfo.NotRegularFile {
 		return nil, false, nil
 	}
 	if err != nil {

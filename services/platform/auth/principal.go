@@ -137,8 +137,8 @@ func FromContext(ctx context.Context) (Principal, bool) {
 }
 
 // TenantOf is the tenant the request acts for, "" when the request was not
-// authenticated or is a system call not acting for any tenant. Services
-// take it as their Deps.Tenant hook.
+// authenticated or is a system call not acting for any tenant (what the
+// internal credentials forward). Who a request may see is CallerOf's.
 func TenantOf(ctx context.Context) string {
 	p, _ := FromContext(ctx)
 	return p.Tenant

@@ -8,8 +8,8 @@ import (
 )
 
 // Kind is what a caller is, as far as tenancy goes. The services that own
-// tenants' resources (display, sandbox, history) ask Tenancy for it; this
-// file is the one rule of who sees what.
+// tenants' resources (session, agent, display, sandbox, history) ask
+// Tenancy for it; this file is the one rule of who sees what.
 type Kind int
 
 const (
@@ -119,6 +119,21 @@ func (c Caller) Scope() (string, error) {
 	return "", ErrAnonymous
 }
 
+// DefaultTenant owns what the control plane records (sessions, runs) with
+// auth off. The first API key is made for it, so turning auth on later
+// keeps those records to that key's tenant.
+const DefaultTenant = "default"
+
+// Owner is the tenant recorded on what the caller creates in a service
+// that keeps records (session, agent): its Scope, but DefaultTenant with
+// auth off.
+func (c Caller) Owner() (string, error) {
+	if c.Kind == AuthOff {
+		return DefaultTenant, nil
+	}
+	return c.Scope()
+}
+
 // Tenancy says who a request acts for: a service's Deps.Tenancy. Nil is
 // auth off (every caller Unrestricted); with auth on it is CallerOf.
 type Tenancy func(ctx context.Context) Caller
@@ -139,4 +154,9 @@ func (t Tenancy) Sees(ctx context.Context, owner string) bool {
 // Scope is ctx's caller's Scope.
 func (t Tenancy) Scope(ctx context.Context) (string, error) {
 	return t.Caller(ctx).Scope()
+}
+
+// Owner is ctx's caller's Owner.
+func (t Tenancy) Owner(ctx context.Context) (string, error) {
+	return t.Caller(ctx).Owner()
 }

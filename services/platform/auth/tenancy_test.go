@@ -57,6 +57,30 @@ func TestTenancyRule(t *testing.T) {
 	}
 }
 
+// What a caller creates is recorded under its scope, and under
+// DefaultTenant with auth off; an anonymous caller creates nothing.
+func TestTenancyOwner(t *testing.T) {
+	for _, tc := range []struct {
+		c    auth.Caller
+		want string
+	}{
+		{auth.Unrestricted, auth.DefaultTenant},
+		{auth.System, ""},
+		{auth.ForTenant("acme"), "acme"},
+	} {
+		if got, err := tc.c.Owner(); err != nil || got != tc.want {
+			t.Errorf("%v Owner() = %q, %v; want %q", tc.c.Kind, got, err, tc.want)
+		}
+	}
+	if got, err := auth.ForTenant("").Owner(); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("anonymous Owner() = %q, %v; want Unauthenticated", got, err)
+	}
+	var off auth.Tenancy
+	if got, err := off.Owner(context.Background()); err != nil || got != auth.DefaultTenant {
+		t.Errorf("nil Tenancy Owner = %q, %v", got, err)
+	}
+}
+
 // On a server with auth on, a caller without valid credentials is never
 // the system: on an open method (health) its request reaches the handler
 // anonymous, whatever tenant header it forges, and sees nothing; on any

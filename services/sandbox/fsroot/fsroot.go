@@ -29,6 +29,8 @@ var (
 	ErrEscape = errors.New("path escapes the sandbox root")
 	// ErrNotRegular means the path names something other than a regular file.
 	ErrNotRegular = errors.New("not a regular file")
+	// ErrIsDir comes with ErrNotRegular when the path names a directory.
+	ErrIsDir = errors.New("a directory")
 	// ErrNotDir means the path names something other than a directory.
 	ErrNotDir = errors.New("not a directory")
 	// ErrTooLarge means the file exceeds the size limit.
@@ -183,7 +185,7 @@ func (r *Root) ReadFile(p string, max int64) ([]byte, fs.FileMode, error) {
 		return nil, 0, fmt.Errorf("stat %s: %w", clean, err)
 	}
 	if !st.Mode().IsRegular() {
-		return nil, 0, fmt.Errorf("%w: %s is %s", ErrNotRegular, clean, describe(st.Mode()))
+		return nil, 0, notRegular(clean, st.Mode())
 	}
 	if st.Size() > max {
 		return nil, 0, fmt.Errorf("%w: %s is %d bytes, over the limit of %d", ErrTooLarge, clean, st.Size(), max)
@@ -256,7 +258,7 @@ func (r *Root) Create(p string, perm fs.FileMode) (*Writer, error) {
 	}
 	if st, err := root.Lstat(clean); err == nil && st.IsDir() {
 		root.Close()
-		return nil, fmt.Errorf("%w: %s is a directory", ErrNotRegular, clean)
+		return nil, notRegular(clean, st.Mode())
 	}
 	var suffix [6]byte
 	_, _ = rand.Read(suffix[:])
@@ -334,7 +336,7 @@ func (r *Root) Open(p string) (*os.File, fs.FileInfo, error) {
 	}
 	if !st.Mode().IsRegular() {
 		f.Close()
-		return nil, nil, fmt.Errorf("%w: %s is %s", ErrNotRegular, clean, describe(st.Mode()))
+		return nil, nil, notRegular(clean, st.Mode())
 	}
 	return f, st, nil
 }
@@ -484,6 +486,15 @@ func (r *Root) List(p string) ([]fs.FileInfo, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
 	return out, nil
+}
+
+// notRegular is the error for clean, of mode m, named where a regular file
+// was expected.
+func notRegular(clean string, m fs.FileMode) error {
+	if m.IsDir() {
+		return fmt.Errorf("%w: %s is %w", ErrNotRegular, clean, ErrIsDir)
+	}
+	return fmt.Errorf("%w: %s is %s", ErrNotRegular, clean, describe(m))
 }
 
 func describe(m fs.FileMode) string {

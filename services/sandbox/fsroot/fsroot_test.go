@@ -109,12 +109,17 @@ func TestReadRefusesEscapes(t *testing.T) {
 		{"missing", fs.ErrNotExist},
 		{"fifo", ErrNotRegular},
 		{"sub", ErrNotRegular},
+		{"sub", ErrIsDir},
 		{"file/x", ErrNotDir},
 	} {
 		_, _, err := r.ReadFile(tc.path, 1<<20)
 		if !errors.Is(err, tc.want) {
 			t.Errorf("ReadFile(%q) = %v, want %v", tc.path, err, tc.want)
 		}
+	}
+	// Only a directory is told as one.
+	if _, _, err := r.ReadFile("fifo", 1<<20); errors.Is(err, ErrIsDir) {
+		t.Errorf("ReadFile(fifo) = %v: a named pipe is not a directory", err)
 	}
 	for path, want := range map[string]string{"file": "inside", "sub/ok": "inside", "sub/okdir/file": "deep", "./sub/deeper/file": "deep"} {
 		got, _, err := r.ReadFile(path, 1<<20)

@@ -23,9 +23,9 @@ var migrations embed.FS
 
 const versionTable = "auth_goose_version"
 
-// DefaultTenant is the tenant EnsureFirstKey creates; the services use the
-// same name when authentication is off.
-const DefaultTenant = "default"
+// DefaultTenant is the tenant EnsureFirstKey creates: the one that owns
+// what the services record when authentication is off.
+const DefaultTenant = auth.DefaultTenant
 
 // Errors the store returns (wrapped); callers map them to status codes.
 var (
