@@ -95,12 +95,23 @@ func TestProviderCallsAreMeasured(t *testing.T) {
 			ws.failStatus, ws.failBody, ws.bodies = 0, "", nil
 			ws.mu.Unlock()
 			okBefore, inBefore, outBefore := calls(tc.model, "ok"), tokens(tc.model, "input"), tokens(tc.model, "output")
+			toolCalls := func(tool string) int64 {
+				return metricstest.Sum(t, metricReader, "deskgrid.agent.tool.calls",
+					attribute.String("provider", tc.provider), attribute.String("tool", tool), attribute.String("outcome", "ok"))
+			}
+			toolsBefore := map[string]int64{"computer": toolCalls("computer"), "bash": toolCalls("bash"), "editor": toolCalls("editor")}
 			spanRecorder.Reset()
 			run := waitState(t, h.client, start(), agentv1.RunState_RUN_STATE_SUCCEEDED, agentv1.RunState_RUN_STATE_FAILED)
 			if run.GetState() != agentv1.RunState_RUN_STATE_SUCCEEDED {
 				t.Fatalf("run %v: %s", run.GetState(), run.GetStateReason())
 			}
 			n := int64(len(script))
+			// The script's steps: three computer actions, a command, an edit.
+			for tool, want := range map[string]int64{"computer": 3, "bash": 1, "editor": 1} {
+				if d := toolCalls(tool) - toolsBefore[tool]; d != want {
+					t.Errorf("%s tool calls moved by %d, want %d", tool, d, want)
+				}
+			}
 			if d := calls(tc.model, "ok") - okBefore; d != n {
 				t.Errorf("ok calls moved by %d, want %d", d, n)
 			}

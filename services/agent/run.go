@@ -18,6 +18,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/agent/provider"
 	"github.com/deskgrid/deskgrid/services/agent/runlog"
 	"github.com/deskgrid/deskgrid/services/agent/tools"
+	"github.com/deskgrid/deskgrid/services/platform/metrics"
 )
 
 // run is a run this process is executing or has recently executed.
@@ -356,6 +357,7 @@ func (r *run) runTool(ctx context.Context, call *provider.ToolCall, step int32) 
 			return nil, err
 		}
 		if !d.ok {
+			metrics.ToolCalled(ctx, r.prov.Name(), call.Name, metrics.ToolRejected)
 			res.IsError = true
 			res.Text = "The user rejected this action."
 			if d.reason != "" {
@@ -368,9 +370,15 @@ func (r *run) runTool(ctx context.Context, call *provider.ToolCall, step int32) 
 	res.Acknowledged = call.SafetyChecks
 	out, err := r.exec.Run(ctx, call)
 	if err != nil {
+		metrics.ToolCalled(ctx, r.prov.Name(), call.Name, metrics.ToolFailed)
 		return nil, fmt.Errorf("tool %s: %w", call.Name, err)
 	}
 	res.Text, res.IsError = out.Text, out.IsError
+	if out.IsError {
+		metrics.ToolCalled(ctx, r.prov.Name(), call.Name, metrics.ToolError)
+	} else {
+		metrics.ToolCalled(ctx, r.prov.Name(), call.Name, metrics.ToolOK)
+	}
 	if out.Image != nil {
 		res.Image = out.Image
 		// The image goes to the event stream (the history keeps it); the

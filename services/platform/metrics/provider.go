@@ -80,3 +80,28 @@ func (m *ModelLabels) Label(model string, answered bool) string {
 	m.seen[model] = true
 	return model
 }
+
+var toolCalls = counter("deskgrid.agent.tool.calls", "",
+	"tool calls of agent runs (the steps the model asked for), by provider, tool (computer, bash, editor, other) and outcome (ok, error: the tool reported an error to the model, rejected: a person rejected it, failed: the run could not carry it out)")
+
+// Outcomes of a tool call, as ToolCalled takes them.
+const (
+	ToolOK       = "ok"
+	ToolError    = "error"
+	ToolRejected = "rejected"
+	ToolFailed   = "failed"
+)
+
+// ToolCalled counts one tool call of a run. tool is the loop's tool name:
+// computer, bash, or the text editor (str_replace_based_edit_tool, labelled
+// editor); any other is "other".
+func ToolCalled(ctx context.Context, provider, tool, outcome string) {
+	switch tool {
+	case "computer", "bash":
+	case "str_replace_based_edit_tool":
+		tool = "editor"
+	default:
+		tool = "other"
+	}
+	toolCalls.Add(context.WithoutCancel(ctx), 1, attrs("provider", Provider(provider), "tool", tool, "outcome", outcome))
+}
