@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
