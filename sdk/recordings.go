@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	historyv1 "github.com/deskgrid/deskgrid/proto/deskgrid/history/v1"
@@ -43,8 +44,9 @@ func (s *Session) StartRecording(ctx context.Context, o RecordingOptions) (*disp
 	return resp.GetRecording(), nil
 }
 
-// StopRecording ends a recording and finalises its video, which the
-// history then keeps (DownloadRecording).
+// StopRecording ends a recording and finalises its video, and returns once
+// the history keeps it (DownloadRecording finds it then), as the history
+// describes it.
 func (s *Session) StopRecording(ctx context.Context, recordingID string) (*displayv1.Recording, error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
@@ -52,7 +54,22 @@ func (s *Session) StopRecording(ctx context.Context, recordingID string) (*displ
 	if err != nil {
 		return nil, wrap(err)
 	}
-	return resp.GetRecording(), nil
+	// The node has published the end; the history stores it moments later.
+	for {
+		r, err := s.c.history.GetRecording(ctx, &historyv1.GetRecordingRequest{SessionId: s.GetId(), RecordingId: recordingID})
+		if err == nil && r.GetRecording().GetState() != displayv1.RecordingState_RECORDING_STATE_RECORDING {
+			return r.GetRecording(), nil
+		}
+		if err != nil && status.Code(err) != codes.NotFound {
+			return nil, wrap(err)
+		}
+		select {
+		case <-ctx.Done():
+			// The video is finalised; only the history's copy is late.
+			return resp.GetRecording(), nil
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // Recordings lists the session's recordings, newest first.

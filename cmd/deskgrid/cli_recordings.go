@@ -95,7 +95,13 @@ func runRecordings(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if err != nil {
 			return rpcError(err)
 		}
-		return c.table(header, []proto.Message{resp.GetRecording()}, row)
+		// Returns once the history has stored the end too, so a download
+		// right after finds the video.
+		rec, err := waitRecordingEnd(c.ctx, hc, c.pos[0], c.pos[1])
+		if err != nil {
+			rec = resp.GetRecording()
+		}
+		return c.table(header, []proto.Message{rec}, row)
 	case "list":
 		if err := c.want(1, "recordings list <id>"); err != nil {
 			return err
@@ -187,5 +193,24 @@ func downloadRecording(c *cli, hc historyv1.HistoryServiceClient, sessionID, id,
 			fmt.Fprintf(stderr, "wrote %s (%d bytes, %s)\n", out, n, first.GetContentType())
 		}
 		return nil
+	}
+}
+
+// waitRecordingEnd waits until the history holds a stopped recording's end
+// (the node has published it; the history stores it moments later).
+func waitRecordingEnd(ctx context.Context, hc historyv1.HistoryServiceClient, sessionID, id string) (*displayv1.Recording, error) {
+	for {
+		resp, err := hc.GetRecording(ctx, &historyv1.GetRecordingRequest{SessionId: sessionID, RecordingId: id})
+		if err == nil && resp.GetRecording().GetState() != displayv1.RecordingState_RECORDING_STATE_RECORDING {
+			return resp.GetRecording(), nil
+		}
+		if err != nil && status.Code(err) != codes.NotFound {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }

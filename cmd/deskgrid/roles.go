@@ -101,6 +101,13 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, js jetstrea
 			metrics.Reconciled(ctx, "display", len(removed))
 			s.logger.Info("removed displays left by a previous run", "sessions", removed)
 		}
+		// Recordings a dead previous process left end now, as failed, with
+		// their videos so far.
+		if n, err := d.RecoverRecordings(ctx); err != nil {
+			s.logger.Warn("ending recordings left by a previous run", "err", err)
+		} else if n > 0 {
+			s.logger.Info("ended recordings left by a previous run", "recordings", n)
+		}
 		d.Register(srv.GRPC)
 		srv.SetServing(displayv1.DisplayService_ServiceDesc.ServiceName)
 		n.display = d

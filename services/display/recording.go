@@ -3,6 +3,7 @@ package display
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -226,9 +228,17 @@ func (s *Service) startRecording(ctx context.Context, d *display, spec recording
 	close(r.running)
 	r.started = time.Now()
 	started := r.proto(displayv1.RecordingState_RECORDING_STATE_RECORDING)
+	// Beside the video, so a node whose process dies while recording
+	// still hands the video over and says so when it starts again.
+	if err := writeRecordingMeta(r.path, d.tenant, started); err != nil {
+		enc.Kill()
+		_ = os.Remove(r.path)
+		return nil, err
+	}
 	if _, err := s.events.Publish(ctx, events.Meta{Type: events.TypeRecordingStarted, SessionID: d.sessionID, Tenant: d.tenant}, started); err != nil {
 		enc.Kill()
 		_ = os.Remove(r.path)
+		_ = os.Remove(r.path + metaExt)
 		return nil, fmt.Errorf("announce the recording: %w: %w", err, errClosed)
 	}
 	ok = true
@@ -322,43 +332,10 @@ func (s *Service) endRecording(r *recording, failure error) {
 	defer cancel()
 	d := r.d
 	out := r.proto(displayv1.RecordingState_RECORDING_STATE_STOPPED)
-	out.EndTime = timestamppb.Now()
 	out.Frames = r.enc.Frames()
-	if info, err := os.Stat(r.path); err == nil && info.Size() > 0 {
-		if f, err := os.Open(r.path); err == nil {
-			n, err := s.videos.Put(ctx, r.id, f)
-			f.Close()
-			if err == nil {
-				out.SizeBytes, out.Object = n, r.id
-			} else if failure == nil {
-				failure = fmt.Errorf("hand the video to the history: %w", err)
-			}
-		}
-	} else if failure == nil {
-		failure = errors.New("ffmpeg wrote no video")
-	}
-	typ := events.TypeRecordingStopped
-	if failure != nil {
-		typ = events.TypeRecordingFailed
-		out.State = displayv1.RecordingState_RECORDING_STATE_FAILED
-		out.FailureReason = failure.Error()
-		s.log.Warn("recording failed", "session_id", d.sessionID, "recording_id", r.id, "err", failure)
-	} else {
-		s.log.Info("recording stopped", "session_id", d.sessionID, "recording_id", r.id, "frames", out.Frames, "bytes", out.SizeBytes)
-	}
-	// Announced whatever happened: a recording never ends silently.
-	for attempt := 0; ; attempt++ {
-		_, err := s.events.Publish(ctx, events.Meta{Type: typ, SessionID: d.sessionID, Tenant: d.tenant}, out)
-		if err == nil {
-			break
-		}
-		if attempt == 4 || ctx.Err() != nil {
-			s.log.Error("announcing the end of a recording", "session_id", d.sessionID, "recording_id", r.id, "err", err)
-			break
-		}
-		time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond)
-	}
+	s.handOver(ctx, d.tenant, r.path, out, failure)
 	_ = os.Remove(r.path)
+	_ = os.Remove(r.path + metaExt)
 	_ = os.Remove(filepath.Dir(r.path)) // only when empty
 	r.result = proto.Clone(out).(*displayv1.Recording)
 	s.recMu.Lock()
@@ -476,4 +453,107 @@ func (s *Service) stopRecording(ctx context.Context, d *display) {
 		default:
 		}
 	}
+}
+
+// handOver puts a finished recording's video (path) in the object store for
+// the history and publishes its end: stopped, or failed with the reason. A
+// recording never ends silently.
+func (s *Service) handOver(ctx context.Context, tenant, path string, out *displayv1.Recording, failure error) {
+	out.EndTime = timestamppb.Now()
+	if info, err := os.Stat(path); err == nil && info.Size() > 0 {
+		if f, err := os.Open(path); err == nil {
+			n, err := s.videos.Put(ctx, out.GetId(), f)
+			f.Close()
+			if err == nil {
+				out.SizeBytes, out.Object = n, out.GetId()
+			} else if failure == nil {
+				failure = fmt.Errorf("hand the video to the history: %w", err)
+			}
+		}
+	} else if failure == nil {
+		failure = errors.New("ffmpeg wrote no video")
+	}
+	typ := events.TypeRecordingStopped
+	if failure != nil {
+		typ = events.TypeRecordingFailed
+		out.State = displayv1.RecordingState_RECORDING_STATE_FAILED
+		out.FailureReason = failure.Error()
+		s.log.Warn("recording failed", "session_id", out.GetSessionId(), "recording_id", out.GetId(), "err", failure)
+	} else {
+		s.log.Info("recording stopped", "session_id", out.GetSessionId(), "recording_id", out.GetId(), "frames", out.GetFrames(), "bytes", out.GetSizeBytes())
+	}
+	for attempt := 0; ; attempt++ {
+		_, err := s.events.Publish(ctx, events.Meta{Type: typ, SessionID: out.GetSessionId(), Tenant: tenant}, out)
+		if err == nil {
+			return
+		}
+		if attempt == 4 || ctx.Err() != nil {
+			s.log.Error("announcing the end of a recording", "session_id", out.GetSessionId(), "recording_id", out.GetId(), "err", err)
+			return
+		}
+		time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond)
+	}
+}
+
+// metaExt names the record written beside a video while it is recorded.
+const metaExt = ".json"
+
+// recordingMeta is what a later process needs to end a recording whose
+// process died.
+type recordingMeta struct {
+	Tenant    string          `json:"tenant"`
+	Recording json.RawMessage `json:"recording"`
+}
+
+func writeRecordingMeta(videoPath, tenant string, r *displayv1.Recording) error {
+	rb, err := protojson.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("recording meta: %w", err)
+	}
+	b, err := json.Marshal(recordingMeta{Tenant: tenant, Recording: rb})
+	if err != nil {
+		return fmt.Errorf("recording meta: %w", err)
+	}
+	if err := os.WriteFile(videoPath+metaExt, b, 0o600); err != nil {
+		return fmt.Errorf("recording meta: %w", err)
+	}
+	return nil
+}
+
+// RecoverRecordings ends the recordings a previous process of this node
+// left behind when it died (its ffmpeg died with it): each video so far
+// (its last fragment at most a second short) is handed to the history and
+// the recording is announced as failed with the reason. It returns how many
+// it ended. Call it at start, before sessions are created.
+func (s *Service) RecoverRecordings(ctx context.Context) (int, error) {
+	if s.videos == nil || s.events == nil {
+		return 0, nil
+	}
+	metas, err := filepath.Glob(filepath.Join(s.cfg.RecordingDir, "*", "rec-*"+metaExt))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, mp := range metas {
+		video := strings.TrimSuffix(mp, metaExt)
+		b, err := os.ReadFile(mp)
+		var m recordingMeta
+		rec := &displayv1.Recording{}
+		if err == nil {
+			err = json.Unmarshal(b, &m)
+		}
+		if err == nil {
+			err = protojson.Unmarshal(m.Recording, rec)
+		}
+		if err != nil || !validRecordingID(rec.GetId()) || validateSessionID(rec.GetSessionId()) != nil {
+			s.log.Warn("removing an unreadable recording left by a previous run", "file", mp, "err", err)
+		} else {
+			s.handOver(ctx, m.Tenant, video, rec, errors.New("the node's process ended while recording"))
+			n++
+		}
+		_ = os.Remove(video)
+		_ = os.Remove(mp)
+		_ = os.Remove(filepath.Dir(mp))
+	}
+	return n, nil
 }

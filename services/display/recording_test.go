@@ -34,7 +34,11 @@ type recorder struct {
 	videos *videostore.Store
 }
 
-func newRecorder(t *testing.T, cfg Config) *recorder {
+func newRecorder(t *testing.T, cfg Config) *recorder { return newRecorderCfg(t, cfg) }
+
+func newRecorderB(b *testing.B) *recorder { return newRecorderCfg(b, Config{}) }
+
+func newRecorderCfg(t testing.TB, cfg Config) *recorder {
 	t.Helper()
 	if _, err := exec.LookPath("ffmpeg"); err != nil {
 		t.Skip("no ffmpeg: install Debian's (scripts/setup does)")
@@ -319,17 +323,29 @@ func TestRecordingStopsOnAFullDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pid := r.running(sid).enc.PID()
+	rec := r.running(sid)
+	pid := rec.enc.PID()
 	xc := clientConn(t, r.s, sid)
-	var failed []*displayv1.Recording
-	for i := 0; len(failed) == 0; i++ {
-		if i == 2000 {
+	ended := func() bool {
+		select {
+		case <-rec.done:
+			return true
+		default:
+			return false
+		}
+	}
+	// A change a frame until the disk is full (a few seconds of video).
+	for i := 0; !ended(); i++ {
+		if i == 3000 {
 			t.Fatal("the recording never failed on a full disk")
 		}
+		before := rec.enc.Frames()
 		showWindow(t, xc, (i*37)%280, (i*53)%200, 40, 40, uint32(i*0x10101f), 0)
-		if i%20 == 0 {
-			failed = r.recordingEvents(t, sid)[events.TypeRecordingFailed]
-		}
+		testkit.Eventually(t, 10*time.Second, func() bool { return ended() || rec.enc.Frames() > before }, "a frame")
+	}
+	failed := r.recordingEvents(t, sid)[events.TypeRecordingFailed]
+	if len(failed) != 1 {
+		t.Fatalf("events: %v", r.recordingEvents(t, sid))
 	}
 	if f := failed[0]; f.GetId() != start.GetRecording().GetId() || !strings.Contains(strings.ToLower(f.GetFailureReason()), "space") && !strings.Contains(f.GetFailureReason(), "full") {
 		t.Fatalf("failed event %v: want the full disk as the reason", f)
@@ -424,3 +440,76 @@ func TestRecordingNeedsTheEventBus(t *testing.T) {
 }
 
 var _ = context.Background
+
+// A recording whose node process died is ended when the node starts again:
+// its video so far handed over, and a failed event with the reason.
+func TestRecordingLeftByADeadProcessIsEnded(t *testing.T) {
+	r := newRecorder(t, Config{})
+	const sid = "rec-orphan"
+	if _, err := r.c.CreateDisplay(asTenant(t, "owner"), &displayv1.CreateDisplayRequest{SessionId: sid, Width: 320, Height: 240}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	start, err := r.c.StartRecording(ctx, &displayv1.StartRecordingRequest{SessionId: sid, Fps: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := r.running(sid)
+	// Changes for more than a second: ffmpeg has written a fragment.
+	xc := clientConn(t, r.s, sid)
+	i := 0
+	testkit.Eventually(t, 20*time.Second, func() bool {
+		i++
+		showWindow(t, xc, (i*37)%280, (i*53)%200, 40, 40, uint32(i*0x10101f), 0)
+		info, err := os.Stat(rec.path)
+		return err == nil && info.Size() > 4096
+	}, "a fragment of video on disk")
+	// What the process's death leaves: ffmpeg killed, the files on disk.
+	// (The recording goroutine here is stopped from handing them over by
+	// taking them away first.)
+	path := rec.path
+	saved := filepath.Join(t.TempDir(), "saved")
+	if err := os.MkdirAll(saved, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{path, path + metaExt} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(saved, filepath.Base(p)), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	syscall.Kill(rec.enc.PID(), syscall.SIGKILL)
+	<-rec.done
+	// Put back as a dead process would have left them.
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{path, path + metaExt} {
+		b, _ := os.ReadFile(filepath.Join(saved, filepath.Base(p)))
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := len(r.recordingEvents(t, sid)[events.TypeRecordingFailed])
+	n, err := r.s.RecoverRecordings(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("recovered %d: %v", n, err)
+	}
+	failed := r.recordingEvents(t, sid)[events.TypeRecordingFailed]
+	if len(failed) != before+1 {
+		t.Fatalf("failed events: %v", failed)
+	}
+	f := failed[len(failed)-1]
+	if f.GetId() != start.GetRecording().GetId() || !strings.Contains(f.GetFailureReason(), "process ended") {
+		t.Fatalf("failed event %v", f)
+	}
+	if p := ffprobe(t, r.video(t, f)); p.Codec != "h264" || p.frames(t) < 1 {
+		t.Fatalf("recovered video: %+v", p)
+	}
+	if _, err := os.Stat(path + metaExt); !os.IsNotExist(err) {
+		t.Fatalf("the meta file is still there: %v", err)
+	}
+}

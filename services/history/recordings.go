@@ -137,7 +137,7 @@ func (s *Service) DownloadRecording(req *historyv1.DownloadRecordingRequest, str
 	if !r.GetDownloadReady() {
 		switch r.GetState() {
 		case displayv1.RecordingState_RECORDING_STATE_RECORDING:
-			return status.Errorf(codes.FailedPrecondition, "recording %s is still recording; stop it first", r.GetId())
+			return status.Errorf(codes.FailedPrecondition, "recording %s is still recording (or was stopped a moment ago and its end is not stored yet); stop it first, or try again shortly", r.GetId())
 		case displayv1.RecordingState_RECORDING_STATE_FAILED:
 			return status.Errorf(codes.FailedPrecondition, "recording %s failed with no video kept: %s", r.GetId(), r.GetFailureReason())
 		default:

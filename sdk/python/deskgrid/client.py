@@ -796,10 +796,21 @@ class Session:
         result: JSON = self._call("POST", "/recordings", body=body).get("recording", {})
         return result
 
-    def stop_recording(self, recording_id: str) -> JSON:
-        """Ends a recording and finalises its video; returns it as it ended."""
-        result: JSON = self._call("POST", f"/recordings/{_q(recording_id)}:stop", body={}).get("recording", {})
-        return result
+    def stop_recording(self, recording_id: str, *, wait: float = 30.0) -> JSON:
+        """Ends a recording and finalises its video; returns it as the
+        history keeps it, once it does (up to ``wait`` seconds), so
+        :meth:`download_recording` finds it."""
+        stopped: JSON = self._call("POST", f"/recordings/{_q(recording_id)}:stop", body={}).get("recording", {})
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                kept = self.recording(recording_id)
+                if kept.get("state") != "RECORDING_STATE_RECORDING":
+                    return kept
+            except NotFound:
+                pass
+            time.sleep(0.1)
+        return stopped
 
     def recordings(self) -> List[JSON]:
         """The session's recordings, newest first."""

@@ -748,9 +748,24 @@ export class Session implements AsyncDisposable {
     return (await this.call<S['v1StartRecordingResponse']>('POST', '/recordings', { body })).recording ?? {};
   }
 
-  /** Ends a recording and finalises its video; resolves to it as it ended. */
-  async stopRecording(recordingId: string): Promise<Recording> {
-    return (await this.call<S['v1StopRecordingResponse']>('POST', `/recordings/${encodeURIComponent(recordingId)}:stop`, { body: {} })).recording ?? {};
+  /**
+   * Ends a recording and finalises its video; resolves to it as the history
+   * keeps it, once it does (up to `waitMs`, default 30 s), so
+   * `downloadRecording` finds it.
+   */
+  async stopRecording(recordingId: string, o: { waitMs?: number } = {}): Promise<Recording> {
+    const stopped = (await this.call<S['v1StopRecordingResponse']>('POST', `/recordings/${encodeURIComponent(recordingId)}:stop`, { body: {} })).recording ?? {};
+    const deadline = Date.now() + (o.waitMs ?? 30_000);
+    while (Date.now() < deadline) {
+      try {
+        const kept = await this.recording(recordingId);
+        if (kept.state !== 'RECORDING_STATE_RECORDING') return kept;
+      } catch (e) {
+        if (!(e instanceof NotFound)) throw e;
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    return stopped;
   }
 
   /** The session's recordings, newest first. */
