@@ -356,6 +356,12 @@ func TestCluster(t *testing.T) {
 		if nodes := m.labelValues("deskgrid_sandbox_oom_kills_total", "node"); len(nodes) != 1 || nodes[0] != id {
 			t.Errorf("node %s exports OOM kills for %v", id, nodes)
 		}
+		// Its Redis calls (heartbeats) are timed, and the connections it
+		// opened counted.
+		if m.value("deskgrid_redis_call_duration_seconds", labels{"outcome": "ok"}) < 1 || m.value("deskgrid_redis_dials_total", labels{"outcome": "ok"}) < 1 {
+			t.Errorf("node %s: %v Redis calls, %v connections opened", id,
+				m.value("deskgrid_redis_call_duration_seconds", nil), m.value("deskgrid_redis_dials_total", nil))
+		}
 	}
 	replicaArgs := func(addr string) []string {
 		return append([]string{"serve", "session", "-grpc-addr", addr, "-postgres-url", pg, "-nats-url", nats.URL()}, c.common...)

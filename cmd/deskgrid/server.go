@@ -22,6 +22,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/platform/config"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/platform/grpcserver"
+	"github.com/deskgrid/deskgrid/services/platform/metrics"
 	"github.com/deskgrid/deskgrid/services/platform/natsembed"
 	"github.com/deskgrid/deskgrid/services/platform/telemetry"
 	"github.com/deskgrid/deskgrid/services/platform/trail"
@@ -281,7 +282,9 @@ func (s *setup) natsConn(ctx context.Context, embedded bool) (*nats.Conn, jetstr
 		s.closers.add("embedded nats", func(context.Context) error { srv.Close(); return nil })
 		url = srv.URL()
 	}
-	nc, err := nats.Connect(url, nats.Name("deskgrid"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(false))
+	opts := append([]nats.Option{nats.Name("deskgrid"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(false)},
+		metrics.NATSConnectionOptions(s.logger)...)
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}

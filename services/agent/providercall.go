@@ -48,6 +48,9 @@ func (r *run) callProvider(ctx context.Context, req provider.Request, onDelta fu
 		semconv.GenAIUsageOutputTokens(int(resp.Usage.OutputTokens)),
 		semconv.GenAIResponseFinishReasons(resp.StopReason),
 	)
+	if resp.Model != "" {
+		span.SetAttributes(semconv.GenAIResponseModel(resp.Model))
+	}
 	metrics.ProviderCalled(ctx, name, model, outcome, d, resp.Usage.InputTokens, resp.Usage.OutputTokens)
 	return resp, nil
 }

@@ -47,6 +47,8 @@ func TestProviderCallsAreMeasured(t *testing.T) {
 	// The stop reason as each provider reports it to the loop.
 	finish := map[string]string{"anthropic": "end_turn", "openai": "end_turn", "gemini": "stop"}
 	system := map[string]string{"anthropic": "anthropic", "openai": "openai", "gemini": "gcp.gemini"}
+	// The model each fake server says answered (wire_test.go).
+	answered := map[string]string{"anthropic": "claude-test", "openai": "computer-use-preview", "gemini": "gemini-test"}
 	for _, tc := range wireCases {
 		t.Run(tc.provider, func(t *testing.T) {
 			key := "sk-" + tc.provider + "-measured-secret-0123456789"
@@ -125,7 +127,7 @@ func TestProviderCallsAreMeasured(t *testing.T) {
 				}
 				if a["gen_ai.system"].AsString() != system[tc.provider] || a["gen_ai.request.model"].AsString() != tc.model ||
 					a["gen_ai.operation.name"].AsString() != "chat" || a["gen_ai.usage.input_tokens"].AsInt64() != 100 ||
-					a["gen_ai.usage.output_tokens"].AsInt64() != 20 {
+					a["gen_ai.usage.output_tokens"].AsInt64() != 20 || a["gen_ai.response.model"].AsString() != answered[tc.provider] {
 					t.Errorf("span %d attributes: %v", i, s.Attributes())
 				}
 				if i == len(chats)-1 {

@@ -10,7 +10,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/godbus/dbus/v5"
-	"google.golang.org/grpc/codes"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/platform/errinfo"
@@ -40,11 +39,11 @@ func (s *Service) accessibilityTree(ctx context.Context, req *sandboxv1.GetAcces
 	}
 	switch {
 	case lim.MaxDepth < 0 || lim.MaxDepth > a11yMaxDepth:
-		return nil, coded(codes.InvalidArgument, "max_depth %d: want 0 (the default, %d) to %d", lim.MaxDepth, a11yDefaultDepth, a11yMaxDepth)
+		return nil, invalidf("max_depth %d: want 0 (the default, %d) to %d", lim.MaxDepth, a11yDefaultDepth, a11yMaxDepth)
 	case lim.MaxNodes < 0 || lim.MaxNodes > a11yMaxNodes:
-		return nil, coded(codes.InvalidArgument, "max_nodes %d: want 0 (the default, %d) to %d", lim.MaxNodes, a11yDefaultNodes, a11yMaxNodes)
+		return nil, invalidf("max_nodes %d: want 0 (the default, %d) to %d", lim.MaxNodes, a11yDefaultNodes, a11yMaxNodes)
 	case len(lim.Application) > 256:
-		return nil, coded(codes.InvalidArgument, "application is %d bytes; at most 256", len(lim.Application))
+		return nil, invalidf("application is %d bytes; at most 256", len(lim.Application))
 	}
 	if lim.MaxDepth == 0 {
 		lim.MaxDepth = a11yDefaultDepth
@@ -53,11 +52,11 @@ func (s *Service) accessibilityTree(ctx context.Context, req *sandboxv1.GetAcces
 		lim.MaxNodes = a11yDefaultNodes
 	}
 	if len(lim.Root) > maxNodeID {
-		return nil, coded(codes.InvalidArgument, "root is %d bytes; at most %d", len(lim.Root), maxNodeID)
+		return nil, invalidf("root is %d bytes; at most %d", len(lim.Root), maxNodeID)
 	}
 	if lim.Root != "" {
 		if _, _, err := atspi.ParseID(lim.Root); err != nil {
-			return nil, coded(codes.InvalidArgument, "root: %v", err)
+			return nil, invalidf("root: %v", err)
 		}
 	}
 	var tree *atspi.Tree
@@ -86,38 +85,38 @@ func (s *Service) actOnAccessible(ctx context.Context, req *sandboxv1.ActOnAcces
 	id := req.GetId()
 	switch {
 	case id == "":
-		return nil, coded(codes.InvalidArgument, "id: want a node's id, as the accessibility tree gives it")
+		return nil, invalidf("id: want a node's id, as the accessibility tree gives it")
 	case len(id) > maxNodeID:
-		return nil, coded(codes.InvalidArgument, "id is %d bytes; at most %d", len(id), maxNodeID)
+		return nil, invalidf("id is %d bytes; at most %d", len(id), maxNodeID)
 	}
 	if _, _, err := atspi.ParseID(id); err != nil {
-		return nil, coded(codes.InvalidArgument, "%v", err)
+		return nil, invalidf("%v", err)
 	}
 	var op atspi.Op
 	switch o := req.GetOperation().(type) {
 	case *sandboxv1.ActOnAccessibleRequest_Action:
 		if o.Action == "" || len(o.Action) > 256 {
-			return nil, coded(codes.InvalidArgument, "action: want the name of one of the node's actions (click, press, activate...)")
+			return nil, invalidf("action: want the name of one of the node's actions (click, press, activate...)")
 		}
 		op.Action = o.Action
 	case *sandboxv1.ActOnAccessibleRequest_Text:
 		if len(o.Text) > maxSetText {
-			return nil, coded(codes.InvalidArgument, "text is %d bytes; at most %d", len(o.Text), maxSetText)
+			return nil, invalidf("text is %d bytes; at most %d", len(o.Text), maxSetText)
 		}
 		if !utf8.ValidString(o.Text) {
-			return nil, coded(codes.InvalidArgument, "text is not UTF-8")
+			return nil, invalidf("text is not UTF-8")
 		}
 		op.Text = &o.Text
 	case *sandboxv1.ActOnAccessibleRequest_Focus:
 		if !o.Focus {
-			return nil, coded(codes.InvalidArgument, "focus: false asks for nothing; want true")
+			return nil, invalidf("focus: false asks for nothing; want true")
 		}
 		op.Focus = true
 	default:
-		return nil, coded(codes.InvalidArgument, "want one of action, text or focus")
+		return nil, invalidf("want one of action, text or focus")
 	}
 	if req.GetLeaseToken() < 0 {
-		return nil, coded(codes.InvalidArgument, "lease_token %d is negative", req.GetLeaseToken())
+		return nil, invalidf("lease_token %d is negative", req.GetLeaseToken())
 	}
 	var n *atspi.Node
 	err := s.withA11yBus(ctx, req.GetSessionId(), "the act was not done", func(ctx context.Context, conn *dbus.Conn) error {
@@ -139,7 +138,7 @@ func (s *Service) actOnAccessible(ctx context.Context, req *sandboxv1.ActOnAcces
 
 // withA11yBus connects to a session's accessibility bus and runs f on it,
 // bounded by a11yTimeout and ended by the sandbox's deletion; its errors
-// come back coded.
+// come back as kinds toStatus knows (errors.go).
 func (s *Service) withA11yBus(ctx context.Context, sessionID, late string, f func(context.Context, *dbus.Conn) error) error {
 	b, release, err := s.acquire(ctx, sessionID)
 	if err != nil {
@@ -147,7 +146,7 @@ func (s *Service) withA11yBus(ctx context.Context, sessionID, late string, f fun
 	}
 	defer release()
 	if b.isFrozen() {
-		return coded(codes.FailedPrecondition, "session %q is suspended: its applications cannot answer until it is resumed", b.id)
+		return failf(errFrozen, "session %q is suspended: its applications cannot answer until it is resumed", b.id)
 	}
 	pids, err := s.sessionPids(ctx, b)
 	if err != nil {
@@ -159,14 +158,14 @@ func (s *Service) withA11yBus(ctx context.Context, sessionID, late string, f fun
 		bus, err = s.wakeA11yBus(ctx, b)
 	}
 	if errors.Is(err, atspi.ErrNoBus) {
-		return coded(codes.FailedPrecondition, "session %q runs no accessibility bus (the desktop image starts one; a session on the node's own programs or a plain image has none)", b.id)
+		return failf(errPrecondition, "session %q runs no accessibility bus (the desktop image starts one; a session on the node's own programs or a plain image has none)", b.id)
 	}
 	if err != nil {
 		return err
 	}
 	conn, err := bus.Dial()
 	if err != nil {
-		return coded(codes.Unavailable, "session %q: %v", b.id, err)
+		return failf(errUnavailable, "session %q: %v", b.id, err)
 	}
 	defer conn.Close()
 	wctx, cancel := context.WithTimeout(ctx, a11yTimeout)
@@ -183,17 +182,17 @@ func (s *Service) withA11yBus(ctx context.Context, sessionID, late string, f fun
 		// Refused with a reason (the input lease): as it is.
 		return err
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-		return coded(codes.DeadlineExceeded, "session %q: %s within %v (an application does not answer)", b.id, late, a11yTimeout)
+		return failf(errNoAnswer, "session %q: %s within %v (an application does not answer)", b.id, late, a11yTimeout)
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case errors.Is(err, atspi.ErrNoNode):
-		return coded(codes.NotFound, "session %q: %v (read the tree again for current ids)", b.id, err)
+		return failf(errNotFound, "session %q: %v (read the tree again for current ids)", b.id, err)
 	case errors.As(err, &unsupported), errors.As(err, &declined):
-		return coded(codes.FailedPrecondition, "session %q: %v", b.id, err)
+		return failf(errPrecondition, "session %q: %v", b.id, err)
 	case atspi.IsNoBus(err):
-		return coded(codes.FailedPrecondition, "session %q: its accessibility bus has no registry (%v)", b.id, err)
+		return failf(errPrecondition, "session %q: its accessibility bus has no registry (%v)", b.id, err)
 	default:
-		return coded(codes.Unavailable, "session %q: %v", b.id, err)
+		return failf(errUnavailable, "session %q: %v", b.id, err)
 	}
 }
 
@@ -226,7 +225,7 @@ func (s *Service) sessionPids(ctx context.Context, b *box) ([]int, error) {
 		return pids, nil
 	}
 	if b.img == nil {
-		return nil, coded(codes.FailedPrecondition, "session %q: this node runs sandboxes without cgroups, whose programs cannot be told apart from the node's", b.id)
+		return nil, failf(errPrecondition, "session %q: this node runs sandboxes without cgroups, whose programs cannot be told apart from the node's", b.id)
 	}
 	st, err := s.runtime().State(ctx, b.cid)
 	if err != nil {
@@ -234,7 +233,7 @@ func (s *Service) sessionPids(ctx context.Context, b *box) ([]int, error) {
 	}
 	want, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", st.Pid))
 	if err != nil {
-		return nil, coded(codes.FailedPrecondition, "session %q's container is not running", b.id)
+		return nil, failf(errPrecondition, "session %q's container is not running", b.id)
 	}
 	ents, err := os.ReadDir("/proc")
 	if err != nil {

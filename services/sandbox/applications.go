@@ -10,8 +10,6 @@ import (
 	"sort"
 	"strings"
 
-	"google.golang.org/grpc/codes"
-
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 )
 
@@ -206,17 +204,17 @@ func (s *Service) launchApplication(ctx context.Context, req *sandboxv1.LaunchAp
 	want := strings.TrimSpace(req.GetApplication())
 	switch {
 	case want == "":
-		return nil, coded(codes.InvalidArgument, "application is required: an id or a name ListApplications gives")
+		return nil, invalidf("application is required: an id or a name ListApplications gives")
 	case len(want) > 256:
-		return nil, coded(codes.InvalidArgument, "application is %d bytes; at most 256", len(want))
+		return nil, invalidf("application is %d bytes; at most 256", len(want))
 	case req.GetLeaseToken() < 0:
-		return nil, coded(codes.InvalidArgument, "lease_token %d is negative", req.GetLeaseToken())
+		return nil, invalidf("lease_token %d is negative", req.GetLeaseToken())
 	case len(req.GetArgs()) > maxLaunchArgs:
-		return nil, coded(codes.InvalidArgument, "%d args; at most %d", len(req.GetArgs()), maxLaunchArgs)
+		return nil, invalidf("%d args; at most %d", len(req.GetArgs()), maxLaunchArgs)
 	}
 	for _, a := range req.GetArgs() {
 		if len(a) > maxLaunchArg || a == "" || strings.ContainsRune(a, 0) {
-			return nil, coded(codes.InvalidArgument, "an arg is empty, over %d bytes or holds a NUL", maxLaunchArg)
+			return nil, invalidf("an arg is empty, over %d bytes or holds a NUL", maxLaunchArg)
 		}
 	}
 	b, release, err := s.acquire(ctx, req.GetSessionId())
@@ -244,11 +242,11 @@ func (s *Service) launchApplication(ctx context.Context, req *sandboxv1.LaunchAp
 		}
 	}
 	if app == nil {
-		return nil, coded(codes.NotFound, "session %q offers no application %q (ListApplications lists them)", req.GetSessionId(), want)
+		return nil, failf(errNotFound, "session %q offers no application %q (ListApplications lists them)", req.GetSessionId(), want)
 	}
 	argv, err := execArgv(app.GetExec(), req.GetArgs())
 	if err != nil {
-		return nil, coded(codes.FailedPrecondition, "application %q cannot be started: %v", app.GetId(), err)
+		return nil, failf(errPrecondition, "application %q cannot be started: %v", app.GetId(), err)
 	}
 	// A launch is input: fenced by the input lease, as display actions are.
 	var p *sandboxv1.Process

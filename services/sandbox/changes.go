@@ -11,8 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/sandbox/changes"
 	"github.com/deskgrid/deskgrid/services/sandbox/fsroot"
@@ -98,7 +96,7 @@ func (s *Service) diffFile(ctx context.Context, id, p string) (*sandboxv1.DiffFi
 		return nil, err
 	}
 	if clean == "." || clean == "" {
-		return nil, coded(codes.InvalidArgument, "path is required")
+		return nil, invalidf("path is required")
 	}
 	b, release, err := s.acquire(ctx, id)
 	if err != nil {
@@ -116,7 +114,7 @@ func (s *Service) diffFile(ctx context.Context, id, p string) (*sandboxv1.DiffFi
 		}
 	}
 	if ch == nil {
-		return nil, coded(codes.NotFound, "%s has no change in session %q", clean, id)
+		return nil, failf(errNotFound, "%s has no change in session %q", clean, id)
 	}
 	out := &sandboxv1.DiffFileResponse{Change: changeProto(*ch)}
 	if ch.IsDir {
@@ -181,10 +179,10 @@ func (s *Service) applyChanges(ctx context.Context, id string, paths []string) (
 	}
 	defer release()
 	if b.img != nil {
-		return nil, nil, coded(codes.FailedPrecondition, "session %q runs an image, not a workspace: there is nothing to apply changes to (commit it to an image instead)", id)
+		return nil, nil, failf(errPrecondition, "session %q runs an image, not a workspace: there is nothing to apply changes to (commit it to an image instead)", id)
 	}
 	if b.lower == s.cfg.BaseDir {
-		return nil, nil, coded(codes.FailedPrecondition, "session %q works on the node's base, not a workspace: there is nothing to apply changes to", id)
+		return nil, nil, failf(errPrecondition, "session %q works on the node's base, not a workspace: there is nothing to apply changes to", id)
 	}
 	list, err := b.changes("")
 	if err != nil {
@@ -331,7 +329,7 @@ func (s *Service) discardChanges(ctx context.Context, id string, paths []string)
 		}
 		if selected(sel, c.Path) {
 			if c.Opaque {
-				return nil, coded(codes.FailedPrecondition, "%s was deleted together with its replaced directory %s; discard that directory instead", c.Path, path.Dir(c.Path))
+				return nil, failf(errPrecondition, "%s was deleted together with its replaced directory %s; discard that directory instead", c.Path, path.Dir(c.Path))
 			}
 			drop = append(drop, c)
 		}

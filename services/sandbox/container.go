@@ -18,7 +18,6 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
-	"google.golang.org/grpc/codes"
 
 	"github.com/deskgrid/deskgrid/services/sandbox/container"
 	"github.com/deskgrid/deskgrid/services/sandbox/idmap"
@@ -111,7 +110,7 @@ func (s *Service) claimSlot(owner string) (int, idmap.Range, error) {
 		}
 		return i, idmap.Range{Base: s.cfg.IDRangeBase + uint32(i)*idRangeSize, Size: idRangeSize}, nil
 	}
-	return 0, idmap.Range{}, coded(codes.ResourceExhausted, "this node has no free uid range for another session")
+	return 0, idmap.Range{}, failf(errNoRoom, "this node has no free uid range for another session")
 }
 
 // ownerAlive reports whether a slot's owner (a sandbox dir) still exists.
@@ -165,7 +164,7 @@ func (s *Service) mountImage(b *box) error {
 	}
 	slices.Reverse(lowers) // overlay lists the top layer first
 	if len(im.Layers) == 0 {
-		return coded(codes.InvalidArgument, "image %s has no layers", im.Ref)
+		return invalidf("image %s has no layers", im.Ref)
 	}
 	// The changes API compares the upper with the image as stored.
 	if err := os.Mkdir(b.lowerView(), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
@@ -320,7 +319,7 @@ func (s *Service) startContainer(ctx context.Context, b *box) error {
 	if err := s.runtime().Create(ctx, cfg); err != nil {
 		_ = cleanupX11(x11)
 		if errors.Is(err, container.ErrNoRunc) {
-			return coded(codes.Unavailable, "this node cannot run sessions from images: %s is not installed (Debian package runc)", s.runtime().Bin())
+			return failf(errMissingProgram, "this node cannot run sessions from images: %s is not installed (Debian package runc)", s.runtime().Bin())
 		}
 		return err
 	}
@@ -425,7 +424,7 @@ func (s *Service) shareDisplay(b *box, sock string, sockSt unix.Stat_t, n, xauth
 	if xauth != "" {
 		data, err := os.ReadFile(xauth)
 		if err != nil {
-			return nil, coded(codes.FailedPrecondition, "session %q's X authority file is missing: %v", b.id, err)
+			return nil, failf(errPrecondition, "session %q's X authority file is missing: %v", b.id, err)
 		}
 		tmp := filepath.Join(dir, xauthName+".tmp")
 		if err := os.WriteFile(tmp, data, 0o600); err != nil {
@@ -469,7 +468,7 @@ func bindXSocket(sock string, sockSt unix.Stat_t, dst string) error {
 	if err := unix.Stat(dst, &st); err != nil || !sameFile(st, sockSt) {
 		// The socket was replaced between the wait and the bind.
 		_ = unix.Unmount(dst, unix.MNT_DETACH)
-		return coded(codes.Unavailable, "the X socket %s changed while it was being shared; try again", sock)
+		return failf(errUnavailable, "the X socket %s changed while it was being shared; try again", sock)
 	}
 	return nil
 }
@@ -492,7 +491,7 @@ func (s *Service) checkXSocketInContainer(b *box, n string, sockSt unix.Stat_t) 
 	if err == nil {
 		err = fmt.Errorf("found mode %o, inode %d instead of the socket's inode %d", st.Mode, st.Ino, sockSt.Ino)
 	}
-	return coded(codes.Unavailable, "session %q's X socket did not reach its container: %v", b.id, err)
+	return failf(errUnavailable, "session %q's X socket did not reach its container: %v", b.id, err)
 }
 
 func sameFile(a, b unix.Stat_t) bool { return a.Dev == b.Dev && a.Ino == b.Ino }
@@ -519,7 +518,7 @@ func waitXSocket(ctx context.Context, sessionID, display, sock string) (unix.Sta
 			err = fmt.Errorf("%s is not a socket (mode %o)", sock, st.Mode)
 		}
 		if time.Now().After(deadline) {
-			return st, coded(codes.FailedPrecondition, "session %q's display %s has no X socket on this node: %v", sessionID, display, err)
+			return st, failf(errPrecondition, "session %q's display %s has no X socket on this node: %v", sessionID, display, err)
 		}
 		select {
 		case <-ctx.Done():

@@ -38,10 +38,28 @@ func TestDiskQuota(t *testing.T) {
 			if res.exit.GetExitCode() == 0 || !strings.Contains(res.stderr, "No space left") {
 				t.Fatalf("filling by exec: %+v", res)
 			}
+			// The session's own program filled it: counted once, however
+			// often the counts are read while it stays full.
+			for range 2 {
+				if n := h.svc.LimitEvents().DiskFull; n != 2 {
+					t.Fatalf("node disk-full count = %d after a program filled the disk, want 2", n)
+				}
+			}
 			// Room again once the file is gone.
 			if res := h.mustExec(t, "full", "sh", "-c", "rm f && echo ok > small && cat small"); res.stdout != "ok\n" {
 				t.Fatalf("after freeing: %+v", res)
 			}
+			if n := h.svc.LimitEvents().DiskFull; n != 2 {
+				t.Fatalf("node disk-full count = %d with room again, want 2", n)
+			}
+			// Filled a second time: counted again.
+			if res := h.mustExec(t, "full", "sh", "-c", "head -c 33554432 /dev/zero > f"); !strings.Contains(res.stderr, "No space left") {
+				t.Fatalf("filling again: %+v", res)
+			}
+			if n := h.svc.LimitEvents().DiskFull; n != 3 {
+				t.Fatalf("node disk-full count = %d after the disk filled again, want 3", n)
+			}
+			_ = h.mustExec(t, "full", "rm", "f")
 			if _, err := h.client.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SessionId: "full"}); err != nil {
 				t.Fatal(err)
 			}

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/sandbox/jail"
 )
@@ -26,16 +24,16 @@ func (s *Service) execTimeout(req *sandboxv1.ExecRequest) (time.Duration, error)
 		return s.cfg.ExecTimeout, nil
 	}
 	if err := req.GetTimeout().CheckValid(); err != nil {
-		return 0, coded(codes.InvalidArgument, "timeout: %v", err)
+		return 0, invalidf("timeout: %v", err)
 	}
 	d := req.GetTimeout().AsDuration()
 	switch {
 	case d < 0:
-		return 0, coded(codes.InvalidArgument, "timeout %s is negative", d)
+		return 0, invalidf("timeout %s is negative", d)
 	case d == 0:
 		return s.cfg.ExecTimeout, nil
 	case d > s.cfg.MaxExecTimeout:
-		return 0, coded(codes.InvalidArgument, "timeout %s is over the limit of %s", d, s.cfg.MaxExecTimeout)
+		return 0, invalidf("timeout %s is over the limit of %s", d, s.cfg.MaxExecTimeout)
 	}
 	return d, nil
 }
@@ -49,7 +47,7 @@ func execCwd(cwd string) (string, error) {
 	}
 	clean, err := checkPath(cwd)
 	if err != nil {
-		return "", coded(codes.InvalidArgument, "cwd: %v", err)
+		return "", invalidf("cwd: %v", err)
 	}
 	return clean, nil
 }
@@ -66,23 +64,23 @@ const (
 
 func validateArgv(argv []string) error {
 	if len(argv) == 0 || argv[0] == "" {
-		return coded(codes.InvalidArgument, "argv is required: the program and its arguments")
+		return invalidf("argv is required: the program and its arguments")
 	}
 	if len(argv) > maxArgs {
-		return coded(codes.InvalidArgument, "argv has %d arguments; at most %d are allowed (pass long lists in a file)", len(argv), maxArgs)
+		return invalidf("argv has %d arguments; at most %d are allowed (pass long lists in a file)", len(argv), maxArgs)
 	}
 	total := 0
 	for i, a := range argv {
 		if strings.IndexByte(a, 0) >= 0 {
-			return coded(codes.InvalidArgument, "argv contains a NUL byte")
+			return invalidf("argv contains a NUL byte")
 		}
 		if len(a) > maxArgBytes {
-			return coded(codes.InvalidArgument, "argv[%d] is %d bytes; one argument may have at most %d (pass large data in a file or on stdin)", i, len(a), maxArgBytes)
+			return invalidf("argv[%d] is %d bytes; one argument may have at most %d (pass large data in a file or on stdin)", i, len(a), maxArgBytes)
 		}
 		total += len(a)
 	}
 	if total > maxArgvBytes {
-		return coded(codes.InvalidArgument, "argv is %d bytes in all; at most %d are allowed (pass large data in a file)", total, maxArgvBytes)
+		return invalidf("argv is %d bytes in all; at most %d are allowed (pass large data in a file)", total, maxArgvBytes)
 	}
 	return nil
 }
@@ -96,7 +94,7 @@ func (s *Service) exec(ctx context.Context, req *sandboxv1.ExecRequest, send fun
 		return nil, err
 	}
 	if err := jail.ValidateEnv(req.GetEnv()); err != nil {
-		return nil, coded(codes.InvalidArgument, "%v", err)
+		return nil, invalidf("%v", err)
 	}
 	timeout, err := s.execTimeout(req)
 	if err != nil {
@@ -112,7 +110,7 @@ func (s *Service) exec(ctx context.Context, req *sandboxv1.ExecRequest, send fun
 	}
 	defer release()
 	if b.isFrozen() {
-		return nil, coded(codes.FailedPrecondition, "session %q's sandbox is frozen; thaw it (resume the session) first", b.id)
+		return nil, failf(errFrozen, "session %q's sandbox is frozen; thaw it (resume the session) first", b.id)
 	}
 
 	spec, err := s.jailSpec(ctx, b, req.GetArgv(), req.GetEnv(), cwd, req.GetCwd(), req.GetAsRoot())
@@ -139,13 +137,13 @@ func (s *Service) exec(ctx context.Context, req *sandboxv1.ExecRequest, send fun
 	if err != nil {
 		switch {
 		case b.kill.Err() != nil:
-			return nil, coded(codes.Aborted, "session %q's sandbox was deleted while the command ran", b.id)
+			return nil, failf(errInterrupted, "session %q's sandbox was deleted while the command ran", b.id)
 		case ctx.Err() != nil:
 			return nil, ctx.Err() // the caller went away; nothing to report
 		case errors.Is(err, jail.ErrNoBwrap):
-			return nil, coded(codes.Unavailable, "this node cannot run commands: %s is not installed (Debian package bubblewrap)", s.cfg.BwrapPath)
+			return nil, failf(errMissingProgram, "this node cannot run commands: %s is not installed (Debian package bubblewrap)", s.cfg.BwrapPath)
 		case errors.Is(err, jail.ErrNoSlirp):
-			return nil, coded(codes.Unavailable, "this node cannot give sandboxes network: %s is not installed (Debian package slirp4netns)", s.cfg.SlirpPath)
+			return nil, failf(errMissingProgram, "this node cannot give sandboxes network: %s is not installed (Debian package slirp4netns)", s.cfg.SlirpPath)
 		}
 		return nil, err
 	}
@@ -160,7 +158,7 @@ func (s *Service) jailSpec(ctx context.Context, b *box, argv, extraEnv []string,
 		return s.containerSpec(ctx, b, argv, extraEnv, cwd, asked, asRoot)
 	}
 	if asRoot {
-		return jail.Spec{}, coded(codes.FailedPrecondition, "session %q runs no image: only a session from an image has a user namespace of its own to be root in", b.id)
+		return jail.Spec{}, failf(errPrecondition, "session %q runs no image: only a session from an image has a user namespace of its own to be root in", b.id)
 	}
 	wd := jail.Home
 	if cwd != "" {
@@ -195,7 +193,7 @@ func (s *Service) jailSpec(ctx context.Context, b *box, argv, extraEnv []string,
 			}
 			if xauth != "" {
 				if _, err := os.Stat(xauth); err != nil {
-					return jail.Spec{}, coded(codes.FailedPrecondition, "session %q's X authority file is missing: %v", b.id, err)
+					return jail.Spec{}, failf(errPrecondition, "session %q's X authority file is missing: %v", b.id, err)
 				}
 			}
 			spec.Binds = append(spec.Binds, jail.Bind{Src: sock, Dest: "/tmp/.X11-unix/X" + n, Writable: true})
@@ -229,7 +227,7 @@ func (s *Service) jailSpec(ctx context.Context, b *box, argv, extraEnv []string,
 func (s *Service) containerSpec(ctx context.Context, b *box, argv, extraEnv []string, cwd, asked string, asRoot bool) (jail.Spec, error) {
 	uid, gid, err := imageUser(b.merged(), b.img.Config.User)
 	if err != nil {
-		return jail.Spec{}, coded(codes.FailedPrecondition, "session %q: %v", b.id, err)
+		return jail.Spec{}, failf(errPrecondition, "session %q: %v", b.id, err)
 	}
 	wd := b.img.Config.WorkingDir
 	if wd == "" {
@@ -290,12 +288,12 @@ func (s *Service) resolveCwd(b *box, cwd, asked string) (string, error) {
 	real, err := r.Resolve(rel)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return "", coded(codes.InvalidArgument, "cwd %q does not exist in the sandbox", asked)
+			return "", invalidf("cwd %q does not exist in the sandbox", asked)
 		}
 		return "", err
 	}
 	if st, err := os.Stat(filepath.Join(b.merged(), real)); err != nil || !st.IsDir() {
-		return "", coded(codes.InvalidArgument, "cwd %q is not a directory", asked)
+		return "", invalidf("cwd %q is not a directory", asked)
 	}
 	return real, nil
 }

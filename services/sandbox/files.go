@@ -11,8 +11,6 @@ import (
 	"strings"
 	"syscall"
 
-	"google.golang.org/grpc/codes"
-
 	"github.com/deskgrid/deskgrid/services/sandbox/fsroot"
 	"github.com/deskgrid/deskgrid/services/sandbox/jail"
 )
@@ -119,7 +117,7 @@ func (b *box) rootRel(what, p string) (string, error) {
 	}
 	rel, ok := strings.CutPrefix(c, jail.Home)
 	if !ok || rel != "" && rel[0] != '/' {
-		return "", coded(codes.InvalidArgument, "%s %q is outside %s: a session on the node's programs shows only its home (give a path relative to it)", what, p, jail.Home)
+		return "", invalidf("%s %q is outside %s: a session on the node's programs shows only its home (give a path relative to it)", what, p, jail.Home)
 	}
 	if rel = strings.TrimPrefix(rel, "/"); rel == "" {
 		return ".", nil
@@ -149,7 +147,7 @@ func (s *Service) readFile(ctx context.Context, id, path string) ([]byte, fs.Fil
 		return nil, 0, err
 	}
 	if path == "" {
-		return nil, 0, coded(codes.InvalidArgument, "path is required")
+		return nil, 0, invalidf("path is required")
 	}
 	b, release, err := s.acquire(ctx, id)
 	if err != nil {
@@ -172,13 +170,13 @@ func (s *Service) writeFile(ctx context.Context, id, path string, data []byte, m
 		return err
 	}
 	if path == "" {
-		return coded(codes.InvalidArgument, "path is required")
+		return invalidf("path is required")
 	}
 	if int64(len(data)) > s.cfg.MaxFileBytes {
 		return fmt.Errorf("%w: content is %d bytes, over the limit of %d", fsroot.ErrTooLarge, len(data), s.cfg.MaxFileBytes)
 	}
 	if mode&^fs.ModePerm != 0 {
-		return coded(codes.InvalidArgument, "mode %#o: only permission bits (0777) are allowed", uint32(mode))
+		return invalidf("mode %#o: only permission bits (0777) are allowed", uint32(mode))
 	}
 	if mode == 0 {
 		mode = 0o644
@@ -239,7 +237,7 @@ func (s *Service) withRoot(ctx context.Context, id string, fn func(r *fsroot.Roo
 func inside(at func(string) (string, error), p string) (string, error) {
 	rel, err := at(p)
 	if err == nil && rel == "." {
-		return "", coded(codes.InvalidArgument, "path %q is the sandbox's root directory; name something inside it", p)
+		return "", invalidf("path %q is the sandbox's root directory; name something inside it", p)
 	}
 	return rel, err
 }
@@ -250,7 +248,7 @@ func requirePath(p string) error {
 		return err
 	}
 	if c == "." {
-		return coded(codes.InvalidArgument, "path is required")
+		return invalidf("path is required")
 	}
 	return nil
 }
@@ -276,7 +274,7 @@ func (s *Service) makeDirectory(ctx context.Context, id, p string, mode fs.FileM
 		return err
 	}
 	if mode&^fs.ModePerm != 0 {
-		return coded(codes.InvalidArgument, "mode %#o: only permission bits (0777) are allowed", uint32(mode))
+		return invalidf("mode %#o: only permission bits (0777) are allowed", uint32(mode))
 	}
 	if mode == 0 {
 		mode = 0o755
@@ -329,7 +327,7 @@ func (s *Service) upload(ctx context.Context, id, p string, mode fs.FileMode, ne
 		return nil, err
 	}
 	if mode&^fs.ModePerm != 0 {
-		return nil, coded(codes.InvalidArgument, "mode %#o: only permission bits (0777) are allowed", uint32(mode))
+		return nil, invalidf("mode %#o: only permission bits (0777) are allowed", uint32(mode))
 	}
 	if mode == 0 {
 		mode = 0o644

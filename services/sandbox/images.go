@@ -229,7 +229,7 @@ func (s *Service) sandboxImage(ctx context.Context, sessionID, ref string) (*ima
 		return nil, nil
 	}
 	if s.images == nil {
-		return nil, coded(codes.FailedPrecondition, "this node keeps no images: sessions here run without one")
+		return nil, failf(errPrecondition, "this node keeps no images: sessions here run without one")
 	}
 	tenant, err := s.tenancy.Scope(ctx)
 	if err != nil {
@@ -245,10 +245,10 @@ func (s *Service) sandboxImage(ctx context.Context, sessionID, ref string) (*ima
 		_ = grpc.SetTrailer(ctx, metadata.Pairs("deskgrid-metric-image-cached", "true"))
 	}
 	if err != nil {
-		return nil, coded(image.Code(err), "image %s: %v", ref, err)
+		return nil, imageErrorf("image %s: %w", ref, err)
 	}
 	if err := s.images.Pin(sessionID, im.Digest); err != nil {
-		return nil, coded(image.Code(err), "image %s: %v", ref, err)
+		return nil, imageErrorf("image %s: %w", ref, err)
 	}
 	return im, nil
 }
@@ -273,7 +273,7 @@ func (s *Service) commit(ctx context.Context, id, ref string) (*image.Image, err
 	}
 	defer release()
 	if s.images == nil {
-		return nil, coded(codes.FailedPrecondition, "this node keeps no images")
+		return nil, failf(errPrecondition, "this node keeps no images")
 	}
 	if b.cg != nil {
 		b.pmu.Lock()
@@ -294,12 +294,12 @@ func (s *Service) commit(ctx context.Context, id, ref string) (*image.Image, err
 	var base *image.Image
 	if b.imageDigest != "" {
 		if base, err = s.images.Pinned(id); err != nil {
-			return nil, coded(image.Code(err), "commit %s: its image: %v", id, err)
+			return nil, imageErrorf("commit %s: its image: %w", id, err)
 		}
 	}
 	im, err := s.images.Commit(ctx, b.tenant, base, b.upper(), ref)
 	if err != nil {
-		return nil, coded(image.Code(err), "commit %s: %v", id, err)
+		return nil, imageErrorf("commit %s: %w", id, err)
 	}
 	s.log.InfoContext(ctx, "sandbox committed", "session_id", id, "image", im.Ref, "digest", im.Digest)
 	return im, nil

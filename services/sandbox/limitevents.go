@@ -3,6 +3,8 @@ package sandbox
 import (
 	"sync/atomic"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/deskgrid/deskgrid/services/sandbox/cgroup"
 )
 
@@ -16,7 +18,8 @@ type limitTally struct {
 	// deleting are groups whose counts are in retired but that are still
 	// on the node.
 	deleting map[string]bool
-	// diskFull counts calls refused because a session's disk was full.
+	// diskFull counts calls refused because a session's disk was full,
+	// and the times a session's disk was found full by its own programs.
 	diskFull atomic.Uint64
 }
 
@@ -24,8 +27,9 @@ type limitTally struct {
 type LimitEvents struct {
 	cgroup.Events
 	// DiskFull counts calls of this service (uploads, file writes, copies)
-	// refused because the session's disk was full. A program in the session
-	// that fills it meets ENOSPC itself, which no counter on the node sees.
+	// refused because the session's disk was full, and the times a
+	// session's own programs filled it (found full when the counts are
+	// read, once until it has room again).
 	DiskFull uint64
 }
 
@@ -34,6 +38,7 @@ type LimitEvents struct {
 // pids limit and calls refused for a full disk, summed over every session,
 // so no label names one.
 func (s *Service) LimitEvents() LimitEvents {
+	s.sweepFullDisks()
 	ev := LimitEvents{DiskFull: s.limits.diskFull.Load()}
 	if s.cgroups == nil {
 		return ev
@@ -78,4 +83,37 @@ func (s *Service) limitsDeleted(g *cgroup.Group) {
 	s.limitsMu.Lock()
 	defer s.limitsMu.Unlock()
 	delete(s.limits.deleting, g.ID())
+}
+
+// diskFullBelow is the room left under which a session's disk counts as
+// full: a program writing meets ENOSPC about there (ext4 keeps a few blocks
+// for its own metadata).
+const diskFullBelow = 64 << 10
+
+// sweepFullDisks counts each size-limited disk that a program in its
+// session filled since the last look: a program meets ENOSPC itself, which
+// nothing on the node is told of, so the node looks at the room left on
+// each disk whenever the counts are read. A disk counts once until it has
+// room again.
+func (s *Service) sweepFullDisks() {
+	s.mu.Lock()
+	boxes := make([]*box, 0, len(s.boxes))
+	for _, b := range s.boxes {
+		if b.disk != "" {
+			boxes = append(boxes, b)
+		}
+	}
+	s.mu.Unlock()
+	for _, b := range boxes {
+		var st unix.Statfs_t
+		if err := unix.Statfs(b.layerDir(), &st); err != nil {
+			continue // being deleted, or not mounted yet
+		}
+		full := st.Bavail*uint64(st.Bsize) < diskFullBelow
+		if full && !b.diskFull.Swap(true) {
+			s.limits.diskFull.Add(1)
+		} else if !full {
+			b.diskFull.Store(false)
+		}
+	}
 }

@@ -1,8 +1,6 @@
 package sandbox
 
 import (
-	"google.golang.org/grpc/codes"
-
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/sandbox/cgroup"
 )
@@ -40,9 +38,9 @@ func (s *Service) limitsFor(req Limits) (Limits, error) {
 	} {
 		switch {
 		case f.req < 0:
-			return Limits{}, coded(codes.InvalidArgument, "%s %d is negative", f.name, f.req)
+			return Limits{}, invalidf("%s %d is negative", f.name, f.req)
 		case f.req > 0 && f.max > 0 && f.req > f.max:
-			return Limits{}, coded(codes.InvalidArgument, "%s %d is over this node's maximum of %d", f.name, f.req, f.max)
+			return Limits{}, invalidf("%s %d is over this node's maximum of %d", f.name, f.req, f.max)
 		case f.req > 0:
 			*f.out = f.req
 		}

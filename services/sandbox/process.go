@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
@@ -105,7 +104,7 @@ func (s *Service) startProcess(ctx context.Context, req *sandboxv1.StartProcessR
 		return nil, err
 	}
 	if err := jail.ValidateEnv(req.GetEnv()); err != nil {
-		return nil, coded(codes.InvalidArgument, "%v", err)
+		return nil, invalidf("%v", err)
 	}
 	cwd, err := execCwd(req.GetCwd())
 	if err != nil {
@@ -124,12 +123,12 @@ func (s *Service) startProcess(ctx context.Context, req *sandboxv1.StartProcessR
 	b.pmu.Lock()
 	defer b.pmu.Unlock()
 	if b.frozen {
-		return nil, coded(codes.FailedPrecondition, "session %q's sandbox is frozen; thaw it first", b.id)
+		return nil, failf(errFrozen, "session %q's sandbox is frozen; thaw it first", b.id)
 	}
 	if len(b.procs) >= maxProcs {
 		b.forgetEnded()
 		if len(b.procs) >= maxProcs {
-			return nil, coded(codes.ResourceExhausted, "session %q already runs %d started programs", b.id, len(b.procs))
+			return nil, failf(errNoRoom, "session %q already runs %d started programs", b.id, len(b.procs))
 		}
 	}
 	// Its output is kept (the end of it), so a program that ends at once
@@ -198,11 +197,11 @@ func (s *Service) stopProcess(ctx context.Context, id, processID string) (*sandb
 	frozen := b.frozen
 	b.pmu.Unlock()
 	if p == nil {
-		return nil, coded(codes.NotFound, "session %q has no process %q", id, processID)
+		return nil, failf(errNotFound, "session %q has no process %q", id, processID)
 	}
 	if frozen {
 		// A frozen process cannot die before it is thawed.
-		return nil, coded(codes.FailedPrecondition, "session %q's sandbox is frozen; thaw it first", id)
+		return nil, failf(errFrozen, "session %q's sandbox is frozen; thaw it first", id)
 	}
 	p.stopping.Store(true)
 	p.p.Kill()
@@ -265,7 +264,7 @@ func (s *Service) freeze(ctx context.Context, id string, freeze bool) error {
 	}
 	defer release()
 	if b.cg == nil {
-		return coded(codes.FailedPrecondition, "this node runs sandboxes without cgroups: session %q cannot be frozen", id)
+		return failf(errPrecondition, "this node runs sandboxes without cgroups: session %q cannot be frozen", id)
 	}
 	b.pmu.Lock()
 	defer b.pmu.Unlock()

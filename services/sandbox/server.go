@@ -6,7 +6,6 @@ import (
 	"io"
 	"io/fs"
 	"sort"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -15,14 +14,10 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
-	"github.com/deskgrid/deskgrid/services/platform/auth"
-	"github.com/deskgrid/deskgrid/services/platform/errinfo"
-	"github.com/deskgrid/deskgrid/services/sandbox/fsroot"
-	"github.com/deskgrid/deskgrid/services/sandbox/jail"
 )
 
 // server is the gRPC edge: it turns requests into Service calls and errors
-// into status codes, once.
+// into status codes, once (toStatus, errors.go).
 type server struct {
 	sandboxv1.UnimplementedSandboxServiceServer
 	s *Service
@@ -48,53 +43,6 @@ func (b *box) proto() *sandboxv1.Sandbox {
 		out.Limits = (&Limits{DiskBytes: b.limits.DiskBytes}).proto()
 	}
 	return out
-}
-
-// toStatus maps an error to a status a caller can act on; errors without a
-// known meaning are logged and masked.
-func (s *Service) toStatus(ctx context.Context, op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if code, ok := codeOf(err); ok {
-		return status.Error(code, err.Error())
-	}
-	if errinfo.Reason(err) != "" {
-		// A status with a reason (the input lease's refusal): as it is.
-		return err
-	}
-	switch {
-	case errors.Is(err, auth.ErrAnonymous):
-		return auth.ErrAnonymous
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, op+": deadline exceeded")
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, op+": canceled")
-	case errors.Is(err, jail.ErrNoSlirp):
-		// Before fs.ErrNotExist, which it wraps: the program is missing, not a file.
-		return status.Errorf(codes.Unavailable, "%s: this node cannot give sandboxes network: %s is not installed (Debian package slirp4netns)", op, s.cfg.SlirpPath)
-	case errors.Is(err, fsroot.ErrInvalidPath), errors.Is(err, fsroot.ErrNotRegular), errors.Is(err, fsroot.ErrNotDir):
-		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, fsroot.ErrEscape):
-		return status.Error(codes.PermissionDenied, err.Error()+": symlinks may not lead out of the sandbox home")
-	case errors.Is(err, fsroot.ErrTooLarge):
-		return status.Error(codes.ResourceExhausted, err.Error())
-	case errors.Is(err, fs.ErrNotExist):
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			return status.Errorf(codes.NotFound, "%s does not exist in the sandbox", pe.Path)
-		}
-		return status.Error(codes.NotFound, "no such file in the sandbox")
-	case errors.Is(err, syscall.ENOTEMPTY):
-		return status.Error(codes.FailedPrecondition, err.Error()+": the directory is not empty; ask for a recursive delete")
-	case errors.Is(err, fs.ErrExist):
-		return status.Error(codes.AlreadyExists, err.Error())
-	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		s.limits.diskFull.Add(1)
-		return status.Error(codes.ResourceExhausted, op+": the session's disk is full; free space or ask for a larger disk_bytes")
-	}
-	s.log.ErrorContext(ctx, "sandbox call failed", "op", op, "error", err)
-	return status.Errorf(codes.Internal, "%s failed on the node; see its logs", op)
 }
 
 func (g *server) CreateSandbox(ctx context.Context, req *sandboxv1.CreateSandboxRequest) (*sandboxv1.CreateSandboxResponse, error) {
@@ -339,13 +287,13 @@ func (g *server) UploadFile(stream grpc.ClientStreamingServer[sandboxv1.UploadFi
 			return nil, err
 		}
 		if msg.GetHeader() != nil {
-			return nil, coded(codes.InvalidArgument, "only the first upload message may be a header")
+			return nil, invalidf("only the first upload message may be a header")
 		}
 		return msg.GetChunk(), nil
 	})
 	if err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
-			err = coded(codes.Canceled, "upload ended early")
+			err = errUploadEnded
 		}
 		return g.s.toStatus(ctx, "upload file", err)
 	}

@@ -8,8 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/deskgrid/deskgrid/services/platform/auth"
-	"github.com/deskgrid/deskgrid/services/sandbox/image"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -18,9 +16,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/deskgrid/deskgrid/services/platform/auth"
+	"github.com/deskgrid/deskgrid/services/sandbox/image"
+
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/sandbox/cgroup"
@@ -439,7 +439,7 @@ func (s *Service) Close(ctx context.Context) error {
 // display's actions are (Deps.InputFence). A negative token is refused.
 func (s *Service) asInput(ctx context.Context, sessionID string, token int64, act func() error) error {
 	if token < 0 {
-		return coded(codes.InvalidArgument, "lease_token %d is negative", token)
+		return invalidf("lease_token %d is negative", token)
 	}
 	if s.fence == nil {
 		return act()

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/sandbox/jail"
 )
@@ -104,13 +102,13 @@ func (s *Service) runShell(ctx context.Context, req *sandboxv1.RunShellRequest) 
 		return res, err
 	}
 	if strings.TrimSpace(req.GetCommand()) == "" {
-		return res, coded(codes.InvalidArgument, "command is required")
+		return res, invalidf("command is required")
 	}
 	if strings.IndexByte(req.GetCommand(), 0) >= 0 {
-		return res, coded(codes.InvalidArgument, "command contains a NUL byte")
+		return res, invalidf("command contains a NUL byte")
 	}
 	if n := len(req.GetCommand()); n > maxCommandBytes {
-		return res, coded(codes.InvalidArgument, "command is %d bytes; at most %d are allowed (write a script file and run it)", n, maxCommandBytes)
+		return res, invalidf("command is %d bytes; at most %d are allowed (write a script file and run it)", n, maxCommandBytes)
 	}
 	timeout, err := s.execTimeout(&sandboxv1.ExecRequest{Timeout: req.GetTimeout()})
 	if err != nil {
@@ -122,7 +120,7 @@ func (s *Service) runShell(ctx context.Context, req *sandboxv1.RunShellRequest) 
 	}
 	defer release()
 	if b.isFrozen() {
-		return res, coded(codes.FailedPrecondition, "session %q's sandbox is frozen; thaw it first", b.id)
+		return res, failf(errFrozen, "session %q's sandbox is frozen; thaw it first", b.id)
 	}
 	b.shellMu.Lock()
 	defer b.shellMu.Unlock()
@@ -145,7 +143,7 @@ func (s *Service) runShell(ctx context.Context, req *sandboxv1.RunShellRequest) 
 	if _, err := sh.in.WriteString(script); err != nil {
 		sh.stop()
 		*slot = nil
-		return res, coded(codes.Aborted, "the shell of session %q had ended; it starts afresh on the next call", b.id)
+		return res, failf(errInterrupted, "the shell of session %q had ended; it starts afresh on the next call", b.id)
 	}
 
 	timer := time.NewTimer(timeout)
@@ -186,7 +184,7 @@ func (s *Service) runShell(ctx context.Context, req *sandboxv1.RunShellRequest) 
 		case <-b.kill.Done():
 			sh.stop()
 			*slot = nil
-			return res, coded(codes.Aborted, "session %q's sandbox was deleted while the command ran", b.id)
+			return res, failf(errInterrupted, "session %q's sandbox was deleted while the command ran", b.id)
 		case <-ctx.Done():
 			// The shell's state is unknown now: start afresh next time.
 			sh.stop()
@@ -211,7 +209,7 @@ func (s *Service) restartShell(ctx context.Context, id string) error {
 	}
 	defer release()
 	if b.isFrozen() {
-		return coded(codes.FailedPrecondition, "session %q's sandbox is frozen; thaw it first", b.id)
+		return failf(errFrozen, "session %q's sandbox is frozen; thaw it first", b.id)
 	}
 	b.stopShell()
 	return nil

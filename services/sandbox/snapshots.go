@@ -16,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
@@ -45,7 +44,7 @@ func (s *Service) snapshotsDir() string { return filepath.Join(s.cfg.Root, "snap
 func validateSnapshotID(id string) error {
 	rest, ok := strings.CutPrefix(id, "snap-")
 	if !ok || len(rest) != 24 || strings.Trim(rest, "0123456789abcdef") != "" {
-		return coded(codes.InvalidArgument, "snapshot_id %q is not a snapshot id (snap- and 24 hex digits)", id)
+		return invalidf("snapshot_id %q is not a snapshot id (snap- and 24 hex digits)", id)
 	}
 	return nil
 }
@@ -61,7 +60,7 @@ func (s *Service) readSnapshot(ctx context.Context, id string) (snapshotMeta, er
 }
 
 func errNoSnapshot(id string) error {
-	return coded(codes.NotFound, "snapshot %q does not exist on this node", id)
+	return failf(errNotFound, "snapshot %q does not exist on this node", id)
 }
 
 // loadSnapshot reads a snapshot's record whoever owns it.
@@ -195,7 +194,7 @@ func (s *Service) deleteSnapshot(ctx context.Context, sessionID, id string) erro
 		return err
 	}
 	if sessionID != "-" && m.SessionID != sessionID {
-		return coded(codes.NotFound, "session %q has no snapshot %q", sessionID, id)
+		return failf(errNotFound, "session %q has no snapshot %q", sessionID, id)
 	}
 	if err := os.Remove(filepath.Join(s.snapshotsDir(), id+".json")); err != nil {
 		return err
@@ -215,7 +214,7 @@ func (s *Service) extractSnapshot(id, lower, upper string) error {
 		return err
 	}
 	if m.Lower != lower {
-		return coded(codes.FailedPrecondition, "snapshot %q was taken over %s, not %s", id, m.Lower, lower)
+		return failf(errPrecondition, "snapshot %q was taken over %s, not %s", id, m.Lower, lower)
 	}
 	f, err := os.Open(filepath.Join(s.snapshotsDir(), id+".tar.zst"))
 	if err != nil {
@@ -228,7 +227,7 @@ func (s *Service) extractSnapshot(id, lower, upper string) error {
 	}
 	_, _ = io.Copy(h, f) // the tail after the compressed stream's end, if any
 	if got := hex.EncodeToString(h.Sum(nil)); got != m.SHA256 {
-		return coded(codes.DataLoss, "snapshot %q is corrupt: checksum %s, recorded %s", id, got, m.SHA256)
+		return failf(errCorrupt, "snapshot %q is corrupt: checksum %s, recorded %s", id, got, m.SHA256)
 	}
 	return nil
 }
@@ -302,22 +301,22 @@ func (s *Service) exclusive(ctx context.Context, id, what string) (*box, func(),
 		return nil, nil, err
 	}
 	if !b.layer.TryLock() {
-		return nil, nil, coded(codes.FailedPrecondition, "session %q has commands or file calls running; %s when it is idle", id, what)
+		return nil, nil, failf(errBusy, "session %q has commands or file calls running; %s when it is idle", id, what)
 	}
 	s.mu.Lock()
 	deleting := b.deleting
 	s.mu.Unlock()
 	if deleting {
 		b.layer.Unlock()
-		return nil, nil, coded(codes.NotFound, "session %q's sandbox is being deleted", id)
+		return nil, nil, failf(errNoSandbox, "session %q's sandbox is being deleted", id)
 	}
 	if n := b.running(); n > 0 {
 		b.layer.Unlock()
-		return nil, nil, coded(codes.FailedPrecondition, "session %q has %d processes running; stop them to %s", id, n, what)
+		return nil, nil, failf(errBusy, "session %q has %d processes running; stop them to %s", id, n, what)
 	}
 	return b, b.layer.Unlock, nil
 }
 
 func errCopiedSnapshot(id string) error {
-	return coded(codes.FailedPrecondition, "session %q's sandbox is a plain copy (no overlay driver works on this node): it has no layer to snapshot or restore", id)
+	return failf(errPrecondition, "session %q's sandbox is a plain copy (no overlay driver works on this node): it has no layer to snapshot or restore", id)
 }

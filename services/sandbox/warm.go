@@ -12,7 +12,6 @@ import (
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
@@ -87,7 +86,7 @@ func (s *Service) CreateWarm(ctx context.Context, id, ref string) error {
 		return err
 	}
 	if im == nil {
-		return coded(codes.InvalidArgument, "a warm desktop needs an image")
+		return invalidf("a warm desktop needs an image")
 	}
 	b, err := s.create(ctx, id, "", Limits{}, "", false, im)
 	if err != nil {
@@ -158,13 +157,13 @@ func (s *Service) Rekey(ctx context.Context, from, to, tenant string) error {
 	switch {
 	case s.closed:
 		s.mu.Unlock()
-		return coded(codes.Unavailable, "sandbox service is shutting down")
+		return failf(errClosed, "sandbox service is shutting down")
 	case b == nil || b.img == nil:
 		s.mu.Unlock()
 		return fmt.Errorf("no warm sandbox %q", from)
 	case s.boxes[to] != nil:
 		s.mu.Unlock()
-		return coded(codes.AlreadyExists, "session %q already has a sandbox on this node", to)
+		return failf(errExists, "session %q already has a sandbox on this node", to)
 	case b.deleting:
 		s.mu.Unlock()
 		return fmt.Errorf("warm sandbox %q is being deleted", from)
@@ -209,7 +208,7 @@ func (s *Service) move(b *box, to, tenant string) error {
 	dir := filepath.Join(s.sandboxesDir(), to)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return coded(codes.AlreadyExists, "session %q has a sandbox left over from a previous run on this node", to)
+			return failf(errExists, "session %q has a sandbox left over from a previous run on this node", to)
 		}
 		return fmt.Errorf("warm sandbox: %w", err)
 	}

@@ -97,6 +97,7 @@ func (a *Anthropic) Turn(ctx context.Context, req Request, onDelta func(Delta)) 
 		return nil, a.wrapErr(ctx, err)
 	}
 	out := &Response{
+		Model:      string(msg.Model),
 		StopReason: string(msg.StopReason),
 		Usage: Usage{
 			InputTokens:      msg.Usage.InputTokens,

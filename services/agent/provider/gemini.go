@@ -78,6 +78,9 @@ func (g *Gemini) Turn(ctx context.Context, req Request, onDelta func(Delta)) (*R
 		if err != nil {
 			return nil, g.wrapErr(ctx, err)
 		}
+		if chunk.ModelVersion != "" {
+			out.Model = chunk.ModelVersion
+		}
 		if u := chunk.UsageMetadata; u != nil {
 			out.Usage = Usage{InputTokens: int64(u.PromptTokenCount), OutputTokens: int64(u.CandidatesTokenCount + u.ThoughtsTokenCount), CacheReadTokens: int64(u.CachedContentTokenCount)}
 		}

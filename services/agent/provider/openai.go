@@ -111,6 +111,7 @@ func (o *OpenAI) Turn(ctx context.Context, req Request, onDelta func(Delta)) (*R
 		return nil, &Error{Provider: "openai", Transient: true, Msg: "stream ended before the response completed"}
 	}
 	out := &Response{
+		Model:   string(done.Model),
 		Message: Message{Role: RoleAssistant},
 		Usage: Usage{
 			InputTokens:     done.Usage.InputTokens,

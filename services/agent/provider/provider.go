@@ -178,6 +178,9 @@ type Response struct {
 	Message    Message
 	StopReason string
 	Usage      Usage
+	// Model is the model the provider says answered (it may name a
+	// dated version of the one asked for); empty if it did not say.
+	Model string
 }
 
 // DeltaKind is what a Delta carries.

@@ -19,6 +19,16 @@ const (
 	// StaleInputLease: input carried no lease token, or an older one, while
 	// another holder has the session's input lease.
 	StaleInputLease = "STALE_INPUT_LEASE"
+	// SandboxNotFound: the session has no sandbox on the node (none was
+	// made, it is being deleted, or it is another tenant's), as against a
+	// file, process or snapshot missing inside a sandbox that is there.
+	SandboxNotFound = "SANDBOX_NOT_FOUND"
+	// SandboxFrozen: the session's sandbox is frozen (the session is
+	// suspended); the call works once it is thawed.
+	SandboxFrozen = "SANDBOX_FROZEN"
+	// NotRegularFile: a file call named a directory or another thing that
+	// is not a regular file.
+	NotRegularFile = "NOT_REGULAR_FILE"
 )
 
 // Error returns a status error with code, msg and reason as its ErrorInfo.

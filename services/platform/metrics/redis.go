@@ -9,7 +9,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-var redisCall = histogram("deskgrid.redis.call.duration", "one Redis call (a command, or a pipeline), by command and outcome")
+var (
+	redisCall  = histogram("deskgrid.redis.call.duration", "one Redis call (a command, or a pipeline), by command and outcome")
+	redisDials = counter("deskgrid.redis.dials", "",
+		"connections the Redis client opened, by outcome (ok, error): past the pool's first ones, each is a reconnect after a connection was lost or closed")
+)
 
 // RedisHook times every call of the Redis client it is added to
 // (rdb.AddHook(metrics.RedisHook{})): deskgrid_redis_call_duration_seconds
@@ -19,7 +23,21 @@ var redisCall = histogram("deskgrid.redis.call.duration", "one Redis call (a com
 // the connection failed).
 type RedisHook struct{}
 
-func (RedisHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+// DialHook counts every connection the client opens: deskgrid_redis_dials_total
+// by outcome. A pool opens a few at start; a rate that keeps climbing means
+// connections are lost and made again (Redis restarted, a network path
+// flapping, idle connections cut by something between).
+func (RedisHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		o := "ok"
+		if err != nil {
+			o = "error"
+		}
+		redisDials.Add(context.WithoutCancel(ctx), 1, attrs("outcome", o))
+		return c, err
+	}
+}
 
 func (RedisHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
