@@ -215,8 +215,8 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Gateway, error) {
 	g.base, g.cancelBase = context.WithCancel(context.WithoutCancel(ctx))
 
 	root := http.NewServeMux()
-	api := g.protect(g.sseRoutes(mux, g.limitBody(mux)))
-	root.Handle("/v1/", api)
+	api := g.sseRoutes(mux, g.limitBody(mux))
+	root.Handle("/v1/", g.protect(api))
 	root.Handle("GET /v1/sessions/{session_id}/history:export", g.protect(g.exportHistory(mux)))
 	// A recording's video (…/recordings/{id}:download); the rest of the
 	// recordings' routes go to the API.
