@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -61,6 +62,9 @@ type recording struct {
 
 	stopOnce sync.Once
 	stop     chan struct{}
+	// failing is set when the recording ends by itself (ffmpeg exited, the
+	// disk filled): a stop after it finds it ended.
+	failing atomic.Bool
 	// done is closed once the recording has ended and been announced;
 	// result is its final state.
 	done   chan struct{}
@@ -320,6 +324,9 @@ func (s *Service) runRecording(r *recording) {
 			t.Stop()
 		}
 	}
+	if failure != nil {
+		r.failing.Store(true)
+	}
 	if err := r.enc.Finish(s.cfg.RecordingFinishTimeout); err != nil && failure == nil {
 		failure = err
 	}
@@ -419,11 +426,16 @@ func (s *Service) StopRecording(ctx context.Context, req *displayv1.StopRecordin
 		}
 		return nil, s.toStatus(ctx, fmt.Errorf("session %s has no recording %s: %w", d.sessionID, id, errNotFound))
 	}
+	failedBefore := r.failing.Load()
 	r.requestStop()
 	select {
 	case <-r.done:
 	case <-ctx.Done():
 		return nil, s.toStatus(ctx, ctx.Err())
+	}
+	if failedBefore && r.result != nil {
+		return nil, s.toStatus(ctx, fmt.Errorf("recording %s of session %s has already ended (failed: %s): %w",
+			id, d.sessionID, r.result.GetFailureReason(), errEnded))
 	}
 	if r.result == nil {
 		return nil, s.toStatus(ctx, fmt.Errorf("session %s has no recording %s: %w", d.sessionID, id, errNotFound))

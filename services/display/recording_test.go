@@ -215,8 +215,10 @@ func TestRecordingMakesAValidVideo(t *testing.T) {
 				t.Fatalf("ffmpeg (pid %d) still runs after the stop", pid)
 			}
 			p := ffprobe(t, r.video(t, got))
-			if p.Codec != tc.codec || p.Width != tc.w || p.Height != tc.h || p.frames(t) < 5 {
-				t.Fatalf("video: %+v, want %s %dx%d with 5 frames or more", p, tc.codec, tc.w, tc.h)
+			// A frame per change; ffmpeg may drop one that comes within
+			// its time base's tick of another.
+			if p.Codec != tc.codec || p.Width != tc.w || p.Height != tc.h || p.frames(t) < 3 {
+				t.Fatalf("video: %+v, want %s %dx%d with 3 frames or more", p, tc.codec, tc.w, tc.h)
 			}
 			evs := r.recordingEvents(t, sid)
 			if len(evs[events.TypeRecordingStarted]) != 1 || len(evs[events.TypeRecordingStopped]) != 1 || len(evs[events.TypeRecordingFailed]) != 0 {
