@@ -215,8 +215,12 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Gateway, error) {
 	g.base, g.cancelBase = context.WithCancel(context.WithoutCancel(ctx))
 
 	root := http.NewServeMux()
-	root.Handle("/v1/", g.protect(g.sseRoutes(mux, g.limitBody(mux))))
+	api := g.sseRoutes(mux, g.limitBody(mux))
+	root.Handle("/v1/", g.protect(api))
 	root.Handle("GET /v1/sessions/{session_id}/history:export", g.protect(g.exportHistory(mux)))
+	// A recording's video (…/recordings/{id}:download); the rest of the
+	// recordings' routes go to the API.
+	root.Handle("GET /v1/sessions/{session_id}/recordings/{recording}", g.protect(g.downloadRecording(mux, api)))
 	root.Handle("POST /v1/sessions/{session_id}/viewerToken", g.protect(http.HandlerFunc(g.issueViewerToken)))
 	root.Handle("DELETE /v1/viewerTokens/{token_id}", g.protect(http.HandlerFunc(g.revokeViewerToken)))
 	// The WebSocket checks its own credentials: viewer tokens.

@@ -41,6 +41,7 @@ Usage:
   deskgrid snapshots <id> create | list | restore SNAPSHOT | delete SNAPSHOT
   deskgrid runs create <id> -prompt TEXT | get|cancel|events|approve|reject <run> | list <id> | send <run> TEXT
   deskgrid history list <id> | search WORDS | export <id> | import <id> | delete <id>
+  deskgrid recordings start <id> [-fps N] [-format mp4|webm] | stop <id> <rec> | list <id> | get <id> <rec> | download <id> <rec> [-out FILE]
   deskgrid nodes list | get|drain|undrain <id>   the nodes of a cluster
   deskgrid images build <recipe> -o <dir>  build a session image from a recipe (deploy/images/desktop) into an OCI layout
   deskgrid gc [-dry-run]                   list and remove what a stopped deskgrid's sessions left behind
@@ -109,6 +110,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runRuns(ctx, rest, stdout, stderr)
 	case "history":
 		return runHistory(ctx, rest, stdout, stderr)
+	case "recordings", "recording":
+		return runRecordings(ctx, rest, stdout, stderr)
 	case "nodes":
 		return runNodes(ctx, rest, stdout, stderr)
 	case "gc":

@@ -89,6 +89,7 @@ func TestREADMECommands(t *testing.T) {
 	vars := map[string]string{"<session>": s.ID, "<id>": s.ID}
 	keyID := regexp.MustCompile(`dg_([A-Za-z0-9]+)_`)
 	runID := regexp.MustCompile(`(?m)^(run-[0-9a-f]+)\s`)
+	recID := regexp.MustCompile(`(?m)^(rec-[0-9a-z]+)\s`)
 	cmds := readmeCommands(t)
 	if len(cmds) < 10 {
 		t.Fatalf("found only %d commands in the README: %q", len(cmds), cmds)
@@ -117,6 +118,9 @@ func TestREADMECommands(t *testing.T) {
 		}
 		if m := runID.FindSubmatch(out); m != nil && strings.Contains(line, "runs create") {
 			vars["<run>"] = string(m[1])
+		}
+		if m := recID.FindSubmatch(out); m != nil && strings.Contains(line, "recordings start") {
+			vars["<rec>"] = string(m[1])
 		}
 	}
 }

@@ -39,6 +39,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/platform/grpcserver"
 	"github.com/deskgrid/deskgrid/services/platform/metrics"
 	"github.com/deskgrid/deskgrid/services/platform/noderoute"
+	"github.com/deskgrid/deskgrid/services/platform/videostore"
 	"github.com/deskgrid/deskgrid/services/sandbox"
 	"github.com/deskgrid/deskgrid/services/sandbox/image"
 	"github.com/deskgrid/deskgrid/services/session"
@@ -67,7 +68,10 @@ type node struct {
 // addNode starts the display and sandbox services on srv. With reconcile, it
 // first removes whatever a previous process on this machine left behind
 // (every session on it is gone with that process in the all-in-one mode).
-func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay, withSandbox bool) (*node, error) {
+//
+// With js, the display records sessions' screens and hands the videos to
+// the history through it; without, recording is refused.
+func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, js jetstream.JetStream, withDisplay, withSandbox bool) (*node, error) {
 	n := &node{}
 	warm, err := warmImages(s.cfg.WarmDesktops, s.cfg.DefaultImage, s.cfg.WarmImages)
 	if err != nil {
@@ -78,7 +82,17 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 		dc.RuntimeDir = s.cfg.RuntimeDir
 		dc.WarmDisplays = s.cfg.WarmDisplays
 		dc.FirstDisplay = s.cfg.FirstDisplay
-		d, err := display.New(ctx, dc, display.Deps{Logger: s.logger.With("component", "display"), Tenancy: s.tenancy()})
+		// Videos are written on the node's disk while recorded.
+		dc.RecordingDir = filepath.Join(s.cfg.DataDir, "recordings")
+		deps := display.Deps{Logger: s.logger.With("component", "display"), Tenancy: s.tenancy()}
+		if js != nil {
+			videos, err := videostore.Open(ctx, js)
+			if err != nil {
+				return nil, err
+			}
+			deps.Events, deps.Videos = events.NewPublisher(js), videos
+		}
+		d, err := display.New(ctx, dc, deps)
 		if err != nil {
 			return nil, fmt.Errorf("display: %w", err)
 		}
@@ -88,6 +102,13 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, withDisplay
 		} else if len(removed) > 0 {
 			metrics.Reconciled(ctx, "display", len(removed))
 			s.logger.Info("removed displays left by a previous run", "sessions", removed)
+		}
+		// Recordings a dead previous process left end now, as failed, with
+		// their videos so far.
+		if n, err := d.RecoverRecordings(ctx); err != nil {
+			s.logger.Warn("ending recordings left by a previous run", "err", err)
+		} else if n > 0 {
+			s.logger.Info("ended recordings left by a previous run", "recordings", n)
 		}
 		d.Register(srv.GRPC)
 		srv.SetServing(displayv1.DisplayService_ServiceDesc.ServiceName)

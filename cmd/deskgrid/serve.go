@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
@@ -84,8 +85,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	}
 
 	var (
-		rec *trail.Recorder
-		act *activity.Tracker
+		rec    *trail.Recorder
+		act    *activity.Tracker
+		nodeJS jetstream.JetStream
 	)
 	if role == "node" || role == "display" || role == "sandbox" {
 		// The calls made on a node go to the history through the event
@@ -98,6 +100,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			if err != nil {
 				return err
 			}
+			nodeJS = js
 			if rec, err = s.trail(js); err != nil {
 				return err
 			}
@@ -113,7 +116,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	var n *node
 	switch role {
 	case "node", "display", "sandbox":
-		if n, err = s.addNode(ctx, srv, role != "sandbox", role != "display"); err != nil {
+		if n, err = s.addNode(ctx, srv, nodeJS, role != "sandbox", role != "display"); err != nil {
 			return err
 		}
 	case "session":

@@ -64,7 +64,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) (err er
 	// listener, wherever -grpc-addr put it.
 	self := dialAddr(lis.Addr())
 	cfg.NodeAddr, cfg.SessionAddr, cfg.AgentAddr, cfg.HistoryAddr = self, self, self, self
-	if _, err := s.addNode(ctx, srv, true, true); err != nil {
+	if _, err := s.addNode(ctx, srv, js, true, true); err != nil {
 		return err
 	}
 	sess, err := s.addSession(ctx, srv, nc, js, true)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"image"
+	"log/slog"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -121,15 +122,7 @@ func (s *Service) screenshot(d *display, spec shotSpec) (*displayv1.ScreenshotRe
 	d.shotMu.Lock()
 	defer d.shotMu.Unlock()
 	d.followSize()
-	if d.shared == nil && !d.noShared {
-		sh, err := capture.NewShared(d.conn, d.screen)
-		if err != nil {
-			s.log.Info("screenshots without shared memory", "session_id", d.sessionID, "err", err)
-			d.noShared = true
-		} else {
-			d.shared = sh
-		}
-	}
+	d.ensureShared(s.log)
 	rect := spec.rect
 	if rect.Width == 0 || rect.Height == 0 {
 		rect = capture.Rect{Width: d.screen.Width, Height: d.screen.Height}
@@ -176,6 +169,21 @@ func (s *Service) screenshot(d *display, spec shotSpec) (*displayv1.ScreenshotRe
 		Width:       int32(img.Rect.Dx()),
 		Height:      int32(img.Rect.Dy()),
 	}, nil
+}
+
+// ensureShared makes the shared-memory segment grabs use, once; a server
+// that cannot share memory is read with GetImage. Callers hold shotMu.
+func (d *display) ensureShared(log *slog.Logger) {
+	if d.shared != nil || d.noShared {
+		return
+	}
+	sh, err := capture.NewShared(d.conn, d.screen)
+	if err != nil {
+		log.Info("screenshots without shared memory", "session_id", d.sessionID, "err", err)
+		d.noShared = true
+		return
+	}
+	d.shared = sh
 }
 
 // followSize brings the capture state to the screen's size after a resize:
@@ -230,16 +238,16 @@ func (s *Service) toStatus(ctx context.Context, err error) error {
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, errAlreadyExists):
 		return status.Error(codes.AlreadyExists, err.Error())
-	case errors.Is(err, errExhausted):
+	case errors.Is(err, errExhausted), errors.Is(err, errDiskFull):
 		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, errStaleLease):
 		return errinfo.Error(codes.FailedPrecondition, errinfo.StaleInputLease, err.Error())
 	case errors.Is(err, errGone), errors.Is(err, errCannotResize),
-		errors.Is(err, errNoText), errors.Is(err, errNoWindowManager):
+		errors.Is(err, errNoText), errors.Is(err, errNoWindowManager), errors.Is(err, errEnded):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, errResized):
 		return status.Error(codes.Aborted, err.Error())
-	case errors.Is(err, errClosed), errors.Is(err, errUnresponsive):
+	case errors.Is(err, errClosed), errors.Is(err, errUnresponsive), errors.Is(err, errRecordingOff):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "deadline exceeded")

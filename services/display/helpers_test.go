@@ -40,6 +40,12 @@ func testServiceDeps(tb testing.TB, dir string, deps Deps) (*Service, displayv1.
 	}
 	cfg := DefaultConfig()
 	cfg.RuntimeDir = dir
+	return testServiceConfig(tb, cfg, deps)
+}
+
+// testServiceConfig is testServiceDeps with a configuration.
+func testServiceConfig(tb testing.TB, cfg Config, deps Deps) (*Service, displayv1.DisplayServiceClient) {
+	tb.Helper()
 	// Tests count processes and display numbers; the pool has its own.
 	cfg.WarmDisplays = 0
 	s, err := New(context.Background(), cfg, deps)

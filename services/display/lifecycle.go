@@ -281,6 +281,9 @@ func (s *Service) remove(ctx context.Context, sessionID string) error {
 }
 
 func (s *Service) stop(ctx context.Context, d *display) error {
+	// A recording ends first, with the screen's last frame, and its video
+	// is finalised: deleting a session never cuts one off.
+	s.stopRecording(ctx, d)
 	d.stopping.Store(true)
 	d.finish()
 	d.inputMu.Lock()

@@ -17,6 +17,7 @@ import (
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/display/capture"
 	"github.com/deskgrid/deskgrid/services/platform/auth"
+	"github.com/deskgrid/deskgrid/services/platform/events"
 )
 
 // Config configures the display service.
@@ -58,6 +59,18 @@ type Config struct {
 	SettleQuiet    time.Duration
 	SettleMaxQuiet time.Duration
 	SettleTimeout  time.Duration
+
+	// RecordingDir holds videos while they are recorded (a disk, not a
+	// tmpfs); <RuntimeDir>/recordings when empty.
+	RecordingDir string
+	// FFmpegPath is the encoder binary; "ffmpeg" from PATH when empty.
+	FFmpegPath string
+	// RecordingMinFree is the free space on RecordingDir's disk below which
+	// a recording stops (failed, with the reason) and none starts.
+	RecordingMinFree int64
+	// RecordingFinishTimeout bounds ffmpeg's finishing of a video once its
+	// input has ended.
+	RecordingFinishTimeout time.Duration
 }
 
 // DefaultConfig returns the configuration deskgrid runs with by default.
@@ -77,6 +90,10 @@ func DefaultConfig() Config {
 		SettleQuiet:    40 * time.Millisecond,
 		SettleMaxQuiet: 500 * time.Millisecond,
 		SettleTimeout:  3 * time.Second,
+
+		FFmpegPath:             "ffmpeg",
+		RecordingMinFree:       256 << 20,
+		RecordingFinishTimeout: 30 * time.Second,
 	}
 }
 
@@ -87,6 +104,11 @@ type Deps struct {
 	// with auth off). The tenant of CreateDisplay owns the display; a
 	// call for another tenant, or an anonymous one, finds no such display.
 	Tenancy auth.Tenancy
+	// Events publishes the display's own events (recordings), and Videos
+	// takes finished recordings for the history; without both, recording
+	// is refused (Unavailable).
+	Events events.Publisher
+	Videos VideoSink
 }
 
 // Service implements displayv1.DisplayServiceServer.
@@ -103,6 +125,14 @@ type Service struct {
 	displays map[string]*entry
 
 	pool warmPool
+
+	events events.Publisher
+	videos VideoSink
+	// recMu guards recordings (the running one of each session, by session
+	// id) and ended (recent results, by recording id).
+	recMu      sync.Mutex
+	recordings map[string]*recording
+	ended      map[string]*displayv1.Recording
 }
 
 // entry is a display being started or running. ready is closed when start
@@ -160,6 +190,21 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 	if cfg.SettleMaxQuiet <= 0 {
 		cfg.SettleMaxQuiet = def.SettleMaxQuiet
 	}
+	if cfg.RecordingDir == "" {
+		cfg.RecordingDir = filepath.Join(cfg.RuntimeDir, "recordings")
+	}
+	if cfg.FFmpegPath == "" {
+		cfg.FFmpegPath = def.FFmpegPath
+	}
+	if cfg.RecordingMinFree <= 0 {
+		cfg.RecordingMinFree = def.RecordingMinFree
+	}
+	if cfg.RecordingFinishTimeout <= 0 {
+		cfg.RecordingFinishTimeout = def.RecordingFinishTimeout
+	}
+	if err := os.MkdirAll(cfg.RecordingDir, 0o700); err != nil {
+		return nil, fmt.Errorf("display: create recording dir: %w", err)
+	}
 	log := deps.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -173,6 +218,11 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		encoder:  capture.NewEncoder(),
 		displays: make(map[string]*entry),
 		tenancy:  deps.Tenancy,
+
+		events:     deps.Events,
+		videos:     deps.Videos,
+		recordings: make(map[string]*recording),
+		ended:      make(map[string]*displayv1.Recording),
 	}
 	s.startPool()
 	return s, nil
@@ -197,6 +247,10 @@ var (
 	// errUnresponsive is a program on the display that does not answer.
 	errUnresponsive    = errors.New("a program on the display did not answer")
 	errNoWindowManager = errors.New("needs a window manager")
+	// errEnded is a recording that has already stopped or failed.
+	errEnded = errors.New("recording has ended")
+	// errDiskFull is a disk too full to record to.
+	errDiskFull = errors.New("disk full")
 )
 
 // invalidError is a request the caller must change.

@@ -101,6 +101,14 @@ var sessionCalls = map[string]func(ctx context.Context, c displayv1.DisplayServi
 		_, err := c.SetWindowState(ctx, &displayv1.SetWindowStateRequest{SessionId: id, WindowId: victimWindow.Load(), State: displayv1.WindowState_WINDOW_STATE_MINIMIZED})
 		return err
 	},
+	"StartRecording": func(ctx context.Context, c displayv1.DisplayServiceClient, id string) error {
+		_, err := c.StartRecording(ctx, &displayv1.StartRecordingRequest{SessionId: id})
+		return err
+	},
+	"StopRecording": func(ctx context.Context, c displayv1.DisplayServiceClient, id string) error {
+		_, err := c.StopRecording(ctx, &displayv1.StopRecordingRequest{SessionId: id, RecordingId: "rec-0123456789"})
+		return err
+	},
 	"DeleteDisplay": func(ctx context.Context, c displayv1.DisplayServiceClient, id string) error {
 		_, err := c.DeleteDisplay(ctx, &displayv1.DeleteDisplayRequest{SessionId: id})
 		return err

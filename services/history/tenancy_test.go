@@ -16,11 +16,14 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	historyv1 "github.com/deskgrid/deskgrid/proto/deskgrid/history/v1"
 	"github.com/deskgrid/deskgrid/services/history"
 	"github.com/deskgrid/deskgrid/services/history/blob"
 	"github.com/deskgrid/deskgrid/services/history/store/storetest"
 	"github.com/deskgrid/deskgrid/services/platform/auth"
+	"github.com/deskgrid/deskgrid/services/platform/events"
+	"github.com/deskgrid/deskgrid/services/platform/videostore"
 )
 
 // tenantMD is the metadata header the tests' Tenancy hook reads, standing
@@ -87,6 +90,22 @@ var targetCalls = map[string]historyCall{
 	},
 	"GetBlob": func(ctx context.Context, c historyv1.HistoryServiceClient, tg target) error {
 		_, err := c.GetBlob(ctx, &historyv1.GetBlobRequest{Hash: tg.blob})
+		return err
+	},
+	"ListRecordings": func(ctx context.Context, c historyv1.HistoryServiceClient, tg target) error {
+		_, err := c.ListRecordings(ctx, &historyv1.ListRecordingsRequest{SessionId: tg.session})
+		return err
+	},
+	"GetRecording": func(ctx context.Context, c historyv1.HistoryServiceClient, tg target) error {
+		_, err := c.GetRecording(ctx, &historyv1.GetRecordingRequest{SessionId: tg.session, RecordingId: "rec-1"})
+		return err
+	},
+	"DownloadRecording": func(ctx context.Context, c historyv1.HistoryServiceClient, tg target) error {
+		st, err := c.DownloadRecording(ctx, &historyv1.DownloadRecordingRequest{SessionId: tg.session, RecordingId: "rec-1"})
+		if err != nil {
+			return err
+		}
+		_, err = st.Recv()
 		return err
 	},
 	"DeleteSessionHistory": func(ctx context.Context, c historyv1.HistoryServiceClient, tg target) error {
@@ -174,6 +193,7 @@ func TestTenancyIsolatesHistory(t *testing.T) {
 			publishRun(t, e, "victim", "victim-sess", "victim-run", "agent.screenshot.v1", &historyv1.AgentScreenshot{CallId: "c1", ContentType: "image/png", Data: victimPNG})
 			publishRun(t, e, "victim", "victim-sess", "victim-run", "agent.usage.v1", &historyv1.AgentUsage{Provider: "anthropic", InputTokens: 10})
 			n := 3 + publishAgentRun(t, e, "attacker", "attacker-sess", "attacker-run")
+			n += publishRecording(t, e, "attacker", "attacker-sess", "rec-1")
 			waitCount(t, st, n)
 
 			victimTarget := target{"victim-sess", "victim-run", blob.Hash(victimPNG)}
@@ -335,4 +355,27 @@ func TestTenancyAnonymousIsNotTheSystem(t *testing.T) {
 	if _, err := importLines(ctx, c, "some-sess", &historyv1.Entry{Id: "e1", Sequence: 1, Type: "agent.message.v1", Time: timestamppb.Now()}); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("anonymous ImportSessionHistory: %v, want Unauthenticated", err)
 	}
+}
+
+// publishRecording records a stopped recording of a session, its video in
+// the object store, and returns how many events that took.
+func publishRecording(t *testing.T, e *env, tenant, session, id string) int {
+	t.Helper()
+	ctx := context.Background()
+	videos, err := videostore.Open(ctx, e.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := videos.Put(ctx, id, strings.NewReader("a video of "+session)); err != nil {
+		t.Fatal(err)
+	}
+	r := &displayv1.Recording{Id: id, SessionId: session, State: displayv1.RecordingState_RECORDING_STATE_RECORDING, ContentType: "video/mp4", StartTime: timestamppb.Now()}
+	if _, err := e.pub.Publish(ctx, events.Meta{Type: events.TypeRecordingStarted, SessionID: session, Tenant: tenant}, r); err != nil {
+		t.Fatal(err)
+	}
+	r.State, r.Object, r.SizeBytes = displayv1.RecordingState_RECORDING_STATE_STOPPED, id, int64(len("a video of "+session))
+	if _, err := e.pub.Publish(ctx, events.Meta{Type: events.TypeRecordingStopped, SessionID: session, Tenant: tenant}, r); err != nil {
+		t.Fatal(err)
+	}
+	return 2
 }

@@ -305,6 +305,21 @@ class AsyncSession:
     async def export_history(self, *, include_blobs: bool = False) -> bytes:
         return await asyncio.to_thread(lambda: self.sync.export_history(include_blobs=include_blobs))
 
+    async def start_recording(self, *, format: str = "mp4", fps: int = 0, width: int = 0, height: int = 0) -> JSON:
+        return await asyncio.to_thread(lambda: self.sync.start_recording(format=format, fps=fps, width=width, height=height))
+
+    async def stop_recording(self, recording_id: str, *, wait: float = 30.0) -> JSON:
+        return await asyncio.to_thread(lambda: self.sync.stop_recording(recording_id, wait=wait))
+
+    async def recordings(self) -> List[JSON]:
+        return await asyncio.to_thread(self.sync.recordings)
+
+    async def recording(self, recording_id: str) -> JSON:
+        return await asyncio.to_thread(self.sync.recording, recording_id)
+
+    async def download_recording(self, recording_id: str, *, wait: float = 60.0) -> bytes:
+        return await asyncio.to_thread(lambda: self.sync.download_recording(recording_id, wait=wait))
+
 
 class AsyncRuns:
     def __init__(self, c: Client) -> None:

@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import secrets
+import time
 from dataclasses import dataclass
 from typing import (
     Any,
@@ -25,7 +26,7 @@ from urllib.parse import quote
 
 from . import actions as A
 from ._http import DEFAULT_TIMEOUT, RawBody, Transport
-from .errors import DeskgridError, NotFound, StreamError
+from .errors import DeskgridError, FailedPrecondition, NotFound, StreamError
 
 __all__ = ["Client", "Session", "Sessions", "Files", "ExecResult", "ShellResult", "Runs", "Images", "History", "Nodes"]
 
@@ -778,6 +779,67 @@ class Session:
             timeout=max(self._c.transport.timeout, 300.0),
         )
         return raw
+
+    # --- recordings ---
+
+    def start_recording(self, *, format: str = "mp4", fps: int = 0, width: int = 0, height: int = 0) -> JSON:
+        """Starts recording the screen to a video: ``mp4`` (H.264) or
+        ``webm`` (VP9), at most ``fps`` frames a second (1-30; 0 means 5),
+        taken only when the screen changes, at ``width`` x ``height`` (each
+        16-1920; 0 keeps the screen's). Returns the recording (``id``,
+        ``state``, ...). One recording at a time per session."""
+        body: JSON = {"format": "RECORDING_FORMAT_" + format.upper()}
+        if fps:
+            body["fps"] = fps
+        if width or height:
+            body["size"] = {"width": width, "height": height}
+        result: JSON = self._call("POST", "/recordings", body=body).get("recording", {})
+        return result
+
+    def stop_recording(self, recording_id: str, *, wait: float = 30.0) -> JSON:
+        """Ends a recording and finalises its video; returns it as the
+        history keeps it, once it does (up to ``wait`` seconds), so
+        :meth:`download_recording` finds it."""
+        stopped: JSON = self._call("POST", f"/recordings/{_q(recording_id)}:stop", body={}).get("recording", {})
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                kept = self.recording(recording_id)
+                if kept.get("state") != "RECORDING_STATE_RECORDING":
+                    return kept
+            except NotFound:
+                pass
+            time.sleep(0.1)
+        return stopped
+
+    def recordings(self) -> List[JSON]:
+        """The session's recordings, newest first."""
+        result: List[JSON] = self._call("GET", "/recordings").get("recordings", [])
+        return result
+
+    def recording(self, recording_id: str) -> JSON:
+        """One recording: ``state``, ``frames``, ``sizeBytes``, ``downloadReady``, ..."""
+        result: JSON = self._call("GET", f"/recordings/{_q(recording_id)}").get("recording", {})
+        return result
+
+    def download_recording(self, recording_id: str, *, wait: float = 60.0) -> bytes:
+        """The recording's video (MP4 or WebM). A video stopped moments ago
+        that the history has not stored yet is waited for up to ``wait``
+        seconds."""
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                raw, _ = self._c.transport.call_raw(
+                    "GET",
+                    self._path(f"/recordings/{_q(recording_id)}:download"),
+                    accept="video/mp4, video/webm",
+                    timeout=max(self._c.transport.timeout, 300.0),
+                )
+                return raw
+            except FailedPrecondition as e:
+                if "not stored yet" not in e.message or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def run(self, prompt: str, **options: Any) -> JSON:
         """Starts an agent run on this session; see :meth:`Runs.create`."""

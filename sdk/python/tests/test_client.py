@@ -449,6 +449,31 @@ class DesktopApiTest(unittest.TestCase):
         self.assertTrue(self.s.close_window(win["id"]))
         eventually("the window to go", lambda: find() is None)
 
+    def test_recording_round_trip(self) -> None:
+        with self.assertRaises(deskgrid.InvalidArgument):
+            self.s.start_recording(fps=31)
+        rec = self.s.start_recording(fps=10, width=320, height=240)
+        try:
+            self.assertEqual(rec["state"], "RECORDING_STATE_RECORDING", rec)
+            self.assertEqual((rec["width"], rec["height"]), (320, 240))
+            with self.assertRaises(deskgrid.AlreadyExists):
+                self.s.start_recording()
+            # The screen changes: xmessage's window moves.
+            win = eventually("xmessage's window", lambda: next((w for w in self.s.windows() if w.get("instance") == "dgpy"), None))
+            self.s.move_window(win["id"], 100, 120)
+        finally:
+            done = self.s.stop_recording(rec["id"])
+        self.assertEqual(done["state"], "RECORDING_STATE_STOPPED", done)
+        video = self.s.download_recording(rec["id"])
+        self.assertEqual(video[4:8], b"ftyp")
+        self.assertEqual(len(video), int(done["sizeBytes"]))
+        listed = [r for r in self.s.recordings() if r["id"] == rec["id"]]
+        self.assertTrue(listed and listed[0].get("downloadReady"), listed)
+        with self.assertRaises(deskgrid.FailedPrecondition):
+            self.s.stop_recording(rec["id"])
+        with self.assertRaises(deskgrid.NotFound):
+            self.s.download_recording("rec-nosuchrecording")
+
     def test_clipboard_round_trip(self) -> None:
         self.s.set_clipboard("héllo 世界")
         self.s.set_clipboard("mouse", primary=True)

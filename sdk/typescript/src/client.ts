@@ -1,5 +1,5 @@
 import type { components } from './openapi.js';
-import { DeskgridError, NotFound, StreamError } from './errors.js';
+import { DeskgridError, FailedPrecondition, NotFound, StreamError } from './errors.js';
 import { Transport, type CallOptions, type Query } from './http.js';
 import * as actions from './actions.js';
 import type { Action } from './actions.js';
@@ -16,6 +16,7 @@ export type Image = S['v1Image'];
 export type ExecExit = S['v1ExecExit'];
 export type Display = S['v1Display'];
 export type Window = S['v1Window'];
+export type Recording = S['v1Recording'];
 export type WindowState = S['v1WindowState'];
 export type InputLease = S['v1InputLease'];
 export type Sandbox = S['v1Sandbox'];
@@ -730,6 +731,71 @@ export class Session implements AsyncDisposable {
       timeoutMs: Math.max(this.dg.transport.o.timeoutMs, 300_000),
     });
     return dec.decode(data);
+  }
+
+  /**
+   * Starts recording the screen to a video: `mp4` (H.264, the default) or
+   * `webm` (VP9), at most `fps` frames a second (1-30; default 5), taken only
+   * when the screen changes, at `width` x `height` (each 16-1920; default the
+   * screen's). One recording at a time per session.
+   */
+  async startRecording(o: { format?: 'mp4' | 'webm'; fps?: number; width?: number; height?: number } = {}): Promise<Recording> {
+    const body: S['DisplayServiceStartRecordingBody'] = {
+      format: `RECORDING_FORMAT_${(o.format ?? 'mp4').toUpperCase()}` as S['v1RecordingFormat'],
+      fps: o.fps || undefined,
+      size: o.width || o.height ? { width: o.width, height: o.height } : undefined,
+    };
+    return (await this.call<S['v1StartRecordingResponse']>('POST', '/recordings', { body })).recording ?? {};
+  }
+
+  /**
+   * Ends a recording and finalises its video; resolves to it as the history
+   * keeps it, once it does (up to `waitMs`, default 30 s), so
+   * `downloadRecording` finds it.
+   */
+  async stopRecording(recordingId: string, o: { waitMs?: number } = {}): Promise<Recording> {
+    const stopped = (await this.call<S['v1StopRecordingResponse']>('POST', `/recordings/${encodeURIComponent(recordingId)}:stop`, { body: {} })).recording ?? {};
+    const deadline = Date.now() + (o.waitMs ?? 30_000);
+    while (Date.now() < deadline) {
+      try {
+        const kept = await this.recording(recordingId);
+        if (kept.state !== 'RECORDING_STATE_RECORDING') return kept;
+      } catch (e) {
+        if (!(e instanceof NotFound)) throw e;
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    return stopped;
+  }
+
+  /** The session's recordings, newest first. */
+  async recordings(): Promise<Recording[]> {
+    return (await this.call<S['v1ListRecordingsResponse']>('GET', '/recordings')).recordings ?? [];
+  }
+
+  /** One recording: `state`, `frames`, `sizeBytes`, `downloadReady`, ... */
+  async recording(recordingId: string): Promise<Recording> {
+    return (await this.call<S['v1GetRecordingResponse']>('GET', `/recordings/${encodeURIComponent(recordingId)}`)).recording ?? {};
+  }
+
+  /**
+   * The recording's video (MP4 or WebM) and its content type. A video stopped
+   * moments ago that the history has not stored yet is waited for up to
+   * `waitMs` (default a minute).
+   */
+  async downloadRecording(recordingId: string, o: { waitMs?: number } = {}): Promise<{ data: Uint8Array; contentType: string }> {
+    const deadline = Date.now() + (o.waitMs ?? 60_000);
+    for (;;) {
+      try {
+        const { data, contentType } = await this.dg.transport.raw('GET', this.path(`/recordings/${encodeURIComponent(recordingId)}:download`), {
+          accept: 'video/mp4, video/webm', timeoutMs: Math.max(this.dg.transport.o.timeoutMs, 300_000),
+        });
+        return { data, contentType };
+      } catch (e) {
+        if (!(e instanceof FailedPrecondition) || !e.message.includes('not stored yet') || Date.now() > deadline) throw e;
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    }
   }
 
   /** Starts an agent run on this session. */

@@ -1042,6 +1042,95 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{sessionId}/recordings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * ListRecordings lists a session's recordings of its screen, newest
+         *     first: those in progress, stopped and failed. They are kept as the
+         *     session's history is, and deleted with it.
+         */
+        get: operations["HistoryService_ListRecordings"];
+        put?: never;
+        /**
+         * StartRecording starts recording the session's screen to a video: the
+         *     node's ffmpeg encodes the frames the display captures whenever the
+         *     screen changes (nothing while it is still), with their times, so a
+         *     still screen costs next to no CPU. One recording at a time per
+         *     session; a second is AlreadyExists. The recording ends with
+         *     StopRecording, the session's end, or a failure (ffmpeg exiting, a full
+         *     disk), each published as an event; finished videos are kept by the
+         *     history (ListRecordings, DownloadRecording).
+         */
+        post: operations["DisplayService_StartRecording"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{sessionId}/recordings/{recordingId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** GetRecording describes one recording. */
+        get: operations["HistoryService_GetRecording"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{sessionId}/recordings/{recordingId}:download": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Download a recording
+         * @description The response body is the video itself (video/mp4 or video/webm), with its Content-Type and Content-Length. A recording still in progress, or stopped moments ago and not yet stored, is 400 FAILED_PRECONDITION: try again shortly.
+         */
+        get: operations["HistoryService_DownloadRecording"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{sessionId}/recordings/{recordingId}:stop": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * StopRecording ends a recording and finalises its video, which the
+         *     history then holds. A recording that has already ended is
+         *     FailedPrecondition.
+         */
+        post: operations["DisplayService_StopRecording"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{sessionId}/runs": {
         parameters: {
             query?: never;
@@ -1546,6 +1635,23 @@ export interface components {
             leaseToken?: string;
             state?: components["schemas"]["v1WindowState"];
         };
+        /**
+         * @example {
+         *       "format": "RECORDING_FORMAT_MP4",
+         *       "fps": 5
+         *     }
+         */
+        DisplayServiceStartRecordingBody: {
+            format?: components["schemas"]["v1RecordingFormat"];
+            /**
+             * Format: int32
+             * @description Most frames a second, 1 to 30; 0 means 5. Frames are taken only when
+             *     the screen changes.
+             */
+            fps?: number;
+            size?: components["schemas"]["v1Size"];
+        };
+        DisplayServiceStopRecordingBody: Record<string, never>;
         NodeServiceDrainNodeBody: Record<string, never>;
         NodeServiceUndrainNodeBody: Record<string, never>;
         /**
@@ -2144,6 +2250,20 @@ export interface components {
             chunk?: string;
             info?: components["schemas"]["v1FileInfo"];
         };
+        v1DownloadRecordingResponse: {
+            /**
+             * Format: byte
+             * @description The next bytes of the video.
+             */
+            chunk?: string;
+            /** @description First message only: MIME type of the video, such as "video/mp4". */
+            contentType?: string;
+            /**
+             * Format: int64
+             * @description First message only: size of the whole video in bytes.
+             */
+            sizeBytes?: string;
+        };
         /** @description Drag holds the left button along a path of at least two points. */
         v1Drag: {
             path?: components["schemas"]["v1Point"][];
@@ -2271,6 +2391,9 @@ export interface components {
         };
         v1GetNodeResponse: {
             node?: components["schemas"]["v1Node"];
+        };
+        v1GetRecordingResponse: {
+            recording?: components["schemas"]["v1Recording"];
         };
         v1GetRunResponse: {
             run?: components["schemas"]["v1Run"];
@@ -2422,6 +2545,10 @@ export interface components {
         };
         v1ListProcessesResponse: {
             processes?: components["schemas"]["v1Process"][];
+        };
+        v1ListRecordingsResponse: {
+            /** @description Newest first. */
+            recordings?: components["schemas"]["v1Recording"][];
         };
         v1ListRunEntriesResponse: {
             entries?: components["schemas"]["v1Entry"][];
@@ -2619,6 +2746,85 @@ export interface components {
             /** Format: int64 */
             mode?: number;
         };
+        /**
+         * @description Recording is a video of a session's screen. It is also the payload of
+         *     the events display.recording_started.v1, display.recording_stopped.v1
+         *     and display.recording_failed.v1.
+         */
+        v1Recording: {
+            /**
+             * @description SHA-256 (hex) of the video in the history's blob store, once it
+             *     holds it.
+             */
+            blobHash?: string;
+            /** @description MIME type of the video, such as "video/mp4". */
+            contentType?: string;
+            /** @description The history holds the video: DownloadRecording returns it. */
+            downloadReady?: boolean;
+            /**
+             * Format: date-time
+             * @description When it stopped or failed.
+             */
+            endTime?: string;
+            /** @description Why it failed, for RECORDING_STATE_FAILED. */
+            failureReason?: string;
+            format?: components["schemas"]["v1RecordingFormat"];
+            /**
+             * Format: int32
+             * @description Most frames a second (1-30).
+             */
+            fps?: number;
+            /**
+             * Format: int64
+             * @description Frames encoded: one per change of the screen (at most fps a second).
+             */
+            frames?: string;
+            /** Format: int32 */
+            height?: number;
+            /** @description "rec-" and random characters. */
+            id?: string;
+            /**
+             * @description Where the node left the video for the history to take (a NATS object
+             *     store bucket's object); internal to the hand-over.
+             */
+            object?: string;
+            sessionId?: string;
+            /**
+             * Format: int64
+             * @description Size of the video file in bytes, once it has ended.
+             */
+            sizeBytes?: string;
+            /** Format: date-time */
+            startTime?: string;
+            state?: components["schemas"]["v1RecordingState"];
+            /**
+             * Format: int32
+             * @description Size of the video in pixels.
+             */
+            width?: number;
+        };
+        /**
+         * @description RecordingFormat is a recording's container and codec.
+         *
+         *      - RECORDING_FORMAT_UNSPECIFIED: MP4.
+         *      - RECORDING_FORMAT_MP4: H.264 in MP4 (fragmented, so a video cut short still plays).
+         *      - RECORDING_FORMAT_WEBM: VP9 in WebM.
+         * @default RECORDING_FORMAT_UNSPECIFIED
+         * @enum {string}
+         */
+        v1RecordingFormat: "RECORDING_FORMAT_UNSPECIFIED" | "RECORDING_FORMAT_MP4" | "RECORDING_FORMAT_WEBM";
+        /**
+         * @description RecordingState is where a recording is in its life.
+         *
+         *      - RECORDING_STATE_RECORDING: Frames are being recorded.
+         *      - RECORDING_STATE_STOPPED: Stopped and finalised; the history holds the video (once it has taken
+         *     it in, download_ready says so).
+         *      - RECORDING_STATE_FAILED: Ended by a failure (failure_reason says which); what was recorded up
+         *     to it is kept when it could be.
+         * @default RECORDING_STATE_UNSPECIFIED
+         * @enum {string}
+         */
+        v1RecordingState: "RECORDING_STATE_UNSPECIFIED" | "RECORDING_STATE_RECORDING" | "RECORDING_STATE_STOPPED" | "RECORDING_STATE_FAILED";
         /** @description Rect is a region of the screen in pixels. */
         v1Rect: {
             /** Format: int32 */
@@ -3074,8 +3280,14 @@ export interface components {
             sizeBytes?: string;
             snapshotId?: string;
         };
+        v1StartRecordingResponse: {
+            recording?: components["schemas"]["v1Recording"];
+        };
         v1StatFileResponse: {
             file?: components["schemas"]["v1FileInfo"];
+        };
+        v1StopRecordingResponse: {
+            recording?: components["schemas"]["v1Recording"];
         };
         v1StreamRunEventsResponse: {
             event?: components["schemas"]["v1RunEvent"];
@@ -5317,6 +5529,180 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["v1ListProcessesResponse"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["rpcStatus"];
+                };
+            };
+        };
+    };
+    HistoryService_ListRecordings: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A successful response. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["v1ListRecordingsResponse"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["rpcStatus"];
+                };
+            };
+        };
+    };
+    DisplayService_StartRecording: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DisplayServiceStartRecordingBody"];
+            };
+        };
+        responses: {
+            /** @description A successful response. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["v1StartRecordingResponse"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["rpcStatus"];
+                };
+            };
+        };
+    };
+    HistoryService_GetRecording: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                recordingId: string;
+                sessionId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A successful response. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["v1GetRecordingResponse"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["rpcStatus"];
+                };
+            };
+        };
+    };
+    HistoryService_DownloadRecording: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                recordingId: string;
+                sessionId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A successful response.(streaming responses) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "video/mp4": {
+                        error?: components["schemas"]["rpcStatus"];
+                        result?: components["schemas"]["v1DownloadRecordingResponse"];
+                    };
+                    "video/webm": {
+                        error?: components["schemas"]["rpcStatus"];
+                        result?: components["schemas"]["v1DownloadRecordingResponse"];
+                    };
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "video/mp4": components["schemas"]["rpcStatus"];
+                    "video/webm": components["schemas"]["rpcStatus"];
+                };
+            };
+        };
+    };
+    DisplayService_StopRecording: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                recordingId: string;
+                sessionId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DisplayServiceStopRecordingBody"];
+            };
+        };
+        responses: {
+            /** @description A successful response. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["v1StopRecordingResponse"];
                 };
             };
             /** @description An unexpected error response. */

@@ -293,6 +293,24 @@ describe('desktop API', () => {
     await assert.rejects(s.accessibilityTree({ root: 'not-a-node' }), InvalidArgument);
   });
 
+  test('a recording starts, stops and downloads as a video', async () => {
+    await assert.rejects(s.startRecording({ fps: 31 }), InvalidArgument);
+    const rec = await s.startRecording({ fps: 10, width: 320, height: 240 });
+    assert.equal(rec.state, 'RECORDING_STATE_RECORDING');
+    await assert.rejects(s.startRecording(), (e: unknown) => e instanceof DeskgridError && e.code === 6);
+    // The screen changes: xmessage's window moves.
+    const win = await eventually("xmessage's window", async () => (await s.windows()).find((w) => w.instance === 'dgts'));
+    await s.moveWindow(win.id!, { x: 100, y: 120 });
+    const done = await s.stopRecording(rec.id!);
+    assert.equal(done.state, 'RECORDING_STATE_STOPPED');
+    const { data, contentType } = await s.downloadRecording(rec.id!);
+    assert.equal(contentType, 'video/mp4');
+    assert.equal(new TextDecoder().decode(data.subarray(4, 8)), 'ftyp');
+    assert.equal(String(data.length), String(done.sizeBytes));
+    assert.ok((await s.recordings()).some((r) => r.id === rec.id && r.downloadReady));
+    await assert.rejects(s.stopRecording(rec.id!), FailedPrecondition);
+  });
+
   test('processes list the autostart program', async () => {
     const mine = (await s.processes()).filter((p) => (p.argv ?? []).join(' ').includes('xmessage -name dgts hello'));
     assert.equal(mine.length, 1);

@@ -116,8 +116,11 @@ func Grab(c *xgb.Conn, s Screen, rect Rect) (*Frame, error) {
 
 // bgrx reports whether the frame is 32-bit little-endian xRGB, the layout of
 // every 24-bit X server on x86 and ARM, which has fast paths.
-func (f *Frame) bgrx() bool {
-	s := f.screen
+func (f *Frame) bgrx() bool { return f.screen.BGRX() }
+
+// BGRX reports whether the screen's pixels are 32-bit little-endian xRGB
+// (what a video encoder calls bgr0), so Frame.Data is that layout.
+func (s Screen) BGRX() bool {
 	return s.BitsPerPixel == 32 && s.LSBFirst && s.RedMask == 0xff0000 && s.GreenMask == 0xff00 && s.BlueMask == 0xff
 }
 

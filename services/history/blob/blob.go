@@ -9,6 +9,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -33,6 +35,11 @@ type Store interface {
 	Delete(ctx context.Context, hash string) error
 	// Walk calls fn with every blob last put before olderThan.
 	Walk(ctx context.Context, olderThan time.Time, fn func(hash string) error) error
+	// PutFrom stores what r reads, as Put, without holding it in memory
+	// (a video), and returns its hash and size.
+	PutFrom(ctx context.Context, r io.Reader) (hash string, size int64, err error)
+	// Open returns a reader of a blob and its size, or ErrNotFound.
+	Open(ctx context.Context, hash string) (io.ReadCloser, int64, error)
 }
 
 // Hash returns the hash Put gives data.
@@ -123,6 +130,81 @@ func (d *Dir) Put(ctx context.Context, data []byte) (string, error) {
 		}
 	}
 	return hash, nil
+}
+
+// PutFrom implements Store: the bytes are hashed as they are written to a
+// temporary file, which is synced and renamed to its hash.
+func (d *Dir) PutFrom(ctx context.Context, r io.Reader) (string, int64, error) {
+	f, err := os.CreateTemp(filepath.Join(d.root, "tmp"), "stream-*")
+	if err != nil {
+		return "", 0, fmt.Errorf("blob: %w", err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // a no-op after the rename
+	var h hash.Hash = sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, h), ctxReader{ctx, r})
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("blob: write: %w", err)
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	p := d.path(sum)
+	now := time.Now()
+	if err := os.Chtimes(p, now, now); err == nil {
+		return sum, n, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
+		return "", 0, fmt.Errorf("blob: %w", err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		return "", 0, fmt.Errorf("blob: %w", err)
+	}
+	if dir, err := os.Open(filepath.Dir(p)); err == nil {
+		err = dir.Sync()
+		dir.Close()
+		if err != nil {
+			return "", 0, fmt.Errorf("blob: sync directory of %s: %w", sum, err)
+		}
+	}
+	return sum, n, nil
+}
+
+// ctxReader stops a copy when its context ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// Open implements Store.
+func (d *Dir) Open(_ context.Context, hash string) (io.ReadCloser, int64, error) {
+	if !ValidHash(hash) {
+		return nil, 0, fmt.Errorf("%w: %q", ErrInvalidHash, hash)
+	}
+	f, err := os.Open(d.path(hash))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, hash)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("blob: %w", err)
+	}
+	info, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, fmt.Errorf("blob: %w", err)
+	}
+	return f, info.Size(), nil
 }
 
 // Get implements Store.

@@ -32,6 +32,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/history/payload"
 	"github.com/deskgrid/deskgrid/services/history/store"
 	"github.com/deskgrid/deskgrid/services/platform/events"
+	"github.com/deskgrid/deskgrid/services/platform/videostore"
 )
 
 // HeaderRunID is the NATS header that, when set, names the agent run an
@@ -112,6 +113,7 @@ type Ingester struct {
 	cfg    Config
 	store  store.Store
 	blobs  blob.Store
+	videos *videostore.Store
 	log    *slog.Logger
 	nc     *nats.Conn
 	iter   jetstream.MessagesContext
@@ -144,6 +146,12 @@ func Start(ctx context.Context, cfg Config, js jetstream.JetStream, st store.Sto
 	if err != nil {
 		return nil, fmt.Errorf("ingest: consumer %s: %w", cfg.Durable, err)
 	}
+	// Recordings' videos arrive through the object store their end events
+	// name.
+	videos, err := videostore.Open(ctx, js)
+	if err != nil {
+		return nil, fmt.Errorf("ingest: %w", err)
+	}
 	iter, err := cons.Messages(jetstream.PullMaxMessages(min(2*cfg.BatchSize, cfg.MaxAckPending)))
 	if err != nil {
 		return nil, fmt.Errorf("ingest: consume %s: %w", cfg.Durable, err)
@@ -153,6 +161,7 @@ func Start(ctx context.Context, cfg Config, js jetstream.JetStream, st store.Sto
 		cfg:    cfg,
 		store:  st,
 		blobs:  blobs,
+		videos: videos,
 		log:    logger.With("component", "history.ingest", "durable", cfg.Durable),
 		nc:     js.Conn(),
 		iter:   iter,
@@ -277,9 +286,17 @@ func (in *Ingester) process(ctx context.Context, batch []jetstream.Msg) {
 	// Blobs are written before the entries that refer to them commit; a
 	// blob whose entry never commits is collected later.
 	var err error
+	var taken []string
 	for i := range entries {
 		if err = payload.Prepare(ctx, &entries[i], in.blobs); err != nil {
 			break
+		}
+		var obj string
+		if obj, err = in.takeVideo(ctx, &entries[i]); err != nil {
+			break
+		}
+		if obj != "" {
+			taken = append(taken, obj)
 		}
 	}
 	n := 0
@@ -302,12 +319,46 @@ func (in *Ingester) process(ctx context.Context, batch []jetstream.Msg) {
 	}
 	in.stored.Add(uint64(n))
 	in.duplicates.Add(uint64(len(entries) - n))
+	// The videos are blobs now, referred to by committed entries.
+	for _, obj := range taken {
+		if err := in.videos.Delete(ctx, obj); err != nil {
+			in.log.Warn("removing a recording's video from the object store", "object", obj, "err", err)
+		}
+	}
 	for _, m := range msgs {
 		// A lost ack means one redelivery, which the store drops.
 		if err := m.Ack(); err != nil {
 			in.log.Warn("acknowledging event", "subject", m.Subject(), "err", err)
 		}
 	}
+}
+
+// takeVideo moves the video a recording's end event names from the object
+// store into the blob store, and makes the entry refer to it. It returns
+// the object taken, to delete once the entry is committed. A video already
+// gone (taken by an earlier delivery, or expired) leaves the entry as it is.
+func (in *Ingester) takeVideo(ctx context.Context, e *store.Entry) (string, error) {
+	obj := payload.VideoObject(e)
+	if obj == "" || in.blobs == nil {
+		return "", nil
+	}
+	r, err := in.videos.Get(ctx, obj)
+	if errors.Is(err, videostore.ErrNotFound) {
+		in.log.Warn("a recording's video is not in the object store", "object", obj, "event", e.ID)
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	defer r.Close()
+	hash, _, err := in.blobs.PutFrom(ctx, r)
+	if err != nil {
+		return "", fmt.Errorf("store the video of %s: %w", obj, err)
+	}
+	if err := payload.SetVideoBlob(e, hash); err != nil {
+		return "", err
+	}
+	return obj, nil
 }
 
 // toEntry turns a message into an entry, or says why it is not an event.

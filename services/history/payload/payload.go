@@ -16,6 +16,7 @@ import (
 
 	"github.com/deskgrid/deskgrid/services/history/blob"
 	"github.com/deskgrid/deskgrid/services/history/store"
+	"github.com/deskgrid/deskgrid/services/platform/events"
 )
 
 // Field names, as protojson writes them.
@@ -142,4 +143,36 @@ func decodeBase64(s string) ([]byte, error) {
 		return b, nil
 	}
 	return base64.RawStdEncoding.DecodeString(s)
+}
+
+// fieldObject names, in a recording's end event, the videostore object
+// holding its video.
+const fieldObject = "object"
+
+// VideoObject returns the videostore object a recording's end event names
+// (its video on the way from the node), or "" for any other entry.
+func VideoObject(e *store.Entry) string {
+	if e.Type != events.TypeRecordingStopped && e.Type != events.TypeRecordingFailed {
+		return ""
+	}
+	_, obj := parse(e.Data)
+	name, _ := obj[fieldObject].(string)
+	return name
+}
+
+// SetVideoBlob records that a recording's video is the blob hash: the
+// payload's object becomes its "blobHash", and the entry refers to it.
+func SetVideoBlob(e *store.Entry, hash string) error {
+	outer, obj := parse(e.Data)
+	if obj == nil {
+		return fmt.Errorf("payload: recording %s has no payload", e.ID)
+	}
+	delete(obj, fieldObject)
+	obj[fieldBlobHash] = hash
+	b, err := json.Marshal(outer)
+	if err != nil {
+		return fmt.Errorf("payload: %w", err)
+	}
+	e.Data, e.BlobHash = string(b), hash
+	return nil
 }

@@ -105,6 +105,8 @@ func DefaultMethodScopes() map[string]Scope {
 		display + "CloseWindow":    w,
 		display + "MoveWindow":     w,
 		display + "SetWindowState": w,
+		display + "StartRecording": w,
+		display + "StopRecording":  w,
 
 		sandbox + "CreateSandbox":        a,
 		sandbox + "CommitSandbox":        a,
@@ -161,6 +163,9 @@ func DefaultMethodScopes() map[string]Scope {
 		history + "ImportSessionHistory": w,
 		history + "DeleteSessionHistory": w,
 		history + "GetBlob":              r,
+		history + "ListRecordings":       r,
+		history + "GetRecording":         r,
+		history + "DownloadRecording":    r,
 
 		image + "ListImages":     r,
 		image + "GetImage":       r,

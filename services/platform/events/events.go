@@ -39,6 +39,13 @@ const (
 
 	// TypeSessionStateChanged carries an eventsv1.SessionStateChanged.
 	TypeSessionStateChanged = "session.state_changed.v1"
+
+	// A recording of a session's screen began, ended with its video handed
+	// to the history (videostore), or failed (its reason in the payload).
+	// Each carries a displayv1.Recording.
+	TypeRecordingStarted = "display.recording_started.v1"
+	TypeRecordingStopped = "display.recording_stopped.v1"
+	TypeRecordingFailed  = "display.recording_failed.v1"
 )
 
 var tracer = otel.Tracer("github.com/deskgrid/deskgrid/services/platform/events")

@@ -25,6 +25,117 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// RecordingFormat is a recording's container and codec.
+type RecordingFormat int32
+
+const (
+	// MP4.
+	RecordingFormat_RECORDING_FORMAT_UNSPECIFIED RecordingFormat = 0
+	// H.264 in MP4 (fragmented, so a video cut short still plays).
+	RecordingFormat_RECORDING_FORMAT_MP4 RecordingFormat = 1
+	// VP9 in WebM.
+	RecordingFormat_RECORDING_FORMAT_WEBM RecordingFormat = 2
+)
+
+// Enum value maps for RecordingFormat.
+var (
+	RecordingFormat_name = map[int32]string{
+		0: "RECORDING_FORMAT_UNSPECIFIED",
+		1: "RECORDING_FORMAT_MP4",
+		2: "RECORDING_FORMAT_WEBM",
+	}
+	RecordingFormat_value = map[string]int32{
+		"RECORDING_FORMAT_UNSPECIFIED": 0,
+		"RECORDING_FORMAT_MP4":         1,
+		"RECORDING_FORMAT_WEBM":        2,
+	}
+)
+
+func (x RecordingFormat) Enum() *RecordingFormat {
+	p := new(RecordingFormat)
+	*p = x
+	return p
+}
+
+func (x RecordingFormat) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RecordingFormat) Descriptor() protoreflect.EnumDescriptor {
+	return file_deskgrid_display_v1_display_proto_enumTypes[0].Descriptor()
+}
+
+func (RecordingFormat) Type() protoreflect.EnumType {
+	return &file_deskgrid_display_v1_display_proto_enumTypes[0]
+}
+
+func (x RecordingFormat) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RecordingFormat.Descriptor instead.
+func (RecordingFormat) EnumDescriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{0}
+}
+
+// RecordingState is where a recording is in its life.
+type RecordingState int32
+
+const (
+	RecordingState_RECORDING_STATE_UNSPECIFIED RecordingState = 0
+	// Frames are being recorded.
+	RecordingState_RECORDING_STATE_RECORDING RecordingState = 1
+	// Stopped and finalised; the history holds the video (once it has taken
+	// it in, download_ready says so).
+	RecordingState_RECORDING_STATE_STOPPED RecordingState = 2
+	// Ended by a failure (failure_reason says which); what was recorded up
+	// to it is kept when it could be.
+	RecordingState_RECORDING_STATE_FAILED RecordingState = 3
+)
+
+// Enum value maps for RecordingState.
+var (
+	RecordingState_name = map[int32]string{
+		0: "RECORDING_STATE_UNSPECIFIED",
+		1: "RECORDING_STATE_RECORDING",
+		2: "RECORDING_STATE_STOPPED",
+		3: "RECORDING_STATE_FAILED",
+	}
+	RecordingState_value = map[string]int32{
+		"RECORDING_STATE_UNSPECIFIED": 0,
+		"RECORDING_STATE_RECORDING":   1,
+		"RECORDING_STATE_STOPPED":     2,
+		"RECORDING_STATE_FAILED":      3,
+	}
+)
+
+func (x RecordingState) Enum() *RecordingState {
+	p := new(RecordingState)
+	*p = x
+	return p
+}
+
+func (x RecordingState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RecordingState) Descriptor() protoreflect.EnumDescriptor {
+	return file_deskgrid_display_v1_display_proto_enumTypes[1].Descriptor()
+}
+
+func (RecordingState) Type() protoreflect.EnumType {
+	return &file_deskgrid_display_v1_display_proto_enumTypes[1]
+}
+
+func (x RecordingState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RecordingState.Descriptor instead.
+func (RecordingState) EnumDescriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{1}
+}
+
 // Selection names an X selection.
 type Selection int32
 
@@ -62,11 +173,11 @@ func (x Selection) String() string {
 }
 
 func (Selection) Descriptor() protoreflect.EnumDescriptor {
-	return file_deskgrid_display_v1_display_proto_enumTypes[0].Descriptor()
+	return file_deskgrid_display_v1_display_proto_enumTypes[2].Descriptor()
 }
 
 func (Selection) Type() protoreflect.EnumType {
-	return &file_deskgrid_display_v1_display_proto_enumTypes[0]
+	return &file_deskgrid_display_v1_display_proto_enumTypes[2]
 }
 
 func (x Selection) Number() protoreflect.EnumNumber {
@@ -75,7 +186,7 @@ func (x Selection) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Selection.Descriptor instead.
 func (Selection) EnumDescriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{0}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{2}
 }
 
 // WindowState is a window's state to set.
@@ -119,11 +230,11 @@ func (x WindowState) String() string {
 }
 
 func (WindowState) Descriptor() protoreflect.EnumDescriptor {
-	return file_deskgrid_display_v1_display_proto_enumTypes[1].Descriptor()
+	return file_deskgrid_display_v1_display_proto_enumTypes[3].Descriptor()
 }
 
 func (WindowState) Type() protoreflect.EnumType {
-	return &file_deskgrid_display_v1_display_proto_enumTypes[1]
+	return &file_deskgrid_display_v1_display_proto_enumTypes[3]
 }
 
 func (x WindowState) Number() protoreflect.EnumNumber {
@@ -132,7 +243,7 @@ func (x WindowState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WindowState.Descriptor instead.
 func (WindowState) EnumDescriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{1}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{3}
 }
 
 // ImageFormat is the encoding of a screenshot.
@@ -169,11 +280,11 @@ func (x ImageFormat) String() string {
 }
 
 func (ImageFormat) Descriptor() protoreflect.EnumDescriptor {
-	return file_deskgrid_display_v1_display_proto_enumTypes[2].Descriptor()
+	return file_deskgrid_display_v1_display_proto_enumTypes[4].Descriptor()
 }
 
 func (ImageFormat) Type() protoreflect.EnumType {
-	return &file_deskgrid_display_v1_display_proto_enumTypes[2]
+	return &file_deskgrid_display_v1_display_proto_enumTypes[4]
 }
 
 func (x ImageFormat) Number() protoreflect.EnumNumber {
@@ -182,7 +293,7 @@ func (x ImageFormat) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ImageFormat.Descriptor instead.
 func (ImageFormat) EnumDescriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{2}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{4}
 }
 
 // MouseButton names a mouse button.
@@ -229,11 +340,11 @@ func (x MouseButton) String() string {
 }
 
 func (MouseButton) Descriptor() protoreflect.EnumDescriptor {
-	return file_deskgrid_display_v1_display_proto_enumTypes[3].Descriptor()
+	return file_deskgrid_display_v1_display_proto_enumTypes[5].Descriptor()
 }
 
 func (MouseButton) Type() protoreflect.EnumType {
-	return &file_deskgrid_display_v1_display_proto_enumTypes[3]
+	return &file_deskgrid_display_v1_display_proto_enumTypes[5]
 }
 
 func (x MouseButton) Number() protoreflect.EnumNumber {
@@ -242,7 +353,7 @@ func (x MouseButton) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use MouseButton.Descriptor instead.
 func (MouseButton) EnumDescriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{3}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{5}
 }
 
 // SettleOutcome is how the wait before a screenshot ended.
@@ -289,11 +400,11 @@ func (x SettleOutcome) String() string {
 }
 
 func (SettleOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_deskgrid_display_v1_display_proto_enumTypes[4].Descriptor()
+	return file_deskgrid_display_v1_display_proto_enumTypes[6].Descriptor()
 }
 
 func (SettleOutcome) Type() protoreflect.EnumType {
-	return &file_deskgrid_display_v1_display_proto_enumTypes[4]
+	return &file_deskgrid_display_v1_display_proto_enumTypes[6]
 }
 
 func (x SettleOutcome) Number() protoreflect.EnumNumber {
@@ -302,7 +413,402 @@ func (x SettleOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SettleOutcome.Descriptor instead.
 func (SettleOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{6}
+}
+
+// Recording is a video of a session's screen. It is also the payload of
+// the events display.recording_started.v1, display.recording_stopped.v1
+// and display.recording_failed.v1.
+type Recording struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "rec-" and random characters.
+	Id        string          `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	SessionId string          `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	State     RecordingState  `protobuf:"varint,3,opt,name=state,proto3,enum=deskgrid.display.v1.RecordingState" json:"state,omitempty"`
+	Format    RecordingFormat `protobuf:"varint,4,opt,name=format,proto3,enum=deskgrid.display.v1.RecordingFormat" json:"format,omitempty"`
+	// Most frames a second (1-30).
+	Fps int32 `protobuf:"varint,5,opt,name=fps,proto3" json:"fps,omitempty"`
+	// Size of the video in pixels.
+	Width     int32                  `protobuf:"varint,6,opt,name=width,proto3" json:"width,omitempty"`
+	Height    int32                  `protobuf:"varint,7,opt,name=height,proto3" json:"height,omitempty"`
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// When it stopped or failed.
+	EndTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// Frames encoded: one per change of the screen (at most fps a second).
+	Frames int64 `protobuf:"varint,10,opt,name=frames,proto3" json:"frames,omitempty"`
+	// Size of the video file in bytes, once it has ended.
+	SizeBytes int64 `protobuf:"varint,11,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// Why it failed, for RECORDING_STATE_FAILED.
+	FailureReason string `protobuf:"bytes,12,opt,name=failure_reason,json=failureReason,proto3" json:"failure_reason,omitempty"`
+	// MIME type of the video, such as "video/mp4".
+	ContentType string `protobuf:"bytes,13,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// The history holds the video: DownloadRecording returns it.
+	DownloadReady bool `protobuf:"varint,14,opt,name=download_ready,json=downloadReady,proto3" json:"download_ready,omitempty"`
+	// SHA-256 (hex) of the video in the history's blob store, once it
+	// holds it.
+	BlobHash string `protobuf:"bytes,15,opt,name=blob_hash,json=blobHash,proto3" json:"blob_hash,omitempty"`
+	// Where the node left the video for the history to take (a NATS object
+	// store bucket's object); internal to the hand-over.
+	Object        string `protobuf:"bytes,16,opt,name=object,proto3" json:"object,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Recording) Reset() {
+	*x = Recording{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Recording) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Recording) ProtoMessage() {}
+
+func (x *Recording) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Recording.ProtoReflect.Descriptor instead.
+func (*Recording) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Recording) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Recording) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *Recording) GetState() RecordingState {
+	if x != nil {
+		return x.State
+	}
+	return RecordingState_RECORDING_STATE_UNSPECIFIED
+}
+
+func (x *Recording) GetFormat() RecordingFormat {
+	if x != nil {
+		return x.Format
+	}
+	return RecordingFormat_RECORDING_FORMAT_UNSPECIFIED
+}
+
+func (x *Recording) GetFps() int32 {
+	if x != nil {
+		return x.Fps
+	}
+	return 0
+}
+
+func (x *Recording) GetWidth() int32 {
+	if x != nil {
+		return x.Width
+	}
+	return 0
+}
+
+func (x *Recording) GetHeight() int32 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
+func (x *Recording) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *Recording) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *Recording) GetFrames() int64 {
+	if x != nil {
+		return x.Frames
+	}
+	return 0
+}
+
+func (x *Recording) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *Recording) GetFailureReason() string {
+	if x != nil {
+		return x.FailureReason
+	}
+	return ""
+}
+
+func (x *Recording) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *Recording) GetDownloadReady() bool {
+	if x != nil {
+		return x.DownloadReady
+	}
+	return false
+}
+
+func (x *Recording) GetBlobHash() string {
+	if x != nil {
+		return x.BlobHash
+	}
+	return ""
+}
+
+func (x *Recording) GetObject() string {
+	if x != nil {
+		return x.Object
+	}
+	return ""
+}
+
+type StartRecordingRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// MP4 (H.264) by default.
+	Format RecordingFormat `protobuf:"varint,2,opt,name=format,proto3,enum=deskgrid.display.v1.RecordingFormat" json:"format,omitempty"`
+	// Most frames a second, 1 to 30; 0 means 5. Frames are taken only when
+	// the screen changes.
+	Fps int32 `protobuf:"varint,3,opt,name=fps,proto3" json:"fps,omitempty"`
+	// Size of the video, each side 16 to 1920 (odd sizes are made even);
+	// unset means the screen's size, scaled down to fit in 1920x1920 when
+	// larger.
+	Size          *Size `protobuf:"bytes,4,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartRecordingRequest) Reset() {
+	*x = StartRecordingRequest{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartRecordingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartRecordingRequest) ProtoMessage() {}
+
+func (x *StartRecordingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartRecordingRequest.ProtoReflect.Descriptor instead.
+func (*StartRecordingRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *StartRecordingRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *StartRecordingRequest) GetFormat() RecordingFormat {
+	if x != nil {
+		return x.Format
+	}
+	return RecordingFormat_RECORDING_FORMAT_UNSPECIFIED
+}
+
+func (x *StartRecordingRequest) GetFps() int32 {
+	if x != nil {
+		return x.Fps
+	}
+	return 0
+}
+
+func (x *StartRecordingRequest) GetSize() *Size {
+	if x != nil {
+		return x.Size
+	}
+	return nil
+}
+
+type StartRecordingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Recording     *Recording             `protobuf:"bytes,1,opt,name=recording,proto3" json:"recording,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartRecordingResponse) Reset() {
+	*x = StartRecordingResponse{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartRecordingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartRecordingResponse) ProtoMessage() {}
+
+func (x *StartRecordingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartRecordingResponse.ProtoReflect.Descriptor instead.
+func (*StartRecordingResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *StartRecordingResponse) GetRecording() *Recording {
+	if x != nil {
+		return x.Recording
+	}
+	return nil
+}
+
+type StopRecordingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	RecordingId   string                 `protobuf:"bytes,2,opt,name=recording_id,json=recordingId,proto3" json:"recording_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StopRecordingRequest) Reset() {
+	*x = StopRecordingRequest{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StopRecordingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StopRecordingRequest) ProtoMessage() {}
+
+func (x *StopRecordingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StopRecordingRequest.ProtoReflect.Descriptor instead.
+func (*StopRecordingRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *StopRecordingRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *StopRecordingRequest) GetRecordingId() string {
+	if x != nil {
+		return x.RecordingId
+	}
+	return ""
+}
+
+type StopRecordingResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The recording as it ended: STOPPED, or FAILED when finalising failed.
+	Recording     *Recording `protobuf:"bytes,1,opt,name=recording,proto3" json:"recording,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StopRecordingResponse) Reset() {
+	*x = StopRecordingResponse{}
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StopRecordingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StopRecordingResponse) ProtoMessage() {}
+
+func (x *StopRecordingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StopRecordingResponse.ProtoReflect.Descriptor instead.
+func (*StopRecordingResponse) Descriptor() ([]byte, []int) {
 	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *StopRecordingResponse) GetRecording() *Recording {
+	if x != nil {
+		return x.Recording
+	}
+	return nil
 }
 
 type GetClipboardRequest struct {
@@ -315,7 +821,7 @@ type GetClipboardRequest struct {
 
 func (x *GetClipboardRequest) Reset() {
 	*x = GetClipboardRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[0]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -327,7 +833,7 @@ func (x *GetClipboardRequest) String() string {
 func (*GetClipboardRequest) ProtoMessage() {}
 
 func (x *GetClipboardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[0]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -340,7 +846,7 @@ func (x *GetClipboardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClipboardRequest.ProtoReflect.Descriptor instead.
 func (*GetClipboardRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{0}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetClipboardRequest) GetSessionId() string {
@@ -372,7 +878,7 @@ type GetClipboardResponse struct {
 
 func (x *GetClipboardResponse) Reset() {
 	*x = GetClipboardResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[1]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -384,7 +890,7 @@ func (x *GetClipboardResponse) String() string {
 func (*GetClipboardResponse) ProtoMessage() {}
 
 func (x *GetClipboardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[1]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -397,7 +903,7 @@ func (x *GetClipboardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClipboardResponse.ProtoReflect.Descriptor instead.
 func (*GetClipboardResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{1}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetClipboardResponse) GetText() string {
@@ -436,7 +942,7 @@ type SetClipboardRequest struct {
 
 func (x *SetClipboardRequest) Reset() {
 	*x = SetClipboardRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[2]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -448,7 +954,7 @@ func (x *SetClipboardRequest) String() string {
 func (*SetClipboardRequest) ProtoMessage() {}
 
 func (x *SetClipboardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[2]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -461,7 +967,7 @@ func (x *SetClipboardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClipboardRequest.ProtoReflect.Descriptor instead.
 func (*SetClipboardRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{2}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SetClipboardRequest) GetSessionId() string {
@@ -500,7 +1006,7 @@ type SetClipboardResponse struct {
 
 func (x *SetClipboardResponse) Reset() {
 	*x = SetClipboardResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[3]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -512,7 +1018,7 @@ func (x *SetClipboardResponse) String() string {
 func (*SetClipboardResponse) ProtoMessage() {}
 
 func (x *SetClipboardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[3]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -525,7 +1031,7 @@ func (x *SetClipboardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClipboardResponse.ProtoReflect.Descriptor instead.
 func (*SetClipboardResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{3}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{8}
 }
 
 type ListWindowsRequest struct {
@@ -537,7 +1043,7 @@ type ListWindowsRequest struct {
 
 func (x *ListWindowsRequest) Reset() {
 	*x = ListWindowsRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[4]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -549,7 +1055,7 @@ func (x *ListWindowsRequest) String() string {
 func (*ListWindowsRequest) ProtoMessage() {}
 
 func (x *ListWindowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[4]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -562,7 +1068,7 @@ func (x *ListWindowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWindowsRequest.ProtoReflect.Descriptor instead.
 func (*ListWindowsRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{4}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListWindowsRequest) GetSessionId() string {
@@ -582,7 +1088,7 @@ type ListWindowsResponse struct {
 
 func (x *ListWindowsResponse) Reset() {
 	*x = ListWindowsResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[5]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +1100,7 @@ func (x *ListWindowsResponse) String() string {
 func (*ListWindowsResponse) ProtoMessage() {}
 
 func (x *ListWindowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[5]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,7 +1113,7 @@ func (x *ListWindowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWindowsResponse.ProtoReflect.Descriptor instead.
 func (*ListWindowsResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{5}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListWindowsResponse) GetWindows() []*Window {
@@ -629,7 +1135,7 @@ type ActivateWindowRequest struct {
 
 func (x *ActivateWindowRequest) Reset() {
 	*x = ActivateWindowRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[6]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -641,7 +1147,7 @@ func (x *ActivateWindowRequest) String() string {
 func (*ActivateWindowRequest) ProtoMessage() {}
 
 func (x *ActivateWindowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[6]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -654,7 +1160,7 @@ func (x *ActivateWindowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivateWindowRequest.ProtoReflect.Descriptor instead.
 func (*ActivateWindowRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{6}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ActivateWindowRequest) GetSessionId() string {
@@ -688,7 +1194,7 @@ type ActivateWindowResponse struct {
 
 func (x *ActivateWindowResponse) Reset() {
 	*x = ActivateWindowResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[7]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -700,7 +1206,7 @@ func (x *ActivateWindowResponse) String() string {
 func (*ActivateWindowResponse) ProtoMessage() {}
 
 func (x *ActivateWindowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[7]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -713,7 +1219,7 @@ func (x *ActivateWindowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivateWindowResponse.ProtoReflect.Descriptor instead.
 func (*ActivateWindowResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{7}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ActivateWindowResponse) GetWindow() *Window {
@@ -737,7 +1243,7 @@ type CloseWindowRequest struct {
 
 func (x *CloseWindowRequest) Reset() {
 	*x = CloseWindowRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[8]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -749,7 +1255,7 @@ func (x *CloseWindowRequest) String() string {
 func (*CloseWindowRequest) ProtoMessage() {}
 
 func (x *CloseWindowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[8]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -762,7 +1268,7 @@ func (x *CloseWindowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseWindowRequest.ProtoReflect.Descriptor instead.
 func (*CloseWindowRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{8}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CloseWindowRequest) GetSessionId() string {
@@ -804,7 +1310,7 @@ type CloseWindowResponse struct {
 
 func (x *CloseWindowResponse) Reset() {
 	*x = CloseWindowResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[9]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -816,7 +1322,7 @@ func (x *CloseWindowResponse) String() string {
 func (*CloseWindowResponse) ProtoMessage() {}
 
 func (x *CloseWindowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[9]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -829,7 +1335,7 @@ func (x *CloseWindowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseWindowResponse.ProtoReflect.Descriptor instead.
 func (*CloseWindowResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{9}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CloseWindowResponse) GetClosed() bool {
@@ -853,7 +1359,7 @@ type MoveWindowRequest struct {
 
 func (x *MoveWindowRequest) Reset() {
 	*x = MoveWindowRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[10]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +1371,7 @@ func (x *MoveWindowRequest) String() string {
 func (*MoveWindowRequest) ProtoMessage() {}
 
 func (x *MoveWindowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[10]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +1384,7 @@ func (x *MoveWindowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveWindowRequest.ProtoReflect.Descriptor instead.
 func (*MoveWindowRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{10}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MoveWindowRequest) GetSessionId() string {
@@ -920,7 +1426,7 @@ type MoveWindowResponse struct {
 
 func (x *MoveWindowResponse) Reset() {
 	*x = MoveWindowResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[11]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -932,7 +1438,7 @@ func (x *MoveWindowResponse) String() string {
 func (*MoveWindowResponse) ProtoMessage() {}
 
 func (x *MoveWindowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[11]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -945,7 +1451,7 @@ func (x *MoveWindowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveWindowResponse.ProtoReflect.Descriptor instead.
 func (*MoveWindowResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{11}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MoveWindowResponse) GetWindow() *Window {
@@ -967,7 +1473,7 @@ type SetWindowStateRequest struct {
 
 func (x *SetWindowStateRequest) Reset() {
 	*x = SetWindowStateRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[12]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -979,7 +1485,7 @@ func (x *SetWindowStateRequest) String() string {
 func (*SetWindowStateRequest) ProtoMessage() {}
 
 func (x *SetWindowStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[12]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -992,7 +1498,7 @@ func (x *SetWindowStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWindowStateRequest.ProtoReflect.Descriptor instead.
 func (*SetWindowStateRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{12}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SetWindowStateRequest) GetSessionId() string {
@@ -1032,7 +1538,7 @@ type SetWindowStateResponse struct {
 
 func (x *SetWindowStateResponse) Reset() {
 	*x = SetWindowStateResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[13]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1044,7 +1550,7 @@ func (x *SetWindowStateResponse) String() string {
 func (*SetWindowStateResponse) ProtoMessage() {}
 
 func (x *SetWindowStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[13]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1057,7 +1563,7 @@ func (x *SetWindowStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWindowStateResponse.ProtoReflect.Descriptor instead.
 func (*SetWindowStateResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{13}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetWindowStateResponse) GetWindow() *Window {
@@ -1078,7 +1584,7 @@ type ResizeDisplayRequest struct {
 
 func (x *ResizeDisplayRequest) Reset() {
 	*x = ResizeDisplayRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[14]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1596,7 @@ func (x *ResizeDisplayRequest) String() string {
 func (*ResizeDisplayRequest) ProtoMessage() {}
 
 func (x *ResizeDisplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[14]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1609,7 @@ func (x *ResizeDisplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeDisplayRequest.ProtoReflect.Descriptor instead.
 func (*ResizeDisplayRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{14}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ResizeDisplayRequest) GetSessionId() string {
@@ -1136,7 +1642,7 @@ type ResizeDisplayResponse struct {
 
 func (x *ResizeDisplayResponse) Reset() {
 	*x = ResizeDisplayResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[15]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1148,7 +1654,7 @@ func (x *ResizeDisplayResponse) String() string {
 func (*ResizeDisplayResponse) ProtoMessage() {}
 
 func (x *ResizeDisplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[15]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1161,7 +1667,7 @@ func (x *ResizeDisplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeDisplayResponse.ProtoReflect.Descriptor instead.
 func (*ResizeDisplayResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{15}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ResizeDisplayResponse) GetDisplay() *Display {
@@ -1182,7 +1688,7 @@ type Size struct {
 
 func (x *Size) Reset() {
 	*x = Size{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[16]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1700,7 @@ func (x *Size) String() string {
 func (*Size) ProtoMessage() {}
 
 func (x *Size) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[16]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1713,7 @@ func (x *Size) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Size.ProtoReflect.Descriptor instead.
 func (*Size) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{16}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Size) GetWidth() int32 {
@@ -1255,7 +1761,7 @@ type Window struct {
 
 func (x *Window) Reset() {
 	*x = Window{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[17]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1773,7 @@ func (x *Window) String() string {
 func (*Window) ProtoMessage() {}
 
 func (x *Window) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[17]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1786,7 @@ func (x *Window) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Window.ProtoReflect.Descriptor instead.
 func (*Window) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{17}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Window) GetId() uint32 {
@@ -1375,7 +1881,7 @@ type ConnectVNCRequest struct {
 
 func (x *ConnectVNCRequest) Reset() {
 	*x = ConnectVNCRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[18]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1387,7 +1893,7 @@ func (x *ConnectVNCRequest) String() string {
 func (*ConnectVNCRequest) ProtoMessage() {}
 
 func (x *ConnectVNCRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[18]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1400,7 +1906,7 @@ func (x *ConnectVNCRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectVNCRequest.ProtoReflect.Descriptor instead.
 func (*ConnectVNCRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{18}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ConnectVNCRequest) GetSessionId() string {
@@ -1435,7 +1941,7 @@ type ConnectVNCResponse struct {
 
 func (x *ConnectVNCResponse) Reset() {
 	*x = ConnectVNCResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[19]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1447,7 +1953,7 @@ func (x *ConnectVNCResponse) String() string {
 func (*ConnectVNCResponse) ProtoMessage() {}
 
 func (x *ConnectVNCResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[19]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1460,7 +1966,7 @@ func (x *ConnectVNCResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectVNCResponse.ProtoReflect.Descriptor instead.
 func (*ConnectVNCResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{19}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ConnectVNCResponse) GetData() []byte {
@@ -1491,7 +1997,7 @@ type Display struct {
 
 func (x *Display) Reset() {
 	*x = Display{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[20]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1503,7 +2009,7 @@ func (x *Display) String() string {
 func (*Display) ProtoMessage() {}
 
 func (x *Display) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[20]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1516,7 +2022,7 @@ func (x *Display) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Display.ProtoReflect.Descriptor instead.
 func (*Display) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{20}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Display) GetSessionId() string {
@@ -1588,7 +2094,7 @@ type CreateDisplayRequest struct {
 
 func (x *CreateDisplayRequest) Reset() {
 	*x = CreateDisplayRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[21]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1600,7 +2106,7 @@ func (x *CreateDisplayRequest) String() string {
 func (*CreateDisplayRequest) ProtoMessage() {}
 
 func (x *CreateDisplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[21]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1613,7 +2119,7 @@ func (x *CreateDisplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDisplayRequest.ProtoReflect.Descriptor instead.
 func (*CreateDisplayRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{21}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CreateDisplayRequest) GetSessionId() string {
@@ -1660,7 +2166,7 @@ type CreateDisplayResponse struct {
 
 func (x *CreateDisplayResponse) Reset() {
 	*x = CreateDisplayResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[22]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1672,7 +2178,7 @@ func (x *CreateDisplayResponse) String() string {
 func (*CreateDisplayResponse) ProtoMessage() {}
 
 func (x *CreateDisplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[22]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1685,7 +2191,7 @@ func (x *CreateDisplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDisplayResponse.ProtoReflect.Descriptor instead.
 func (*CreateDisplayResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{22}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateDisplayResponse) GetDisplay() *Display {
@@ -1704,7 +2210,7 @@ type GetDisplayRequest struct {
 
 func (x *GetDisplayRequest) Reset() {
 	*x = GetDisplayRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[23]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1716,7 +2222,7 @@ func (x *GetDisplayRequest) String() string {
 func (*GetDisplayRequest) ProtoMessage() {}
 
 func (x *GetDisplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[23]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1729,7 +2235,7 @@ func (x *GetDisplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDisplayRequest.ProtoReflect.Descriptor instead.
 func (*GetDisplayRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{23}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetDisplayRequest) GetSessionId() string {
@@ -1748,7 +2254,7 @@ type GetDisplayResponse struct {
 
 func (x *GetDisplayResponse) Reset() {
 	*x = GetDisplayResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[24]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1760,7 +2266,7 @@ func (x *GetDisplayResponse) String() string {
 func (*GetDisplayResponse) ProtoMessage() {}
 
 func (x *GetDisplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[24]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1773,7 +2279,7 @@ func (x *GetDisplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDisplayResponse.ProtoReflect.Descriptor instead.
 func (*GetDisplayResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{24}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetDisplayResponse) GetDisplay() *Display {
@@ -1791,7 +2297,7 @@ type ListDisplaysRequest struct {
 
 func (x *ListDisplaysRequest) Reset() {
 	*x = ListDisplaysRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[25]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1803,7 +2309,7 @@ func (x *ListDisplaysRequest) String() string {
 func (*ListDisplaysRequest) ProtoMessage() {}
 
 func (x *ListDisplaysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[25]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1816,7 +2322,7 @@ func (x *ListDisplaysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDisplaysRequest.ProtoReflect.Descriptor instead.
 func (*ListDisplaysRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{25}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{30}
 }
 
 type ListDisplaysResponse struct {
@@ -1828,7 +2334,7 @@ type ListDisplaysResponse struct {
 
 func (x *ListDisplaysResponse) Reset() {
 	*x = ListDisplaysResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[26]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1840,7 +2346,7 @@ func (x *ListDisplaysResponse) String() string {
 func (*ListDisplaysResponse) ProtoMessage() {}
 
 func (x *ListDisplaysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[26]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1853,7 +2359,7 @@ func (x *ListDisplaysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDisplaysResponse.ProtoReflect.Descriptor instead.
 func (*ListDisplaysResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{26}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListDisplaysResponse) GetDisplays() []*Display {
@@ -1872,7 +2378,7 @@ type DeleteDisplayRequest struct {
 
 func (x *DeleteDisplayRequest) Reset() {
 	*x = DeleteDisplayRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[27]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1884,7 +2390,7 @@ func (x *DeleteDisplayRequest) String() string {
 func (*DeleteDisplayRequest) ProtoMessage() {}
 
 func (x *DeleteDisplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[27]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1897,7 +2403,7 @@ func (x *DeleteDisplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDisplayRequest.ProtoReflect.Descriptor instead.
 func (*DeleteDisplayRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{27}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteDisplayRequest) GetSessionId() string {
@@ -1915,7 +2421,7 @@ type DeleteDisplayResponse struct {
 
 func (x *DeleteDisplayResponse) Reset() {
 	*x = DeleteDisplayResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[28]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1927,7 +2433,7 @@ func (x *DeleteDisplayResponse) String() string {
 func (*DeleteDisplayResponse) ProtoMessage() {}
 
 func (x *DeleteDisplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[28]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1940,7 +2446,7 @@ func (x *DeleteDisplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDisplayResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDisplayResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{28}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{33}
 }
 
 // Rect is a region of the screen in pixels.
@@ -1956,7 +2462,7 @@ type Rect struct {
 
 func (x *Rect) Reset() {
 	*x = Rect{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[29]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1968,7 +2474,7 @@ func (x *Rect) String() string {
 func (*Rect) ProtoMessage() {}
 
 func (x *Rect) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[29]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1981,7 +2487,7 @@ func (x *Rect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rect.ProtoReflect.Descriptor instead.
 func (*Rect) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{29}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Rect) GetX() int32 {
@@ -2035,7 +2541,7 @@ type ScreenshotRequest struct {
 
 func (x *ScreenshotRequest) Reset() {
 	*x = ScreenshotRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[30]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2047,7 +2553,7 @@ func (x *ScreenshotRequest) String() string {
 func (*ScreenshotRequest) ProtoMessage() {}
 
 func (x *ScreenshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[30]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2060,7 +2566,7 @@ func (x *ScreenshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScreenshotRequest.ProtoReflect.Descriptor instead.
 func (*ScreenshotRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{30}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ScreenshotRequest) GetSessionId() string {
@@ -2118,7 +2624,7 @@ type ScreenshotResponse struct {
 
 func (x *ScreenshotResponse) Reset() {
 	*x = ScreenshotResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[31]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2130,7 +2636,7 @@ func (x *ScreenshotResponse) String() string {
 func (*ScreenshotResponse) ProtoMessage() {}
 
 func (x *ScreenshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[31]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2143,7 +2649,7 @@ func (x *ScreenshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScreenshotResponse.ProtoReflect.Descriptor instead.
 func (*ScreenshotResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{31}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ScreenshotResponse) GetContentType() string {
@@ -2185,7 +2691,7 @@ type Point struct {
 
 func (x *Point) Reset() {
 	*x = Point{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[32]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2197,7 +2703,7 @@ func (x *Point) String() string {
 func (*Point) ProtoMessage() {}
 
 func (x *Point) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[32]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2210,7 +2716,7 @@ func (x *Point) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Point.ProtoReflect.Descriptor instead.
 func (*Point) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{32}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Point) GetX() int32 {
@@ -2237,7 +2743,7 @@ type MouseMove struct {
 
 func (x *MouseMove) Reset() {
 	*x = MouseMove{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[33]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2249,7 +2755,7 @@ func (x *MouseMove) String() string {
 func (*MouseMove) ProtoMessage() {}
 
 func (x *MouseMove) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[33]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2262,7 +2768,7 @@ func (x *MouseMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MouseMove.ProtoReflect.Descriptor instead.
 func (*MouseMove) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{33}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *MouseMove) GetTo() *Point {
@@ -2287,7 +2793,7 @@ type Click struct {
 
 func (x *Click) Reset() {
 	*x = Click{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[34]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2299,7 +2805,7 @@ func (x *Click) String() string {
 func (*Click) ProtoMessage() {}
 
 func (x *Click) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[34]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2312,7 +2818,7 @@ func (x *Click) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Click.ProtoReflect.Descriptor instead.
 func (*Click) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{34}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Click) GetAt() *Point {
@@ -2353,7 +2859,7 @@ type Drag struct {
 
 func (x *Drag) Reset() {
 	*x = Drag{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[35]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2365,7 +2871,7 @@ func (x *Drag) String() string {
 func (*Drag) ProtoMessage() {}
 
 func (x *Drag) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[35]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2378,7 +2884,7 @@ func (x *Drag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drag.ProtoReflect.Descriptor instead.
 func (*Drag) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{35}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Drag) GetPath() []*Point {
@@ -2399,7 +2905,7 @@ type ButtonPress struct {
 
 func (x *ButtonPress) Reset() {
 	*x = ButtonPress{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[36]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2411,7 +2917,7 @@ func (x *ButtonPress) String() string {
 func (*ButtonPress) ProtoMessage() {}
 
 func (x *ButtonPress) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[36]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2424,7 +2930,7 @@ func (x *ButtonPress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ButtonPress.ProtoReflect.Descriptor instead.
 func (*ButtonPress) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{36}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ButtonPress) GetButton() MouseButton {
@@ -2456,7 +2962,7 @@ type Scroll struct {
 
 func (x *Scroll) Reset() {
 	*x = Scroll{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[37]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2468,7 +2974,7 @@ func (x *Scroll) String() string {
 func (*Scroll) ProtoMessage() {}
 
 func (x *Scroll) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[37]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2481,7 +2987,7 @@ func (x *Scroll) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Scroll.ProtoReflect.Descriptor instead.
 func (*Scroll) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{37}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Scroll) GetAt() *Point {
@@ -2524,7 +3030,7 @@ type Key struct {
 
 func (x *Key) Reset() {
 	*x = Key{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[38]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2536,7 +3042,7 @@ func (x *Key) String() string {
 func (*Key) ProtoMessage() {}
 
 func (x *Key) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[38]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2549,7 +3055,7 @@ func (x *Key) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Key.ProtoReflect.Descriptor instead.
 func (*Key) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{38}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Key) GetChord() string {
@@ -2583,7 +3089,7 @@ type TypeText struct {
 
 func (x *TypeText) Reset() {
 	*x = TypeText{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[39]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2595,7 +3101,7 @@ func (x *TypeText) String() string {
 func (*TypeText) ProtoMessage() {}
 
 func (x *TypeText) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[39]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2608,7 +3114,7 @@ func (x *TypeText) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeText.ProtoReflect.Descriptor instead.
 func (*TypeText) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{39}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TypeText) GetText() string {
@@ -2642,7 +3148,7 @@ type Wait struct {
 
 func (x *Wait) Reset() {
 	*x = Wait{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[40]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2654,7 +3160,7 @@ func (x *Wait) String() string {
 func (*Wait) ProtoMessage() {}
 
 func (x *Wait) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[40]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2667,7 +3173,7 @@ func (x *Wait) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Wait.ProtoReflect.Descriptor instead.
 func (*Wait) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{40}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Wait) GetDuration() *durationpb.Duration {
@@ -2692,7 +3198,7 @@ type Zoom struct {
 
 func (x *Zoom) Reset() {
 	*x = Zoom{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[41]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2704,7 +3210,7 @@ func (x *Zoom) String() string {
 func (*Zoom) ProtoMessage() {}
 
 func (x *Zoom) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[41]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2717,7 +3223,7 @@ func (x *Zoom) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Zoom.ProtoReflect.Descriptor instead.
 func (*Zoom) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{41}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Zoom) GetRegion() *Rect {
@@ -2744,7 +3250,7 @@ type CursorPosition struct {
 
 func (x *CursorPosition) Reset() {
 	*x = CursorPosition{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[42]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2756,7 +3262,7 @@ func (x *CursorPosition) String() string {
 func (*CursorPosition) ProtoMessage() {}
 
 func (x *CursorPosition) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[42]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2769,7 +3275,7 @@ func (x *CursorPosition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CursorPosition.ProtoReflect.Descriptor instead.
 func (*CursorPosition) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{42}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{47}
 }
 
 // Action is one input step: exactly one of its fields is set.
@@ -2794,7 +3300,7 @@ type Action struct {
 
 func (x *Action) Reset() {
 	*x = Action{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[43]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2806,7 +3312,7 @@ func (x *Action) String() string {
 func (*Action) ProtoMessage() {}
 
 func (x *Action) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[43]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2819,7 +3325,7 @@ func (x *Action) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Action.ProtoReflect.Descriptor instead.
 func (*Action) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{43}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Action) GetAction() isAction_Action {
@@ -3011,7 +3517,7 @@ type PerformActionsRequest struct {
 
 func (x *PerformActionsRequest) Reset() {
 	*x = PerformActionsRequest{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[44]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3023,7 +3529,7 @@ func (x *PerformActionsRequest) String() string {
 func (*PerformActionsRequest) ProtoMessage() {}
 
 func (x *PerformActionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[44]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3036,7 +3542,7 @@ func (x *PerformActionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PerformActionsRequest.ProtoReflect.Descriptor instead.
 func (*PerformActionsRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{44}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PerformActionsRequest) GetSessionId() string {
@@ -3125,7 +3631,7 @@ type PerformActionsResponse struct {
 
 func (x *PerformActionsResponse) Reset() {
 	*x = PerformActionsResponse{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[45]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3137,7 +3643,7 @@ func (x *PerformActionsResponse) String() string {
 func (*PerformActionsResponse) ProtoMessage() {}
 
 func (x *PerformActionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[45]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3150,7 +3656,7 @@ func (x *PerformActionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PerformActionsResponse.ProtoReflect.Descriptor instead.
 func (*PerformActionsResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{45}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PerformActionsResponse) GetCursor() *Point {
@@ -3204,7 +3710,7 @@ type Settle struct {
 
 func (x *Settle) Reset() {
 	*x = Settle{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[46]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3216,7 +3722,7 @@ func (x *Settle) String() string {
 func (*Settle) ProtoMessage() {}
 
 func (x *Settle) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[46]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3229,7 +3735,7 @@ func (x *Settle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Settle.ProtoReflect.Descriptor instead.
 func (*Settle) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{46}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Settle) GetChangeTimeout() *durationpb.Duration {
@@ -3275,7 +3781,7 @@ type SettleResult struct {
 
 func (x *SettleResult) Reset() {
 	*x = SettleResult{}
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[47]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3287,7 +3793,7 @@ func (x *SettleResult) String() string {
 func (*SettleResult) ProtoMessage() {}
 
 func (x *SettleResult) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_display_v1_display_proto_msgTypes[47]
+	mi := &file_deskgrid_display_v1_display_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3300,7 +3806,7 @@ func (x *SettleResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleResult.ProtoReflect.Descriptor instead.
 func (*SettleResult) Descriptor() ([]byte, []int) {
-	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{47}
+	return file_deskgrid_display_v1_display_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SettleResult) GetOutcome() SettleOutcome {
@@ -3328,7 +3834,42 @@ var File_deskgrid_display_v1_display_proto protoreflect.FileDescriptor
 
 const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\n" +
-	"!deskgrid/display/v1/display.proto\x12\x13deskgrid.display.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"r\n" +
+	"!deskgrid/display/v1/display.proto\x12\x13deskgrid.display.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\xc2\x04\n" +
+	"\tRecording\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x129\n" +
+	"\x05state\x18\x03 \x01(\x0e2#.deskgrid.display.v1.RecordingStateR\x05state\x12<\n" +
+	"\x06format\x18\x04 \x01(\x0e2$.deskgrid.display.v1.RecordingFormatR\x06format\x12\x10\n" +
+	"\x03fps\x18\x05 \x01(\x05R\x03fps\x12\x14\n" +
+	"\x05width\x18\x06 \x01(\x05R\x05width\x12\x16\n" +
+	"\x06height\x18\a \x01(\x05R\x06height\x129\n" +
+	"\n" +
+	"start_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x16\n" +
+	"\x06frames\x18\n" +
+	" \x01(\x03R\x06frames\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\v \x01(\x03R\tsizeBytes\x12%\n" +
+	"\x0efailure_reason\x18\f \x01(\tR\rfailureReason\x12!\n" +
+	"\fcontent_type\x18\r \x01(\tR\vcontentType\x12%\n" +
+	"\x0edownload_ready\x18\x0e \x01(\bR\rdownloadReady\x12\x1b\n" +
+	"\tblob_hash\x18\x0f \x01(\tR\bblobHash\x12\x16\n" +
+	"\x06object\x18\x10 \x01(\tR\x06object\"\xe8\x01\n" +
+	"\x15StartRecordingRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12<\n" +
+	"\x06format\x18\x02 \x01(\x0e2$.deskgrid.display.v1.RecordingFormatR\x06format\x12\x10\n" +
+	"\x03fps\x18\x03 \x01(\x05R\x03fps\x12-\n" +
+	"\x04size\x18\x04 \x01(\v2\x19.deskgrid.display.v1.SizeR\x04size:1\x92A.2,{\"fps\": 5, \"format\": \"RECORDING_FORMAT_MP4\"}\"V\n" +
+	"\x16StartRecordingResponse\x12<\n" +
+	"\trecording\x18\x01 \x01(\v2\x1e.deskgrid.display.v1.RecordingR\trecording\"X\n" +
+	"\x14StopRecordingRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12!\n" +
+	"\frecording_id\x18\x02 \x01(\tR\vrecordingId\"U\n" +
+	"\x15StopRecordingResponse\x12<\n" +
+	"\trecording\x18\x01 \x01(\v2\x1e.deskgrid.display.v1.RecordingR\trecording\"r\n" +
 	"\x13GetClipboardRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12<\n" +
@@ -3546,7 +4087,16 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\fSettleResult\x12<\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\".deskgrid.display.v1.SettleOutcomeR\aoutcome\x12<\n" +
 	"\ffirst_change\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\vfirstChange\x121\n" +
-	"\x06waited\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06waited*V\n" +
+	"\x06waited\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06waited*h\n" +
+	"\x0fRecordingFormat\x12 \n" +
+	"\x1cRECORDING_FORMAT_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14RECORDING_FORMAT_MP4\x10\x01\x12\x19\n" +
+	"\x15RECORDING_FORMAT_WEBM\x10\x02*\x89\x01\n" +
+	"\x0eRecordingState\x12\x1f\n" +
+	"\x1bRECORDING_STATE_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19RECORDING_STATE_RECORDING\x10\x01\x12\x1b\n" +
+	"\x17RECORDING_STATE_STOPPED\x10\x02\x12\x1a\n" +
+	"\x16RECORDING_STATE_FAILED\x10\x03*V\n" +
 	"\tSelection\x12\x19\n" +
 	"\x15SELECTION_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13SELECTION_CLIPBOARD\x10\x01\x12\x15\n" +
@@ -3573,7 +4123,7 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\x16SETTLE_OUTCOME_SETTLED\x10\x01\x12\x17\n" +
 	"\x13SETTLE_OUTCOME_BUSY\x10\x02\x12\x1c\n" +
 	"\x18SETTLE_OUTCOME_NO_CHANGE\x10\x03\x12\x1a\n" +
-	"\x16SETTLE_OUTCOME_SKIPPED\x10\x042\x8f\x1f\n" +
+	"\x16SETTLE_OUTCOME_SKIPPED\x10\x042\xda!\n" +
 	"\x0eDisplayService\x12f\n" +
 	"\rCreateDisplay\x12).deskgrid.display.v1.CreateDisplayRequest\x1a*.deskgrid.display.v1.CreateDisplayResponse\x12\x91\x01\n" +
 	"\n" +
@@ -3603,7 +4153,9 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\vCloseWindow\x12'.deskgrid.display.v1.CloseWindowRequest\x1a(.deskgrid.display.v1.CloseWindowResponse\">\x82\xd3\xe4\x93\x028:\x01*\"3/v1/sessions/{session_id}/windows/{window_id}:close\x12\x9c\x01\n" +
 	"\n" +
 	"MoveWindow\x12&.deskgrid.display.v1.MoveWindowRequest\x1a'.deskgrid.display.v1.MoveWindowResponse\"=\x82\xd3\xe4\x93\x027:\x01*\"2/v1/sessions/{session_id}/windows/{window_id}:move\x12\xac\x01\n" +
-	"\x0eSetWindowState\x12*.deskgrid.display.v1.SetWindowStateRequest\x1a+.deskgrid.display.v1.SetWindowStateResponse\"A\x82\xd3\xe4\x93\x02;:\x01*\"6/v1/sessions/{session_id}/windows/{window_id}:setStateBBZ@github.com/deskgrid/deskgrid/proto/deskgrid/display/v1;displayv1b\x06proto3"
+	"\x0eSetWindowState\x12*.deskgrid.display.v1.SetWindowStateRequest\x1a+.deskgrid.display.v1.SetWindowStateResponse\"A\x82\xd3\xe4\x93\x02;:\x01*\"6/v1/sessions/{session_id}/windows/{window_id}:setState\x12\x9a\x01\n" +
+	"\x0eStartRecording\x12*.deskgrid.display.v1.StartRecordingRequest\x1a+.deskgrid.display.v1.StartRecordingResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/sessions/{session_id}/recordings\x12\xab\x01\n" +
+	"\rStopRecording\x12).deskgrid.display.v1.StopRecordingRequest\x1a*.deskgrid.display.v1.StopRecordingResponse\"C\x82\xd3\xe4\x93\x02=:\x01*\"8/v1/sessions/{session_id}/recordings/{recording_id}:stopBBZ@github.com/deskgrid/deskgrid/proto/deskgrid/display/v1;displayv1b\x06proto3"
 
 var (
 	file_deskgrid_display_v1_display_proto_rawDescOnce sync.Once
@@ -3617,153 +4169,172 @@ func file_deskgrid_display_v1_display_proto_rawDescGZIP() []byte {
 	return file_deskgrid_display_v1_display_proto_rawDescData
 }
 
-var file_deskgrid_display_v1_display_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_deskgrid_display_v1_display_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_deskgrid_display_v1_display_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_deskgrid_display_v1_display_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_deskgrid_display_v1_display_proto_goTypes = []any{
-	(Selection)(0),                 // 0: deskgrid.display.v1.Selection
-	(WindowState)(0),               // 1: deskgrid.display.v1.WindowState
-	(ImageFormat)(0),               // 2: deskgrid.display.v1.ImageFormat
-	(MouseButton)(0),               // 3: deskgrid.display.v1.MouseButton
-	(SettleOutcome)(0),             // 4: deskgrid.display.v1.SettleOutcome
-	(*GetClipboardRequest)(nil),    // 5: deskgrid.display.v1.GetClipboardRequest
-	(*GetClipboardResponse)(nil),   // 6: deskgrid.display.v1.GetClipboardResponse
-	(*SetClipboardRequest)(nil),    // 7: deskgrid.display.v1.SetClipboardRequest
-	(*SetClipboardResponse)(nil),   // 8: deskgrid.display.v1.SetClipboardResponse
-	(*ListWindowsRequest)(nil),     // 9: deskgrid.display.v1.ListWindowsRequest
-	(*ListWindowsResponse)(nil),    // 10: deskgrid.display.v1.ListWindowsResponse
-	(*ActivateWindowRequest)(nil),  // 11: deskgrid.display.v1.ActivateWindowRequest
-	(*ActivateWindowResponse)(nil), // 12: deskgrid.display.v1.ActivateWindowResponse
-	(*CloseWindowRequest)(nil),     // 13: deskgrid.display.v1.CloseWindowRequest
-	(*CloseWindowResponse)(nil),    // 14: deskgrid.display.v1.CloseWindowResponse
-	(*MoveWindowRequest)(nil),      // 15: deskgrid.display.v1.MoveWindowRequest
-	(*MoveWindowResponse)(nil),     // 16: deskgrid.display.v1.MoveWindowResponse
-	(*SetWindowStateRequest)(nil),  // 17: deskgrid.display.v1.SetWindowStateRequest
-	(*SetWindowStateResponse)(nil), // 18: deskgrid.display.v1.SetWindowStateResponse
-	(*ResizeDisplayRequest)(nil),   // 19: deskgrid.display.v1.ResizeDisplayRequest
-	(*ResizeDisplayResponse)(nil),  // 20: deskgrid.display.v1.ResizeDisplayResponse
-	(*Size)(nil),                   // 21: deskgrid.display.v1.Size
-	(*Window)(nil),                 // 22: deskgrid.display.v1.Window
-	(*ConnectVNCRequest)(nil),      // 23: deskgrid.display.v1.ConnectVNCRequest
-	(*ConnectVNCResponse)(nil),     // 24: deskgrid.display.v1.ConnectVNCResponse
-	(*Display)(nil),                // 25: deskgrid.display.v1.Display
-	(*CreateDisplayRequest)(nil),   // 26: deskgrid.display.v1.CreateDisplayRequest
-	(*CreateDisplayResponse)(nil),  // 27: deskgrid.display.v1.CreateDisplayResponse
-	(*GetDisplayRequest)(nil),      // 28: deskgrid.display.v1.GetDisplayRequest
-	(*GetDisplayResponse)(nil),     // 29: deskgrid.display.v1.GetDisplayResponse
-	(*ListDisplaysRequest)(nil),    // 30: deskgrid.display.v1.ListDisplaysRequest
-	(*ListDisplaysResponse)(nil),   // 31: deskgrid.display.v1.ListDisplaysResponse
-	(*DeleteDisplayRequest)(nil),   // 32: deskgrid.display.v1.DeleteDisplayRequest
-	(*DeleteDisplayResponse)(nil),  // 33: deskgrid.display.v1.DeleteDisplayResponse
-	(*Rect)(nil),                   // 34: deskgrid.display.v1.Rect
-	(*ScreenshotRequest)(nil),      // 35: deskgrid.display.v1.ScreenshotRequest
-	(*ScreenshotResponse)(nil),     // 36: deskgrid.display.v1.ScreenshotResponse
-	(*Point)(nil),                  // 37: deskgrid.display.v1.Point
-	(*MouseMove)(nil),              // 38: deskgrid.display.v1.MouseMove
-	(*Click)(nil),                  // 39: deskgrid.display.v1.Click
-	(*Drag)(nil),                   // 40: deskgrid.display.v1.Drag
-	(*ButtonPress)(nil),            // 41: deskgrid.display.v1.ButtonPress
-	(*Scroll)(nil),                 // 42: deskgrid.display.v1.Scroll
-	(*Key)(nil),                    // 43: deskgrid.display.v1.Key
-	(*TypeText)(nil),               // 44: deskgrid.display.v1.TypeText
-	(*Wait)(nil),                   // 45: deskgrid.display.v1.Wait
-	(*Zoom)(nil),                   // 46: deskgrid.display.v1.Zoom
-	(*CursorPosition)(nil),         // 47: deskgrid.display.v1.CursorPosition
-	(*Action)(nil),                 // 48: deskgrid.display.v1.Action
-	(*PerformActionsRequest)(nil),  // 49: deskgrid.display.v1.PerformActionsRequest
-	(*PerformActionsResponse)(nil), // 50: deskgrid.display.v1.PerformActionsResponse
-	(*Settle)(nil),                 // 51: deskgrid.display.v1.Settle
-	(*SettleResult)(nil),           // 52: deskgrid.display.v1.SettleResult
-	(*timestamppb.Timestamp)(nil),  // 53: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 54: google.protobuf.Duration
+	(RecordingFormat)(0),           // 0: deskgrid.display.v1.RecordingFormat
+	(RecordingState)(0),            // 1: deskgrid.display.v1.RecordingState
+	(Selection)(0),                 // 2: deskgrid.display.v1.Selection
+	(WindowState)(0),               // 3: deskgrid.display.v1.WindowState
+	(ImageFormat)(0),               // 4: deskgrid.display.v1.ImageFormat
+	(MouseButton)(0),               // 5: deskgrid.display.v1.MouseButton
+	(SettleOutcome)(0),             // 6: deskgrid.display.v1.SettleOutcome
+	(*Recording)(nil),              // 7: deskgrid.display.v1.Recording
+	(*StartRecordingRequest)(nil),  // 8: deskgrid.display.v1.StartRecordingRequest
+	(*StartRecordingResponse)(nil), // 9: deskgrid.display.v1.StartRecordingResponse
+	(*StopRecordingRequest)(nil),   // 10: deskgrid.display.v1.StopRecordingRequest
+	(*StopRecordingResponse)(nil),  // 11: deskgrid.display.v1.StopRecordingResponse
+	(*GetClipboardRequest)(nil),    // 12: deskgrid.display.v1.GetClipboardRequest
+	(*GetClipboardResponse)(nil),   // 13: deskgrid.display.v1.GetClipboardResponse
+	(*SetClipboardRequest)(nil),    // 14: deskgrid.display.v1.SetClipboardRequest
+	(*SetClipboardResponse)(nil),   // 15: deskgrid.display.v1.SetClipboardResponse
+	(*ListWindowsRequest)(nil),     // 16: deskgrid.display.v1.ListWindowsRequest
+	(*ListWindowsResponse)(nil),    // 17: deskgrid.display.v1.ListWindowsResponse
+	(*ActivateWindowRequest)(nil),  // 18: deskgrid.display.v1.ActivateWindowRequest
+	(*ActivateWindowResponse)(nil), // 19: deskgrid.display.v1.ActivateWindowResponse
+	(*CloseWindowRequest)(nil),     // 20: deskgrid.display.v1.CloseWindowRequest
+	(*CloseWindowResponse)(nil),    // 21: deskgrid.display.v1.CloseWindowResponse
+	(*MoveWindowRequest)(nil),      // 22: deskgrid.display.v1.MoveWindowRequest
+	(*MoveWindowResponse)(nil),     // 23: deskgrid.display.v1.MoveWindowResponse
+	(*SetWindowStateRequest)(nil),  // 24: deskgrid.display.v1.SetWindowStateRequest
+	(*SetWindowStateResponse)(nil), // 25: deskgrid.display.v1.SetWindowStateResponse
+	(*ResizeDisplayRequest)(nil),   // 26: deskgrid.display.v1.ResizeDisplayRequest
+	(*ResizeDisplayResponse)(nil),  // 27: deskgrid.display.v1.ResizeDisplayResponse
+	(*Size)(nil),                   // 28: deskgrid.display.v1.Size
+	(*Window)(nil),                 // 29: deskgrid.display.v1.Window
+	(*ConnectVNCRequest)(nil),      // 30: deskgrid.display.v1.ConnectVNCRequest
+	(*ConnectVNCResponse)(nil),     // 31: deskgrid.display.v1.ConnectVNCResponse
+	(*Display)(nil),                // 32: deskgrid.display.v1.Display
+	(*CreateDisplayRequest)(nil),   // 33: deskgrid.display.v1.CreateDisplayRequest
+	(*CreateDisplayResponse)(nil),  // 34: deskgrid.display.v1.CreateDisplayResponse
+	(*GetDisplayRequest)(nil),      // 35: deskgrid.display.v1.GetDisplayRequest
+	(*GetDisplayResponse)(nil),     // 36: deskgrid.display.v1.GetDisplayResponse
+	(*ListDisplaysRequest)(nil),    // 37: deskgrid.display.v1.ListDisplaysRequest
+	(*ListDisplaysResponse)(nil),   // 38: deskgrid.display.v1.ListDisplaysResponse
+	(*DeleteDisplayRequest)(nil),   // 39: deskgrid.display.v1.DeleteDisplayRequest
+	(*DeleteDisplayResponse)(nil),  // 40: deskgrid.display.v1.DeleteDisplayResponse
+	(*Rect)(nil),                   // 41: deskgrid.display.v1.Rect
+	(*ScreenshotRequest)(nil),      // 42: deskgrid.display.v1.ScreenshotRequest
+	(*ScreenshotResponse)(nil),     // 43: deskgrid.display.v1.ScreenshotResponse
+	(*Point)(nil),                  // 44: deskgrid.display.v1.Point
+	(*MouseMove)(nil),              // 45: deskgrid.display.v1.MouseMove
+	(*Click)(nil),                  // 46: deskgrid.display.v1.Click
+	(*Drag)(nil),                   // 47: deskgrid.display.v1.Drag
+	(*ButtonPress)(nil),            // 48: deskgrid.display.v1.ButtonPress
+	(*Scroll)(nil),                 // 49: deskgrid.display.v1.Scroll
+	(*Key)(nil),                    // 50: deskgrid.display.v1.Key
+	(*TypeText)(nil),               // 51: deskgrid.display.v1.TypeText
+	(*Wait)(nil),                   // 52: deskgrid.display.v1.Wait
+	(*Zoom)(nil),                   // 53: deskgrid.display.v1.Zoom
+	(*CursorPosition)(nil),         // 54: deskgrid.display.v1.CursorPosition
+	(*Action)(nil),                 // 55: deskgrid.display.v1.Action
+	(*PerformActionsRequest)(nil),  // 56: deskgrid.display.v1.PerformActionsRequest
+	(*PerformActionsResponse)(nil), // 57: deskgrid.display.v1.PerformActionsResponse
+	(*Settle)(nil),                 // 58: deskgrid.display.v1.Settle
+	(*SettleResult)(nil),           // 59: deskgrid.display.v1.SettleResult
+	(*timestamppb.Timestamp)(nil),  // 60: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 61: google.protobuf.Duration
 }
 var file_deskgrid_display_v1_display_proto_depIdxs = []int32{
-	0,  // 0: deskgrid.display.v1.GetClipboardRequest.selection:type_name -> deskgrid.display.v1.Selection
-	0,  // 1: deskgrid.display.v1.SetClipboardRequest.selection:type_name -> deskgrid.display.v1.Selection
-	22, // 2: deskgrid.display.v1.ListWindowsResponse.windows:type_name -> deskgrid.display.v1.Window
-	22, // 3: deskgrid.display.v1.ActivateWindowResponse.window:type_name -> deskgrid.display.v1.Window
-	34, // 4: deskgrid.display.v1.MoveWindowRequest.geometry:type_name -> deskgrid.display.v1.Rect
-	22, // 5: deskgrid.display.v1.MoveWindowResponse.window:type_name -> deskgrid.display.v1.Window
-	1,  // 6: deskgrid.display.v1.SetWindowStateRequest.state:type_name -> deskgrid.display.v1.WindowState
-	22, // 7: deskgrid.display.v1.SetWindowStateResponse.window:type_name -> deskgrid.display.v1.Window
-	25, // 8: deskgrid.display.v1.ResizeDisplayResponse.display:type_name -> deskgrid.display.v1.Display
-	34, // 9: deskgrid.display.v1.Window.geometry:type_name -> deskgrid.display.v1.Rect
-	53, // 10: deskgrid.display.v1.Display.create_time:type_name -> google.protobuf.Timestamp
-	22, // 11: deskgrid.display.v1.Display.windows:type_name -> deskgrid.display.v1.Window
-	25, // 12: deskgrid.display.v1.CreateDisplayResponse.display:type_name -> deskgrid.display.v1.Display
-	25, // 13: deskgrid.display.v1.GetDisplayResponse.display:type_name -> deskgrid.display.v1.Display
-	25, // 14: deskgrid.display.v1.ListDisplaysResponse.displays:type_name -> deskgrid.display.v1.Display
-	2,  // 15: deskgrid.display.v1.ScreenshotRequest.format:type_name -> deskgrid.display.v1.ImageFormat
-	34, // 16: deskgrid.display.v1.ScreenshotRequest.region:type_name -> deskgrid.display.v1.Rect
-	21, // 17: deskgrid.display.v1.ScreenshotRequest.scale_to:type_name -> deskgrid.display.v1.Size
-	37, // 18: deskgrid.display.v1.MouseMove.to:type_name -> deskgrid.display.v1.Point
-	37, // 19: deskgrid.display.v1.Click.at:type_name -> deskgrid.display.v1.Point
-	3,  // 20: deskgrid.display.v1.Click.button:type_name -> deskgrid.display.v1.MouseButton
-	37, // 21: deskgrid.display.v1.Drag.path:type_name -> deskgrid.display.v1.Point
-	3,  // 22: deskgrid.display.v1.ButtonPress.button:type_name -> deskgrid.display.v1.MouseButton
-	37, // 23: deskgrid.display.v1.Scroll.at:type_name -> deskgrid.display.v1.Point
-	54, // 24: deskgrid.display.v1.Key.hold:type_name -> google.protobuf.Duration
-	54, // 25: deskgrid.display.v1.Wait.duration:type_name -> google.protobuf.Duration
-	34, // 26: deskgrid.display.v1.Zoom.region:type_name -> deskgrid.display.v1.Rect
-	21, // 27: deskgrid.display.v1.Zoom.size:type_name -> deskgrid.display.v1.Size
-	38, // 28: deskgrid.display.v1.Action.mouse_move:type_name -> deskgrid.display.v1.MouseMove
-	39, // 29: deskgrid.display.v1.Action.click:type_name -> deskgrid.display.v1.Click
-	40, // 30: deskgrid.display.v1.Action.drag:type_name -> deskgrid.display.v1.Drag
-	41, // 31: deskgrid.display.v1.Action.button:type_name -> deskgrid.display.v1.ButtonPress
-	42, // 32: deskgrid.display.v1.Action.scroll:type_name -> deskgrid.display.v1.Scroll
-	43, // 33: deskgrid.display.v1.Action.key:type_name -> deskgrid.display.v1.Key
-	44, // 34: deskgrid.display.v1.Action.type:type_name -> deskgrid.display.v1.TypeText
-	45, // 35: deskgrid.display.v1.Action.wait:type_name -> deskgrid.display.v1.Wait
-	46, // 36: deskgrid.display.v1.Action.zoom:type_name -> deskgrid.display.v1.Zoom
-	47, // 37: deskgrid.display.v1.Action.cursor_position:type_name -> deskgrid.display.v1.CursorPosition
-	48, // 38: deskgrid.display.v1.PerformActionsRequest.actions:type_name -> deskgrid.display.v1.Action
-	21, // 39: deskgrid.display.v1.PerformActionsRequest.scale_to:type_name -> deskgrid.display.v1.Size
-	2,  // 40: deskgrid.display.v1.PerformActionsRequest.screenshot_format:type_name -> deskgrid.display.v1.ImageFormat
-	51, // 41: deskgrid.display.v1.PerformActionsRequest.settle:type_name -> deskgrid.display.v1.Settle
-	37, // 42: deskgrid.display.v1.PerformActionsResponse.cursor:type_name -> deskgrid.display.v1.Point
-	36, // 43: deskgrid.display.v1.PerformActionsResponse.screenshot:type_name -> deskgrid.display.v1.ScreenshotResponse
-	36, // 44: deskgrid.display.v1.PerformActionsResponse.images:type_name -> deskgrid.display.v1.ScreenshotResponse
-	52, // 45: deskgrid.display.v1.PerformActionsResponse.settle:type_name -> deskgrid.display.v1.SettleResult
-	54, // 46: deskgrid.display.v1.Settle.change_timeout:type_name -> google.protobuf.Duration
-	54, // 47: deskgrid.display.v1.Settle.quiet:type_name -> google.protobuf.Duration
-	54, // 48: deskgrid.display.v1.Settle.timeout:type_name -> google.protobuf.Duration
-	4,  // 49: deskgrid.display.v1.SettleResult.outcome:type_name -> deskgrid.display.v1.SettleOutcome
-	54, // 50: deskgrid.display.v1.SettleResult.first_change:type_name -> google.protobuf.Duration
-	54, // 51: deskgrid.display.v1.SettleResult.waited:type_name -> google.protobuf.Duration
-	26, // 52: deskgrid.display.v1.DisplayService.CreateDisplay:input_type -> deskgrid.display.v1.CreateDisplayRequest
-	28, // 53: deskgrid.display.v1.DisplayService.GetDisplay:input_type -> deskgrid.display.v1.GetDisplayRequest
-	30, // 54: deskgrid.display.v1.DisplayService.ListDisplays:input_type -> deskgrid.display.v1.ListDisplaysRequest
-	32, // 55: deskgrid.display.v1.DisplayService.DeleteDisplay:input_type -> deskgrid.display.v1.DeleteDisplayRequest
-	35, // 56: deskgrid.display.v1.DisplayService.Screenshot:input_type -> deskgrid.display.v1.ScreenshotRequest
-	49, // 57: deskgrid.display.v1.DisplayService.PerformActions:input_type -> deskgrid.display.v1.PerformActionsRequest
-	23, // 58: deskgrid.display.v1.DisplayService.ConnectVNC:input_type -> deskgrid.display.v1.ConnectVNCRequest
-	19, // 59: deskgrid.display.v1.DisplayService.ResizeDisplay:input_type -> deskgrid.display.v1.ResizeDisplayRequest
-	5,  // 60: deskgrid.display.v1.DisplayService.GetClipboard:input_type -> deskgrid.display.v1.GetClipboardRequest
-	7,  // 61: deskgrid.display.v1.DisplayService.SetClipboard:input_type -> deskgrid.display.v1.SetClipboardRequest
-	9,  // 62: deskgrid.display.v1.DisplayService.ListWindows:input_type -> deskgrid.display.v1.ListWindowsRequest
-	11, // 63: deskgrid.display.v1.DisplayService.ActivateWindow:input_type -> deskgrid.display.v1.ActivateWindowRequest
-	13, // 64: deskgrid.display.v1.DisplayService.CloseWindow:input_type -> deskgrid.display.v1.CloseWindowRequest
-	15, // 65: deskgrid.display.v1.DisplayService.MoveWindow:input_type -> deskgrid.display.v1.MoveWindowRequest
-	17, // 66: deskgrid.display.v1.DisplayService.SetWindowState:input_type -> deskgrid.display.v1.SetWindowStateRequest
-	27, // 67: deskgrid.display.v1.DisplayService.CreateDisplay:output_type -> deskgrid.display.v1.CreateDisplayResponse
-	29, // 68: deskgrid.display.v1.DisplayService.GetDisplay:output_type -> deskgrid.display.v1.GetDisplayResponse
-	31, // 69: deskgrid.display.v1.DisplayService.ListDisplays:output_type -> deskgrid.display.v1.ListDisplaysResponse
-	33, // 70: deskgrid.display.v1.DisplayService.DeleteDisplay:output_type -> deskgrid.display.v1.DeleteDisplayResponse
-	36, // 71: deskgrid.display.v1.DisplayService.Screenshot:output_type -> deskgrid.display.v1.ScreenshotResponse
-	50, // 72: deskgrid.display.v1.DisplayService.PerformActions:output_type -> deskgrid.display.v1.PerformActionsResponse
-	24, // 73: deskgrid.display.v1.DisplayService.ConnectVNC:output_type -> deskgrid.display.v1.ConnectVNCResponse
-	20, // 74: deskgrid.display.v1.DisplayService.ResizeDisplay:output_type -> deskgrid.display.v1.ResizeDisplayResponse
-	6,  // 75: deskgrid.display.v1.DisplayService.GetClipboard:output_type -> deskgrid.display.v1.GetClipboardResponse
-	8,  // 76: deskgrid.display.v1.DisplayService.SetClipboard:output_type -> deskgrid.display.v1.SetClipboardResponse
-	10, // 77: deskgrid.display.v1.DisplayService.ListWindows:output_type -> deskgrid.display.v1.ListWindowsResponse
-	12, // 78: deskgrid.display.v1.DisplayService.ActivateWindow:output_type -> deskgrid.display.v1.ActivateWindowResponse
-	14, // 79: deskgrid.display.v1.DisplayService.CloseWindow:output_type -> deskgrid.display.v1.CloseWindowResponse
-	16, // 80: deskgrid.display.v1.DisplayService.MoveWindow:output_type -> deskgrid.display.v1.MoveWindowResponse
-	18, // 81: deskgrid.display.v1.DisplayService.SetWindowState:output_type -> deskgrid.display.v1.SetWindowStateResponse
-	67, // [67:82] is the sub-list for method output_type
-	52, // [52:67] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	1,  // 0: deskgrid.display.v1.Recording.state:type_name -> deskgrid.display.v1.RecordingState
+	0,  // 1: deskgrid.display.v1.Recording.format:type_name -> deskgrid.display.v1.RecordingFormat
+	60, // 2: deskgrid.display.v1.Recording.start_time:type_name -> google.protobuf.Timestamp
+	60, // 3: deskgrid.display.v1.Recording.end_time:type_name -> google.protobuf.Timestamp
+	0,  // 4: deskgrid.display.v1.StartRecordingRequest.format:type_name -> deskgrid.display.v1.RecordingFormat
+	28, // 5: deskgrid.display.v1.StartRecordingRequest.size:type_name -> deskgrid.display.v1.Size
+	7,  // 6: deskgrid.display.v1.StartRecordingResponse.recording:type_name -> deskgrid.display.v1.Recording
+	7,  // 7: deskgrid.display.v1.StopRecordingResponse.recording:type_name -> deskgrid.display.v1.Recording
+	2,  // 8: deskgrid.display.v1.GetClipboardRequest.selection:type_name -> deskgrid.display.v1.Selection
+	2,  // 9: deskgrid.display.v1.SetClipboardRequest.selection:type_name -> deskgrid.display.v1.Selection
+	29, // 10: deskgrid.display.v1.ListWindowsResponse.windows:type_name -> deskgrid.display.v1.Window
+	29, // 11: deskgrid.display.v1.ActivateWindowResponse.window:type_name -> deskgrid.display.v1.Window
+	41, // 12: deskgrid.display.v1.MoveWindowRequest.geometry:type_name -> deskgrid.display.v1.Rect
+	29, // 13: deskgrid.display.v1.MoveWindowResponse.window:type_name -> deskgrid.display.v1.Window
+	3,  // 14: deskgrid.display.v1.SetWindowStateRequest.state:type_name -> deskgrid.display.v1.WindowState
+	29, // 15: deskgrid.display.v1.SetWindowStateResponse.window:type_name -> deskgrid.display.v1.Window
+	32, // 16: deskgrid.display.v1.ResizeDisplayResponse.display:type_name -> deskgrid.display.v1.Display
+	41, // 17: deskgrid.display.v1.Window.geometry:type_name -> deskgrid.display.v1.Rect
+	60, // 18: deskgrid.display.v1.Display.create_time:type_name -> google.protobuf.Timestamp
+	29, // 19: deskgrid.display.v1.Display.windows:type_name -> deskgrid.display.v1.Window
+	32, // 20: deskgrid.display.v1.CreateDisplayResponse.display:type_name -> deskgrid.display.v1.Display
+	32, // 21: deskgrid.display.v1.GetDisplayResponse.display:type_name -> deskgrid.display.v1.Display
+	32, // 22: deskgrid.display.v1.ListDisplaysResponse.displays:type_name -> deskgrid.display.v1.Display
+	4,  // 23: deskgrid.display.v1.ScreenshotRequest.format:type_name -> deskgrid.display.v1.ImageFormat
+	41, // 24: deskgrid.display.v1.ScreenshotRequest.region:type_name -> deskgrid.display.v1.Rect
+	28, // 25: deskgrid.display.v1.ScreenshotRequest.scale_to:type_name -> deskgrid.display.v1.Size
+	44, // 26: deskgrid.display.v1.MouseMove.to:type_name -> deskgrid.display.v1.Point
+	44, // 27: deskgrid.display.v1.Click.at:type_name -> deskgrid.display.v1.Point
+	5,  // 28: deskgrid.display.v1.Click.button:type_name -> deskgrid.display.v1.MouseButton
+	44, // 29: deskgrid.display.v1.Drag.path:type_name -> deskgrid.display.v1.Point
+	5,  // 30: deskgrid.display.v1.ButtonPress.button:type_name -> deskgrid.display.v1.MouseButton
+	44, // 31: deskgrid.display.v1.Scroll.at:type_name -> deskgrid.display.v1.Point
+	61, // 32: deskgrid.display.v1.Key.hold:type_name -> google.protobuf.Duration
+	61, // 33: deskgrid.display.v1.Wait.duration:type_name -> google.protobuf.Duration
+	41, // 34: deskgrid.display.v1.Zoom.region:type_name -> deskgrid.display.v1.Rect
+	28, // 35: deskgrid.display.v1.Zoom.size:type_name -> deskgrid.display.v1.Size
+	45, // 36: deskgrid.display.v1.Action.mouse_move:type_name -> deskgrid.display.v1.MouseMove
+	46, // 37: deskgrid.display.v1.Action.click:type_name -> deskgrid.display.v1.Click
+	47, // 38: deskgrid.display.v1.Action.drag:type_name -> deskgrid.display.v1.Drag
+	48, // 39: deskgrid.display.v1.Action.button:type_name -> deskgrid.display.v1.ButtonPress
+	49, // 40: deskgrid.display.v1.Action.scroll:type_name -> deskgrid.display.v1.Scroll
+	50, // 41: deskgrid.display.v1.Action.key:type_name -> deskgrid.display.v1.Key
+	51, // 42: deskgrid.display.v1.Action.type:type_name -> deskgrid.display.v1.TypeText
+	52, // 43: deskgrid.display.v1.Action.wait:type_name -> deskgrid.display.v1.Wait
+	53, // 44: deskgrid.display.v1.Action.zoom:type_name -> deskgrid.display.v1.Zoom
+	54, // 45: deskgrid.display.v1.Action.cursor_position:type_name -> deskgrid.display.v1.CursorPosition
+	55, // 46: deskgrid.display.v1.PerformActionsRequest.actions:type_name -> deskgrid.display.v1.Action
+	28, // 47: deskgrid.display.v1.PerformActionsRequest.scale_to:type_name -> deskgrid.display.v1.Size
+	4,  // 48: deskgrid.display.v1.PerformActionsRequest.screenshot_format:type_name -> deskgrid.display.v1.ImageFormat
+	58, // 49: deskgrid.display.v1.PerformActionsRequest.settle:type_name -> deskgrid.display.v1.Settle
+	44, // 50: deskgrid.display.v1.PerformActionsResponse.cursor:type_name -> deskgrid.display.v1.Point
+	43, // 51: deskgrid.display.v1.PerformActionsResponse.screenshot:type_name -> deskgrid.display.v1.ScreenshotResponse
+	43, // 52: deskgrid.display.v1.PerformActionsResponse.images:type_name -> deskgrid.display.v1.ScreenshotResponse
+	59, // 53: deskgrid.display.v1.PerformActionsResponse.settle:type_name -> deskgrid.display.v1.SettleResult
+	61, // 54: deskgrid.display.v1.Settle.change_timeout:type_name -> google.protobuf.Duration
+	61, // 55: deskgrid.display.v1.Settle.quiet:type_name -> google.protobuf.Duration
+	61, // 56: deskgrid.display.v1.Settle.timeout:type_name -> google.protobuf.Duration
+	6,  // 57: deskgrid.display.v1.SettleResult.outcome:type_name -> deskgrid.display.v1.SettleOutcome
+	61, // 58: deskgrid.display.v1.SettleResult.first_change:type_name -> google.protobuf.Duration
+	61, // 59: deskgrid.display.v1.SettleResult.waited:type_name -> google.protobuf.Duration
+	33, // 60: deskgrid.display.v1.DisplayService.CreateDisplay:input_type -> deskgrid.display.v1.CreateDisplayRequest
+	35, // 61: deskgrid.display.v1.DisplayService.GetDisplay:input_type -> deskgrid.display.v1.GetDisplayRequest
+	37, // 62: deskgrid.display.v1.DisplayService.ListDisplays:input_type -> deskgrid.display.v1.ListDisplaysRequest
+	39, // 63: deskgrid.display.v1.DisplayService.DeleteDisplay:input_type -> deskgrid.display.v1.DeleteDisplayRequest
+	42, // 64: deskgrid.display.v1.DisplayService.Screenshot:input_type -> deskgrid.display.v1.ScreenshotRequest
+	56, // 65: deskgrid.display.v1.DisplayService.PerformActions:input_type -> deskgrid.display.v1.PerformActionsRequest
+	30, // 66: deskgrid.display.v1.DisplayService.ConnectVNC:input_type -> deskgrid.display.v1.ConnectVNCRequest
+	26, // 67: deskgrid.display.v1.DisplayService.ResizeDisplay:input_type -> deskgrid.display.v1.ResizeDisplayRequest
+	12, // 68: deskgrid.display.v1.DisplayService.GetClipboard:input_type -> deskgrid.display.v1.GetClipboardRequest
+	14, // 69: deskgrid.display.v1.DisplayService.SetClipboard:input_type -> deskgrid.display.v1.SetClipboardRequest
+	16, // 70: deskgrid.display.v1.DisplayService.ListWindows:input_type -> deskgrid.display.v1.ListWindowsRequest
+	18, // 71: deskgrid.display.v1.DisplayService.ActivateWindow:input_type -> deskgrid.display.v1.ActivateWindowRequest
+	20, // 72: deskgrid.display.v1.DisplayService.CloseWindow:input_type -> deskgrid.display.v1.CloseWindowRequest
+	22, // 73: deskgrid.display.v1.DisplayService.MoveWindow:input_type -> deskgrid.display.v1.MoveWindowRequest
+	24, // 74: deskgrid.display.v1.DisplayService.SetWindowState:input_type -> deskgrid.display.v1.SetWindowStateRequest
+	8,  // 75: deskgrid.display.v1.DisplayService.StartRecording:input_type -> deskgrid.display.v1.StartRecordingRequest
+	10, // 76: deskgrid.display.v1.DisplayService.StopRecording:input_type -> deskgrid.display.v1.StopRecordingRequest
+	34, // 77: deskgrid.display.v1.DisplayService.CreateDisplay:output_type -> deskgrid.display.v1.CreateDisplayResponse
+	36, // 78: deskgrid.display.v1.DisplayService.GetDisplay:output_type -> deskgrid.display.v1.GetDisplayResponse
+	38, // 79: deskgrid.display.v1.DisplayService.ListDisplays:output_type -> deskgrid.display.v1.ListDisplaysResponse
+	40, // 80: deskgrid.display.v1.DisplayService.DeleteDisplay:output_type -> deskgrid.display.v1.DeleteDisplayResponse
+	43, // 81: deskgrid.display.v1.DisplayService.Screenshot:output_type -> deskgrid.display.v1.ScreenshotResponse
+	57, // 82: deskgrid.display.v1.DisplayService.PerformActions:output_type -> deskgrid.display.v1.PerformActionsResponse
+	31, // 83: deskgrid.display.v1.DisplayService.ConnectVNC:output_type -> deskgrid.display.v1.ConnectVNCResponse
+	27, // 84: deskgrid.display.v1.DisplayService.ResizeDisplay:output_type -> deskgrid.display.v1.ResizeDisplayResponse
+	13, // 85: deskgrid.display.v1.DisplayService.GetClipboard:output_type -> deskgrid.display.v1.GetClipboardResponse
+	15, // 86: deskgrid.display.v1.DisplayService.SetClipboard:output_type -> deskgrid.display.v1.SetClipboardResponse
+	17, // 87: deskgrid.display.v1.DisplayService.ListWindows:output_type -> deskgrid.display.v1.ListWindowsResponse
+	19, // 88: deskgrid.display.v1.DisplayService.ActivateWindow:output_type -> deskgrid.display.v1.ActivateWindowResponse
+	21, // 89: deskgrid.display.v1.DisplayService.CloseWindow:output_type -> deskgrid.display.v1.CloseWindowResponse
+	23, // 90: deskgrid.display.v1.DisplayService.MoveWindow:output_type -> deskgrid.display.v1.MoveWindowResponse
+	25, // 91: deskgrid.display.v1.DisplayService.SetWindowState:output_type -> deskgrid.display.v1.SetWindowStateResponse
+	9,  // 92: deskgrid.display.v1.DisplayService.StartRecording:output_type -> deskgrid.display.v1.StartRecordingResponse
+	11, // 93: deskgrid.display.v1.DisplayService.StopRecording:output_type -> deskgrid.display.v1.StopRecordingResponse
+	77, // [77:94] is the sub-list for method output_type
+	60, // [60:77] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_deskgrid_display_v1_display_proto_init() }
@@ -3771,7 +4342,7 @@ func file_deskgrid_display_v1_display_proto_init() {
 	if File_deskgrid_display_v1_display_proto != nil {
 		return
 	}
-	file_deskgrid_display_v1_display_proto_msgTypes[43].OneofWrappers = []any{
+	file_deskgrid_display_v1_display_proto_msgTypes[48].OneofWrappers = []any{
 		(*Action_MouseMove)(nil),
 		(*Action_Click)(nil),
 		(*Action_Drag)(nil),
@@ -3788,8 +4359,8 @@ func file_deskgrid_display_v1_display_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_deskgrid_display_v1_display_proto_rawDesc), len(file_deskgrid_display_v1_display_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   48,
+			NumEnums:      7,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

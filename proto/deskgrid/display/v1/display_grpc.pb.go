@@ -34,6 +34,8 @@ const (
 	DisplayService_CloseWindow_FullMethodName    = "/deskgrid.display.v1.DisplayService/CloseWindow"
 	DisplayService_MoveWindow_FullMethodName     = "/deskgrid.display.v1.DisplayService/MoveWindow"
 	DisplayService_SetWindowState_FullMethodName = "/deskgrid.display.v1.DisplayService/SetWindowState"
+	DisplayService_StartRecording_FullMethodName = "/deskgrid.display.v1.DisplayService/StartRecording"
+	DisplayService_StopRecording_FullMethodName  = "/deskgrid.display.v1.DisplayService/StopRecording"
 )
 
 // DisplayServiceClient is the client API for DisplayService service.
@@ -93,6 +95,19 @@ type DisplayServiceClient interface {
 	// SetWindowState minimises, maximises, makes full-screen or restores a
 	// window. It needs an EWMH window manager (such as openbox).
 	SetWindowState(ctx context.Context, in *SetWindowStateRequest, opts ...grpc.CallOption) (*SetWindowStateResponse, error)
+	// StartRecording starts recording the session's screen to a video: the
+	// node's ffmpeg encodes the frames the display captures whenever the
+	// screen changes (nothing while it is still), with their times, so a
+	// still screen costs next to no CPU. One recording at a time per
+	// session; a second is AlreadyExists. The recording ends with
+	// StopRecording, the session's end, or a failure (ffmpeg exiting, a full
+	// disk), each published as an event; finished videos are kept by the
+	// history (ListRecordings, DownloadRecording).
+	StartRecording(ctx context.Context, in *StartRecordingRequest, opts ...grpc.CallOption) (*StartRecordingResponse, error)
+	// StopRecording ends a recording and finalises its video, which the
+	// history then holds. A recording that has already ended is
+	// FailedPrecondition.
+	StopRecording(ctx context.Context, in *StopRecordingRequest, opts ...grpc.CallOption) (*StopRecordingResponse, error)
 }
 
 type displayServiceClient struct {
@@ -256,6 +271,26 @@ func (c *displayServiceClient) SetWindowState(ctx context.Context, in *SetWindow
 	return out, nil
 }
 
+func (c *displayServiceClient) StartRecording(ctx context.Context, in *StartRecordingRequest, opts ...grpc.CallOption) (*StartRecordingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartRecordingResponse)
+	err := c.cc.Invoke(ctx, DisplayService_StartRecording_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *displayServiceClient) StopRecording(ctx context.Context, in *StopRecordingRequest, opts ...grpc.CallOption) (*StopRecordingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StopRecordingResponse)
+	err := c.cc.Invoke(ctx, DisplayService_StopRecording_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DisplayServiceServer is the server API for DisplayService service.
 // All implementations must embed UnimplementedDisplayServiceServer
 // for forward compatibility.
@@ -313,6 +348,19 @@ type DisplayServiceServer interface {
 	// SetWindowState minimises, maximises, makes full-screen or restores a
 	// window. It needs an EWMH window manager (such as openbox).
 	SetWindowState(context.Context, *SetWindowStateRequest) (*SetWindowStateResponse, error)
+	// StartRecording starts recording the session's screen to a video: the
+	// node's ffmpeg encodes the frames the display captures whenever the
+	// screen changes (nothing while it is still), with their times, so a
+	// still screen costs next to no CPU. One recording at a time per
+	// session; a second is AlreadyExists. The recording ends with
+	// StopRecording, the session's end, or a failure (ffmpeg exiting, a full
+	// disk), each published as an event; finished videos are kept by the
+	// history (ListRecordings, DownloadRecording).
+	StartRecording(context.Context, *StartRecordingRequest) (*StartRecordingResponse, error)
+	// StopRecording ends a recording and finalises its video, which the
+	// history then holds. A recording that has already ended is
+	// FailedPrecondition.
+	StopRecording(context.Context, *StopRecordingRequest) (*StopRecordingResponse, error)
 	mustEmbedUnimplementedDisplayServiceServer()
 }
 
@@ -367,6 +415,12 @@ func (UnimplementedDisplayServiceServer) MoveWindow(context.Context, *MoveWindow
 }
 func (UnimplementedDisplayServiceServer) SetWindowState(context.Context, *SetWindowStateRequest) (*SetWindowStateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetWindowState not implemented")
+}
+func (UnimplementedDisplayServiceServer) StartRecording(context.Context, *StartRecordingRequest) (*StartRecordingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartRecording not implemented")
+}
+func (UnimplementedDisplayServiceServer) StopRecording(context.Context, *StopRecordingRequest) (*StopRecordingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StopRecording not implemented")
 }
 func (UnimplementedDisplayServiceServer) mustEmbedUnimplementedDisplayServiceServer() {}
 func (UnimplementedDisplayServiceServer) testEmbeddedByValue()                        {}
@@ -648,6 +702,42 @@ func _DisplayService_SetWindowState_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DisplayService_StartRecording_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartRecordingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DisplayServiceServer).StartRecording(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DisplayService_StartRecording_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DisplayServiceServer).StartRecording(ctx, req.(*StartRecordingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _DisplayService_StopRecording_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StopRecordingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DisplayServiceServer).StopRecording(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DisplayService_StopRecording_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DisplayServiceServer).StopRecording(ctx, req.(*StopRecordingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DisplayService_ServiceDesc is the grpc.ServiceDesc for DisplayService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -710,6 +800,14 @@ var DisplayService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetWindowState",
 			Handler:    _DisplayService_SetWindowState_Handler,
+		},
+		{
+			MethodName: "StartRecording",
+			Handler:    _DisplayService_StartRecording_Handler,
+		},
+		{
+			MethodName: "StopRecording",
+			Handler:    _DisplayService_StopRecording_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -7,6 +7,7 @@
 package historyv1
 
 import (
+	v1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	_ "github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2/options"
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
@@ -1710,11 +1711,311 @@ func (x *GetBlobResponse) GetData() []byte {
 	return nil
 }
 
+type ListRecordingsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRecordingsRequest) Reset() {
+	*x = ListRecordingsRequest{}
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRecordingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRecordingsRequest) ProtoMessage() {}
+
+func (x *ListRecordingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRecordingsRequest.ProtoReflect.Descriptor instead.
+func (*ListRecordingsRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListRecordingsRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type ListRecordingsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Newest first.
+	Recordings    []*v1.Recording `protobuf:"bytes,1,rep,name=recordings,proto3" json:"recordings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRecordingsResponse) Reset() {
+	*x = ListRecordingsResponse{}
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRecordingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRecordingsResponse) ProtoMessage() {}
+
+func (x *ListRecordingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRecordingsResponse.ProtoReflect.Descriptor instead.
+func (*ListRecordingsResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ListRecordingsResponse) GetRecordings() []*v1.Recording {
+	if x != nil {
+		return x.Recordings
+	}
+	return nil
+}
+
+type GetRecordingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	RecordingId   string                 `protobuf:"bytes,2,opt,name=recording_id,json=recordingId,proto3" json:"recording_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRecordingRequest) Reset() {
+	*x = GetRecordingRequest{}
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRecordingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRecordingRequest) ProtoMessage() {}
+
+func (x *GetRecordingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRecordingRequest.ProtoReflect.Descriptor instead.
+func (*GetRecordingRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *GetRecordingRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *GetRecordingRequest) GetRecordingId() string {
+	if x != nil {
+		return x.RecordingId
+	}
+	return ""
+}
+
+type GetRecordingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Recording     *v1.Recording          `protobuf:"bytes,1,opt,name=recording,proto3" json:"recording,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRecordingResponse) Reset() {
+	*x = GetRecordingResponse{}
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRecordingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRecordingResponse) ProtoMessage() {}
+
+func (x *GetRecordingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRecordingResponse.ProtoReflect.Descriptor instead.
+func (*GetRecordingResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GetRecordingResponse) GetRecording() *v1.Recording {
+	if x != nil {
+		return x.Recording
+	}
+	return nil
+}
+
+type DownloadRecordingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	RecordingId   string                 `protobuf:"bytes,2,opt,name=recording_id,json=recordingId,proto3" json:"recording_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DownloadRecordingRequest) Reset() {
+	*x = DownloadRecordingRequest{}
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DownloadRecordingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DownloadRecordingRequest) ProtoMessage() {}
+
+func (x *DownloadRecordingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DownloadRecordingRequest.ProtoReflect.Descriptor instead.
+func (*DownloadRecordingRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *DownloadRecordingRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *DownloadRecordingRequest) GetRecordingId() string {
+	if x != nil {
+		return x.RecordingId
+	}
+	return ""
+}
+
+type DownloadRecordingResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// First message only: MIME type of the video, such as "video/mp4".
+	ContentType string `protobuf:"bytes,1,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// First message only: size of the whole video in bytes.
+	SizeBytes int64 `protobuf:"varint,2,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// The next bytes of the video.
+	Chunk         []byte `protobuf:"bytes,3,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DownloadRecordingResponse) Reset() {
+	*x = DownloadRecordingResponse{}
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DownloadRecordingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DownloadRecordingResponse) ProtoMessage() {}
+
+func (x *DownloadRecordingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_history_v1_history_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DownloadRecordingResponse.ProtoReflect.Descriptor instead.
+func (*DownloadRecordingResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_history_v1_history_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *DownloadRecordingResponse) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *DownloadRecordingResponse) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *DownloadRecordingResponse) GetChunk() []byte {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
 var File_deskgrid_history_v1_history_proto protoreflect.FileDescriptor
 
 const file_deskgrid_history_v1_history_proto_rawDesc = "" +
 	"\n" +
-	"!deskgrid/history/v1/history.proto\x12\x13deskgrid.history.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\xc3\x02\n" +
+	"!deskgrid/history/v1/history.proto\x12\x13deskgrid.history.v1\x1a!deskgrid/display/v1/display.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\xc3\x02\n" +
 	"\x05Entry\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -1838,7 +2139,29 @@ const file_deskgrid_history_v1_history_proto_rawDesc = "" +
 	"\x04hash\x18\x01 \x01(\tR\x04hash\"H\n" +
 	"\x0fGetBlobResponse\x12!\n" +
 	"\fcontent_type\x18\x01 \x01(\tR\vcontentType\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data*\xd6\x01\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"6\n" +
+	"\x15ListRecordingsRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"X\n" +
+	"\x16ListRecordingsResponse\x12>\n" +
+	"\n" +
+	"recordings\x18\x01 \x03(\v2\x1e.deskgrid.display.v1.RecordingR\n" +
+	"recordings\"W\n" +
+	"\x13GetRecordingRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12!\n" +
+	"\frecording_id\x18\x02 \x01(\tR\vrecordingId\"T\n" +
+	"\x14GetRecordingResponse\x12<\n" +
+	"\trecording\x18\x01 \x01(\v2\x1e.deskgrid.display.v1.RecordingR\trecording\"\\\n" +
+	"\x18DownloadRecordingRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12!\n" +
+	"\frecording_id\x18\x02 \x01(\tR\vrecordingId\"s\n" +
+	"\x19DownloadRecordingResponse\x12!\n" +
+	"\fcontent_type\x18\x01 \x01(\tR\vcontentType\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes\x12\x14\n" +
+	"\x05chunk\x18\x03 \x01(\fR\x05chunk*\xd6\x01\n" +
 	"\tEntryKind\x12\x1a\n" +
 	"\x16ENTRY_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ENTRY_KIND_LIFECYCLE\x10\x01\x12\x16\n" +
@@ -1852,7 +2175,7 @@ const file_deskgrid_history_v1_history_proto_rawDesc = "" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tROLE_USER\x10\x01\x12\x12\n" +
 	"\x0eROLE_ASSISTANT\x10\x02\x12\x0f\n" +
-	"\vROLE_SYSTEM\x10\x032\xf0\x13\n" +
+	"\vROLE_SYSTEM\x10\x032\x82\x1a\n" +
 	"\x0eHistoryService\x12\xf8\x06\n" +
 	"\x12ListSessionHistory\x12..deskgrid.history.v1.ListSessionHistoryRequest\x1a/.deskgrid.history.v1.ListSessionHistoryResponse\"\x80\x06\x92A\xd3\x05\x12\x18List a session's history\x1a\x9c\x02Pages through everything recorded for the session, oldest first: state changes, input sent, commands run, agent messages, tool calls and screenshots (as a `blobHash` for GET /v1/blobs/{hash}). Filter by `types`, `kinds`, a time range or `after_sequence`. History outlives the session.J\x97\x03\n" +
 	"\x03200\x12\x8f\x03\n" +
@@ -1867,7 +2190,11 @@ const file_deskgrid_history_v1_history_proto_rawDesc = "" +
 	"\x14ExportSessionHistory\x120.deskgrid.history.v1.ExportSessionHistoryRequest\x1a1.deskgrid.history.v1.ExportSessionHistoryResponse\"0\x82\xd3\xe4\x93\x02*\x12(/v1/sessions/{session_id}/history:export0\x01\x12\x9c\x01\n" +
 	"\x14ImportSessionHistory\x120.deskgrid.history.v1.ImportSessionHistoryRequest\x1a1.deskgrid.history.v1.ImportSessionHistoryResponse\"\x1d\x82\xd3\xe4\x93\x02\x17:\x01*\"\x12/v1/history:import(\x01\x12\xa6\x01\n" +
 	"\x14DeleteSessionHistory\x120.deskgrid.history.v1.DeleteSessionHistoryRequest\x1a1.deskgrid.history.v1.DeleteSessionHistoryResponse\")\x82\xd3\xe4\x93\x02#*!/v1/sessions/{session_id}/history\x12n\n" +
-	"\aGetBlob\x12#.deskgrid.history.v1.GetBlobRequest\x1a$.deskgrid.history.v1.GetBlobResponse\"\x18\x82\xd3\xe4\x93\x02\x12\x12\x10/v1/blobs/{hash}BBZ@github.com/deskgrid/deskgrid/proto/deskgrid/history/v1;historyv1b\x06proto3"
+	"\aGetBlob\x12#.deskgrid.history.v1.GetBlobRequest\x1a$.deskgrid.history.v1.GetBlobResponse\"\x18\x82\xd3\xe4\x93\x02\x12\x12\x10/v1/blobs/{hash}\x12\x97\x01\n" +
+	"\x0eListRecordings\x12*.deskgrid.history.v1.ListRecordingsRequest\x1a+.deskgrid.history.v1.ListRecordingsResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/sessions/{session_id}/recordings\x12\xa0\x01\n" +
+	"\fGetRecording\x12(.deskgrid.history.v1.GetRecordingRequest\x1a).deskgrid.history.v1.GetRecordingResponse\";\x82\xd3\xe4\x93\x025\x123/v1/sessions/{session_id}/recordings/{recording_id}\x12\xd2\x03\n" +
+	"\x11DownloadRecording\x12-.deskgrid.history.v1.DownloadRecordingRequest\x1a..deskgrid.history.v1.DownloadRecordingResponse\"\xdb\x02\x92A\x93\x02\x12\x14Download a recording\x1a\xe3\x01The response body is the video itself (video/mp4 or video/webm), with its Content-Type and Content-Length. A recording still in progress, or stopped moments ago and not yet stored, is 400 FAILED_PRECONDITION: try again shortly.:\tvideo/mp4:\n" +
+	"video/webm\x82\xd3\xe4\x93\x02>\x12</v1/sessions/{session_id}/recordings/{recording_id}:download0\x01BBZ@github.com/deskgrid/deskgrid/proto/deskgrid/history/v1;historyv1b\x06proto3"
 
 var (
 	file_deskgrid_history_v1_history_proto_rawDescOnce sync.Once
@@ -1882,7 +2209,7 @@ func file_deskgrid_history_v1_history_proto_rawDescGZIP() []byte {
 }
 
 var file_deskgrid_history_v1_history_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_deskgrid_history_v1_history_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_deskgrid_history_v1_history_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_deskgrid_history_v1_history_proto_goTypes = []any{
 	(EntryKind)(0),                       // 0: deskgrid.history.v1.EntryKind
 	(Role)(0),                            // 1: deskgrid.history.v1.Role
@@ -1909,46 +2236,61 @@ var file_deskgrid_history_v1_history_proto_goTypes = []any{
 	(*DeleteSessionHistoryResponse)(nil), // 22: deskgrid.history.v1.DeleteSessionHistoryResponse
 	(*GetBlobRequest)(nil),               // 23: deskgrid.history.v1.GetBlobRequest
 	(*GetBlobResponse)(nil),              // 24: deskgrid.history.v1.GetBlobResponse
-	(*timestamppb.Timestamp)(nil),        // 25: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),              // 26: google.protobuf.Struct
+	(*ListRecordingsRequest)(nil),        // 25: deskgrid.history.v1.ListRecordingsRequest
+	(*ListRecordingsResponse)(nil),       // 26: deskgrid.history.v1.ListRecordingsResponse
+	(*GetRecordingRequest)(nil),          // 27: deskgrid.history.v1.GetRecordingRequest
+	(*GetRecordingResponse)(nil),         // 28: deskgrid.history.v1.GetRecordingResponse
+	(*DownloadRecordingRequest)(nil),     // 29: deskgrid.history.v1.DownloadRecordingRequest
+	(*DownloadRecordingResponse)(nil),    // 30: deskgrid.history.v1.DownloadRecordingResponse
+	(*timestamppb.Timestamp)(nil),        // 31: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),              // 32: google.protobuf.Struct
+	(*v1.Recording)(nil),                 // 33: deskgrid.display.v1.Recording
 }
 var file_deskgrid_history_v1_history_proto_depIdxs = []int32{
-	25, // 0: deskgrid.history.v1.Entry.time:type_name -> google.protobuf.Timestamp
-	26, // 1: deskgrid.history.v1.Entry.data:type_name -> google.protobuf.Struct
+	31, // 0: deskgrid.history.v1.Entry.time:type_name -> google.protobuf.Timestamp
+	32, // 1: deskgrid.history.v1.Entry.data:type_name -> google.protobuf.Struct
 	0,  // 2: deskgrid.history.v1.Entry.kind:type_name -> deskgrid.history.v1.EntryKind
 	1,  // 3: deskgrid.history.v1.AgentMessage.role:type_name -> deskgrid.history.v1.Role
 	0,  // 4: deskgrid.history.v1.ListSessionHistoryRequest.kinds:type_name -> deskgrid.history.v1.EntryKind
-	25, // 5: deskgrid.history.v1.ListSessionHistoryRequest.start_time:type_name -> google.protobuf.Timestamp
-	25, // 6: deskgrid.history.v1.ListSessionHistoryRequest.end_time:type_name -> google.protobuf.Timestamp
+	31, // 5: deskgrid.history.v1.ListSessionHistoryRequest.start_time:type_name -> google.protobuf.Timestamp
+	31, // 6: deskgrid.history.v1.ListSessionHistoryRequest.end_time:type_name -> google.protobuf.Timestamp
 	2,  // 7: deskgrid.history.v1.ListSessionHistoryResponse.entries:type_name -> deskgrid.history.v1.Entry
 	0,  // 8: deskgrid.history.v1.ListRunEntriesRequest.kinds:type_name -> deskgrid.history.v1.EntryKind
-	25, // 9: deskgrid.history.v1.ListRunEntriesRequest.start_time:type_name -> google.protobuf.Timestamp
-	25, // 10: deskgrid.history.v1.ListRunEntriesRequest.end_time:type_name -> google.protobuf.Timestamp
+	31, // 9: deskgrid.history.v1.ListRunEntriesRequest.start_time:type_name -> google.protobuf.Timestamp
+	31, // 10: deskgrid.history.v1.ListRunEntriesRequest.end_time:type_name -> google.protobuf.Timestamp
 	2,  // 11: deskgrid.history.v1.ListRunEntriesResponse.entries:type_name -> deskgrid.history.v1.Entry
 	2,  // 12: deskgrid.history.v1.GetRunTranscriptResponse.entries:type_name -> deskgrid.history.v1.Entry
 	13, // 13: deskgrid.history.v1.GetRunTranscriptResponse.usage:type_name -> deskgrid.history.v1.RunUsage
 	2,  // 14: deskgrid.history.v1.SearchHistoryResponse.entries:type_name -> deskgrid.history.v1.Entry
-	8,  // 15: deskgrid.history.v1.HistoryService.ListSessionHistory:input_type -> deskgrid.history.v1.ListSessionHistoryRequest
-	10, // 16: deskgrid.history.v1.HistoryService.ListRunEntries:input_type -> deskgrid.history.v1.ListRunEntriesRequest
-	12, // 17: deskgrid.history.v1.HistoryService.GetRunTranscript:input_type -> deskgrid.history.v1.GetRunTranscriptRequest
-	15, // 18: deskgrid.history.v1.HistoryService.SearchHistory:input_type -> deskgrid.history.v1.SearchHistoryRequest
-	17, // 19: deskgrid.history.v1.HistoryService.ExportSessionHistory:input_type -> deskgrid.history.v1.ExportSessionHistoryRequest
-	19, // 20: deskgrid.history.v1.HistoryService.ImportSessionHistory:input_type -> deskgrid.history.v1.ImportSessionHistoryRequest
-	21, // 21: deskgrid.history.v1.HistoryService.DeleteSessionHistory:input_type -> deskgrid.history.v1.DeleteSessionHistoryRequest
-	23, // 22: deskgrid.history.v1.HistoryService.GetBlob:input_type -> deskgrid.history.v1.GetBlobRequest
-	9,  // 23: deskgrid.history.v1.HistoryService.ListSessionHistory:output_type -> deskgrid.history.v1.ListSessionHistoryResponse
-	11, // 24: deskgrid.history.v1.HistoryService.ListRunEntries:output_type -> deskgrid.history.v1.ListRunEntriesResponse
-	14, // 25: deskgrid.history.v1.HistoryService.GetRunTranscript:output_type -> deskgrid.history.v1.GetRunTranscriptResponse
-	16, // 26: deskgrid.history.v1.HistoryService.SearchHistory:output_type -> deskgrid.history.v1.SearchHistoryResponse
-	18, // 27: deskgrid.history.v1.HistoryService.ExportSessionHistory:output_type -> deskgrid.history.v1.ExportSessionHistoryResponse
-	20, // 28: deskgrid.history.v1.HistoryService.ImportSessionHistory:output_type -> deskgrid.history.v1.ImportSessionHistoryResponse
-	22, // 29: deskgrid.history.v1.HistoryService.DeleteSessionHistory:output_type -> deskgrid.history.v1.DeleteSessionHistoryResponse
-	24, // 30: deskgrid.history.v1.HistoryService.GetBlob:output_type -> deskgrid.history.v1.GetBlobResponse
-	23, // [23:31] is the sub-list for method output_type
-	15, // [15:23] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	33, // 15: deskgrid.history.v1.ListRecordingsResponse.recordings:type_name -> deskgrid.display.v1.Recording
+	33, // 16: deskgrid.history.v1.GetRecordingResponse.recording:type_name -> deskgrid.display.v1.Recording
+	8,  // 17: deskgrid.history.v1.HistoryService.ListSessionHistory:input_type -> deskgrid.history.v1.ListSessionHistoryRequest
+	10, // 18: deskgrid.history.v1.HistoryService.ListRunEntries:input_type -> deskgrid.history.v1.ListRunEntriesRequest
+	12, // 19: deskgrid.history.v1.HistoryService.GetRunTranscript:input_type -> deskgrid.history.v1.GetRunTranscriptRequest
+	15, // 20: deskgrid.history.v1.HistoryService.SearchHistory:input_type -> deskgrid.history.v1.SearchHistoryRequest
+	17, // 21: deskgrid.history.v1.HistoryService.ExportSessionHistory:input_type -> deskgrid.history.v1.ExportSessionHistoryRequest
+	19, // 22: deskgrid.history.v1.HistoryService.ImportSessionHistory:input_type -> deskgrid.history.v1.ImportSessionHistoryRequest
+	21, // 23: deskgrid.history.v1.HistoryService.DeleteSessionHistory:input_type -> deskgrid.history.v1.DeleteSessionHistoryRequest
+	23, // 24: deskgrid.history.v1.HistoryService.GetBlob:input_type -> deskgrid.history.v1.GetBlobRequest
+	25, // 25: deskgrid.history.v1.HistoryService.ListRecordings:input_type -> deskgrid.history.v1.ListRecordingsRequest
+	27, // 26: deskgrid.history.v1.HistoryService.GetRecording:input_type -> deskgrid.history.v1.GetRecordingRequest
+	29, // 27: deskgrid.history.v1.HistoryService.DownloadRecording:input_type -> deskgrid.history.v1.DownloadRecordingRequest
+	9,  // 28: deskgrid.history.v1.HistoryService.ListSessionHistory:output_type -> deskgrid.history.v1.ListSessionHistoryResponse
+	11, // 29: deskgrid.history.v1.HistoryService.ListRunEntries:output_type -> deskgrid.history.v1.ListRunEntriesResponse
+	14, // 30: deskgrid.history.v1.HistoryService.GetRunTranscript:output_type -> deskgrid.history.v1.GetRunTranscriptResponse
+	16, // 31: deskgrid.history.v1.HistoryService.SearchHistory:output_type -> deskgrid.history.v1.SearchHistoryResponse
+	18, // 32: deskgrid.history.v1.HistoryService.ExportSessionHistory:output_type -> deskgrid.history.v1.ExportSessionHistoryResponse
+	20, // 33: deskgrid.history.v1.HistoryService.ImportSessionHistory:output_type -> deskgrid.history.v1.ImportSessionHistoryResponse
+	22, // 34: deskgrid.history.v1.HistoryService.DeleteSessionHistory:output_type -> deskgrid.history.v1.DeleteSessionHistoryResponse
+	24, // 35: deskgrid.history.v1.HistoryService.GetBlob:output_type -> deskgrid.history.v1.GetBlobResponse
+	26, // 36: deskgrid.history.v1.HistoryService.ListRecordings:output_type -> deskgrid.history.v1.ListRecordingsResponse
+	28, // 37: deskgrid.history.v1.HistoryService.GetRecording:output_type -> deskgrid.history.v1.GetRecordingResponse
+	30, // 38: deskgrid.history.v1.HistoryService.DownloadRecording:output_type -> deskgrid.history.v1.DownloadRecordingResponse
+	28, // [28:39] is the sub-list for method output_type
+	17, // [17:28] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_deskgrid_history_v1_history_proto_init() }
@@ -1962,7 +2304,7 @@ func file_deskgrid_history_v1_history_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_deskgrid_history_v1_history_proto_rawDesc), len(file_deskgrid_history_v1_history_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   23,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,9 @@ const (
 	HistoryService_ImportSessionHistory_FullMethodName = "/deskgrid.history.v1.HistoryService/ImportSessionHistory"
 	HistoryService_DeleteSessionHistory_FullMethodName = "/deskgrid.history.v1.HistoryService/DeleteSessionHistory"
 	HistoryService_GetBlob_FullMethodName              = "/deskgrid.history.v1.HistoryService/GetBlob"
+	HistoryService_ListRecordings_FullMethodName       = "/deskgrid.history.v1.HistoryService/ListRecordings"
+	HistoryService_GetRecording_FullMethodName         = "/deskgrid.history.v1.HistoryService/GetRecording"
+	HistoryService_DownloadRecording_FullMethodName    = "/deskgrid.history.v1.HistoryService/DownloadRecording"
 )
 
 // HistoryServiceClient is the client API for HistoryService service.
@@ -57,6 +60,15 @@ type HistoryServiceClient interface {
 	DeleteSessionHistory(ctx context.Context, in *DeleteSessionHistoryRequest, opts ...grpc.CallOption) (*DeleteSessionHistoryResponse, error)
 	// GetBlob returns stored bytes, such as a screenshot, by their SHA-256.
 	GetBlob(ctx context.Context, in *GetBlobRequest, opts ...grpc.CallOption) (*GetBlobResponse, error)
+	// ListRecordings lists a session's recordings of its screen, newest
+	// first: those in progress, stopped and failed. They are kept as the
+	// session's history is, and deleted with it.
+	ListRecordings(ctx context.Context, in *ListRecordingsRequest, opts ...grpc.CallOption) (*ListRecordingsResponse, error)
+	// GetRecording describes one recording.
+	GetRecording(ctx context.Context, in *GetRecordingRequest, opts ...grpc.CallOption) (*GetRecordingResponse, error)
+	// DownloadRecording streams a recording's video. One still recording, or
+	// not yet taken in by the history, is FailedPrecondition.
+	DownloadRecording(ctx context.Context, in *DownloadRecordingRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DownloadRecordingResponse], error)
 }
 
 type historyServiceClient struct {
@@ -159,6 +171,45 @@ func (c *historyServiceClient) GetBlob(ctx context.Context, in *GetBlobRequest, 
 	return out, nil
 }
 
+func (c *historyServiceClient) ListRecordings(ctx context.Context, in *ListRecordingsRequest, opts ...grpc.CallOption) (*ListRecordingsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRecordingsResponse)
+	err := c.cc.Invoke(ctx, HistoryService_ListRecordings_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *historyServiceClient) GetRecording(ctx context.Context, in *GetRecordingRequest, opts ...grpc.CallOption) (*GetRecordingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetRecordingResponse)
+	err := c.cc.Invoke(ctx, HistoryService_GetRecording_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *historyServiceClient) DownloadRecording(ctx context.Context, in *DownloadRecordingRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DownloadRecordingResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &HistoryService_ServiceDesc.Streams[2], HistoryService_DownloadRecording_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[DownloadRecordingRequest, DownloadRecordingResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type HistoryService_DownloadRecordingClient = grpc.ServerStreamingClient[DownloadRecordingResponse]
+
 // HistoryServiceServer is the server API for HistoryService service.
 // All implementations must embed UnimplementedHistoryServiceServer
 // for forward compatibility.
@@ -187,6 +238,15 @@ type HistoryServiceServer interface {
 	DeleteSessionHistory(context.Context, *DeleteSessionHistoryRequest) (*DeleteSessionHistoryResponse, error)
 	// GetBlob returns stored bytes, such as a screenshot, by their SHA-256.
 	GetBlob(context.Context, *GetBlobRequest) (*GetBlobResponse, error)
+	// ListRecordings lists a session's recordings of its screen, newest
+	// first: those in progress, stopped and failed. They are kept as the
+	// session's history is, and deleted with it.
+	ListRecordings(context.Context, *ListRecordingsRequest) (*ListRecordingsResponse, error)
+	// GetRecording describes one recording.
+	GetRecording(context.Context, *GetRecordingRequest) (*GetRecordingResponse, error)
+	// DownloadRecording streams a recording's video. One still recording, or
+	// not yet taken in by the history, is FailedPrecondition.
+	DownloadRecording(*DownloadRecordingRequest, grpc.ServerStreamingServer[DownloadRecordingResponse]) error
 	mustEmbedUnimplementedHistoryServiceServer()
 }
 
@@ -220,6 +280,15 @@ func (UnimplementedHistoryServiceServer) DeleteSessionHistory(context.Context, *
 }
 func (UnimplementedHistoryServiceServer) GetBlob(context.Context, *GetBlobRequest) (*GetBlobResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetBlob not implemented")
+}
+func (UnimplementedHistoryServiceServer) ListRecordings(context.Context, *ListRecordingsRequest) (*ListRecordingsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRecordings not implemented")
+}
+func (UnimplementedHistoryServiceServer) GetRecording(context.Context, *GetRecordingRequest) (*GetRecordingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetRecording not implemented")
+}
+func (UnimplementedHistoryServiceServer) DownloadRecording(*DownloadRecordingRequest, grpc.ServerStreamingServer[DownloadRecordingResponse]) error {
+	return status.Error(codes.Unimplemented, "method DownloadRecording not implemented")
 }
 func (UnimplementedHistoryServiceServer) mustEmbedUnimplementedHistoryServiceServer() {}
 func (UnimplementedHistoryServiceServer) testEmbeddedByValue()                        {}
@@ -368,6 +437,53 @@ func _HistoryService_GetBlob_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _HistoryService_ListRecordings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRecordingsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HistoryServiceServer).ListRecordings(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HistoryService_ListRecordings_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HistoryServiceServer).ListRecordings(ctx, req.(*ListRecordingsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _HistoryService_GetRecording_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRecordingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HistoryServiceServer).GetRecording(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HistoryService_GetRecording_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HistoryServiceServer).GetRecording(ctx, req.(*GetRecordingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _HistoryService_DownloadRecording_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(DownloadRecordingRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(HistoryServiceServer).DownloadRecording(m, &grpc.GenericServerStream[DownloadRecordingRequest, DownloadRecordingResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type HistoryService_DownloadRecordingServer = grpc.ServerStreamingServer[DownloadRecordingResponse]
+
 // HistoryService_ServiceDesc is the grpc.ServiceDesc for HistoryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -399,6 +515,14 @@ var HistoryService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "GetBlob",
 			Handler:    _HistoryService_GetBlob_Handler,
 		},
+		{
+			MethodName: "ListRecordings",
+			Handler:    _HistoryService_ListRecordings_Handler,
+		},
+		{
+			MethodName: "GetRecording",
+			Handler:    _HistoryService_GetRecording_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -410,6 +534,11 @@ var HistoryService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "ImportSessionHistory",
 			Handler:       _HistoryService_ImportSessionHistory_Handler,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "DownloadRecording",
+			Handler:       _HistoryService_DownloadRecording_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "deskgrid/history/v1/history.proto",
