@@ -4,29 +4,25 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	eventsv1 "github.com/deskgrid/deskgrid/proto/deskgrid/events/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	"github.com/deskgrid/deskgrid/services/platform/activity"
+	"github.com/deskgrid/deskgrid/services/platform/auth/authtest"
 	"github.com/deskgrid/deskgrid/services/platform/events"
+	"github.com/deskgrid/deskgrid/services/platform/grpcserver/grpcservertest"
 	"github.com/deskgrid/deskgrid/services/platform/natsembed/natstest"
 	"github.com/deskgrid/deskgrid/services/platform/sqlstore/sqlstoretest"
 	"github.com/deskgrid/deskgrid/services/session/placement"
 	"github.com/deskgrid/deskgrid/services/session/store"
 )
-
-const tenantHeader = "x-deskgrid-tenant"
 
 // harness is a session service on real gRPC, a real SQLite store and an
 // in-process NATS, with fake nodes.
@@ -105,8 +101,8 @@ func newHarness(t testing.TB, opts ...option) *harness {
 		Events:   events.NewPublisher(js),
 		NATS:     nc,
 		Tenant: func(ctx context.Context) string {
-			if v := metadata.ValueFromIncomingContext(ctx, tenantHeader); len(v) > 0 {
-				return v[0]
+			if t := authtest.Tenant(ctx); t != "" {
+				return t
 			}
 			return DefaultTenant
 		},
@@ -115,20 +111,9 @@ func newHarness(t testing.TB, opts ...option) *harness {
 		t.Fatal(err)
 	}
 
-	srv := grpc.NewServer()
-	h.svc.Register(srv)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := grpcservertest.Start(t, h.svc.Register, grpcservertest.Options{})
 	// Cleanups run last-in first-out: the client, then the service, then
 	// the server, then the store and NATS registered above.
-	t.Cleanup(srv.Stop)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -136,7 +121,7 @@ func newHarness(t testing.TB, opts ...option) *harness {
 			t.Errorf("close: %v", err)
 		}
 	})
-	t.Cleanup(func() { _ = cc.Close() })
+	cc := srv.Dial(t)
 	h.client = sessionv1.NewSessionServiceClient(cc)
 	return h
 }
@@ -210,7 +195,7 @@ func (r *recorder) of(id string) []*eventsv1.SessionStateChanged {
 }
 
 func asTenant(ctx context.Context, tenant string) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, tenantHeader, tenant)
+	return authtest.As(ctx, tenant)
 }
 
 // manualClock is a clock tests move by hand.
