@@ -1,6 +1,7 @@
 // Package deskgridtest runs a real deskgrid (`deskgrid up`) for tests, on
 // free loopback ports with its own data and runtime directories, much as
-// net/http/httptest runs a server.
+// net/http/httptest runs a server. Process runs any other deskgrid command
+// (a `serve <role>` of a cluster) the same way.
 //
 // The binary is $DESKGRID_BIN, else `deskgrid` on PATH, else built from the
 // deskgrid workspace the test runs in.
