@@ -54,7 +54,9 @@ type recorder struct {
 
 func (r *recorder) Helper() {}
 
-func (r *recorder) Errorf(format string, args ...any) { r.errs = append(r.errs, fmt.Sprintf(format, args...)) }
+func (r *recorder) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
 
 func TestRequireCasesNamesTheRPCWithoutOne(t *testing.T) {
 	all := authtest.Methods(agentv1.AgentService_ServiceDesc)
