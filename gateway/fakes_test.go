@@ -16,9 +16,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -28,6 +25,7 @@ import (
 	historyv1 "github.com/deskgrid/deskgrid/proto/deskgrid/history/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	"github.com/deskgrid/deskgrid/services/platform/auth"
+	"github.com/deskgrid/deskgrid/services/platform/grpcserver/grpcservertest"
 )
 
 // vncDisplay is a display service whose ConnectVNC behaves as the node's
@@ -608,25 +606,15 @@ func newHarness(t testing.TB, cfg Config, deps Deps) *harness {
 		// The backends check the forwarded key, as deskgrid's services do.
 		opts = auth.ServerOptions(deps.Verifier, nil)
 	}
-	grpcSrv := grpc.NewServer(opts...)
-	displayv1.RegisterDisplayServiceServer(grpcSrv, h.display)
-	sessionv1.RegisterSessionServiceServer(grpcSrv, h.sessions)
-	sessionv1.RegisterNodeServiceServer(grpcSrv, fakeNodes{sessions: h.sessions})
-	agentv1.RegisterAgentServiceServer(grpcSrv, h.agent)
-	historyv1.RegisterHistoryServiceServer(grpcSrv, h.history)
-	healthpb.RegisterHealthServer(grpcSrv, health.NewServer())
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = grpcSrv.Serve(lis) }()
-	t.Cleanup(grpcSrv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := grpcservertest.Serve(t, func(r grpc.ServiceRegistrar) {
+		displayv1.RegisterDisplayServiceServer(r, h.display)
+		sessionv1.RegisterSessionServiceServer(r, h.sessions)
+		sessionv1.RegisterNodeServiceServer(r, fakeNodes{sessions: h.sessions})
+		agentv1.RegisterAgentServiceServer(r, h.agent)
+		historyv1.RegisterHistoryServiceServer(r, h.history)
+	}, grpcservertest.Options{ServerOptions: opts})
 	deps.Backends = Backends{Session: conn, Node: conn, Agent: conn, History: conn}
+	var err error
 	h.gw, err = New(context.Background(), cfg, deps)
 	if err != nil {
 		t.Fatal(err)

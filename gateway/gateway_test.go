@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,12 +12,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	"github.com/deskgrid/deskgrid/services/platform/grpcserver/grpcservertest"
 )
 
 // display answers screenshots for session "s-1" only.
@@ -35,24 +32,8 @@ func (display) Screenshot(_ context.Context, r *displayv1.ScreenshotRequest) (*d
 
 func newTestGateway(t *testing.T, serving bool) http.Handler {
 	t.Helper()
-	srv := grpc.NewServer()
-	displayv1.RegisterDisplayServiceServer(srv, display{})
-	h := health.NewServer()
-	if !serving {
-		h.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-	}
-	healthpb.RegisterHealthServer(srv, h)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := grpcservertest.Serve(t, func(r grpc.ServiceRegistrar) { displayv1.RegisterDisplayServiceServer(r, display{}) },
+		grpcservertest.Options{NotServing: !serving})
 	cfg := DefaultConfig()
 	cfg.MaxBodyBytes = 1024
 	g, err := New(context.Background(), cfg, Deps{Backends: Backends{Session: conn, Node: conn, Agent: conn, History: conn}})

@@ -9,13 +9,10 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +24,7 @@ import (
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
+	"github.com/deskgrid/deskgrid/sdk/deskgridtest"
 	"github.com/deskgrid/deskgrid/services/platform/natsembed/natstest"
 	"github.com/deskgrid/deskgrid/services/platform/noderoute"
 	"github.com/deskgrid/deskgrid/services/platform/sqlstore/sqlstoretest"
@@ -80,111 +78,64 @@ func redisPrefix(t *testing.T) (*redis.Client, string) {
 	return rdb, prefix
 }
 
-// proc is one deskgrid server process.
+// proc is one deskgrid server process, ready when its health service says
+// every service serves, or for the gateway, when it answers HTTP.
 type proc struct {
+	*deskgridtest.Process
 	t    *testing.T
-	name string
-	args []string
 	addr string
-	// wrap runs the process through a command, such as nsenter into a
-	// network namespace: wrap..., deskgrid, args...
-	wrap []string
-	cmd  *exec.Cmd
-	logs *syncBuffer
-	done chan error
+	logs logsOf
+}
+
+// newProc makes a process to start; wrap, if any, runs it through a
+// command (deskgridtest.Process.Wrap).
+func newProc(t *testing.T, name, addr string, wrap []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, addr: addr, Process: &deskgridtest.Process{Name: name, Args: args, Wrap: wrap}}
+	p.logs = logsOf{p.Process}
+	if args[1] == "gateway" {
+		client := &http.Client{Timeout: 5 * time.Second}
+		p.Ready = func() bool {
+			resp, err := client.Get("http://" + addr + "/healthz")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		}
+		return p
+	}
+	conn, err := dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	p.Ready = func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	}
+	return p
 }
 
 func startProc(t *testing.T, name, addr string, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, name: name, addr: addr, args: args}
+	p := newProc(t, name, addr, nil, args...)
 	p.start()
 	t.Cleanup(p.stop)
 	return p
 }
 
-func (p *proc) start() {
-	p.t.Helper()
-	p.logs, p.done = &syncBuffer{}, make(chan error, 1)
-	if len(p.wrap) > 0 {
-		p.cmd = exec.Command(p.wrap[0], append(append(slices.Clone(p.wrap[1:]), deskgridBinary(p.t)), p.args...)...)
-	} else {
-		p.cmd = exec.Command(deskgridBinary(p.t), p.args...)
-	}
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	if err := p.cmd.Start(); err != nil {
-		p.t.Fatal(err)
-	}
-	go func() { p.done <- p.cmd.Wait() }()
-	// Ready when its health service says every service serves, or for
-	// the gateway, when it answers HTTP.
-	ready := func() bool {
-		resp, err := http.Get("http://" + p.addr + "/healthz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}
-	if p.args[1] != "gateway" {
-		conn, err := dial(p.addr)
-		if err != nil {
-			p.t.Fatal(err)
-		}
-		defer conn.Close()
-		ready = func() bool {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
-			return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
-		}
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if ready() {
-			return
-		}
-		select {
-		case err := <-p.done:
-			p.done <- err
-			p.t.Fatalf("%s exited before it was ready: %v\n%s", p.name, err, p.logs)
-		default:
-		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("%s not ready in time\n%s", p.name, p.logs)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
+// start runs the process (again) and waits until it is ready.
+func (p *proc) start() { p.t.Helper(); p.Start(p.t) }
 
-func (p *proc) running() bool {
-	select {
-	case err := <-p.done:
-		p.done <- err
-		return false
-	default:
-		return true
-	}
-}
+func (p *proc) running() bool { return p.Running() }
 
-func (p *proc) stop() {
-	if !p.running() {
-		return
-	}
-	_ = p.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		p.t.Errorf("%s did not stop after interrupt\n%s", p.name, p.logs)
-	}
-}
+// stop interrupts the process as Ctrl-C would and waits for it.
+func (p *proc) stop() { p.Stop() }
 
-func (p *proc) kill9() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	err := <-p.done
-	p.done <- err
-}
+func (p *proc) kill9() { p.Kill() }
 
 type testCluster struct {
 	t        *testing.T

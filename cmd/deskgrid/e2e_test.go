@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/deskgrid/deskgrid/sdk/deskgridtest"
-
 	"bufio"
 	"bytes"
 	"context"
@@ -11,7 +9,6 @@ import (
 	"image"
 	"image/png"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/deskgrid/deskgrid/sdk/deskgridtest"
 )
 
 // The end-to-end tests build bin/deskgrid, run `deskgrid up` on free ports in
@@ -30,15 +29,7 @@ import (
 // tests are).
 func deskgridBinary(t testing.TB) string { return deskgridtest.Binary(t) }
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freeAddr(t testing.TB) string { return deskgridtest.FreeAddr(t) }
 
 // upProcess is a `deskgrid up` under test, with short names for what the
 // tests use most.
@@ -50,9 +41,10 @@ type upProcess struct {
 	logs                        fmt.Stringer
 }
 
-type logsOf struct{ s *deskgridtest.Server }
+// logsOf prints what a process printed so far.
+type logsOf struct{ p *deskgridtest.Process }
 
-func (l logsOf) String() string { return l.s.Logs() }
+func (l logsOf) String() string { return l.p.Logs() }
 
 // syncBuffer collects a process's output while it runs.
 type syncBuffer struct {
@@ -78,7 +70,7 @@ func startUp(t testing.TB, dataDir, runDir string, extra ...string) *upProcess {
 	// Sessions run on the node's own programs unless a test asks for an
 	// image: the default desktop image is tested by TestDesktopImageSession.
 	s := deskgridtest.StartIn(t, dataDir, runDir, append([]string{"-log-level", "debug", "-default-image", ""}, extra...)...)
-	return &upProcess{Server: s, t: t, key: s.APIKey, grpc: s.GRPCAddr, httpURL: s.HTTPURL, dataDir: dataDir, logs: logsOf{s}}
+	return &upProcess{Server: s, t: t, key: s.APIKey, grpc: s.GRPCAddr, httpURL: s.HTTPURL, dataDir: dataDir, logs: logsOf{s.Process}}
 }
 
 // stop interrupts deskgrid as Ctrl-C would and waits for it.

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"net/http"
-	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -13,6 +11,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/deskgrid/deskgrid/sdk/deskgridtest"
 )
 
 // scrape is one read of a /metrics endpoint.
@@ -240,27 +240,16 @@ func TestMetricsOfASessionsLife(t *testing.T) {
 
 // A role other than the gateway serves its metrics on -metrics-addr.
 func TestServeRoleMetricsAddr(t *testing.T) {
-	out := &syncBuffer{}
-	cmd := exec.Command(deskgridBinary(t), "serve", "sandbox", "-grpc-addr", freeAddr(t), "-metrics-addr", "127.0.0.1:0",
-		"-data-dir", t.TempDir(), "-runtime-dir", t.TempDir())
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() })
 	re := regexp.MustCompile(`metrics on (http://\S+/metrics)`)
-	deadline := time.Now().Add(30 * time.Second)
-	for re.FindStringSubmatch(out.String()) == nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("no metrics address printed:\n%s", out)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	p := &deskgridtest.Process{Name: "serve sandbox", Args: []string{"serve", "sandbox", "-grpc-addr", freeAddr(t), "-metrics-addr", "127.0.0.1:0",
+		"-data-dir", t.TempDir(), "-runtime-dir", t.TempDir()}}
+	p.Ready = func() bool { return re.MatchString(p.Logs()) }
+	deskgridtest.StartProcess(t, p)
 	// The metrics endpoint is served from the start; the sandbox service's
 	// own series appear once it is set up.
-	url := re.FindStringSubmatch(out.String())[1]
+	url := re.FindStringSubmatch(p.Logs())[1]
 	want := []string{"deskgrid_image_pulls_total", "deskgrid_node_reconcile_removed_total", "deskgrid_sandbox_oom_kills_total", "go_goroutines"}
-	deadline = time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		got := scrapeURL(t, url)
 		var missing []string
@@ -273,7 +262,7 @@ func TestServeRoleMetricsAddr(t *testing.T) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("serve sandbox's /metrics has no %v\n%s", missing, out)
+			t.Fatalf("serve sandbox's /metrics has no %v\n%s", missing, p.Logs())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -150,10 +150,10 @@ func TestClusterPartition(t *testing.T) {
 	_, port, _ := net.SplitHostPort(freeAddr(t))
 	n1Addr := net.JoinHostPort(ns.nodeIP, port)
 	c.nodeDirs["n1"] = [2]string{t.TempDir(), t.TempDir()}
-	n1 := &proc{t: t, name: "node n1", addr: n1Addr, wrap: ns.wrap(), args: []string{"serve", "node",
+	n1 := newProc(t, "node n1", n1Addr, ns.wrap(), []string{"serve", "node",
 		"-grpc-addr", n1Addr, "-node-addr", n1Addr, "-node-id", "n1", "-node-max-sessions", "8",
 		"-data-dir", c.nodeDirs["n1"][0], "-runtime-dir", c.nodeDirs["n1"][1], "-node-labels", "zone=n1",
-		"-first-display", "250", "-insecure", "-redis-url", "redis://" + net.JoinHostPort(ns.hostIP, rs.port) + "/0", "-redis-prefix", prefix}}
+		"-first-display", "250", "-insecure", "-redis-url", "redis://" + net.JoinHostPort(ns.hostIP, rs.port) + "/0", "-redis-prefix", prefix}...)
 	n1.start()
 	t.Cleanup(n1.stop)
 	// Whatever happens below, the link is up again before the node stops.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/hex"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -13,6 +12,8 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
+
+	"github.com/deskgrid/deskgrid/services/platform/grpcserver/grpcservertest"
 )
 
 // otlpReceiver is an OTLP/gRPC trace collector in the test process: what
@@ -42,16 +43,9 @@ func (r *otlpReceiver) all() []*tracepb.Span {
 
 func startOTLPReceiver(t *testing.T) (*otlpReceiver, string) {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	r := &otlpReceiver{}
-	srv := grpc.NewServer()
-	coltracepb.RegisterTraceServiceServer(srv, r)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	return r, lis.Addr().String()
+	srv := grpcservertest.Start(t, func(s grpc.ServiceRegistrar) { coltracepb.RegisterTraceServiceServer(s, r) }, grpcservertest.Options{})
+	return r, srv.Addr
 }
 
 // TestTraceOfACreate sends a create through the REST gateway of a real

@@ -1,6 +1,7 @@
 // Package deskgridtest runs a real deskgrid (`deskgrid up`) for tests, on
 // free loopback ports with its own data and runtime directories, much as
-// net/http/httptest runs a server.
+// net/http/httptest runs a server. Process runs any other deskgrid command
+// (a `serve <role>` of a cluster) the same way.
 //
 // The binary is $DESKGRID_BIN, else `deskgrid` on PATH, else built from the
 // deskgrid workspace the test runs in.
@@ -8,14 +9,13 @@ package deskgridtest
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -31,6 +31,25 @@ type Server struct {
 	RunDir   string
 	// APIKey is the admin key deskgrid made (its -auth is on by default).
 	APIKey string
+
+	*Process
+}
+
+// Process is one deskgrid command a test runs, such as a `serve <role>` of a
+// cluster: its output is kept, it is stopped when the test ends, and it
+// can be killed and started again.
+type Process struct {
+	// Name says which process it is in failure messages.
+	Name string
+	// Args follow the binary: "serve", "node", "-grpc-addr", ...
+	Args []string
+	// Wrap runs the process through a command, such as nsenter into a
+	// network namespace: Wrap..., deskgrid, Args...
+	Wrap []string
+	// Env is added to the test's environment.
+	Env []string
+	// Ready reports whether the process serves; Start waits for it.
+	Ready func() bool
 
 	tb   testing.TB
 	cmd  *exec.Cmd
@@ -94,7 +113,11 @@ func Binary(tb testing.TB) string {
 	return built
 }
 
-func freeAddr(tb testing.TB) string {
+// FreeAddr is a loopback address no one listened on a moment ago. Another
+// process may take it before the test listens: Start retries on other
+// ports for that reason.
+func FreeAddr(tb testing.TB) string {
+	tb.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
@@ -131,72 +154,119 @@ func StartIn(tb testing.TB, dataDir, runDir string, flags ...string) *Server {
 }
 
 func startIn(tb testing.TB, dataDir, runDir string, flags ...string) (*Server, error) {
-	s := &Server{tb: tb, DataDir: dataDir, RunDir: runDir, logs: &logBuffer{}, done: make(chan error, 1)}
-	httpAddr, grpcAddr := freeAddr(tb), freeAddr(tb)
-	s.GRPCAddr, s.HTTPURL = grpcAddr, "http://"+httpAddr
+	httpAddr, grpcAddr := FreeAddr(tb), FreeAddr(tb)
+	s := &Server{GRPCAddr: grpcAddr, HTTPURL: "http://" + httpAddr, DataDir: dataDir, RunDir: runDir}
 	args := []string{"up",
 		"-http-addr", httpAddr, "-grpc-addr", grpcAddr,
 		"-data-dir", s.DataDir, "-runtime-dir", s.RunDir,
 		"-default-image", ""}
-	s.cmd = exec.Command(Binary(tb), append(args, flags...)...)
-	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
-	if err := s.cmd.Start(); err != nil {
+	client := &http.Client{Timeout: 5 * time.Second}
+	s.Process = &Process{Name: "deskgrid up", Args: append(args, flags...), Ready: func() bool {
+		resp, err := client.Get(s.HTTPURL + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}}
+	if err := s.start(tb); err != nil {
+		return s, err
+	}
+	if b, err := os.ReadFile(filepath.Join(s.DataDir, "admin.key")); err == nil {
+		s.APIKey = strings.TrimSpace(string(b))
+	}
+	tb.Cleanup(s.Stop)
+	return s, nil
+}
+
+// StartProcess starts p and waits until it is ready; it is stopped (as
+// with Ctrl-C) when the test ends.
+func StartProcess(tb testing.TB, p *Process) *Process {
+	tb.Helper()
+	p.Start(tb)
+	tb.Cleanup(p.Stop)
+	return p
+}
+
+// Start runs p (again, after Stop or Kill) and waits until it is ready,
+// failing the test if it exits first or is not ready within a minute.
+func (p *Process) Start(tb testing.TB) {
+	tb.Helper()
+	if err := p.start(tb); err != nil {
+		tb.Fatalf("%v\n%s", err, p.logs)
+	}
+}
+
+func (p *Process) start(tb testing.TB) error {
+	p.tb, p.logs, p.done = tb, &logBuffer{}, make(chan error, 1)
+	argv := append(append(slices.Clone(p.Wrap), Binary(tb)), p.Args...)
+	p.cmd = exec.Command(argv[0], argv[1:]...)
+	if len(p.Env) > 0 {
+		p.cmd.Env = append(os.Environ(), p.Env...)
+	}
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
-	go func() { s.done <- s.cmd.Wait() }()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	go func() { p.done <- p.cmd.Wait() }()
+	deadline := time.After(time.Minute)
 	for {
-		req, _ := http.NewRequestWithContext(ctx, "GET", s.HTTPURL+"/readyz", nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				if b, err := os.ReadFile(filepath.Join(s.DataDir, "admin.key")); err == nil {
-					s.APIKey = strings.TrimSpace(string(b))
-				}
-				tb.Cleanup(s.Stop)
-				return s, nil
-			}
+		if p.Ready == nil || p.Ready() {
+			return nil
 		}
 		select {
-		case err := <-s.done:
-			s.done <- err
-			return s, fmt.Errorf("deskgrid up exited before it was ready: %v", err)
-		case <-ctx.Done():
-			s.Stop()
-			return s, errors.New("deskgrid up not ready in time")
+		case err := <-p.done:
+			p.done <- err
+			return fmt.Errorf("%s exited before it was ready: %v", p.Name, err)
+		case <-deadline:
+			p.Stop()
+			return fmt.Errorf("%s not ready in time", p.Name)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
 
-// Kill ends deskgrid with SIGKILL, as a crash would, leaving whatever its
-// sessions made for the next start to find.
-func (s *Server) Kill() {
-	if s.cmd.ProcessState != nil {
-		return
+// Running reports whether the process has not exited.
+func (p *Process) Running() bool {
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return false
+	default:
+		return true
 	}
-	_ = s.cmd.Process.Kill()
-	s.done <- <-s.done
 }
 
-// Logs is what deskgrid printed so far.
-func (s *Server) Logs() string { return s.logs.String() }
-
-// Stop interrupts deskgrid and waits for it to finish; it deletes every session.
-func (s *Server) Stop() {
-	if s.cmd.ProcessState != nil {
+// Kill ends the process with SIGKILL, as a crash would, leaving whatever
+// its sessions made for the next start to find.
+func (p *Process) Kill() {
+	if !p.Running() {
 		return
 	}
-	_ = s.cmd.Process.Signal(os.Interrupt)
+	_ = p.cmd.Process.Kill()
+	p.done <- <-p.done
+}
+
+// Logs is what the process printed so far.
+func (p *Process) Logs() string { return p.logs.String() }
+
+// Stop interrupts the process and waits for it to finish (deskgrid up
+// deletes every session); it fails the test if the process does not stop
+// or stops with an error.
+func (p *Process) Stop() {
+	if !p.Running() {
+		return
+	}
+	_ = p.cmd.Process.Signal(os.Interrupt)
 	select {
-	case err := <-s.done:
-		s.done <- err
+	case err := <-p.done:
+		p.done <- err
 		if err != nil {
-			s.tb.Errorf("deskgrid up exited with %v after interrupt\n%s", err, s.logs)
+			p.tb.Errorf("%s exited with %v after interrupt\n%s", p.Name, err, p.logs)
 		}
 	case <-time.After(30 * time.Second):
-		_ = s.cmd.Process.Kill()
-		s.tb.Errorf("deskgrid up did not stop after interrupt\n%s", s.logs)
+		_ = p.cmd.Process.Kill()
+		p.done <- <-p.done
+		p.tb.Errorf("%s did not stop after interrupt\n%s", p.Name, p.logs)
 	}
 }

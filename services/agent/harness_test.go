@@ -5,14 +5,12 @@ import (
 	"context"
 	"image"
 	"image/png"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -24,6 +22,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/agent/lease"
 	"github.com/deskgrid/deskgrid/services/agent/provider"
 	"github.com/deskgrid/deskgrid/services/agent/store"
+	"github.com/deskgrid/deskgrid/services/platform/grpcserver/grpcservertest"
 )
 
 // fakeNode is a display and sandbox service that records what it is asked
@@ -203,21 +202,10 @@ func (f *fakeNode) file(p string) string {
 
 // startNode serves f over a loopback gRPC server and returns a connection.
 func startNode(t testing.TB, f *fakeNode) *grpc.ClientConn {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	displayv1.RegisterDisplayServiceServer(srv, f)
-	sandboxv1.RegisterSandboxServiceServer(srv, f)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return conn
+	return grpcservertest.Serve(t, func(r grpc.ServiceRegistrar) {
+		displayv1.RegisterDisplayServiceServer(r, f)
+		sandboxv1.RegisterSandboxServiceServer(r, f)
+	}, grpcservertest.Options{})
 }
 
 // scripted is a provider answering with a fixed list of turns.
@@ -265,20 +253,7 @@ func toolTurn(calls ...*provider.ToolCall) func(provider.Request) (*provider.Res
 
 // startSessions serves a session service and returns a connection to it.
 func startSessions(t testing.TB, srvImpl sessionv1.SessionServiceServer) *grpc.ClientConn {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	sessionv1.RegisterSessionServiceServer(srv, srvImpl)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return conn
+	return grpcservertest.Serve(t, func(r grpc.ServiceRegistrar) { sessionv1.RegisterSessionServiceServer(r, srvImpl) }, grpcservertest.Options{})
 }
 
 type harness struct {
@@ -302,24 +277,12 @@ func newHarness(t testing.TB, cfg Config, newProv func(context.Context, provider
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	svc.Register(srv)
-	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		srv.Stop()
 		_ = svc.Close(ctx)
 	})
-	conn2, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn2.Close() })
+	conn2 := grpcservertest.Serve(t, svc.Register, grpcservertest.Options{})
 	return &harness{svc: svc, node: node, client: agentv1.NewAgentServiceClient(conn2)}
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -13,8 +12,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -24,7 +21,9 @@ import (
 	"github.com/deskgrid/deskgrid/services/agent/store"
 	"github.com/deskgrid/deskgrid/services/agent/store/storetest"
 	"github.com/deskgrid/deskgrid/services/platform/auth"
+	"github.com/deskgrid/deskgrid/services/platform/auth/authtest"
 	"github.com/deskgrid/deskgrid/services/platform/auth/secretbox"
+	"github.com/deskgrid/deskgrid/services/platform/grpcserver/grpcservertest"
 )
 
 // keyRecorder hands out scripted providers and remembers the keys given.
@@ -179,14 +178,14 @@ func TestSendMessageAfterRestart(t *testing.T) {
 // call's metadata, standing in for the authenticated principal, and
 // DefaultTenant for a call without it.
 func tenantFromMetadata(ctx context.Context) auth.Caller {
-	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get("x-tenant")) > 0 {
-		return auth.ForTenant(md.Get("x-tenant")[0])
+	if t := authtest.Tenant(ctx); t != "" {
+		return auth.ForTenant(t)
 	}
 	return auth.ForTenant(DefaultTenant)
 }
 
 func asTenant(t string) context.Context {
-	return metadata.AppendToOutgoingContext(context.Background(), "x-tenant", t)
+	return authtest.As(context.Background(), t)
 }
 
 func TestRunsBelongToTheirTenant(t *testing.T) {
@@ -292,19 +291,10 @@ func (f *fakeSessions) GetSession(ctx context.Context, req *sessionv1.GetSession
 
 // A run starts only on a session the caller owns.
 func TestCreateRunChecksTheSessionIsTheCallers(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	sessionv1.RegisterSessionServiceServer(srv, &fakeSessions{owner: map[string]string{"s-1": "acme"}})
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	srv := grpcservertest.Start(t, func(r grpc.ServiceRegistrar) {
+		sessionv1.RegisterSessionServiceServer(r, &fakeSessions{owner: map[string]string{"s-1": "acme"}})
+	}, grpcservertest.Options{})
+	conn := srv.Dial(t)
 	h := newHarness(t, DefaultConfig(), fixed(&scripted{}), func(d *Deps) {
 		d.Tenancy = tenantFromMetadata
 		d.Sessions = sessionv1.NewSessionServiceClient(conn)
@@ -319,7 +309,7 @@ func TestCreateRunChecksTheSessionIsTheCallers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.Stop()
+	srv.Close()
 	if _, err := h.client.CreateRun(asTenant("acme"), &agentv1.CreateRunRequest{SessionId: "s-1", Prompt: "x"}); status.Code(err) != codes.Unavailable {
 		t.Fatalf("without the session service: %v", err)
 	}

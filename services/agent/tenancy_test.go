@@ -3,8 +3,8 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +15,7 @@ import (
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	"github.com/deskgrid/deskgrid/services/agent/provider"
 	"github.com/deskgrid/deskgrid/services/platform/auth"
+	"github.com/deskgrid/deskgrid/services/platform/auth/authtest"
 )
 
 // target names what an attack aims at: a session, a run on it and the
@@ -85,29 +86,11 @@ var answersWithoutNotFound = []string{"ListRuns"}
 // Every RPC must be checked for ownership: one added to the service without
 // an entry here fails.
 func TestTenancyCoversEveryRPC(t *testing.T) {
-	var methods []string
-	for _, m := range agentv1.AgentService_ServiceDesc.Methods {
-		methods = append(methods, m.MethodName)
-	}
-	for _, st := range agentv1.AgentService_ServiceDesc.Streams {
-		methods = append(methods, st.StreamName)
-	}
-	for _, m := range methods {
-		if _, ok := targetCalls[m]; !ok {
-			t.Errorf("AgentService.%s has no tenancy case: add it to targetCalls", m)
-		}
-	}
+	authtest.RequireCases(t, agentv1.AgentService_ServiceDesc, slices.Collect(maps.Keys(targetCalls)))
 }
 
 func answer(err error, tg target) (codes.Code, string) {
-	st := status.Convert(err)
-	msg := st.Message()
-	for _, s := range []string{tg.session, tg.run, tg.lease} {
-		if s != "" {
-			msg = strings.ReplaceAll(msg, s, "<name>")
-		}
-	}
-	return st.Code(), msg
+	return authtest.Answer(err, tg.session, tg.run, tg.lease)
 }
 
 // Another tenant can neither see nor touch a tenant's runs and input lease,

@@ -7,7 +7,6 @@ import (
 	"image/color"
 	_ "image/jpeg"
 	"image/png"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,13 +15,12 @@ import (
 
 	"github.com/jezek/xgb"
 	"github.com/jezek/xgb/xproto"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/display/xauthority"
 	"github.com/deskgrid/deskgrid/services/display/xconn"
 	"github.com/deskgrid/deskgrid/services/display/xserver"
+	"github.com/deskgrid/deskgrid/services/platform/grpcserver/grpcservertest"
 )
 
 // testService starts a Service behind a real gRPC server and returns both
@@ -57,19 +55,7 @@ func testServiceConfig(tb testing.TB, cfg Config, deps Deps) (*Service, displayv
 			tb.Errorf("close: %v", err)
 		}
 	})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	s.Register(gs)
-	go func() { _ = gs.Serve(lis) }()
-	tb.Cleanup(gs.Stop)
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { cc.Close() })
+	cc := grpcservertest.Serve(tb, s.Register, grpcservertest.Options{})
 	return s, displayv1.NewDisplayServiceClient(cc)
 }
 

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	"github.com/deskgrid/deskgrid/services/platform/auth/authtest"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/platform/natsembed/natstest"
 	"github.com/deskgrid/deskgrid/services/platform/testkit"
@@ -55,7 +56,7 @@ func newRecorderCfg(t testing.TB, cfg Config) *recorder {
 	if cfg.RuntimeDir == "" {
 		cfg.RuntimeDir = t.TempDir()
 	}
-	s, c := testServiceConfig(t, cfg, Deps{Tenancy: tenantFromMD, Events: events.NewPublisher(js), Videos: videos})
+	s, c := testServiceConfig(t, cfg, Deps{Tenancy: authtest.Tenancy, Events: events.NewPublisher(js), Videos: videos})
 	return &recorder{s: s, c: c, js: js, videos: videos}
 }
 

@@ -3,36 +3,23 @@ package display
 import (
 	"context"
 	"io"
+	"maps"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/platform/auth"
+	"github.com/deskgrid/deskgrid/services/platform/auth/authtest"
 	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 
-// tenantMD is the metadata header the tests' Tenancy hook reads, standing
-// in for the authenticated principal; a call without it stands for the
-// system (the internal token forwarding no tenant).
-const tenantMD = "x-tenant"
-
-func tenantFromMD(ctx context.Context) auth.Caller {
-	md, _ := metadata.FromIncomingContext(ctx)
-	if v := md.Get(tenantMD); len(v) > 0 {
-		return auth.ForTenant(v[0])
-	}
-	return auth.System
-}
-
 func asTenant(tb testing.TB, tenant string) context.Context {
-	return metadata.AppendToOutgoingContext(ctxT(tb), tenantMD, tenant)
+	return authtest.As(ctxT(tb), tenant)
 }
 
 // sessionCalls make each RPC that names a session against id; the error is
@@ -125,31 +112,15 @@ var tenantWideCalls = []string{"CreateDisplay", "ListDisplays"}
 // Every RPC must be checked for ownership: one added to the service without
 // an entry here fails.
 func TestTenancyCoversEveryRPC(t *testing.T) {
-	var methods []string
-	for _, m := range displayv1.DisplayService_ServiceDesc.Methods {
-		methods = append(methods, m.MethodName)
-	}
-	for _, st := range displayv1.DisplayService_ServiceDesc.Streams {
-		methods = append(methods, st.StreamName)
-	}
-	for _, m := range methods {
-		if _, ok := sessionCalls[m]; !ok && !slices.Contains(tenantWideCalls, m) {
-			t.Errorf("DisplayService.%s has no tenancy case: add it to sessionCalls or tenantWideCalls", m)
-		}
-	}
-}
-
-func codeAndMessage(err error, id string) (codes.Code, string) {
-	st := status.Convert(err)
-	return st.Code(), strings.ReplaceAll(st.Message(), id, "<id>")
+	authtest.RequireCases(t, displayv1.DisplayService_ServiceDesc, slices.Collect(maps.Keys(sessionCalls)), tenantWideCalls)
 }
 
 // An attacker tenant gets, for the victim's session, exactly the answer it
 // gets for a session that does not exist; it sees nothing of it in lists,
 // and the victim is unaffected.
 func TestTenancyIsolatesDisplays(t *testing.T) {
-	s, c := testServiceDeps(t, "", Deps{Tenancy: tenantFromMD})
-	victim, attacker := asTenant(t, "victim"), asTenant(t, "attacker")
+	s, c := testServiceDeps(t, "", Deps{Tenancy: authtest.Tenancy})
+	victim, attacker := asTenant(t, authtest.Victim), asTenant(t, authtest.Attacker)
 	if _, err := c.CreateDisplay(victim, &displayv1.CreateDisplayRequest{SessionId: "victim-sess", Width: 640, Height: 480}); err != nil {
 		t.Fatal(err)
 	}
@@ -168,20 +139,14 @@ func TestTenancyIsolatesDisplays(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	names := make([]string, 0, len(sessionCalls))
-	for n := range sessionCalls {
-		names = append(names, n)
-	}
-	slices.Sort(names)
 	// Delete last, so every other call meets a display that still exists.
-	names = append(slices.DeleteFunc(names, func(n string) bool { return n == "DeleteDisplay" }), "DeleteDisplay")
-	for _, name := range names {
+	for _, name := range authtest.Names(sessionCalls, "DeleteDisplay") {
 		call := sessionCalls[name]
 		t.Run(name, func(t *testing.T) {
 			got := call(attacker, c, "victim-sess")
 			unknown := call(attacker, c, "no-such-sess")
-			gc, gm := codeAndMessage(got, "victim-sess")
-			uc, um := codeAndMessage(unknown, "no-such-sess")
+			gc, gm := authtest.Answer(got, "victim-sess")
+			uc, um := authtest.Answer(unknown, "no-such-sess")
 			if gc != uc || gm != um {
 				t.Fatalf("another tenant's session answers %v %q, an unknown one %v %q", gc, gm, uc, um)
 			}
@@ -265,7 +230,7 @@ func TestTenancyIsolatesDisplays(t *testing.T) {
 // The owner is recorded beside the display, for whatever reads the record
 // after a restart.
 func TestTenantRecordedInMeta(t *testing.T) {
-	s, c := testServiceDeps(t, "", Deps{Tenancy: tenantFromMD})
+	s, c := testServiceDeps(t, "", Deps{Tenancy: authtest.Tenancy})
 	if _, err := c.CreateDisplay(asTenant(t, "acme"), &displayv1.CreateDisplayRequest{SessionId: "meta-sess", Width: 320, Height: 240}); err != nil {
 		t.Fatal(err)
 	}
@@ -284,17 +249,17 @@ func TestTenancyWarmDisplay(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.RuntimeDir = dir
 	cfg.WarmDisplays = 1
-	s, err := New(context.Background(), cfg, Deps{Tenancy: tenantFromMD})
+	s, err := New(context.Background(), cfg, Deps{Tenancy: authtest.Tenancy})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
 	testkit.Eventually(t, 20*time.Second, func() bool { return len(s.pool.ready) == 1 }, "a warm display")
-	ctx := metadata.NewIncomingContext(ctxT(t), metadata.Pairs(tenantMD, "acme"))
+	ctx := authtest.Incoming(ctxT(t), "acme")
 	if _, err := s.CreateDisplay(ctx, &displayv1.CreateDisplayRequest{SessionId: "warm-sess"}); err != nil {
 		t.Fatal(err)
 	}
-	other := metadata.NewIncomingContext(ctxT(t), metadata.Pairs(tenantMD, "other"))
+	other := authtest.Incoming(ctxT(t), "other")
 	if _, err := s.GetDisplay(other, &displayv1.GetDisplayRequest{SessionId: "warm-sess"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("another tenant reads a warm-started display: %v", err)
 	}
@@ -311,8 +276,8 @@ func TestTenancyWarmDisplay(t *testing.T) {
 // the system, so it sees no display, not even one made for no tenant, and
 // may not create one.
 func TestTenancyAnonymousIsNotTheSystem(t *testing.T) {
-	s, _ := testServiceDeps(t, "", Deps{Tenancy: auth.CallerOf})
-	system := auth.WithPrincipal(ctxT(t), auth.Principal{System: true, KeyID: auth.SystemKeyID})
+	s, _ := testServiceDeps(t, "", Deps{Tenancy: authtest.AuthOn})
+	system := auth.AsSystem(ctxT(t))
 	if _, err := s.CreateDisplay(system, &displayv1.CreateDisplayRequest{SessionId: "system-sess", Width: 320, Height: 240}); err != nil {
 		t.Fatal(err)
 	}

@@ -6,16 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -30,6 +27,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/history/store"
 	"github.com/deskgrid/deskgrid/services/history/store/storetest"
 	"github.com/deskgrid/deskgrid/services/platform/events"
+	"github.com/deskgrid/deskgrid/services/platform/grpcserver/grpcservertest"
 	"github.com/deskgrid/deskgrid/services/platform/natsembed/natstest"
 	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
@@ -88,19 +86,7 @@ func startService(t *testing.T, e *env, st store.Store, cfg history.Config) *his
 // client serves svc over a real gRPC connection on loopback.
 func client(t *testing.T, svc *history.Service) historyv1.HistoryServiceClient {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	svc.Register(gs)
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
+	cc := grpcservertest.Serve(t, svc.Register, grpcservertest.Options{})
 	return historyv1.NewHistoryServiceClient(cc)
 }
 

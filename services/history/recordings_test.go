@@ -17,6 +17,7 @@ import (
 	historyv1 "github.com/deskgrid/deskgrid/proto/deskgrid/history/v1"
 	"github.com/deskgrid/deskgrid/services/history"
 	"github.com/deskgrid/deskgrid/services/history/store/storetest"
+	"github.com/deskgrid/deskgrid/services/platform/auth/authtest"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/platform/testkit"
 	"github.com/deskgrid/deskgrid/services/platform/videostore"
@@ -55,7 +56,7 @@ func TestRecordingsFromEvents(t *testing.T) {
 	cfg := blobConfig(t)
 	cfg.BlobGrace = time.Nanosecond
 	cfg.SweepInterval = -1
-	svc, err := history.New(ctx, cfg, history.Deps{Logger: testLogger(t), Store: st, JS: e.js, Tenancy: tenantFromMD})
+	svc, err := history.New(ctx, cfg, history.Deps{Logger: testLogger(t), Store: st, JS: e.js, Tenancy: authtest.Tenancy})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,7 @@ func TestRecordingsFromEvents(t *testing.T) {
 	pub(events.TypeRecordingFailed, failed)
 	pub(events.TypeRecordingStarted, rec("rec-live", displayv1.RecordingState_RECORDING_STATE_RECORDING, t0.Add(2*time.Second)))
 
-	victim, attacker := asTenant("victim"), asTenant("attacker")
+	victim, attacker := authtest.As(context.Background(), authtest.Victim), authtest.As(context.Background(), authtest.Attacker)
 	var list []*displayv1.Recording
 	testkit.Eventually(t, 20*time.Second, func() bool {
 		resp, err := c.ListRecordings(victim, &historyv1.ListRecordingsRequest{SessionId: "victim-sess"})

@@ -5,13 +5,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -21,43 +21,15 @@ import (
 	"github.com/deskgrid/deskgrid/services/history"
 	"github.com/deskgrid/deskgrid/services/history/blob"
 	"github.com/deskgrid/deskgrid/services/history/store/storetest"
-	"github.com/deskgrid/deskgrid/services/platform/auth"
+	"github.com/deskgrid/deskgrid/services/platform/auth/authtest"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/platform/videostore"
 )
-
-// tenantMD is the metadata header the tests' Tenancy hook reads, standing
-// in for the authenticated principal; a call without it stands for the
-// system (the internal token forwarding no tenant).
-const tenantMD = "x-tenant"
-
-func tenantFromMD(ctx context.Context) auth.Caller {
-	md, _ := metadata.FromIncomingContext(ctx)
-	if v := md.Get(tenantMD); len(v) > 0 {
-		return auth.ForTenant(v[0])
-	}
-	return auth.System
-}
-
-func asTenant(tenant string) context.Context {
-	return metadata.AppendToOutgoingContext(context.Background(), tenantMD, tenant)
-}
 
 // target names what an attack aims at.
 type target struct{ session, run, blob string }
 
 type historyCall func(ctx context.Context, c historyv1.HistoryServiceClient, tg target) error
-
-func drain[T any](recv func() (T, error)) error {
-	for {
-		if _, err := recv(); err != nil {
-			if err == io.EOF {
-				return nil
-			}
-			return err
-		}
-	}
-}
 
 // targetCalls make each RPC that names a session, run or blob against a
 // target.
@@ -86,7 +58,7 @@ var targetCalls = map[string]historyCall{
 		if err != nil {
 			return err
 		}
-		return drain(st.Recv)
+		return authtest.Drain(st.Recv)
 	},
 	"GetBlob": func(ctx context.Context, c historyv1.HistoryServiceClient, tg target) error {
 		_, err := c.GetBlob(ctx, &historyv1.GetBlobRequest{Hash: tg.blob})
@@ -125,27 +97,11 @@ var writeCalls = []string{"ImportSessionHistory"}
 // Every RPC must be checked for ownership: one added to the service without
 // an entry here fails.
 func TestTenancyCoversEveryRPC(t *testing.T) {
-	var methods []string
-	for _, m := range historyv1.HistoryService_ServiceDesc.Methods {
-		methods = append(methods, m.MethodName)
-	}
-	for _, st := range historyv1.HistoryService_ServiceDesc.Streams {
-		methods = append(methods, st.StreamName)
-	}
-	for _, m := range methods {
-		if _, ok := targetCalls[m]; !ok && !slices.Contains(writeCalls, m) {
-			t.Errorf("HistoryService.%s has no tenancy case: add it to targetCalls or writeCalls", m)
-		}
-	}
+	authtest.RequireCases(t, historyv1.HistoryService_ServiceDesc, slices.Collect(maps.Keys(targetCalls)), writeCalls)
 }
 
 func answer(err error, tg target) (codes.Code, string) {
-	st := status.Convert(err)
-	msg := st.Message()
-	for _, s := range []string{tg.session, tg.run, tg.blob} {
-		msg = strings.ReplaceAll(msg, s, "<name>")
-	}
-	return st.Code(), msg
+	return authtest.Answer(err, tg.session, tg.run, tg.blob)
 }
 
 var victimPNG = []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR the victim's invoice")
@@ -181,13 +137,13 @@ func TestTenancyIsolatesHistory(t *testing.T) {
 			st := o.Open(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			svc, err := history.New(ctx, blobConfig(t), history.Deps{Logger: testLogger(t), Store: st, JS: e.js, Tenancy: tenantFromMD})
+			svc, err := history.New(ctx, blobConfig(t), history.Deps{Logger: testLogger(t), Store: st, JS: e.js, Tenancy: authtest.Tenancy})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = svc.Close(context.Background()) })
 			c := client(t, svc)
-			victim, attacker := asTenant("victim"), asTenant("attacker")
+			victim, attacker := authtest.As(context.Background(), authtest.Victim), authtest.As(context.Background(), authtest.Attacker)
 
 			publishRun(t, e, "victim", "victim-sess", "victim-run", "agent.message.v1", &historyv1.AgentMessage{Role: historyv1.Role_ROLE_USER, Text: "Pay the invoice"})
 			publishRun(t, e, "victim", "victim-sess", "victim-run", "agent.screenshot.v1", &historyv1.AgentScreenshot{CallId: "c1", ContentType: "image/png", Data: victimPNG})
@@ -211,13 +167,7 @@ func TestTenancyIsolatesHistory(t *testing.T) {
 			}
 			victimIntact(t, "ingest")
 
-			names := make([]string, 0, len(targetCalls))
-			for n := range targetCalls {
-				names = append(names, n)
-			}
-			slices.Sort(names)
-			names = append(slices.DeleteFunc(names, func(n string) bool { return n == "DeleteSessionHistory" }), "DeleteSessionHistory")
-			for _, name := range names {
+			for _, name := range authtest.Names(targetCalls, "DeleteSessionHistory") {
 				call := targetCalls[name]
 				t.Run(name, func(t *testing.T) {
 					gc, gm := answer(call(attacker, c, victimTarget), victimTarget)
@@ -340,7 +290,7 @@ func TestTenancyAnonymousIsNotTheSystem(t *testing.T) {
 	st := storetest.All[0].Open(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	svc, err := history.New(ctx, blobConfig(t), history.Deps{Logger: testLogger(t), Store: st, JS: e.js, Tenancy: auth.CallerOf})
+	svc, err := history.New(ctx, blobConfig(t), history.Deps{Logger: testLogger(t), Store: st, JS: e.js, Tenancy: authtest.AuthOn})
 	if err != nil {
 		t.Fatal(err)
 	}

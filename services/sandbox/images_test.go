@@ -5,15 +5,11 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
 
-	imagev1 "github.com/deskgrid/deskgrid/proto/deskgrid/image/v1"
-	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
-	"github.com/deskgrid/deskgrid/services/sandbox/image"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -22,9 +18,12 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
+
+	imagev1 "github.com/deskgrid/deskgrid/proto/deskgrid/image/v1"
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/platform/grpcserver/grpcservertest"
+	"github.com/deskgrid/deskgrid/services/sandbox/image"
 )
 
 // testImage is a one-layer image holding /etc/hello.
@@ -198,23 +197,7 @@ func TestImageServiceAndImageSandboxes(t *testing.T) {
 
 func serveImages(t *testing.T, is *ImageServer) *grpc.ClientConn {
 	t.Helper()
-	return serveOnBufconn(t, is.Register)
-}
-
-func serveOnBufconn(t *testing.T, register func(grpc.ServiceRegistrar)) *grpc.ClientConn {
-	t.Helper()
-	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer()
-	register(srv)
-	go func() { _ = srv.Serve(lis) }()
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(); srv.Stop() })
-	return conn
+	return grpcservertest.Serve(t, is.Register, grpcservertest.Options{Bufconn: true})
 }
 
 func must(t *testing.T, err error) {

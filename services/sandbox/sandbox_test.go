@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,13 +14,11 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/platform/grpcserver/grpcservertest"
 	"github.com/deskgrid/deskgrid/services/sandbox/overlay"
 )
 
@@ -55,19 +52,9 @@ func newHarness(t testing.TB, cfg Config, deps Deps) *harness {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer()
-	svc.Register(srv)
-	go func() { _ = srv.Serve(lis) }()
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
+	// The service closes after the server stops and the client is gone
+	// (cleanups run last-in first-out).
 	t.Cleanup(func() {
-		_ = conn.Close()
-		srv.Stop()
 		if err := svc.Close(ctx); err != nil {
 			t.Errorf("Close: %v", err)
 		}
@@ -83,6 +70,7 @@ func newHarness(t testing.TB, cfg Config, deps Deps) *harness {
 			}
 		}
 	})
+	conn := grpcservertest.Serve(t, svc.Register, grpcservertest.Options{Bufconn: true})
 	return &harness{svc: svc, client: sandboxv1.NewSandboxServiceClient(conn), cfg: svc.cfg}
 }
 

@@ -3,38 +3,24 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"io"
+	"maps"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/platform/auth"
+	"github.com/deskgrid/deskgrid/services/platform/auth/authtest"
 )
-
-// tenantMD is the metadata header the tests' Tenancy hook reads, standing
-// in for the authenticated principal; a call without it stands for the
-// system (the internal token forwarding no tenant).
-const tenantMD = "x-tenant"
-
-func tenantFromMD(ctx context.Context) auth.Caller {
-	md, _ := metadata.FromIncomingContext(ctx)
-	if v := md.Get(tenantMD); len(v) > 0 {
-		return auth.ForTenant(v[0])
-	}
-	return auth.System
-}
 
 func asTenant(t testing.TB, tenant string) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	return metadata.AppendToOutgoingContext(ctx, tenantMD, tenant)
+	return authtest.As(ctx, tenant)
 }
 
 // target names what an attack aims at: a session, one of its snapshots and
@@ -42,18 +28,6 @@ func asTenant(t testing.TB, tenant string) context.Context {
 type target struct{ session, snapshot, process string }
 
 type sandboxCall func(ctx context.Context, c sandboxv1.SandboxServiceClient, tg target) error
-
-// drain reads a server stream to its end; nil when it ended well.
-func drain[T any](recv func() (T, error)) error {
-	for {
-		if _, err := recv(); err != nil {
-			if err == io.EOF {
-				return nil
-			}
-			return err
-		}
-	}
-}
 
 // sessionCalls make each RPC that names a session (and, where it takes
 // them, a snapshot or process) against a target.
@@ -67,7 +41,7 @@ var sessionCalls = map[string]sandboxCall{
 		if err != nil {
 			return err
 		}
-		return drain(st.Recv)
+		return authtest.Drain(st.Recv)
 	},
 	"ReadFile": func(ctx context.Context, c sandboxv1.SandboxServiceClient, tg target) error {
 		_, err := c.ReadFile(ctx, &sandboxv1.ReadFileRequest{SessionId: tg.session, Path: "secret.txt"})
@@ -112,7 +86,7 @@ var sessionCalls = map[string]sandboxCall{
 		if err != nil {
 			return err
 		}
-		return drain(st.Recv)
+		return authtest.Drain(st.Recv)
 	},
 	"StartProcess": func(ctx context.Context, c sandboxv1.SandboxServiceClient, tg target) error {
 		_, err := c.StartProcess(ctx, &sandboxv1.StartProcessRequest{SessionId: tg.session, Argv: []string{"sleep", "1000"}})
@@ -215,31 +189,13 @@ var tenantWideCalls = []string{"CreateSandbox", "ListSandboxes"}
 // Every RPC must be checked for ownership: one added to the service without
 // an entry here fails.
 func TestTenancyCoversEveryRPC(t *testing.T) {
-	var methods []string
-	for _, m := range sandboxv1.SandboxService_ServiceDesc.Methods {
-		methods = append(methods, m.MethodName)
-	}
-	for _, st := range sandboxv1.SandboxService_ServiceDesc.Streams {
-		methods = append(methods, st.StreamName)
-	}
-	for _, m := range methods {
-		if _, ok := sessionCalls[m]; !ok && !slices.Contains(tenantWideCalls, m) {
-			t.Errorf("SandboxService.%s has no tenancy case: add it to sessionCalls or tenantWideCalls", m)
-		}
-	}
+	authtest.RequireCases(t, sandboxv1.SandboxService_ServiceDesc, slices.Collect(maps.Keys(sessionCalls)), tenantWideCalls)
 }
 
 // answer is a call's outcome with the target's names taken out, so the
 // answers for two targets compare.
 func answer(err error, tg target) (codes.Code, string) {
-	st := status.Convert(err)
-	msg := st.Message()
-	for _, s := range []string{tg.session, tg.snapshot, tg.process} {
-		if s != "" {
-			msg = strings.ReplaceAll(msg, s, "<name>")
-		}
-	}
-	return st.Code(), msg
+	return authtest.Answer(err, tg.session, tg.snapshot, tg.process)
 }
 
 // An attacker tenant gets, for the victim's sandbox, snapshot and process,
@@ -248,9 +204,9 @@ func answer(err error, tg target) (codes.Code, string) {
 func TestTenancyIsolatesSandboxes(t *testing.T) {
 	cfg := testConfig(t)
 	scrubOnCleanup(t, cfg.Root)
-	h := newHarness(t, cfg, Deps{Tenancy: tenantFromMD})
+	h := newHarness(t, cfg, Deps{Tenancy: authtest.Tenancy})
 	c := h.client
-	victim, attacker := asTenant(t, "victim"), asTenant(t, "attacker")
+	victim, attacker := asTenant(t, authtest.Victim), asTenant(t, authtest.Attacker)
 
 	for _, x := range []struct {
 		ctx context.Context
@@ -303,15 +259,8 @@ func TestTenancyIsolatesSandboxes(t *testing.T) {
 		}
 	}
 
-	names := make([]string, 0, len(sessionCalls))
-	for n := range sessionCalls {
-		names = append(names, n)
-	}
-	slices.Sort(names)
 	// Deletes last, so every other call meets what still exists.
-	last := []string{"DeleteSnapshot", "DeleteSandbox"}
-	names = append(slices.DeleteFunc(names, func(n string) bool { return slices.Contains(last, n) }), last...)
-	for _, name := range names {
+	for _, name := range authtest.Names(sessionCalls, "DeleteSnapshot", "DeleteSandbox") {
 		call := sessionCalls[name]
 		t.Run(name, func(t *testing.T) {
 			gc, gm := answer(call(attacker, c, victimTarget), victimTarget)
@@ -432,23 +381,23 @@ func TestTenancyIsolatesSandboxes(t *testing.T) {
 func TestTenancySurvivesReconcile(t *testing.T) {
 	cfg := testConfig(t)
 	scrubOnCleanup(t, cfg.Root)
-	crashed, err := New(context.Background(), cfg, Deps{Logger: quietLogger(), Tenancy: tenantFromMD})
+	crashed, err := New(context.Background(), cfg, Deps{Logger: quietLogger(), Tenancy: authtest.Tenancy})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(tenantMD, "victim"))
+	ctx := authtest.Incoming(context.Background(), authtest.Victim)
 	if _, err := crashed.create(ctx, "kept", "", Limits{}, "", false, nil); err != nil {
 		t.Fatal(err)
 	}
 	crashed = nil // dropped without Close, as a killed process would
 
-	h := newHarness(t, cfg, Deps{Tenancy: tenantFromMD})
+	h := newHarness(t, cfg, Deps{Tenancy: authtest.Tenancy})
 	if _, err := h.svc.Reconcile(context.Background(), func(string) bool { return true }); err != nil {
 		t.Fatal(err)
 	}
-	_, err = h.client.GetSandbox(asTenant(t, "attacker"), &sandboxv1.GetSandboxRequest{SessionId: "kept"})
+	_, err = h.client.GetSandbox(asTenant(t, authtest.Attacker), &sandboxv1.GetSandboxRequest{SessionId: "kept"})
 	wantCode(t, err, codes.NotFound)
-	if _, err := h.client.GetSandbox(asTenant(t, "victim"), &sandboxv1.GetSandboxRequest{SessionId: "kept"}); err != nil {
+	if _, err := h.client.GetSandbox(asTenant(t, authtest.Victim), &sandboxv1.GetSandboxRequest{SessionId: "kept"}); err != nil {
 		t.Fatalf("owner after reconcile: %v", err)
 	}
 }
@@ -459,7 +408,7 @@ func TestTenancySurvivesReconcile(t *testing.T) {
 func TestTenancyAnonymousIsNotTheSystem(t *testing.T) {
 	cfg := testConfig(t)
 	scrubOnCleanup(t, cfg.Root)
-	h := newHarness(t, cfg, Deps{Tenancy: auth.CallerOf})
+	h := newHarness(t, cfg, Deps{Tenancy: authtest.AuthOn})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	system := auth.AsSystem(ctx)

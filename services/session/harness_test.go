@@ -4,30 +4,26 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	eventsv1 "github.com/deskgrid/deskgrid/proto/deskgrid/events/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	"github.com/deskgrid/deskgrid/services/platform/activity"
 	"github.com/deskgrid/deskgrid/services/platform/auth"
+	"github.com/deskgrid/deskgrid/services/platform/auth/authtest"
 	"github.com/deskgrid/deskgrid/services/platform/events"
+	"github.com/deskgrid/deskgrid/services/platform/grpcserver/grpcservertest"
 	"github.com/deskgrid/deskgrid/services/platform/natsembed/natstest"
 	"github.com/deskgrid/deskgrid/services/platform/sqlstore/sqlstoretest"
 	"github.com/deskgrid/deskgrid/services/session/placement"
 	"github.com/deskgrid/deskgrid/services/session/store"
 )
-
-const tenantHeader = "x-deskgrid-tenant"
 
 // harness is a session service on real gRPC, a real SQLite store and an
 // in-process NATS, with fake nodes.
@@ -56,8 +52,8 @@ type harnessOpts struct {
 // metadata, standing in for the authenticated principal, and DefaultTenant
 // for a call without it.
 func tenantFromMD(ctx context.Context) auth.Caller {
-	if v := metadata.ValueFromIncomingContext(ctx, tenantHeader); len(v) > 0 {
-		return auth.ForTenant(v[0])
+	if t := authtest.Tenant(ctx); t != "" {
+		return auth.ForTenant(t)
 	}
 	return auth.ForTenant(DefaultTenant)
 }
@@ -127,20 +123,9 @@ func newHarness(t testing.TB, opts ...option) *harness {
 		t.Fatal(err)
 	}
 
-	srv := grpc.NewServer()
-	h.svc.Register(srv)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := grpcservertest.Start(t, h.svc.Register, grpcservertest.Options{})
 	// Cleanups run last-in first-out: the client, then the service, then
 	// the server, then the store and NATS registered above.
-	t.Cleanup(srv.Stop)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -148,7 +133,7 @@ func newHarness(t testing.TB, opts ...option) *harness {
 			t.Errorf("close: %v", err)
 		}
 	})
-	t.Cleanup(func() { _ = cc.Close() })
+	cc := srv.Dial(t)
 	h.client = sessionv1.NewSessionServiceClient(cc)
 	return h
 }
@@ -222,7 +207,7 @@ func (r *recorder) of(id string) []*eventsv1.SessionStateChanged {
 }
 
 func asTenant(ctx context.Context, tenant string) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, tenantHeader, tenant)
+	return authtest.As(ctx, tenant)
 }
 
 // manualClock is a clock tests move by hand.

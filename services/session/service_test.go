@@ -4,15 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/deskgrid/deskgrid/services/platform/auth/quota"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/proto"
 	"io"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/deskgrid/deskgrid/services/platform/auth/quota"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -1038,9 +1039,7 @@ func TestTenantQuota(t *testing.T) {
 		c.TenantQuotas = map[string]quota.Amount{"big": {Sessions: 3}}
 	}))
 	ctx := context.Background()
-	as := func(tenant string) context.Context {
-		return metadata.AppendToOutgoingContext(ctx, tenantHeader, tenant)
-	}
+	as := func(tenant string) context.Context { return asTenant(ctx, tenant) }
 	create := func(ctx context.Context, cpu int64) (*sessionv1.Session, error) {
 		r, err := h.client.CreateSession(ctx, &sessionv1.CreateSessionRequest{Limits: &sessionv1.ResourceLimits{CpuMillis: cpu}})
 		return r.GetSession(), err
@@ -1082,9 +1081,7 @@ func TestTenantQuota(t *testing.T) {
 // default cap refuses its next session, and another tenant still gets one.
 func TestDefaultTenantSessionCap(t *testing.T) {
 	h := newHarness(t)
-	as := func(tenant string) context.Context {
-		return metadata.AppendToOutgoingContext(context.Background(), tenantHeader, tenant)
-	}
+	as := func(tenant string) context.Context { return asTenant(context.Background(), tenant) }
 	for i := range DefaultTenantMaxSessions {
 		if _, err := h.client.CreateSession(as("greedy"), &sessionv1.CreateSessionRequest{}); err != nil {
 			t.Fatalf("session %d: %v", i+1, err)

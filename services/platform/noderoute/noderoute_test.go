@@ -17,6 +17,7 @@ import (
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/platform/grpcserver/grpcservertest"
 	"github.com/deskgrid/deskgrid/services/platform/natsembed/natstest"
 )
 
@@ -26,7 +27,7 @@ type testNode struct {
 	sandboxv1.UnimplementedSandboxServiceServer
 	name string
 	addr string
-	srv  *grpc.Server
+	srv  *grpcservertest.Server
 }
 
 func (n *testNode) GetDisplay(_ context.Context, req *displayv1.GetDisplayRequest) (*displayv1.GetDisplayResponse, error) {
@@ -59,15 +60,12 @@ func (n *testNode) Exec(req *sandboxv1.ExecRequest, stream grpc.ServerStreamingS
 
 func startNode(t *testing.T, name string) *testNode {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &testNode{name: name, addr: lis.Addr().String(), srv: grpc.NewServer()}
-	displayv1.RegisterDisplayServiceServer(n.srv, n)
-	sandboxv1.RegisterSandboxServiceServer(n.srv, n)
-	go func() { _ = n.srv.Serve(lis) }()
-	t.Cleanup(n.srv.Stop)
+	n := &testNode{name: name}
+	n.srv = grpcservertest.Start(t, func(r grpc.ServiceRegistrar) {
+		displayv1.RegisterDisplayServiceServer(r, n)
+		sandboxv1.RegisterSandboxServiceServer(r, n)
+	}, grpcservertest.Options{})
+	n.addr = n.srv.Addr
 	return n
 }
 
@@ -184,7 +182,7 @@ func TestStaleEntryDroppedOnUnavailable(t *testing.T) {
 	if got, _ := xdisplay(t, r, "s1"); got != "a" {
 		t.Fatalf("got %q", got)
 	}
-	a.srv.Stop()
+	a.srv.Close()
 	sm.set("s1", b.addr)
 	if _, err := xdisplay(t, r, "s1"); status.Code(err) != codes.Unavailable {
 		t.Fatalf("call to a stopped node: %v, want Unavailable", err)
