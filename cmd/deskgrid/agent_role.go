@@ -9,6 +9,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,6 +19,7 @@ import (
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	"github.com/deskgrid/deskgrid/services/agent"
+	"github.com/deskgrid/deskgrid/services/agent/lease"
 	agentstore "github.com/deskgrid/deskgrid/services/agent/store"
 	"github.com/deskgrid/deskgrid/services/platform/activity"
 	"github.com/deskgrid/deskgrid/services/platform/grpcserver"
@@ -118,4 +120,27 @@ func (s *setup) addAgent(ctx context.Context, srv *grpcserver.Server, nc *nats.C
 	}
 	a.Register(srv.GRPC)
 	return nil
+}
+
+// inputLeases are the agent's input leases: one holder per session across
+// every agent replica, fencing tokens that keep growing across restarts.
+func (s *setup) inputLeases(ctx context.Context) (lease.Manager, error) {
+	if !s.clustered() {
+		return lease.NewMemory(nil), nil
+	}
+	rdb, err := s.redisClient(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return lease.NewRedis(rdb, s.cfg.RedisPrefix)
+}
+
+// timedLeases records how long each input lease acquire waited.
+type timedLeases struct{ lease.Manager }
+
+func (t timedLeases) Acquire(ctx context.Context, sessionID, holder string, ttl time.Duration) (lease.Lease, error) {
+	start := time.Now()
+	l, err := t.Manager.Acquire(ctx, sessionID, holder, ttl)
+	metrics.LeaseWaited(ctx, time.Since(start), err)
+	return l, err
 }
