@@ -4,12 +4,17 @@ MODULES := proto services/platform services/session services/display services/sa
 BIN := $(CURDIR)/.bin
 GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: all build setup generate lint test ci bench tasks tidy clean
+.PHONY: all build build-node setup generate lint test ci bench tasks tidy clean
 
 all: build
 
 build:
 	go build -o bin/deskgrid ./cmd/deskgrid
+
+# The node image's binary: display, sandbox and the client commands, no LLM
+# or cloud SDK (cmd/deskgrid/nodeonly.go).
+build-node:
+	go build -tags nodeonly -o bin/deskgrid-node ./cmd/deskgrid
 
 setup:
 	scripts/setup --dev
@@ -21,13 +26,21 @@ generate:
 	@mkdir -p .cache && (cd gateway && go run ./openapi/dump) > .cache/openapi.json
 	cd sdk/typescript && node scripts/generate.mjs ../../.cache/openapi.json
 
-# gofmt, go vet, buf lint, the OpenAPI document the gateway serves linted by
-# Redocly (zero errors; installed by scripts/setup --dev), proof that the
-# generated code is fresh, and the alerting rules checked and unit-tested by
-# promtool (Debian's prometheus, installed by scripts/setup --dev).
+# gofmt, go vet and staticcheck (staticcheck.conf; installed by scripts/setup
+# --dev) on every module and on the node image's build (-tags nodeonly), every
+# go.mod tidy and all of them on one version of each dependency
+# (scripts/check-modules.go), buf lint, the OpenAPI document the gateway
+# serves linted by Redocly (zero errors; installed by scripts/setup --dev),
+# proof that the generated code is fresh, and the alerting rules checked and
+# unit-tested by promtool (Debian's prometheus, installed by scripts/setup --dev).
 lint: generate
-	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l $(MODULES) scripts); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@for m in $(MODULES); do (cd $$m && go vet ./...) || exit 1; done
+	cd cmd/deskgrid && go vet -tags nodeonly ./...
+	@for m in $(MODULES); do (cd $$m && GOWORK=off go mod tidy -diff) || { echo "$$m: go.mod is not tidy (make tidy)"; exit 1; }; done
+	GOWORK=off go run scripts/check-modules.go
+	@for m in $(MODULES); do echo "staticcheck $$m"; (cd $$m && $(BIN)/staticcheck ./...) || exit 1; done
+	cd cmd/deskgrid && $(BIN)/staticcheck -tags nodeonly ./...
 	$(BIN)/buf lint
 	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true gateway/e2e/node_modules/.bin/redocly lint --format stylish .cache/openapi.json
 	git diff --exit-code -- proto gateway/openapi sdk/typescript/src/openapi.ts
@@ -54,7 +67,7 @@ tasks: build
 		go test -count=1 -timeout 30m -run '^TestTaskSuite$$' . ; cat $(CURDIR)/.cache/tasks.md
 
 tidy:
-	@for m in $(MODULES); do (cd $$m && go mod tidy) || exit 1; done
+	@for m in $(MODULES); do (cd $$m && GOWORK=off go mod tidy) || exit 1; done
 
 clean:
 	rm -rf bin

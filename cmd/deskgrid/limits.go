@@ -4,7 +4,6 @@ import (
 	"flag"
 	"strings"
 
-	"github.com/deskgrid/deskgrid/services/agent"
 	"github.com/deskgrid/deskgrid/services/sandbox"
 )
 
@@ -17,5 +16,5 @@ type limitsConfig struct {
 
 func limitFlags(fs *flag.FlagSet, c *limitsConfig) {
 	fs.Int64Var(&c.SessionDiskBytes, "session-disk-bytes", sandbox.DefaultDiskBytes, "disk a session's writable layer may fill when its request names no disk_bytes (0: no limit)")
-	fs.StringVar(&c.ProviderBaseURLs, "provider-base-urls", strings.Join(agent.DefaultProviderBaseURLs, ","), "comma-separated base URLs a run may name for its provider (scheme://host[:port][/path], port * for any); the -*-base-url settings are allowed besides")
+	fs.StringVar(&c.ProviderBaseURLs, "provider-base-urls", strings.Join(defaultProviderBaseURLs, ","), "comma-separated base URLs a run may name for its provider (scheme://host[:port][/path], port * for any); the -*-base-url settings are allowed besides")
 }

@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc"
 
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
-	"github.com/deskgrid/deskgrid/services/agent/lease"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/platform/metrics"
 	"github.com/deskgrid/deskgrid/services/session/cluster"
@@ -213,14 +212,4 @@ func (s *setup) countEvents(nc *nats.Conn, kinds metrics.EventKinds) error {
 	}
 	s.closers.add("event metrics", func(context.Context) error { return stop() })
 	return nil
-}
-
-// timedLeases records how long each input lease acquire waited.
-type timedLeases struct{ lease.Manager }
-
-func (t timedLeases) Acquire(ctx context.Context, sessionID, holder string, ttl time.Duration) (lease.Lease, error) {
-	start := time.Now()
-	l, err := t.Manager.Acquire(ctx, sessionID, holder, ttl)
-	metrics.LeaseWaited(ctx, time.Since(start), err)
-	return l, err
 }

@@ -24,11 +24,8 @@ import (
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	imagev1 "github.com/deskgrid/deskgrid/proto/deskgrid/image/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
-	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	deskgrid "github.com/deskgrid/deskgrid/sdk"
 	"github.com/deskgrid/deskgrid/sdk/mcpserver"
-	"github.com/deskgrid/deskgrid/services/agent"
-	agentstore "github.com/deskgrid/deskgrid/services/agent/store"
 	"github.com/deskgrid/deskgrid/services/display"
 	"github.com/deskgrid/deskgrid/services/history"
 	historystore "github.com/deskgrid/deskgrid/services/history/store"
@@ -529,90 +526,6 @@ func (s *setup) addHistory(ctx context.Context, srv *grpcserver.Server, js jetst
 	}
 	s.closers.add("history ingest metrics", func(context.Context) error { return stopIngest() })
 	return s.observeConsumers(js)
-}
-
-// addAgent starts the agent service. It reaches sessions' displays and
-// sandboxes through the node (or, in a cluster, the node router), stores runs
-// beside the other records and makes run events durable on JetStream.
-func (s *setup) addAgent(ctx context.Context, srv *grpcserver.Server, nc *nats.Conn, js jetstream.JetStream, act *activity.Tracker) error {
-	var nodes grpc.ClientConnInterface
-	if s.clustered() {
-		r, err := s.nodeRouter(ctx, true)
-		if err != nil {
-			return err
-		}
-		nodes = r
-	} else {
-		conn, err := s.internalDial(ctx, s.cfg.NodeAddr)
-		if err != nil {
-			return err
-		}
-		s.closers.add("agent node connection", func(context.Context) error { return conn.Close() })
-		nodes = conn
-	}
-	sessConn, err := s.internalDial(ctx, s.cfg.SessionAddr)
-	if err != nil {
-		return err
-	}
-	s.closers.add("agent session connection", func(context.Context) error { return sessConn.Close() })
-	dsn, err := s.storeDSN("agent.db")
-	if err != nil {
-		return err
-	}
-	st, err := agentstore.Open(ctx, dsn, s.logger.With("component", "agent-store"))
-	if err != nil {
-		return fmt.Errorf("agent store: %w", err)
-	}
-	s.closers.add("agent store", func(context.Context) error { return st.Close() })
-	sealer, err := s.secretBox()
-	if err != nil {
-		return err
-	}
-
-	cfg := agent.DefaultConfig()
-	cfg.Sealer = sealer
-	// Only the all-in-one agent owns its store alone.
-	cfg.RecoverInterruptedRuns = s.role == "up"
-	cfg.APIKeys = map[string]string{}
-	cfg.BaseURLs = map[string]string{}
-	cfg.ProviderBaseURLs = splitList(s.cfg.ProviderBaseURLs)
-	for name, p := range map[string]struct{ key, url string }{
-		"anthropic": {s.cfg.AnthropicAPIKey, s.cfg.AnthropicBaseURL},
-		"openai":    {s.cfg.OpenAIAPIKey, s.cfg.OpenAIBaseURL},
-		"gemini":    {s.cfg.GeminiAPIKey, s.cfg.GeminiBaseURL},
-	} {
-		if p.key != "" {
-			cfg.APIKeys[name] = p.key
-		}
-		if p.url != "" {
-			cfg.BaseURLs[name] = p.url
-		}
-	}
-	leases, err := s.inputLeases(ctx)
-	if err != nil {
-		return err
-	}
-	a, err := agent.New(ctx, cfg, agent.Deps{
-		Logger:    s.logger.With("component", "agent"),
-		Display:   displayv1.NewDisplayServiceClient(nodes),
-		Sandbox:   sandboxv1.NewSandboxServiceClient(nodes),
-		Sessions:  sessionv1.NewSessionServiceClient(sessConn),
-		Store:     st,
-		JetStream: js,
-		Leases:    timedLeases{leases},
-		Tenancy:   s.tenancy(),
-		NATS:      nc,
-		Activity:  act,
-	})
-	if err != nil {
-		return fmt.Errorf("agent: %w", err)
-	}
-	s.closers.add("agent", a.Close)
-	if err := s.countEvents(js.Conn(), metrics.EventKinds{Runs: true, TenantUsage: s.cfg.MetricsTenantUsage}); err != nil {
-		return err
-	}
-	a.Register(srv.GRPC)
-	return nil
 }
 
 // secretBox seals secrets at rest (provider keys runs bring). Its keys:

@@ -19,6 +19,9 @@ import (
 
 var roles = []string{"node", "display", "sandbox", "session", "history", "agent", "gateway"}
 
+// nodeOnlyRoles says why a node-only build (-tags nodeonly) refuses a role.
+const nodeOnlyRoles = "this deskgrid is a node-only build (-tags nodeonly): it serves node, display and sandbox, and runs the client commands; the control plane's roles need the full build"
+
 // runServe runs one role in this process.
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
@@ -36,6 +39,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	case "node", "display", "sandbox", "session", "history", "agent", "gateway":
 	default:
 		return usageError("serve: unknown role %q, want one of %v", role, roles)
+	}
+	if nodeOnly && role != "node" && role != "display" && role != "sandbox" {
+		return usageError("serve %s: %s", role, nodeOnlyRoles)
 	}
 	if err := checkExposure(role, cfg); err != nil {
 		return err

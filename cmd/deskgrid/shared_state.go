@@ -7,7 +7,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/deskgrid/deskgrid/services/agent/lease"
 	"github.com/deskgrid/deskgrid/services/platform/auth/viewer"
 	"github.com/deskgrid/deskgrid/services/platform/metrics"
 )
@@ -41,19 +40,6 @@ func (s *setup) redisClient(ctx context.Context) (*redis.Client, error) {
 		return nil, fmt.Errorf("connect to Redis at %s: %w", opt.Addr, err)
 	}
 	return rdb, nil
-}
-
-// inputLeases are the agent's input leases: one holder per session across
-// every agent replica, fencing tokens that keep growing across restarts.
-func (s *setup) inputLeases(ctx context.Context) (lease.Manager, error) {
-	if !s.clustered() {
-		return lease.NewMemory(nil), nil
-	}
-	rdb, err := s.redisClient(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return lease.NewRedis(rdb, s.cfg.RedisPrefix)
 }
 
 // viewerRevocations are the revoked viewer links, seen by every gateway.

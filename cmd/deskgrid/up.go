@@ -16,6 +16,9 @@ import (
 // runUp runs every service in this process: embedded NATS, SQLite, one node.
 // The services still talk to each other over gRPC, as they do in a cluster.
 func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+	if nodeOnly {
+		return usageError("up: %s", nodeOnlyRoles)
+	}
 	cfg, rest, err := parseServerFlags("up", args, stderr)
 	if err != nil {
 		return err

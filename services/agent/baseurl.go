@@ -42,7 +42,7 @@ func parseBaseURLRules(list []string) ([]baseURLRule, error) {
 		if err != nil {
 			return nil, fmt.Errorf("provider base URL %q: %w", raw, err)
 		}
-		r := baseURLRule{scheme: u.scheme, host: u.host, port: u.port, path: u.path}
+		r := baseURLRule(u)
 		if anyPort {
 			r.port = "*"
 		}

@@ -27,12 +27,12 @@ func atom(tb testing.TB, c *xgb.Conn, name string) xproto.Atom {
 // override-redirect, with ICCCM/EWMH properties, and a size hint asking
 // the window manager to keep its position.
 type appWindow struct {
-	title, netTitle   string // WM_NAME (Latin-1 STRING), _NET_WM_NAME (UTF-8)
-	instance, class   string
-	x, y, w, h        int
-	parent            xproto.Window // 0: the root
-	wmState           bool          // set WM_STATE as a window manager would
-	noMap, noNetTitle bool
+	title, netTitle string // WM_NAME (Latin-1 STRING), _NET_WM_NAME (UTF-8)
+	instance, class string
+	x, y, w, h      int
+	parent          xproto.Window // 0: the root
+	wmState         bool          // set WM_STATE as a window manager would
+	noMap           bool
 }
 
 func (a appWindow) create(tb testing.TB, c *xgb.Conn) xproto.Window {

@@ -27,7 +27,6 @@ type entry struct {
 	typ        byte
 	link       string
 	mode       int64
-	size       int64 // 0: len(body)
 	pax        map[string]string
 	devmajor   int64
 }

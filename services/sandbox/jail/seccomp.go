@@ -44,8 +44,6 @@ type ArgCond struct {
 	Value uint32
 }
 
-func (c ArgCond) holds(arg uint64) bool { return uint32(arg)&c.Mask == c.Value }
-
 // Namespace flags of clone and unshare: no new namespaces inside a sandbox.
 // A new user namespace would give the program every capability again
 // inside it, and the others much kernel attack surface with them.

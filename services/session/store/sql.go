@@ -29,8 +29,6 @@ type sqlStore struct {
 	w, r *sql.DB
 }
 
-const columns = "data"
-
 // bind rewrites ? placeholders for the database.
 func (s *sqlStore) bind(q string) string { return s.db.Rebind(q) }
 
