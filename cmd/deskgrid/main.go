@@ -33,7 +33,7 @@ Usage:
   deskgrid exec <id> [--] <command> [args]  run a command in a session's sandbox, streaming its output
   deskgrid shell <id> <command line>        run a line in the session's persistent shell
   deskgrid act <id> click X Y | move X Y | type TEXT | key CHORD | scroll X Y DY
-  deskgrid a11y <id> [-visible] [-app A] [-root NODE] [-role R -name N]   the accessibility tree of a session's desktop
+  deskgrid a11y <id> [tree] [-visible] [-app A] [-root NODE|-window W|-focused|-pid P] [-format text|json|osworld] [-role R -name N]   the accessibility tree of a session's desktop
   deskgrid a11y <id> do NODE ACTION | set-text NODE TEXT | focus NODE   act on a node (or the one -role/-name find)
   deskgrid apps <id> [launch APP [FILE|URL...]]   the applications a session offers; start one, print its window
   deskgrid files <id> ls|cat|put|get|rm|mkdir|mv ...
