@@ -39,7 +39,7 @@ Usage:
   deskgrid files <id> ls|cat|put|get|rm|mkdir|mv ...
   deskgrid changes <id> [list] | diff PATH | apply [PATH...] | discard [PATH...]
   deskgrid snapshots <id> create | list | restore SNAPSHOT | delete SNAPSHOT
-  deskgrid runs create <id> -prompt TEXT | get|cancel|events|approve|reject <run> | list <id> | send <run> TEXT
+  deskgrid runs create <id> -prompt TEXT [-a11y] | get|cancel|events|approve|reject <run> | list <id> | send <run> TEXT
   deskgrid history list <id> | search WORDS | export <id> | import <id> | delete <id>
   deskgrid nodes list | get|drain|undrain <id>   the nodes of a cluster
   deskgrid images build <recipe> -o <dir>  build a session image from a recipe (deploy/images/desktop) into an OCI layout

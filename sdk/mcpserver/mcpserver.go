@@ -360,6 +360,7 @@ type runIn struct {
 	Prompt    string `json:"prompt" jsonschema:"the task"`
 	Provider  string `json:"provider" jsonschema:"anthropic, openai or gemini"`
 	Model     string `json:"model,omitempty"`
+	A11y      bool   `json:"accessibility_tree,omitempty" jsonschema:"give the model the screen's accessibility tree as text beside each screenshot"`
 }
 
 type runOut struct {
@@ -368,7 +369,7 @@ type runOut struct {
 }
 
 func (t *tools) startRun(ctx context.Context, _ *mcp.CallToolRequest, in runIn) (*mcp.CallToolResult, runOut, error) {
-	r, err := t.c.Runs.Create(ctx, in.SessionID, in.Prompt, deskgrid.RunOptions{Provider: in.Provider, Model: in.Model})
+	r, err := t.c.Runs.Create(ctx, in.SessionID, in.Prompt, deskgrid.RunOptions{Provider: in.Provider, Model: in.Model, AccessibilityTree: in.A11y})
 	if err != nil {
 		return nil, runOut{}, err
 	}
