@@ -27,7 +27,7 @@ const (
 	// exportTextLength bounds a text object's content in an export, which
 	// reads every text object's (OSWorld's tree holds them all).
 	exportTextLength = 16 << 10
-	maxActions    = 16
+	maxActions       = 16
 )
 
 // Limits bound a walk of the tree.
