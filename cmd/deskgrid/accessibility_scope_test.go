@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
-
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	deskgrid "github.com/deskgrid/deskgrid/sdk"
 )
@@ -27,28 +25,7 @@ import (
 func TestAccessibilityScopesAndExport(t *testing.T) {
 	p := startUpOnDesktop(t, t.TempDir(), t.TempDir())
 	a := p.createWith(`{"display":{"width":1280,"height":800}}`)
-	get := func(query string) (int, *sandboxv1.GetAccessibilityTreeResponse, string) {
-		t.Helper()
-		code, body, _ := p.do("GET", "/v1/sessions/"+a.ID+"/accessibility"+query, "")
-		out := &sandboxv1.GetAccessibilityTreeResponse{}
-		if code == http.StatusOK {
-			if err := protojson.Unmarshal(body, out); err != nil {
-				t.Fatalf("tree %s: %v", body, err)
-			}
-		}
-		return code, out, string(body)
-	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		code, _, body := get("")
-		if code == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no accessibility tree: %d %s\n%s", code, body, p.logs)
-		}
-		time.Sleep(500 * time.Millisecond) // polled: the bus comes up with the desktop
-	}
+	get := treeOver(t, p, a.ID)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c, err := deskgrid.New(p.grpc, deskgrid.WithAPIKey(p.key))
@@ -71,7 +48,7 @@ func TestAccessibilityScopesAndExport(t *testing.T) {
 
 	// By window id: Mousepad's frame at the top, its menu below.
 	var tree *sandboxv1.GetAccessibilityTreeResponse
-	deadline = time.Now().Add(time.Minute)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		code, tr, body := get(fmt.Sprintf("?window_id=%d", win.GetId()))
 		if code == http.StatusOK && len(deskgrid.FindAccessible(tr, "menu", "File")) > 0 {

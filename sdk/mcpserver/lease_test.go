@@ -5,11 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
-	deskgrid "github.com/deskgrid/deskgrid/sdk"
-	"github.com/deskgrid/deskgrid/sdk/deskgridtest"
 	"github.com/deskgrid/deskgrid/sdk/mcpserver"
 )
 
@@ -18,25 +14,8 @@ import (
 // the display refuses them as it refuses REST; with the holder's token
 // they go through; once the lease is given up, no token is needed.
 func TestToolsPassTheInputLease(t *testing.T) {
-	srv := deskgridtest.Start(t)
-	c, err := deskgrid.New(srv.GRPCAddr, deskgrid.WithAPIKey(srv.APIKey))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ct, st := mcp.NewInMemoryTransports()
+	c, cs := inMemory(t)
 	ctx := context.Background()
-	ss, err := mcpserver.New(c, "", "test").Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ss.Close()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
-
 	s := structured[mcpserver.SessionInfo](t, call(t, cs, "create_session", map[string]any{"width": 640, "height": 480}))
 	sess, err := c.Sessions.Get(ctx, s.ID)
 	if err != nil {
