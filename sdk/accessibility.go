@@ -34,10 +34,31 @@ func Application(name string) AccessibilityOption {
 	return func(r *sandboxv1.GetAccessibilityTreeRequest) { r.Application = name }
 }
 
-// Root reads only the subtree of one node, by the id the tree gave it (a
-// window's, say); MaxDepth then counts from it.
+// Root reads only the subtree of one node, by the id the tree gave it;
+// MaxDepth then counts from it.
 func Root(id string) AccessibilityOption {
 	return func(r *sandboxv1.GetAccessibilityTreeRequest) { r.Root = id }
+}
+
+// OfWindow reads only the subtree of one top-level window, by the X
+// window id Windows gives: the accessible that stands for it at the top.
+// An unknown window is a NotFound error; one whose program offers no
+// accessibility a FailedPrecondition one.
+func OfWindow(id uint32) AccessibilityOption {
+	return func(r *sandboxv1.GetAccessibilityTreeRequest) { r.WindowId = id }
+}
+
+// OfFocusedWindow reads only the subtree of the window with the input
+// focus; none focused is a FailedPrecondition error.
+func OfFocusedWindow() AccessibilityOption {
+	return func(r *sandboxv1.GetAccessibilityTreeRequest) { r.FocusedWindow = true }
+}
+
+// OfProcess reads only the applications of one process of the session and
+// of those it started, by the id the session's programs see (a Window's
+// pid). A process that has exited is a NotFound error.
+func OfProcess(pid uint32) AccessibilityOption {
+	return func(r *sandboxv1.GetAccessibilityTreeRequest) { r.Pid = pid }
 }
 
 // AccessibleAct is what ActOnAccessible does to a node: DoAction, SetText
@@ -111,6 +132,20 @@ func (s *Session) AccessibilityTree(ctx context.Context, opts ...AccessibilityOp
 		return nil, wrap(err)
 	}
 	return resp, nil
+}
+
+// AccessibilityXML reads the accessibility tree as AccessibilityTree does
+// and returns it as the XML of OSWorld's accessibility_tree observation
+// (what its server's {"AT": xml} holds), for harnesses written for it.
+func (s *Session) AccessibilityXML(ctx context.Context, opts ...AccessibilityOption) (string, error) {
+	opts = append(opts, func(r *sandboxv1.GetAccessibilityTreeRequest) {
+		r.Format = sandboxv1.AccessibilityFormat_ACCESSIBILITY_FORMAT_OSWORLD_XML
+	})
+	resp, err := s.AccessibilityTree(ctx, opts...)
+	if err != nil {
+		return "", err
+	}
+	return resp.GetOsworldXml(), nil
 }
 
 // FindAccessible returns the nodes of a tree whose role is role (any role

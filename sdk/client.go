@@ -196,7 +196,8 @@ func (c *Client) Close() error {
 }
 
 // keyConn adds "authorization: Bearer <key>" to every call: the key of the
-// call's context (WithCallAPIKey) or else the client's own.
+// call's context (WithCallAPIKey) or else the client's own; and the
+// context's input lease token (WithInputLease) to a request that takes one.
 type keyConn struct {
 	cc  grpc.ClientConnInterface
 	key string
@@ -214,7 +215,7 @@ func (k keyConn) with(ctx context.Context) context.Context {
 }
 
 func (k keyConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
-	return k.cc.Invoke(k.with(ctx), method, args, reply, opts...)
+	return k.cc.Invoke(k.with(ctx), method, withLease(ctx, args), reply, opts...)
 }
 
 func (k keyConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
@@ -14,9 +15,10 @@ import (
 // AcquireInputLease waits its turn (first come, first served) for the
 // session's input lease, for at most wait (0: until ctx ends), and holds it
 // for ttl (0: 30 seconds). holder is a label such as a run id or a user
-// name. Pass the lease's Token as the lease token of input (ActWith,
-// ActOnAccessibleWith, LaunchWith) while leases are in use; renew the lease before it expires and release it
-// when done.
+// name. Pass the lease's Token as the lease token of input while leases
+// are in use (WithInputLease for every call made with a context, or the
+// request's own with ActWith, ActOnAccessibleWith, LaunchWith); renew the
+// lease before it expires and release it when done.
 func (s *Session) AcquireInputLease(ctx context.Context, holder string, ttl, wait time.Duration) (*agentv1.InputLease, error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
@@ -70,4 +72,33 @@ func (s *Session) ActWith(ctx context.Context, req *displayv1.PerformActionsRequ
 	req.SessionId = s.GetId()
 	resp, err := s.c.display.PerformActions(ctx, req)
 	return resp, wrap(err)
+}
+
+type leaseKey struct{}
+
+// WithInputLease makes the calls made with the returned context carry
+// token as their input lease token: every request that takes one (actions,
+// clipboard, windows, accessibility acts, launches) and names none itself.
+// A stale or missing token while a lease is held is a FailedPrecondition
+// error.
+func WithInputLease(ctx context.Context, token int64) context.Context {
+	return context.WithValue(ctx, leaseKey{}, token)
+}
+
+// withLease puts the context's input lease token (WithInputLease) in a
+// request that takes one and names none.
+func withLease(ctx context.Context, args any) any {
+	token, ok := ctx.Value(leaseKey{}).(int64)
+	m, isMsg := args.(proto.Message)
+	if !ok || token == 0 || !isMsg {
+		return args
+	}
+	r := m.ProtoReflect()
+	f := r.Descriptor().Fields().ByName("lease_token")
+	if f == nil || f.Kind() != protoreflect.Int64Kind || f.IsList() || r.Get(f).Int() != 0 {
+		return args
+	}
+	c := proto.Clone(m)
+	c.ProtoReflect().Set(f, protoreflect.ValueOfInt64(token))
+	return c
 }

@@ -19,6 +19,9 @@ type RunOptions struct {
 	MaxSteps        int
 	// APIKey and BaseURL are used for this run only.
 	APIKey, BaseURL string
+	// AccessibilityTree gives the model the screen's accessibility tree as
+	// text beside each screenshot.
+	AccessibilityTree bool
 }
 
 // Create starts an agent loop on a session.
@@ -28,6 +31,7 @@ func (r *Runs) Create(ctx context.Context, sessionID, prompt string, o RunOption
 	resp, err := r.c.agent.CreateRun(ctx, &agentv1.CreateRunRequest{
 		SessionId: sessionID, Prompt: prompt, Provider: o.Provider, Model: o.Model,
 		MaxSteps: int32(o.MaxSteps), ApiKey: o.APIKey, BaseUrl: o.BaseURL,
+		Options: &agentv1.RunOptions{AccessibilityTree: o.AccessibilityTree},
 	})
 	if err != nil {
 		return nil, wrap(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"text/tabwriter"
 
@@ -13,25 +14,49 @@ import (
 	deskgrid "github.com/deskgrid/deskgrid/sdk"
 )
 
-// runAccessibility prints a session's accessibility tree, or acts on one
-// of its nodes: do NODE ACTION, set-text NODE TEXT, focus NODE. With -role
-// and/or -name in place of NODE, the one node they find.
+// runAccessibility prints a session's accessibility tree (as text, JSON
+// or OSWorld's XML), or acts on one of its nodes: do NODE ACTION,
+// set-text NODE TEXT, focus NODE. With -role and/or -name in place of
+// NODE, the one node they find.
 func runAccessibility(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cf := newClientFlags("a11y", stderr)
 	depth := fs.Int("depth", 0, "levels below each application (0: 12, at most 64)")
 	nodes := fs.Int("nodes", 0, "nodes at most (0: 2000, at most 20000)")
 	visible := fs.Bool("visible", false, "only what shows on the screen")
 	app := fs.String("app", "", "only applications whose name contains this")
-	root := fs.String("root", "", "only the subtree of this node id (a window's)")
+	root := fs.String("root", "", "only the subtree of this node id")
+	window := fs.Uint("window", 0, "only the subtree of this X window (an id deskgrid windows lists)")
+	focused := fs.Bool("focused", false, "only the subtree of the window with the input focus")
+	pid := fs.Uint("pid", 0, "only the applications of this process of the session and those it started")
+	format := fs.String("format", "text", "tree: text, json (as -o json) or osworld (OSWorld's XML)")
 	role := fs.String("role", "", "find: only nodes of this role (push button, entry, link, ...)")
 	name := fs.String("name", "", "find: only nodes whose name contains this")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
 	}
-	const usage = "a11y: want <id> [-app A] [-root NODE] [-role R -name N], or <id> do NODE ACTION | set-text NODE TEXT | focus NODE (NODE may be left out for -role/-name to find it)"
-	if len(pos) < 1 {
+	const usage = "a11y: want <id> [tree] [-app A] [-root NODE | -window W | -focused | -pid P] [-format text|json|osworld] [-role R -name N], or <id> do NODE ACTION | set-text NODE TEXT | focus NODE (NODE may be left out for -role/-name to find it)"
+	if len(pos) < 1 || *window > math.MaxUint32 || *pid > math.MaxUint32 {
 		return usageError(usage)
+	}
+	if len(pos) == 2 && pos[1] == "tree" {
+		pos = pos[:1]
+	}
+	req := &sandboxv1.GetAccessibilityTreeRequest{
+		SessionId: pos[0], MaxDepth: int32(*depth), MaxNodes: int32(*nodes), OnlyVisible: *visible, Application: *app, Root: *root,
+		WindowId: uint32(*window), FocusedWindow: *focused, Pid: uint32(*pid),
+	}
+	switch *format {
+	case "text":
+	case "json":
+		cf.output = "json"
+	case "osworld":
+		if len(pos) > 1 || *role != "" || *name != "" {
+			return usageError("a11y: -format osworld writes the tree; it does not go with -role, -name or acts")
+		}
+		req.Format = sandboxv1.AccessibilityFormat_ACCESSIBILITY_FORMAT_OSWORLD_XML
+	default:
+		return usageError("a11y: -format %q: want text, json or osworld", *format)
 	}
 	var act deskgrid.AccessibleAct
 	var node string
@@ -63,14 +88,16 @@ func runAccessibility(ctx context.Context, args []string, stdout, stderr io.Writ
 	client := sandboxv1.NewSandboxServiceClient(conn)
 	var tree *sandboxv1.GetAccessibilityTreeResponse
 	if act == nil || node == "" {
-		tree, err = client.GetAccessibilityTree(ctx, &sandboxv1.GetAccessibilityTreeRequest{
-			SessionId: pos[0], MaxDepth: int32(*depth), MaxNodes: int32(*nodes), OnlyVisible: *visible, Application: *app, Root: *root,
-		})
+		tree, err = client.GetAccessibilityTree(ctx, req)
 		if err != nil {
 			return rpcError(err)
 		}
 	}
 	m := protojson.MarshalOptions{Multiline: true, Indent: "  "}
+	if req.Format == sandboxv1.AccessibilityFormat_ACCESSIBILITY_FORMAT_OSWORLD_XML && cf.output != "json" {
+		_, err = fmt.Fprintln(stdout, tree.GetOsworldXml())
+		return err
+	}
 	if act != nil {
 		if node == "" {
 			found := deskgrid.FindAccessible(tree, *role, *name)

@@ -15,6 +15,34 @@ import (
 	deskgrid "github.com/deskgrid/deskgrid/sdk"
 )
 
+// treeOver reads session id's accessibility tree over REST with a query,
+// once its desktop's accessibility bus answers (it comes up with the
+// desktop, in its own time).
+func treeOver(t *testing.T, p *upProcess, id string) func(query string) (int, *sandboxv1.GetAccessibilityTreeResponse, string) {
+	tree := func(query string) (int, *sandboxv1.GetAccessibilityTreeResponse, string) {
+		t.Helper()
+		code, body, _ := p.do("GET", "/v1/sessions/"+id+"/accessibility"+query, "")
+		out := &sandboxv1.GetAccessibilityTreeResponse{}
+		if code == 200 {
+			if err := protojson.Unmarshal(body, out); err != nil {
+				t.Fatalf("tree %s: %v", body, err)
+			}
+		}
+		return code, out, string(body)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		code, _, body := tree("")
+		if code == 200 {
+			return tree
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no accessibility tree: %d %s\n%s", code, body, p.logs)
+		}
+		time.Sleep(500 * time.Millisecond) // polled: the bus comes up with the desktop
+	}
+}
+
 // TestAccessibilityTreeOfADesktopSession reads the accessibility tree of a
 // desktop-image session through REST, the Go SDK and the CLI: Chromium
 // showing a page with a button is there, the button with its name, role,
@@ -24,29 +52,7 @@ func TestAccessibilityTreeOfADesktopSession(t *testing.T) {
 	p := startUpOnDesktop(t, t.TempDir(), t.TempDir())
 	a := p.createWith(`{"display":{"width":1280,"height":800}}`)
 
-	tree := func(query string) (int, *sandboxv1.GetAccessibilityTreeResponse, string) {
-		t.Helper()
-		code, body, _ := p.do("GET", "/v1/sessions/"+a.ID+"/accessibility"+query, "")
-		out := &sandboxv1.GetAccessibilityTreeResponse{}
-		if code == 200 {
-			if err := protojson.Unmarshal(body, out); err != nil {
-				t.Fatalf("tree %s: %v", body, err)
-			}
-		}
-		return code, out, string(body)
-	}
-	// The desktop starts its accessibility bus in its own time.
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		code, _, body := tree("")
-		if code == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no accessibility tree: %d %s\n%s", code, body, p.logs)
-		}
-		time.Sleep(500 * time.Millisecond) // polled: the bus comes up with the desktop
-	}
+	tree := treeOver(t, p, a.ID)
 
 	page := "data:text/html," + url.PathEscape(actPage)
 	if _, code := p.execIn(a.ID, "sh", "-c", `setsid -f chromium --user-data-dir=/tmp/a11y-profile --window-size=900,600 --window-position=50,40 '`+page+`' >/dev/null 2>&1`); code != 0 {
@@ -54,7 +60,7 @@ func TestAccessibilityTreeOfADesktopSession(t *testing.T) {
 	}
 	var button *sandboxv1.AccessibleNode
 	var last string
-	deadline = time.Now().Add(3 * time.Minute)
+	deadline := time.Now().Add(3 * time.Minute)
 	for button == nil {
 		code, tr, body := tree("?application=chrom&only_visible=true")
 		if code != 200 {

@@ -33,13 +33,13 @@ Usage:
   deskgrid exec <id> [--] <command> [args]  run a command in a session's sandbox, streaming its output
   deskgrid shell <id> <command line>        run a line in the session's persistent shell
   deskgrid act <id> click X Y | move X Y | type TEXT | key CHORD | scroll X Y DY
-  deskgrid a11y <id> [-visible] [-app A] [-root NODE] [-role R -name N]   the accessibility tree of a session's desktop
+  deskgrid a11y <id> [tree] [-visible] [-app A] [-root NODE|-window W|-focused|-pid P] [-format text|json|osworld] [-role R -name N]   the accessibility tree of a session's desktop
   deskgrid a11y <id> do NODE ACTION | set-text NODE TEXT | focus NODE   act on a node (or the one -role/-name find)
   deskgrid apps <id> [launch APP [FILE|URL...]]   the applications a session offers; start one, print its window
   deskgrid files <id> ls|cat|put|get|rm|mkdir|mv ...
   deskgrid changes <id> [list] | diff PATH | apply [PATH...] | discard [PATH...]
   deskgrid snapshots <id> create | list | restore SNAPSHOT | delete SNAPSHOT
-  deskgrid runs create <id> -prompt TEXT | get|cancel|events|approve|reject <run> | list <id> | send <run> TEXT
+  deskgrid runs create <id> -prompt TEXT [-a11y] | get|cancel|events|approve|reject <run> | list <id> | send <run> TEXT
   deskgrid history list <id> | search WORDS | export <id> | import <id> | delete <id>
   deskgrid recordings start <id> [-fps N] [-format mp4|webm] | stop <id> <rec> | list <id> | get <id> <rec> | download <id> <rec> [-out FILE]
   deskgrid nodes list | get|drain|undrain <id>   the nodes of a cluster

@@ -138,6 +138,13 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, js jetstrea
 			// input (accessibility acts, launches) asks it, as its own
 			// actions do.
 			deps.InputFence = n.display.Fence
+			// The accessibility tree of a window starts from the display's
+			// list of them.
+			display := n.display
+			deps.Windows = func(ctx context.Context, sessionID string) ([]*displayv1.Window, error) {
+				resp, err := display.ListWindows(ctx, &displayv1.ListWindowsRequest{SessionId: sessionID})
+				return resp.GetWindows(), err
+			}
 		}
 		b, err := sandbox.New(ctx, sc, deps)
 		if err != nil {

@@ -18,8 +18,8 @@ func addDesktopTools(s *mcp.Server, t *tools) {
 	addTool(s, t, &mcp.Tool{Name: "get_clipboard", Description: "Read the text on a session's clipboard (or the mouse selection with selection=primary)."}, t.getClipboard)
 	addTool(s, t, &mcp.Tool{Name: "set_clipboard", Description: "Put text (any Unicode, at most 1 MiB) on a session's clipboard, for its programs to paste with ctrl+v."}, t.setClipboard)
 	addTool(s, t, &mcp.Tool{Name: "list_windows", Description: "List a session's open windows: id, title, class, pid, geometry, focused, minimized, maximized."}, t.listWindows)
-	addTool(s, t, &mcp.Tool{Name: "accessibility_tree", Description: "Read the accessibility tree of a session's desktop (applications, windows, buttons, links, text fields...), one node a line: role, \"name\", [states], @x,y WxH in screen pixels (click the middle to press it), (actions), = text. With role and/or name, only the matching nodes."}, t.accessibilityTree)
-	addTool(s, t, &mcp.Tool{Name: "accessible_act", Description: "Act on a node of the accessibility tree through its application, without the mouse or keyboard: action performs one of its actions by name (click, press, activate...), text replaces an editable text's contents, focus gives it the keyboard focus; exactly one. Name the node by id (the tree with role or name shows ids), or by role and/or name (and application) when they find exactly one node. Returns the node afterwards."}, t.accessibleAct)
+	addTool(s, t, &mcp.Tool{Name: "accessibility_tree", Description: "Read the accessibility tree of a session's desktop (applications, windows, buttons, links, text fields...), one node a line: role, \"name\", [states], @x,y WxH in screen pixels (click the middle to press it), (actions), = text. With role and/or name, only the matching nodes; with window_id, focused_window or pid, only that window's or process's part."}, t.accessibilityTree)
+	addTool(s, t, &mcp.Tool{Name: "accessible_act", Description: "Act on a node of the accessibility tree through its application, without the mouse or keyboard: action performs one of its actions by name (click, press, activate...), text replaces an editable text's contents, focus gives it the keyboard focus; exactly one. Name the node by id (the tree with role or name shows ids), or by role and/or name (and application) when they find exactly one node. Returns the node afterwards. Pass lease_token while input leases are in use."}, t.accessibleAct)
 	addTool(s, t, &mcp.Tool{Name: "list_applications", Description: "List the applications a session's desktop offers (its menu entries): id, name, comment."}, t.listApplications)
 	addTool(s, t, &mcp.Tool{Name: "launch", Description: "Start an application by id or name (as list_applications gives them), optionally with files or URLs to open, and wait for its window; returns the window."}, t.launch)
 	addTool(s, t, &mcp.Tool{Name: "window", Description: "Act on a window by id: activate, close, minimize, maximize, fullscreen, restore, or move (x, y and optionally width, height). Returns the window afterwards."}, t.window)
@@ -61,9 +61,10 @@ func (t *tools) getClipboard(ctx context.Context, _ *mcp.CallToolRequest, in cli
 }
 
 type setClipboardIn struct {
-	SessionID string `json:"session_id"`
-	Text      string `json:"text"`
-	Selection string `json:"selection,omitempty" jsonschema:"clipboard (default) or primary"`
+	SessionID  string `json:"session_id"`
+	Text       string `json:"text"`
+	Selection  string `json:"selection,omitempty" jsonschema:"clipboard (default) or primary"`
+	LeaseToken int64  `json:"lease_token,omitempty" jsonschema:"the token of your input lease while input leases are in use (as REST lease_token): without it, input while another holds the lease is refused"`
 }
 
 func (t *tools) setClipboard(ctx context.Context, _ *mcp.CallToolRequest, in setClipboardIn) (*mcp.CallToolResult, done, error) {
@@ -75,7 +76,7 @@ func (t *tools) setClipboard(ctx context.Context, _ *mcp.CallToolRequest, in set
 	if err != nil {
 		return nil, done{}, err
 	}
-	if err := s.SetClipboard(ctx, in.Text, opts...); err != nil {
+	if err := s.SetClipboard(leased(ctx, in.LeaseToken), in.Text, opts...); err != nil {
 		return nil, done{}, err
 	}
 	return nil, done{OK: true}, nil
@@ -127,13 +128,14 @@ func (t *tools) listWindows(ctx context.Context, _ *mcp.CallToolRequest, in sess
 }
 
 type windowIn struct {
-	SessionID string `json:"session_id"`
-	WindowID  uint32 `json:"window_id"`
-	Action    string `json:"action" jsonschema:"activate, close, minimize, maximize, fullscreen, restore or move"`
-	X         int    `json:"x,omitempty"`
-	Y         int    `json:"y,omitempty"`
-	Width     int    `json:"width,omitempty" jsonschema:"move: new width; 0 keeps it"`
-	Height    int    `json:"height,omitempty" jsonschema:"move: new height; 0 keeps it"`
+	SessionID  string `json:"session_id"`
+	WindowID   uint32 `json:"window_id"`
+	Action     string `json:"action" jsonschema:"activate, close, minimize, maximize, fullscreen, restore or move"`
+	X          int    `json:"x,omitempty"`
+	Y          int    `json:"y,omitempty"`
+	Width      int    `json:"width,omitempty" jsonschema:"move: new width; 0 keeps it"`
+	Height     int    `json:"height,omitempty" jsonschema:"move: new height; 0 keeps it"`
+	LeaseToken int64  `json:"lease_token,omitempty" jsonschema:"the token of your input lease while input leases are in use (as REST lease_token): without it, input while another holds the lease is refused"`
 }
 
 type windowOut struct {
@@ -147,6 +149,7 @@ func (t *tools) window(ctx context.Context, _ *mcp.CallToolRequest, in windowIn)
 	if err != nil {
 		return nil, windowOut{}, err
 	}
+	ctx = leased(ctx, in.LeaseToken)
 	var w *displayv1.Window
 	switch in.Action {
 	case "activate":
@@ -181,6 +184,9 @@ type accessibilityIn struct {
 	MaxNodes    int    `json:"max_nodes,omitempty" jsonschema:"nodes at most (default 2000, at most 20000)"`
 	OnlyVisible bool   `json:"only_visible,omitempty" jsonschema:"leave out what is not showing on the screen"`
 	Application string `json:"application,omitempty" jsonschema:"only applications whose name contains this"`
+	WindowID    uint32 `json:"window_id,omitempty" jsonschema:"only the subtree of this window (an id list_windows gives)"`
+	Focused     bool   `json:"focused_window,omitempty" jsonschema:"only the subtree of the window with the input focus"`
+	PID         uint32 `json:"pid,omitempty" jsonschema:"only the applications of this process (a window's pid) and those it started"`
 	Role        string `json:"role,omitempty" jsonschema:"find: only nodes of this role (push button, entry, link, ...)"`
 	Name        string `json:"name,omitempty" jsonschema:"find: only nodes whose name contains this (any case)"`
 }
@@ -199,6 +205,15 @@ func (t *tools) accessibilityTree(ctx context.Context, _ *mcp.CallToolRequest, i
 	opts := []deskgrid.AccessibilityOption{deskgrid.MaxDepth(in.MaxDepth), deskgrid.MaxNodes(in.MaxNodes), deskgrid.Application(in.Application)}
 	if in.OnlyVisible {
 		opts = append(opts, deskgrid.OnlyVisible())
+	}
+	if in.WindowID != 0 {
+		opts = append(opts, deskgrid.OfWindow(in.WindowID))
+	}
+	if in.Focused {
+		opts = append(opts, deskgrid.OfFocusedWindow())
+	}
+	if in.PID != 0 {
+		opts = append(opts, deskgrid.OfProcess(in.PID))
 	}
 	tree, err := s.AccessibilityTree(ctx, opts...)
 	if err != nil {
@@ -249,6 +264,7 @@ type accessibleActIn struct {
 	Action      string  `json:"action,omitempty" jsonschema:"perform this action of the node (click, press, activate, ...)"`
 	Text        *string `json:"text,omitempty" jsonschema:"replace the node's editable text with this (empty clears it)"`
 	Focus       bool    `json:"focus,omitempty" jsonschema:"give the node the keyboard focus"`
+	LeaseToken  int64   `json:"lease_token,omitempty" jsonschema:"the token of your input lease while input leases are in use (as REST lease_token): without it, input while another holds the lease is refused"`
 }
 
 type accessibleActOut struct {
@@ -292,7 +308,7 @@ func (t *tools) accessibleAct(ctx context.Context, _ *mcp.CallToolRequest, in ac
 		}
 		id = found[0].GetId()
 	}
-	n, err := s.ActOnAccessible(ctx, id, act)
+	n, err := s.ActOnAccessible(leased(ctx, in.LeaseToken), id, act)
 	if err != nil {
 		return nil, accessibleActOut{}, err
 	}
@@ -334,6 +350,7 @@ type launchIn struct {
 	SessionID   string   `json:"session_id"`
 	Application string   `json:"application" jsonschema:"an application's id or name"`
 	Args        []string `json:"args,omitempty" jsonschema:"files or URLs for it to open"`
+	LeaseToken  int64    `json:"lease_token,omitempty" jsonschema:"the token of your input lease while input leases are in use (as REST lease_token): without it, input while another holds the lease is refused"`
 }
 
 type launchOut struct {
@@ -347,7 +364,7 @@ func (t *tools) launch(ctx context.Context, _ *mcp.CallToolRequest, in launchIn)
 	if err != nil {
 		return nil, launchOut{}, err
 	}
-	l, err := s.Launch(ctx, in.Application, in.Args...)
+	l, err := s.Launch(leased(ctx, in.LeaseToken), in.Application, in.Args...)
 	if err != nil {
 		return nil, launchOut{}, err
 	}

@@ -104,6 +104,15 @@ func addTool[In, Out any](s *mcp.Server, t *tools, tool *mcp.Tool, h mcp.ToolHan
 	})
 }
 
+// leased is ctx carrying an input lease token for the calls made with it,
+// when the tool call gave one.
+func leased(ctx context.Context, token int64) context.Context {
+	if token == 0 {
+		return ctx
+	}
+	return deskgrid.WithInputLease(ctx, token)
+}
+
 func (t *tools) session(ctx context.Context, id string) (*deskgrid.Session, error) {
 	if id == "" {
 		return nil, fmt.Errorf("session_id is required")
@@ -193,23 +202,24 @@ func (t *tools) screenshot(ctx context.Context, _ *mcp.CallToolRequest, in sessi
 }
 
 type clickIn struct {
-	SessionID string `json:"session_id"`
-	X         int    `json:"x" jsonschema:"pixel column"`
-	Y         int    `json:"y" jsonschema:"pixel row"`
-	Button    string `json:"button,omitempty" jsonschema:"left, right or middle"`
-	Clicks    int    `json:"clicks,omitempty" jsonschema:"1 to 3"`
+	SessionID  string `json:"session_id"`
+	X          int    `json:"x" jsonschema:"pixel column"`
+	Y          int    `json:"y" jsonschema:"pixel row"`
+	Button     string `json:"button,omitempty" jsonschema:"left, right or middle"`
+	Clicks     int    `json:"clicks,omitempty" jsonschema:"1 to 3"`
+	LeaseToken int64  `json:"lease_token,omitempty" jsonschema:"the token of your input lease while input leases are in use (as REST lease_token): without it, input while another holds the lease is refused"`
 }
 
 type done struct {
 	OK bool `json:"ok"`
 }
 
-func (t *tools) act(ctx context.Context, id string, a *displayv1.Action) (*mcp.CallToolResult, done, error) {
+func (t *tools) act(ctx context.Context, id string, lease int64, a *displayv1.Action) (*mcp.CallToolResult, done, error) {
 	s, err := t.session(ctx, id)
 	if err != nil {
 		return nil, done{}, err
 	}
-	if _, err := s.Act(ctx, a); err != nil {
+	if _, err := s.Act(leased(ctx, lease), a); err != nil {
 		return nil, done{}, err
 	}
 	return nil, done{OK: true}, nil
@@ -230,48 +240,52 @@ func (t *tools) click(ctx context.Context, _ *mcp.CallToolRequest, in clickIn) (
 	if clicks == 0 {
 		clicks = 1
 	}
-	return t.act(ctx, in.SessionID, &displayv1.Action{Action: &displayv1.Action_Click{Click: &displayv1.Click{
+	return t.act(ctx, in.SessionID, in.LeaseToken, &displayv1.Action{Action: &displayv1.Action_Click{Click: &displayv1.Click{
 		At: &displayv1.Point{X: int32(in.X), Y: int32(in.Y)}, Button: b, Clicks: int32(clicks),
 	}}})
 }
 
 type pointIn struct {
-	SessionID string `json:"session_id"`
-	X         int    `json:"x"`
-	Y         int    `json:"y"`
+	SessionID  string `json:"session_id"`
+	X          int    `json:"x"`
+	Y          int    `json:"y"`
+	LeaseToken int64  `json:"lease_token,omitempty" jsonschema:"the token of your input lease while input leases are in use (as REST lease_token): without it, input while another holds the lease is refused"`
 }
 
 func (t *tools) moveMouse(ctx context.Context, _ *mcp.CallToolRequest, in pointIn) (*mcp.CallToolResult, done, error) {
-	return t.act(ctx, in.SessionID, &displayv1.Action{Action: &displayv1.Action_MouseMove{MouseMove: &displayv1.MouseMove{To: &displayv1.Point{X: int32(in.X), Y: int32(in.Y)}}}})
+	return t.act(ctx, in.SessionID, in.LeaseToken, &displayv1.Action{Action: &displayv1.Action_MouseMove{MouseMove: &displayv1.MouseMove{To: &displayv1.Point{X: int32(in.X), Y: int32(in.Y)}}}})
 }
 
 type textIn struct {
-	SessionID string `json:"session_id"`
-	Text      string `json:"text"`
+	SessionID  string `json:"session_id"`
+	Text       string `json:"text"`
+	LeaseToken int64  `json:"lease_token,omitempty" jsonschema:"the token of your input lease while input leases are in use (as REST lease_token): without it, input while another holds the lease is refused"`
 }
 
 func (t *tools) typeText(ctx context.Context, _ *mcp.CallToolRequest, in textIn) (*mcp.CallToolResult, done, error) {
-	return t.act(ctx, in.SessionID, &displayv1.Action{Action: &displayv1.Action_Type{Type: &displayv1.TypeText{Text: in.Text}}})
+	return t.act(ctx, in.SessionID, in.LeaseToken, &displayv1.Action{Action: &displayv1.Action_Type{Type: &displayv1.TypeText{Text: in.Text}}})
 }
 
 type keyIn struct {
-	SessionID string `json:"session_id"`
-	Chord     string `json:"chord" jsonschema:"xdotool key names joined by +, such as ctrl+shift+t"`
+	SessionID  string `json:"session_id"`
+	Chord      string `json:"chord" jsonschema:"xdotool key names joined by +, such as ctrl+shift+t"`
+	LeaseToken int64  `json:"lease_token,omitempty" jsonschema:"the token of your input lease while input leases are in use (as REST lease_token): without it, input while another holds the lease is refused"`
 }
 
 func (t *tools) pressKey(ctx context.Context, _ *mcp.CallToolRequest, in keyIn) (*mcp.CallToolResult, done, error) {
-	return t.act(ctx, in.SessionID, &displayv1.Action{Action: &displayv1.Action_Key{Key: &displayv1.Key{Chord: in.Chord}}})
+	return t.act(ctx, in.SessionID, in.LeaseToken, &displayv1.Action{Action: &displayv1.Action_Key{Key: &displayv1.Key{Chord: in.Chord}}})
 }
 
 type scrollIn struct {
-	SessionID string `json:"session_id"`
-	X         int    `json:"x"`
-	Y         int    `json:"y"`
-	DY        int    `json:"dy" jsonschema:"wheel clicks; positive scrolls down"`
+	SessionID  string `json:"session_id"`
+	X          int    `json:"x"`
+	Y          int    `json:"y"`
+	DY         int    `json:"dy" jsonschema:"wheel clicks; positive scrolls down"`
+	LeaseToken int64  `json:"lease_token,omitempty" jsonschema:"the token of your input lease while input leases are in use (as REST lease_token): without it, input while another holds the lease is refused"`
 }
 
 func (t *tools) scroll(ctx context.Context, _ *mcp.CallToolRequest, in scrollIn) (*mcp.CallToolResult, done, error) {
-	return t.act(ctx, in.SessionID, &displayv1.Action{Action: &displayv1.Action_Scroll{Scroll: &displayv1.Scroll{At: &displayv1.Point{X: int32(in.X), Y: int32(in.Y)}, DeltaY: int32(in.DY)}}})
+	return t.act(ctx, in.SessionID, in.LeaseToken, &displayv1.Action{Action: &displayv1.Action_Scroll{Scroll: &displayv1.Scroll{At: &displayv1.Point{X: int32(in.X), Y: int32(in.Y)}, DeltaY: int32(in.DY)}}})
 }
 
 type commandIn struct {
@@ -346,6 +360,7 @@ type runIn struct {
 	Prompt    string `json:"prompt" jsonschema:"the task"`
 	Provider  string `json:"provider" jsonschema:"anthropic, openai or gemini"`
 	Model     string `json:"model,omitempty"`
+	A11y      bool   `json:"accessibility_tree,omitempty" jsonschema:"give the model the screen's accessibility tree as text beside each screenshot"`
 }
 
 type runOut struct {
@@ -354,7 +369,7 @@ type runOut struct {
 }
 
 func (t *tools) startRun(ctx context.Context, _ *mcp.CallToolRequest, in runIn) (*mcp.CallToolResult, runOut, error) {
-	r, err := t.c.Runs.Create(ctx, in.SessionID, in.Prompt, deskgrid.RunOptions{Provider: in.Provider, Model: in.Model})
+	r, err := t.c.Runs.Create(ctx, in.SessionID, in.Prompt, deskgrid.RunOptions{Provider: in.Provider, Model: in.Model, AccessibilityTree: in.A11y})
 	if err != nil {
 		return nil, runOut{}, err
 	}

@@ -154,25 +154,32 @@ func textOf(res *mcp.CallToolResult) string {
 	return b.String()
 }
 
-func TestToolsInMemory(t *testing.T) {
+// inMemory starts deskgrid and serves its tools to an MCP client in
+// memory, as a stdio host would get them; everything ends with the test.
+func inMemory(t *testing.T) (*deskgrid.Client, *mcp.ClientSession) {
 	srv := deskgridtest.Start(t)
 	c, err := deskgrid.New(srv.GRPCAddr, deskgrid.WithAPIKey(srv.APIKey))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { _ = c.Close() })
 	ct, st := mcp.NewInMemoryTransports()
 	ctx := context.Background()
 	ss, err := mcpserver.New(c, "", "test").Connect(ctx, st, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ss.Close()
+	t.Cleanup(func() { _ = ss.Close() })
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, ct, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cs.Close()
+	t.Cleanup(func() { _ = cs.Close() })
+	return c, cs
+}
+
+func TestToolsInMemory(t *testing.T) {
+	_, cs := inMemory(t)
 	exercise(t, cs)
 }
 

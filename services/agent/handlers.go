@@ -195,7 +195,7 @@ func (s *Service) newRun(rec *agentv1.Run, prov provider.Provider, seq int64) *r
 	r.log = runlog.New(rec.GetSessionId(), rec.GetId(), seq, s.cfg.EventRing, 0, s.sink(rec), s.replayer)
 	r.exec = &tools.Executor{
 		Display: s.deps.Display, Sandbox: s.deps.Sandbox, SessionID: rec.GetSessionId(), BashTimeout: s.cfg.BashTimeout,
-		Settle: rec.GetOptions().GetSettle(),
+		Settle: rec.GetOptions().GetSettle(), AccessibilityTree: rec.GetOptions().GetAccessibilityTree(),
 		LeaseToken: func() int64 {
 			r.mu.Lock()
 			defer r.mu.Unlock()

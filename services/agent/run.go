@@ -97,6 +97,7 @@ func (r *run) saveConversation(ctx context.Context) {
 			if b.ToolResult != nil && b.ToolResult.Image != nil {
 				tr := *b.ToolResult
 				tr.Image = &provider.Image{MediaType: tr.Image.MediaType, Elided: true}
+				tr.Tree = ""
 				b.ToolResult = &tr
 			}
 			conv[i].Blocks[j] = b
@@ -380,7 +381,7 @@ func (r *run) runTool(ctx context.Context, call *provider.ToolCall, step int32) 
 		metrics.ToolCalled(ctx, r.prov.Name(), call.Name, metrics.ToolOK)
 	}
 	if out.Image != nil {
-		res.Image = out.Image
+		res.Image, res.Tree = out.Image, out.Tree
 		// The image goes to the event stream (the history keeps it); the
 		// event in memory only refers to it.
 		r.log.AppendData(&agentv1.RunEvent{Event: &agentv1.RunEvent_Screenshot{Screenshot: &agentv1.ScreenshotRef{
@@ -430,7 +431,8 @@ func (r *run) awaitApproval(ctx context.Context, tc *agentv1.ToolCall) (decision
 	}
 }
 
-// elideScreenshots drops the pixels of all but the keep newest screenshots.
+// elideScreenshots drops the pixels of all but the keep newest screenshots,
+// and the accessibility trees beside them.
 func elideScreenshots(conv []provider.Message, keep int) {
 	seen := 0
 	for i := len(conv) - 1; i >= 0; i-- {
@@ -454,6 +456,8 @@ func elideScreenshots(conv []provider.Message, keep int) {
 				if b.ToolResult != nil {
 					tr := *b.ToolResult
 					tr.Image = &provider.Image{MediaType: (*img).MediaType, Elided: true}
+					// The tree beside it goes with it.
+					tr.Tree = ""
 					b.ToolResult = &tr
 				} else {
 					b.Image = &provider.Image{MediaType: (*img).MediaType, Elided: true}

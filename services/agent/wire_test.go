@@ -389,6 +389,9 @@ func TestProvidersOverTheirWireFormat(t *testing.T) {
 			if !strings.Contains(bodies[1], tc.imageMark) {
 				t.Fatalf("the screenshot did not go back to the model")
 			}
+			if strings.Contains(bodies[2], "Accessibility tree") {
+				t.Fatalf("a run without the accessibility_tree option gave the model a tree")
+			}
 			if !strings.Contains(bodies[4], "ran: echo hi") {
 				t.Fatalf("the bash output did not go back to the model")
 			}

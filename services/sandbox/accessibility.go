@@ -10,7 +10,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/godbus/dbus/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/platform/errinfo"
 	"github.com/deskgrid/deskgrid/services/sandbox/atspi"
@@ -59,19 +62,110 @@ func (s *Service) accessibilityTree(ctx context.Context, req *sandboxv1.GetAcces
 			return nil, invalidf("root: %v", err)
 		}
 	}
+	scopes := 0
+	for _, set := range []bool{lim.Root != "", req.GetWindowId() != 0, req.GetFocusedWindow(), req.GetPid() != 0} {
+		if set {
+			scopes++
+		}
+	}
+	if scopes > 1 {
+		return nil, invalidf("root, window_id, focused_window and pid each choose what to read: give at most one")
+	}
+	switch req.GetFormat() {
+	case sandboxv1.AccessibilityFormat_ACCESSIBILITY_FORMAT_UNSPECIFIED, sandboxv1.AccessibilityFormat_ACCESSIBILITY_FORMAT_JSON:
+	case sandboxv1.AccessibilityFormat_ACCESSIBILITY_FORMAT_OSWORLD_XML:
+		lim.Export = true
+	default:
+		return nil, invalidf("format %d: want ACCESSIBILITY_FORMAT_JSON or ACCESSIBILITY_FORMAT_OSWORLD_XML", req.GetFormat())
+	}
+	id := req.GetSessionId()
 	var tree *atspi.Tree
-	err := s.withA11yBus(ctx, req.GetSessionId(), "the accessibility tree was not read", func(ctx context.Context, conn *dbus.Conn) (err error) {
-		tree, err = atspi.Walk(ctx, conn, lim)
+	err := s.withA11yBus(ctx, id, "the accessibility tree was not read", func(ctx context.Context, c a11yCall) error {
+		switch {
+		case req.GetWindowId() != 0 || req.GetFocusedWindow():
+			root, err := s.windowRoot(ctx, c, req)
+			if err != nil {
+				return err
+			}
+			lim.Root = root
+		case req.GetPid() != 0:
+			pids, err := s.sessionPids(ctx, c.box)
+			if err != nil {
+				return err
+			}
+			procs, err := atspi.ReadProcesses(pids, c.bus.PID)
+			if err != nil {
+				return err
+			}
+			family, ok := procs.Family(req.GetPid())
+			if !ok {
+				return failf(errNotFound, "session %q runs no process %d: it has exited, or is not the session's (ids as the session's programs see them)", id, req.GetPid())
+			}
+			lim.PIDs = family
+		}
+		var err error
+		tree, err = atspi.Walk(ctx, c.conn, lim)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	out := &sandboxv1.GetAccessibilityTreeResponse{NodeCount: int32(tree.Nodes), Truncated: tree.Truncated}
+	if lim.Export {
+		out.OsworldXml = atspi.OSWorldXML(tree)
+		if len(out.OsworldXml) > maxExportBytes {
+			return nil, failf(errNoRoom, "session %q: the tree as XML is %d MiB, more than %d MiB: read less of it (max_nodes, max_depth, only_visible, a window)", id, len(out.OsworldXml)>>20, maxExportBytes>>20)
+		}
+		return out, nil
+	}
 	for _, a := range tree.Applications {
 		out.Applications = append(out.Applications, nodeProto(a))
 	}
 	return out, nil
+}
+
+// maxExportBytes bounds a tree exported as XML, well within a gRPC
+// message.
+const maxExportBytes = 32 << 20
+
+// windowRoot finds the accessible that stands for the window a request
+// names (window_id, or the focused one) among the display's windows.
+func (s *Service) windowRoot(ctx context.Context, c a11yCall, req *sandboxv1.GetAccessibilityTreeRequest) (string, error) {
+	id := req.GetSessionId()
+	if s.windows == nil {
+		return "", failf(errPrecondition, "session %q: this node's sandbox service does not reach its display (it runs apart from it), which knows the windows: read the tree by root or pid", id)
+	}
+	ws, err := s.windows(ctx, id)
+	if err != nil {
+		// The display's answer, as a kind of this service: it knows no
+		// such session, or could not answer.
+		kind := errUnavailable
+		if status.Code(err) == codes.NotFound {
+			kind = errNotFound
+		}
+		return "", failf(kind, "session %q's windows: %s", id, status.Convert(err).Message())
+	}
+	var win *displayv1.Window
+	for _, w := range ws {
+		if req.GetFocusedWindow() && w.GetFocused() || req.GetWindowId() != 0 && w.GetId() == req.GetWindowId() {
+			win = w
+		}
+	}
+	switch {
+	case win == nil && req.GetFocusedWindow():
+		return "", failf(errPrecondition, "session %q: no window has the input focus", id)
+	case win == nil:
+		return "", failf(errNotFound, "session %q shows no window %d (list its windows for current ids)", id, req.GetWindowId())
+	}
+	g := win.GetGeometry()
+	root, err := atspi.FindWindow(ctx, c.conn, atspi.Window{
+		ID: win.GetId(), PID: win.GetPid(), Title: win.GetTitle(), Focused: win.GetFocused(),
+		X: g.GetX(), Y: g.GetY(), Width: g.GetWidth(), Height: g.GetHeight(),
+	})
+	if errors.Is(err, atspi.ErrNoWindow) {
+		return "", failf(errPrecondition, "session %q: %v: its program offers no accessibility, or has not registered the window yet", id, err)
+	}
+	return root, err
 }
 
 // maxNodeID bounds a node id: a bus name and an object path.
@@ -119,10 +213,10 @@ func (s *Service) actOnAccessible(ctx context.Context, req *sandboxv1.ActOnAcces
 		return nil, invalidf("lease_token %d is negative", req.GetLeaseToken())
 	}
 	var n *atspi.Node
-	err := s.withA11yBus(ctx, req.GetSessionId(), "the act was not done", func(ctx context.Context, conn *dbus.Conn) error {
+	err := s.withA11yBus(ctx, req.GetSessionId(), "the act was not done", func(ctx context.Context, c a11yCall) error {
 		// An act is input: fenced by the input lease, as display actions are.
 		return s.asInput(ctx, req.GetSessionId(), req.GetLeaseToken(), func() (err error) {
-			n, err = atspi.Act(ctx, conn, id, op)
+			n, err = atspi.Act(ctx, c.conn, id, op)
 			return err
 		})
 	})
@@ -136,10 +230,17 @@ func (s *Service) actOnAccessible(ctx context.Context, req *sandboxv1.ActOnAcces
 	return out, nil
 }
 
+// a11yCall is a session's accessibility bus, connected.
+type a11yCall struct {
+	conn *dbus.Conn
+	bus  *atspi.Bus
+	box  *box
+}
+
 // withA11yBus connects to a session's accessibility bus and runs f on it,
 // bounded by a11yTimeout and ended by the sandbox's deletion; its errors
 // come back as kinds toStatus knows (errors.go).
-func (s *Service) withA11yBus(ctx context.Context, sessionID, late string, f func(context.Context, *dbus.Conn) error) error {
+func (s *Service) withA11yBus(ctx context.Context, sessionID, late string, f func(context.Context, a11yCall) error) error {
 	b, release, err := s.acquire(ctx, sessionID)
 	if err != nil {
 		return err
@@ -172,14 +273,15 @@ func (s *Service) withA11yBus(ctx context.Context, sessionID, late string, f fun
 	defer cancel()
 	// A sandbox deleted meanwhile ends the call.
 	defer context.AfterFunc(b.kill, cancel)()
-	err = f(wctx, conn)
+	err = f(wctx, a11yCall{conn: conn, bus: bus, box: b})
 	var unsupported *atspi.UnsupportedError
 	var declined *atspi.DeclinedError
+	var known *kindError
 	switch {
 	case err == nil:
 		return nil
-	case errinfo.Reason(err) != "":
-		// Refused with a reason (the input lease): as it is.
+	case errinfo.Reason(err) != "", errors.As(err, &known):
+		// Refused with a reason (the input lease), or of a kind f chose: as it is.
 		return err
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 		return failf(errNoAnswer, "session %q: %s within %v (an application does not answer)", b.id, late, a11yTimeout)

@@ -22,6 +22,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/grpc"
 
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/sandbox/cgroup"
 	"github.com/deskgrid/deskgrid/services/sandbox/disk"
@@ -159,6 +160,11 @@ type Deps struct {
 	// STALE_INPUT_LEASE reason, act not run, and returns act's error
 	// otherwise. Unset, nothing holds input leases on this node: act runs.
 	InputFence func(ctx context.Context, sessionID string, token int64, act func() error) error
+	// Windows, when set, lists a session's top-level windows as the
+	// display's ListWindows does: the accessibility tree of a window (by id,
+	// or the focused one) starts from it. Unset, those scopes are
+	// FailedPrecondition.
+	Windows func(ctx context.Context, sessionID string) ([]*displayv1.Window, error)
 	// Drivers, when set, replaces the drivers chosen by Config.Driver.
 	Drivers []overlay.Driver
 	// Tenancy says who a call acts for (auth.CallerOf with auth on, nil
@@ -179,6 +185,7 @@ type Service struct {
 	drivers overlay.Chain
 	display func(string) (string, string, bool)
 	fence   func(context.Context, string, int64, func() error) error
+	windows func(context.Context, string) ([]*displayv1.Window, error)
 	tenancy auth.Tenancy
 	etcDir  string            // synthetic passwd and group for sandboxes
 	cgroups *cgroup.Hierarchy // nil: no limits on this node
@@ -298,6 +305,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Service, error) {
 		log:     log.With("service", "sandbox"),
 		display: deps.DisplayLookup,
 		fence:   deps.InputFence,
+		windows: deps.Windows,
 		tenancy: deps.Tenancy,
 		images:  deps.Images,
 		etcDir:  filepath.Join(cfg.Root, "etc"),

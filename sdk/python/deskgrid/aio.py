@@ -218,10 +218,22 @@ class AsyncSession:
         only_visible: bool = False,
         application: Optional[str] = None,
         root: Optional[str] = None,
+        window_id: Optional[int] = None,
+        focused_window: bool = False,
+        pid: Optional[int] = None,
+        osworld_xml: bool = False,
     ) -> JSON:
         return await asyncio.to_thread(
             lambda: self.sync.accessibility_tree(
-                max_depth=max_depth, max_nodes=max_nodes, only_visible=only_visible, application=application, root=root
+                max_depth=max_depth,
+                max_nodes=max_nodes,
+                only_visible=only_visible,
+                application=application,
+                root=root,
+                window_id=window_id,
+                focused_window=focused_window,
+                pid=pid,
+                osworld_xml=osworld_xml,
             )
         )
 

@@ -698,17 +698,28 @@ class Session:
         only_visible: bool = False,
         application: Optional[str] = None,
         root: Optional[str] = None,
+        window_id: Optional[int] = None,
+        focused_window: bool = False,
+        pid: Optional[int] = None,
+        osworld_xml: bool = False,
     ) -> JSON:
         """The desktop's accessibility tree (AT-SPI): ``applications``, each
         a node with ``id``, ``role``, ``name``, ``states``, ``actions``,
         ``bounds`` and ``children``; ``truncated`` when the bounds cut it.
-        ``root``, a node's ``id``, reads only that node's subtree."""
+        ``root``, a node's ``id``, reads only that node's subtree;
+        ``window_id`` (an X window id), ``focused_window`` and ``pid`` (a
+        process of the session and those it started) one window's or
+        process's. With ``osworld_xml``, OSWorld's ``{"AT": xml}``."""
         query: Dict[str, Any] = {
             "maxDepth": max_depth,
             "maxNodes": max_nodes,
             "onlyVisible": "true" if only_visible else None,
             "application": application,
             "root": root,
+            "windowId": window_id,
+            "focusedWindow": "true" if focused_window else None,
+            "pid": pid,
+            "format": "ACCESSIBILITY_FORMAT_OSWORLD_XML" if osworld_xml else None,
         }
         result: JSON = self._call("GET", "/accessibility", query=query)
         return result

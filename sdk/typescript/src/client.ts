@@ -679,12 +679,17 @@ export class Session implements AsyncDisposable {
    * `root`, a node's id, reads only that node's subtree.
    */
   async accessibilityTree(
-    o: { maxDepth?: number; maxNodes?: number; onlyVisible?: boolean; application?: string; root?: string } = {},
+    o: {
+      maxDepth?: number; maxNodes?: number; onlyVisible?: boolean; application?: string; root?: string;
+      windowId?: number; focusedWindow?: boolean; pid?: number; osworldXml?: boolean;
+    } = {},
   ): Promise<S['v1GetAccessibilityTreeResponse']> {
     return this.call<S['v1GetAccessibilityTreeResponse']>('GET', '/accessibility', {
       query: {
         maxDepth: o.maxDepth, maxNodes: o.maxNodes, onlyVisible: o.onlyVisible ? 'true' : undefined,
-        application: o.application, root: o.root,
+        application: o.application, root: o.root, windowId: o.windowId,
+        focusedWindow: o.focusedWindow ? 'true' : undefined, pid: o.pid,
+        format: o.osworldXml ? 'ACCESSIBILITY_FORMAT_OSWORLD_XML' : undefined,
       },
     });
   }

@@ -555,7 +555,7 @@ export interface paths {
         };
         /**
          * Read the accessibility tree
-         * @description Returns the AT-SPI2 tree of the session's desktop: one node per application, its windows and widgets below, each with role, name, states, actions, text and bounds in screen pixels (the coordinates clicks take). `?max_depth=` (default 12, at most 64) and `?max_nodes=` (default 2000, at most 20000) bound it and `truncated` says when they cut it; `?only_visible=true` keeps what shows on the screen; `?application=` keeps the applications whose name contains it; `?root=` reads only the subtree of one node (a window's id). Each node's `id` is what accessibility:act takes.
+         * @description Returns the AT-SPI2 tree of the session's desktop: one node per application, its windows and widgets below, each with role, name, states, actions, text and bounds in screen pixels (the coordinates clicks take). `?max_depth=` (default 12, at most 64) and `?max_nodes=` (default 2000, at most 20000) bound it and `truncated` says when they cut it; `?only_visible=true` keeps what shows on the screen; `?application=` keeps the applications whose name contains it; `?root=` reads only the subtree of one node (a node's id), `?window_id=` that of an X window (as the windows list gives it), `?focused_window=true` that of the window with the input focus, `?pid=` the applications of one process of the session and those it started. Each node's `id` is what accessibility:act takes. `?format=ACCESSIBILITY_FORMAT_OSWORLD_XML` returns OSWorld's `{"AT": xml}` instead of nodes.
          */
         get: operations["SandboxService_GetAccessibilityTree"];
         put?: never;
@@ -1957,6 +1957,21 @@ export interface components {
         SessionServiceSuspendSessionBody: {
             mode?: components["schemas"]["v1SuspendMode"];
         };
+        /**
+         * @description AccessibilityFormat is how GetAccessibilityTree returns the tree.
+         *
+         *      - ACCESSIBILITY_FORMAT_UNSPECIFIED: ACCESSIBILITY_FORMAT_JSON.
+         *      - ACCESSIBILITY_FORMAT_JSON: AccessibleNode messages in applications.
+         *      - ACCESSIBILITY_FORMAT_OSWORLD_XML: The XML of the OSWorld benchmark's accessibility_tree observation, in
+         *     osworld_xml (JSON name "AT", so the REST response is OSWorld's
+         *     `{"AT": xml}`): a desktop-frame element, an element per node named for
+         *     its role ("push-button"), its name, states (st:), object attributes
+         *     (attr:), place on the screen (cp:screencoord, cp:size), value (val:)
+         *     and actions (act:) as attributes, its text as content.
+         * @default ACCESSIBILITY_FORMAT_UNSPECIFIED
+         * @enum {string}
+         */
+        v1AccessibilityFormat: "ACCESSIBILITY_FORMAT_UNSPECIFIED" | "ACCESSIBILITY_FORMAT_JSON" | "ACCESSIBILITY_FORMAT_OSWORLD_XML";
         v1AccessibleBounds: {
             /** Format: int32 */
             height?: number;
@@ -2344,8 +2359,13 @@ export interface components {
             size?: string;
         };
         v1GetAccessibilityTreeResponse: {
-            /** @description One node per application, its windows below. */
+            /**
+             * @description One node per application, its windows below; empty with
+             *     ACCESSIBILITY_FORMAT_OSWORLD_XML.
+             */
             applications?: components["schemas"]["v1AccessibleNode"][];
+            /** @description The tree as OSWorld's XML, with ACCESSIBILITY_FORMAT_OSWORLD_XML. */
+            AT?: string;
             /**
              * Format: int32
              * @description Nodes returned.
@@ -2931,6 +2951,15 @@ export interface components {
         };
         /** @description RunOptions tune a run's loop. */
         v1RunOptions: {
+            /**
+             * @description Give the model the session's accessibility tree as text beside each
+             *     screenshot an action returns: what shows on the screen, one node a
+             *     line (role, "name", [states], @x,y WxH in the model's screenshot
+             *     pixels, (actions), = text), at most 16 KiB, cut with a note. It is
+             *     dropped from the context with its screenshot. A desktop without an
+             *     accessibility bus gives a one-line note instead.
+             */
+            accessibilityTree?: boolean;
             /** @description How long a step waits for approval before the run fails; 0 means 10 minutes. */
             approvalTimeout?: string;
             /** @description Tools ("computer", "bash", "str_replace_based_edit_tool") whose calls wait for approval. */
@@ -4550,6 +4579,25 @@ export interface operations {
                 /** @description Keep only the applications whose name contains this (any case). */
                 application?: string;
                 /**
+                 * @description Read only the subtree of the window that has the input focus, as
+                 *     window_id does; no window focused is FailedPrecondition.
+                 */
+                focusedWindow?: boolean;
+                /**
+                 * @description How the response carries the tree: `applications` (the default), or
+                 *     OSWorld's XML in `AT`.
+                 *
+                 *      - ACCESSIBILITY_FORMAT_UNSPECIFIED: ACCESSIBILITY_FORMAT_JSON.
+                 *      - ACCESSIBILITY_FORMAT_JSON: AccessibleNode messages in applications.
+                 *      - ACCESSIBILITY_FORMAT_OSWORLD_XML: The XML of the OSWorld benchmark's accessibility_tree observation, in
+                 *     osworld_xml (JSON name "AT", so the REST response is OSWorld's
+                 *     `{"AT": xml}`): a desktop-frame element, an element per node named for
+                 *     its role ("push-button"), its name, states (st:), object attributes
+                 *     (attr:), place on the screen (cp:screencoord, cp:size), value (val:)
+                 *     and actions (act:) as attributes, its text as content.
+                 */
+                format?: "ACCESSIBILITY_FORMAT_UNSPECIFIED" | "ACCESSIBILITY_FORMAT_JSON" | "ACCESSIBILITY_FORMAT_OSWORLD_XML";
+                /**
                  * @description Levels below each application to read (the application is level 0):
                  *     1 gives its windows. 0 means 12; at most 64.
                  */
@@ -4565,11 +4613,26 @@ export interface operations {
                  */
                 onlyVisible?: boolean;
                 /**
+                 * @description Read only the applications of this process and of the processes it
+                 *     started: a process id as the session's programs see it (Window.pid,
+                 *     `ps` in the session). A process that has exited or is not the
+                 *     session's is NotFound.
+                 */
+                pid?: number;
+                /**
                  * @description Read only the subtree below this node (an id the tree gave, such as
                  *     a window's): the response holds that node alone, its descendants
                  *     below it, and max_depth counts from it. application is ignored.
+                 *     root, window_id, focused_window and pid: at most one.
                  */
                 root?: string;
+                /**
+                 * @description Read only the subtree of this top-level window (an X window id, as
+                 *     ListWindows gives it): the window's accessible (its frame or dialog)
+                 *     alone at the top. A window the display does not show is NotFound; one
+                 *     whose program offers no accessible window is FailedPrecondition.
+                 */
+                windowId?: number;
             };
             header?: never;
             path: {

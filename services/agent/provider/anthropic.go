@@ -228,6 +228,9 @@ func anthropicMessages(msgs []Message) []anthropic.BetaMessageParam {
 					} else {
 						img := anthropicImage(r.Image)
 						p.Content = append(p.Content, anthropic.BetaToolResultBlockParamContentUnion{OfImage: &img})
+						if r.Tree != "" {
+							p.Content = append(p.Content, anthropic.BetaToolResultBlockParamContentUnion{OfText: &anthropic.BetaTextBlockParam{Text: r.Tree}})
+						}
 					}
 				}
 				blocks = append(blocks, anthropic.BetaContentBlockParamUnion{OfToolResult: &p})

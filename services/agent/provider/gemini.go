@@ -223,6 +223,9 @@ func geminiContents(msgs []Message) []*genai.Content {
 				if r.URL != "" {
 					resp["url"] = r.URL
 				}
+				if r.Tree != "" && r.Image != nil && !r.Image.Elided {
+					resp["accessibility_tree"] = r.Tree
+				}
 				if len(r.Acknowledged) > 0 {
 					resp["safety_acknowledgement"] = "true"
 				}

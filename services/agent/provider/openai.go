@@ -207,6 +207,11 @@ func openaiInput(msgs []Message) []any {
 						out["acknowledged_safety_checks"] = acks
 					}
 					items = append(items, out)
+					if r.Tree != "" && r.Image != nil && !r.Image.Elided {
+						// A computer call's output holds a screenshot only:
+						// the tree beside it is the user's next input.
+						items = append(items, map[string]any{"role": "user", "content": []any{map[string]any{"type": "input_text", "text": r.Tree}}})
+					}
 					continue
 				}
 				text := r.Text

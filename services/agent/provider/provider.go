@@ -78,6 +78,9 @@ type ToolResult struct {
 	Acknowledged []SafetyCheck `json:"acknowledged,omitempty"`
 	// URL of the page shown, for providers that want it (Gemini browser).
 	URL string `json:"url,omitempty"`
+	// Tree is the accessibility tree as text beside Image (the run option
+	// accessibility_tree); dropped with the image when it is elided.
+	Tree string `json:"tree,omitempty"`
 }
 
 // BlockKind is what a Block holds.

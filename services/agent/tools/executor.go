@@ -42,6 +42,9 @@ type Executor struct {
 	// Settle is how the screenshot after an action waits for its effect;
 	// nil uses the display's defaults.
 	Settle *displayv1.Settle
+	// AccessibilityTree gives the model the session's accessibility tree
+	// as text beside each screenshot an action returns (Result.Tree).
+	AccessibilityTree bool
 	// Home is where the sandbox's files appear to the session's programs;
 	// the editor takes absolute paths beneath it. Empty means DefaultHome.
 	Home string
@@ -64,6 +67,9 @@ type Result struct {
 	IsError bool
 	// Width and Height of Image.
 	Width, Height int
+	// Tree is the accessibility tree as text beside Image, with
+	// Executor.AccessibilityTree.
+	Tree string
 }
 
 // ErrStaleLease is returned when the display refused input for an old lease.
@@ -193,7 +199,11 @@ func (e *Executor) computer(ctx context.Context, call *provider.ToolCall) (Resul
 			return Result{}, err
 		}
 	}
-	return e.screenshotResult(shot, plan.Zoom != nil)
+	r, err := e.screenshotResult(shot, plan.Zoom != nil)
+	if err == nil && r.Image != nil && plan.Zoom == nil && e.AccessibilityTree {
+		r.Tree = e.accessibilityTree(ctx)
+	}
+	return r, err
 }
 
 // Screenshot returns the screen as the model sees it.

@@ -3,6 +3,7 @@ package atspi
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -150,6 +151,38 @@ func TestTreeOfChromiumOnItsOwnBus(t *testing.T) {
 	tree, err = Walk(ctx, conn, Limits{MaxDepth: 30, MaxNodes: 100, Application: "no such program"})
 	if err != nil || len(tree.Applications) != 0 || tree.Nodes != 0 {
 		t.Fatalf("another application's name: %v %+v", err, tree)
+	}
+
+	// Chromium's process: its application, and none of another's.
+	tree, err = Walk(ctx, conn, Limits{MaxDepth: 30, MaxNodes: 5000, PIDs: map[uint32]bool{uint32(cr.Process.Pid): true}})
+	if err != nil || len(tree.Applications) != 1 || findNode(tree, "push button", "Press me") == nil {
+		t.Errorf("Chromium's process's tree: %v\n%s", err, dump(tree))
+	}
+	tree, err = Walk(ctx, conn, Limits{MaxDepth: 30, MaxNodes: 5000, PIDs: map[uint32]bool{uint32(x.Process.Pid): true}})
+	if err != nil || len(tree.Applications) != 0 {
+		t.Errorf("the X server's process's tree: %v\n%s", err, dump(tree))
+	}
+	// Its X window (800x600 at 0,0, titled by the page): its frame.
+	id, err := FindWindow(ctx, conn, Window{ID: 1, PID: uint32(cr.Process.Pid), Title: "Form - Chromium", Width: 800, Height: 600})
+	if err != nil {
+		t.Fatalf("Chromium's window: %v", err)
+	}
+	if tree, err = Walk(ctx, conn, Limits{MaxDepth: 30, MaxNodes: 5000, Root: id}); err != nil || tree.Applications[0].Role != "frame" || findNode(tree, "push button", "Press me") == nil {
+		t.Errorf("the window's subtree (%s): %v\n%s", id, err, dump(tree))
+	}
+	if _, err := FindWindow(ctx, conn, Window{ID: 2, PID: uint32(x.Process.Pid), Title: "Form - Chromium"}); !errors.Is(err, ErrNoWindow) {
+		t.Errorf("a window of a process without accessibles: %v", err)
+	}
+	// Exported as OSWorld's XML, with what the export reads beyond the tree.
+	tree, err = Walk(ctx, conn, Limits{MaxDepth: 30, MaxNodes: 5000, OnlyVisible: true, Export: true, Root: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	export := OSWorldXML(tree)
+	for _, want := range []string{`<push-button name="Press me" `, `st:showing="true"`, `cp:screencoord="(`, `act:`, `attr:`, `a@b.c`} {
+		if !strings.Contains(export, want) {
+			t.Errorf("the export lacks %s: %.3000s", want, export)
+		}
 	}
 }
 

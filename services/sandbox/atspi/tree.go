@@ -19,10 +19,15 @@ const (
 	ifAction      = "org.a11y.atspi.Action"
 	ifText        = "org.a11y.atspi.Text"
 	ifValue       = "org.a11y.atspi.Value"
+	ifImage       = "org.a11y.atspi.Image"
+	ifSelection   = "org.a11y.atspi.Selection"
 	ifProperties  = "org.freedesktop.DBus.Properties"
 	coordsScreen  = uint32(0)
 	maxTextLength = 1024
-	maxActions    = 16
+	// exportTextLength bounds a text object's content in an export, which
+	// reads every text object's (OSWorld's tree holds them all).
+	exportTextLength = 16 << 10
+	maxActions       = 16
 )
 
 // Limits bound a walk of the tree.
@@ -41,6 +46,14 @@ type Limits struct {
 	// Root, a node id, reads only that node's subtree (MaxDepth counts
 	// from it); Application is then ignored.
 	Root string
+	// PIDs, when not nil, keeps only the applications whose process, as
+	// the bus sees it (the session's own process ids), is one of these.
+	PIDs map[uint32]bool
+	// Export also reads what an export holds beyond a Node's usual fields:
+	// object attributes, the text of every text object (not only of
+	// editable and childless ones), action descriptions and key bindings,
+	// the value's range and which nodes are images or selections.
+	Export bool
 }
 
 // Rect is a node's extents in screen pixels.
@@ -64,11 +77,21 @@ type Node struct {
 	Text     string
 	Value    float64
 	HasValue bool
+	// Filled by a walk with Limits.Export: the value's range and step
+	// (with HasValue), object attributes, each action in full, and whether
+	// the object is an image or holds a selection.
+	MinValue, MaxValue, Step float64
+	Attributes               map[string]string
+	ActionDetails            []Action
+	Image, Selection         bool
 	// ChildCount is how many children the object has, even when they are
 	// left out by a limit.
 	ChildCount int
 	Children   []*Node
 }
+
+// Action is one of a node's actions in full.
+type Action struct{ Name, Description, KeyBinding string }
 
 // Tree is a walk's result.
 type Tree struct {
@@ -100,6 +123,12 @@ func Walk(ctx context.Context, conn *dbus.Conn, lim Limits) (*Tree, error) {
 		if w.tree.Nodes >= lim.MaxNodes {
 			w.tree.Truncated = true
 			break
+		}
+		if lim.PIDs != nil {
+			pid, err := ProcessOf(ctx, conn, a.Bus)
+			if err != nil || !lim.PIDs[pid] {
+				continue
+			}
 		}
 		n, err := w.node(ctx, a, 0)
 		if err != nil {
@@ -164,6 +193,10 @@ func (w *walker) node(ctx context.Context, r ref, depth int) (*Node, error) {
 	role := obj.GoWithContext(ctx, ifAccessible+".GetRoleName", 0, nil)
 	state := obj.GoWithContext(ctx, ifAccessible+".GetState", 0, nil)
 	ifaces := obj.GoWithContext(ctx, ifAccessible+".GetInterfaces", 0, nil)
+	var attrs *dbus.Call
+	if w.lim.Export {
+		attrs = obj.GoWithContext(ctx, ifAccessible+".GetAttributes", 0, nil)
+	}
 	n := &Node{ID: r.Bus + ":" + string(r.Path)}
 	var all map[string]dbus.Variant
 	if err := wait(ctx, props).Store(&all); err != nil {
@@ -181,6 +214,12 @@ func (w *walker) node(ctx context.Context, r ref, depth int) (*Node, error) {
 	}
 	var is []string
 	_ = wait(ctx, ifaces).Store(&is)
+	if attrs != nil {
+		_ = wait(ctx, attrs).Store(&n.Attributes)
+	}
+	if w.lim.Export {
+		n.Image, n.Selection = slices.Contains(is, ifImage), slices.Contains(is, ifSelection)
+	}
 	var ext, acts, text, val *dbus.Call
 	if slices.Contains(is, ifComponent) {
 		ext = obj.GoWithContext(ctx, ifComponent+".GetExtents", 0, nil, coordsScreen)
@@ -188,11 +227,20 @@ func (w *walker) node(ctx context.Context, r ref, depth int) (*Node, error) {
 	if slices.Contains(is, ifAction) {
 		acts = obj.GoWithContext(ctx, ifAction+".GetActions", 0, nil)
 	}
-	if slices.Contains(is, ifText) && (slices.Contains(n.States, "editable") || n.ChildCount == 0) {
-		text = obj.GoWithContext(ctx, ifText+".GetText", 0, nil, int32(0), int32(maxTextLength))
+	textLength := maxTextLength
+	if w.lim.Export {
+		textLength = exportTextLength
+	}
+	if slices.Contains(is, ifText) && (w.lim.Export || slices.Contains(n.States, "editable") || n.ChildCount == 0) {
+		text = obj.GoWithContext(ctx, ifText+".GetText", 0, nil, int32(0), int32(textLength))
 	}
 	if slices.Contains(is, ifValue) {
-		val = obj.GoWithContext(ctx, ifProperties+".Get", 0, nil, ifValue, "CurrentValue")
+		if w.lim.Export {
+			// The range too; Get alone is what every toolkit answers.
+			val = obj.GoWithContext(ctx, ifProperties+".GetAll", 0, nil, ifValue)
+		} else {
+			val = obj.GoWithContext(ctx, ifProperties+".Get", 0, nil, ifValue, "CurrentValue")
+		}
 	}
 	if ext != nil {
 		// One (iiii) struct.
@@ -219,16 +267,29 @@ func (w *walker) node(ctx context.Context, r ref, depth int) (*Node, error) {
 				if name != "" {
 					n.Actions = append(n.Actions, name)
 				}
+				if w.lim.Export {
+					n.ActionDetails = append(n.ActionDetails, Action{Name: name, Description: as[i].Description, KeyBinding: as[i].KeyBinding})
+				}
 			}
 		}
 	}
 	if text != nil {
 		var s string
 		if err := wait(ctx, text).Store(&s); err == nil {
-			n.Text = truncate(s, maxTextLength)
+			n.Text = truncate(s, textLength)
 		}
 	}
-	if val != nil {
+	if val != nil && w.lim.Export {
+		var v map[string]dbus.Variant
+		if err := wait(ctx, val).Store(&v); err == nil {
+			if f, ok := v["CurrentValue"].Value().(float64); ok {
+				n.Value, n.HasValue = f, true
+				n.MinValue, _ = v["MinimumValue"].Value().(float64)
+				n.MaxValue, _ = v["MaximumValue"].Value().(float64)
+				n.Step, _ = v["MinimumIncrement"].Value().(float64)
+			}
+		}
+	} else if val != nil {
 		var v dbus.Variant
 		if err := wait(ctx, val).Store(&v); err == nil {
 			if f, ok := v.Value().(float64); ok {

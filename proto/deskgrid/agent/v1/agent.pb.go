@@ -294,9 +294,16 @@ type RunOptions struct {
 	// Do not take the session's input lease (observers and tests of the lease itself).
 	SkipInputLease bool `protobuf:"varint,12,opt,name=skip_input_lease,json=skipInputLease,proto3" json:"skip_input_lease,omitempty"`
 	// How the screenshot after each action waits for its effect; unset uses the display's defaults.
-	Settle        *v1.Settle `protobuf:"bytes,13,opt,name=settle,proto3" json:"settle,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Settle *v1.Settle `protobuf:"bytes,13,opt,name=settle,proto3" json:"settle,omitempty"`
+	// Give the model the session's accessibility tree as text beside each
+	// screenshot an action returns: what shows on the screen, one node a
+	// line (role, "name", [states], @x,y WxH in the model's screenshot
+	// pixels, (actions), = text), at most 16 KiB, cut with a note. It is
+	// dropped from the context with its screenshot. A desktop without an
+	// accessibility bus gives a one-line note instead.
+	AccessibilityTree bool `protobuf:"varint,14,opt,name=accessibility_tree,json=accessibilityTree,proto3" json:"accessibility_tree,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RunOptions) Reset() {
@@ -418,6 +425,13 @@ func (x *RunOptions) GetSettle() *v1.Settle {
 		return x.Settle
 	}
 	return nil
+}
+
+func (x *RunOptions) GetAccessibilityTree() bool {
+	if x != nil {
+		return x.AccessibilityTree
+	}
+	return false
 }
 
 // Usage counts the tokens a run used.
@@ -2383,7 +2397,7 @@ const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"stopReason\x12.\n" +
 	"\x05usage\x18\x0f \x01(\v2\x18.deskgrid.agent.v1.UsageR\x05usage\x12G\n" +
 	"\x11pending_tool_call\x18\x10 \x01(\v2\x1b.deskgrid.agent.v1.ToolCallR\x0fpendingToolCall\x12%\n" +
-	"\x0eevent_sequence\x18\x11 \x01(\x03R\reventSequence\"\xd2\x04\n" +
+	"\x0eevent_sequence\x18\x11 \x01(\x03R\reventSequence\"\x81\x05\n" +
 	"\n" +
 	"RunOptions\x12#\n" +
 	"\rsystem_prompt\x18\x01 \x01(\tR\fsystemPrompt\x12*\n" +
@@ -2399,7 +2413,8 @@ const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	" \x01(\x05R\vscreenWidth\x12#\n" +
 	"\rscreen_height\x18\v \x01(\x05R\fscreenHeight\x12(\n" +
 	"\x10skip_input_lease\x18\f \x01(\bR\x0eskipInputLease\x123\n" +
-	"\x06settle\x18\r \x01(\v2\x1b.deskgrid.display.v1.SettleR\x06settle\"\xa9\x01\n" +
+	"\x06settle\x18\r \x01(\v2\x1b.deskgrid.display.v1.SettleR\x06settle\x12-\n" +
+	"\x12accessibility_tree\x18\x0e \x01(\bR\x11accessibilityTree\"\xa9\x01\n" +
 	"\x05Usage\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12#\n" +
 	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\x12*\n" +

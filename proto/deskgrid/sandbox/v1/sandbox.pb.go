@@ -75,6 +75,64 @@ func (ProcessState) EnumDescriptor() ([]byte, []int) {
 	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{0}
 }
 
+// AccessibilityFormat is how GetAccessibilityTree returns the tree.
+type AccessibilityFormat int32
+
+const (
+	// ACCESSIBILITY_FORMAT_JSON.
+	AccessibilityFormat_ACCESSIBILITY_FORMAT_UNSPECIFIED AccessibilityFormat = 0
+	// AccessibleNode messages in applications.
+	AccessibilityFormat_ACCESSIBILITY_FORMAT_JSON AccessibilityFormat = 1
+	// The XML of the OSWorld benchmark's accessibility_tree observation, in
+	// osworld_xml (JSON name "AT", so the REST response is OSWorld's
+	// `{"AT": xml}`): a desktop-frame element, an element per node named for
+	// its role ("push-button"), its name, states (st:), object attributes
+	// (attr:), place on the screen (cp:screencoord, cp:size), value (val:)
+	// and actions (act:) as attributes, its text as content.
+	AccessibilityFormat_ACCESSIBILITY_FORMAT_OSWORLD_XML AccessibilityFormat = 2
+)
+
+// Enum value maps for AccessibilityFormat.
+var (
+	AccessibilityFormat_name = map[int32]string{
+		0: "ACCESSIBILITY_FORMAT_UNSPECIFIED",
+		1: "ACCESSIBILITY_FORMAT_JSON",
+		2: "ACCESSIBILITY_FORMAT_OSWORLD_XML",
+	}
+	AccessibilityFormat_value = map[string]int32{
+		"ACCESSIBILITY_FORMAT_UNSPECIFIED": 0,
+		"ACCESSIBILITY_FORMAT_JSON":        1,
+		"ACCESSIBILITY_FORMAT_OSWORLD_XML": 2,
+	}
+)
+
+func (x AccessibilityFormat) Enum() *AccessibilityFormat {
+	p := new(AccessibilityFormat)
+	*p = x
+	return p
+}
+
+func (x AccessibilityFormat) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AccessibilityFormat) Descriptor() protoreflect.EnumDescriptor {
+	return file_deskgrid_sandbox_v1_sandbox_proto_enumTypes[1].Descriptor()
+}
+
+func (AccessibilityFormat) Type() protoreflect.EnumType {
+	return &file_deskgrid_sandbox_v1_sandbox_proto_enumTypes[1]
+}
+
+func (x AccessibilityFormat) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AccessibilityFormat.Descriptor instead.
+func (AccessibilityFormat) EnumDescriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{1}
+}
+
 // ChangeKind is what happened to a path.
 type ChangeKind int32
 
@@ -112,11 +170,11 @@ func (x ChangeKind) String() string {
 }
 
 func (ChangeKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_deskgrid_sandbox_v1_sandbox_proto_enumTypes[1].Descriptor()
+	return file_deskgrid_sandbox_v1_sandbox_proto_enumTypes[2].Descriptor()
 }
 
 func (ChangeKind) Type() protoreflect.EnumType {
-	return &file_deskgrid_sandbox_v1_sandbox_proto_enumTypes[1]
+	return &file_deskgrid_sandbox_v1_sandbox_proto_enumTypes[2]
 }
 
 func (x ChangeKind) Number() protoreflect.EnumNumber {
@@ -125,7 +183,7 @@ func (x ChangeKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ChangeKind.Descriptor instead.
 func (ChangeKind) EnumDescriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{1}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{2}
 }
 
 // Sandbox is a session's isolated filesystem and process space on a node.
@@ -2398,7 +2456,24 @@ type GetAccessibilityTreeRequest struct {
 	// Read only the subtree below this node (an id the tree gave, such as
 	// a window's): the response holds that node alone, its descendants
 	// below it, and max_depth counts from it. application is ignored.
-	Root          string `protobuf:"bytes,6,opt,name=root,proto3" json:"root,omitempty"`
+	// root, window_id, focused_window and pid: at most one.
+	Root string `protobuf:"bytes,6,opt,name=root,proto3" json:"root,omitempty"`
+	// Read only the subtree of this top-level window (an X window id, as
+	// ListWindows gives it): the window's accessible (its frame or dialog)
+	// alone at the top. A window the display does not show is NotFound; one
+	// whose program offers no accessible window is FailedPrecondition.
+	WindowId uint32 `protobuf:"varint,7,opt,name=window_id,json=windowId,proto3" json:"window_id,omitempty"`
+	// Read only the subtree of the window that has the input focus, as
+	// window_id does; no window focused is FailedPrecondition.
+	FocusedWindow bool `protobuf:"varint,8,opt,name=focused_window,json=focusedWindow,proto3" json:"focused_window,omitempty"`
+	// Read only the applications of this process and of the processes it
+	// started: a process id as the session's programs see it (Window.pid,
+	// `ps` in the session). A process that has exited or is not the
+	// session's is NotFound.
+	Pid uint32 `protobuf:"varint,9,opt,name=pid,proto3" json:"pid,omitempty"`
+	// How the response carries the tree: `applications` (the default), or
+	// OSWorld's XML in `AT`.
+	Format        AccessibilityFormat `protobuf:"varint,10,opt,name=format,proto3,enum=deskgrid.sandbox.v1.AccessibilityFormat" json:"format,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2475,14 +2550,45 @@ func (x *GetAccessibilityTreeRequest) GetRoot() string {
 	return ""
 }
 
+func (x *GetAccessibilityTreeRequest) GetWindowId() uint32 {
+	if x != nil {
+		return x.WindowId
+	}
+	return 0
+}
+
+func (x *GetAccessibilityTreeRequest) GetFocusedWindow() bool {
+	if x != nil {
+		return x.FocusedWindow
+	}
+	return false
+}
+
+func (x *GetAccessibilityTreeRequest) GetPid() uint32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *GetAccessibilityTreeRequest) GetFormat() AccessibilityFormat {
+	if x != nil {
+		return x.Format
+	}
+	return AccessibilityFormat_ACCESSIBILITY_FORMAT_UNSPECIFIED
+}
+
 type GetAccessibilityTreeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// One node per application, its windows below.
+	// One node per application, its windows below; empty with
+	// ACCESSIBILITY_FORMAT_OSWORLD_XML.
 	Applications []*AccessibleNode `protobuf:"bytes,1,rep,name=applications,proto3" json:"applications,omitempty"`
 	// Nodes returned.
 	NodeCount int32 `protobuf:"varint,2,opt,name=node_count,json=nodeCount,proto3" json:"node_count,omitempty"`
 	// max_depth or max_nodes left nodes out.
-	Truncated     bool `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	Truncated bool `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// The tree as OSWorld's XML, with ACCESSIBILITY_FORMAT_OSWORLD_XML.
+	OsworldXml    string `protobuf:"bytes,4,opt,name=osworld_xml,json=AT,proto3" json:"osworld_xml,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2536,6 +2642,13 @@ func (x *GetAccessibilityTreeResponse) GetTruncated() bool {
 		return x.Truncated
 	}
 	return false
+}
+
+func (x *GetAccessibilityTreeResponse) GetOsworldXml() string {
+	if x != nil {
+		return x.OsworldXml
+	}
+	return ""
 }
 
 type ActOnAccessibleRequest struct {
@@ -5193,7 +5306,7 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"leaseToken\"\x97\x01\n" +
 	"\x19LaunchApplicationResponse\x12B\n" +
 	"\vapplication\x18\x01 \x01(\v2 .deskgrid.sandbox.v1.ApplicationR\vapplication\x126\n" +
-	"\aprocess\x18\x02 \x01(\v2\x1c.deskgrid.sandbox.v1.ProcessR\aprocess\"\xcf\x01\n" +
+	"\aprocess\x18\x02 \x01(\v2\x1c.deskgrid.sandbox.v1.ProcessR\aprocess\"\xe7\x02\n" +
 	"\x1bGetAccessibilityTreeRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
@@ -5201,12 +5314,18 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\tmax_nodes\x18\x03 \x01(\x05R\bmaxNodes\x12!\n" +
 	"\fonly_visible\x18\x04 \x01(\bR\vonlyVisible\x12 \n" +
 	"\vapplication\x18\x05 \x01(\tR\vapplication\x12\x12\n" +
-	"\x04root\x18\x06 \x01(\tR\x04root\"\xa4\x01\n" +
+	"\x04root\x18\x06 \x01(\tR\x04root\x12\x1b\n" +
+	"\twindow_id\x18\a \x01(\rR\bwindowId\x12%\n" +
+	"\x0efocused_window\x18\b \x01(\bR\rfocusedWindow\x12\x10\n" +
+	"\x03pid\x18\t \x01(\rR\x03pid\x12@\n" +
+	"\x06format\x18\n" +
+	" \x01(\x0e2(.deskgrid.sandbox.v1.AccessibilityFormatR\x06format\"\xbd\x01\n" +
 	"\x1cGetAccessibilityTreeResponse\x12G\n" +
 	"\fapplications\x18\x01 \x03(\v2#.deskgrid.sandbox.v1.AccessibleNodeR\fapplications\x12\x1d\n" +
 	"\n" +
 	"node_count\x18\x02 \x01(\x05R\tnodeCount\x12\x1c\n" +
-	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\x83\x02\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\x12\x17\n" +
+	"\vosworld_xml\x18\x04 \x01(\tR\x02AT\"\x83\x02\n" +
 	"\x16ActOnAccessibleRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x0e\n" +
@@ -5378,13 +5497,17 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\fProcessState\x12\x1d\n" +
 	"\x19PROCESS_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15PROCESS_STATE_RUNNING\x10\x01\x12\x18\n" +
-	"\x14PROCESS_STATE_EXITED\x10\x02*s\n" +
+	"\x14PROCESS_STATE_EXITED\x10\x02*\x80\x01\n" +
+	"\x13AccessibilityFormat\x12$\n" +
+	" ACCESSIBILITY_FORMAT_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19ACCESSIBILITY_FORMAT_JSON\x10\x01\x12$\n" +
+	" ACCESSIBILITY_FORMAT_OSWORLD_XML\x10\x02*s\n" +
 	"\n" +
 	"ChangeKind\x12\x1b\n" +
 	"\x17CHANGE_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11CHANGE_KIND_ADDED\x10\x01\x12\x18\n" +
 	"\x14CHANGE_KIND_MODIFIED\x10\x02\x12\x17\n" +
-	"\x13CHANGE_KIND_DELETED\x10\x032\xd3;\n" +
+	"\x13CHANGE_KIND_DELETED\x10\x032\xfd=\n" +
 	"\x0eSandboxService\x12f\n" +
 	"\rCreateSandbox\x12).deskgrid.sandbox.v1.CreateSandboxRequest\x1a*.deskgrid.sandbox.v1.CreateSandboxResponse\x12f\n" +
 	"\rCommitSandbox\x12).deskgrid.sandbox.v1.CommitSandboxRequest\x1a*.deskgrid.sandbox.v1.CommitSandboxResponse\x12\x91\x01\n" +
@@ -5409,8 +5532,10 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\vStopProcess\x12'.deskgrid.sandbox.v1.StopProcessRequest\x1a(.deskgrid.sandbox.v1.StopProcessResponse\x12\x93\x01\n" +
 	"\rListProcesses\x12).deskgrid.sandbox.v1.ListProcessesRequest\x1a*.deskgrid.sandbox.v1.ListProcessesResponse\"+\x82\xd3\xe4\x93\x02%\x12#/v1/sessions/{session_id}/processes\x12\x9f\x01\n" +
 	"\x10ListApplications\x12,.deskgrid.sandbox.v1.ListApplicationsRequest\x1a-.deskgrid.sandbox.v1.ListApplicationsResponse\".\x82\xd3\xe4\x93\x02(\x12&/v1/sessions/{session_id}/applications\x12\xac\x01\n" +
-	"\x11LaunchApplication\x12-.deskgrid.sandbox.v1.LaunchApplicationRequest\x1a..deskgrid.sandbox.v1.LaunchApplicationResponse\"8\x82\xd3\xe4\x93\x022:\x01*\"-/v1/sessions/{session_id}/applications:launch\x12\xc5\t\n" +
-	"\x14GetAccessibilityTree\x120.deskgrid.sandbox.v1.GetAccessibilityTreeRequest\x1a1.deskgrid.sandbox.v1.GetAccessibilityTreeResponse\"\xc7\b\x92A\x94\b\x12\x1bRead the accessibility tree\x1a\xbc\x04Returns the AT-SPI2 tree of the session's desktop: one node per application, its windows and widgets below, each with role, name, states, actions, text and bounds in screen pixels (the coordinates clicks take). `?max_depth=` (default 12, at most 64) and `?max_nodes=` (default 2000, at most 20000) bound it and `truncated` says when they cut it; `?only_visible=true` keeps what shows on the screen; `?application=` keeps the applications whose name contains it; `?root=` reads only the subtree of one node (a window's id). Each node's `id` is what accessibility:act takes.J\xb5\x03\n" +
+	"\x11LaunchApplication\x12-.deskgrid.sandbox.v1.LaunchApplicationRequest\x1a..deskgrid.sandbox.v1.LaunchApplicationResponse\"8\x82\xd3\xe4\x93\x022:\x01*\"-/v1/sessions/{session_id}/applications:launch\x12\xef\v\n" +
+	"\x14GetAccessibilityTree\x120.deskgrid.sandbox.v1.GetAccessibilityTreeRequest\x1a1.deskgrid.sandbox.v1.GetAccessibilityTreeResponse\"\xf1\n" +
+	"\x92A\xbe\n" +
+	"\x12\x1bRead the accessibility tree\x1a\xe6\x06Returns the AT-SPI2 tree of the session's desktop: one node per application, its windows and widgets below, each with role, name, states, actions, text and bounds in screen pixels (the coordinates clicks take). `?max_depth=` (default 12, at most 64) and `?max_nodes=` (default 2000, at most 20000) bound it and `truncated` says when they cut it; `?only_visible=true` keeps what shows on the screen; `?application=` keeps the applications whose name contains it; `?root=` reads only the subtree of one node (a node's id), `?window_id=` that of an X window (as the windows list gives it), `?focused_window=true` that of the window with the input focus, `?pid=` the applications of one process of the session and those it started. Each node's `id` is what accessibility:act takes. `?format=ACCESSIBILITY_FORMAT_OSWORLD_XML` returns OSWorld's `{\"AT\": xml}` instead of nodes.J\xb5\x03\n" +
 	"\x03200\x12\xad\x03\n" +
 	"\tThe tree.\"\x9f\x03\n" +
 	"\x10application/json\x12\x8a\x03{\"applications\": [{\"id\": \":1.5:/org/a11y/atspi/accessible/root\", \"role\": \"application\", \"name\": \"mousepad\", \"states\": [], \"childCount\": 1, \"children\": [{\"id\": \":1.5:/org/a11y/atspi/accessible/1\", \"role\": \"frame\", \"name\": \"Untitled 1 - Mousepad\", \"states\": [\"active\", \"enabled\", \"showing\", \"visible\"], \"bounds\": {\"x\": 0, \"y\": 0, \"width\": 640, \"height\": 480}, \"childCount\": 1}]}], \"nodeCount\": 2}\x82\xd3\xe4\x93\x02)\x12'/v1/sessions/{session_id}/accessibility\x12\xe0\x06\n" +
@@ -5451,206 +5576,208 @@ func file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescData
 }
 
-var file_deskgrid_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_deskgrid_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_deskgrid_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
 var file_deskgrid_sandbox_v1_sandbox_proto_goTypes = []any{
 	(ProcessState)(0),                    // 0: deskgrid.sandbox.v1.ProcessState
-	(ChangeKind)(0),                      // 1: deskgrid.sandbox.v1.ChangeKind
-	(*Sandbox)(nil),                      // 2: deskgrid.sandbox.v1.Sandbox
-	(*SandboxLimits)(nil),                // 3: deskgrid.sandbox.v1.SandboxLimits
-	(*SandboxUsage)(nil),                 // 4: deskgrid.sandbox.v1.SandboxUsage
-	(*CreateSandboxRequest)(nil),         // 5: deskgrid.sandbox.v1.CreateSandboxRequest
-	(*DesktopSpec)(nil),                  // 6: deskgrid.sandbox.v1.DesktopSpec
-	(*CommitSandboxRequest)(nil),         // 7: deskgrid.sandbox.v1.CommitSandboxRequest
-	(*CommitSandboxResponse)(nil),        // 8: deskgrid.sandbox.v1.CommitSandboxResponse
-	(*CreateSandboxResponse)(nil),        // 9: deskgrid.sandbox.v1.CreateSandboxResponse
-	(*GetSandboxRequest)(nil),            // 10: deskgrid.sandbox.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),           // 11: deskgrid.sandbox.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),         // 12: deskgrid.sandbox.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),        // 13: deskgrid.sandbox.v1.ListSandboxesResponse
-	(*DeleteSandboxRequest)(nil),         // 14: deskgrid.sandbox.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil),        // 15: deskgrid.sandbox.v1.DeleteSandboxResponse
-	(*ExecRequest)(nil),                  // 16: deskgrid.sandbox.v1.ExecRequest
-	(*ExecExit)(nil),                     // 17: deskgrid.sandbox.v1.ExecExit
-	(*ExecResponse)(nil),                 // 18: deskgrid.sandbox.v1.ExecResponse
-	(*ReadFileRequest)(nil),              // 19: deskgrid.sandbox.v1.ReadFileRequest
-	(*ReadFileResponse)(nil),             // 20: deskgrid.sandbox.v1.ReadFileResponse
-	(*WriteFileRequest)(nil),             // 21: deskgrid.sandbox.v1.WriteFileRequest
-	(*WriteFileResponse)(nil),            // 22: deskgrid.sandbox.v1.WriteFileResponse
-	(*ListFilesRequest)(nil),             // 23: deskgrid.sandbox.v1.ListFilesRequest
-	(*FileInfo)(nil),                     // 24: deskgrid.sandbox.v1.FileInfo
-	(*ListFilesResponse)(nil),            // 25: deskgrid.sandbox.v1.ListFilesResponse
-	(*StartProcessRequest)(nil),          // 26: deskgrid.sandbox.v1.StartProcessRequest
-	(*Process)(nil),                      // 27: deskgrid.sandbox.v1.Process
-	(*StartProcessResponse)(nil),         // 28: deskgrid.sandbox.v1.StartProcessResponse
-	(*StopProcessRequest)(nil),           // 29: deskgrid.sandbox.v1.StopProcessRequest
-	(*StopProcessResponse)(nil),          // 30: deskgrid.sandbox.v1.StopProcessResponse
-	(*ListProcessesRequest)(nil),         // 31: deskgrid.sandbox.v1.ListProcessesRequest
-	(*ListProcessesResponse)(nil),        // 32: deskgrid.sandbox.v1.ListProcessesResponse
-	(*ListApplicationsRequest)(nil),      // 33: deskgrid.sandbox.v1.ListApplicationsRequest
-	(*ListApplicationsResponse)(nil),     // 34: deskgrid.sandbox.v1.ListApplicationsResponse
-	(*Application)(nil),                  // 35: deskgrid.sandbox.v1.Application
-	(*LaunchApplicationRequest)(nil),     // 36: deskgrid.sandbox.v1.LaunchApplicationRequest
-	(*LaunchApplicationResponse)(nil),    // 37: deskgrid.sandbox.v1.LaunchApplicationResponse
-	(*GetAccessibilityTreeRequest)(nil),  // 38: deskgrid.sandbox.v1.GetAccessibilityTreeRequest
-	(*GetAccessibilityTreeResponse)(nil), // 39: deskgrid.sandbox.v1.GetAccessibilityTreeResponse
-	(*ActOnAccessibleRequest)(nil),       // 40: deskgrid.sandbox.v1.ActOnAccessibleRequest
-	(*ActOnAccessibleResponse)(nil),      // 41: deskgrid.sandbox.v1.ActOnAccessibleResponse
-	(*AccessibleNode)(nil),               // 42: deskgrid.sandbox.v1.AccessibleNode
-	(*AccessibleBounds)(nil),             // 43: deskgrid.sandbox.v1.AccessibleBounds
-	(*FreezeSandboxRequest)(nil),         // 44: deskgrid.sandbox.v1.FreezeSandboxRequest
-	(*FreezeSandboxResponse)(nil),        // 45: deskgrid.sandbox.v1.FreezeSandboxResponse
-	(*ThawSandboxRequest)(nil),           // 46: deskgrid.sandbox.v1.ThawSandboxRequest
-	(*ThawSandboxResponse)(nil),          // 47: deskgrid.sandbox.v1.ThawSandboxResponse
-	(*Change)(nil),                       // 48: deskgrid.sandbox.v1.Change
-	(*ListChangesRequest)(nil),           // 49: deskgrid.sandbox.v1.ListChangesRequest
-	(*ListChangesResponse)(nil),          // 50: deskgrid.sandbox.v1.ListChangesResponse
-	(*DiffFileRequest)(nil),              // 51: deskgrid.sandbox.v1.DiffFileRequest
-	(*DiffFileResponse)(nil),             // 52: deskgrid.sandbox.v1.DiffFileResponse
-	(*ApplyChangesRequest)(nil),          // 53: deskgrid.sandbox.v1.ApplyChangesRequest
-	(*Conflict)(nil),                     // 54: deskgrid.sandbox.v1.Conflict
-	(*ApplyChangesResponse)(nil),         // 55: deskgrid.sandbox.v1.ApplyChangesResponse
-	(*DiscardChangesRequest)(nil),        // 56: deskgrid.sandbox.v1.DiscardChangesRequest
-	(*DiscardChangesResponse)(nil),       // 57: deskgrid.sandbox.v1.DiscardChangesResponse
-	(*Snapshot)(nil),                     // 58: deskgrid.sandbox.v1.Snapshot
-	(*CreateSnapshotRequest)(nil),        // 59: deskgrid.sandbox.v1.CreateSnapshotRequest
-	(*CreateSnapshotResponse)(nil),       // 60: deskgrid.sandbox.v1.CreateSnapshotResponse
-	(*ListSnapshotsRequest)(nil),         // 61: deskgrid.sandbox.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),        // 62: deskgrid.sandbox.v1.ListSnapshotsResponse
-	(*RestoreSnapshotRequest)(nil),       // 63: deskgrid.sandbox.v1.RestoreSnapshotRequest
-	(*RestoreSnapshotResponse)(nil),      // 64: deskgrid.sandbox.v1.RestoreSnapshotResponse
-	(*DeleteSnapshotRequest)(nil),        // 65: deskgrid.sandbox.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil),       // 66: deskgrid.sandbox.v1.DeleteSnapshotResponse
-	(*RunShellRequest)(nil),              // 67: deskgrid.sandbox.v1.RunShellRequest
-	(*RunShellResponse)(nil),             // 68: deskgrid.sandbox.v1.RunShellResponse
-	(*RestartShellRequest)(nil),          // 69: deskgrid.sandbox.v1.RestartShellRequest
-	(*RestartShellResponse)(nil),         // 70: deskgrid.sandbox.v1.RestartShellResponse
-	(*UploadFileHeader)(nil),             // 71: deskgrid.sandbox.v1.UploadFileHeader
-	(*UploadFileRequest)(nil),            // 72: deskgrid.sandbox.v1.UploadFileRequest
-	(*UploadFileResponse)(nil),           // 73: deskgrid.sandbox.v1.UploadFileResponse
-	(*DownloadFileRequest)(nil),          // 74: deskgrid.sandbox.v1.DownloadFileRequest
-	(*DownloadFileResponse)(nil),         // 75: deskgrid.sandbox.v1.DownloadFileResponse
-	(*StatFileRequest)(nil),              // 76: deskgrid.sandbox.v1.StatFileRequest
-	(*StatFileResponse)(nil),             // 77: deskgrid.sandbox.v1.StatFileResponse
-	(*MakeDirectoryRequest)(nil),         // 78: deskgrid.sandbox.v1.MakeDirectoryRequest
-	(*MakeDirectoryResponse)(nil),        // 79: deskgrid.sandbox.v1.MakeDirectoryResponse
-	(*MoveFileRequest)(nil),              // 80: deskgrid.sandbox.v1.MoveFileRequest
-	(*MoveFileResponse)(nil),             // 81: deskgrid.sandbox.v1.MoveFileResponse
-	(*DeleteFileRequest)(nil),            // 82: deskgrid.sandbox.v1.DeleteFileRequest
-	(*DeleteFileResponse)(nil),           // 83: deskgrid.sandbox.v1.DeleteFileResponse
-	(*timestamppb.Timestamp)(nil),        // 84: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),          // 85: google.protobuf.Duration
+	(AccessibilityFormat)(0),             // 1: deskgrid.sandbox.v1.AccessibilityFormat
+	(ChangeKind)(0),                      // 2: deskgrid.sandbox.v1.ChangeKind
+	(*Sandbox)(nil),                      // 3: deskgrid.sandbox.v1.Sandbox
+	(*SandboxLimits)(nil),                // 4: deskgrid.sandbox.v1.SandboxLimits
+	(*SandboxUsage)(nil),                 // 5: deskgrid.sandbox.v1.SandboxUsage
+	(*CreateSandboxRequest)(nil),         // 6: deskgrid.sandbox.v1.CreateSandboxRequest
+	(*DesktopSpec)(nil),                  // 7: deskgrid.sandbox.v1.DesktopSpec
+	(*CommitSandboxRequest)(nil),         // 8: deskgrid.sandbox.v1.CommitSandboxRequest
+	(*CommitSandboxResponse)(nil),        // 9: deskgrid.sandbox.v1.CommitSandboxResponse
+	(*CreateSandboxResponse)(nil),        // 10: deskgrid.sandbox.v1.CreateSandboxResponse
+	(*GetSandboxRequest)(nil),            // 11: deskgrid.sandbox.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),           // 12: deskgrid.sandbox.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),         // 13: deskgrid.sandbox.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),        // 14: deskgrid.sandbox.v1.ListSandboxesResponse
+	(*DeleteSandboxRequest)(nil),         // 15: deskgrid.sandbox.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil),        // 16: deskgrid.sandbox.v1.DeleteSandboxResponse
+	(*ExecRequest)(nil),                  // 17: deskgrid.sandbox.v1.ExecRequest
+	(*ExecExit)(nil),                     // 18: deskgrid.sandbox.v1.ExecExit
+	(*ExecResponse)(nil),                 // 19: deskgrid.sandbox.v1.ExecResponse
+	(*ReadFileRequest)(nil),              // 20: deskgrid.sandbox.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),             // 21: deskgrid.sandbox.v1.ReadFileResponse
+	(*WriteFileRequest)(nil),             // 22: deskgrid.sandbox.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),            // 23: deskgrid.sandbox.v1.WriteFileResponse
+	(*ListFilesRequest)(nil),             // 24: deskgrid.sandbox.v1.ListFilesRequest
+	(*FileInfo)(nil),                     // 25: deskgrid.sandbox.v1.FileInfo
+	(*ListFilesResponse)(nil),            // 26: deskgrid.sandbox.v1.ListFilesResponse
+	(*StartProcessRequest)(nil),          // 27: deskgrid.sandbox.v1.StartProcessRequest
+	(*Process)(nil),                      // 28: deskgrid.sandbox.v1.Process
+	(*StartProcessResponse)(nil),         // 29: deskgrid.sandbox.v1.StartProcessResponse
+	(*StopProcessRequest)(nil),           // 30: deskgrid.sandbox.v1.StopProcessRequest
+	(*StopProcessResponse)(nil),          // 31: deskgrid.sandbox.v1.StopProcessResponse
+	(*ListProcessesRequest)(nil),         // 32: deskgrid.sandbox.v1.ListProcessesRequest
+	(*ListProcessesResponse)(nil),        // 33: deskgrid.sandbox.v1.ListProcessesResponse
+	(*ListApplicationsRequest)(nil),      // 34: deskgrid.sandbox.v1.ListApplicationsRequest
+	(*ListApplicationsResponse)(nil),     // 35: deskgrid.sandbox.v1.ListApplicationsResponse
+	(*Application)(nil),                  // 36: deskgrid.sandbox.v1.Application
+	(*LaunchApplicationRequest)(nil),     // 37: deskgrid.sandbox.v1.LaunchApplicationRequest
+	(*LaunchApplicationResponse)(nil),    // 38: deskgrid.sandbox.v1.LaunchApplicationResponse
+	(*GetAccessibilityTreeRequest)(nil),  // 39: deskgrid.sandbox.v1.GetAccessibilityTreeRequest
+	(*GetAccessibilityTreeResponse)(nil), // 40: deskgrid.sandbox.v1.GetAccessibilityTreeResponse
+	(*ActOnAccessibleRequest)(nil),       // 41: deskgrid.sandbox.v1.ActOnAccessibleRequest
+	(*ActOnAccessibleResponse)(nil),      // 42: deskgrid.sandbox.v1.ActOnAccessibleResponse
+	(*AccessibleNode)(nil),               // 43: deskgrid.sandbox.v1.AccessibleNode
+	(*AccessibleBounds)(nil),             // 44: deskgrid.sandbox.v1.AccessibleBounds
+	(*FreezeSandboxRequest)(nil),         // 45: deskgrid.sandbox.v1.FreezeSandboxRequest
+	(*FreezeSandboxResponse)(nil),        // 46: deskgrid.sandbox.v1.FreezeSandboxResponse
+	(*ThawSandboxRequest)(nil),           // 47: deskgrid.sandbox.v1.ThawSandboxRequest
+	(*ThawSandboxResponse)(nil),          // 48: deskgrid.sandbox.v1.ThawSandboxResponse
+	(*Change)(nil),                       // 49: deskgrid.sandbox.v1.Change
+	(*ListChangesRequest)(nil),           // 50: deskgrid.sandbox.v1.ListChangesRequest
+	(*ListChangesResponse)(nil),          // 51: deskgrid.sandbox.v1.ListChangesResponse
+	(*DiffFileRequest)(nil),              // 52: deskgrid.sandbox.v1.DiffFileRequest
+	(*DiffFileResponse)(nil),             // 53: deskgrid.sandbox.v1.DiffFileResponse
+	(*ApplyChangesRequest)(nil),          // 54: deskgrid.sandbox.v1.ApplyChangesRequest
+	(*Conflict)(nil),                     // 55: deskgrid.sandbox.v1.Conflict
+	(*ApplyChangesResponse)(nil),         // 56: deskgrid.sandbox.v1.ApplyChangesResponse
+	(*DiscardChangesRequest)(nil),        // 57: deskgrid.sandbox.v1.DiscardChangesRequest
+	(*DiscardChangesResponse)(nil),       // 58: deskgrid.sandbox.v1.DiscardChangesResponse
+	(*Snapshot)(nil),                     // 59: deskgrid.sandbox.v1.Snapshot
+	(*CreateSnapshotRequest)(nil),        // 60: deskgrid.sandbox.v1.CreateSnapshotRequest
+	(*CreateSnapshotResponse)(nil),       // 61: deskgrid.sandbox.v1.CreateSnapshotResponse
+	(*ListSnapshotsRequest)(nil),         // 62: deskgrid.sandbox.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),        // 63: deskgrid.sandbox.v1.ListSnapshotsResponse
+	(*RestoreSnapshotRequest)(nil),       // 64: deskgrid.sandbox.v1.RestoreSnapshotRequest
+	(*RestoreSnapshotResponse)(nil),      // 65: deskgrid.sandbox.v1.RestoreSnapshotResponse
+	(*DeleteSnapshotRequest)(nil),        // 66: deskgrid.sandbox.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),       // 67: deskgrid.sandbox.v1.DeleteSnapshotResponse
+	(*RunShellRequest)(nil),              // 68: deskgrid.sandbox.v1.RunShellRequest
+	(*RunShellResponse)(nil),             // 69: deskgrid.sandbox.v1.RunShellResponse
+	(*RestartShellRequest)(nil),          // 70: deskgrid.sandbox.v1.RestartShellRequest
+	(*RestartShellResponse)(nil),         // 71: deskgrid.sandbox.v1.RestartShellResponse
+	(*UploadFileHeader)(nil),             // 72: deskgrid.sandbox.v1.UploadFileHeader
+	(*UploadFileRequest)(nil),            // 73: deskgrid.sandbox.v1.UploadFileRequest
+	(*UploadFileResponse)(nil),           // 74: deskgrid.sandbox.v1.UploadFileResponse
+	(*DownloadFileRequest)(nil),          // 75: deskgrid.sandbox.v1.DownloadFileRequest
+	(*DownloadFileResponse)(nil),         // 76: deskgrid.sandbox.v1.DownloadFileResponse
+	(*StatFileRequest)(nil),              // 77: deskgrid.sandbox.v1.StatFileRequest
+	(*StatFileResponse)(nil),             // 78: deskgrid.sandbox.v1.StatFileResponse
+	(*MakeDirectoryRequest)(nil),         // 79: deskgrid.sandbox.v1.MakeDirectoryRequest
+	(*MakeDirectoryResponse)(nil),        // 80: deskgrid.sandbox.v1.MakeDirectoryResponse
+	(*MoveFileRequest)(nil),              // 81: deskgrid.sandbox.v1.MoveFileRequest
+	(*MoveFileResponse)(nil),             // 82: deskgrid.sandbox.v1.MoveFileResponse
+	(*DeleteFileRequest)(nil),            // 83: deskgrid.sandbox.v1.DeleteFileRequest
+	(*DeleteFileResponse)(nil),           // 84: deskgrid.sandbox.v1.DeleteFileResponse
+	(*timestamppb.Timestamp)(nil),        // 85: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),          // 86: google.protobuf.Duration
 }
 var file_deskgrid_sandbox_v1_sandbox_proto_depIdxs = []int32{
-	84, // 0: deskgrid.sandbox.v1.Sandbox.create_time:type_name -> google.protobuf.Timestamp
-	3,  // 1: deskgrid.sandbox.v1.Sandbox.limits:type_name -> deskgrid.sandbox.v1.SandboxLimits
-	4,  // 2: deskgrid.sandbox.v1.Sandbox.usage:type_name -> deskgrid.sandbox.v1.SandboxUsage
-	6,  // 3: deskgrid.sandbox.v1.CreateSandboxRequest.desktop:type_name -> deskgrid.sandbox.v1.DesktopSpec
-	2,  // 4: deskgrid.sandbox.v1.CreateSandboxResponse.sandbox:type_name -> deskgrid.sandbox.v1.Sandbox
-	2,  // 5: deskgrid.sandbox.v1.GetSandboxResponse.sandbox:type_name -> deskgrid.sandbox.v1.Sandbox
-	2,  // 6: deskgrid.sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> deskgrid.sandbox.v1.Sandbox
-	85, // 7: deskgrid.sandbox.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
-	17, // 8: deskgrid.sandbox.v1.ExecResponse.exit:type_name -> deskgrid.sandbox.v1.ExecExit
-	84, // 9: deskgrid.sandbox.v1.FileInfo.modify_time:type_name -> google.protobuf.Timestamp
-	24, // 10: deskgrid.sandbox.v1.ListFilesResponse.files:type_name -> deskgrid.sandbox.v1.FileInfo
+	85, // 0: deskgrid.sandbox.v1.Sandbox.create_time:type_name -> google.protobuf.Timestamp
+	4,  // 1: deskgrid.sandbox.v1.Sandbox.limits:type_name -> deskgrid.sandbox.v1.SandboxLimits
+	5,  // 2: deskgrid.sandbox.v1.Sandbox.usage:type_name -> deskgrid.sandbox.v1.SandboxUsage
+	7,  // 3: deskgrid.sandbox.v1.CreateSandboxRequest.desktop:type_name -> deskgrid.sandbox.v1.DesktopSpec
+	3,  // 4: deskgrid.sandbox.v1.CreateSandboxResponse.sandbox:type_name -> deskgrid.sandbox.v1.Sandbox
+	3,  // 5: deskgrid.sandbox.v1.GetSandboxResponse.sandbox:type_name -> deskgrid.sandbox.v1.Sandbox
+	3,  // 6: deskgrid.sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> deskgrid.sandbox.v1.Sandbox
+	86, // 7: deskgrid.sandbox.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
+	18, // 8: deskgrid.sandbox.v1.ExecResponse.exit:type_name -> deskgrid.sandbox.v1.ExecExit
+	85, // 9: deskgrid.sandbox.v1.FileInfo.modify_time:type_name -> google.protobuf.Timestamp
+	25, // 10: deskgrid.sandbox.v1.ListFilesResponse.files:type_name -> deskgrid.sandbox.v1.FileInfo
 	0,  // 11: deskgrid.sandbox.v1.Process.state:type_name -> deskgrid.sandbox.v1.ProcessState
-	17, // 12: deskgrid.sandbox.v1.Process.exit:type_name -> deskgrid.sandbox.v1.ExecExit
-	84, // 13: deskgrid.sandbox.v1.Process.start_time:type_name -> google.protobuf.Timestamp
-	27, // 14: deskgrid.sandbox.v1.StartProcessResponse.process:type_name -> deskgrid.sandbox.v1.Process
-	27, // 15: deskgrid.sandbox.v1.StopProcessResponse.process:type_name -> deskgrid.sandbox.v1.Process
-	27, // 16: deskgrid.sandbox.v1.ListProcessesResponse.processes:type_name -> deskgrid.sandbox.v1.Process
-	35, // 17: deskgrid.sandbox.v1.ListApplicationsResponse.applications:type_name -> deskgrid.sandbox.v1.Application
-	35, // 18: deskgrid.sandbox.v1.LaunchApplicationResponse.application:type_name -> deskgrid.sandbox.v1.Application
-	27, // 19: deskgrid.sandbox.v1.LaunchApplicationResponse.process:type_name -> deskgrid.sandbox.v1.Process
-	42, // 20: deskgrid.sandbox.v1.GetAccessibilityTreeResponse.applications:type_name -> deskgrid.sandbox.v1.AccessibleNode
-	42, // 21: deskgrid.sandbox.v1.ActOnAccessibleResponse.node:type_name -> deskgrid.sandbox.v1.AccessibleNode
-	43, // 22: deskgrid.sandbox.v1.AccessibleNode.bounds:type_name -> deskgrid.sandbox.v1.AccessibleBounds
-	42, // 23: deskgrid.sandbox.v1.AccessibleNode.children:type_name -> deskgrid.sandbox.v1.AccessibleNode
-	1,  // 24: deskgrid.sandbox.v1.Change.kind:type_name -> deskgrid.sandbox.v1.ChangeKind
-	48, // 25: deskgrid.sandbox.v1.ListChangesResponse.changes:type_name -> deskgrid.sandbox.v1.Change
-	48, // 26: deskgrid.sandbox.v1.DiffFileResponse.change:type_name -> deskgrid.sandbox.v1.Change
-	54, // 27: deskgrid.sandbox.v1.ApplyChangesResponse.conflicts:type_name -> deskgrid.sandbox.v1.Conflict
-	84, // 28: deskgrid.sandbox.v1.Snapshot.create_time:type_name -> google.protobuf.Timestamp
-	58, // 29: deskgrid.sandbox.v1.CreateSnapshotResponse.snapshot:type_name -> deskgrid.sandbox.v1.Snapshot
-	58, // 30: deskgrid.sandbox.v1.ListSnapshotsResponse.snapshots:type_name -> deskgrid.sandbox.v1.Snapshot
-	85, // 31: deskgrid.sandbox.v1.RunShellRequest.timeout:type_name -> google.protobuf.Duration
-	71, // 32: deskgrid.sandbox.v1.UploadFileRequest.header:type_name -> deskgrid.sandbox.v1.UploadFileHeader
-	24, // 33: deskgrid.sandbox.v1.UploadFileResponse.file:type_name -> deskgrid.sandbox.v1.FileInfo
-	24, // 34: deskgrid.sandbox.v1.DownloadFileResponse.info:type_name -> deskgrid.sandbox.v1.FileInfo
-	24, // 35: deskgrid.sandbox.v1.StatFileResponse.file:type_name -> deskgrid.sandbox.v1.FileInfo
-	5,  // 36: deskgrid.sandbox.v1.SandboxService.CreateSandbox:input_type -> deskgrid.sandbox.v1.CreateSandboxRequest
-	7,  // 37: deskgrid.sandbox.v1.SandboxService.CommitSandbox:input_type -> deskgrid.sandbox.v1.CommitSandboxRequest
-	10, // 38: deskgrid.sandbox.v1.SandboxService.GetSandbox:input_type -> deskgrid.sandbox.v1.GetSandboxRequest
-	12, // 39: deskgrid.sandbox.v1.SandboxService.ListSandboxes:input_type -> deskgrid.sandbox.v1.ListSandboxesRequest
-	14, // 40: deskgrid.sandbox.v1.SandboxService.DeleteSandbox:input_type -> deskgrid.sandbox.v1.DeleteSandboxRequest
-	16, // 41: deskgrid.sandbox.v1.SandboxService.Exec:input_type -> deskgrid.sandbox.v1.ExecRequest
-	19, // 42: deskgrid.sandbox.v1.SandboxService.ReadFile:input_type -> deskgrid.sandbox.v1.ReadFileRequest
-	21, // 43: deskgrid.sandbox.v1.SandboxService.WriteFile:input_type -> deskgrid.sandbox.v1.WriteFileRequest
-	23, // 44: deskgrid.sandbox.v1.SandboxService.ListFiles:input_type -> deskgrid.sandbox.v1.ListFilesRequest
-	26, // 45: deskgrid.sandbox.v1.SandboxService.StartProcess:input_type -> deskgrid.sandbox.v1.StartProcessRequest
-	29, // 46: deskgrid.sandbox.v1.SandboxService.StopProcess:input_type -> deskgrid.sandbox.v1.StopProcessRequest
-	31, // 47: deskgrid.sandbox.v1.SandboxService.ListProcesses:input_type -> deskgrid.sandbox.v1.ListProcessesRequest
-	33, // 48: deskgrid.sandbox.v1.SandboxService.ListApplications:input_type -> deskgrid.sandbox.v1.ListApplicationsRequest
-	36, // 49: deskgrid.sandbox.v1.SandboxService.LaunchApplication:input_type -> deskgrid.sandbox.v1.LaunchApplicationRequest
-	38, // 50: deskgrid.sandbox.v1.SandboxService.GetAccessibilityTree:input_type -> deskgrid.sandbox.v1.GetAccessibilityTreeRequest
-	40, // 51: deskgrid.sandbox.v1.SandboxService.ActOnAccessible:input_type -> deskgrid.sandbox.v1.ActOnAccessibleRequest
-	44, // 52: deskgrid.sandbox.v1.SandboxService.FreezeSandbox:input_type -> deskgrid.sandbox.v1.FreezeSandboxRequest
-	46, // 53: deskgrid.sandbox.v1.SandboxService.ThawSandbox:input_type -> deskgrid.sandbox.v1.ThawSandboxRequest
-	49, // 54: deskgrid.sandbox.v1.SandboxService.ListChanges:input_type -> deskgrid.sandbox.v1.ListChangesRequest
-	51, // 55: deskgrid.sandbox.v1.SandboxService.DiffFile:input_type -> deskgrid.sandbox.v1.DiffFileRequest
-	53, // 56: deskgrid.sandbox.v1.SandboxService.ApplyChanges:input_type -> deskgrid.sandbox.v1.ApplyChangesRequest
-	56, // 57: deskgrid.sandbox.v1.SandboxService.DiscardChanges:input_type -> deskgrid.sandbox.v1.DiscardChangesRequest
-	59, // 58: deskgrid.sandbox.v1.SandboxService.CreateSnapshot:input_type -> deskgrid.sandbox.v1.CreateSnapshotRequest
-	61, // 59: deskgrid.sandbox.v1.SandboxService.ListSnapshots:input_type -> deskgrid.sandbox.v1.ListSnapshotsRequest
-	63, // 60: deskgrid.sandbox.v1.SandboxService.RestoreSnapshot:input_type -> deskgrid.sandbox.v1.RestoreSnapshotRequest
-	65, // 61: deskgrid.sandbox.v1.SandboxService.DeleteSnapshot:input_type -> deskgrid.sandbox.v1.DeleteSnapshotRequest
-	67, // 62: deskgrid.sandbox.v1.SandboxService.RunShell:input_type -> deskgrid.sandbox.v1.RunShellRequest
-	69, // 63: deskgrid.sandbox.v1.SandboxService.RestartShell:input_type -> deskgrid.sandbox.v1.RestartShellRequest
-	72, // 64: deskgrid.sandbox.v1.SandboxService.UploadFile:input_type -> deskgrid.sandbox.v1.UploadFileRequest
-	74, // 65: deskgrid.sandbox.v1.SandboxService.DownloadFile:input_type -> deskgrid.sandbox.v1.DownloadFileRequest
-	76, // 66: deskgrid.sandbox.v1.SandboxService.StatFile:input_type -> deskgrid.sandbox.v1.StatFileRequest
-	78, // 67: deskgrid.sandbox.v1.SandboxService.MakeDirectory:input_type -> deskgrid.sandbox.v1.MakeDirectoryRequest
-	80, // 68: deskgrid.sandbox.v1.SandboxService.MoveFile:input_type -> deskgrid.sandbox.v1.MoveFileRequest
-	82, // 69: deskgrid.sandbox.v1.SandboxService.DeleteFile:input_type -> deskgrid.sandbox.v1.DeleteFileRequest
-	9,  // 70: deskgrid.sandbox.v1.SandboxService.CreateSandbox:output_type -> deskgrid.sandbox.v1.CreateSandboxResponse
-	8,  // 71: deskgrid.sandbox.v1.SandboxService.CommitSandbox:output_type -> deskgrid.sandbox.v1.CommitSandboxResponse
-	11, // 72: deskgrid.sandbox.v1.SandboxService.GetSandbox:output_type -> deskgrid.sandbox.v1.GetSandboxResponse
-	13, // 73: deskgrid.sandbox.v1.SandboxService.ListSandboxes:output_type -> deskgrid.sandbox.v1.ListSandboxesResponse
-	15, // 74: deskgrid.sandbox.v1.SandboxService.DeleteSandbox:output_type -> deskgrid.sandbox.v1.DeleteSandboxResponse
-	18, // 75: deskgrid.sandbox.v1.SandboxService.Exec:output_type -> deskgrid.sandbox.v1.ExecResponse
-	20, // 76: deskgrid.sandbox.v1.SandboxService.ReadFile:output_type -> deskgrid.sandbox.v1.ReadFileResponse
-	22, // 77: deskgrid.sandbox.v1.SandboxService.WriteFile:output_type -> deskgrid.sandbox.v1.WriteFileResponse
-	25, // 78: deskgrid.sandbox.v1.SandboxService.ListFiles:output_type -> deskgrid.sandbox.v1.ListFilesResponse
-	28, // 79: deskgrid.sandbox.v1.SandboxService.StartProcess:output_type -> deskgrid.sandbox.v1.StartProcessResponse
-	30, // 80: deskgrid.sandbox.v1.SandboxService.StopProcess:output_type -> deskgrid.sandbox.v1.StopProcessResponse
-	32, // 81: deskgrid.sandbox.v1.SandboxService.ListProcesses:output_type -> deskgrid.sandbox.v1.ListProcessesResponse
-	34, // 82: deskgrid.sandbox.v1.SandboxService.ListApplications:output_type -> deskgrid.sandbox.v1.ListApplicationsResponse
-	37, // 83: deskgrid.sandbox.v1.SandboxService.LaunchApplication:output_type -> deskgrid.sandbox.v1.LaunchApplicationResponse
-	39, // 84: deskgrid.sandbox.v1.SandboxService.GetAccessibilityTree:output_type -> deskgrid.sandbox.v1.GetAccessibilityTreeResponse
-	41, // 85: deskgrid.sandbox.v1.SandboxService.ActOnAccessible:output_type -> deskgrid.sandbox.v1.ActOnAccessibleResponse
-	45, // 86: deskgrid.sandbox.v1.SandboxService.FreezeSandbox:output_type -> deskgrid.sandbox.v1.FreezeSandboxResponse
-	47, // 87: deskgrid.sandbox.v1.SandboxService.ThawSandbox:output_type -> deskgrid.sandbox.v1.ThawSandboxResponse
-	50, // 88: deskgrid.sandbox.v1.SandboxService.ListChanges:output_type -> deskgrid.sandbox.v1.ListChangesResponse
-	52, // 89: deskgrid.sandbox.v1.SandboxService.DiffFile:output_type -> deskgrid.sandbox.v1.DiffFileResponse
-	55, // 90: deskgrid.sandbox.v1.SandboxService.ApplyChanges:output_type -> deskgrid.sandbox.v1.ApplyChangesResponse
-	57, // 91: deskgrid.sandbox.v1.SandboxService.DiscardChanges:output_type -> deskgrid.sandbox.v1.DiscardChangesResponse
-	60, // 92: deskgrid.sandbox.v1.SandboxService.CreateSnapshot:output_type -> deskgrid.sandbox.v1.CreateSnapshotResponse
-	62, // 93: deskgrid.sandbox.v1.SandboxService.ListSnapshots:output_type -> deskgrid.sandbox.v1.ListSnapshotsResponse
-	64, // 94: deskgrid.sandbox.v1.SandboxService.RestoreSnapshot:output_type -> deskgrid.sandbox.v1.RestoreSnapshotResponse
-	66, // 95: deskgrid.sandbox.v1.SandboxService.DeleteSnapshot:output_type -> deskgrid.sandbox.v1.DeleteSnapshotResponse
-	68, // 96: deskgrid.sandbox.v1.SandboxService.RunShell:output_type -> deskgrid.sandbox.v1.RunShellResponse
-	70, // 97: deskgrid.sandbox.v1.SandboxService.RestartShell:output_type -> deskgrid.sandbox.v1.RestartShellResponse
-	73, // 98: deskgrid.sandbox.v1.SandboxService.UploadFile:output_type -> deskgrid.sandbox.v1.UploadFileResponse
-	75, // 99: deskgrid.sandbox.v1.SandboxService.DownloadFile:output_type -> deskgrid.sandbox.v1.DownloadFileResponse
-	77, // 100: deskgrid.sandbox.v1.SandboxService.StatFile:output_type -> deskgrid.sandbox.v1.StatFileResponse
-	79, // 101: deskgrid.sandbox.v1.SandboxService.MakeDirectory:output_type -> deskgrid.sandbox.v1.MakeDirectoryResponse
-	81, // 102: deskgrid.sandbox.v1.SandboxService.MoveFile:output_type -> deskgrid.sandbox.v1.MoveFileResponse
-	83, // 103: deskgrid.sandbox.v1.SandboxService.DeleteFile:output_type -> deskgrid.sandbox.v1.DeleteFileResponse
-	70, // [70:104] is the sub-list for method output_type
-	36, // [36:70] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	18, // 12: deskgrid.sandbox.v1.Process.exit:type_name -> deskgrid.sandbox.v1.ExecExit
+	85, // 13: deskgrid.sandbox.v1.Process.start_time:type_name -> google.protobuf.Timestamp
+	28, // 14: deskgrid.sandbox.v1.StartProcessResponse.process:type_name -> deskgrid.sandbox.v1.Process
+	28, // 15: deskgrid.sandbox.v1.StopProcessResponse.process:type_name -> deskgrid.sandbox.v1.Process
+	28, // 16: deskgrid.sandbox.v1.ListProcessesResponse.processes:type_name -> deskgrid.sandbox.v1.Process
+	36, // 17: deskgrid.sandbox.v1.ListApplicationsResponse.applications:type_name -> deskgrid.sandbox.v1.Application
+	36, // 18: deskgrid.sandbox.v1.LaunchApplicationResponse.application:type_name -> deskgrid.sandbox.v1.Application
+	28, // 19: deskgrid.sandbox.v1.LaunchApplicationResponse.process:type_name -> deskgrid.sandbox.v1.Process
+	1,  // 20: deskgrid.sandbox.v1.GetAccessibilityTreeRequest.format:type_name -> deskgrid.sandbox.v1.AccessibilityFormat
+	43, // 21: deskgrid.sandbox.v1.GetAccessibilityTreeResponse.applications:type_name -> deskgrid.sandbox.v1.AccessibleNode
+	43, // 22: deskgrid.sandbox.v1.ActOnAccessibleResponse.node:type_name -> deskgrid.sandbox.v1.AccessibleNode
+	44, // 23: deskgrid.sandbox.v1.AccessibleNode.bounds:type_name -> deskgrid.sandbox.v1.AccessibleBounds
+	43, // 24: deskgrid.sandbox.v1.AccessibleNode.children:type_name -> deskgrid.sandbox.v1.AccessibleNode
+	2,  // 25: deskgrid.sandbox.v1.Change.kind:type_name -> deskgrid.sandbox.v1.ChangeKind
+	49, // 26: deskgrid.sandbox.v1.ListChangesResponse.changes:type_name -> deskgrid.sandbox.v1.Change
+	49, // 27: deskgrid.sandbox.v1.DiffFileResponse.change:type_name -> deskgrid.sandbox.v1.Change
+	55, // 28: deskgrid.sandbox.v1.ApplyChangesResponse.conflicts:type_name -> deskgrid.sandbox.v1.Conflict
+	85, // 29: deskgrid.sandbox.v1.Snapshot.create_time:type_name -> google.protobuf.Timestamp
+	59, // 30: deskgrid.sandbox.v1.CreateSnapshotResponse.snapshot:type_name -> deskgrid.sandbox.v1.Snapshot
+	59, // 31: deskgrid.sandbox.v1.ListSnapshotsResponse.snapshots:type_name -> deskgrid.sandbox.v1.Snapshot
+	86, // 32: deskgrid.sandbox.v1.RunShellRequest.timeout:type_name -> google.protobuf.Duration
+	72, // 33: deskgrid.sandbox.v1.UploadFileRequest.header:type_name -> deskgrid.sandbox.v1.UploadFileHeader
+	25, // 34: deskgrid.sandbox.v1.UploadFileResponse.file:type_name -> deskgrid.sandbox.v1.FileInfo
+	25, // 35: deskgrid.sandbox.v1.DownloadFileResponse.info:type_name -> deskgrid.sandbox.v1.FileInfo
+	25, // 36: deskgrid.sandbox.v1.StatFileResponse.file:type_name -> deskgrid.sandbox.v1.FileInfo
+	6,  // 37: deskgrid.sandbox.v1.SandboxService.CreateSandbox:input_type -> deskgrid.sandbox.v1.CreateSandboxRequest
+	8,  // 38: deskgrid.sandbox.v1.SandboxService.CommitSandbox:input_type -> deskgrid.sandbox.v1.CommitSandboxRequest
+	11, // 39: deskgrid.sandbox.v1.SandboxService.GetSandbox:input_type -> deskgrid.sandbox.v1.GetSandboxRequest
+	13, // 40: deskgrid.sandbox.v1.SandboxService.ListSandboxes:input_type -> deskgrid.sandbox.v1.ListSandboxesRequest
+	15, // 41: deskgrid.sandbox.v1.SandboxService.DeleteSandbox:input_type -> deskgrid.sandbox.v1.DeleteSandboxRequest
+	17, // 42: deskgrid.sandbox.v1.SandboxService.Exec:input_type -> deskgrid.sandbox.v1.ExecRequest
+	20, // 43: deskgrid.sandbox.v1.SandboxService.ReadFile:input_type -> deskgrid.sandbox.v1.ReadFileRequest
+	22, // 44: deskgrid.sandbox.v1.SandboxService.WriteFile:input_type -> deskgrid.sandbox.v1.WriteFileRequest
+	24, // 45: deskgrid.sandbox.v1.SandboxService.ListFiles:input_type -> deskgrid.sandbox.v1.ListFilesRequest
+	27, // 46: deskgrid.sandbox.v1.SandboxService.StartProcess:input_type -> deskgrid.sandbox.v1.StartProcessRequest
+	30, // 47: deskgrid.sandbox.v1.SandboxService.StopProcess:input_type -> deskgrid.sandbox.v1.StopProcessRequest
+	32, // 48: deskgrid.sandbox.v1.SandboxService.ListProcesses:input_type -> deskgrid.sandbox.v1.ListProcessesRequest
+	34, // 49: deskgrid.sandbox.v1.SandboxService.ListApplications:input_type -> deskgrid.sandbox.v1.ListApplicationsRequest
+	37, // 50: deskgrid.sandbox.v1.SandboxService.LaunchApplication:input_type -> deskgrid.sandbox.v1.LaunchApplicationRequest
+	39, // 51: deskgrid.sandbox.v1.SandboxService.GetAccessibilityTree:input_type -> deskgrid.sandbox.v1.GetAccessibilityTreeRequest
+	41, // 52: deskgrid.sandbox.v1.SandboxService.ActOnAccessible:input_type -> deskgrid.sandbox.v1.ActOnAccessibleRequest
+	45, // 53: deskgrid.sandbox.v1.SandboxService.FreezeSandbox:input_type -> deskgrid.sandbox.v1.FreezeSandboxRequest
+	47, // 54: deskgrid.sandbox.v1.SandboxService.ThawSandbox:input_type -> deskgrid.sandbox.v1.ThawSandboxRequest
+	50, // 55: deskgrid.sandbox.v1.SandboxService.ListChanges:input_type -> deskgrid.sandbox.v1.ListChangesRequest
+	52, // 56: deskgrid.sandbox.v1.SandboxService.DiffFile:input_type -> deskgrid.sandbox.v1.DiffFileRequest
+	54, // 57: deskgrid.sandbox.v1.SandboxService.ApplyChanges:input_type -> deskgrid.sandbox.v1.ApplyChangesRequest
+	57, // 58: deskgrid.sandbox.v1.SandboxService.DiscardChanges:input_type -> deskgrid.sandbox.v1.DiscardChangesRequest
+	60, // 59: deskgrid.sandbox.v1.SandboxService.CreateSnapshot:input_type -> deskgrid.sandbox.v1.CreateSnapshotRequest
+	62, // 60: deskgrid.sandbox.v1.SandboxService.ListSnapshots:input_type -> deskgrid.sandbox.v1.ListSnapshotsRequest
+	64, // 61: deskgrid.sandbox.v1.SandboxService.RestoreSnapshot:input_type -> deskgrid.sandbox.v1.RestoreSnapshotRequest
+	66, // 62: deskgrid.sandbox.v1.SandboxService.DeleteSnapshot:input_type -> deskgrid.sandbox.v1.DeleteSnapshotRequest
+	68, // 63: deskgrid.sandbox.v1.SandboxService.RunShell:input_type -> deskgrid.sandbox.v1.RunShellRequest
+	70, // 64: deskgrid.sandbox.v1.SandboxService.RestartShell:input_type -> deskgrid.sandbox.v1.RestartShellRequest
+	73, // 65: deskgrid.sandbox.v1.SandboxService.UploadFile:input_type -> deskgrid.sandbox.v1.UploadFileRequest
+	75, // 66: deskgrid.sandbox.v1.SandboxService.DownloadFile:input_type -> deskgrid.sandbox.v1.DownloadFileRequest
+	77, // 67: deskgrid.sandbox.v1.SandboxService.StatFile:input_type -> deskgrid.sandbox.v1.StatFileRequest
+	79, // 68: deskgrid.sandbox.v1.SandboxService.MakeDirectory:input_type -> deskgrid.sandbox.v1.MakeDirectoryRequest
+	81, // 69: deskgrid.sandbox.v1.SandboxService.MoveFile:input_type -> deskgrid.sandbox.v1.MoveFileRequest
+	83, // 70: deskgrid.sandbox.v1.SandboxService.DeleteFile:input_type -> deskgrid.sandbox.v1.DeleteFileRequest
+	10, // 71: deskgrid.sandbox.v1.SandboxService.CreateSandbox:output_type -> deskgrid.sandbox.v1.CreateSandboxResponse
+	9,  // 72: deskgrid.sandbox.v1.SandboxService.CommitSandbox:output_type -> deskgrid.sandbox.v1.CommitSandboxResponse
+	12, // 73: deskgrid.sandbox.v1.SandboxService.GetSandbox:output_type -> deskgrid.sandbox.v1.GetSandboxResponse
+	14, // 74: deskgrid.sandbox.v1.SandboxService.ListSandboxes:output_type -> deskgrid.sandbox.v1.ListSandboxesResponse
+	16, // 75: deskgrid.sandbox.v1.SandboxService.DeleteSandbox:output_type -> deskgrid.sandbox.v1.DeleteSandboxResponse
+	19, // 76: deskgrid.sandbox.v1.SandboxService.Exec:output_type -> deskgrid.sandbox.v1.ExecResponse
+	21, // 77: deskgrid.sandbox.v1.SandboxService.ReadFile:output_type -> deskgrid.sandbox.v1.ReadFileResponse
+	23, // 78: deskgrid.sandbox.v1.SandboxService.WriteFile:output_type -> deskgrid.sandbox.v1.WriteFileResponse
+	26, // 79: deskgrid.sandbox.v1.SandboxService.ListFiles:output_type -> deskgrid.sandbox.v1.ListFilesResponse
+	29, // 80: deskgrid.sandbox.v1.SandboxService.StartProcess:output_type -> deskgrid.sandbox.v1.StartProcessResponse
+	31, // 81: deskgrid.sandbox.v1.SandboxService.StopProcess:output_type -> deskgrid.sandbox.v1.StopProcessResponse
+	33, // 82: deskgrid.sandbox.v1.SandboxService.ListProcesses:output_type -> deskgrid.sandbox.v1.ListProcessesResponse
+	35, // 83: deskgrid.sandbox.v1.SandboxService.ListApplications:output_type -> deskgrid.sandbox.v1.ListApplicationsResponse
+	38, // 84: deskgrid.sandbox.v1.SandboxService.LaunchApplication:output_type -> deskgrid.sandbox.v1.LaunchApplicationResponse
+	40, // 85: deskgrid.sandbox.v1.SandboxService.GetAccessibilityTree:output_type -> deskgrid.sandbox.v1.GetAccessibilityTreeResponse
+	42, // 86: deskgrid.sandbox.v1.SandboxService.ActOnAccessible:output_type -> deskgrid.sandbox.v1.ActOnAccessibleResponse
+	46, // 87: deskgrid.sandbox.v1.SandboxService.FreezeSandbox:output_type -> deskgrid.sandbox.v1.FreezeSandboxResponse
+	48, // 88: deskgrid.sandbox.v1.SandboxService.ThawSandbox:output_type -> deskgrid.sandbox.v1.ThawSandboxResponse
+	51, // 89: deskgrid.sandbox.v1.SandboxService.ListChanges:output_type -> deskgrid.sandbox.v1.ListChangesResponse
+	53, // 90: deskgrid.sandbox.v1.SandboxService.DiffFile:output_type -> deskgrid.sandbox.v1.DiffFileResponse
+	56, // 91: deskgrid.sandbox.v1.SandboxService.ApplyChanges:output_type -> deskgrid.sandbox.v1.ApplyChangesResponse
+	58, // 92: deskgrid.sandbox.v1.SandboxService.DiscardChanges:output_type -> deskgrid.sandbox.v1.DiscardChangesResponse
+	61, // 93: deskgrid.sandbox.v1.SandboxService.CreateSnapshot:output_type -> deskgrid.sandbox.v1.CreateSnapshotResponse
+	63, // 94: deskgrid.sandbox.v1.SandboxService.ListSnapshots:output_type -> deskgrid.sandbox.v1.ListSnapshotsResponse
+	65, // 95: deskgrid.sandbox.v1.SandboxService.RestoreSnapshot:output_type -> deskgrid.sandbox.v1.RestoreSnapshotResponse
+	67, // 96: deskgrid.sandbox.v1.SandboxService.DeleteSnapshot:output_type -> deskgrid.sandbox.v1.DeleteSnapshotResponse
+	69, // 97: deskgrid.sandbox.v1.SandboxService.RunShell:output_type -> deskgrid.sandbox.v1.RunShellResponse
+	71, // 98: deskgrid.sandbox.v1.SandboxService.RestartShell:output_type -> deskgrid.sandbox.v1.RestartShellResponse
+	74, // 99: deskgrid.sandbox.v1.SandboxService.UploadFile:output_type -> deskgrid.sandbox.v1.UploadFileResponse
+	76, // 100: deskgrid.sandbox.v1.SandboxService.DownloadFile:output_type -> deskgrid.sandbox.v1.DownloadFileResponse
+	78, // 101: deskgrid.sandbox.v1.SandboxService.StatFile:output_type -> deskgrid.sandbox.v1.StatFileResponse
+	80, // 102: deskgrid.sandbox.v1.SandboxService.MakeDirectory:output_type -> deskgrid.sandbox.v1.MakeDirectoryResponse
+	82, // 103: deskgrid.sandbox.v1.SandboxService.MoveFile:output_type -> deskgrid.sandbox.v1.MoveFileResponse
+	84, // 104: deskgrid.sandbox.v1.SandboxService.DeleteFile:output_type -> deskgrid.sandbox.v1.DeleteFileResponse
+	71, // [71:105] is the sub-list for method output_type
+	37, // [37:71] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_deskgrid_sandbox_v1_sandbox_proto_init() }
@@ -5682,7 +5809,7 @@ func file_deskgrid_sandbox_v1_sandbox_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_deskgrid_sandbox_v1_sandbox_proto_rawDesc), len(file_deskgrid_sandbox_v1_sandbox_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   82,
 			NumExtensions: 0,
 			NumServices:   1,
