@@ -38,6 +38,12 @@ shift 8
 mount --make-rprivate / 2>/dev/null || true
 mount -t overlay overlay -o "lowerdir=$lower,upperdir=$upper,workdir=$work,redirect_dir=off,metacopy=off" "$root" 2>/dev/null ||
 	mount -t overlay overlay -o "lowerdir=$lower,upperdir=$upper,workdir=$work" "$root"
+# Mount points the image may lack (a built image has no /dev): made for the
+# build, gone from the layer after it.
+made_mp=
+for d in proc dev; do
+	if [ ! -d "$root/$d" ]; then mkdir "$root/$d"; made_mp="$made_mp $d"; fi
+done
 mount -t proc proc "$root/proc"
 mount --bind /dev "$root/dev"
 rc="$root/etc/resolv.conf" made=
@@ -61,6 +67,7 @@ fi
 if [ -n "$setup" ]; then chroot "$root" /bin/sh -eu -s < "$setup"; fi
 if [ -n "$made" ]; then rm -f "$rc"; else umount "$rc" 2>/dev/null || true; fi
 umount "$root/dev" "$root/proc"
+for d in $made_mp; do rmdir "$root/$d"; done
 umount "$root"
 `
 
