@@ -84,9 +84,10 @@ func py(program string, args ...string) string {
 	return "echo " + base64.StdEncoding.EncodeToString([]byte(program)) + " | base64 -d > /tmp/dgpy.$$ && python3 /tmp/dgpy.$$ " + strings.Join(args, " ") + "; rm -f /tmp/dgpy.$$"
 }
 
-// sheetCell is the A4 cell of the office task's sheet on a 1280x800 screen,
-// Calc maximized (the image's LibreOffice settings).
-var sheetCell = [2]int{60, 250}
+// sheetCell is the middle of the A4 cell of the office task's sheet on a
+// 1280x800 screen, Calc maximized (the image's LibreOffice settings): column
+// A spans x 41-122, row 4 y 233-249.
+var sheetCell = [2]int{80, 241}
 
 var officeTask = suiteTask{
 	name: "libreoffice-formula", needs: []string{"soffice"}, image: officeImage,
