@@ -19,7 +19,10 @@ const imagesBuildUsage = `Usage:
 A recipe is a directory with recipe.yaml, packages, files/ and setup.sh
 (deploy/images/desktop is the default desktop). Packages come from Debian with
 mmdebstrap, from this machine's apt sources; building needs root, or
-mmdebstrap's unshare mode with subordinate ids.
+mmdebstrap's unshare mode with subordinate ids. With -cache, as root, a
+recipe that extends another (deploy/images/desktop-office) is built as one
+layer on the other's image, which is built into the cache first if it is not
+there: only its own packages are installed, with apt in a chroot.
 `
 
 // runImagesBuild is "deskgrid images build".

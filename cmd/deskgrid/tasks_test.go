@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,8 +30,13 @@ import (
 // break them.
 //
 // By default each task runs once, the providers taking turns; with
-// DESKGRID_TASKS_ALL=1 each runs once per provider. DESKGRID_TASKS_REPORT
-// names a file the success share per provider is written to (Markdown).
+// DESKGRID_TASKS_ALL=1 each runs once per provider, and with
+// DESKGRID_TASKS_REPEAT=n n times in a row (each run judged on its own).
+// DESKGRID_TASKS_REPORT names a file the success share per provider is
+// written to (Markdown).
+//
+// A task may name an image: it runs on a session of that image (the office
+// task on the desktop image with LibreOffice), started on first use.
 
 const siteServer = `import http.server, urllib.parse, os
 root = '/tmp/dgsite'
@@ -107,7 +114,11 @@ var pages = map[string]string{
 <button data-v="rename">Rename</button><button data-v="archive">Archive</button><button data-v="delete">Delete</button></div>
 <script>
 const menu = document.getElementById('menu');
-document.getElementById('open').onclick = () => setTimeout(() => { menu.hidden = false; menu.querySelector('button').focus() }, 300);
+document.getElementById('open').onclick = () => setTimeout(() => {
+  menu.hidden = false; menu.querySelector('button').focus();
+  // Once the open menu is drawn.
+  requestAnimationFrame(() => requestAnimationFrame(() => fetch('/ready?page=menu-open')));
+}, 300);
 menu.onclick = e => fetch('/submit/menu', {method: 'POST', body: 'choice=' + e.target.dataset.v});
 menu.onkeydown = e => {
   const items = [...menu.querySelectorAll('button')], i = items.indexOf(document.activeElement);
@@ -136,6 +147,10 @@ type taskEnv struct {
 	program map[string]bool
 	// home is the session user's home, where the editor tool works.
 	home string
+	// others are the sessions on other images, by image, that tasks
+	// naming an image run on.
+	mu     sync.Mutex
+	others map[string]*taskEnv
 }
 
 // shell runs a command in the session's persistent shell (the one the
@@ -212,12 +227,18 @@ type suiteTask struct {
 	name string
 	// needs are the programs the task starts; it is skipped where the
 	// session lacks one.
-	needs  []string
+	needs []string
+	// image, when set, is the image of the session the task runs on
+	// instead of the suite's.
+	image  string
 	prompt string
 	moves  func(e *taskEnv, t testing.TB) []move
 	// check tells whether the session is in the state the task asks for,
 	// and describes what it found.
 	check func(e *taskEnv, t testing.TB) (bool, string)
+	// cleanup is a command run in the session after each run, besides
+	// ending what the run started.
+	cleanup string
 }
 
 func logHas(line string) func(e *taskEnv, t testing.TB) (bool, string) {
@@ -297,9 +318,10 @@ var suiteTasks = []suiteTask{
 	{
 		name: "browser-menu", needs: []string{"chromium"}, prompt: "Archive the item through the Actions menu.",
 		moves: func(e *taskEnv, t testing.TB) []move {
-			// The menu opens 300 ms after the press: the model looks first.
+			// The menu opens 300 ms after the press: the model looks until
+			// it sees it open, its first item with the keyboard.
 			return []move{bash(browser("menu", "/menu.html")), e.ready(t, "menu"),
-				keys("Return"), look("the menu", nil), keys("Down"), keys("Return")}
+				keys("Return"), e.ready(t, "menu-open"), keys("Down"), keys("Return")}
 		},
 		check: logHas("POST /submit/menu choice=archive"),
 	},
@@ -406,6 +428,7 @@ var suiteTasks = []suiteTask{
 			return strings.Contains(got, "archive:\ninvoice.pdf") && !strings.Contains(got, "inbox:\ninvoice.pdf"), got
 		},
 	},
+	officeTask,
 }
 
 // windowFocused tells whether a window whose title holds name has the
@@ -448,34 +471,51 @@ func TestTaskSuite(t *testing.T) {
 	}
 	var failed []string
 	all := os.Getenv("DESKGRID_TASKS_ALL") != ""
+	repeat := 1
+	if v := os.Getenv("DESKGRID_TASKS_REPEAT"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("DESKGRID_TASKS_REPEAT=%q: want a count of runs, 1 or more", v)
+		}
+		repeat = n
+	}
 	for i, task := range suiteTasks {
 		providers := []string{suiteProviders[i%len(suiteProviders)]}
 		if all {
 			providers = suiteProviders
 		}
 		for _, pr := range providers {
-			t.Run(task.name+"/"+pr, func(t *testing.T) {
-				for _, prog := range task.needs {
-					if !e.program[prog] {
-						t.Skipf("the session has no %s", prog)
+			for range repeat {
+				t.Run(task.name+"/"+pr, func(t *testing.T) {
+					te := e
+					if task.image != "" {
+						if !e.image {
+							t.Skipf("the suite runs on the machine's own programs; the task needs the image %s", task.image)
+						}
+						te = e.on(t, task.image)
 					}
-				}
-				results[pr].total++
-				ok, desc := e.run(t, task, pr)
-				if ok {
-					results[pr].first++
-				}
-				for attempt := 2; !ok && attempt <= 3; attempt++ {
-					t.Logf("%s by %s, attempt %d: %s", task.name, pr, attempt-1, desc)
-					ok, desc = e.run(t, task, pr)
-				}
-				if !ok {
-					failed = append(failed, task.name+"/"+pr)
-					t.Errorf("%s by %s: %s", task.name, pr, desc)
-					return
-				}
-				results[pr].ok++
-			})
+					for _, prog := range task.needs {
+						if !te.program[prog] {
+							t.Skipf("the session has no %s", prog)
+						}
+					}
+					results[pr].total++
+					ok, desc := te.run(t, task, pr)
+					if ok {
+						results[pr].first++
+					}
+					for attempt := 2; !ok && attempt <= 3; attempt++ {
+						t.Logf("%s by %s, attempt %d: %s", task.name, pr, attempt-1, desc)
+						ok, desc = te.run(t, task, pr)
+					}
+					if !ok {
+						failed = append(failed, task.name+"/"+pr)
+						t.Errorf("%s by %s: %s", task.name, pr, desc)
+						return
+					}
+					results[pr].ok++
+				})
+			}
 		}
 	}
 	var report strings.Builder
@@ -538,10 +578,7 @@ func startTaskEnv(t *testing.T) *taskEnv {
 		}
 	}
 	e.home = strings.TrimSpace(e.shell(t, "echo $HOME"))
-	e.program = map[string]bool{}
-	for _, prog := range strings.Fields(e.shell(t, "for p in chromium lxterminal mousepad thunar; do command -v $p >/dev/null && echo $p; done")) {
-		e.program[prog] = true
-	}
+	e.program = programs(e, t)
 	var files strings.Builder
 	files.WriteString("mkdir -p /tmp/dgsite/www && cd /tmp/dgsite && : > log")
 	write := func(name, content string) {
@@ -565,6 +602,15 @@ func startTaskEnv(t *testing.T) *taskEnv {
 	return e
 }
 
+// programs are the programs of the suite's tasks the session has.
+func programs(e *taskEnv, t testing.TB) map[string]bool {
+	have := map[string]bool{}
+	for _, prog := range strings.Fields(e.shell(t, "for p in chromium lxterminal mousepad thunar soffice; do command -v $p >/dev/null && echo $p; done")) {
+		have[prog] = true
+	}
+	return have
+}
+
 // desktopImageBuilt tells whether scripts/setup built the default desktop
 // image.
 func desktopImageBuilt() bool {
@@ -580,10 +626,15 @@ func (e *taskEnv) run(t *testing.T, task suiteTask, provider string) (bool, stri
 	// machine an application may take a while to act on the input.
 	// Each run is judged by what it did: the site's log starts empty, so a
 	// run does not pass on what an earlier one sent.
-	e.shell(t, ": > /tmp/dgsite/log")
+	e.shell(t, "if [ -d /tmp/dgsite ]; then : > /tmp/dgsite/log; fi")
 	moves := append(task.moves(e, t), look("the task done", func() bool { ok, _ := task.check(e, t); return ok }))
 	m := newScriptedModel(t, provider, moves)
-	defer e.closeApps(t)
+	defer func() {
+		e.closeApps(t)
+		if task.cleanup != "" {
+			e.shell(t, task.cleanup+"; true")
+		}
+	}()
 	body, _ := json.Marshal(map[string]any{
 		"prompt": task.prompt, "provider": provider, "model": m.model(), "apiKey": "sk-task-suite", "baseUrl": m.baseURL(), "maxSteps": 400,
 	})

@@ -89,6 +89,13 @@ func (s *Store) Commit(ctx context.Context, tenant string, base *Image, upper st
 	return out, nil
 }
 
+// WriteLayer writes the OCI layer (a gzip tar, whiteouts in OCI form) of an
+// overlayfs upper directory to dst, which must not exist; image builds use
+// it for the layer a recipe adds on top of the image it extends.
+func WriteLayer(ctx context.Context, upper, dst string) error {
+	return writeUpperLayer(ctx, upper, dst)
+}
+
 // writeUpperLayer writes the OCI layer (a gzip tar) of an overlayfs upper
 // directory with containerd's change writer.
 func writeUpperLayer(ctx context.Context, upper, dst string) error {

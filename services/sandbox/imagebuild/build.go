@@ -16,7 +16,6 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -125,26 +124,8 @@ func (b *Builder) Build(ctx context.Context, r *Recipe, out string) (Result, err
 	if err != nil {
 		return Result{}, fmt.Errorf("build %s: %w", r.Name, err)
 	}
-	staged := filepath.Join(work, "layout")
-	p, err := layout.Write(staged, empty.Index)
-	if err != nil {
-		return Result{}, fmt.Errorf("build %s: layout: %w", r.Name, err)
-	}
-	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{
-		"org.opencontainers.image.ref.name": r.Name,
-		"io.containerd.image.name":          r.Name,
-	})); err != nil {
-		return Result{}, fmt.Errorf("build %s: write layout: %w", r.Name, err)
-	}
-	if res.Digest, err = img.Digest(); err != nil {
-		return Result{}, fmt.Errorf("build %s: %w", r.Name, err)
-	}
-	if err := os.Chmod(staged, 0o755); err != nil {
-		return Result{}, fmt.Errorf("build %s: %w", r.Name, err)
-	}
-	_ = os.Remove(out) // an empty directory checkOut allowed
-	if err := os.Rename(staged, out); err != nil {
-		return Result{}, fmt.Errorf("build %s: %w", r.Name, err)
+	if res.Digest, err = r.writeLayout(img, work, out); err != nil {
+		return Result{}, err
 	}
 	res.Packages = len(r.Packages)
 	res.Duration = time.Since(start)

@@ -27,7 +27,9 @@ func DesktopLayout() string {
 // Cached builds r into cacheDir/<name>-<hash> unless that layout is already
 // there, and points the symlink cacheDir/<name> at it; name is the base name
 // of the recipe's directory. It returns the layout's directory and whether it
-// was built now.
+// was built now. A recipe that extends another is built on the other's
+// image, cached the same way first (Builder.BuildOn), when this runs as
+// root; otherwise, and for other recipes, from scratch (Builder.Build).
 func (b *Builder) Cached(ctx context.Context, r *Recipe, cacheDir string) (string, bool, error) {
 	hash, err := r.Hash()
 	if err != nil {
@@ -40,7 +42,15 @@ func (b *Builder) Cached(ctx context.Context, r *Recipe, cacheDir string) (strin
 		if err := os.RemoveAll(dir); err != nil {
 			return "", false, fmt.Errorf("cache %s: %w", dir, err)
 		}
-		if _, err := b.Build(ctx, r, dir); err != nil {
+		if r.Base != nil && os.Geteuid() == 0 {
+			base, _, err := b.Cached(ctx, r.Base, cacheDir)
+			if err != nil {
+				return "", false, err
+			}
+			if _, err := b.BuildOn(ctx, r, base, dir); err != nil {
+				return "", false, err
+			}
+		} else if _, err := b.Build(ctx, r, dir); err != nil {
 			return "", false, err
 		}
 		built = true

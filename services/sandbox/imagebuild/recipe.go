@@ -13,7 +13,9 @@
 //
 // A recipe that extends another gets the other's packages, files and setup
 // first, then its own; the image config is the other's with its own fields
-// laid over it.
+// laid over it. Built with a cache (Builder.Cached), such an image is the
+// other's image with one layer on top: the other is built (or found) first,
+// and only this recipe's packages, files and setup go into the new layer.
 package imagebuild
 
 import (
@@ -63,8 +65,20 @@ type Recipe struct {
 	FileDirs []string `yaml:"-"`
 	// Scripts are the setup scripts to run, base recipe first.
 	Scripts []string `yaml:"-"`
+	// Base is the recipe this one extends, as loaded; nil when it extends
+	// none. Own is what this recipe adds to it.
+	Base *Recipe `yaml:"-"`
+	Own  Own     `yaml:"-"`
 	// dirs are every recipe directory that went into this one, base first.
 	dirs []string
+}
+
+// Own is what a recipe adds to the one it extends.
+type Own struct {
+	Packages    []string
+	DpkgOptions []string
+	// FileDir and Script are empty when the recipe has no files/ or setup.sh.
+	FileDir, Script string
 }
 
 // Load reads the recipe in dir and whatever it extends.
@@ -105,8 +119,17 @@ func load(dir string, depth int) (*Recipe, error) {
 		if err != nil {
 			return nil, fmt.Errorf("recipe %s extends: %w", dir, err)
 		}
-		r = b
+		// A copy, so the base stays as it was loaded.
+		c := *b
+		c.Packages = append([]string(nil), b.Packages...)
+		c.FileDirs = append([]string(nil), b.FileDirs...)
+		c.Scripts = append([]string(nil), b.Scripts...)
+		c.DpkgOptions = append([]string(nil), b.DpkgOptions...)
+		c.dirs = append([]string(nil), b.dirs...)
+		c.Base = b
+		r = &c
 	}
+	r.Own = Own{Packages: pkgs, DpkgOptions: own.DpkgOptions}
 	r.Dir = abs
 	r.Extends = own.Extends
 	r.dirs = append(r.dirs, abs)
@@ -134,9 +157,11 @@ func load(dir string, depth int) (*Recipe, error) {
 	}
 	if fi, err := os.Stat(filepath.Join(abs, "files")); err == nil && fi.IsDir() {
 		r.FileDirs = append(r.FileDirs, filepath.Join(abs, "files"))
+		r.Own.FileDir = filepath.Join(abs, "files")
 	}
 	if _, err := os.Stat(filepath.Join(abs, "setup.sh")); err == nil {
 		r.Scripts = append(r.Scripts, filepath.Join(abs, "setup.sh"))
+		r.Own.Script = filepath.Join(abs, "setup.sh")
 	}
 	if err := r.validate(); err != nil {
 		return nil, fmt.Errorf("recipe %s: %w", dir, err)

@@ -31,8 +31,22 @@ func TestLoadRepoRecipes(t *testing.T) {
 	if !contains(office.Packages, "chromium") || !contains(office.Packages, "libreoffice-writer") {
 		t.Errorf("office recipe packages = %v, want the desktop's and LibreOffice", office.Packages)
 	}
-	if len(office.Scripts) != 1 || len(office.FileDirs) != 1 || office.Config.User != "1000:1000" {
-		t.Errorf("office recipe does not carry the desktop's files, setup and config: %+v", office)
+	if len(office.Scripts) != 2 || len(office.FileDirs) != 2 || office.Config.User != "1000:1000" {
+		t.Errorf("office recipe does not carry the desktop's files, setup and config, then its own: %+v", office)
+	}
+	// What the office recipe adds on top of the desktop's image.
+	if office.Base == nil || office.Base.Dir != desk.Dir || len(office.Base.Packages) != len(desk.Packages) {
+		t.Fatalf("office recipe's base = %+v, want the desktop recipe as loaded", office.Base)
+	}
+	if contains(office.Own.Packages, "chromium") || !contains(office.Own.Packages, "libreoffice-calc") ||
+		office.Own.Script != office.Scripts[1] || office.Own.FileDir != office.FileDirs[1] {
+		t.Errorf("office recipe's own part = %+v", office.Own)
+	}
+	if _, err := os.Stat(filepath.Join(office.Own.FileDir, "home/user/.config/libreoffice/4/user/registrymodifications.xcu")); err != nil {
+		t.Errorf("LibreOffice's first-start settings missing from the office recipe: %v", err)
+	}
+	if desk.Base != nil || len(desk.Own.Packages) != len(desk.Packages) {
+		t.Errorf("desktop recipe: base %v, own %d packages of %d", desk.Base, len(desk.Own.Packages), len(desk.Packages))
 	}
 	if office.Config.Labels["org.opencontainers.image.description"] == desk.Config.Labels["org.opencontainers.image.description"] && office.Description == desk.Description {
 		t.Errorf("office recipe kept the desktop's description")
