@@ -103,11 +103,22 @@ var officeTask = suiteTask{
 			bash("mkdir -p ~/work && rm -f ~/work/sheet.ods ~/work/.~lock.sheet.ods# && " + py(odsMaker, "$HOME/work/sheet.ods") +
 				" && (soffice --calc --norestore ~/work/sheet.ods >/tmp/dglo.log 2>&1 & echo $! >> /tmp/dgapps.pid)"),
 			look("the sheet in Calc", e.windowFocused(t, "sheet.ods")),
+			// Keys sent while Calc still loads are lost: the model waits
+			// until it has settled, as a person waits for the sheet to be
+			// drawn.
+			look("Calc settled", e.processIdle(t, "soffice.bin")),
 			{kind: "type", x: sheetCell[0], y: sheetCell[1], text: "=SUM(A1:A3)", enter: true, keep: true},
 			saved,
 		}
 	},
 	check: sheetHasFormula,
+	// Calc may lose the first keys it is sent once its window has the
+	// keyboard (see docs/benchmarks.md: a first attempt fails about one
+	// run in three through OpenAI's and Gemini's formats, and is done
+	// again); run once, the suite carries it through Anthropic's format,
+	// whose moves wait for the sheet the same way. make tasks runs it
+	// through all three.
+	provider: "anthropic",
 	// LibreOffice's office process outlives the launcher the task started:
 	// it goes too, so the next run opens the sheet afresh.
 	cleanup: "pkill -x soffice.bin; for i in $(seq 100); do pgrep -x soffice.bin >/dev/null || break; sleep 0.1; done; rm -f ~/work/.~lock.sheet.ods#",
@@ -230,4 +241,16 @@ func buildOfficeImage(t *testing.T) error {
 	}
 	t.Logf("built the desktop image with LibreOffice in %s", time.Since(start).Round(time.Second))
 	return nil
+}
+
+// processIdle tells whether the session's process named name used at most
+// one clock tick of CPU over half a second: it has done loading and waits
+// for input.
+func (e *taskEnv) processIdle(t testing.TB, name string) func() bool {
+	cmd := `p=$(pgrep -x ` + name + ` | head -1); [ -n "$p" ] || { echo none; exit 0; }; ` +
+		`a=$(awk '{print $14+$15}' /proc/$p/stat); sleep 0.5; b=$(awk '{print $14+$15}' /proc/$p/stat); echo $((b-a))`
+	return func() bool {
+		out := strings.TrimSpace(e.shell(t, cmd))
+		return out == "0" || out == "1"
+	}
 }
