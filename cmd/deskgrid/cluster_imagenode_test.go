@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
@@ -13,7 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	imagev1 "github.com/deskgrid/deskgrid/proto/deskgrid/image/v1"
+	deskgrid "github.com/deskgrid/deskgrid/sdk"
 	"github.com/deskgrid/deskgrid/services/platform/natsembed/natstest"
 	"github.com/deskgrid/deskgrid/services/session/cluster"
 )
@@ -145,6 +150,39 @@ func TestClusterImagesOnNode(t *testing.T) {
 		}
 		if code, body := rest(http.MethodDelete, "/v1/images", url.Values{"ref": {desk}}); code != http.StatusBadRequest {
 			t.Fatalf("DELETE /v1/images without a node: %d %.400s", code, body)
+		}
+	})
+
+	t.Run("Go SDK on a named node", func(t *testing.T) {
+		dg, err := deskgrid.New(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dg.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if im, err := dg.Images.OnNode("n2").Get(ctx, desk); err != nil || im.GetRef() != desk {
+			t.Fatalf("Images.OnNode(n2).Get: %v, %v", im, err)
+		}
+		code := func(err error) codes.Code {
+			var e *deskgrid.Error
+			if errors.As(err, &e) {
+				return e.Code
+			}
+			return status.Code(err)
+		}
+		if _, err := dg.Images.OnNode("n1").Get(ctx, desk); code(err) != codes.NotFound {
+			t.Fatalf("Images.OnNode(n1).Get: %v, want NotFound", err)
+		}
+		imgs, err := dg.Images.List(ctx)
+		if err != nil || len(imgs) != 2 {
+			t.Fatalf("Images.List: %v, %v", imgs, err)
+		}
+		if u, err := dg.Images.OnNode("n2").Usage(ctx); err != nil || u.GetImages() != 2 {
+			t.Fatalf("Images.OnNode(n2).Usage: %v, %v", u, err)
+		}
+		if _, err := dg.Images.Usage(ctx); code(err) != codes.FailedPrecondition {
+			t.Fatalf("Images.Usage without a node: %v, want FailedPrecondition", err)
 		}
 	})
 
