@@ -80,7 +80,10 @@ type Backends struct {
 	Session grpc.ClientConnInterface
 	// Node serves display and sandbox calls: the one node's connection, or a
 	// router that sends each call to the node its session runs on.
-	Node    grpc.ClientConnInterface
+	Node grpc.ClientConnInterface
+	// Image serves image calls; nil: Node. In a cluster, the session
+	// service, which sends each to the node the call names.
+	Image   grpc.ClientConnInterface
 	Agent   grpc.ClientConnInterface
 	History grpc.ClientConnInterface
 }
@@ -182,7 +185,11 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Gateway, error) {
 			return sandboxv1.RegisterSandboxServiceHandlerClient(ctx, mux, sandboxv1.NewSandboxServiceClient(b.Node))
 		},
 		"image": func() error {
-			return imagev1.RegisterImageServiceHandlerClient(ctx, mux, imagev1.NewImageServiceClient(b.Node))
+			images := b.Image
+			if images == nil {
+				images = b.Node
+			}
+			return imagev1.RegisterImageServiceHandlerClient(ctx, mux, imagev1.NewImageServiceClient(images))
 		},
 		"agent": func() error {
 			return agentv1.RegisterAgentServiceHandlerClient(ctx, mux, agentv1.NewAgentServiceClient(b.Agent))

@@ -215,7 +215,7 @@ func (r *Runs) Reject(ctx context.Context, runID, toolCallID, reason string) (*a
 func (i *Images) SetPublic(ctx context.Context, ref string, public bool) (*imagev1.Image, error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	resp, err := i.c.image.SetImagePublic(ctx, &imagev1.SetImagePublicRequest{Ref: ref, Public: public})
+	resp, err := i.c.image.SetImagePublic(ctx, &imagev1.SetImagePublicRequest{Ref: ref, Public: public, NodeId: i.node})
 	if err != nil {
 		return nil, wrap(err)
 	}
@@ -226,6 +226,6 @@ func (i *Images) SetPublic(ctx context.Context, ref string, public bool) (*image
 func (i *Images) Usage(ctx context.Context) (*imagev1.GetImageUsageResponse, error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	resp, err := i.c.image.GetImageUsage(ctx, &imagev1.GetImageUsageRequest{})
+	resp, err := i.c.image.GetImageUsage(ctx, &imagev1.GetImageUsageRequest{NodeId: i.node})
 	return resp, wrap(err)
 }

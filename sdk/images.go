@@ -12,13 +12,23 @@ import (
 
 // Images is the image API: the OCI images a node holds for the caller's
 // tenant.
-type Images struct{ c *Client }
+type Images struct {
+	c    *Client
+	node string
+}
+
+// OnNode returns the image API of one node of a cluster (an id of
+// Nodes.List), whose calls name it: each node keeps its own images. Without
+// it, in a cluster, List and Get ask every live node (Image.NodeIds says
+// which hold each image) and the calls that change a store fail with
+// FAILED_PRECONDITION. A single machine ignores the node.
+func (i *Images) OnNode(id string) *Images { return &Images{c: i.c, node: id} }
 
 // List returns the images the caller sees: its own tags and public ones.
 func (i *Images) List(ctx context.Context) ([]*imagev1.Image, error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	resp, err := i.c.image.ListImages(ctx, &imagev1.ListImagesRequest{})
+	resp, err := i.c.image.ListImages(ctx, &imagev1.ListImagesRequest{NodeId: i.node})
 	if err != nil {
 		return nil, wrap(err)
 	}
@@ -29,7 +39,7 @@ func (i *Images) List(ctx context.Context) ([]*imagev1.Image, error) {
 func (i *Images) Get(ctx context.Context, ref string) (*imagev1.Image, error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	resp, err := i.c.image.GetImage(ctx, &imagev1.GetImageRequest{Ref: ref})
+	resp, err := i.c.image.GetImage(ctx, &imagev1.GetImageRequest{Ref: ref, NodeId: i.node})
 	if err != nil {
 		return nil, wrap(err)
 	}
@@ -39,7 +49,7 @@ func (i *Images) Get(ctx context.Context, ref string) (*imagev1.Image, error) {
 // Pull fetches ref from its registry onto the node; progress, when set, is
 // called as layers arrive. ctx bounds the whole pull.
 func (i *Images) Pull(ctx context.Context, ref string, progress func(*imagev1.PullProgress)) (*imagev1.Image, error) {
-	stream, err := i.c.image.PullImage(ctx, &imagev1.PullImageRequest{Ref: ref})
+	stream, err := i.c.image.PullImage(ctx, &imagev1.PullImageRequest{Ref: ref, NodeId: i.node})
 	if err != nil {
 		return nil, wrap(err)
 	}
@@ -97,7 +107,7 @@ func (i *Images) Import(ctx context.Context, r io.Reader, ref string) ([]*imagev
 func (i *Images) Delete(ctx context.Context, ref string) error {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	_, err := i.c.image.DeleteImage(ctx, &imagev1.DeleteImageRequest{Ref: ref})
+	_, err := i.c.image.DeleteImage(ctx, &imagev1.DeleteImageRequest{Ref: ref, NodeId: i.node})
 	return wrap(err)
 }
 

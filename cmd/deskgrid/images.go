@@ -34,11 +34,23 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs, cf := newClientFlags("images "+sub, stderr)
 	cf.timeout = 30 * time.Minute
 	var ref string
-	var allNodes bool
+	var (
+		allNodes bool
+		node     string
+	)
+	nodeFlag := func(what string) {
+		fs.StringVar(&node, "node", "", "in a cluster (through the session service): the node to "+what+" (see `deskgrid nodes list`); ignored by a single machine")
+	}
 	switch sub {
 	case "pull":
 		fs.BoolVar(&allNodes, "all-nodes", false, "pull onto every live node of the cluster at once (through the session service), with each node's progress and result; exits non-zero when any node failed")
-	case "list", "ls", "rm", "delete", "inspect":
+		nodeFlag("pull onto (a cluster needs -node or -all-nodes)")
+	case "list", "ls":
+		nodeFlag("list; without it a cluster lists every live node's images, with the nodes holding each")
+	case "inspect":
+		nodeFlag("ask; without it a cluster asks every live node and lists those holding the image")
+	case "rm", "delete":
+		nodeFlag("delete from (a cluster needs it)")
 	case "import":
 		fs.StringVar(&ref, "tag", "", "tag for the imported image (default: the names the archive carries)")
 	default:
@@ -63,7 +75,7 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	switch sub {
 	case "list", "ls":
-		resp, err := client.ListImages(ctx, &imagev1.ListImagesRequest{})
+		resp, err := client.ListImages(ctx, &imagev1.ListImagesRequest{NodeId: node})
 		if err != nil {
 			return rpcError(err)
 		}
@@ -73,7 +85,7 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err != nil {
 			return err
 		}
-		resp, err := client.GetImage(ctx, &imagev1.GetImageRequest{Ref: r})
+		resp, err := client.GetImage(ctx, &imagev1.GetImageRequest{Ref: r, NodeId: node})
 		if err != nil {
 			return rpcError(err)
 		}
@@ -85,7 +97,7 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err != nil {
 			return err
 		}
-		if _, err := client.DeleteImage(ctx, &imagev1.DeleteImageRequest{Ref: r}); err != nil {
+		if _, err := client.DeleteImage(ctx, &imagev1.DeleteImageRequest{Ref: r, NodeId: node}); err != nil {
 			return rpcError(err)
 		}
 		fmt.Fprintln(stdout, "deleted", r)
@@ -95,10 +107,13 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err != nil {
 			return err
 		}
+		if allNodes && node != "" {
+			return usageError("images pull: -node and -all-nodes exclude each other")
+		}
 		if allNodes {
 			return pullAllNodes(ctx, sessionv1.NewNodeServiceClient(conn), r, cf.output, stdout, stderr)
 		}
-		stream, err := client.PullImage(ctx, &imagev1.PullImageRequest{Ref: r})
+		stream, err := client.PullImage(ctx, &imagev1.PullImageRequest{Ref: r, NodeId: node})
 		if err != nil {
 			return rpcError(err)
 		}
@@ -265,14 +280,27 @@ func printImages(w io.Writer, output string, imgs ...*imagev1.Image) error {
 		}
 		return nil
 	}
+	// A cluster's list that named no node says which nodes hold each.
+	nodes := false
+	for _, im := range imgs {
+		nodes = nodes || len(im.GetNodeIds()) > 0
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "REF\tDIGEST\tLAYERS\tSIZE\tPUBLIC")
+	head := "REF\tDIGEST\tLAYERS\tSIZE\tPUBLIC"
+	if nodes {
+		head += "\tNODES"
+	}
+	fmt.Fprintln(tw, head)
 	for _, im := range imgs {
 		d := im.GetDigest()
 		if len(d) > 19 {
 			d = d[:19]
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%v\n", im.GetRef(), d, len(im.GetLayers()), humanBytes(im.GetSize()), im.GetPublic())
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%v", im.GetRef(), d, len(im.GetLayers()), humanBytes(im.GetSize()), im.GetPublic())
+		if nodes {
+			fmt.Fprintf(tw, "\t%s", strings.Join(im.GetNodeIds(), ","))
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }

@@ -351,7 +351,12 @@ func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats
 			},
 		})
 		s.closers.add("node watcher", w.Close)
-		cluster.NewNodeService(reg, conns, s.logger.With("component", "nodes")).Register(srv.GRPC)
+		nodeSvc := cluster.NewNodeService(reg, conns, s.logger.With("component", "nodes"))
+		nodeSvc.Register(srv.GRPC)
+		// Each node keeps its own images: image calls name a node, and a
+		// list or get that names none asks every live node.
+		cluster.NewImageProxy(nodeSvc).Register(srv.GRPC)
+		srv.SetServing(imagev1.ImageService_ServiceDesc.ServiceName)
 	} else {
 		// One machine: its one node, drained and undrained like a cluster's.
 		cluster.NewNodeService(cluster.LocalNodes{Local: local}, nodes.(staticNodes), s.logger.With("component", "nodes")).Register(srv.GRPC)
@@ -653,9 +658,18 @@ func (s *setup) startGateway(ctx context.Context) (string, error) {
 		}
 		*x.dst = c
 	}
+	if s.clustered() {
+		// Each node keeps its own images; the session service sends an
+		// image call to the node it names, or asks every live node.
+		b.Image = b.Session
+	}
+	images := b.Image
+	if images == nil {
+		images = b.Node
+	}
 	// The MCP endpoint drives deskgrid through the Go SDK over the same backends.
 	client := deskgrid.NewWithConn(serviceConns{
-		"deskgrid.session.v1.": b.Session, "deskgrid.display.v1.": b.Node, "deskgrid.sandbox.v1.": b.Node, "deskgrid.image.v1.": b.Node,
+		"deskgrid.session.v1.": b.Session, "deskgrid.display.v1.": b.Node, "deskgrid.sandbox.v1.": b.Node, "deskgrid.image.v1.": images,
 		"deskgrid.agent.v1.": b.Agent, "deskgrid.history.v1.": b.History,
 	})
 	deps := gateway.Deps{

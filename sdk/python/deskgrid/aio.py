@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union, cast
 
 from . import actions as A
-from .client import Client, ExecResult, Session, ShellResult
+from .client import Client, ExecResult, Images, Session, ShellResult
 from .errors import NotFound
 
 __all__ = ["AsyncClient", "AsyncSession", "AsyncSessions", "AsyncRuns", "AsyncImages", "AsyncHistory", "AsyncNodes"]
@@ -374,26 +374,30 @@ class AsyncRuns:
 class AsyncImages:
     """As :class:`deskgrid.Images`, awaited."""
 
-    def __init__(self, c: Client) -> None:
+    def __init__(self, c: Client, images: Optional[Images] = None) -> None:
         self._c = c
+        self._i = images if images is not None else c.images
+
+    def on_node(self, node_id: str) -> "AsyncImages":
+        return AsyncImages(self._c, self._i.on_node(node_id))
 
     async def list(self) -> List[JSON]:
-        return await asyncio.to_thread(self._c.images.list)
+        return await asyncio.to_thread(self._i.list)
 
     async def get(self, ref: str) -> JSON:
-        return await asyncio.to_thread(self._c.images.get, ref)
+        return await asyncio.to_thread(self._i.get, ref)
 
     async def delete(self, ref: str) -> None:
-        await asyncio.to_thread(self._c.images.delete, ref)
+        await asyncio.to_thread(self._i.delete, ref)
 
     async def pull(self, ref: str, progress: Optional[Callable[[JSON], None]] = None) -> JSON:
-        return await asyncio.to_thread(self._c.images.pull, ref, progress)
+        return await asyncio.to_thread(self._i.pull, ref, progress)
 
     async def set_public(self, ref: str, public: bool = True) -> JSON:
-        return await asyncio.to_thread(self._c.images.set_public, ref, public)
+        return await asyncio.to_thread(self._i.set_public, ref, public)
 
     async def usage(self) -> JSON:
-        return await asyncio.to_thread(self._c.images.usage)
+        return await asyncio.to_thread(self._i.usage)
 
 
 class AsyncHistory:

@@ -1043,26 +1043,45 @@ class Runs:
 
 
 class Images:
-    """The OCI images sessions run: ``client.images``."""
+    """The OCI images sessions run: ``client.images``. Each node of a cluster
+    keeps its own images: ``client.images.on_node(id)`` acts on one; without
+    it a cluster's ``list`` and ``get`` ask every live node (``nodeIds`` says
+    which hold each image) and the calls that change a store fail with
+    FAILED_PRECONDITION. A single machine ignores the node."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, node: str = "") -> None:
         self._c = client
+        self._node = node
+
+    def on_node(self, node_id: str) -> "Images":
+        """The image API of one node of a cluster (an id of ``nodes.list()``)."""
+        return Images(self._c, node_id)
+
+    def _q(self, **q: str) -> Dict[str, str]:
+        if self._node:
+            q["node_id"] = self._node
+        return q
+
+    def _body(self, body: JSON) -> JSON:
+        if self._node:
+            body["nodeId"] = self._node
+        return body
 
     def list(self) -> List[JSON]:
-        result: List[JSON] = self._c.transport.call("GET", "/v1/images").get("images", [])
+        result: List[JSON] = self._c.transport.call("GET", "/v1/images", query=self._q()).get("images", [])
         return result
 
     def get(self, ref: str) -> JSON:
-        result: JSON = self._c.transport.call("GET", "/v1/images:get", query={"ref": ref}).get("image", {})
+        result: JSON = self._c.transport.call("GET", "/v1/images:get", query=self._q(ref=ref)).get("image", {})
         return result
 
     def delete(self, ref: str) -> None:
-        self._c.transport.call("DELETE", "/v1/images", query={"ref": ref})
+        self._c.transport.call("DELETE", "/v1/images", query=self._q(ref=ref))
 
     def pull(self, ref: str, progress: Optional[Callable[[JSON], None]] = None) -> JSON:
         """Fetches ref from its registry onto the node; ``progress`` sees each
         progress message."""
-        for m in self._c.transport.stream("POST", "/v1/images:pull", body={"ref": ref}, timeout=600.0):
+        for m in self._c.transport.stream("POST", "/v1/images:pull", body=self._body({"ref": ref}), timeout=600.0):
             if "image" in m:
                 result: JSON = m["image"]
                 return result
@@ -1073,14 +1092,14 @@ class Images:
     def set_public(self, ref: str, public: bool = True) -> JSON:
         """Makes the caller's tag visible to every tenant, or private again."""
         result: JSON = self._c.transport.call(
-            "POST", "/v1/images:setPublic", body={"ref": ref, "public": public}, idempotent=True
+            "POST", "/v1/images:setPublic", body=self._body({"ref": ref, "public": public}), idempotent=True
         ).get("image", {})
         return result
 
     def usage(self) -> JSON:
         """The node's image store disk use: ``images``, ``layers``,
         ``layerBytes``, ``blobBytes``, ``pinnedBytes``."""
-        result: JSON = self._c.transport.call("GET", "/v1/images:usage")
+        result: JSON = self._c.transport.call("GET", "/v1/images:usage", query=self._q())
         return result
 
 

@@ -624,6 +624,12 @@ class NodeAndHistoryApiTest(unittest.TestCase):
         self.assertIsInstance(u, dict)
         with self.assertRaises(deskgrid.NotFound):
             self.dg.images.set_public("no/such-image:v1", True)
+        # One machine is one node: naming it changes nothing.
+        local = self.dg.images.on_node("local")
+        self.assertEqual([i["ref"] for i in local.list()], [i["ref"] for i in self.dg.images.list()])
+        self.assertEqual(local.usage(), self.dg.images.usage())
+        with self.assertRaises(deskgrid.NotFound):
+            local.get("no/such-image:v1")
 
     async def _async_twins(self) -> None:
         assert server is not None

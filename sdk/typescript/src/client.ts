@@ -949,21 +949,35 @@ export class Runs {
   }
 }
 
-/** OCI images: `dg.images`. */
+/**
+ * OCI images: `dg.images`. Each node of a cluster keeps its own images:
+ * `dg.images.onNode(id)` acts on one; without it a cluster's `list` and
+ * `get` ask every live node (`nodeIds` says which hold each image) and the
+ * calls that change a store fail with FAILED_PRECONDITION. A single machine
+ * ignores the node.
+ */
 export class Images {
-  constructor(private readonly dg: Deskgrid) {}
+  constructor(private readonly dg: Deskgrid, private readonly node?: string) {}
+  /** The image API of one node of a cluster (an id of `dg.nodes.list()`). */
+  onNode(id: string): Images {
+    return new Images(this.dg, id);
+  }
+  private q(q: Record<string, string> = {}): Record<string, string> {
+    return this.node ? { ...q, node_id: this.node } : q;
+  }
   async list(): Promise<Image[]> {
-    return (await this.dg.transport.call<S['v1ListImagesResponse']>('GET', '/v1/images')).images ?? [];
+    return (await this.dg.transport.call<S['v1ListImagesResponse']>('GET', '/v1/images', { query: this.q() })).images ?? [];
   }
   async get(ref: string): Promise<Image> {
-    return (await this.dg.transport.call<S['v1GetImageResponse']>('GET', '/v1/images:get', { query: { ref } })).image ?? {};
+    return (await this.dg.transport.call<S['v1GetImageResponse']>('GET', '/v1/images:get', { query: this.q({ ref }) })).image ?? {};
   }
   async delete(ref: string): Promise<void> {
-    await this.dg.transport.call('DELETE', '/v1/images', { query: { ref } });
+    await this.dg.transport.call('DELETE', '/v1/images', { query: this.q({ ref }) });
   }
   /** Fetches ref from its registry onto the node. */
   async pull(ref: string, progress?: (p: S['v1PullProgress']) => void): Promise<Image> {
-    for await (const m of this.dg.transport.stream<S['v1PullImageResponse']>('POST', '/v1/images:pull', { body: { ref }, timeoutMs: 600_000 })) {
+    const body: S['v1PullImageRequest'] = { ref, nodeId: this.node };
+    for await (const m of this.dg.transport.stream<S['v1PullImageResponse']>('POST', '/v1/images:pull', { body, timeoutMs: 600_000 })) {
       if (m.image) return m.image;
       if (m.progress && progress) progress(m.progress);
     }
@@ -971,12 +985,12 @@ export class Images {
   }
   /** Makes the caller's tag visible to every tenant, or private again. */
   async setPublic(ref: string, isPublic = true): Promise<Image> {
-    const body: S['v1SetImagePublicRequest'] = { ref, public: isPublic };
+    const body: S['v1SetImagePublicRequest'] = { ref, public: isPublic, nodeId: this.node };
     return (await this.dg.transport.call<S['v1SetImagePublicResponse']>('POST', '/v1/images:setPublic', { body, idempotent: true })).image ?? {};
   }
   /** The node's image store disk use. */
   usage(): Promise<S['v1GetImageUsageResponse']> {
-    return this.dg.transport.call<S['v1GetImageUsageResponse']>('GET', '/v1/images:usage');
+    return this.dg.transport.call<S['v1GetImageUsageResponse']>('GET', '/v1/images:usage', { query: this.q() });
   }
 }
 

@@ -2447,6 +2447,11 @@ export interface components {
             /** @description Manifest digest, "sha256:...". */
             digest?: string;
             layers?: components["schemas"]["v1Layer"][];
+            /**
+             * @description In a cluster, from a list or get that named no node: the live nodes
+             *     that hold the image (this digest under this reference).
+             */
+            nodeIds?: string[];
             os?: string;
             public?: boolean;
             /**
@@ -2741,6 +2746,11 @@ export interface components {
             summary?: components["schemas"]["v1NodePullSummary"];
         };
         v1PullImageRequest: {
+            /**
+             * @description In a cluster, reached through the session service or the gateway: the
+             *     node to ask (see ListNodes); ignored by a node itself.
+             */
+            nodeId?: string;
             ref?: string;
         };
         v1PullImageResponse: {
@@ -3233,6 +3243,11 @@ export interface components {
         v1SessionState: "SESSION_STATE_UNSPECIFIED" | "SESSION_STATE_PENDING" | "SESSION_STATE_STARTING" | "SESSION_STATE_RUNNING" | "SESSION_STATE_SUSPENDING" | "SESSION_STATE_SUSPENDED" | "SESSION_STATE_RESUMING" | "SESSION_STATE_STOPPING" | "SESSION_STATE_STOPPED" | "SESSION_STATE_FAILED" | "SESSION_STATE_LOST";
         v1SetClipboardResponse: Record<string, never>;
         v1SetImagePublicRequest: {
+            /**
+             * @description In a cluster, reached through the session service or the gateway: the
+             *     node to ask (see ListNodes); ignored by a node itself.
+             */
+            nodeId?: string;
             public?: boolean;
             ref?: string;
         };
@@ -3586,7 +3601,13 @@ export interface operations {
     };
     ImageService_ListImages: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description In a cluster, reached through the session service or the gateway: the
+                 *     node to ask (see ListNodes); ignored by a node itself.
+                 */
+                nodeId?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -3616,6 +3637,11 @@ export interface operations {
     ImageService_DeleteImage: {
         parameters: {
             query?: {
+                /**
+                 * @description In a cluster, reached through the session service or the gateway: the
+                 *     node to ask (see ListNodes); ignored by a node itself.
+                 */
+                nodeId?: string;
                 ref?: string;
             };
             header?: never;
@@ -3647,6 +3673,11 @@ export interface operations {
     ImageService_GetImage: {
         parameters: {
             query?: {
+                /**
+                 * @description In a cluster, reached through the session service or the gateway: the
+                 *     node to ask (see ListNodes); ignored by a node itself.
+                 */
+                nodeId?: string;
                 ref?: string;
             };
             header?: never;
@@ -3746,7 +3777,13 @@ export interface operations {
     };
     ImageService_GetImageUsage: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description In a cluster, reached through the session service or the gateway: the
+                 *     node to ask (see ListNodes); ignored by a node itself.
+                 */
+                nodeId?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;

@@ -413,6 +413,11 @@ describe('nodes and history API', () => {
   test('images: usage, and a tag that does not exist', async () => {
     assert.equal(typeof (await dg.images.usage()), 'object');
     await assert.rejects(dg.images.setPublic('no/such-image:v1', true), NotFound);
+    // One machine is one node: naming it changes nothing.
+    const local = dg.images.onNode('local');
+    assert.deepEqual((await local.list()).map((i) => i.ref), (await dg.images.list()).map((i) => i.ref));
+    assert.deepEqual(await local.usage(), await dg.images.usage());
+    await assert.rejects(local.get('no/such-image:v1'), NotFound);
   });
 
   test('history: export, delete, import back', async () => {

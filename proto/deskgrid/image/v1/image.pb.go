@@ -31,13 +31,16 @@ type Image struct {
 	// Manifest digest, "sha256:...".
 	Digest string `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
 	// Bytes of the unpacked layers.
-	Size          int64                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
-	Public        bool                   `protobuf:"varint,4,opt,name=public,proto3" json:"public,omitempty"`
-	Created       *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created,proto3" json:"created,omitempty"`
-	Architecture  string                 `protobuf:"bytes,6,opt,name=architecture,proto3" json:"architecture,omitempty"`
-	Os            string                 `protobuf:"bytes,7,opt,name=os,proto3" json:"os,omitempty"`
-	Layers        []*Layer               `protobuf:"bytes,8,rep,name=layers,proto3" json:"layers,omitempty"`
-	Config        *ImageConfig           `protobuf:"bytes,9,opt,name=config,proto3" json:"config,omitempty"`
+	Size         int64                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Public       bool                   `protobuf:"varint,4,opt,name=public,proto3" json:"public,omitempty"`
+	Created      *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created,proto3" json:"created,omitempty"`
+	Architecture string                 `protobuf:"bytes,6,opt,name=architecture,proto3" json:"architecture,omitempty"`
+	Os           string                 `protobuf:"bytes,7,opt,name=os,proto3" json:"os,omitempty"`
+	Layers       []*Layer               `protobuf:"bytes,8,rep,name=layers,proto3" json:"layers,omitempty"`
+	Config       *ImageConfig           `protobuf:"bytes,9,opt,name=config,proto3" json:"config,omitempty"`
+	// In a cluster, from a list or get that named no node: the live nodes
+	// that hold the image (this digest under this reference).
+	NodeIds       []string `protobuf:"bytes,10,rep,name=node_ids,json=nodeIds,proto3" json:"node_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -131,6 +134,13 @@ func (x *Image) GetLayers() []*Layer {
 func (x *Image) GetConfig() *ImageConfig {
 	if x != nil {
 		return x.Config
+	}
+	return nil
+}
+
+func (x *Image) GetNodeIds() []string {
+	if x != nil {
+		return x.NodeIds
 	}
 	return nil
 }
@@ -274,7 +284,10 @@ func (x *ImageConfig) GetLabels() map[string]string {
 }
 
 type ListImagesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// In a cluster, reached through the session service or the gateway: the
+	// node to ask (see ListNodes); ignored by a node itself.
+	NodeId        string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -307,6 +320,13 @@ func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ListImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListImagesRequest) Descriptor() ([]byte, []int) {
 	return file_deskgrid_image_v1_image_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ListImagesRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
 }
 
 type ListImagesResponse struct {
@@ -354,8 +374,11 @@ func (x *ListImagesResponse) GetImages() []*Image {
 }
 
 type GetImageRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ref           string                 `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ref   string                 `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// In a cluster, reached through the session service or the gateway: the
+	// node to ask (see ListNodes); ignored by a node itself.
+	NodeId        string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -393,6 +416,13 @@ func (*GetImageRequest) Descriptor() ([]byte, []int) {
 func (x *GetImageRequest) GetRef() string {
 	if x != nil {
 		return x.Ref
+	}
+	return ""
+}
+
+func (x *GetImageRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
 	}
 	return ""
 }
@@ -442,8 +472,11 @@ func (x *GetImageResponse) GetImage() *Image {
 }
 
 type PullImageRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ref           string                 `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ref   string                 `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// In a cluster, reached through the session service or the gateway: the
+	// node to ask (see ListNodes); ignored by a node itself.
+	NodeId        string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -481,6 +514,13 @@ func (*PullImageRequest) Descriptor() ([]byte, []int) {
 func (x *PullImageRequest) GetRef() string {
 	if x != nil {
 		return x.Ref
+	}
+	return ""
+}
+
+func (x *PullImageRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
 	}
 	return ""
 }
@@ -825,8 +865,11 @@ func (x *ImportImageResponse) GetImages() []*Image {
 }
 
 type DeleteImageRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ref           string                 `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ref   string                 `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// In a cluster, reached through the session service or the gateway: the
+	// node to ask (see ListNodes); ignored by a node itself.
+	NodeId        string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -868,6 +911,13 @@ func (x *DeleteImageRequest) GetRef() string {
 	return ""
 }
 
+func (x *DeleteImageRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
 type DeleteImageResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -905,9 +955,12 @@ func (*DeleteImageResponse) Descriptor() ([]byte, []int) {
 }
 
 type SetImagePublicRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ref           string                 `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
-	Public        bool                   `protobuf:"varint,2,opt,name=public,proto3" json:"public,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Ref    string                 `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	Public bool                   `protobuf:"varint,2,opt,name=public,proto3" json:"public,omitempty"`
+	// In a cluster, reached through the session service or the gateway: the
+	// node to ask (see ListNodes); ignored by a node itself.
+	NodeId        string `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -956,6 +1009,13 @@ func (x *SetImagePublicRequest) GetPublic() bool {
 	return false
 }
 
+func (x *SetImagePublicRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
 type SetImagePublicResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Image         *Image                 `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
@@ -1001,7 +1061,10 @@ func (x *SetImagePublicResponse) GetImage() *Image {
 }
 
 type GetImageUsageRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// In a cluster, reached through the session service or the gateway: the
+	// node to ask (see ListNodes); ignored by a node itself.
+	NodeId        string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1034,6 +1097,13 @@ func (x *GetImageUsageRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use GetImageUsageRequest.ProtoReflect.Descriptor instead.
 func (*GetImageUsageRequest) Descriptor() ([]byte, []int) {
 	return file_deskgrid_image_v1_image_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *GetImageUsageRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
 }
 
 type GetImageUsageResponse struct {
@@ -1116,7 +1186,7 @@ var File_deskgrid_image_v1_image_proto protoreflect.FileDescriptor
 
 const file_deskgrid_image_v1_image_proto_rawDesc = "" +
 	"\n" +
-	"\x1ddeskgrid/image/v1/image.proto\x12\x11deskgrid.image.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb1\x02\n" +
+	"\x1ddeskgrid/image/v1/image.proto\x12\x11deskgrid.image.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcc\x02\n" +
 	"\x05Image\x12\x10\n" +
 	"\x03ref\x18\x01 \x01(\tR\x03ref\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x12\n" +
@@ -1126,7 +1196,9 @@ const file_deskgrid_image_v1_image_proto_rawDesc = "" +
 	"\farchitecture\x18\x06 \x01(\tR\farchitecture\x12\x0e\n" +
 	"\x02os\x18\a \x01(\tR\x02os\x120\n" +
 	"\x06layers\x18\b \x03(\v2\x18.deskgrid.image.v1.LayerR\x06layers\x126\n" +
-	"\x06config\x18\t \x01(\v2\x1e.deskgrid.image.v1.ImageConfigR\x06config\"8\n" +
+	"\x06config\x18\t \x01(\v2\x1e.deskgrid.image.v1.ImageConfigR\x06config\x12\x19\n" +
+	"\bnode_ids\x18\n" +
+	" \x03(\tR\anodeIds\"8\n" +
 	"\x05Layer\x12\x16\n" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x17\n" +
 	"\adiff_id\x18\x02 \x01(\tR\x06diffId\"\x85\x02\n" +
@@ -1142,16 +1214,19 @@ const file_deskgrid_image_v1_image_proto_rawDesc = "" +
 	"\x06labels\x18\x06 \x03(\v2*.deskgrid.image.v1.ImageConfig.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x13\n" +
-	"\x11ListImagesRequest\"F\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\",\n" +
+	"\x11ListImagesRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"F\n" +
 	"\x12ListImagesResponse\x120\n" +
-	"\x06images\x18\x01 \x03(\v2\x18.deskgrid.image.v1.ImageR\x06images\"#\n" +
+	"\x06images\x18\x01 \x03(\v2\x18.deskgrid.image.v1.ImageR\x06images\"<\n" +
 	"\x0fGetImageRequest\x12\x10\n" +
-	"\x03ref\x18\x01 \x01(\tR\x03ref\"B\n" +
+	"\x03ref\x18\x01 \x01(\tR\x03ref\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"B\n" +
 	"\x10GetImageResponse\x12.\n" +
-	"\x05image\x18\x01 \x01(\v2\x18.deskgrid.image.v1.ImageR\x05image\"$\n" +
+	"\x05image\x18\x01 \x01(\v2\x18.deskgrid.image.v1.ImageR\x05image\"=\n" +
 	"\x10PullImageRequest\x12\x10\n" +
-	"\x03ref\x18\x01 \x01(\tR\x03ref\"\xbe\x01\n" +
+	"\x03ref\x18\x01 \x01(\tR\x03ref\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\xbe\x01\n" +
 	"\fPullProgress\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x14\n" +
 	"\x05layer\x18\x02 \x01(\tR\x05layer\x12\x1d\n" +
@@ -1173,16 +1248,19 @@ const file_deskgrid_image_v1_image_proto_rawDesc = "" +
 	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\x06\n" +
 	"\x04data\"G\n" +
 	"\x13ImportImageResponse\x120\n" +
-	"\x06images\x18\x01 \x03(\v2\x18.deskgrid.image.v1.ImageR\x06images\"&\n" +
+	"\x06images\x18\x01 \x03(\v2\x18.deskgrid.image.v1.ImageR\x06images\"?\n" +
 	"\x12DeleteImageRequest\x12\x10\n" +
-	"\x03ref\x18\x01 \x01(\tR\x03ref\"\x15\n" +
-	"\x13DeleteImageResponse\"A\n" +
+	"\x03ref\x18\x01 \x01(\tR\x03ref\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"\x15\n" +
+	"\x13DeleteImageResponse\"Z\n" +
 	"\x15SetImagePublicRequest\x12\x10\n" +
 	"\x03ref\x18\x01 \x01(\tR\x03ref\x12\x16\n" +
-	"\x06public\x18\x02 \x01(\bR\x06public\"H\n" +
+	"\x06public\x18\x02 \x01(\bR\x06public\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\"H\n" +
 	"\x16SetImagePublicResponse\x12.\n" +
-	"\x05image\x18\x01 \x01(\v2\x18.deskgrid.image.v1.ImageR\x05image\"\x16\n" +
-	"\x14GetImageUsageRequest\"\xaa\x01\n" +
+	"\x05image\x18\x01 \x01(\v2\x18.deskgrid.image.v1.ImageR\x05image\"/\n" +
+	"\x14GetImageUsageRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xaa\x01\n" +
 	"\x15GetImageUsageResponse\x12\x16\n" +
 	"\x06images\x18\x01 \x01(\x05R\x06images\x12\x16\n" +
 	"\x06layers\x18\x02 \x01(\x05R\x06layers\x12\x1f\n" +
