@@ -19,6 +19,9 @@ type RunOptions struct {
 	MaxSteps        int
 	// APIKey and BaseURL are used for this run only.
 	APIKey, BaseURL string
+	// Record records the session's screen for the run's length; the run's
+	// RecordingId names the video (Session.DownloadRecording).
+	Record bool
 }
 
 // Create starts an agent loop on a session.
@@ -28,6 +31,7 @@ func (r *Runs) Create(ctx context.Context, sessionID, prompt string, o RunOption
 	resp, err := r.c.agent.CreateRun(ctx, &agentv1.CreateRunRequest{
 		SessionId: sessionID, Prompt: prompt, Provider: o.Provider, Model: o.Model,
 		MaxSteps: int32(o.MaxSteps), ApiKey: o.APIKey, BaseUrl: o.BaseURL,
+		Options: runOptions(o),
 	})
 	if err != nil {
 		return nil, wrap(err)
@@ -80,4 +84,11 @@ func (r *Runs) Events(ctx context.Context, runID string, afterSequence int64) it
 			}
 		}
 	}
+}
+
+func runOptions(o RunOptions) *agentv1.RunOptions {
+	if !o.Record {
+		return nil
+	}
+	return &agentv1.RunOptions{Record: true}
 }

@@ -37,6 +37,8 @@ type run struct {
 	done     chan struct{}
 	decision chan decision
 	lease    lease.Lease
+	// recording is the id of the run's recording while it runs.
+	recording string
 }
 
 type decision struct {
@@ -62,6 +64,10 @@ func (r *run) snapshot() *agentv1.Run {
 
 // setState records a transition, stores it and publishes it.
 func (r *run) setState(ctx context.Context, st agentv1.RunState, reason string) {
+	if terminal(st) {
+		// The video is whole by the time a client sees the run end.
+		r.stopRecording(ctx)
+	}
 	r.mu.Lock()
 	r.rec.State = st
 	r.rec.StateReason = reason
@@ -155,6 +161,12 @@ func (r *run) execute(ctx context.Context) {
 			r.setState(ctx, agentv1.RunState_RUN_STATE_CANCELLED, reason)
 		default:
 			r.setState(ctx, agentv1.RunState_RUN_STATE_FAILED, err.Error())
+		}
+	}
+	if opts.GetRecord() {
+		if err := r.startRecording(ctx); err != nil {
+			fail(err)
+			return
 		}
 	}
 	if !opts.GetSkipInputLease() {
