@@ -3,8 +3,8 @@ package agent
 import (
 	"bytes"
 	"context"
-	"image"
 	"fmt"
+	"image"
 	"image/png"
 	"slices"
 	"sync"
