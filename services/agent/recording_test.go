@@ -50,6 +50,11 @@ func TestRecordedRunRecordsUntilItEnds(t *testing.T) {
 					defer blocked.mu.Unlock()
 					return len(blocked.reqs) > 0
 				})
+				// Running, it already names its recording.
+				got, err := h.client.GetRun(ctx, &agentv1.GetRunRequest{RunId: id})
+				if err != nil || got.GetRun().GetState() != agentv1.RunState_RUN_STATE_RUNNING || !strings.HasPrefix(got.GetRun().GetRecordingId(), "rec-") {
+					t.Fatalf("running: %v %v", got.GetRun(), err)
+				}
 				if _, err := h.client.CancelRun(ctx, &agentv1.CancelRunRequest{RunId: id}); err != nil {
 					t.Fatal(err)
 				}

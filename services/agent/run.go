@@ -147,7 +147,6 @@ func (r *run) start() {
 func (r *run) execute(ctx context.Context) {
 	s := r.svc
 	opts := r.rec.GetOptions()
-	r.setState(ctx, agentv1.RunState_RUN_STATE_RUNNING, "")
 	fail := func(err error) {
 		var ended *sessionEndedError
 		switch {
@@ -163,12 +162,14 @@ func (r *run) execute(ctx context.Context) {
 			r.setState(ctx, agentv1.RunState_RUN_STATE_FAILED, err.Error())
 		}
 	}
+	// A recorded run is RUNNING with its recording_id set.
 	if opts.GetRecord() {
 		if err := r.startRecording(ctx); err != nil {
 			fail(err)
 			return
 		}
 	}
+	r.setState(ctx, agentv1.RunState_RUN_STATE_RUNNING, "")
 	if !opts.GetSkipInputLease() {
 		stopRenew, err := r.takeLease(ctx)
 		if err != nil {

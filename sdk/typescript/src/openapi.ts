@@ -2898,8 +2898,8 @@ export interface components {
             /** @description Provider name: "anthropic", "openai" or "gemini". */
             provider?: string;
             /**
-             * @description The recording of the run's screen, with options.record: set when the
-             *     run starts it, stopped when the run ends, however it ends. The history
+             * @description The recording of the run's screen, with options.record: set before
+             *     the run turns RUNNING, stopped before it ends, however it ends. The history
              *     keeps the video (GET /v1/sessions/{session_id}/recordings/{recording_id}:download).
              */
             recordingId?: string;

@@ -113,8 +113,8 @@ type Run struct {
 	// Sequence number of the run's newest event when the record was written;
 	// StreamRunEvents after it follows the run from here.
 	EventSequence int64 `protobuf:"varint,17,opt,name=event_sequence,json=eventSequence,proto3" json:"event_sequence,omitempty"`
-	// The recording of the run's screen, with options.record: set when the
-	// run starts it, stopped when the run ends, however it ends. The history
+	// The recording of the run's screen, with options.record: set before
+	// the run turns RUNNING, stopped before it ends, however it ends. The history
 	// keeps the video (GET /v1/sessions/{session_id}/recordings/{recording_id}:download).
 	RecordingId   string `protobuf:"bytes,18,opt,name=recording_id,json=recordingId,proto3" json:"recording_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
