@@ -22,6 +22,9 @@ type RunOptions struct {
 	// AccessibilityTree gives the model the screen's accessibility tree as
 	// text beside each screenshot.
 	AccessibilityTree bool
+	// Record records the session's screen for the run's length; the run's
+	// RecordingId names the video (Session.DownloadRecording).
+	Record bool
 }
 
 // Create starts an agent loop on a session.
@@ -31,7 +34,7 @@ func (r *Runs) Create(ctx context.Context, sessionID, prompt string, o RunOption
 	resp, err := r.c.agent.CreateRun(ctx, &agentv1.CreateRunRequest{
 		SessionId: sessionID, Prompt: prompt, Provider: o.Provider, Model: o.Model,
 		MaxSteps: int32(o.MaxSteps), ApiKey: o.APIKey, BaseUrl: o.BaseURL,
-		Options: &agentv1.RunOptions{AccessibilityTree: o.AccessibilityTree},
+		Options: runOptions(o),
 	})
 	if err != nil {
 		return nil, wrap(err)
@@ -84,4 +87,11 @@ func (r *Runs) Events(ctx context.Context, runID string, afterSequence int64) it
 			}
 		}
 	}
+}
+
+func runOptions(o RunOptions) *agentv1.RunOptions {
+	if !o.Record && !o.AccessibilityTree {
+		return nil
+	}
+	return &agentv1.RunOptions{Record: o.Record, AccessibilityTree: o.AccessibilityTree}
 }

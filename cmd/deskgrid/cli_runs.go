@@ -24,6 +24,7 @@ func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var maxSteps int
 	var a11y bool
 	var after int64
+	var record bool
 	c, err := newCLI(ctx, "runs "+sub, args[1:], stdout, stderr, func(fs *flag.FlagSet) {
 		switch sub {
 		case "create":
@@ -34,6 +35,7 @@ func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			fs.StringVar(&baseURL, "base-url", "", "provider base URL")
 			fs.IntVar(&maxSteps, "max-steps", 0, "stop after this many model turns (0: 50)")
 			fs.BoolVar(&a11y, "a11y", false, "give the model the screen's accessibility tree as text beside each screenshot")
+			fs.BoolVar(&record, "record", false, "record the screen while the run runs (the run's recordingId; deskgrid recordings download)")
 		case "events":
 			fs.Int64Var(&after, "after", 0, "start after this sequence number")
 		case "reject":
@@ -64,8 +66,11 @@ func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if prompt == "" {
 			return usageError("runs create: -prompt is required")
 		}
-		resp, err := ag.CreateRun(c.ctx, &agentv1.CreateRunRequest{SessionId: c.pos[0], Prompt: prompt, Provider: provider, Model: model, ApiKey: apiKey, BaseUrl: baseURL, MaxSteps: int32(maxSteps),
-			Options: &agentv1.RunOptions{AccessibilityTree: a11y}})
+		req := &agentv1.CreateRunRequest{SessionId: c.pos[0], Prompt: prompt, Provider: provider, Model: model, ApiKey: apiKey, BaseUrl: baseURL, MaxSteps: int32(maxSteps)}
+		if record || a11y {
+			req.Options = &agentv1.RunOptions{Record: record, AccessibilityTree: a11y}
+		}
+		resp, err := ag.CreateRun(c.ctx, req)
 		return one(resp.GetRun(), err)
 	case "get", "cancel":
 		if err := c.want(1, "runs "+sub+" <run>"); err != nil {

@@ -14,7 +14,7 @@ import (
 // the display refuses them as it refuses REST; with the holder's token
 // they go through; once the lease is given up, no token is needed.
 func TestToolsPassTheInputLease(t *testing.T) {
-	c, cs := inMemory(t)
+	_, c, cs := inMemory(t)
 	ctx := context.Background()
 	s := structured[mcpserver.SessionInfo](t, call(t, cs, "create_session", map[string]any{"width": 640, "height": 480}))
 	sess, err := c.Sessions.Get(ctx, s.ID)

@@ -1,7 +1,8 @@
 // Package mcpserver exposes deskgrid to MCP hosts (Claude Desktop, IDEs,
 // agent frameworks) as Model Context Protocol tools: create, list and delete
 // sessions, take screenshots (as image content), act on the desktop, run
-// commands, read and write files, and start agent runs.
+// commands, read and write files, record the screen (the video is named by
+// its REST path, never sent through MCP), and start agent runs.
 //
 // The same server runs over stdio (`deskgrid mcp`) and over streamable HTTP
 // at the gateway's /mcp. Over HTTP every request is authorised with its own
@@ -43,6 +44,7 @@ func newServer(t *tools, version string) *mcp.Server {
 	addTool(s, t, &mcp.Tool{Name: "press_key", Description: "Press a key chord in xdotool names, such as Return, ctrl+c, ctrl+shift+t."}, t.pressKey)
 	addTool(s, t, &mcp.Tool{Name: "scroll", Description: "Scroll at (x, y): positive dy scrolls down, negative up, in wheel clicks."}, t.scroll)
 	addDesktopTools(s, t)
+	addRecordingTools(s, t)
 	addTool(s, t, &mcp.Tool{Name: "run_command", Description: "Run a shell command in the session's sandbox (its home is the working directory) and return its output and exit code."}, t.runCommand)
 	addTool(s, t, &mcp.Tool{Name: "read_file", Description: "Read a file from the session's home (path relative to it)."}, t.readFile)
 	addTool(s, t, &mcp.Tool{Name: "write_file", Description: "Create or replace a file in the session's home (path relative to it)."}, t.writeFile)

@@ -44,7 +44,7 @@ func structured[T any](t *testing.T, res *mcp.CallToolResult) T {
 }
 
 // exercise drives a desktop through the MCP tools as an MCP host would.
-func exercise(t *testing.T, cs *mcp.ClientSession) {
+func exercise(t *testing.T, srv *deskgridtest.Server, cs *mcp.ClientSession) {
 	ctx := context.Background()
 	tl, err := cs.ListTools(ctx, nil)
 	if err != nil {
@@ -54,7 +54,7 @@ func exercise(t *testing.T, cs *mcp.ClientSession) {
 	for _, tool := range tl.Tools {
 		names[tool.Name] = true
 	}
-	for _, want := range []string{"create_session", "list_sessions", "delete_session", "screenshot", "click", "type_text", "press_key", "run_command", "read_file", "write_file", "start_run", "get_clipboard", "set_clipboard", "list_windows", "window", "accessibility_tree", "accessible_act", "list_applications", "launch"} {
+	for _, want := range []string{"create_session", "list_sessions", "delete_session", "screenshot", "click", "type_text", "press_key", "run_command", "read_file", "write_file", "start_run", "get_clipboard", "set_clipboard", "list_windows", "window", "accessibility_tree", "accessible_act", "list_applications", "launch", "start_recording", "stop_recording", "list_recordings", "download_recording"} {
 		if !names[want] {
 			t.Errorf("tool %s missing", want)
 		}
@@ -78,9 +78,11 @@ func exercise(t *testing.T, cs *mcp.ClientSession) {
 		t.Fatalf("screenshot image: %v", err)
 	}
 
+	rec := startRecording(t, cs, s.ID)
 	if res := call(t, cs, "click", map[string]any{"session_id": s.ID, "x": 10, "y": 10}); res.IsError {
 		t.Fatalf("click: %v", res.Content)
 	}
+	stopAndDownload(t, srv, cs, s.ID, rec)
 	if res := call(t, cs, "click", map[string]any{"session_id": s.ID, "x": 10000, "y": 10}); !res.IsError {
 		t.Fatal("a click off the screen was not a tool error")
 	}
@@ -144,6 +146,83 @@ func exercise(t *testing.T, cs *mcp.ClientSession) {
 	}
 }
 
+// startRecording starts recording a session through the tools, after the
+// ways a start is refused.
+func startRecording(t *testing.T, cs *mcp.ClientSession, sid string) mcpserver.RecordingInfo {
+	t.Helper()
+	if res := call(t, cs, "start_recording", map[string]any{"session_id": sid, "format": "avi"}); !res.IsError || !strings.Contains(textOf(res), "mp4 or webm") {
+		t.Fatalf("start_recording as avi: %v", textOf(res))
+	}
+	if res := call(t, cs, "start_recording", map[string]any{"session_id": sid, "fps": 31}); !res.IsError {
+		t.Fatal("start_recording at 31 fps was not a tool error")
+	}
+	res := call(t, cs, "start_recording", map[string]any{"session_id": sid, "fps": 10})
+	rec := structured[mcpserver.RecordingInfo](t, res)
+	if res.IsError || !strings.HasPrefix(rec.ID, "rec-") || rec.State != "recording" || rec.Format != "mp4" || rec.FPS != 10 {
+		t.Fatalf("start_recording: %+v %v", rec, textOf(res))
+	}
+	if res := call(t, cs, "start_recording", map[string]any{"session_id": sid}); !res.IsError || !strings.Contains(textOf(res), "already being recorded") {
+		t.Fatalf("a second start_recording: %v", textOf(res))
+	}
+	// While it records there is no video to download (the history may
+	// not have heard of it yet either).
+	if res := call(t, cs, "download_recording", map[string]any{"session_id": sid, "recording_id": rec.ID}); !res.IsError {
+		t.Fatalf("download_recording while it records: %v", res.StructuredContent)
+	}
+	return rec
+}
+
+// stopAndDownload stops rec through the tools, finds it listed, and
+// fetches its video from the REST path download_recording names.
+func stopAndDownload(t *testing.T, srv *deskgridtest.Server, cs *mcp.ClientSession, sid string, rec mcpserver.RecordingInfo) {
+	t.Helper()
+	res := call(t, cs, "stop_recording", map[string]any{"session_id": sid, "recording_id": rec.ID})
+	if got := structured[mcpserver.RecordingInfo](t, res); res.IsError || got.ID != rec.ID || got.State != "stopped" {
+		t.Fatalf("stop_recording: %+v %v", got, textOf(res))
+	}
+	if res := call(t, cs, "stop_recording", map[string]any{"session_id": sid, "recording_id": rec.ID}); !res.IsError {
+		t.Fatal("stopping a stopped recording was not a tool error")
+	}
+	res = call(t, cs, "list_recordings", map[string]any{"session_id": sid})
+	list := structured[struct {
+		Recordings []mcpserver.RecordingInfo `json:"recordings"`
+	}](t, res)
+	if res.IsError || len(list.Recordings) != 1 || list.Recordings[0].ID != rec.ID {
+		t.Fatalf("list_recordings: %+v %v", list, textOf(res))
+	}
+	var got mcpserver.RecordingInfo
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res = call(t, cs, "download_recording", map[string]any{"session_id": sid, "recording_id": rec.ID})
+		if !res.IsError {
+			got = structured[mcpserver.RecordingInfo](t, res)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("download_recording after the stop: %v", textOf(res))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	want := "/v1/sessions/" + sid + "/recordings/" + rec.ID + ":download"
+	if !got.DownloadReady || got.DownloadPath != want || got.ContentType != "video/mp4" || got.SizeBytes == 0 || len(res.Content) != 1 {
+		t.Fatalf("download_recording: %+v, %d content items", got, len(res.Content))
+	}
+	if _, isText := res.Content[0].(*mcp.TextContent); !isText {
+		t.Fatalf("download_recording returned %T, not the link", res.Content[0])
+	}
+	req, _ := http.NewRequest("GET", srv.HTTPURL+got.DownloadPath, nil)
+	req.Header.Set("Authorization", "Bearer "+srv.APIKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	video, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "video/mp4" || int64(len(video)) != got.SizeBytes || !bytes.Contains(video[:min(len(video), 16)], []byte("ftyp")) {
+		t.Fatalf("GET %s: %d %s, %d bytes", got.DownloadPath, resp.StatusCode, resp.Header.Get("Content-Type"), len(video))
+	}
+}
+
 func textOf(res *mcp.CallToolResult) string {
 	var b strings.Builder
 	for _, c := range res.Content {
@@ -156,7 +235,7 @@ func textOf(res *mcp.CallToolResult) string {
 
 // inMemory starts deskgrid and serves its tools to an MCP client in
 // memory, as a stdio host would get them; everything ends with the test.
-func inMemory(t *testing.T) (*deskgrid.Client, *mcp.ClientSession) {
+func inMemory(t *testing.T) (*deskgridtest.Server, *deskgrid.Client, *mcp.ClientSession) {
 	srv := deskgridtest.Start(t)
 	c, err := deskgrid.New(srv.GRPCAddr, deskgrid.WithAPIKey(srv.APIKey))
 	if err != nil {
@@ -175,12 +254,12 @@ func inMemory(t *testing.T) (*deskgrid.Client, *mcp.ClientSession) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cs.Close() })
-	return c, cs
+	return srv, c, cs
 }
 
 func TestToolsInMemory(t *testing.T) {
-	_, cs := inMemory(t)
-	exercise(t, cs)
+	srv, _, cs := inMemory(t)
+	exercise(t, srv, cs)
 }
 
 func TestToolsOverStreamableHTTP(t *testing.T) {
@@ -197,7 +276,7 @@ func TestToolsOverStreamableHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cs.Close()
-	exercise(t, cs)
+	exercise(t, srv, cs)
 }
 
 // cli runs a deskgrid command against srv's data dir.
@@ -302,6 +381,36 @@ func TestMCPSessionsCannotBeRidden(t *testing.T) {
 			}
 		}
 	}
+
+	// Another tenant in its own MCP session finds no session to record,
+	// stop, list or download, as if it did not exist.
+	rec := startRecording(t, victim, s.ID)
+	mallory := connectAs(t, hs.URL, otherTenant)
+	for tool, args := range map[string]map[string]any{
+		"start_recording":    {"session_id": s.ID},
+		"stop_recording":     {"session_id": s.ID, "recording_id": rec.ID},
+		"list_recordings":    {"session_id": s.ID},
+		"download_recording": {"session_id": s.ID, "recording_id": rec.ID},
+	} {
+		if res := call(t, mallory, tool, args); !res.IsError || !strings.Contains(textOf(res), "not found") || strings.Contains(textOf(res), rec.ID) && tool == "list_recordings" {
+			t.Errorf("another tenant's %s: %v", tool, textOf(res))
+		}
+	}
+	// A read key of the tenant may list but not start or stop.
+	readerRec := connectAs(t, hs.URL, sameTenantRead)
+	if res := call(t, readerRec, "list_recordings", map[string]any{"session_id": s.ID}); res.IsError || !strings.Contains(fmt.Sprint(res.StructuredContent), rec.ID) {
+		t.Errorf("read key list_recordings: %v", textOf(res))
+	}
+	for tool, args := range map[string]map[string]any{
+		"start_recording": {"session_id": s.ID},
+		"stop_recording":  {"session_id": s.ID, "recording_id": rec.ID},
+	} {
+		if res := call(t, readerRec, tool, args); !res.IsError || !strings.Contains(textOf(res), "scope") {
+			t.Errorf("read key %s: %v", tool, textOf(res))
+		}
+	}
+	// The victim's recording went on through all of it.
+	stopAndDownload(t, srv, victim, s.ID, rec)
 
 	// Scopes apply per request: a read key in its own MCP session cannot
 	// write, run commands or delete, though the session is its tenant's.

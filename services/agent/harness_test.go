@@ -3,8 +3,10 @@ package agent
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"image"
 	"image/png"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -44,6 +46,7 @@ type fakeNode struct {
 	restart  int
 	scales   []*displayv1.Size // scale_to of each display call
 	shots    map[[2]int32][]byte
+	rec      recorder
 }
 
 func newFakeNode() *fakeNode {
@@ -313,4 +316,46 @@ func waitState(t testing.TB, c agentv1.AgentServiceClient, id string, states ...
 
 func durationMs(ms int) *durationpb.Duration {
 	return durationpb.New(time.Duration(ms) * time.Millisecond)
+}
+
+// recorder is the display's recording calls: it answers StartRecording
+// with startErr when set, and notes which recordings were started and
+// stopped.
+type recorder struct {
+	mu       sync.Mutex
+	startErr error
+	started  []string
+	stopped  []string
+}
+
+func (f *fakeNode) StartRecording(_ context.Context, req *displayv1.StartRecordingRequest) (*displayv1.StartRecordingResponse, error) {
+	f.rec.mu.Lock()
+	defer f.rec.mu.Unlock()
+	if f.rec.startErr != nil {
+		return nil, f.rec.startErr
+	}
+	id := fmt.Sprintf("rec-%d", len(f.rec.started)+1)
+	f.rec.started = append(f.rec.started, req.GetSessionId()+"/"+id)
+	return &displayv1.StartRecordingResponse{Recording: &displayv1.Recording{Id: id, SessionId: req.GetSessionId(), State: displayv1.RecordingState_RECORDING_STATE_RECORDING}}, nil
+}
+
+func (f *fakeNode) StopRecording(_ context.Context, req *displayv1.StopRecordingRequest) (*displayv1.StopRecordingResponse, error) {
+	f.rec.mu.Lock()
+	defer f.rec.mu.Unlock()
+	k := req.GetSessionId() + "/" + req.GetRecordingId()
+	if !slices.Contains(f.rec.started, k) {
+		return nil, status.Errorf(codes.NotFound, "recording %s not found", k)
+	}
+	if slices.Contains(f.rec.stopped, k) {
+		return nil, status.Errorf(codes.FailedPrecondition, "recording %s has ended", k)
+	}
+	f.rec.stopped = append(f.rec.stopped, k)
+	return &displayv1.StopRecordingResponse{Recording: &displayv1.Recording{Id: req.GetRecordingId(), State: displayv1.RecordingState_RECORDING_STATE_STOPPED}}, nil
+}
+
+// recordings returns the recordings started and stopped.
+func (f *fakeNode) recordings() (started, stopped []string) {
+	f.rec.mu.Lock()
+	defer f.rec.mu.Unlock()
+	return slices.Clone(f.rec.started), slices.Clone(f.rec.stopped)
 }

@@ -37,6 +37,8 @@ type run struct {
 	done     chan struct{}
 	decision chan decision
 	lease    lease.Lease
+	// recording is the id of the run's recording while it runs.
+	recording string
 }
 
 type decision struct {
@@ -62,6 +64,10 @@ func (r *run) snapshot() *agentv1.Run {
 
 // setState records a transition, stores it and publishes it.
 func (r *run) setState(ctx context.Context, st agentv1.RunState, reason string) {
+	if terminal(st) {
+		// The video is whole by the time a client sees the run end.
+		r.stopRecording(ctx)
+	}
 	r.mu.Lock()
 	r.rec.State = st
 	r.rec.StateReason = reason
@@ -142,7 +148,6 @@ func (r *run) start() {
 func (r *run) execute(ctx context.Context) {
 	s := r.svc
 	opts := r.rec.GetOptions()
-	r.setState(ctx, agentv1.RunState_RUN_STATE_RUNNING, "")
 	fail := func(err error) {
 		var ended *sessionEndedError
 		switch {
@@ -158,6 +163,14 @@ func (r *run) execute(ctx context.Context) {
 			r.setState(ctx, agentv1.RunState_RUN_STATE_FAILED, err.Error())
 		}
 	}
+	// A recorded run is RUNNING with its recording_id set.
+	if opts.GetRecord() {
+		if err := r.startRecording(ctx); err != nil {
+			fail(err)
+			return
+		}
+	}
+	r.setState(ctx, agentv1.RunState_RUN_STATE_RUNNING, "")
 	if !opts.GetSkipInputLease() {
 		stopRenew, err := r.takeLease(ctx)
 		if err != nil {

@@ -399,6 +399,14 @@ func (s *Service) grabInto(d *display, buf []byte, w, h int) error {
 	for y := range min(h, f.Height()) {
 		copy(buf[y*4*w:y*4*w+row], src[y*stride:y*stride+row])
 	}
+	// X draws the pointer outside the framebuffer: the video shows it
+	// where it is, with its shape, at each frame. A cursor that cannot be
+	// read leaves the frame without it rather than ending the recording.
+	if d.cursorOK {
+		if cur, err := capture.CursorOf(d.conn); err == nil {
+			cur.DrawPixels(buf, w, h, d.screen.BGRX())
+		}
+	}
 	return nil
 }
 

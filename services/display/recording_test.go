@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"image"
 	"io"
 	"os"
 	"os/exec"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	"github.com/deskgrid/deskgrid/services/display/capture"
 	"github.com/deskgrid/deskgrid/services/platform/auth/authtest"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/platform/natsembed/natstest"
@@ -514,5 +516,64 @@ func TestRecordingLeftByADeadProcessIsEnded(t *testing.T) {
 	}
 	if _, err := os.Stat(path + metaExt); !os.IsNotExist(err) {
 		t.Fatalf("the meta file is still there: %v", err)
+	}
+}
+
+// The recording's frames show the pointer, which X keeps outside the
+// framebuffer: each opaque pixel of the cursor image is in the frame where
+// the pointer is, and moving the pointer moves it.
+func TestRecordingDrawsThePointer(t *testing.T) {
+	r := newRecorder(t, Config{})
+	const sid = "rec-pointer"
+	createDisplay(t, r.c, sid, 320, 240)
+	ctx := ctxT(t)
+	start, err := r.c.StartRecording(ctx, &displayv1.StartRecordingRequest{SessionId: sid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := r.running(sid).d
+	if !d.cursorOK {
+		t.Skip("the X server has no XFIXES")
+	}
+	for _, at := range []image.Point{{100, 100}, {200, 50}} {
+		act(r.c, t, sid, moveTo(int32(at.X), int32(at.Y)))
+		d.shotMu.Lock()
+		cur, err := capture.CursorOf(d.conn)
+		bgrx := d.screen.BGRX()
+		d.shotMu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hot := cur.Pos.Add(image.Pt(cur.Image.Rect.Dx(), cur.Image.Rect.Dy())); !at.In(image.Rectangle{Min: cur.Pos, Max: hot}) {
+			t.Fatalf("cursor image at %v-%v, the pointer at %v", cur.Pos, hot, at)
+		}
+		buf := make([]byte, 4*320*240)
+		if err := r.s.grabInto(d, buf, 320, 240); err != nil {
+			t.Fatal(err)
+		}
+		opaque := 0
+		for y := range cur.Image.Rect.Dy() {
+			for x := range cur.Image.Rect.Dx() {
+				p := cur.Image.Pix[y*cur.Image.Stride+4*x:]
+				if p[3] != 255 {
+					continue
+				}
+				opaque++
+				fx, fy := cur.Pos.X+x, cur.Pos.Y+y
+				want := [3]byte{p[0], p[1], p[2]}
+				if bgrx {
+					want = [3]byte{p[2], p[1], p[0]}
+				}
+				if got := buf[4*(fy*320+fx):][:3]; [3]byte(got) != want {
+					t.Fatalf("frame pixel %d,%d = %v, the cursor's is %v", fx, fy, got, want)
+				}
+			}
+		}
+		if opaque == 0 {
+			t.Fatalf("the cursor image has no opaque pixel: %v", cur.Image.Rect)
+		}
+	}
+	if _, err := r.c.StopRecording(ctx, &displayv1.StopRecordingRequest{SessionId: sid, RecordingId: start.GetRecording().GetId()}); err != nil {
+		t.Fatal(err)
 	}
 }

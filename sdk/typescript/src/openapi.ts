@@ -2927,6 +2927,12 @@ export interface components {
             prompt?: string;
             /** @description Provider name: "anthropic", "openai" or "gemini". */
             provider?: string;
+            /**
+             * @description The recording of the run's screen, with options.record: set before
+             *     the run turns RUNNING, stopped before it ends, however it ends. The history
+             *     keeps the video (GET /v1/sessions/{session_id}/recordings/{recording_id}:download).
+             */
+            recordingId?: string;
             sessionId?: string;
             state?: components["schemas"]["v1RunState"];
             stateReason?: string;
@@ -2991,6 +2997,12 @@ export interface components {
              * @description Most output tokens per model turn; 0 means 4096.
              */
             maxOutputTokens?: number;
+            /**
+             * @description Record the session's screen while the run runs (Run.recording_id names
+             *     the video). A recording that cannot start (a node without ffmpeg, the
+             *     session already recording) fails the run before its first step.
+             */
+            record?: boolean;
             /** Format: int32 */
             screenHeight?: number;
             /**

@@ -53,3 +53,36 @@ func (cur *Cursor) Draw(img *image.RGBA, origin image.Point) {
 	r := cur.Image.Rect.Add(at).Add(img.Rect.Min)
 	draw.Draw(img, r, cur.Image, image.Point{}, draw.Over)
 }
+
+// DrawPixels composites the cursor onto a w x h frame of the whole screen
+// held as 4-byte pixels in buf: B, G, R, X when bgrx, else R, G, B, A.
+// The part of the cursor outside the frame is left out.
+func (cur *Cursor) DrawPixels(buf []byte, w, h int, bgrx bool) {
+	cw, ch := cur.Image.Rect.Dx(), cur.Image.Rect.Dy()
+	for y := range ch {
+		fy := cur.Pos.Y + y
+		if fy < 0 || fy >= h {
+			continue
+		}
+		for x := range cw {
+			fx := cur.Pos.X + x
+			if fx < 0 || fx >= w {
+				continue
+			}
+			s := cur.Image.Pix[y*cur.Image.Stride+4*x:]
+			a := uint32(s[3])
+			if a == 0 {
+				continue
+			}
+			d := buf[4*(fy*w+fx):]
+			r, g, b := s[0], s[1], s[2]
+			if bgrx {
+				r, b = b, r
+			}
+			// Premultiplied source over the destination.
+			d[0] = byte(uint32(r) + uint32(d[0])*(255-a)/255)
+			d[1] = byte(uint32(g) + uint32(d[1])*(255-a)/255)
+			d[2] = byte(uint32(b) + uint32(d[2])*(255-a)/255)
+		}
+	}
+}

@@ -113,6 +113,10 @@ type Run struct {
 	// Sequence number of the run's newest event when the record was written;
 	// StreamRunEvents after it follows the run from here.
 	EventSequence int64 `protobuf:"varint,17,opt,name=event_sequence,json=eventSequence,proto3" json:"event_sequence,omitempty"`
+	// The recording of the run's screen, with options.record: set before
+	// the run turns RUNNING, stopped before it ends, however it ends. The history
+	// keeps the video (GET /v1/sessions/{session_id}/recordings/{recording_id}:download).
+	RecordingId   string `protobuf:"bytes,18,opt,name=recording_id,json=recordingId,proto3" json:"recording_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -266,6 +270,13 @@ func (x *Run) GetEventSequence() int64 {
 	return 0
 }
 
+func (x *Run) GetRecordingId() string {
+	if x != nil {
+		return x.RecordingId
+	}
+	return ""
+}
+
 // RunOptions tune a run's loop.
 type RunOptions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -302,8 +313,12 @@ type RunOptions struct {
 	// dropped from the context with its screenshot. A desktop without an
 	// accessibility bus gives a one-line note instead.
 	AccessibilityTree bool `protobuf:"varint,14,opt,name=accessibility_tree,json=accessibilityTree,proto3" json:"accessibility_tree,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Record the session's screen while the run runs (Run.recording_id names
+	// the video). A recording that cannot start (a node without ffmpeg, the
+	// session already recording) fails the run before its first step.
+	Record        bool `protobuf:"varint,15,opt,name=record,proto3" json:"record,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunOptions) Reset() {
@@ -430,6 +445,13 @@ func (x *RunOptions) GetSettle() *v1.Settle {
 func (x *RunOptions) GetAccessibilityTree() bool {
 	if x != nil {
 		return x.AccessibilityTree
+	}
+	return false
+}
+
+func (x *RunOptions) GetRecord() bool {
+	if x != nil {
+		return x.Record
 	}
 	return false
 }
@@ -2374,7 +2396,7 @@ var File_deskgrid_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x1ddeskgrid/agent/v1/agent.proto\x12\x11deskgrid.agent.v1\x1a!deskgrid/display/v1/display.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\x93\x05\n" +
+	"\x1ddeskgrid/agent/v1/agent.proto\x12\x11deskgrid.agent.v1\x1a!deskgrid/display/v1/display.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\xb6\x05\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -2397,7 +2419,8 @@ const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"stopReason\x12.\n" +
 	"\x05usage\x18\x0f \x01(\v2\x18.deskgrid.agent.v1.UsageR\x05usage\x12G\n" +
 	"\x11pending_tool_call\x18\x10 \x01(\v2\x1b.deskgrid.agent.v1.ToolCallR\x0fpendingToolCall\x12%\n" +
-	"\x0eevent_sequence\x18\x11 \x01(\x03R\reventSequence\"\x81\x05\n" +
+	"\x0eevent_sequence\x18\x11 \x01(\x03R\reventSequence\x12!\n" +
+	"\frecording_id\x18\x12 \x01(\tR\vrecordingId\"\x99\x05\n" +
 	"\n" +
 	"RunOptions\x12#\n" +
 	"\rsystem_prompt\x18\x01 \x01(\tR\fsystemPrompt\x12*\n" +
@@ -2414,7 +2437,8 @@ const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"\rscreen_height\x18\v \x01(\x05R\fscreenHeight\x12(\n" +
 	"\x10skip_input_lease\x18\f \x01(\bR\x0eskipInputLease\x123\n" +
 	"\x06settle\x18\r \x01(\v2\x1b.deskgrid.display.v1.SettleR\x06settle\x12-\n" +
-	"\x12accessibility_tree\x18\x0e \x01(\bR\x11accessibilityTree\"\xa9\x01\n" +
+	"\x12accessibility_tree\x18\x0e \x01(\bR\x11accessibilityTree\x12\x16\n" +
+	"\x06record\x18\x0f \x01(\bR\x06record\"\xa9\x01\n" +
 	"\x05Usage\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12#\n" +
 	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\x12*\n" +
