@@ -130,7 +130,8 @@ func (s *Session) SetWindowState(ctx context.Context, id uint32, state displayv1
 	return resp.GetWindow(), nil
 }
 
-// Paste puts text (at most 1 MiB) on the clipboard and presses ctrl+v:
+// Paste puts text (at most 1 MiB) on the clipboard, presses ctrl+v and
+// puts back what the clipboard held once the focused program read it:
 // fast and exact for long or non-Latin text, where Type goes key by key.
 func (s *Session) Paste(ctx context.Context, text string) error {
 	_, err := s.Act(ctx, &displayv1.Action{Action: &displayv1.Action_Type{Type: &displayv1.TypeText{Text: text, Paste: true}}})

@@ -323,21 +323,49 @@ func TestTypePaste(t *testing.T) {
 		}})
 		return err
 	}
-	for _, tc := range []struct {
-		chord string
-		state uint16
-	}{{"", xproto.ModMaskControl}, {"ctrl+shift+v", xproto.ModMaskControl | xproto.ModMaskShift}} {
-		if err := paste(tc.chord); err != nil {
-			t.Fatalf("paste with %q: %v", tc.chord, err)
-		}
-		// The chord's last key, pressed with exactly its modifiers held
-		// (waits until it arrives).
+	// Nothing on the clipboard before: nothing after.
+	pasteAndRead := func(chord string, state uint16) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- paste(chord) }()
+		// The chord's last key, pressed with exactly its modifiers held;
+		// then the test reads CLIPBOARD, as a program pasting does.
 		nextEvent(t, xc, func(e xproto.KeyPressEvent) bool {
-			return e.State&(xproto.ModMaskControl|xproto.ModMaskShift) == tc.state
+			return e.State&(xproto.ModMaskControl|xproto.ModMaskShift) == state
 		})
 		if _, got := readSelection(t, xc, "CLIPBOARD", "UTF8_STRING"); string(got) != text {
 			t.Fatalf("pasted %d bytes, want the %d typed", len(got), len(text))
 		}
+		if err := <-done; err != nil {
+			t.Fatalf("paste with %q: %v", chord, err)
+		}
+	}
+	pasteAndRead("", xproto.ModMaskControl)
+	if resp, err := c.GetClipboard(ctx, &displayv1.GetClipboardRequest{SessionId: "paste"}); err != nil || resp.GetOwned() {
+		t.Fatalf("clipboard after pasting onto an empty one: %v, %v", resp, err)
+	}
+	// What a program had copied is back after the paste.
+	ownSelection(t, clientConn(t, s, "paste"), "CLIPBOARD", "copied before ✓", true)
+	pasteAndRead("ctrl+shift+v", xproto.ModMaskControl|xproto.ModMaskShift)
+	if resp, err := c.GetClipboard(ctx, &displayv1.GetClipboardRequest{SessionId: "paste"}); err != nil || resp.GetText() != "copied before ✓" {
+		t.Fatalf("clipboard after the paste: %v, %v", resp, err)
+	}
+	// So is an image.
+	img := testPNG(t, 50, 50, 3)
+	if _, err := c.SetClipboard(ctx, &displayv1.SetClipboardRequest{SessionId: "paste", MimeType: "image/png", Data: img}); err != nil {
+		t.Fatal(err)
+	}
+	pasteAndRead("", xproto.ModMaskControl)
+	if typ, got := readSelection(t, xc, "CLIPBOARD", "image/png"); typ != "image/png" || !bytes.Equal(got, img) {
+		t.Fatalf("image after the paste: %s, %d bytes", typ, len(got))
+	}
+	// No program reads the text (nothing pastes): the paste still ends,
+	// and the clipboard is restored.
+	if err := paste(""); err != nil {
+		t.Fatal(err)
+	}
+	if typ, got := readSelection(t, xc, "CLIPBOARD", "image/png"); typ != "image/png" || !bytes.Equal(got, img) {
+		t.Fatalf("image after an unread paste: %s, %d bytes", typ, len(got))
 	}
 	for _, tc := range []struct {
 		name string

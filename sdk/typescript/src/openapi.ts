@@ -3340,9 +3340,11 @@ export interface components {
         /** @description TypeText types Unicode text. */
         v1TypeText: {
             /**
-             * @description Paste instead of typing: put the text on the CLIPBOARD (replacing what
-             *     was there) and press paste_chord once. Fast and exact for long or
-             *     non-Latin text (up to 1 MiB), in programs that paste with that chord.
+             * @description Paste instead of typing: put the text on the CLIPBOARD, press
+             *     paste_chord once, wait (at most 2 s) for the focused program to read
+             *     it, and put back what the CLIPBOARD held before (text or a PNG). Fast
+             *     and exact for long or non-Latin text (up to 1 MiB), in programs that
+             *     paste with that chord.
              */
             paste?: boolean;
             /**

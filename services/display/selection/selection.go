@@ -372,7 +372,9 @@ func (s *Selections) SetImage(ctx context.Context, n Name, png []byte) error {
 
 // Saved is what a selection held, as Save found it, for Restore.
 type Saved struct {
-	n     Name
+	n Name
+	// valid: what the selection held was read in full.
+	valid bool
 	owned bool
 	o     offer
 }
@@ -381,19 +383,26 @@ type Saved struct {
 // that Restore can put it back after the selection is used for something
 // else. A selection whose owner offers neither, or does not answer, is
 // saved as empty.
+//
+// Save is only as good as the owner's conversions: what the owner offers
+// besides text or a PNG (rich text, files) is not kept.
 func (s *Selections) Save(ctx context.Context, n Name) Saved {
-	if t, err := s.Get(ctx, n); err == nil {
-		return Saved{n: n, owned: t.Owned && !t.Truncated, o: offer{text: t.Text}}
+	t, err := s.Get(ctx, n)
+	if err == nil {
+		return Saved{n: n, valid: !t.Truncated, owned: t.Owned, o: offer{text: t.Text}}
 	}
 	if img, err := s.GetImage(ctx, n); err == nil && img != nil {
-		return Saved{n: n, owned: true, o: offer{png: img}}
+		return Saved{n: n, valid: true, owned: true, o: offer{png: img}}
 	}
 	return Saved{n: n}
 }
 
-// Restore offers again what Save read; an empty selection stays with this
-// service, offering nothing but an empty text.
+// Restore offers again what Save read, or gives the selection up when it
+// was empty. What Save could not read in full is not restored.
 func (s *Selections) Restore(ctx context.Context, sv Saved) error {
+	if !sv.valid {
+		return nil
+	}
 	if !sv.owned {
 		// It was empty: give it up, if it is still this service's.
 		s.getMu.Lock()

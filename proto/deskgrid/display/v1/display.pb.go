@@ -3127,9 +3127,11 @@ func (x *Key) GetHold() *durationpb.Duration {
 type TypeText struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Text  string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
-	// Paste instead of typing: put the text on the CLIPBOARD (replacing what
-	// was there) and press paste_chord once. Fast and exact for long or
-	// non-Latin text (up to 1 MiB), in programs that paste with that chord.
+	// Paste instead of typing: put the text on the CLIPBOARD, press
+	// paste_chord once, wait (at most 2 s) for the focused program to read
+	// it, and put back what the CLIPBOARD held before (text or a PNG). Fast
+	// and exact for long or non-Latin text (up to 1 MiB), in programs that
+	// paste with that chord.
 	Paste bool `protobuf:"varint,2,opt,name=paste,proto3" json:"paste,omitempty"`
 	// The chord that pastes; "ctrl+v" when empty (terminals take
 	// "ctrl+shift+v"). Only with paste.
