@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"image"
 	"image/png"
 	"os"
@@ -61,6 +63,26 @@ func TestClipboardCLI(t *testing.T) {
 	if data, err := os.ReadFile(got); err != nil || !bytes.Equal(data, b.Bytes()) {
 		t.Fatalf("the image read back: %d bytes, %v; want %d equal", len(data), err, b.Len())
 	}
+	// The same through REST: the image base64 in data.
+	code, body, _ := p.do("GET", "/v1/sessions/"+a.ID+"/clipboard?mime_type=image/png", "")
+	var js struct {
+		Data     []byte `json:"data"`
+		MimeType string `json:"mimeType"`
+	}
+	if err := json.Unmarshal(body, &js); code != 200 || err != nil || !bytes.Equal(js.Data, b.Bytes()) || js.MimeType != "image/png" {
+		t.Fatalf("REST get image: %d %v %.200s", code, err, body)
+	}
+	req, _ := json.Marshal(map[string]any{"mime_type": "image/png", "data": b.Bytes()[:100]})
+	if code, body, _ := p.do("POST", "/v1/sessions/"+a.ID+"/clipboard", string(req)); code != 200 {
+		t.Fatalf("REST set image: %d %s", code, body)
+	}
+	if code, body, _ := p.do("POST", "/v1/sessions/"+a.ID+"/clipboard", `{"mime_type":"image/png","data":"R0lGODlh"}`); code != 400 {
+		t.Errorf("REST set a GIF: %d %s", code, body)
+	}
+	if code, body, _ := p.do("GET", "/v1/sessions/"+a.ID+"/clipboard?mime_type=image/png", ""); code != 200 || !strings.Contains(string(body), base64.StdEncoding.EncodeToString(b.Bytes()[:100])) {
+		t.Fatalf("REST get image set by REST: %d %.200s", code, body)
+	}
+
 	// Text asked of an image, an image that is no PNG, bad arguments.
 	if out, err := cli(); err == nil || !strings.Contains(out+err.Error(), "image/png") {
 		t.Errorf("text of an image: %q %v", out, err)
