@@ -48,6 +48,28 @@ func (s *Session) SetClipboard(ctx context.Context, text string, opts ...Clipboa
 	return wrap(err)
 }
 
+// ClipboardImage returns the PNG image a program on the session's desktop
+// copied (asked for as image/png; at most 8 MiB); nil when nothing is
+// there. A selection holding no image is FailedPrecondition.
+func (s *Session) ClipboardImage(ctx context.Context, opts ...ClipboardOption) ([]byte, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	resp, err := s.c.display.GetClipboard(ctx, &displayv1.GetClipboardRequest{SessionId: s.GetId(), Selection: selectionFrom(opts), MimeType: "image/png"})
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return resp.GetData(), nil
+}
+
+// SetClipboardImage puts a PNG image (at most 8 MiB) on the session's
+// clipboard, offered as image/png, for its programs to paste.
+func (s *Session) SetClipboardImage(ctx context.Context, png []byte, opts ...ClipboardOption) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	_, err := s.c.display.SetClipboard(ctx, &displayv1.SetClipboardRequest{SessionId: s.GetId(), MimeType: "image/png", Data: png, Selection: selectionFrom(opts)})
+	return wrap(err)
+}
+
 // Windows lists the session's top-level windows, bottom to top.
 func (s *Session) Windows(ctx context.Context) ([]*displayv1.Window, error) {
 	ctx, cancel := bounded(ctx)
@@ -108,7 +130,8 @@ func (s *Session) SetWindowState(ctx context.Context, id uint32, state displayv1
 	return resp.GetWindow(), nil
 }
 
-// Paste puts text (at most 1 MiB) on the clipboard and presses ctrl+v:
+// Paste puts text (at most 1 MiB) on the clipboard, presses ctrl+v and
+// puts back what the clipboard held once the focused program read it:
 // fast and exact for long or non-Latin text, where Type goes key by key.
 func (s *Session) Paste(ctx context.Context, text string) error {
 	_, err := s.Act(ctx, &displayv1.Action{Action: &displayv1.Action_Type{Type: &displayv1.TypeText{Text: text, Paste: true}}})

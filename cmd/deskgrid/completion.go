@@ -17,6 +17,7 @@ var commands = map[string][]string{
 	"act":        nil,
 	"a11y":       nil,
 	"apps":       nil,
+	"clipboard":  {"get", "set"},
 	"files":      nil,
 	"changes":    nil,
 	"snapshots":  nil,

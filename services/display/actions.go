@@ -548,12 +548,25 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// paste puts the step's text on the CLIPBOARD and presses its chord.
-// Callers hold inputMu.
+// pasteSaveTimeout bounds reading what the CLIPBOARD held before a paste;
+// pasteReadTimeout bounds the wait for the focused program to read the
+// text pasted before the CLIPBOARD is restored.
+const (
+	pasteSaveTimeout = 2 * time.Second
+	pasteReadTimeout = 2 * time.Second
+)
+
+// paste puts the step's text on the CLIPBOARD, presses its chord, waits
+// for a program to read the text (the paste), and puts back what the
+// CLIPBOARD held before. Callers hold inputMu.
 func (d *display) paste(ctx context.Context, in *xinput.Injector, st step) error {
+	sctx, scancel := context.WithTimeout(ctx, pasteSaveTimeout)
+	saved := d.selections.Save(sctx, selection.Clipboard)
+	scancel()
 	wctx, cancel := context.WithTimeout(ctx, clipboardTimeout)
 	defer cancel()
-	if err := d.selections.Set(wctx, selection.Clipboard, st.paste); err != nil {
+	served, err := d.selections.SetServed(wctx, selection.Clipboard, st.paste)
+	if err != nil {
 		return fmt.Errorf("put the text to paste on the clipboard: %w", err)
 	}
 	codes, err := in.KeyDown(st.chords[0])
@@ -561,5 +574,19 @@ func (d *display) paste(ctx context.Context, in *xinput.Injector, st step) error
 		return err
 	}
 	in.KeyUp(codes)
+	t := time.NewTimer(pasteReadTimeout)
+	defer t.Stop()
+	select {
+	case <-served:
+	case <-t.C:
+	case <-ctx.Done():
+	case <-d.done.Done():
+	}
+	// Restored even when the caller gave up: the paste happened.
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), clipboardTimeout)
+	defer rcancel()
+	// A failure leaves the pasted text on the CLIPBOARD, which is no
+	// failure of the paste.
+	_ = d.selections.Restore(rctx, saved)
 	return nil
 }

@@ -1,6 +1,7 @@
 package display
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -25,12 +26,33 @@ func selectionOf(sel displayv1.Selection) (selection.Name, error) {
 	return 0, invalidf("unknown selection %v", sel)
 }
 
-// GetClipboard reads a selection's text from the program that holds it.
+const mimeText = "text/plain"
+
+// pngSignature starts every PNG file.
+var pngSignature = []byte("\x89PNG\r\n\x1a\n")
+
+// mimeOf checks a clipboard request's MIME type: text or PNG.
+func mimeOf(m string) (image bool, err error) {
+	switch m {
+	case "", mimeText, "text/plain;charset=utf-8":
+		return false, nil
+	case selection.PNG:
+		return true, nil
+	}
+	return false, invalidf("mime_type %q: the clipboard takes %q or %q", m, mimeText, selection.PNG)
+}
+
+// GetClipboard reads a selection's text, or PNG image, from the program
+// that holds it.
 func (s *Service) GetClipboard(ctx context.Context, req *displayv1.GetClipboardRequest) (*displayv1.GetClipboardResponse, error) {
 	if err := validateSessionID(req.GetSessionId()); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
 	name, err := selectionOf(req.GetSelection())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	image, err := mimeOf(req.GetMimeType())
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
@@ -44,16 +66,30 @@ func (s *Service) GetClipboard(ctx context.Context, req *displayv1.GetClipboardR
 	wctx, cancel := context.WithTimeout(ctx, clipboardTimeout)
 	defer cancel()
 	defer context.AfterFunc(d.done, cancel)()
+	if image {
+		img, err := d.selections.GetImage(wctx, name)
+		switch {
+		case errors.Is(err, selection.ErrNoImage):
+			return nil, s.toStatus(ctx, fmt.Errorf("the program holding %s of session %s offers no image/png (text, say): %w", name, d.sessionID, errNoText))
+		case errors.Is(err, selection.ErrTooLarge):
+			return nil, s.toStatus(ctx, fmt.Errorf("the image in %s of session %s is larger than %d bytes (8 MiB): %w", name, d.sessionID, selection.MaxImageBytes, errTooLarge))
+		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+			return nil, s.toStatus(ctx, fmt.Errorf("the program holding %s of session %s did not hand its image over within %v: %w", name, d.sessionID, clipboardTimeout, errUnresponsive))
+		case err != nil:
+			return nil, s.toStatus(ctx, d.explain(err))
+		}
+		return &displayv1.GetClipboardResponse{Data: img, Owned: img != nil, MimeType: selection.PNG}, nil
+	}
 	t, err := d.selections.Get(wctx, name)
 	switch {
 	case errors.Is(err, selection.ErrNoText):
-		return nil, s.toStatus(ctx, fmt.Errorf("the program holding %s of session %s offers no text (an image or files, say): %w", name, d.sessionID, errNoText))
+		return nil, s.toStatus(ctx, fmt.Errorf("the program holding %s of session %s offers no text (an image or files, say; ask for mime_type image/png): %w", name, d.sessionID, errNoText))
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 		return nil, s.toStatus(ctx, fmt.Errorf("the program holding %s of session %s did not hand its text over within %v: %w", name, d.sessionID, clipboardTimeout, errUnresponsive))
 	case err != nil:
 		return nil, s.toStatus(ctx, d.explain(err))
 	}
-	return &displayv1.GetClipboardResponse{Text: t.Text, Owned: t.Owned, Truncated: t.Truncated}, nil
+	return &displayv1.GetClipboardResponse{Text: t.Text, Owned: t.Owned, Truncated: t.Truncated, MimeType: mimeText}, nil
 }
 
 // SetClipboard makes the service the owner of a selection holding text.
@@ -65,7 +101,24 @@ func (s *Service) SetClipboard(ctx context.Context, req *displayv1.SetClipboardR
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
+	image, err := mimeOf(req.GetMimeType())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
 	text := req.GetText()
+	if image {
+		data := req.GetData()
+		switch {
+		case text != "":
+			return nil, s.toStatus(ctx, invalidf("mime_type image/png takes the image in data, not text"))
+		case len(data) > selection.MaxImageBytes:
+			return nil, s.toStatus(ctx, invalidf("the image is %d bytes; the clipboard takes at most %d (8 MiB)", len(data), selection.MaxImageBytes))
+		case !bytes.HasPrefix(data, pngSignature):
+			return nil, s.toStatus(ctx, invalidf("data is not a PNG image (no PNG signature)"))
+		}
+	} else if len(req.GetData()) > 0 {
+		return nil, s.toStatus(ctx, invalidf("data is for mime_type image/png; text goes in text"))
+	}
 	if len(text) > selection.MaxBytes {
 		return nil, s.toStatus(ctx, invalidf("text is %d bytes; the clipboard takes at most %d (1 MiB)", len(text), selection.MaxBytes))
 	}
@@ -79,14 +132,19 @@ func (s *Service) SetClipboard(ctx context.Context, req *displayv1.SetClipboardR
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	if err := d.setClipboard(ctx, name, text, req.GetLeaseToken()); err != nil {
+	set := func(ctx context.Context) error { return d.selections.Set(ctx, name, text) }
+	if image {
+		set = func(ctx context.Context) error { return d.selections.SetImage(ctx, name, req.GetData()) }
+	}
+	if err := d.setClipboard(ctx, set, req.GetLeaseToken()); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
 	return &displayv1.SetClipboardResponse{}, nil
 }
 
-// setClipboard offers text on a selection, as input under the lease.
-func (d *display) setClipboard(ctx context.Context, name selection.Name, text string, token int64) error {
+// setClipboard offers text or an image on a selection (set does), as input
+// under the lease.
+func (d *display) setClipboard(ctx context.Context, set func(context.Context) error, token int64) error {
 	d.inputMu.Lock()
 	defer d.inputMu.Unlock()
 	if err := d.usable(); err != nil {
@@ -98,7 +156,7 @@ func (d *display) setClipboard(ctx context.Context, name selection.Name, text st
 	wctx, cancel := context.WithTimeout(ctx, clipboardTimeout)
 	defer cancel()
 	defer context.AfterFunc(d.done, cancel)()
-	if err := d.selections.Set(wctx, name, text); err != nil {
+	if err := set(wctx); err != nil {
 		if errors.Is(err, selection.ErrNotOwned) {
 			return fmt.Errorf("session %s: %w: %w", d.sessionID, errUnresponsive, err)
 		}

@@ -1,7 +1,11 @@
 package display
 
 import (
+	"bytes"
 	"context"
+	"image"
+	"image/png"
+	"math/rand"
 	"strings"
 	"testing"
 	"time"
@@ -109,6 +113,12 @@ func atomName(tb testing.TB, xc *xgb.Conn, a xproto.Atom) string {
 // the test ends; answer false makes it never answer.
 func ownSelection(tb testing.TB, xc *xgb.Conn, selName, text string, answer bool) {
 	tb.Helper()
+	ownSelectionAs(tb, xc, selName, "UTF8_STRING", []byte(text), answer)
+}
+
+// ownSelectionAs is ownSelection offering data as the target targetName.
+func ownSelectionAs(tb testing.TB, xc *xgb.Conn, selName, targetName string, data []byte, answer bool) {
+	tb.Helper()
 	screen := xproto.Setup(xc).DefaultScreen(xc)
 	win, err := xproto.NewWindowId(xc)
 	if err != nil {
@@ -118,7 +128,7 @@ func ownSelection(tb testing.TB, xc *xgb.Conn, selName, text string, answer bool
 		xproto.WindowClassInputOnly, screen.RootVisual, 0, nil).Check(); err != nil {
 		tb.Fatal(err)
 	}
-	sel, utf8s, targets := atom(tb, xc, selName), atom(tb, xc, "UTF8_STRING"), atom(tb, xc, "TARGETS")
+	sel, utf8s, targets := atom(tb, xc, selName), atom(tb, xc, targetName), atom(tb, xc, "TARGETS")
 	if err := xproto.SetSelectionOwnerChecked(xc, win, sel, xproto.TimeCurrentTime).Check(); err != nil {
 		tb.Fatal(err)
 	}
@@ -135,7 +145,7 @@ func ownSelection(tb testing.TB, xc *xgb.Conn, selName, text string, answer bool
 			prop := req.Property
 			switch req.Target {
 			case utf8s:
-				xproto.ChangeProperty(xc, xproto.PropModeReplace, req.Requestor, prop, utf8s, 8, uint32(len(text)), []byte(text))
+				xproto.ChangeProperty(xc, xproto.PropModeReplace, req.Requestor, prop, utf8s, 8, uint32(len(data)), data)
 			case targets:
 				b := make([]byte, 8)
 				xgb.Put32(b, uint32(targets))
@@ -313,21 +323,49 @@ func TestTypePaste(t *testing.T) {
 		}})
 		return err
 	}
-	for _, tc := range []struct {
-		chord string
-		state uint16
-	}{{"", xproto.ModMaskControl}, {"ctrl+shift+v", xproto.ModMaskControl | xproto.ModMaskShift}} {
-		if err := paste(tc.chord); err != nil {
-			t.Fatalf("paste with %q: %v", tc.chord, err)
-		}
-		// The chord's last key, pressed with exactly its modifiers held
-		// (waits until it arrives).
+	// Nothing on the clipboard before: nothing after.
+	pasteAndRead := func(chord string, state uint16) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- paste(chord) }()
+		// The chord's last key, pressed with exactly its modifiers held;
+		// then the test reads CLIPBOARD, as a program pasting does.
 		nextEvent(t, xc, func(e xproto.KeyPressEvent) bool {
-			return e.State&(xproto.ModMaskControl|xproto.ModMaskShift) == tc.state
+			return e.State&(xproto.ModMaskControl|xproto.ModMaskShift) == state
 		})
 		if _, got := readSelection(t, xc, "CLIPBOARD", "UTF8_STRING"); string(got) != text {
 			t.Fatalf("pasted %d bytes, want the %d typed", len(got), len(text))
 		}
+		if err := <-done; err != nil {
+			t.Fatalf("paste with %q: %v", chord, err)
+		}
+	}
+	pasteAndRead("", xproto.ModMaskControl)
+	if resp, err := c.GetClipboard(ctx, &displayv1.GetClipboardRequest{SessionId: "paste"}); err != nil || resp.GetOwned() {
+		t.Fatalf("clipboard after pasting onto an empty one: %v, %v", resp, err)
+	}
+	// What a program had copied is back after the paste.
+	ownSelection(t, clientConn(t, s, "paste"), "CLIPBOARD", "copied before ✓", true)
+	pasteAndRead("ctrl+shift+v", xproto.ModMaskControl|xproto.ModMaskShift)
+	if resp, err := c.GetClipboard(ctx, &displayv1.GetClipboardRequest{SessionId: "paste"}); err != nil || resp.GetText() != "copied before ✓" {
+		t.Fatalf("clipboard after the paste: %v, %v", resp, err)
+	}
+	// So is an image.
+	img := testPNG(t, 50, 50, 3)
+	if _, err := c.SetClipboard(ctx, &displayv1.SetClipboardRequest{SessionId: "paste", MimeType: "image/png", Data: img}); err != nil {
+		t.Fatal(err)
+	}
+	pasteAndRead("", xproto.ModMaskControl)
+	if typ, got := readSelection(t, xc, "CLIPBOARD", "image/png"); typ != "image/png" || !bytes.Equal(got, img) {
+		t.Fatalf("image after the paste: %s, %d bytes", typ, len(got))
+	}
+	// No program reads the text (nothing pastes): the paste still ends,
+	// and the clipboard is restored.
+	if err := paste(""); err != nil {
+		t.Fatal(err)
+	}
+	if typ, got := readSelection(t, xc, "CLIPBOARD", "image/png"); typ != "image/png" || !bytes.Equal(got, img) {
+		t.Fatalf("image after an unread paste: %s, %d bytes", typ, len(got))
 	}
 	for _, tc := range []struct {
 		name string
@@ -342,5 +380,96 @@ func TestTypePaste(t *testing.T) {
 		if status.Code(err) != codes.InvalidArgument {
 			t.Errorf("%s: %v, want InvalidArgument", tc.name, err)
 		}
+	}
+}
+
+// testPNG encodes a w×h image of noise, so it compresses badly and its
+// size is about 3·w·h bytes.
+func testPNG(tb testing.TB, w, h int, seed int64) []byte {
+	tb.Helper()
+	img := image.NewNRGBA(image.Rect(0, 0, w, h))
+	r := rand.New(rand.NewSource(seed))
+	r.Read(img.Pix)
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		tb.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// A PNG image set on the clipboard is offered as image/png, and only that,
+// and arrives byte-exact in a program that asks for it, past the 64 KiB a
+// single property carries (INCR); an image a program copies is read back
+// byte-exact.
+func TestClipboardImage(t *testing.T) {
+	s, c := testService(t, "")
+	createDisplay(t, c, "img", 320, 240)
+	xc := clientConn(t, s, "img")
+	ctx := ctxT(t)
+
+	big := testPNG(t, 400, 300, 1) // about 480 kB
+	if _, err := c.SetClipboard(ctx, &displayv1.SetClipboardRequest{SessionId: "img", MimeType: "image/png", Data: big}); err != nil {
+		t.Fatal(err)
+	}
+	if typ, got := readSelection(t, xc, "CLIPBOARD", "image/png"); typ != "image/png" || !bytes.Equal(got, big) {
+		t.Fatalf("CLIPBOARD as image/png: %s, %d bytes, want %d equal", typ, len(got), len(big))
+	}
+	typ, got := readSelection(t, xc, "CLIPBOARD", "TARGETS")
+	var targets []string
+	for i := 0; i+4 <= len(got); i += 4 {
+		targets = append(targets, atomName(t, xc, xproto.Atom(xgb.Get32(got[i:]))))
+	}
+	if typ != "ATOM" || strings.Join(targets, " ") != "TARGETS TIMESTAMP image/png" {
+		t.Fatalf("TARGETS of an image: %s %v", typ, targets)
+	}
+	// No text is offered for an image.
+	if typ, _ := readSelection(t, xc, "CLIPBOARD", "UTF8_STRING"); typ != "" {
+		t.Fatalf("UTF8_STRING answered with %s for an image", typ)
+	}
+	resp, err := c.GetClipboard(ctx, &displayv1.GetClipboardRequest{SessionId: "img", MimeType: "image/png"})
+	if err != nil || !bytes.Equal(resp.GetData(), big) || !resp.GetOwned() || resp.GetMimeType() != "image/png" {
+		t.Fatalf("read back: %d bytes owned=%v %q, %v", len(resp.GetData()), resp.GetOwned(), resp.GetMimeType(), err)
+	}
+	// Asking for text when an image is there: a clear error.
+	if _, err := c.GetClipboard(ctx, &displayv1.GetClipboardRequest{SessionId: "img"}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("text of an image: %v", err)
+	}
+
+	// An image a program copies to PRIMARY.
+	copied := testPNG(t, 120, 100, 2) // about 48 kB, in one property
+	ownSelectionAs(t, clientConn(t, s, "img"), "PRIMARY", "image/png", copied, true)
+	resp, err = c.GetClipboard(ctx, &displayv1.GetClipboardRequest{SessionId: "img", Selection: displayv1.Selection_SELECTION_PRIMARY, MimeType: "image/png"})
+	if err != nil || !bytes.Equal(resp.GetData(), copied) || !resp.GetOwned() {
+		t.Fatalf("copied image: %d bytes, %v; want %d", len(resp.GetData()), err, len(copied))
+	}
+	if _, err := c.GetClipboard(ctx, &displayv1.GetClipboardRequest{SessionId: "img", Selection: displayv1.Selection_SELECTION_PRIMARY}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("text of a copied image: %v", err)
+	}
+	// A program holding text has no image.
+	ownSelection(t, clientConn(t, s, "img"), "CLIPBOARD", "just text", true)
+	if _, err := c.GetClipboard(ctx, &displayv1.GetClipboardRequest{SessionId: "img", MimeType: "image/png"}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("image of text: %v", err)
+	}
+
+	for _, tc := range []struct {
+		name string
+		req  *displayv1.SetClipboardRequest
+	}{
+		{"over 8 MiB", &displayv1.SetClipboardRequest{SessionId: "img", MimeType: "image/png", Data: append([]byte("\x89PNG\r\n\x1a\n"), make([]byte, 8<<20)...)}},
+		{"not a PNG", &displayv1.SetClipboardRequest{SessionId: "img", MimeType: "image/png", Data: []byte("GIF89a")}},
+		{"image in text", &displayv1.SetClipboardRequest{SessionId: "img", MimeType: "image/png", Text: "x"}},
+		{"data without the type", &displayv1.SetClipboardRequest{SessionId: "img", Data: copied}},
+		{"unknown type", &displayv1.SetClipboardRequest{SessionId: "img", MimeType: "image/gif", Data: copied}},
+	} {
+		if _, err := c.SetClipboard(ctx, tc.req); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v, want InvalidArgument", tc.name, err)
+		}
+	}
+	if _, err := c.GetClipboard(ctx, &displayv1.GetClipboardRequest{SessionId: "img", MimeType: "text/html"}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("get text/html: %v", err)
+	}
+	// Nothing half-done: the program's text is still there.
+	if resp, err := c.GetClipboard(ctx, &displayv1.GetClipboardRequest{SessionId: "img"}); err != nil || resp.GetText() != "just text" {
+		t.Fatalf("after refused sets: %v, %v", resp, err)
 	}
 }

@@ -238,7 +238,7 @@ func (s *Service) toStatus(ctx context.Context, err error) error {
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, errAlreadyExists):
 		return status.Error(codes.AlreadyExists, err.Error())
-	case errors.Is(err, errExhausted), errors.Is(err, errDiskFull):
+	case errors.Is(err, errExhausted), errors.Is(err, errDiskFull), errors.Is(err, errTooLarge):
 		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, errStaleLease):
 		return errinfo.Error(codes.FailedPrecondition, errinfo.StaleInputLease, err.Error())

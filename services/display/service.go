@@ -244,6 +244,8 @@ var (
 	errResized       = errors.New("screen resized")
 	// errNoText is a selection holding something other than text.
 	errNoText = errors.New("no text in the selection")
+	// errTooLarge is a selection holding more than the service reads.
+	errTooLarge = errors.New("too large")
 	// errUnresponsive is a program on the display that does not answer.
 	errUnresponsive    = errors.New("a program on the display did not answer")
 	errNoWindowManager = errors.New("needs a window manager")

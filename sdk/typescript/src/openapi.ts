@@ -736,14 +736,15 @@ export interface paths {
         };
         /**
          * Read the clipboard
-         * @description Returns the text in the session's CLIPBOARD selection (or PRIMARY with `?selection=SELECTION_PRIMARY`), as the program that copied it offers it. `owned` is false when no program holds the selection. Text beyond 1 MiB is cut off and `truncated` says so.
+         * @description Returns the text in the session's CLIPBOARD selection (or PRIMARY with `?selection=SELECTION_PRIMARY`), as the program that copied it offers it. `owned` is false when no program holds the selection. Text beyond 1 MiB is cut off and `truncated` says so. With `?mime_type=image/png` it asks for a PNG image instead, returned base64 in `data` (at most 8 MiB).
          */
         get: operations["DisplayService_GetClipboard"];
         put?: never;
         /**
          * SetClipboard makes the display service the owner of a selection holding
          *     text, which programs on the display then paste. Text is at most 1 MiB
-         *     of UTF-8.
+         *     of UTF-8; with mime_type "image/png" it offers a PNG image (at most
+         *     8 MiB) as image/png instead.
          */
         post: operations["DisplayService_SetClipboard"];
         delete?: never;
@@ -1619,10 +1620,21 @@ export interface components {
          */
         DisplayServiceSetClipboardBody: {
             /**
+             * Format: byte
+             * @description The PNG image (base64 in JSON), with mime_type "image/png". Never kept
+             *     in a session's history.
+             */
+            data?: string;
+            /**
              * Format: int64
              * @description Fencing token of the caller's input lease, when leases are in use.
              */
             leaseToken?: string;
+            /**
+             * @description "image/png" to offer data, a PNG image of at most 8 MiB, as image/png
+             *     instead of text; "text/plain" or empty offers text.
+             */
+            mimeType?: string;
             selection?: components["schemas"]["v1Selection"];
             /**
              * @description UTF-8 text, at most 1 MiB. Never kept in a session's history: its
@@ -2381,6 +2393,14 @@ export interface components {
             data?: string;
         };
         v1GetClipboardResponse: {
+            /**
+             * Format: byte
+             * @description The PNG image, when the request asked for "image/png". Never kept in a
+             *     session's history.
+             */
+            data?: string;
+            /** @description "text/plain" or "image/png": what text or data holds. */
+            mimeType?: string;
             /**
              * @description A program (or the display service) holds the selection; false means
              *     it is empty.
@@ -3376,9 +3396,11 @@ export interface components {
         /** @description TypeText types Unicode text. */
         v1TypeText: {
             /**
-             * @description Paste instead of typing: put the text on the CLIPBOARD (replacing what
-             *     was there) and press paste_chord once. Fast and exact for long or
-             *     non-Latin text (up to 1 MiB), in programs that paste with that chord.
+             * @description Paste instead of typing: put the text on the CLIPBOARD, press
+             *     paste_chord once, wait (at most 2 s) for the focused program to read
+             *     it, and put back what the CLIPBOARD held before (text or a PNG). Fast
+             *     and exact for long or non-Latin text (up to 1 MiB), in programs that
+             *     paste with that chord.
              */
             paste?: boolean;
             /**
@@ -4987,6 +5009,13 @@ export interface operations {
     DisplayService_GetClipboard: {
         parameters: {
             query?: {
+                /**
+                 * @description What to ask the selection's owner for: "text/plain" (the default:
+                 *     UTF-8, else Latin-1 text, in `text`) or "image/png" (a PNG image of at
+                 *     most 8 MiB, in `data`; a larger one is ResourceExhausted, an owner
+                 *     offering no PNG FailedPrecondition).
+                 */
+                mimeType?: string;
                 /**
                  * @description - SELECTION_UNSPECIFIED: CLIPBOARD.
                  *      - SELECTION_CLIPBOARD: What copy and paste (ctrl+c, ctrl+v) use.

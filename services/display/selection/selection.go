@@ -24,12 +24,24 @@ import (
 // MaxBytes bounds the text set, and read, in one call.
 const MaxBytes = 1 << 20
 
+// MaxImageBytes bounds a PNG image set, and read, in one call.
+const MaxImageBytes = 8 << 20
+
+// PNG is the MIME type, and X target, of an image on a selection.
+const PNG = "image/png"
+
 // chunk is the size above which text goes INCR, in pieces of this size:
 // well under the core protocol's request limit (256 KiB).
 const chunk = 64 << 10
 
 // ErrNoText is a selection whose owner offers no text.
 var ErrNoText = errors.New("the selection's owner offers no text")
+
+// ErrNoImage is a selection whose owner offers no image/png.
+var ErrNoImage = errors.New("the selection's owner offers no image/png")
+
+// ErrTooLarge is an image longer than MaxImageBytes.
+var ErrTooLarge = errors.New("the image is larger than the limit")
 
 // ErrNotOwned is a selection the service could not take: another program
 // took it at once, or the server refused.
@@ -83,11 +95,30 @@ type atoms struct {
 	clipboard, primary, targets, timestamp          xproto.Atom
 	utf8, text, incr, mimeUTF8, mimePlain, transfer xproto.Atom
 	timeProbe, atom, integer, stringA               xproto.Atom
+	png                                             xproto.Atom
 }
 
+// offer is what the service offers on a selection: text, or a PNG image
+// when png is not nil.
 type offer struct {
 	text string
+	png  []byte
 	time xproto.Timestamp
+	// served is closed once a program has received the content in full.
+	served *servedOnce
+}
+
+type servedOnce struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func newServed() *servedOnce { return &servedOnce{ch: make(chan struct{})} }
+
+func (o *servedOnce) done() {
+	if o != nil {
+		o.once.Do(func() { close(o.ch) })
+	}
 }
 
 type sendKey struct {
@@ -96,9 +127,10 @@ type sendKey struct {
 }
 
 type send struct {
-	typ  xproto.Atom
-	data []byte
-	off  int
+	typ    xproto.Atom
+	data   []byte
+	off    int
+	served *servedOnce
 }
 
 // New creates the unmapped window that owns and requests selections on c.
@@ -124,6 +156,7 @@ func New(c *xgb.Conn, root xproto.Window) (*Selections, error) {
 		{"text/plain", &s.atoms.mimePlain},
 		{"DESKGRID_SELECTION", &s.atoms.transfer},
 		{"DESKGRID_TIME", &s.atoms.timeProbe},
+		{PNG, &s.atoms.png},
 	}
 	cookies := make([]xproto.InternAtomCookie, len(names))
 	for i, n := range names {
@@ -227,26 +260,35 @@ func (s *Selections) serve(e xproto.SelectionRequestEvent) {
 	put := func(typ xproto.Atom, format byte, data []byte) {
 		xproto.ChangeProperty(s.c, xproto.PropModeReplace, e.Requestor, prop, typ, format, uint32(len(data))/uint32(format/8), data)
 	}
-	switch e.Target {
-	case a.targets:
+	isImage := o.png != nil
+	switch {
+	case e.Target == a.targets:
 		list := []xproto.Atom{a.targets, a.timestamp, a.utf8, a.mimeUTF8, a.text, a.stringA, a.mimePlain}
+		if isImage {
+			list = []xproto.Atom{a.targets, a.timestamp, a.png}
+		}
 		b := make([]byte, 4*len(list))
 		for i, t := range list {
 			xgb.Put32(b[4*i:], uint32(t))
 		}
 		put(a.atom, 32, b)
-	case a.timestamp:
+	case e.Target == a.timestamp:
 		b := make([]byte, 4)
 		xgb.Put32(b, uint32(o.time))
 		put(a.integer, 32, b)
-	case a.utf8, a.text, a.mimeUTF8:
+	case isImage && e.Target == a.png:
+		s.sendText(e.Requestor, prop, a.png, o.png, o.served)
+	case isImage:
+		s.notify(e, xproto.AtomNone)
+		return
+	case e.Target == a.utf8 || e.Target == a.text || e.Target == a.mimeUTF8:
 		typ := e.Target
 		if typ == a.text {
 			typ = a.utf8
 		}
-		s.sendText(e.Requestor, prop, typ, []byte(o.text))
-	case a.stringA, a.mimePlain:
-		s.sendText(e.Requestor, prop, e.Target, toLatin1(o.text))
+		s.sendText(e.Requestor, prop, typ, []byte(o.text), o.served)
+	case e.Target == a.stringA || e.Target == a.mimePlain:
+		s.sendText(e.Requestor, prop, e.Target, toLatin1(o.text), o.served)
 	default:
 		s.notify(e, xproto.AtomNone)
 		return
@@ -256,13 +298,14 @@ func (s *Selections) serve(e xproto.SelectionRequestEvent) {
 
 // sendText puts data on the requestor's property, in INCR chunks when it
 // is large: the requestor deletes the property to ask for each next one.
-func (s *Selections) sendText(req xproto.Window, prop, typ xproto.Atom, data []byte) {
+func (s *Selections) sendText(req xproto.Window, prop, typ xproto.Atom, data []byte, served *servedOnce) {
 	if len(data) <= chunk {
 		xproto.ChangeProperty(s.c, xproto.PropModeReplace, req, prop, typ, 8, uint32(len(data)), data)
+		served.done()
 		return
 	}
 	s.mu.Lock()
-	s.sends[sendKey{req, prop}] = &send{typ: typ, data: data}
+	s.sends[sendKey{req, prop}] = &send{typ: typ, data: data, served: served}
 	s.mu.Unlock()
 	// The deletions come as PropertyNotify on the requestor's window.
 	xproto.ChangeWindowAttributes(s.c, req, xproto.CwEventMask, []uint32{xproto.EventMaskPropertyChange})
@@ -290,6 +333,7 @@ func (s *Selections) continueSend(k sendKey) bool {
 	xproto.ChangeProperty(s.c, xproto.PropModeReplace, k.win, k.prop, t.typ, 8, uint32(len(piece)), piece)
 	if n == 0 {
 		xproto.ChangeWindowAttributes(s.c, k.win, xproto.CwEventMask, []uint32{0})
+		t.served.done()
 	}
 	return true
 }
@@ -302,28 +346,112 @@ func (s *Selections) notify(e xproto.SelectionRequestEvent, prop xproto.Atom) {
 // Set makes this service the owner of the selection, offering text. The
 // caller checks the size.
 func (s *Selections) Set(ctx context.Context, n Name, text string) error {
+	_, err := s.set(ctx, n, offer{text: text})
+	return err
+}
+
+// SetServed is Set, and returns a channel closed once a program has
+// received the text in full (a paste has read it).
+func (s *Selections) SetServed(ctx context.Context, n Name, text string) (<-chan struct{}, error) {
+	o := offer{text: text, served: newServed()}
+	if _, err := s.set(ctx, n, o); err != nil {
+		return nil, err
+	}
+	return o.served.ch, nil
+}
+
+// SetImage makes this service the owner of the selection, offering a PNG
+// image as image/png. The caller checks the size and format.
+func (s *Selections) SetImage(ctx context.Context, n Name, png []byte) error {
+	if png == nil {
+		png = []byte{}
+	}
+	_, err := s.set(ctx, n, offer{png: png})
+	return err
+}
+
+// Saved is what a selection held, as Save found it, for Restore.
+type Saved struct {
+	n Name
+	// valid: what the selection held was read in full.
+	valid bool
+	owned bool
+	o     offer
+}
+
+// Save reads what the selection holds now (text, else a PNG image), so
+// that Restore can put it back after the selection is used for something
+// else. A selection whose owner offers neither, or does not answer, is
+// saved as empty.
+//
+// Save is only as good as the owner's conversions: what the owner offers
+// besides text or a PNG (rich text, files) is not kept.
+func (s *Selections) Save(ctx context.Context, n Name) Saved {
+	t, err := s.Get(ctx, n)
+	if err == nil {
+		return Saved{n: n, valid: !t.Truncated, owned: t.Owned, o: offer{text: t.Text}}
+	}
+	if img, err := s.GetImage(ctx, n); err == nil && img != nil {
+		return Saved{n: n, valid: true, owned: true, o: offer{png: img}}
+	}
+	return Saved{n: n}
+}
+
+// Restore offers again what Save read, or gives the selection up when it
+// was empty. What Save could not read in full is not restored.
+func (s *Selections) Restore(ctx context.Context, sv Saved) error {
+	if !sv.valid {
+		return nil
+	}
+	if !sv.owned {
+		// It was empty: give it up, if it is still this service's.
+		s.getMu.Lock()
+		defer s.getMu.Unlock()
+		t, err := s.serverTime(ctx)
+		if err != nil {
+			return err
+		}
+		sel := s.atomOf(sv.n)
+		s.mu.Lock()
+		_, ours := s.owned[sel]
+		delete(s.owned, sel)
+		s.mu.Unlock()
+		if ours {
+			r, err := xproto.GetSelectionOwner(s.c, sel).Reply()
+			if err == nil && r.Owner == s.win {
+				xproto.SetSelectionOwner(s.c, xproto.WindowNone, sel, t)
+			}
+		}
+		return nil
+	}
+	_, err := s.set(ctx, sv.n, sv.o)
+	return err
+}
+
+func (s *Selections) set(ctx context.Context, n Name, o offer) (offer, error) {
 	s.getMu.Lock()
 	defer s.getMu.Unlock()
 	t, err := s.serverTime(ctx)
 	if err != nil {
-		return err
+		return o, err
 	}
 	sel := s.atomOf(n)
 	s.mu.Lock()
-	s.owned[sel] = offer{text: text, time: t}
+	o.time = t
+	s.owned[sel] = o
 	s.mu.Unlock()
 	xproto.SetSelectionOwner(s.c, s.win, sel, t)
 	r, err := xproto.GetSelectionOwner(s.c, sel).Reply()
 	if err != nil {
-		return fmt.Errorf("read %s owner: %w", n, err)
+		return o, fmt.Errorf("read %s owner: %w", n, err)
 	}
 	if r.Owner != s.win {
 		s.mu.Lock()
 		delete(s.owned, sel)
 		s.mu.Unlock()
-		return fmt.Errorf("%s: %w", n, ErrNotOwned)
+		return o, fmt.Errorf("%s: %w", n, ErrNotOwned)
 	}
-	return nil
+	return o, nil
 }
 
 // serverTime is the server's time now, from the PropertyNotify of an
@@ -372,8 +500,11 @@ func (s *Selections) Get(ctx context.Context, n Name) (Text, error) {
 		s.mu.Lock()
 		o, ok := s.owned[sel]
 		s.mu.Unlock()
-		if ok {
+		if ok && o.png == nil {
 			return Text{Text: o.text, Owned: true}, nil
+		}
+		if ok {
+			return Text{Owned: true}, fmt.Errorf("%s: %w", n, ErrNoText)
 		}
 	}
 	for _, target := range []xproto.Atom{s.atoms.utf8, s.atoms.stringA} {
@@ -386,45 +517,59 @@ func (s *Selections) Get(ctx context.Context, n Name) (Text, error) {
 	return Text{Owned: true}, fmt.Errorf("%s: %w", n, ErrNoText)
 }
 
+// GetImage reads the selection as image/png from its owner: nil when no
+// program holds the selection, ErrNoImage when its owner offers no PNG,
+// ErrTooLarge when the image is over MaxImageBytes.
+func (s *Selections) GetImage(ctx context.Context, n Name) ([]byte, error) {
+	s.getMu.Lock()
+	defer s.getMu.Unlock()
+	sel := s.atomOf(n)
+	r, err := xproto.GetSelectionOwner(s.c, sel).Reply()
+	if err != nil {
+		return nil, fmt.Errorf("read %s owner: %w", n, err)
+	}
+	if r.Owner == xproto.WindowNone {
+		return nil, nil
+	}
+	if r.Owner == s.win {
+		s.mu.Lock()
+		o, ok := s.owned[sel]
+		s.mu.Unlock()
+		if ok && o.png != nil {
+			return o.png, nil
+		}
+		if ok {
+			return nil, fmt.Errorf("%s: %w", n, ErrNoImage)
+		}
+	}
+	data, typ, truncated, err := s.fetch(ctx, n, sel, s.atoms.png, MaxImageBytes)
+	switch {
+	case errors.Is(err, errRefused):
+		return nil, fmt.Errorf("%s: %w", n, ErrNoImage)
+	case err != nil:
+		return nil, err
+	case truncated:
+		return nil, fmt.Errorf("%s: %w (%d bytes)", n, ErrTooLarge, MaxImageBytes)
+	case typ != s.atoms.png:
+		return nil, fmt.Errorf("%s: %w", n, ErrNoImage)
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	return data, nil
+}
+
+// errRefused is an owner that answered a conversion with no property.
+var errRefused = errors.New("conversion refused")
+
 // convert asks the owner for the selection as target and reads the answer.
 func (s *Selections) convert(ctx context.Context, n Name, sel, target xproto.Atom) (Text, error) {
-	s.drain()
-	prop := s.atoms.transfer
-	xproto.DeleteProperty(s.c, s.win, prop)
-	xproto.ConvertSelection(s.c, s.win, sel, target, prop, xproto.TimeCurrentTime)
-	var e xproto.SelectionNotifyEvent
-	for {
-		select {
-		case e = <-s.notified:
-		case <-ctx.Done():
-			return Text{}, fmt.Errorf("the program holding %s did not answer: %w", n, ctx.Err())
-		}
-		if e.Selection == sel && e.Target == target {
-			break
-		}
-	}
-	if e.Property == xproto.AtomNone {
+	data, typ, truncated, err := s.fetch(ctx, n, sel, target, MaxBytes)
+	if errors.Is(err, errRefused) {
 		return Text{}, ErrNoText
 	}
-	p, err := xproto.GetProperty(s.c, false, s.win, prop, xproto.GetPropertyTypeAny, 0, MaxBytes/4+1).Reply()
 	if err != nil {
-		return Text{}, fmt.Errorf("read %s: %w", n, err)
-	}
-	var data []byte
-	truncated := false
-	typ := p.Type
-	if p.Type == s.atoms.incr {
-		data, typ, truncated, err = s.receiveIncr(ctx, n, prop)
-		if err != nil {
-			return Text{}, err
-		}
-	} else {
-		xproto.DeleteProperty(s.c, s.win, prop)
-		data = p.Value
-		truncated = p.BytesAfter > 0
-	}
-	if len(data) > MaxBytes {
-		data, truncated = data[:MaxBytes], true
+		return Text{}, err
 	}
 	var text string
 	switch typ {
@@ -441,9 +586,54 @@ func (s *Selections) convert(ctx context.Context, n Name, sel, target xproto.Ato
 	return Text{Text: text, Owned: true, Truncated: truncated}, nil
 }
 
+// fetch asks the owner for the selection as target and reads the answer,
+// up to limit bytes (truncated says it had more); errRefused is an owner
+// that cannot convert to target.
+func (s *Selections) fetch(ctx context.Context, n Name, sel, target xproto.Atom, limit int) ([]byte, xproto.Atom, bool, error) {
+	s.drain()
+	prop := s.atoms.transfer
+	xproto.DeleteProperty(s.c, s.win, prop)
+	xproto.ConvertSelection(s.c, s.win, sel, target, prop, xproto.TimeCurrentTime)
+	var e xproto.SelectionNotifyEvent
+	for {
+		select {
+		case e = <-s.notified:
+		case <-ctx.Done():
+			return nil, 0, false, fmt.Errorf("the program holding %s did not answer: %w", n, ctx.Err())
+		}
+		if e.Selection == sel && e.Target == target {
+			break
+		}
+	}
+	if e.Property == xproto.AtomNone {
+		return nil, 0, false, errRefused
+	}
+	p, err := xproto.GetProperty(s.c, false, s.win, prop, xproto.GetPropertyTypeAny, 0, uint32(limit/4+1)).Reply()
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("read %s: %w", n, err)
+	}
+	var data []byte
+	truncated := false
+	typ := p.Type
+	if p.Type == s.atoms.incr {
+		data, typ, truncated, err = s.receiveIncr(ctx, n, prop, limit)
+		if err != nil {
+			return nil, 0, false, err
+		}
+	} else {
+		xproto.DeleteProperty(s.c, s.win, prop)
+		data = p.Value
+		truncated = p.BytesAfter > 0
+	}
+	if len(data) > limit {
+		data, truncated = data[:limit], true
+	}
+	return data, typ, truncated, nil
+}
+
 // receiveIncr reads an INCR transfer: delete the property, and each time
 // the owner writes it again, read and delete it, until it writes nothing.
-func (s *Selections) receiveIncr(ctx context.Context, n Name, prop xproto.Atom) ([]byte, xproto.Atom, bool, error) {
+func (s *Selections) receiveIncr(ctx context.Context, n Name, prop xproto.Atom, limit int) ([]byte, xproto.Atom, bool, error) {
 	// The owner wrote INCR before it notified, so that write's event is
 	// queued already: not a chunk.
 	s.drain()
@@ -468,7 +658,7 @@ func (s *Selections) receiveIncr(ctx context.Context, n Name, prop xproto.Atom) 
 		}
 		typ = p.Type
 		data = append(data, p.Value...)
-		if len(data) > MaxBytes {
+		if len(data) > limit {
 			// Left unfinished: the owner gives the transfer up when
 			// nobody deletes the property any more.
 			return data, typ, true, nil

@@ -812,9 +812,14 @@ func (x *StopRecordingResponse) GetRecording() *Recording {
 }
 
 type GetClipboardRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Selection     Selection              `protobuf:"varint,2,opt,name=selection,proto3,enum=deskgrid.display.v1.Selection" json:"selection,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Selection Selection              `protobuf:"varint,2,opt,name=selection,proto3,enum=deskgrid.display.v1.Selection" json:"selection,omitempty"`
+	// What to ask the selection's owner for: "text/plain" (the default:
+	// UTF-8, else Latin-1 text, in `text`) or "image/png" (a PNG image of at
+	// most 8 MiB, in `data`; a larger one is ResourceExhausted, an owner
+	// offering no PNG FailedPrecondition).
+	MimeType      string `protobuf:"bytes,3,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -863,6 +868,13 @@ func (x *GetClipboardRequest) GetSelection() Selection {
 	return Selection_SELECTION_UNSPECIFIED
 }
 
+func (x *GetClipboardRequest) GetMimeType() string {
+	if x != nil {
+		return x.MimeType
+	}
+	return ""
+}
+
 type GetClipboardResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Never kept in a session's history: its record holds the size only.
@@ -871,7 +883,12 @@ type GetClipboardResponse struct {
 	// it is empty.
 	Owned bool `protobuf:"varint,2,opt,name=owned,proto3" json:"owned,omitempty"`
 	// The text was longer than 1 MiB and is cut off there.
-	Truncated     bool `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	Truncated bool `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// The PNG image, when the request asked for "image/png". Never kept in a
+	// session's history.
+	Data []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	// "text/plain" or "image/png": what text or data holds.
+	MimeType      string `protobuf:"bytes,5,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -927,6 +944,20 @@ func (x *GetClipboardResponse) GetTruncated() bool {
 	return false
 }
 
+func (x *GetClipboardResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *GetClipboardResponse) GetMimeType() string {
+	if x != nil {
+		return x.MimeType
+	}
+	return ""
+}
+
 type SetClipboardRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -935,7 +966,13 @@ type SetClipboardRequest struct {
 	// record holds the size only.
 	Text string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
 	// Fencing token of the caller's input lease, when leases are in use.
-	LeaseToken    int64 `protobuf:"varint,4,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	LeaseToken int64 `protobuf:"varint,4,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	// "image/png" to offer data, a PNG image of at most 8 MiB, as image/png
+	// instead of text; "text/plain" or empty offers text.
+	MimeType string `protobuf:"bytes,5,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
+	// The PNG image (base64 in JSON), with mime_type "image/png". Never kept
+	// in a session's history.
+	Data          []byte `protobuf:"bytes,6,opt,name=data,proto3" json:"data,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -996,6 +1033,20 @@ func (x *SetClipboardRequest) GetLeaseToken() int64 {
 		return x.LeaseToken
 	}
 	return 0
+}
+
+func (x *SetClipboardRequest) GetMimeType() string {
+	if x != nil {
+		return x.MimeType
+	}
+	return ""
+}
+
+func (x *SetClipboardRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
 }
 
 type SetClipboardResponse struct {
@@ -3076,9 +3127,11 @@ func (x *Key) GetHold() *durationpb.Duration {
 type TypeText struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Text  string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
-	// Paste instead of typing: put the text on the CLIPBOARD (replacing what
-	// was there) and press paste_chord once. Fast and exact for long or
-	// non-Latin text (up to 1 MiB), in programs that paste with that chord.
+	// Paste instead of typing: put the text on the CLIPBOARD, press
+	// paste_chord once, wait (at most 2 s) for the focused program to read
+	// it, and put back what the CLIPBOARD held before (text or a PNG). Fast
+	// and exact for long or non-Latin text (up to 1 MiB), in programs that
+	// paste with that chord.
 	Paste bool `protobuf:"varint,2,opt,name=paste,proto3" json:"paste,omitempty"`
 	// The chord that pastes; "ctrl+v" when empty (terminals take
 	// "ctrl+shift+v"). Only with paste.
@@ -3869,22 +3922,27 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12!\n" +
 	"\frecording_id\x18\x02 \x01(\tR\vrecordingId\"U\n" +
 	"\x15StopRecordingResponse\x12<\n" +
-	"\trecording\x18\x01 \x01(\v2\x1e.deskgrid.display.v1.RecordingR\trecording\"r\n" +
+	"\trecording\x18\x01 \x01(\v2\x1e.deskgrid.display.v1.RecordingR\trecording\"\x8f\x01\n" +
 	"\x13GetClipboardRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12<\n" +
-	"\tselection\x18\x02 \x01(\x0e2\x1e.deskgrid.display.v1.SelectionR\tselection\"c\n" +
+	"\tselection\x18\x02 \x01(\x0e2\x1e.deskgrid.display.v1.SelectionR\tselection\x12\x1b\n" +
+	"\tmime_type\x18\x03 \x01(\tR\bmimeType\"\x99\x01\n" +
 	"\x14GetClipboardResponse\x12\x17\n" +
 	"\x04text\x18\x01 \x01(\tB\x03\x80\x01\x01R\x04text\x12\x14\n" +
 	"\x05owned\x18\x02 \x01(\bR\x05owned\x12\x1c\n" +
-	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\xf2\x01\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\x12\x17\n" +
+	"\x04data\x18\x04 \x01(\fB\x03\x80\x01\x01R\x04data\x12\x1b\n" +
+	"\tmime_type\x18\x05 \x01(\tR\bmimeType\"\xa8\x02\n" +
 	"\x13SetClipboardRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12<\n" +
 	"\tselection\x18\x02 \x01(\x0e2\x1e.deskgrid.display.v1.SelectionR\tselection\x12\x17\n" +
 	"\x04text\x18\x03 \x01(\tB\x03\x80\x01\x01R\x04text\x12\x1f\n" +
 	"\vlease_token\x18\x04 \x01(\x03R\n" +
-	"leaseToken:D\x92AA2?{\"text\": \"Grüße, 世界\", \"selection\": \"SELECTION_CLIPBOARD\"}\"\x16\n" +
+	"leaseToken\x12\x1b\n" +
+	"\tmime_type\x18\x05 \x01(\tR\bmimeType\x12\x17\n" +
+	"\x04data\x18\x06 \x01(\fB\x03\x80\x01\x01R\x04data:D\x92AA2?{\"text\": \"Grüße, 世界\", \"selection\": \"SELECTION_CLIPBOARD\"}\"\x16\n" +
 	"\x14SetClipboardResponse\"3\n" +
 	"\x12ListWindowsRequest\x12\x1d\n" +
 	"\n" +
@@ -4123,7 +4181,7 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\x16SETTLE_OUTCOME_SETTLED\x10\x01\x12\x17\n" +
 	"\x13SETTLE_OUTCOME_BUSY\x10\x02\x12\x1c\n" +
 	"\x18SETTLE_OUTCOME_NO_CHANGE\x10\x03\x12\x1a\n" +
-	"\x16SETTLE_OUTCOME_SKIPPED\x10\x042\xda!\n" +
+	"\x16SETTLE_OUTCOME_SKIPPED\x10\x042\xc2\"\n" +
 	"\x0eDisplayService\x12f\n" +
 	"\rCreateDisplay\x12).deskgrid.display.v1.CreateDisplayRequest\x1a*.deskgrid.display.v1.CreateDisplayResponse\x12\x91\x01\n" +
 	"\n" +
@@ -4142,8 +4200,8 @@ const file_deskgrid_display_v1_display_proto_rawDesc = "" +
 	"\x10application/json\x12\x84\x01{\"cursor\": {\"x\": 640, \"y\": 400}, \"screenshot\": {\"contentType\": \"image/png\", \"data\": \"iVBORw0KGgo...\", \"width\": 1280, \"height\": 800}}\x82\xd3\xe4\x93\x02&:\x01*\"!/v1/sessions/{session_id}/actions\x12a\n" +
 	"\n" +
 	"ConnectVNC\x12&.deskgrid.display.v1.ConnectVNCRequest\x1a'.deskgrid.display.v1.ConnectVNCResponse(\x010\x01\x12\x9b\x01\n" +
-	"\rResizeDisplay\x12).deskgrid.display.v1.ResizeDisplayRequest\x1a*.deskgrid.display.v1.ResizeDisplayResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/v1/sessions/{session_id}/display:resize\x12\x84\x04\n" +
-	"\fGetClipboard\x12(.deskgrid.display.v1.GetClipboardRequest\x1a).deskgrid.display.v1.GetClipboardResponse\"\x9e\x03\x92A\xef\x02\x12\x12Read the clipboard\x1a\xfc\x01Returns the text in the session's CLIPBOARD selection (or PRIMARY with `?selection=SELECTION_PRIMARY`), as the program that copied it offers it. `owned` is false when no program holds the selection. Text beyond 1 MiB is cut off and `truncated` says so.JZ\n" +
+	"\rResizeDisplay\x12).deskgrid.display.v1.ResizeDisplayRequest\x1a*.deskgrid.display.v1.ResizeDisplayResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/v1/sessions/{session_id}/display:resize\x12\xec\x04\n" +
+	"\fGetClipboard\x12(.deskgrid.display.v1.GetClipboardRequest\x1a).deskgrid.display.v1.GetClipboardResponse\"\x86\x04\x92A\xd7\x03\x12\x12Read the clipboard\x1a\xe4\x02Returns the text in the session's CLIPBOARD selection (or PRIMARY with `?selection=SELECTION_PRIMARY`), as the program that copied it offers it. `owned` is false when no program holds the selection. Text beyond 1 MiB is cut off and `truncated` says so. With `?mime_type=image/png` it asks for a PNG image instead, returned base64 in `data` (at most 8 MiB).JZ\n" +
 	"\x03200\x12S\n" +
 	"\x15The selection's text.\":\n" +
 	"\x10application/json\x12&{\"text\": \"copied text\", \"owned\": true}\x82\xd3\xe4\x93\x02%\x12#/v1/sessions/{session_id}/clipboard\x12\x93\x01\n" +

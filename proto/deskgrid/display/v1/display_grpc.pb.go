@@ -78,7 +78,8 @@ type DisplayServiceClient interface {
 	GetClipboard(ctx context.Context, in *GetClipboardRequest, opts ...grpc.CallOption) (*GetClipboardResponse, error)
 	// SetClipboard makes the display service the owner of a selection holding
 	// text, which programs on the display then paste. Text is at most 1 MiB
-	// of UTF-8.
+	// of UTF-8; with mime_type "image/png" it offers a PNG image (at most
+	// 8 MiB) as image/png instead.
 	SetClipboard(ctx context.Context, in *SetClipboardRequest, opts ...grpc.CallOption) (*SetClipboardResponse, error)
 	// ListWindows lists the session's top-level windows, bottom to top, as
 	// GetDisplay does.
@@ -331,7 +332,8 @@ type DisplayServiceServer interface {
 	GetClipboard(context.Context, *GetClipboardRequest) (*GetClipboardResponse, error)
 	// SetClipboard makes the display service the owner of a selection holding
 	// text, which programs on the display then paste. Text is at most 1 MiB
-	// of UTF-8.
+	// of UTF-8; with mime_type "image/png" it offers a PNG image (at most
+	// 8 MiB) as image/png instead.
 	SetClipboard(context.Context, *SetClipboardRequest) (*SetClipboardResponse, error)
 	// ListWindows lists the session's top-level windows, bottom to top, as
 	// GetDisplay does.
