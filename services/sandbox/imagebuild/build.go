@@ -169,20 +169,10 @@ func (r *Recipe) image(layer v1.Layer) (v1.Image, error) {
 	cf = cf.DeepCopy()
 	cf.Architecture = runtime.GOARCH
 	cf.OS = "linux"
-	cf.Created = v1.Time{Time: time.Now().UTC()}
-	cf.Author = "deskgrid"
-	cf.Config.User = r.Config.User
-	cf.Config.WorkingDir = r.Config.WorkingDir
-	cf.Config.Env = r.Config.Env
-	cf.Config.Cmd = r.Config.Cmd
-	cf.Config.Labels = map[string]string{}
-	for k, v := range r.Config.Labels {
-		cf.Config.Labels[k] = v
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		return nil, err
 	}
-	if r.Description != "" {
-		cf.Config.Labels["org.opencontainers.image.description"] = r.Description
-	}
-	return mutate.ConfigFile(img, cf)
+	return r.configure(img)
 }
 
 func (r *Recipe) variant() string {
