@@ -64,19 +64,31 @@ func (g *Gateway) exportHistory(mux *runtime.ServeMux) http.HandlerFunc {
 		if err != nil {
 			return
 		}
-		rc := http.NewResponseController(w)
-		for m := first; ; {
-			if _, err := w.Write(m.GetChunk()); err != nil {
+		copyChunks(g, ctx, w, first, stream.Recv, "history export cut short", "session_id", id)
+	}
+}
+
+// chunked is a message of a download stream.
+type chunked interface{ GetChunk() []byte }
+
+// copyChunks writes first's chunk and those of the messages recv brings
+// after it to w, flushing each, until the stream ends. A stream cut short
+// is logged with cut and args and aborts the response, so the client sees
+// a broken body, never a short one that looks whole.
+func copyChunks[M chunked](g *Gateway, ctx context.Context, w http.ResponseWriter, first M, recv func() (M, error), cut string, args ...any) {
+	rc := http.NewResponseController(w)
+	for m := first; ; {
+		if _, err := w.Write(m.GetChunk()); err != nil {
+			return
+		}
+		_ = rc.Flush()
+		var err error
+		if m, err = recv(); err != nil {
+			if errors.Is(err, io.EOF) {
 				return
 			}
-			_ = rc.Flush()
-			if m, err = stream.Recv(); err != nil {
-				if errors.Is(err, io.EOF) {
-					return
-				}
-				g.logger.WarnContext(ctx, "history export cut short", "session_id", id, "error", err)
-				panic(http.ErrAbortHandler)
-			}
+			g.logger.WarnContext(ctx, cut, append(args, "error", err)...)
+			panic(http.ErrAbortHandler)
 		}
 	}
 }

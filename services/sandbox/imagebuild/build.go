@@ -1,7 +1,6 @@
 package imagebuild
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -206,34 +205,12 @@ func (b *Builder) mmdebstrap(ctx context.Context, r *Recipe, out string) error {
 	args = append(args, b.d.Sources...)
 
 	cmd := exec.CommandContext(ctx, b.d.Mmdebstrap, args...)
-	// The system's PATH: mmdebstrap's helpers (mmtarfilter, a python3 script)
-	// and the tools its hooks run must be Debian's, not a user's shims.
-	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive", "PATH="+systemPath)
-	pr, pw := io.Pipe()
-	cmd.Stdout = pw
-	cmd.Stderr = pw
-	var tail lastLines
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			tail.add(line)
-			fmt.Fprintf(b.d.Progress, "  mmdebstrap: %s\n", line)
-		}
-		_, _ = io.Copy(io.Discard, pr)
-	}()
-	err := cmd.Run()
-	pw.Close()
-	<-done
-	if err != nil {
+	// The system's PATH (b.run): mmdebstrap's helpers (mmtarfilter, a
+	// python3 script) and the tools its hooks run must be Debian's, not a
+	// user's shims.
+	if err := b.run(ctx, "mmdebstrap", cmd); err != nil {
 		_ = os.Remove(out)
-		if ctx.Err() != nil {
-			return fmt.Errorf("build %s: %w", r.Name, ctx.Err())
-		}
-		return fmt.Errorf("build %s: mmdebstrap: %w\n%s", r.Name, err, tail.String())
+		return fmt.Errorf("build %s: %w", r.Name, err)
 	}
 	return nil
 }
