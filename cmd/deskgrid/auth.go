@@ -13,11 +13,9 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/deskgrid/deskgrid/gateway"
 	"github.com/deskgrid/deskgrid/services/platform/auth"
 	"github.com/deskgrid/deskgrid/services/platform/auth/keystore"
 	"github.com/deskgrid/deskgrid/services/platform/auth/ratelimit"
-	"github.com/deskgrid/deskgrid/services/platform/auth/viewer"
 	"github.com/deskgrid/deskgrid/services/platform/config"
 	"github.com/deskgrid/deskgrid/services/platform/grpcserver"
 )
@@ -199,35 +197,4 @@ func clientKey(flagKey string) string {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
-}
-
-// gatewayAuth gives the gateway the verifier, viewer tokens for the live
-// view and the per-key rate limit, when -auth is on.
-func (s *setup) gatewayAuth(ctx context.Context, deps *gateway.Deps) error {
-	a, err := s.authOn(ctx)
-	if err != nil || a == nil {
-		return err
-	}
-	keys := []viewer.SigningKey{viewer.NewSigningKey("local")}
-	if s.cfg.ViewerKeys != "" {
-		if keys, err = viewer.ParseKeys(s.cfg.ViewerKeys); err != nil {
-			return fmt.Errorf("-viewer-keys: %w", err)
-		}
-	} else if s.role != "up" {
-		return errors.New("-viewer-keys is required with -auth outside deskgrid up (the same on every gateway)")
-	}
-	rev, err := s.viewerRevocations(ctx)
-	if err != nil {
-		return err
-	}
-	iss, err := viewer.New(viewer.Config{Keys: keys}, rev)
-	if err != nil {
-		return err
-	}
-	deps.Verifier = a.verifier
-	deps.Viewer = iss
-	deps.NodeCredentials = auth.ActAs
-	deps.MetricsNeedKey = s.cfg.MetricsNeedKey
-	deps.RateLimit = a.limiter
-	return nil
 }

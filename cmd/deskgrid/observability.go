@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,13 +16,8 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 
-	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/platform/metrics"
-	"github.com/deskgrid/deskgrid/services/session/cluster"
-	"github.com/deskgrid/deskgrid/services/session/placement"
-	"github.com/deskgrid/deskgrid/services/session/state"
-	sessionstore "github.com/deskgrid/deskgrid/services/session/store"
 )
 
 // serveMetrics serves /metrics on -metrics-addr, for the roles whose
@@ -56,81 +50,6 @@ func telemetryDialOptions() []grpc.DialOption {
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
 		grpc.WithChainUnaryInterceptor(metrics.UnaryClientInterceptor()),
 	}
-}
-
-// liveStates are the states a session holds capacity in.
-var liveStates = []sessionv1.SessionState{state.Pending, state.Starting, state.Running, state.Suspending, state.Suspended, state.Resuming, state.Stopping}
-
-// observeSessions reports the unfinished sessions by node and state at
-// every scrape, read from the records. Every session replica reports the
-// same figures: dashboards take max() over replicas.
-func (s *setup) observeSessions(st sessionstore.Store) error {
-	stop, err := metrics.ObserveSessions(func(ctx context.Context) ([]metrics.SessionCount, error) {
-		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		type key struct{ node, state, tenant string }
-		counts, cpu := map[key]int64{}, map[key]int64{}
-		f := sessionstore.Filter{States: liveStates, PageSize: 1000}
-		for {
-			page, next, err := st.List(ctx, f)
-			if err != nil {
-				return nil, err
-			}
-			for _, ss := range page {
-				k := key{ss.GetNodeId(), strings.ToLower(strings.TrimPrefix(ss.GetState().String(), "SESSION_STATE_")), ss.GetTenant()}
-				counts[k]++
-				cpu[k] += ss.GetLimits().GetCpuMillis()
-			}
-			if next == "" {
-				break
-			}
-			f.PageToken = next
-		}
-		out := make([]metrics.SessionCount, 0, len(counts))
-		for k, n := range counts {
-			out = append(out, metrics.SessionCount{Node: k.node, State: k.state, Tenant: k.tenant, N: n, CPUMillis: cpu[k]})
-		}
-		return out, nil
-	}, s.cfg.MetricsTenantUsage)
-	if err != nil {
-		return err
-	}
-	s.closers.add("session metrics", func(context.Context) error { return stop() })
-	return nil
-}
-
-// observeNodes reports each node's capacity and use: from the registry in
-// a cluster, from the one local node otherwise.
-func (s *setup) observeNodes(reg *cluster.Registry, local *placement.Local) error {
-	stop, err := metrics.ObserveNodes(func(ctx context.Context) ([]metrics.NodeUsage, error) {
-		if reg == nil {
-			return []metrics.NodeUsage{{
-				Node: s.cfg.NodeID, Alive: true,
-				CapacitySessions: int64(s.cfg.NodeMaxSessions), UsedSessions: int64(local.Used()),
-			}}, nil
-		}
-		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		nodes, err := reg.Snapshot(ctx, "")
-		if err != nil {
-			return nil, err
-		}
-		out := make([]metrics.NodeUsage, 0, len(nodes))
-		for _, n := range nodes {
-			out = append(out, metrics.NodeUsage{
-				Node: n.ID, Alive: n.Alive, Draining: n.Draining,
-				CapacitySessions: n.Capacity.Sessions, UsedSessions: n.Used.Sessions,
-				CapacityCPUMillis: n.Capacity.CPUMillis, UsedCPUMillis: n.Used.CPUMillis,
-				CapacityMemoryBytes: n.Capacity.MemoryBytes, UsedMemoryBytes: n.Used.MemoryBytes,
-			})
-		}
-		return out, nil
-	})
-	if err != nil {
-		return err
-	}
-	s.closers.add("node metrics", func(context.Context) error { return stop() })
-	return nil
 }
 
 // observeConsumers reports how far each durable consumer of the event
