@@ -64,19 +64,30 @@ func (g *Gateway) exportHistory(mux *runtime.ServeMux) http.HandlerFunc {
 		if err != nil {
 			return
 		}
-		rc := http.NewResponseController(w)
-		for m := first; ; {
-			if _, err := w.Write(m.GetChunk()); err != nil {
+		relayChunks(w, first, stream.Recv, func(err error) {
+			g.logger.WarnContext(ctx, "history export cut short", "session_id", id, "error", err)
+		})
+	}
+}
+
+// relayChunks writes first and every message stream gives after it to w,
+// flushing each, until the stream ends. A stream cut short is reported to
+// cut and aborts the response, so the client sees a broken transfer rather
+// than a short file that looks whole.
+func relayChunks[M interface{ GetChunk() []byte }](w http.ResponseWriter, first M, recv func() (M, error), cut func(error)) {
+	rc := http.NewResponseController(w)
+	for m := first; ; {
+		if _, err := w.Write(m.GetChunk()); err != nil {
+			return
+		}
+		_ = rc.Flush()
+		var err error
+		if m, err = recv(); err != nil {
+			if errors.Is(err, io.EOF) {
 				return
 			}
-			_ = rc.Flush()
-			if m, err = stream.Recv(); err != nil {
-				if errors.Is(err, io.EOF) {
-					return
-				}
-				g.logger.WarnContext(ctx, "history export cut short", "session_id", id, "error", err)
-				panic(http.ErrAbortHandler)
-			}
+			cut(err)
+			panic(http.ErrAbortHandler)
 		}
 	}
 }

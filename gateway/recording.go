@@ -66,19 +66,8 @@ func (g *Gateway) downloadRecording(mux *runtime.ServeMux, next http.Handler) ht
 		h.Set("Content-Disposition", `attachment; filename="`+id+ext+`"`)
 		h.Set("Content-Length", strconv.FormatInt(first.GetSizeBytes(), 10))
 		w.WriteHeader(http.StatusOK)
-		rc := http.NewResponseController(w)
-		for m := first; ; {
-			if _, err := w.Write(m.GetChunk()); err != nil {
-				return
-			}
-			_ = rc.Flush()
-			if m, err = stream.Recv(); err != nil {
-				if errors.Is(err, io.EOF) {
-					return
-				}
-				g.logger.WarnContext(ctx, "recording download cut short", "session_id", sid, "recording_id", id, "error", err)
-				panic(http.ErrAbortHandler)
-			}
-		}
+		relayChunks(w, first, stream.Recv, func(err error) {
+			g.logger.WarnContext(ctx, "recording download cut short", "session_id", sid, "recording_id", id, "error", err)
+		})
 	}
 }
