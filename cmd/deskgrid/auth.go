@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -157,28 +156,6 @@ func (s *setup) tenancy() auth.Tenancy {
 		return nil
 	}
 	return auth.CallerOf
-}
-
-// firstKey makes the first admin key when none ever existed, prints it once
-// and keeps it in the data dir for the CLI on this machine.
-func (s *setup) firstKey(ctx context.Context, stdout io.Writer) error {
-	a, err := s.authOn(ctx)
-	if err != nil || a == nil {
-		return err
-	}
-	key, created, err := a.keys.EnsureFirstKey(ctx)
-	if err != nil {
-		return fmt.Errorf("first API key: %w", err)
-	}
-	if !created {
-		return nil
-	}
-	path := filepath.Join(s.cfg.DataDir, adminKeyFile)
-	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
-		return fmt.Errorf("save the first API key: %w", err)
-	}
-	fmt.Fprintf(stdout, "\nThe first API key (tenant %q, admin), shown once and kept in %s:\n\n  %s\n\nSend it as 'Authorization: Bearer <key>'; the CLI reads it from DESKGRID_API_KEY or that file.\n\n", keystore.DefaultTenant, path, key)
-	return nil
 }
 
 // clientKey is the key client commands send: -api-key / DESKGRID_API_KEY, or

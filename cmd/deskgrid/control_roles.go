@@ -11,9 +11,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
+	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -23,6 +28,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/deskgrid/deskgrid/gateway"
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	imagev1 "github.com/deskgrid/deskgrid/proto/deskgrid/image/v1"
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	deskgrid "github.com/deskgrid/deskgrid/sdk"
 	"github.com/deskgrid/deskgrid/sdk/mcpserver"
@@ -30,11 +38,13 @@ import (
 	historystore "github.com/deskgrid/deskgrid/services/history/store"
 	"github.com/deskgrid/deskgrid/services/platform/activity"
 	"github.com/deskgrid/deskgrid/services/platform/auth"
+	"github.com/deskgrid/deskgrid/services/platform/auth/keystore"
 	"github.com/deskgrid/deskgrid/services/platform/auth/quota"
 	"github.com/deskgrid/deskgrid/services/platform/auth/viewer"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/platform/grpcserver"
 	"github.com/deskgrid/deskgrid/services/platform/metrics"
+	"github.com/deskgrid/deskgrid/services/sandbox/image"
 	"github.com/deskgrid/deskgrid/services/session"
 	"github.com/deskgrid/deskgrid/services/session/cluster"
 	"github.com/deskgrid/deskgrid/services/session/placement"
@@ -423,4 +433,173 @@ func (s *setup) gatewayAuth(ctx context.Context, deps *gateway.Deps) error {
 	deps.MetricsNeedKey = s.cfg.MetricsNeedKey
 	deps.RateLimit = a.limiter
 	return nil
+}
+
+// firstKey makes the first admin key when none ever existed, prints it once
+// and keeps it in the data dir for the CLI on this machine.
+func (s *setup) firstKey(ctx context.Context, stdout io.Writer) error {
+	a, err := s.authOn(ctx)
+	if err != nil || a == nil {
+		return err
+	}
+	key, created, err := a.keys.EnsureFirstKey(ctx)
+	if err != nil {
+		return fmt.Errorf("first API key: %w", err)
+	}
+	if !created {
+		return nil
+	}
+	path := filepath.Join(s.cfg.DataDir, adminKeyFile)
+	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
+		return fmt.Errorf("save the first API key: %w", err)
+	}
+	fmt.Fprintf(stdout, "\nThe first API key (tenant %q, admin), shown once and kept in %s:\n\n  %s\n\nSend it as 'Authorization: Bearer <key>'; the CLI reads it from DESKGRID_API_KEY or that file.\n\n", keystore.DefaultTenant, path, key)
+	return nil
+}
+
+// observeConsumers reports how far each durable consumer of the event
+// stream (history's ingest) is behind. Clients' ephemeral consumers are
+// left out: their names are unbounded.
+func (s *setup) observeConsumers(js jetstream.JetStream) error {
+	stop, err := metrics.ObserveConsumers(func(ctx context.Context) ([]metrics.ConsumerLag, error) {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		st, err := js.Stream(ctx, events.StreamName)
+		if err != nil {
+			return nil, err
+		}
+		var out []metrics.ConsumerLag
+		list := st.ListConsumers(ctx)
+		for ci := range list.Info() {
+			if ci.Config.Durable == "" {
+				continue
+			}
+			out = append(out, metrics.ConsumerLag{Consumer: ci.Name, Pending: int64(ci.NumPending), AckPending: int64(ci.NumAckPending)})
+		}
+		return out, list.Err()
+	})
+	if err != nil {
+		return err
+	}
+	s.closers.add("event consumer metrics", func(context.Context) error { return stop() })
+	return nil
+}
+
+// observeBlobs reports the size of history's blob directory, walked at
+// most once a minute so a scrape does not walk a large store every time.
+func (s *setup) observeBlobs(dir string) error {
+	var (
+		mu           sync.Mutex
+		at           time.Time
+		bytes, files int64
+	)
+	stop, err := metrics.ObserveBlobs(func(ctx context.Context) (int64, int64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !at.IsZero() && time.Since(at) < time.Minute {
+			return bytes, files, nil
+		}
+		var b, n int64
+		err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					return nil
+				}
+				return err
+			}
+			if d.Type().IsRegular() {
+				if fi, err := d.Info(); err == nil {
+					b += fi.Size()
+					n++
+				}
+			}
+			return ctx.Err()
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+		at, bytes, files = time.Now(), b, n
+		return b, n, nil
+	})
+	if err != nil {
+		return err
+	}
+	s.closers.add("blob store metrics", func(context.Context) error { return stop() })
+	return nil
+}
+
+// countEvents counts state changes and token usage from the event stream.
+func (s *setup) countEvents(nc *nats.Conn, kinds metrics.EventKinds) error {
+	stop, err := metrics.CountEvents(nc, kinds)
+	if err != nil {
+		return err
+	}
+	s.closers.add("event metrics", func(context.Context) error { return stop() })
+	return nil
+}
+
+// eventRetention is how long the event stream keeps events; history keeps
+// them for good once it has stored them.
+const eventRetention = 7 * 24 * time.Hour
+
+// staticNodes reaches the one node this version places on.
+type staticNodes struct {
+	id   string
+	conn *grpc.ClientConn
+}
+
+func (n staticNodes) Display(nodeID string) (displayv1.DisplayServiceClient, error) {
+	if nodeID != n.id {
+		return nil, fmt.Errorf("unknown node %q", nodeID)
+	}
+	return displayv1.NewDisplayServiceClient(n.conn), nil
+}
+
+func (n staticNodes) Sandbox(nodeID string) (sandboxv1.SandboxServiceClient, error) {
+	if nodeID != n.id {
+		return nil, fmt.Errorf("unknown node %q", nodeID)
+	}
+	return sandboxv1.NewSandboxServiceClient(n.conn), nil
+}
+
+func (n staticNodes) Image(nodeID string) (imagev1.ImageServiceClient, error) {
+	if nodeID != n.id {
+		return nil, fmt.Errorf("unknown node %q", nodeID)
+	}
+	return imagev1.NewImageServiceClient(n.conn), nil
+}
+
+// sessionImageKeys name a session's image as the nodes report theirs: the
+// reference normalised as the image store does, under the tenant the nodes
+// keep the caller's tags under (none without authentication).
+func (s *setup) sessionImageKeys(tenant, ref string) []string {
+	if !s.cfg.Auth {
+		tenant = ""
+	}
+	if r, err := image.ParseRef(ref); err == nil {
+		ref = r.Name
+	}
+	return placement.ImageKeys(tenant, ref)
+}
+
+func (s *setup) httpServer(h http.Handler) (*http.Server, net.Listener, error) {
+	lis, err := net.Listen("tcp", s.cfg.HTTPAddr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("HTTP listen: %w", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	s.closers.add("HTTP server", srv.Shutdown)
+	return srv, lis, nil
+}
+
+// viewerRevocations are the revoked viewer links, seen by every gateway.
+func (s *setup) viewerRevocations(ctx context.Context) (viewer.Revocations, error) {
+	if !s.clustered() {
+		return viewer.NewMemory(), nil
+	}
+	rdb, err := s.redisClient(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return viewer.NewRedis(rdb, s.cfg.RedisPrefix), nil
 }

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
@@ -32,10 +31,6 @@ import (
 	"github.com/deskgrid/deskgrid/services/session/cluster"
 	"github.com/deskgrid/deskgrid/services/session/placement"
 )
-
-// eventRetention is how long the event stream keeps events; history keeps
-// them for good once it has stored them.
-const eventRetention = 7 * 24 * time.Hour
 
 // node is the display and sandbox of this machine.
 type node struct {
@@ -172,33 +167,6 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, js jetstrea
 	return n, nil
 }
 
-// staticNodes reaches the one node this version places on.
-type staticNodes struct {
-	id   string
-	conn *grpc.ClientConn
-}
-
-func (n staticNodes) Display(nodeID string) (displayv1.DisplayServiceClient, error) {
-	if nodeID != n.id {
-		return nil, fmt.Errorf("unknown node %q", nodeID)
-	}
-	return displayv1.NewDisplayServiceClient(n.conn), nil
-}
-
-func (n staticNodes) Sandbox(nodeID string) (sandboxv1.SandboxServiceClient, error) {
-	if nodeID != n.id {
-		return nil, fmt.Errorf("unknown node %q", nodeID)
-	}
-	return sandboxv1.NewSandboxServiceClient(n.conn), nil
-}
-
-func (n staticNodes) Image(nodeID string) (imagev1.ImageServiceClient, error) {
-	if nodeID != n.id {
-		return nil, fmt.Errorf("unknown node %q", nodeID)
-	}
-	return imagev1.NewImageServiceClient(n.conn), nil
-}
-
 func (s *setup) storeDSN(file string) (string, error) {
 	if s.cfg.PostgresURL != "" {
 		return s.cfg.PostgresURL, nil
@@ -288,19 +256,6 @@ func (n *node) imageKeys(ctx context.Context) ([]string, error) {
 		keys = append(keys, placement.HeldImageKeys(t.Tenant, t.Ref, t.Digest, t.Public)...)
 	}
 	return keys, nil
-}
-
-// sessionImageKeys name a session's image as the nodes report theirs: the
-// reference normalised as the image store does, under the tenant the nodes
-// keep the caller's tags under (none without authentication).
-func (s *setup) sessionImageKeys(tenant, ref string) []string {
-	if !s.cfg.Auth {
-		tenant = ""
-	}
-	if r, err := image.ParseRef(ref); err == nil {
-		ref = r.Name
-	}
-	return placement.ImageKeys(tenant, ref)
 }
 
 // reconcile removes every display and sandbox on this node whose session
