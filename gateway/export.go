@@ -64,18 +64,17 @@ func (g *Gateway) exportHistory(mux *runtime.ServeMux) http.HandlerFunc {
 		if err != nil {
 			return
 		}
-		copyChunks(g, ctx, w, first, stream.Recv, "history export cut short", "session_id", id)
+		relayChunks(w, first, stream.Recv, func(err error) {
+			g.logger.WarnContext(ctx, "history export cut short", "session_id", id, "error", err)
+		})
 	}
 }
 
-// chunked is a message of a download stream.
-type chunked interface{ GetChunk() []byte }
-
-// copyChunks writes first's chunk and those of the messages recv brings
-// after it to w, flushing each, until the stream ends. A stream cut short
-// is logged with cut and args and aborts the response, so the client sees
-// a broken body, never a short one that looks whole.
-func copyChunks[M chunked](g *Gateway, ctx context.Context, w http.ResponseWriter, first M, recv func() (M, error), cut string, args ...any) {
+// relayChunks writes first and every message stream gives after it to w,
+// flushing each, until the stream ends. A stream cut short is reported to
+// cut and aborts the response, so the client sees a broken transfer rather
+// than a short file that looks whole.
+func relayChunks[M interface{ GetChunk() []byte }](w http.ResponseWriter, first M, recv func() (M, error), cut func(error)) {
 	rc := http.NewResponseController(w)
 	for m := first; ; {
 		if _, err := w.Write(m.GetChunk()); err != nil {
@@ -87,7 +86,7 @@ func copyChunks[M chunked](g *Gateway, ctx context.Context, w http.ResponseWrite
 			if errors.Is(err, io.EOF) {
 				return
 			}
-			g.logger.WarnContext(ctx, cut, append(args, "error", err)...)
+			cut(err)
 			panic(http.ErrAbortHandler)
 		}
 	}

@@ -66,6 +66,8 @@ func (g *Gateway) downloadRecording(mux *runtime.ServeMux, next http.Handler) ht
 		h.Set("Content-Disposition", `attachment; filename="`+id+ext+`"`)
 		h.Set("Content-Length", strconv.FormatInt(first.GetSizeBytes(), 10))
 		w.WriteHeader(http.StatusOK)
-		copyChunks(g, ctx, w, first, stream.Recv, "recording download cut short", "session_id", sid, "recording_id", id)
+		relayChunks(w, first, stream.Recv, func(err error) {
+			g.logger.WarnContext(ctx, "recording download cut short", "session_id", sid, "recording_id", id, "error", err)
+		})
 	}
 }

@@ -6,18 +6,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"google.golang.org/grpc"
 
-	"github.com/deskgrid/deskgrid/gateway"
 	"github.com/deskgrid/deskgrid/services/platform/auth"
 	"github.com/deskgrid/deskgrid/services/platform/auth/keystore"
 	"github.com/deskgrid/deskgrid/services/platform/auth/ratelimit"
-	"github.com/deskgrid/deskgrid/services/platform/auth/viewer"
 	"github.com/deskgrid/deskgrid/services/platform/config"
 	"github.com/deskgrid/deskgrid/services/platform/grpcserver"
 )
@@ -161,28 +158,6 @@ func (s *setup) tenancy() auth.Tenancy {
 	return auth.CallerOf
 }
 
-// firstKey makes the first admin key when none ever existed, prints it once
-// and keeps it in the data dir for the CLI on this machine.
-func (s *setup) firstKey(ctx context.Context, stdout io.Writer) error {
-	a, err := s.authOn(ctx)
-	if err != nil || a == nil {
-		return err
-	}
-	key, created, err := a.keys.EnsureFirstKey(ctx)
-	if err != nil {
-		return fmt.Errorf("first API key: %w", err)
-	}
-	if !created {
-		return nil
-	}
-	path := filepath.Join(s.cfg.DataDir, adminKeyFile)
-	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
-		return fmt.Errorf("save the first API key: %w", err)
-	}
-	fmt.Fprintf(stdout, "\nThe first API key (tenant %q, admin), shown once and kept in %s:\n\n  %s\n\nSend it as 'Authorization: Bearer <key>'; the CLI reads it from DESKGRID_API_KEY or that file.\n\n", keystore.DefaultTenant, path, key)
-	return nil
-}
-
 // clientKey is the key client commands send: -api-key / DESKGRID_API_KEY, or
 // else the admin key `deskgrid up` left in its data dir (DESKGRID_DATA_DIR or
 // the default), if readable.
@@ -199,35 +174,4 @@ func clientKey(flagKey string) string {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
-}
-
-// gatewayAuth gives the gateway the verifier, viewer tokens for the live
-// view and the per-key rate limit, when -auth is on.
-func (s *setup) gatewayAuth(ctx context.Context, deps *gateway.Deps) error {
-	a, err := s.authOn(ctx)
-	if err != nil || a == nil {
-		return err
-	}
-	keys := []viewer.SigningKey{viewer.NewSigningKey("local")}
-	if s.cfg.ViewerKeys != "" {
-		if keys, err = viewer.ParseKeys(s.cfg.ViewerKeys); err != nil {
-			return fmt.Errorf("-viewer-keys: %w", err)
-		}
-	} else if s.role != "up" {
-		return errors.New("-viewer-keys is required with -auth outside deskgrid up (the same on every gateway)")
-	}
-	rev, err := s.viewerRevocations(ctx)
-	if err != nil {
-		return err
-	}
-	iss, err := viewer.New(viewer.Config{Keys: keys}, rev)
-	if err != nil {
-		return err
-	}
-	deps.Verifier = a.verifier
-	deps.Viewer = iss
-	deps.NodeCredentials = auth.ActAs
-	deps.MetricsNeedKey = s.cfg.MetricsNeedKey
-	deps.RateLimit = a.limiter
-	return nil
 }

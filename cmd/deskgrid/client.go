@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"google.golang.org/protobuf/proto"
 	"io"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -344,4 +346,19 @@ func runSessionCommit(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	fmt.Fprintf(stdout, "%s\t%s\t%d\n", resp.GetImage(), resp.GetDigest(), resp.GetSize())
 	return nil
+}
+
+// dialAddr is the address a client on this machine dials to reach a
+// listener: a wildcard host (":9090", "0.0.0.0", "::") becomes loopback.
+func dialAddr(a net.Addr) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok {
+		return a.String()
+	}
+	ip := tcp.IP
+	if ip == nil || ip.IsUnspecified() {
+		// Go's wildcard listeners are dual-stack: IPv4 loopback reaches them.
+		ip = net.IPv4(127, 0, 0, 1)
+	}
+	return net.JoinHostPort(ip.String(), strconv.Itoa(tcp.Port))
 }

@@ -22,9 +22,24 @@ var sdkPrefixes = []string{
 	"github.com/deskgrid/deskgrid/services/agent/provider",
 }
 
+// controlPlanePrefixes are the import paths of the control plane's services,
+// which the node image's binary must not link either.
+var controlPlanePrefixes = []string{
+	"github.com/deskgrid/deskgrid/services/history",
+	"github.com/deskgrid/deskgrid/services/agent",
+	"github.com/deskgrid/deskgrid/gateway",
+}
+
 // linkedSDKs lists the packages of sdkPrefixes in ./cmd/deskgrid's build
 // with the given tags.
 func linkedSDKs(t *testing.T, tags string) []string {
+	t.Helper()
+	return linked(t, tags, sdkPrefixes)
+}
+
+// linked lists the packages under prefixes in ./cmd/deskgrid's build with
+// the given tags.
+func linked(t *testing.T, tags string, prefixes []string) []string {
 	t.Helper()
 	cmd := exec.Command("go", "list", "-deps", "-tags", tags, ".")
 	var stderr bytes.Buffer
@@ -35,7 +50,7 @@ func linkedSDKs(t *testing.T, tags string) []string {
 	}
 	var found []string
 	for _, p := range strings.Fields(string(out)) {
-		for _, pre := range sdkPrefixes {
+		for _, pre := range prefixes {
 			if strings.HasPrefix(p, pre) {
 				found = append(found, p)
 				break
@@ -57,6 +72,24 @@ func TestNodeOnlyBuildLinksNoLLMSDK(t *testing.T) {
 	}
 	full := strings.Join(linkedSDKs(t, ""), " ")
 	for _, want := range []string{"github.com/anthropics/anthropic-sdk-go", "github.com/openai/openai-go", "google.golang.org/genai"} {
+		if !strings.Contains(full, want) {
+			t.Errorf("the full build does not link %s: the check above proves nothing", want)
+		}
+	}
+}
+
+// TestNodeOnlyBuildLinksNoControlPlane: the node-only build links none of
+// history's, the agent's or the gateway's packages, while the full build
+// links them all.
+func TestNodeOnlyBuildLinksNoControlPlane(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	if found := linked(t, "nodeonly", controlPlanePrefixes); len(found) > 0 {
+		t.Fatalf("the node-only build links %d control-plane packages, first %v", len(found), found[:min(5, len(found))])
+	}
+	full := strings.Join(linked(t, "", controlPlanePrefixes), " ")
+	for _, want := range controlPlanePrefixes {
 		if !strings.Contains(full, want) {
 			t.Errorf("the full build does not link %s: the check above proves nothing", want)
 		}

@@ -8,29 +8,17 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
-	"github.com/deskgrid/deskgrid/gateway"
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	imagev1 "github.com/deskgrid/deskgrid/proto/deskgrid/image/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
-	deskgrid "github.com/deskgrid/deskgrid/sdk"
-	"github.com/deskgrid/deskgrid/sdk/mcpserver"
 	"github.com/deskgrid/deskgrid/services/display"
-	"github.com/deskgrid/deskgrid/services/history"
-	historystore "github.com/deskgrid/deskgrid/services/history/store"
-	"github.com/deskgrid/deskgrid/services/platform/activity"
-	"github.com/deskgrid/deskgrid/services/platform/auth/quota"
 	"github.com/deskgrid/deskgrid/services/platform/auth/secretbox"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/platform/grpcserver"
@@ -42,12 +30,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/session"
 	"github.com/deskgrid/deskgrid/services/session/cluster"
 	"github.com/deskgrid/deskgrid/services/session/placement"
-	sessionstore "github.com/deskgrid/deskgrid/services/session/store"
 )
-
-// eventRetention is how long the event stream keeps events; history keeps
-// them for good once it has stored them.
-const eventRetention = 7 * 24 * time.Hour
 
 // node is the display and sandbox of this machine.
 type node struct {
@@ -191,33 +174,6 @@ func (s *setup) addNode(ctx context.Context, srv *grpcserver.Server, js jetstrea
 	return n, nil
 }
 
-// staticNodes reaches the one node this version places on.
-type staticNodes struct {
-	id   string
-	conn *grpc.ClientConn
-}
-
-func (n staticNodes) Display(nodeID string) (displayv1.DisplayServiceClient, error) {
-	if nodeID != n.id {
-		return nil, fmt.Errorf("unknown node %q", nodeID)
-	}
-	return displayv1.NewDisplayServiceClient(n.conn), nil
-}
-
-func (n staticNodes) Sandbox(nodeID string) (sandboxv1.SandboxServiceClient, error) {
-	if nodeID != n.id {
-		return nil, fmt.Errorf("unknown node %q", nodeID)
-	}
-	return sandboxv1.NewSandboxServiceClient(n.conn), nil
-}
-
-func (n staticNodes) Image(nodeID string) (imagev1.ImageServiceClient, error) {
-	if nodeID != n.id {
-		return nil, fmt.Errorf("unknown node %q", nodeID)
-	}
-	return imagev1.NewImageServiceClient(n.conn), nil
-}
-
 func (s *setup) storeDSN(file string) (string, error) {
 	if s.cfg.PostgresURL != "" {
 		return s.cfg.PostgresURL, nil
@@ -226,143 +182,6 @@ func (s *setup) storeDSN(file string) (string, error) {
 		return "", fmt.Errorf("data dir: %w", err)
 	}
 	return filepath.Join(s.cfg.DataDir, file), nil
-}
-
-// addSession starts the session service. nodeLost, when set, marks every
-// session the store still thinks runs on that node LOST: its node restarted.
-func (s *setup) addSession(ctx context.Context, srv *grpcserver.Server, nc *nats.Conn, js jetstream.JetStream, nodeLost bool) (*session.Service, error) {
-	dsn, err := s.storeDSN("sessions.db")
-	if err != nil {
-		return nil, err
-	}
-	st, err := sessionstore.Open(ctx, dsn, s.logger.With("component", "session-store"))
-	if err != nil {
-		return nil, fmt.Errorf("session store: %w", err)
-	}
-	s.closers.add("session store", func(context.Context) error { return st.Close() })
-	var (
-		placer placement.Placer
-		nodes  session.Nodes
-		reg    *cluster.Registry
-		conns  *cluster.NodeConns
-		local  *placement.Local
-	)
-	if s.clustered() {
-		// Cluster mode: nodes come from the registry; placement reserves
-		// there, so any number of session replicas may run.
-		if reg, err = s.registry(ctx); err != nil {
-			return nil, err
-		}
-		placer = cluster.NewPlacer(reg, cluster.PlacerConfig{K: s.cfg.PlacementK, TenantAntiAffinity: s.cfg.TenantAntiAffinity})
-		dopts, err := s.internalDialOptions(ctx)
-		if err != nil {
-			return nil, err
-		}
-		conns = cluster.NewNodeConns(reg, append(dopts, telemetryDialOptions()...)...)
-		s.closers.add("node connections", func(context.Context) error { return conns.Close() })
-		nodes = conns
-	} else {
-		conn, err := s.internalDial(ctx, s.cfg.NodeAddr)
-		if err != nil {
-			return nil, err
-		}
-		s.closers.add("node connection", func(context.Context) error { return conn.Close() })
-		local = placement.NewLocal(placement.Node{ID: s.cfg.NodeID, Address: s.cfg.NodeAddr}, s.cfg.NodeMaxSessions)
-		placer = local
-		nodes = staticNodes{id: s.cfg.NodeID, conn: conn}
-	}
-
-	cfg := session.DefaultConfig()
-	cfg.DefaultTTL = s.cfg.DefaultTTL
-	cfg.MaxTTL = s.cfg.MaxTTL
-	cfg.DefaultIdleTimeout = s.cfg.DefaultIdleTimeout
-	cfg.CreateTimeout = s.cfg.CreateTimeout
-	cfg.ReapInterval = s.cfg.ReapInterval
-	cfg.Desktop = strings.Fields(s.cfg.WindowManager)
-	cfg.DefaultImage = s.cfg.DefaultImage
-	cfg.TenantQuota = quota.Amount{Sessions: s.cfg.TenantMaxSessions, CPUMillis: s.cfg.TenantMaxCPUMillis, MemoryBytes: s.cfg.TenantMaxMemoryBytes}
-	// The nodes' and the agent's reports of use, for the idle reaper.
-	usage, err := activity.NewMonitor(activity.MonitorConfig{Interval: s.cfg.ActivityInterval},
-		activity.MonitorDeps{NATS: nc, Logger: s.logger.With("component", "activity")})
-	if err != nil {
-		return nil, err
-	}
-	s.closers.add("activity monitor", usage.Close)
-	svc, err := session.New(ctx, cfg, session.Deps{
-		Activity: usage,
-		Logger:   s.logger.With("component", "session"),
-		Store:    st,
-		Placer:   placer,
-		Nodes:    nodes,
-		Events:   events.NewPublisher(js),
-		NATS:     nc,
-		Tenancy:  s.tenancy(),
-		// Placement prefers a node holding the session's image.
-		ImageKeys: s.sessionImageKeys,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("session: %w", err)
-	}
-	s.closers.add("session", svc.Close)
-	if err := s.observeSessions(st); err != nil {
-		return nil, err
-	}
-	if err := s.observeNodes(reg, local); err != nil {
-		return nil, err
-	}
-	if nc != nil {
-		if err := s.countEvents(nc, metrics.EventKinds{Sessions: true}); err != nil {
-			return nil, err
-		}
-	}
-	if nodeLost {
-		n, err := svc.MarkNodeSessionsLost(ctx, s.cfg.NodeID, "node restarted")
-		if err != nil {
-			return nil, fmt.Errorf("session: mark sessions of the previous run lost: %w", err)
-		}
-		if n > 0 {
-			s.logger.Warn("sessions of a previous run are lost", "count", n)
-		}
-	}
-	if reg != nil {
-		// Every replica watches: marking LOST is a generation-checked
-		// write, so replicas racing on one node do no harm.
-		w := cluster.WatchWith(reg, cluster.WatchConfig{
-			Interval: s.cfg.HeartbeatInterval / 2,
-			// After Redis comes back, a live node heartbeats again within
-			// its TTL (the next tick, plus the call).
-			Grace:  max(s.cfg.HeartbeatTTL, 3*s.cfg.HeartbeatInterval/2),
-			Logger: s.logger.With("component", "node-watcher"),
-			Lost: func(ctx context.Context, nodeID string) error {
-				conns.Forget(nodeID)
-				_, err := svc.MarkNodeSessionsLost(ctx, nodeID, "node heartbeat expired")
-				return err
-			},
-			Ended: svc.SessionEnded,
-			// Redis is a cache of placement; the records are the truth.
-			Records: func(ctx context.Context) ([]cluster.Assignment, error) {
-				placed, err := svc.Placed(ctx)
-				out := make([]cluster.Assignment, 0, len(placed))
-				for _, p := range placed {
-					out = append(out, cluster.Assignment{SessionID: p.GetId(), NodeID: p.GetNodeId(), Tenant: p.GetTenant(),
-						CPUMillis: p.GetLimits().GetCpuMillis(), Memory: p.GetLimits().GetMemoryBytes()})
-				}
-				return out, err
-			},
-		})
-		s.closers.add("node watcher", w.Close)
-		nodeSvc := cluster.NewNodeService(reg, conns, s.logger.With("component", "nodes"))
-		nodeSvc.Register(srv.GRPC)
-		// Each node keeps its own images: image calls name a node, and a
-		// list or get that names none asks every live node.
-		cluster.NewImageProxy(nodeSvc).Register(srv.GRPC)
-		srv.SetServing(imagev1.ImageService_ServiceDesc.ServiceName)
-	} else {
-		// One machine: its one node, drained and undrained like a cluster's.
-		cluster.NewNodeService(cluster.LocalNodes{Local: local}, nodes.(staticNodes), s.logger.With("component", "nodes")).Register(srv.GRPC)
-	}
-	svc.Register(srv.GRPC)
-	return svc, nil
 }
 
 // clustered: this process runs one role of a cluster, with a registry.
@@ -446,19 +265,6 @@ func (n *node) imageKeys(ctx context.Context) ([]string, error) {
 	return keys, nil
 }
 
-// sessionImageKeys name a session's image as the nodes report theirs: the
-// reference normalised as the image store does, under the tenant the nodes
-// keep the caller's tags under (none without authentication).
-func (s *setup) sessionImageKeys(tenant, ref string) []string {
-	if !s.cfg.Auth {
-		tenant = ""
-	}
-	if r, err := image.ParseRef(ref); err == nil {
-		ref = r.Name
-	}
-	return placement.ImageKeys(tenant, ref)
-}
-
 // reconcile removes every display and sandbox on this node whose session
 // keep does not hold: those this process runs (its heartbeat lapsed and
 // the control plane gave them up) and those an earlier process left.
@@ -505,39 +311,6 @@ func (n *node) reconcile(ctx context.Context, keep map[string]bool) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func (s *setup) addHistory(ctx context.Context, srv *grpcserver.Server, js jetstream.JetStream) error {
-	dsn, err := s.storeDSN("history.db")
-	if err != nil {
-		return err
-	}
-	st, err := historystore.Open(ctx, dsn)
-	if err != nil {
-		return fmt.Errorf("history store: %w", err)
-	}
-	s.closers.add("history store", func(context.Context) error { return st.Close() })
-	cfg := history.DefaultConfig()
-	cfg.StreamMaxAge = eventRetention
-	cfg.BlobDir = filepath.Join(s.cfg.DataDir, "blobs")
-	h, err := history.New(ctx, cfg, history.Deps{Logger: s.logger.With("component", "history"), Store: st, JS: js, Tenancy: s.tenancy()})
-	if err != nil {
-		return fmt.Errorf("history: %w", err)
-	}
-	s.closers.add("history", h.Close)
-	h.Register(srv.GRPC)
-	if err := s.observeBlobs(cfg.BlobDir); err != nil {
-		return err
-	}
-	stopIngest, err := metrics.ObserveHistoryIngest(func() metrics.HistoryIngest {
-		st := h.IngestStats()
-		return metrics.HistoryIngest{Stored: int64(st.Stored), Duplicates: int64(st.Duplicates), Rejected: int64(st.Rejected), StoreFailures: int64(st.StoreFailures)}
-	})
-	if err != nil {
-		return err
-	}
-	s.closers.add("history ingest metrics", func(context.Context) error { return stopIngest() })
-	return s.observeConsumers(js)
 }
 
 // secretBox seals secrets at rest (provider keys runs bring). Its keys:
@@ -608,125 +381,43 @@ func (s *setup) secretKey() ([]byte, error) {
 	return k, nil
 }
 
-// startGateway serves REST on cfg.HTTPAddr, forwarding to the configured addresses.
-func (s *setup) startGateway(ctx context.Context) (string, error) {
-	conns := map[string]*grpc.ClientConn{}
-	get := func(addr string) (*grpc.ClientConn, error) {
-		if c, ok := conns[addr]; ok {
-			return c, nil
-		}
-		counted, err := s.countedDialOption(ctx)
-		if err != nil {
-			return nil, err
-		}
-		c, err := dial(addr, counted...)
-		if err != nil {
-			return nil, err
-		}
-		conns[addr] = c
-		s.closers.add("gateway connection "+addr, func(context.Context) error { return c.Close() })
-		return c, nil
-	}
-	var b gateway.Backends
-	backends := []struct {
-		addr string
-		dst  *grpc.ClientConnInterface
-	}{{s.cfg.SessionAddr, &b.Session}, {s.cfg.AgentAddr, &b.Agent}, {s.cfg.HistoryAddr, &b.History}}
-	// Node calls carry the internal token besides the caller's key: the
-	// live view reaches the node as the system acting for the viewer
-	// token's tenant. Its own connection, so no other backend call can go
-	// out as the system.
-	if s.clustered() {
-		// Each session's display and sandbox calls go to its own node.
-		r, err := s.nodeRouter(ctx, true)
-		if err != nil {
-			return "", err
-		}
-		b.Node = r
-	} else {
-		c, err := s.internalDial(ctx, s.cfg.NodeAddr)
-		if err != nil {
-			return "", err
-		}
-		s.closers.add("gateway node connection", func(context.Context) error { return c.Close() })
-		b.Node = c
-	}
-	for _, x := range backends {
-		c, err := get(x.addr)
-		if err != nil {
-			return "", err
-		}
-		*x.dst = c
-	}
-	if s.clustered() {
-		// Each node keeps its own images; the session service sends an
-		// image call to the node it names, or asks every live node.
-		b.Image = b.Session
-	}
-	images := b.Image
-	if images == nil {
-		images = b.Node
-	}
-	// The MCP endpoint drives deskgrid through the Go SDK over the same backends.
-	client := deskgrid.NewWithConn(serviceConns{
-		"deskgrid.session.v1.": b.Session, "deskgrid.display.v1.": b.Node, "deskgrid.sandbox.v1.": b.Node, "deskgrid.image.v1.": images,
-		"deskgrid.agent.v1.": b.Agent, "deskgrid.history.v1.": b.History,
-	})
-	deps := gateway.Deps{
-		Logger:   s.logger.With("component", "gateway"),
-		Backends: b,
-		Metrics:  s.tel.Metrics,
-		MCP:      mcpserver.HTTPHandler(client, version),
-	}
-	if err := s.gatewayAuth(ctx, &deps); err != nil {
-		return "", err
-	}
-	g, err := gateway.New(ctx, gateway.DefaultConfig(), deps)
-	if err != nil {
-		return "", err
-	}
-	hs, lis, err := s.httpServer(g.Handler())
-	if err != nil {
-		return "", err
-	}
-	// Live viewers hold upgraded connections that the HTTP server's Shutdown
-	// does not see; the gateway ends them first.
-	s.closers.add("gateway", g.Close)
-	go func() {
-		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.logger.Error("HTTP server", "err", err)
-		}
-	}()
-	return lis.Addr().String(), nil
+// shortHash names a path in a few characters.
+func shortHash(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:4])
 }
 
-// serviceConns sends each call to the connection of its service, chosen by
-// the full method name's package prefix.
-type serviceConns map[string]grpc.ClientConnInterface
+// defaultImage is the image of sessions that name none: the desktop that
+// scripts/setup builds (deploy/images/desktop).
+const defaultImage = "deskgrid/desktop:latest"
 
-func (m serviceConns) pick(method string) (grpc.ClientConnInterface, error) {
-	for prefix, cc := range m {
-		if strings.HasPrefix(strings.TrimPrefix(method, "/"), prefix) {
-			return cc, nil
-		}
+// ensureDefaultImage makes -default-image runnable on this node: kept when
+// the store has it, imported (public to every tenant) from
+// -default-image-dir when not. When neither works, sessions that name no
+// image run on the node's own programs, and the log says why.
+func (s *setup) ensureDefaultImage(ctx context.Context, images *image.Store) {
+	ref := s.cfg.DefaultImage
+	if ref == "" {
+		return
 	}
-	return nil, status.Errorf(codes.Unimplemented, "no backend serves %s", method)
-}
-
-func (m serviceConns) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
-	cc, err := m.pick(method)
-	if err != nil {
-		return err
+	if _, err := images.Resolve(ctx, "", ref); err == nil {
+		return
 	}
-	return cc.Invoke(ctx, method, args, reply, opts...)
-}
-
-func (m serviceConns) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	cc, err := m.pick(method)
-	if err != nil {
-		return nil, err
+	dir := s.cfg.DefaultImageDir
+	if _, err := os.Stat(filepath.Join(dir, "index.json")); err != nil {
+		s.logger.Warn("the default image is not on this node and there is none to import: sessions that name no image run on the node's own programs (build it with scripts/setup, or set -default-image)", "image", ref, "dir", dir)
+		s.cfg.DefaultImage = ""
+		return
 	}
-	return cc.NewStream(ctx, desc, method, opts...)
+	s.logger.Info("importing the default image (once per node)", "image", ref, "from", dir)
+	if _, err := images.ImportPath(ctx, "", dir, image.ImportOptions{Ref: ref}); err != nil {
+		s.logger.Error("import the default image: sessions that name no image run on the node's own programs", "image", ref, "from", dir, "error", err)
+		s.cfg.DefaultImage = ""
+		return
+	}
+	if err := images.SetPublic(ctx, "", ref, true); err != nil {
+		s.logger.Warn("make the default image public", "image", ref, "error", err)
+	}
 }
 
 // nodeRouter reaches the node of each session by the session map, for the
@@ -768,43 +459,4 @@ func (s *setup) nodeRouter(ctx context.Context, internal bool) (*noderoute.Route
 		s.closers.add("node router events", func(context.Context) error { return sub.Unsubscribe() })
 	}
 	return r, nil
-}
-
-// shortHash names a path in a few characters.
-func shortHash(s string) string {
-	h := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(h[:4])
-}
-
-// defaultImage is the image of sessions that name none: the desktop that
-// scripts/setup builds (deploy/images/desktop).
-const defaultImage = "deskgrid/desktop:latest"
-
-// ensureDefaultImage makes -default-image runnable on this node: kept when
-// the store has it, imported (public to every tenant) from
-// -default-image-dir when not. When neither works, sessions that name no
-// image run on the node's own programs, and the log says why.
-func (s *setup) ensureDefaultImage(ctx context.Context, images *image.Store) {
-	ref := s.cfg.DefaultImage
-	if ref == "" {
-		return
-	}
-	if _, err := images.Resolve(ctx, "", ref); err == nil {
-		return
-	}
-	dir := s.cfg.DefaultImageDir
-	if _, err := os.Stat(filepath.Join(dir, "index.json")); err != nil {
-		s.logger.Warn("the default image is not on this node and there is none to import: sessions that name no image run on the node's own programs (build it with scripts/setup, or set -default-image)", "image", ref, "dir", dir)
-		s.cfg.DefaultImage = ""
-		return
-	}
-	s.logger.Info("importing the default image (once per node)", "image", ref, "from", dir)
-	if _, err := images.ImportPath(ctx, "", dir, image.ImportOptions{Ref: ref}); err != nil {
-		s.logger.Error("import the default image: sessions that name no image run on the node's own programs", "image", ref, "from", dir, "error", err)
-		s.cfg.DefaultImage = ""
-		return
-	}
-	if err := images.SetPublic(ctx, "", ref, true); err != nil {
-		s.logger.Warn("make the default image public", "image", ref, "error", err)
-	}
 }

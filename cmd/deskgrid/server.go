@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -321,16 +320,6 @@ func (s *setup) grpcServer(ctx context.Context, rec *trail.Recorder, act *activi
 		return nil, nil, fmt.Errorf("gRPC listen: %w", err)
 	}
 	srv := grpcserver.New(grpcserver.Options{Logger: s.logger, ServerOptions: opts})
-	return srv, lis, nil
-}
-
-func (s *setup) httpServer(h http.Handler) (*http.Server, net.Listener, error) {
-	lis, err := net.Listen("tcp", s.cfg.HTTPAddr)
-	if err != nil {
-		return nil, nil, fmt.Errorf("HTTP listen: %w", err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	s.closers.add("HTTP server", srv.Shutdown)
 	return srv, lis, nil
 }
 

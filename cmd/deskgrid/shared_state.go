@@ -7,7 +7,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/deskgrid/deskgrid/services/platform/auth/viewer"
 	"github.com/deskgrid/deskgrid/services/platform/metrics"
 )
 
@@ -40,16 +39,4 @@ func (s *setup) redisClient(ctx context.Context) (*redis.Client, error) {
 		return nil, fmt.Errorf("connect to Redis at %s: %w", opt.Addr, err)
 	}
 	return rdb, nil
-}
-
-// viewerRevocations are the revoked viewer links, seen by every gateway.
-func (s *setup) viewerRevocations(ctx context.Context) (viewer.Revocations, error) {
-	if !s.clustered() {
-		return viewer.NewMemory(), nil
-	}
-	rdb, err := s.redisClient(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return viewer.NewRedis(rdb, s.cfg.RedisPrefix), nil
 }

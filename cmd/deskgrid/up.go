@@ -1,12 +1,12 @@
+//go:build !nodeonly
+
 package main
 
 import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"strconv"
 
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	"github.com/deskgrid/deskgrid/services/platform/auth"
@@ -16,9 +16,6 @@ import (
 // runUp runs every service in this process: embedded NATS, SQLite, one node.
 // The services still talk to each other over gRPC, as they do in a cluster.
 func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
-	if nodeOnly {
-		return usageError("up: %s", nodeOnlyRoles)
-	}
 	cfg, rest, err := parseServerFlags("up", args, stderr)
 	if err != nil {
 		return err
@@ -98,21 +95,6 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) (err er
 	<-ctx.Done()
 	s.logger.Info("shutting down")
 	return nil
-}
-
-// dialAddr is the address a client on this machine dials to reach a
-// listener: a wildcard host (":9090", "0.0.0.0", "::") becomes loopback.
-func dialAddr(a net.Addr) string {
-	tcp, ok := a.(*net.TCPAddr)
-	if !ok {
-		return a.String()
-	}
-	ip := tcp.IP
-	if ip == nil || ip.IsUnspecified() {
-		// Go's wildcard listeners are dual-stack: IPv4 loopback reaches them.
-		ip = net.IPv4(127, 0, 0, 1)
-	}
-	return net.JoinHostPort(ip.String(), strconv.Itoa(tcp.Port))
 }
 
 // stopAllSessions deletes every session that is not finished.

@@ -2,11 +2,8 @@ package agent
 
 import (
 	"context"
-	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
-	"net"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -14,6 +11,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/agent/lease"
 	"github.com/deskgrid/deskgrid/services/agent/runlog"
 	"github.com/deskgrid/deskgrid/services/agent/store"
+	"github.com/deskgrid/deskgrid/services/platform/sqlstore"
 )
 
 // Errors the handlers turn into status codes.
@@ -73,17 +71,10 @@ func storeErr(op string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case isOutage(err):
+	case sqlstore.IsUnreachable(err):
 		return &backendError{msg: op + ": the run store did not answer; retry shortly", err: err}
 	}
 	return fmt.Errorf("%s: %w", op, err)
-}
-
-// isOutage reports whether err says a server could not be reached or
-// dropped the connection (rather than refused the request).
-func isOutage(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone)
 }
 
 // leaseErr wraps an error of the input lease manager, as storeErr.

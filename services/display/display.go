@@ -150,6 +150,15 @@ func (d *display) usable() error {
 	return nil
 }
 
+// grab captures rect of the screen, through the shared-memory segment when
+// there is one. The caller holds shotMu.
+func (d *display) grab(rect capture.Rect) (*capture.Frame, error) {
+	if d.shared != nil {
+		return d.shared.Grab(d.screen, rect)
+	}
+	return capture.Grab(d.conn, d.screen, rect)
+}
+
 // explain turns an error from a connection whose display is being deleted,
 // or whose server has just died, into the error that says so.
 func (d *display) explain(err error) error {

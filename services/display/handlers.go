@@ -131,13 +131,7 @@ func (s *Service) screenshot(d *display, spec shotSpec) (*displayv1.ScreenshotRe
 		return nil, fmt.Errorf("the screen of session %s is %dx%d now, resized while the request was on its way; ask again: %w",
 			d.sessionID, d.screen.Width, d.screen.Height, errResized)
 	}
-	var f *capture.Frame
-	var err error
-	if d.shared != nil {
-		f, err = d.shared.Grab(d.screen, rect)
-	} else {
-		f, err = capture.Grab(d.conn, d.screen, rect)
-	}
+	f, err := d.grab(rect)
 	if err != nil {
 		return nil, d.explain(err)
 	}

@@ -374,13 +374,7 @@ func (s *Service) grabInto(d *display, buf []byte, w, h int) error {
 	d.followSize()
 	d.ensureShared(s.log)
 	rect := capture.Rect{Width: d.screen.Width, Height: d.screen.Height}
-	var f *capture.Frame
-	var err error
-	if d.shared != nil {
-		f, err = d.shared.Grab(d.screen, rect)
-	} else {
-		f, err = capture.Grab(d.conn, d.screen, rect)
-	}
+	f, err := d.grab(rect)
 	if err != nil {
 		return d.explain(err)
 	}

@@ -191,16 +191,26 @@ func (s *Service) adopt(ctx context.Context, id string) error {
 	b := &box{id: id, cid: id, tenant: m.Tenant, dir: dir, lower: m.Lower, owner: m.Owner, driver: driver, created: m.Created,
 		limits: m.Limits, cg: cg, disk: m.Disk, network: m.Network, procs: map[string]*proc{}, frozen: cg != nil && cg.Frozen(),
 		ready: make(chan struct{}), ok: true, deleted: make(chan struct{}), kill: kill, cancel: cancel}
+	if !s.keepAdopted(id, b, cancel) {
+		return nil
+	}
+	s.log.InfoContext(ctx, "adopted sandbox", "session_id", id, "driver", driver.Name())
+	return nil
+}
+
+// keepAdopted marks the adopted box b ready and keeps it as id's, unless a
+// box of that id is already kept, when it releases b (cancel) and reports
+// false.
+func (s *Service) keepAdopted(id string, b *box, cancel context.CancelFunc) bool {
 	close(b.ready)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.boxes[id] != nil {
 		cancel()
-		return nil
+		return false
 	}
 	s.boxes[id] = b
-	s.log.InfoContext(ctx, "adopted sandbox", "session_id", id, "driver", driver.Name())
-	return nil
+	return true
 }
 
 // adoptContainer takes over a container sandbox a previous process made:
@@ -284,14 +294,9 @@ func (s *Service) adoptContainer(ctx context.Context, id, dir string, m meta) er
 			return fail(err)
 		}
 	}
-	close(b.ready)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.boxes[id] != nil {
-		cancel()
+	if !s.keepAdopted(id, b, cancel) {
 		return nil
 	}
-	s.boxes[id] = b
 	s.log.InfoContext(ctx, "adopted container sandbox", "session_id", id, "restarted", !running)
 	return nil
 }

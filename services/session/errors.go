@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/deskgrid/deskgrid/services/platform/auth/quota"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/deskgrid/deskgrid/services/platform/auth/quota"
+	"github.com/deskgrid/deskgrid/services/platform/sqlstore"
 	"github.com/deskgrid/deskgrid/services/session/placement"
 	"github.com/deskgrid/deskgrid/services/session/state"
 	"github.com/deskgrid/deskgrid/services/session/store"
@@ -96,6 +97,11 @@ func (s *Service) toStatus(ctx context.Context, err error) error {
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
+	case sqlstore.IsUnreachable(err) && !errors.As(err, &ne):
+		// The session store could not be reached: an outage the caller may
+		// retry. The cause (an address, a driver message) is logged, not sent.
+		s.log.WarnContext(ctx, "session call failed: the session store did not answer", "err", err)
+		return status.Error(codes.Unavailable, "the session store did not answer; retry shortly")
 	case errors.As(err, &ne):
 		// A node that refuses the request for its own reasons says why; any
 		// other failure means the node could not be reached or did not cope.

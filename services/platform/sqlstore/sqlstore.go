@@ -2,7 +2,7 @@
 // records in: a SQLite file on one machine, PostgreSQL in a cluster. It is
 // the one place that knows how: the connection pools, the SQLite pragmas and
 // file-URI escaping, the goose migrations under a per-store advisory lock,
-// placeholder rebinding, unique-violation detection and the query tracer
+// placeholder rebinding, unique-violation and outage detection and the query tracer
 // that times every PostgreSQL query (deskgrid_postgres_query_duration_seconds).
 //
 // A store embeds its migrations as two directories, "sqlite" and
@@ -13,11 +13,14 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -281,6 +284,20 @@ func (d *DB) Close() error {
 		err = errors.Join(err, d.R.Close())
 	}
 	return err
+}
+
+// IsUnreachable reports whether err says the database could not be reached
+// or dropped the connection (a network error, a connection pgx could not
+// make, one the server closed under a query, one database/sql gave up on),
+// rather than refused the request: an outage the caller may retry.
+func IsUnreachable(err error) bool {
+	var (
+		ne net.Error
+		ce *pgconn.ConnectError
+	)
+	return errors.As(err, &ne) || errors.As(err, &ce) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone)
 }
 
 // IsUnique reports whether err is a unique or primary-key violation, of

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -362,6 +365,42 @@ func TestOperation(t *testing.T) {
 	} {
 		if got := sqlstore.Operation(sql); got != want {
 			t.Errorf("Operation(%q) = %q, want %q", sql, got, want)
+		}
+	}
+}
+
+// A database that cannot be reached is an outage; one that answers with an
+// error (a unique violation, a bad query, no rows) is not.
+func TestIsUnreachable(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	_ = lis.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, "postgres://postgres@"+addr+"/test?sslmode=disable&connect_timeout=5")
+	if err == nil {
+		_ = conn.Close(ctx)
+		t.Skip("the closed port answered")
+	}
+	if !sqlstore.IsUnreachable(err) {
+		t.Fatalf("connect to a closed port: %v (%T) is not an outage", err, err)
+	}
+	if !sqlstore.IsUnreachable(fmt.Errorf("get x: %w", sql.ErrConnDone)) {
+		t.Fatal("sql.ErrConnDone is not an outage")
+	}
+
+	_, pg := sqlstoretest.Schema(t, "sqlstore_test")
+	for name, dsn := range map[string]string{"sqlite": filepath.Join(t.TempDir(), "r.db"), "postgres": pg} {
+		db := open(t, dsn, config("reach"))
+		for _, q := range []string{"SELECT * FROM no_such_table", "SELECT id FROM things WHERE 1 = 0"} {
+			var id any
+			err := db.R.QueryRowContext(ctx, q).Scan(&id)
+			if err == nil || sqlstore.IsUnreachable(err) {
+				t.Fatalf("%s: %s: %v counted as an outage", name, q, err)
+			}
 		}
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -16,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -26,6 +24,7 @@ import (
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/platform/auth"
 	"github.com/deskgrid/deskgrid/services/platform/events"
+	"github.com/deskgrid/deskgrid/services/platform/grpcserver/grpcservertest"
 	"github.com/deskgrid/deskgrid/services/platform/natsembed/natstest"
 	"github.com/deskgrid/deskgrid/services/platform/trail"
 )
@@ -131,20 +130,10 @@ func startServer(t testing.TB, cfg trail.Config, pub events.Publisher, record bo
 	if record {
 		opts = append(opts, rec.ServerOptions()...)
 	}
-	srv := grpc.NewServer(opts...)
-	displayv1.RegisterDisplayServiceServer(srv, node{})
-	sandboxv1.RegisterSandboxServiceServer(srv, node{})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := grpcservertest.Serve(t, func(r grpc.ServiceRegistrar) {
+		displayv1.RegisterDisplayServiceServer(r, node{})
+		sandboxv1.RegisterSandboxServiceServer(r, node{})
+	}, grpcservertest.Options{ServerOptions: opts})
 	return &harness{js: js, rec: rec, display: displayv1.NewDisplayServiceClient(conn), sandbox: sandboxv1.NewSandboxServiceClient(conn)}
 }
 

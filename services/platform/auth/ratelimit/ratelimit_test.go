@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -16,14 +15,13 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
 	"github.com/deskgrid/deskgrid/services/platform/auth"
+	"github.com/deskgrid/deskgrid/services/platform/grpcserver/grpcservertest"
 )
 
 type clock struct {
@@ -174,27 +172,17 @@ func TestGRPCInterceptor(t *testing.T) {
 		}
 		return ctx
 	}
-	srv := grpc.NewServer(append([]grpc.ServerOption{
+	// The production server, which serves health itself.
+	cc := grpcservertest.Serve(t, func(r grpc.ServiceRegistrar) {
+		agentv1.RegisterAgentServiceServer(r, agent{})
+	}, grpcservertest.Options{ServerOptions: append([]grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			return h(fakeAuth(ctx), req)
 		}),
 		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 			return h(srv, &ctxStream{ServerStream: ss, ctx: fakeAuth(ss.Context())})
 		}),
-	}, l.ServerOptions()...)...)
-	healthpb.RegisterHealthServer(srv, health.NewServer())
-	agentv1.RegisterAgentServiceServer(srv, agent{})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close() })
+	}, l.ServerOptions()...)})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 
@@ -210,7 +198,7 @@ func TestGRPCInterceptor(t *testing.T) {
 		t.Fatal(err)
 	}
 	var hdr metadata.MD
-	_, err = ac.GetRun(as("a"), &agentv1.GetRunRequest{}, grpc.Header(&hdr))
+	_, err := ac.GetRun(as("a"), &agentv1.GetRunRequest{}, grpc.Header(&hdr))
 	st := status.Convert(err)
 	if st.Code() != codes.ResourceExhausted {
 		t.Fatalf("over the limit: %v", err)
