@@ -112,13 +112,6 @@ var officeTask = suiteTask{
 		}
 	},
 	check: sheetHasFormula,
-	// Calc may lose the first keys it is sent once its window has the
-	// keyboard (see docs/benchmarks.md: a first attempt fails about one
-	// run in three through OpenAI's and Gemini's formats, and is done
-	// again); run once, the suite carries it through Anthropic's format,
-	// whose moves wait for the sheet the same way. make tasks runs it
-	// through all three.
-	provider: "anthropic",
 	// LibreOffice's office process outlives the launcher the task started:
 	// it goes too, so the next run opens the sheet afresh.
 	cleanup: "pkill -x soffice.bin; for i in $(seq 100); do pgrep -x soffice.bin >/dev/null || break; sleep 0.1; done; rm -f ~/work/.~lock.sheet.ods#",

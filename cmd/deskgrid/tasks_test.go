@@ -239,10 +239,6 @@ type suiteTask struct {
 	// cleanup is a command run in the session after each run, besides
 	// ending what the run started.
 	cleanup string
-	// provider, when set, is the provider whose wire format carries the
-	// task when the suite runs each task once (DESKGRID_TASKS_ALL runs it
-	// through every provider, as every task).
-	provider string
 }
 
 func logHas(line string) func(e *taskEnv, t testing.TB) (bool, string) {
@@ -485,9 +481,6 @@ func TestTaskSuite(t *testing.T) {
 	}
 	for i, task := range suiteTasks {
 		providers := []string{suiteProviders[i%len(suiteProviders)]}
-		if task.provider != "" {
-			providers = []string{task.provider}
-		}
 		if all {
 			providers = suiteProviders
 		}
