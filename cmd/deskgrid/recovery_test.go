@@ -235,6 +235,9 @@ func TestClusterRecovery(t *testing.T) {
 	})
 
 	t.Run("Redis frozen", func(t *testing.T) {
+		// Both nodes are up first: n1, just started again, connects to
+		// Redis at its start and would give up on a frozen one.
+		c.waitAlive(90*time.Second, "n1", "n2")
 		rs.signal(syscall.SIGSTOP)
 		frozen := time.Now()
 		_, err := c.createWith(&sessionv1.CreateSessionRequest{})
