@@ -65,8 +65,9 @@ func TestClipboardAndWindows(t *testing.T) {
 	if err := s.Paste(ctx, "вставка 粘贴"); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.Clipboard(ctx); err != nil || got != "вставка 粘贴" {
-		t.Fatalf("clipboard after paste %q, %v", got, err)
+	// A paste gives the clipboard back as it was before it.
+	if got, err := s.Clipboard(ctx); err != nil || got != "héllo 世界" {
+		t.Fatalf("clipboard after paste %q, %v; want what it held before", got, err)
 	}
 	code, v := rest(t, srv, "POST", "/v1/sessions/"+s.GetId()+"/clipboard", `{"text":"from REST ✓"}`)
 	if code != 200 {

@@ -398,8 +398,16 @@ func TestMCPSessionsCannotBeRidden(t *testing.T) {
 	}
 	// A read key of the tenant may list but not start or stop.
 	readerRec := connectAs(t, hs.URL, sameTenantRead)
-	if res := call(t, readerRec, "list_recordings", map[string]any{"session_id": s.ID}); res.IsError || !strings.Contains(fmt.Sprint(res.StructuredContent), rec.ID) {
-		t.Errorf("read key list_recordings: %v", textOf(res))
+	// History lists the recording once it has stored its start event.
+	var listed *mcp.CallToolResult
+	for end := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		listed = call(t, readerRec, "list_recordings", map[string]any{"session_id": s.ID})
+		if listed.IsError || strings.Contains(fmt.Sprint(listed.StructuredContent), rec.ID) || time.Now().After(end) {
+			break
+		}
+	}
+	if listed.IsError || !strings.Contains(fmt.Sprint(listed.StructuredContent), rec.ID) {
+		t.Errorf("read key list_recordings: %v", textOf(listed))
 	}
 	for tool, args := range map[string]map[string]any{
 		"start_recording": {"session_id": s.ID},
