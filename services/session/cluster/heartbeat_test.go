@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -110,4 +111,49 @@ func TestLastHeartbeatStandsStillWhileRedisIsUnreachable(t *testing.T) {
 
 	lim.down.Store(false)
 	testkit.Eventually(t, 10*time.Second, func() bool { return m.LastHeartbeat().After(stuck) }, "a heartbeat once Redis answers")
+}
+
+// A node started while Redis does not answer joins once it does, within
+// JoinTimeout; after JoinTimeout it gives up with Redis's error.
+func TestJoinWaitsOutAShortRedisOutage(t *testing.T) {
+	reg, _ := newRegistry(t)
+	opt, err := redis.ParseURL(redisURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := &unreachable{}
+	opt.Limiter = lim
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { rdb.Close() })
+	nodeReg := NewRegistry(rdb, string(reg.k))
+	cfg := MemberConfig{Node: NodeInfo{ID: "n1", Address: "127.0.0.1:9", Capacity: placement.Capacity{Sessions: 1}},
+		Interval: 20 * time.Millisecond, TTL: time.Second, JoinTimeout: 10 * time.Second}
+
+	lim.down.Store(true)
+	reconciled := make(chan struct{}, 16)
+	time.AfterFunc(300*time.Millisecond, func() { lim.down.Store(false) })
+	m, err := Join(context.Background(), nodeReg, cfg, nil, func(context.Context, map[string]bool) error {
+		reconciled <- struct{}{}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("join across a short outage: %v", err)
+	}
+	t.Cleanup(func() { _ = m.Close(context.Background(), true) })
+	if len(reconciled) == 0 {
+		t.Fatal("joined without reconciling")
+	}
+	if n, err := reg.Node(context.Background(), "n1"); err != nil || !n.Alive {
+		t.Fatalf("after the join: %+v, %v", n, err)
+	}
+
+	lim.down.Store(true)
+	cfg.Node.ID, cfg.JoinTimeout = "n2", 200*time.Millisecond
+	if _, err := Join(context.Background(), nodeReg, cfg, nil, nil); err == nil || !strings.Contains(err.Error(), "redis unreachable") {
+		t.Fatalf("join with Redis down past the timeout: %v, want Redis's error", err)
+	}
+	lim.down.Store(false)
+	if n, err := reg.Node(context.Background(), "n2"); err == nil && n.Alive {
+		t.Fatal("a node that gave up joining is alive")
+	}
 }

@@ -24,6 +24,11 @@ type MemberConfig struct {
 	// RestartWait bounds how long a restarted node waits for the control
 	// plane to give up the sessions of its previous run (3 × TTL when zero).
 	RestartWait time.Duration
+	// JoinTimeout bounds how long Join keeps trying while Redis does not
+	// answer (one minute when zero): a node started during a short Redis
+	// outage or stall joins once it is over, one pointed at a wrong
+	// address fails.
+	JoinTimeout time.Duration
 	// Images, when set, lists the keys of the images the node holds
 	// (placement.HeldImageKeys of each tag). They are recorded at join and
 	// again after a heartbeat whenever they changed, so placement prefers
@@ -77,6 +82,9 @@ func Join(ctx context.Context, reg *Registry, cfg MemberConfig, logger *slog.Log
 	if cfg.RestartWait <= 0 {
 		cfg.RestartWait = 3 * cfg.TTL
 	}
+	if cfg.JoinTimeout <= 0 {
+		cfg.JoinTimeout = time.Minute
+	}
 	if cfg.TTL <= cfg.Interval {
 		return nil, fmt.Errorf("cluster: heartbeat TTL %s must be longer than the interval %s", cfg.TTL, cfg.Interval)
 	}
@@ -87,21 +95,42 @@ func Join(ctx context.Context, reg *Registry, cfg MemberConfig, logger *slog.Log
 	_, _ = rand.Read(b[:])
 	m := &Member{reg: reg, cfg: cfg, log: logger.With("node", cfg.Node.ID), reconcile: reconcile,
 		bootID: hex.EncodeToString(b[:]), stop: make(chan struct{}), done: make(chan struct{})}
-	if err := reg.Register(ctx, cfg.Node); err != nil {
-		return nil, err
-	}
-	// A node restarted before its heartbeat expired still looks alive, and
-	// the map still gives it the sessions of its previous life, whose X
-	// servers died with that process. End the old heartbeat so the control
-	// plane marks them LOST and releases them, then start afresh.
-	if err := m.waitForPreviousLife(ctx); err != nil {
-		return nil, err
-	}
-	if err := m.rejoin(ctx); err != nil {
+	if err := m.join(ctx); err != nil {
 		return nil, err
 	}
 	go m.loop()
 	return m, nil
+}
+
+// join registers the node, waits out its previous life and rejoins,
+// starting again after a failure until JoinTimeout has passed.
+func (m *Member) join(ctx context.Context) error {
+	deadline := time.Now().Add(m.cfg.JoinTimeout)
+	wait := m.cfg.Interval
+	for {
+		err := m.reg.Register(ctx, m.cfg.Node)
+		// A node restarted before its heartbeat expired still looks alive,
+		// and the map still gives it the sessions of its previous life,
+		// whose X servers died with that process. End the old heartbeat so
+		// the control plane marks them LOST and releases them, then start
+		// afresh.
+		if err == nil {
+			err = m.waitForPreviousLife(ctx)
+		}
+		if err == nil {
+			err = m.rejoin(ctx)
+		}
+		if err == nil || ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		m.log.Warn("cannot join the cluster yet; trying again", "err", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
 }
 
 func (m *Member) waitForPreviousLife(ctx context.Context) error {
