@@ -91,14 +91,27 @@ func (p *upProcess) do(method, path, body string) (int, []byte, http.Header) {
 	defer cancel()
 	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
 	if err != nil {
-		p.t.Fatalf("%s %s: %v", method, path, err)
+		p.t.Fatalf("%s %s: %v%s", method, path, err, p.state())
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		p.t.Fatal(err)
+		p.t.Fatalf("%s %s: reading the answer: %v%s", method, path, err, p.state())
 	}
 	return resp.StatusCode, b, resp.Header
+}
+
+// state tells, for a failed call, whether deskgrid up still runs and the
+// end of what it printed.
+func (p *upProcess) state() string {
+	logs := ""
+	if p.logs != nil {
+		logs = p.logs.String()
+	}
+	if len(logs) > 8000 {
+		logs = logs[len(logs)-8000:]
+	}
+	return fmt.Sprintf("\n(deskgrid up running: %v; the end of its output:)\n%s", p.Running(), logs)
 }
 
 type sessionJSON struct {
