@@ -20,7 +20,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/deskgrid/deskgrid/services/sandbox/idmap"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/idmap"
 )
 
 // InitPath is where the host's catatonit appears inside every container.

@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/deskgrid/deskgrid/services/sandbox/container"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/container"
 )
 
 // Home is where the session's writable layer appears inside the sandbox.

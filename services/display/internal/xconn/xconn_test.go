@@ -10,8 +10,8 @@ import (
 
 	"github.com/jezek/xgb/xproto"
 
-	"github.com/deskgrid/deskgrid/services/display/xauthority"
-	"github.com/deskgrid/deskgrid/services/display/xserver"
+	"github.com/deskgrid/deskgrid/services/display/internal/xauthority"
+	"github.com/deskgrid/deskgrid/services/display/internal/xserver"
 )
 
 func TestDialUsesTheDisplaysCookie(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/deskgrid/deskgrid/services/history/blob"
+	"github.com/deskgrid/deskgrid/services/history/internal/blob"
 	"github.com/deskgrid/deskgrid/services/history/store"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 )

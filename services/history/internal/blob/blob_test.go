@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deskgrid/deskgrid/services/history/blob"
+	"github.com/deskgrid/deskgrid/services/history/internal/blob"
 )
 
 func TestDirPutGetDelete(t *testing.T) {

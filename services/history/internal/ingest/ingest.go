@@ -28,8 +28,8 @@ import (
 	// Registers the event payload types, so payloads become readable JSON.
 	eventsv1 "github.com/deskgrid/deskgrid/proto/deskgrid/events/v1"
 	_ "github.com/deskgrid/deskgrid/proto/deskgrid/history/v1"
-	"github.com/deskgrid/deskgrid/services/history/blob"
-	"github.com/deskgrid/deskgrid/services/history/payload"
+	"github.com/deskgrid/deskgrid/services/history/internal/blob"
+	"github.com/deskgrid/deskgrid/services/history/internal/payload"
 	"github.com/deskgrid/deskgrid/services/history/store"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/platform/videostore"

@@ -24,8 +24,8 @@ import (
 	"github.com/jezek/xgb/xproto"
 	"github.com/jezek/xgb/xtest"
 
-	"github.com/deskgrid/deskgrid/services/display/xauthority"
-	"github.com/deskgrid/deskgrid/services/display/xserver"
+	"github.com/deskgrid/deskgrid/services/display/internal/xauthority"
+	"github.com/deskgrid/deskgrid/services/display/internal/xserver"
 )
 
 // Dial connects to display num through its unix socket, authenticating with

@@ -11,9 +11,9 @@ import (
 	"github.com/jezek/xgb"
 	"github.com/jezek/xgb/xproto"
 
-	"github.com/deskgrid/deskgrid/services/display/xauthority"
-	"github.com/deskgrid/deskgrid/services/display/xconn"
-	"github.com/deskgrid/deskgrid/services/display/xserver"
+	"github.com/deskgrid/deskgrid/services/display/internal/xauthority"
+	"github.com/deskgrid/deskgrid/services/display/internal/xconn"
+	"github.com/deskgrid/deskgrid/services/display/internal/xserver"
 )
 
 // startXvfb starts an Xvfb of w x h and connects to it. (Xtigervnc, which

@@ -12,8 +12,8 @@ import (
 
 	eventsv1 "github.com/deskgrid/deskgrid/proto/deskgrid/events/v1"
 	historyv1 "github.com/deskgrid/deskgrid/proto/deskgrid/history/v1"
-	"github.com/deskgrid/deskgrid/services/history/blob"
-	"github.com/deskgrid/deskgrid/services/history/payload"
+	"github.com/deskgrid/deskgrid/services/history/internal/blob"
+	"github.com/deskgrid/deskgrid/services/history/internal/payload"
 	"github.com/deskgrid/deskgrid/services/history/store"
 )
 

@@ -9,7 +9,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/deskgrid/deskgrid/services/history/blob"
+	"github.com/deskgrid/deskgrid/services/history/internal/blob"
 	"github.com/deskgrid/deskgrid/services/history/store"
 )
 

@@ -20,7 +20,7 @@ import (
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
-	"github.com/deskgrid/deskgrid/services/agent/provider"
+	"github.com/deskgrid/deskgrid/services/agent/internal/provider"
 	"github.com/deskgrid/deskgrid/services/platform/computeruse"
 	"github.com/deskgrid/deskgrid/services/platform/errinfo"
 )

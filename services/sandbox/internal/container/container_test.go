@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deskgrid/deskgrid/services/sandbox/idmap"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/idmap"
 )
 
 // busyboxRoot makes a root filesystem of the host's static busybox, owned

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
-	"github.com/deskgrid/deskgrid/services/agent/provider"
+	"github.com/deskgrid/deskgrid/services/agent/internal/provider"
 	"github.com/deskgrid/deskgrid/services/platform/computeruse"
 	"github.com/deskgrid/deskgrid/services/platform/errinfo"
 )

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/deskgrid/deskgrid/gateway/openapi"
+	"github.com/deskgrid/deskgrid/gateway/internal/openapi"
 )
 
 func main() {

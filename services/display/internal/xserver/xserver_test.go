@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deskgrid/deskgrid/services/display/xauthority"
+	"github.com/deskgrid/deskgrid/services/display/internal/xauthority"
 )
 
 // A range no other test uses, far above the service's default.
