@@ -19,6 +19,8 @@ import (
 
 	"github.com/jezek/xgb"
 	"github.com/jezek/xgb/xproto"
+
+	"github.com/deskgrid/deskgrid/services/display/internal/xconn"
 )
 
 // MaxBytes bounds the text set, and read, in one call.
@@ -142,32 +144,21 @@ func New(c *xgb.Conn, root xproto.Window) (*Selections, error) {
 		notified: make(chan xproto.SelectionNotifyEvent, 4),
 		newValue: make(chan xproto.PropertyNotifyEvent, 16),
 	}
-	names := []struct {
-		name string
-		atom *xproto.Atom
-	}{
-		{"CLIPBOARD", &s.atoms.clipboard},
-		{"TARGETS", &s.atoms.targets},
-		{"TIMESTAMP", &s.atoms.timestamp},
-		{"UTF8_STRING", &s.atoms.utf8},
-		{"TEXT", &s.atoms.text},
-		{"INCR", &s.atoms.incr},
-		{"text/plain;charset=utf-8", &s.atoms.mimeUTF8},
-		{"text/plain", &s.atoms.mimePlain},
-		{"DESKGRID_SELECTION", &s.atoms.transfer},
-		{"DESKGRID_TIME", &s.atoms.timeProbe},
-		{PNG, &s.atoms.png},
+	names := map[string]*xproto.Atom{
+		"CLIPBOARD":                &s.atoms.clipboard,
+		"TARGETS":                  &s.atoms.targets,
+		"TIMESTAMP":                &s.atoms.timestamp,
+		"UTF8_STRING":              &s.atoms.utf8,
+		"TEXT":                     &s.atoms.text,
+		"INCR":                     &s.atoms.incr,
+		"text/plain;charset=utf-8": &s.atoms.mimeUTF8,
+		"text/plain":               &s.atoms.mimePlain,
+		"DESKGRID_SELECTION":       &s.atoms.transfer,
+		"DESKGRID_TIME":            &s.atoms.timeProbe,
+		PNG:                        &s.atoms.png,
 	}
-	cookies := make([]xproto.InternAtomCookie, len(names))
-	for i, n := range names {
-		cookies[i] = xproto.InternAtom(c, false, uint16(len(n.name)), n.name)
-	}
-	for i, ck := range cookies {
-		r, err := ck.Reply()
-		if err != nil {
-			return nil, fmt.Errorf("intern atom %s: %w", names[i].name, err)
-		}
-		*names[i].atom = r.Atom
+	if err := xconn.InternAtoms(c, names); err != nil {
+		return nil, err
 	}
 	s.atoms.primary, s.atoms.atom, s.atoms.integer, s.atoms.stringA = xproto.AtomPrimary, xproto.AtomAtom, xproto.AtomInteger, xproto.AtomString
 

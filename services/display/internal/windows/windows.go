@@ -14,6 +14,8 @@ import (
 
 	"github.com/jezek/xgb"
 	"github.com/jezek/xgb/xproto"
+
+	"github.com/deskgrid/deskgrid/services/display/internal/xconn"
 )
 
 // Window is one top-level window.
@@ -65,39 +67,28 @@ const maxWindows = 1000
 // New prepares listing the windows under root on c.
 func New(c *xgb.Conn, root xproto.Window) (*Lister, error) {
 	l := &Lister{c: c, root: root}
-	names := []struct {
-		name string
-		atom *xproto.Atom
-	}{
-		{"_NET_WM_NAME", &l.netWMName},
-		{"UTF8_STRING", &l.utf8String},
-		{"WM_STATE", &l.wmState},
-		{"_NET_CLIENT_LIST", &l.clientList},
-		{"_NET_CLIENT_LIST_STACKING", &l.clientListStacking},
-		{"_NET_SUPPORTING_WM_CHECK", &l.supportingWMCheck},
-		{"_NET_ACTIVE_WINDOW", &l.netActiveWindow},
-		{"_NET_WM_PID", &l.netWMPID},
-		{"_NET_WM_STATE", &l.netWMState},
-		{"_NET_WM_STATE_HIDDEN", &l.stateHidden},
-		{"_NET_WM_STATE_MAXIMIZED_VERT", &l.stateMaxVert},
-		{"_NET_WM_STATE_MAXIMIZED_HORZ", &l.stateMaxHorz},
-		{"_NET_WM_STATE_FULLSCREEN", &l.stateFull},
-		{"_NET_CLOSE_WINDOW", &l.netCloseWindow},
-		{"_NET_MOVERESIZE_WINDOW", &l.netMoveResizeWindow},
-		{"WM_PROTOCOLS", &l.wmProtocols},
-		{"WM_DELETE_WINDOW", &l.wmDeleteWindow},
-		{"WM_CHANGE_STATE", &l.wmChange},
+	names := map[string]*xproto.Atom{
+		"_NET_WM_NAME":                 &l.netWMName,
+		"UTF8_STRING":                  &l.utf8String,
+		"WM_STATE":                     &l.wmState,
+		"_NET_CLIENT_LIST":             &l.clientList,
+		"_NET_CLIENT_LIST_STACKING":    &l.clientListStacking,
+		"_NET_SUPPORTING_WM_CHECK":     &l.supportingWMCheck,
+		"_NET_ACTIVE_WINDOW":           &l.netActiveWindow,
+		"_NET_WM_PID":                  &l.netWMPID,
+		"_NET_WM_STATE":                &l.netWMState,
+		"_NET_WM_STATE_HIDDEN":         &l.stateHidden,
+		"_NET_WM_STATE_MAXIMIZED_VERT": &l.stateMaxVert,
+		"_NET_WM_STATE_MAXIMIZED_HORZ": &l.stateMaxHorz,
+		"_NET_WM_STATE_FULLSCREEN":     &l.stateFull,
+		"_NET_CLOSE_WINDOW":            &l.netCloseWindow,
+		"_NET_MOVERESIZE_WINDOW":       &l.netMoveResizeWindow,
+		"WM_PROTOCOLS":                 &l.wmProtocols,
+		"WM_DELETE_WINDOW":             &l.wmDeleteWindow,
+		"WM_CHANGE_STATE":              &l.wmChange,
 	}
-	cookies := make([]xproto.InternAtomCookie, len(names))
-	for i, n := range names {
-		cookies[i] = xproto.InternAtom(c, false, uint16(len(n.name)), n.name)
-	}
-	for i, ck := range cookies {
-		r, err := ck.Reply()
-		if err != nil {
-			return nil, fmt.Errorf("intern atom %s: %w", names[i].name, err)
-		}
-		*names[i].atom = r.Atom
+	if err := xconn.InternAtoms(c, names); err != nil {
+		return nil, err
 	}
 	return l, nil
 }

@@ -155,3 +155,22 @@ func (c *authConn) Write(p []byte) (int, error) {
 }
 
 func pad4(n int) int { return (n + 3) &^ 3 }
+
+// InternAtoms interns atoms by name, writing each id where its name points,
+// in one round trip: every request is sent before the first reply is read.
+func InternAtoms(c *xgb.Conn, atoms map[string]*xproto.Atom) error {
+	names := make([]string, 0, len(atoms))
+	cookies := make([]xproto.InternAtomCookie, 0, len(atoms))
+	for n := range atoms {
+		names = append(names, n)
+		cookies = append(cookies, xproto.InternAtom(c, false, uint16(len(n)), n))
+	}
+	for i, ck := range cookies {
+		r, err := ck.Reply()
+		if err != nil {
+			return fmt.Errorf("intern atom %s: %w", names[i], err)
+		}
+		*atoms[names[i]] = r.Atom
+	}
+	return nil
+}
