@@ -119,6 +119,13 @@ func (b *Builder) Build(ctx context.Context, r *Recipe, out string) (Result, err
 	if err != nil {
 		return Result{}, fmt.Errorf("build %s: %w", r.Name, err)
 	}
+	return b.finish(start, r, img, work, out, res)
+}
+
+// finish writes img, the image r builds, as the OCI layout at out (through
+// work) and completes res.
+func (b *Builder) finish(start time.Time, r *Recipe, img v1.Image, work, out string, res Result) (Result, error) {
+	var err error
 	if res.Digest, err = r.writeLayout(img, work, out); err != nil {
 		return Result{}, err
 	}

@@ -158,13 +158,7 @@ func (b *Builder) BuildOn(ctx context.Context, r *Recipe, base, out string) (Res
 	if img, err = r.configure(img); err != nil {
 		return Result{}, fmt.Errorf("build %s: %w", r.Name, err)
 	}
-	if res.Digest, err = r.writeLayout(img, work, out); err != nil {
-		return Result{}, err
-	}
-	res.Packages = len(r.Packages)
-	res.Duration = time.Since(start)
-	b.step(start, "wrote %s (%s) to %s", r.Name, res.Digest, out)
-	return res, nil
+	return b.finish(start, r, img, work, out, res)
 }
 
 // layoutImage is the (first) image of an OCI layout.
