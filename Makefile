@@ -23,7 +23,7 @@ setup:
 # and the TypeScript SDK's types from the document the gateway serves.
 generate:
 	PATH="$(BIN):$$PATH" $(BIN)/buf generate
-	@mkdir -p .cache && (cd gateway && go run ./openapi/dump) > .cache/openapi.json
+	@mkdir -p .cache && (cd gateway && go run ./internal/openapi/dump) > .cache/openapi.json
 	cd sdk/typescript && node scripts/generate.mjs ../../.cache/openapi.json
 
 # gofmt, go vet and staticcheck (staticcheck.conf; installed by scripts/setup
@@ -43,7 +43,7 @@ lint: generate
 	cd cmd/deskgrid && $(BIN)/staticcheck -tags nodeonly ./...
 	$(BIN)/buf lint
 	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true gateway/e2e/node_modules/.bin/redocly lint --format stylish .cache/openapi.json
-	git diff --exit-code -- proto gateway/openapi sdk/typescript/src/openapi.ts
+	git diff --exit-code -- proto gateway/internal/openapi sdk/typescript/src/openapi.ts
 	promtool check rules deploy/observability/rules.yml
 	promtool test rules deploy/observability/rules_test.yml
 

@@ -19,7 +19,7 @@ var sdkPrefixes = []string{
 	"github.com/aws/",
 	"cloud.google.com/",
 	"google.golang.org/api/",
-	"github.com/deskgrid/deskgrid/services/agent/provider",
+	"github.com/deskgrid/deskgrid/services/agent/internal/provider",
 }
 
 // controlPlanePrefixes are the import paths of the control plane's services,

@@ -8,8 +8,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/deskgrid/deskgrid/services/agent/internal/runlog"
 	"github.com/deskgrid/deskgrid/services/agent/lease"
-	"github.com/deskgrid/deskgrid/services/agent/runlog"
 	"github.com/deskgrid/deskgrid/services/agent/store"
 	"github.com/deskgrid/deskgrid/services/platform/sqlstore"
 )

@@ -18,10 +18,10 @@ import (
 
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
-	"github.com/deskgrid/deskgrid/services/agent/provider"
-	"github.com/deskgrid/deskgrid/services/agent/runlog"
+	"github.com/deskgrid/deskgrid/services/agent/internal/provider"
+	"github.com/deskgrid/deskgrid/services/agent/internal/runlog"
+	"github.com/deskgrid/deskgrid/services/agent/internal/tools"
 	"github.com/deskgrid/deskgrid/services/agent/store"
-	"github.com/deskgrid/deskgrid/services/agent/tools"
 	"github.com/deskgrid/deskgrid/services/platform/auth"
 )
 

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
-	"github.com/deskgrid/deskgrid/services/agent/provider"
+	"github.com/deskgrid/deskgrid/services/agent/internal/provider"
 )
 
 // A run with options.record records its session from its start to its

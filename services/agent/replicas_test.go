@@ -15,8 +15,8 @@ import (
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/agent/internal/provider"
 	"github.com/deskgrid/deskgrid/services/agent/lease"
-	"github.com/deskgrid/deskgrid/services/agent/provider"
 )
 
 // testRedis is the test Redis (DESKGRID_TEST_REDIS_URL, default the local

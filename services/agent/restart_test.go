@@ -17,9 +17,9 @@ import (
 
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
-	"github.com/deskgrid/deskgrid/services/agent/provider"
+	"github.com/deskgrid/deskgrid/services/agent/internal/provider"
+	"github.com/deskgrid/deskgrid/services/agent/internal/storetest"
 	"github.com/deskgrid/deskgrid/services/agent/store"
-	"github.com/deskgrid/deskgrid/services/agent/store/storetest"
 	"github.com/deskgrid/deskgrid/services/platform/auth"
 	"github.com/deskgrid/deskgrid/services/platform/auth/authtest"
 	"github.com/deskgrid/deskgrid/services/platform/auth/secretbox"

@@ -14,10 +14,10 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
+	"github.com/deskgrid/deskgrid/services/agent/internal/provider"
+	"github.com/deskgrid/deskgrid/services/agent/internal/runlog"
+	"github.com/deskgrid/deskgrid/services/agent/internal/tools"
 	"github.com/deskgrid/deskgrid/services/agent/lease"
-	"github.com/deskgrid/deskgrid/services/agent/provider"
-	"github.com/deskgrid/deskgrid/services/agent/runlog"
-	"github.com/deskgrid/deskgrid/services/agent/tools"
 	"github.com/deskgrid/deskgrid/services/platform/metrics"
 )
 

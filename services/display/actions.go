@@ -9,10 +9,10 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
-	"github.com/deskgrid/deskgrid/services/display/capture"
-	"github.com/deskgrid/deskgrid/services/display/scale"
-	"github.com/deskgrid/deskgrid/services/display/selection"
-	"github.com/deskgrid/deskgrid/services/display/xinput"
+	"github.com/deskgrid/deskgrid/services/display/internal/capture"
+	"github.com/deskgrid/deskgrid/services/display/internal/scale"
+	"github.com/deskgrid/deskgrid/services/display/internal/selection"
+	"github.com/deskgrid/deskgrid/services/display/internal/xinput"
 	"github.com/deskgrid/deskgrid/services/platform/keysym"
 )
 

@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
-	"github.com/deskgrid/deskgrid/services/display/selection"
+	"github.com/deskgrid/deskgrid/services/display/internal/selection"
 )
 
 // clipboardTimeout bounds the wait for the program holding a selection to

@@ -15,12 +15,12 @@ import (
 	"github.com/jezek/xgb"
 	"github.com/jezek/xgb/xproto"
 
-	"github.com/deskgrid/deskgrid/services/display/capture"
-	"github.com/deskgrid/deskgrid/services/display/resize"
-	"github.com/deskgrid/deskgrid/services/display/selection"
-	"github.com/deskgrid/deskgrid/services/display/windows"
-	"github.com/deskgrid/deskgrid/services/display/xinput"
-	"github.com/deskgrid/deskgrid/services/display/xserver"
+	"github.com/deskgrid/deskgrid/services/display/internal/capture"
+	"github.com/deskgrid/deskgrid/services/display/internal/resize"
+	"github.com/deskgrid/deskgrid/services/display/internal/selection"
+	"github.com/deskgrid/deskgrid/services/display/internal/windows"
+	"github.com/deskgrid/deskgrid/services/display/internal/xinput"
+	"github.com/deskgrid/deskgrid/services/display/internal/xserver"
 )
 
 // display is a running X server and this service's connection to it.

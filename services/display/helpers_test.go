@@ -17,9 +17,9 @@ import (
 	"github.com/jezek/xgb/xproto"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
-	"github.com/deskgrid/deskgrid/services/display/xauthority"
-	"github.com/deskgrid/deskgrid/services/display/xconn"
-	"github.com/deskgrid/deskgrid/services/display/xserver"
+	"github.com/deskgrid/deskgrid/services/display/internal/xauthority"
+	"github.com/deskgrid/deskgrid/services/display/internal/xconn"
+	"github.com/deskgrid/deskgrid/services/display/internal/xserver"
 	"github.com/deskgrid/deskgrid/services/platform/grpcserver/grpcservertest"
 )
 

@@ -13,14 +13,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/deskgrid/deskgrid/services/display/capture"
-	"github.com/deskgrid/deskgrid/services/display/resize"
-	"github.com/deskgrid/deskgrid/services/display/selection"
-	"github.com/deskgrid/deskgrid/services/display/windows"
-	"github.com/deskgrid/deskgrid/services/display/xauthority"
-	"github.com/deskgrid/deskgrid/services/display/xconn"
-	"github.com/deskgrid/deskgrid/services/display/xinput"
-	"github.com/deskgrid/deskgrid/services/display/xserver"
+	"github.com/deskgrid/deskgrid/services/display/internal/capture"
+	"github.com/deskgrid/deskgrid/services/display/internal/resize"
+	"github.com/deskgrid/deskgrid/services/display/internal/selection"
+	"github.com/deskgrid/deskgrid/services/display/internal/windows"
+	"github.com/deskgrid/deskgrid/services/display/internal/xauthority"
+	"github.com/deskgrid/deskgrid/services/display/internal/xconn"
+	"github.com/deskgrid/deskgrid/services/display/internal/xinput"
+	"github.com/deskgrid/deskgrid/services/display/internal/xserver"
 )
 
 func (s *Service) sessionDir(sessionID string) string {

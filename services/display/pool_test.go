@@ -9,7 +9,7 @@ import (
 	"time"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
-	"github.com/deskgrid/deskgrid/services/display/xserver"
+	"github.com/deskgrid/deskgrid/services/display/internal/xserver"
 	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 

@@ -20,9 +20,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
-	"github.com/deskgrid/deskgrid/services/display/capture"
-	"github.com/deskgrid/deskgrid/services/display/record"
-	"github.com/deskgrid/deskgrid/services/display/scale"
+	"github.com/deskgrid/deskgrid/services/display/internal/capture"
+	"github.com/deskgrid/deskgrid/services/display/internal/record"
+	"github.com/deskgrid/deskgrid/services/display/internal/scale"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 )
 

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
-	"github.com/deskgrid/deskgrid/services/display/resize"
+	"github.com/deskgrid/deskgrid/services/display/internal/resize"
 	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 

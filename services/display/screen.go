@@ -6,8 +6,8 @@ import (
 	"fmt"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
-	"github.com/deskgrid/deskgrid/services/display/resize"
-	"github.com/deskgrid/deskgrid/services/display/windows"
+	"github.com/deskgrid/deskgrid/services/display/internal/resize"
+	"github.com/deskgrid/deskgrid/services/display/internal/windows"
 )
 
 // ResizeDisplay changes the size of a session's screen.

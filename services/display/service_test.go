@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
-	"github.com/deskgrid/deskgrid/services/display/xconn"
-	"github.com/deskgrid/deskgrid/services/display/xserver"
+	"github.com/deskgrid/deskgrid/services/display/internal/xconn"
+	"github.com/deskgrid/deskgrid/services/display/internal/xserver"
 	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 

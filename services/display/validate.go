@@ -2,8 +2,8 @@ package display
 
 import (
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
-	"github.com/deskgrid/deskgrid/services/display/capture"
-	"github.com/deskgrid/deskgrid/services/display/scale"
+	"github.com/deskgrid/deskgrid/services/display/internal/capture"
+	"github.com/deskgrid/deskgrid/services/display/internal/scale"
 )
 
 const (

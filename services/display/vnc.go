@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
-	"github.com/deskgrid/deskgrid/services/display/rfb"
-	"github.com/deskgrid/deskgrid/services/display/xserver"
+	"github.com/deskgrid/deskgrid/services/display/internal/rfb"
+	"github.com/deskgrid/deskgrid/services/display/internal/xserver"
 )
 
 // vncChunk is the most RFB bytes one response message carries.

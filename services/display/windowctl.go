@@ -9,7 +9,7 @@ import (
 	"github.com/jezek/xgb/xproto"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
-	"github.com/deskgrid/deskgrid/services/display/windows"
+	"github.com/deskgrid/deskgrid/services/display/internal/windows"
 )
 
 // windowSettle bounds the wait for a window change to show: the window

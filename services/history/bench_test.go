@@ -14,7 +14,7 @@ import (
 	eventsv1 "github.com/deskgrid/deskgrid/proto/deskgrid/events/v1"
 	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	"github.com/deskgrid/deskgrid/services/history"
-	"github.com/deskgrid/deskgrid/services/history/store/storetest"
+	"github.com/deskgrid/deskgrid/services/history/internal/storetest"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 )
 

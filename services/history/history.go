@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc"
 
 	historyv1 "github.com/deskgrid/deskgrid/proto/deskgrid/history/v1"
-	"github.com/deskgrid/deskgrid/services/history/blob"
-	"github.com/deskgrid/deskgrid/services/history/ingest"
-	"github.com/deskgrid/deskgrid/services/history/retention"
+	"github.com/deskgrid/deskgrid/services/history/internal/blob"
+	"github.com/deskgrid/deskgrid/services/history/internal/ingest"
+	"github.com/deskgrid/deskgrid/services/history/internal/retention"
 	"github.com/deskgrid/deskgrid/services/history/store"
 	"github.com/deskgrid/deskgrid/services/platform/auth"
 	"github.com/deskgrid/deskgrid/services/platform/events"

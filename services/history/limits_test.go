@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	historyv1 "github.com/deskgrid/deskgrid/proto/deskgrid/history/v1"
-	"github.com/deskgrid/deskgrid/services/history/store/storetest"
+	"github.com/deskgrid/deskgrid/services/history/internal/storetest"
 )
 
 // Oversized ids and search text are bad input (400), refused with the

@@ -20,9 +20,9 @@ import (
 	eventsv1 "github.com/deskgrid/deskgrid/proto/deskgrid/events/v1"
 	historyv1 "github.com/deskgrid/deskgrid/proto/deskgrid/history/v1"
 	"github.com/deskgrid/deskgrid/services/history"
-	"github.com/deskgrid/deskgrid/services/history/blob"
+	"github.com/deskgrid/deskgrid/services/history/internal/blob"
+	"github.com/deskgrid/deskgrid/services/history/internal/storetest"
 	"github.com/deskgrid/deskgrid/services/history/store"
-	"github.com/deskgrid/deskgrid/services/history/store/storetest"
 	"github.com/deskgrid/deskgrid/services/platform/events"
 	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	historyv1 "github.com/deskgrid/deskgrid/proto/deskgrid/history/v1"
-	"github.com/deskgrid/deskgrid/services/history/blob"
-	"github.com/deskgrid/deskgrid/services/history/payload"
+	"github.com/deskgrid/deskgrid/services/history/internal/blob"
+	"github.com/deskgrid/deskgrid/services/history/internal/payload"
 	"github.com/deskgrid/deskgrid/services/history/store"
 )
 

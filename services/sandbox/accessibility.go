@@ -16,7 +16,7 @@ import (
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/platform/errinfo"
-	"github.com/deskgrid/deskgrid/services/sandbox/atspi"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/atspi"
 )
 
 // Bounds of an accessibility tree read.

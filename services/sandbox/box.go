@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/deskgrid/deskgrid/services/sandbox/cgroup"
-	"github.com/deskgrid/deskgrid/services/sandbox/jail"
-	"github.com/deskgrid/deskgrid/services/sandbox/overlay"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/jail"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/overlay"
 )
 
 // box is one session's sandbox.

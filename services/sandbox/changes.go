@@ -12,9 +12,9 @@ import (
 	"time"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
-	"github.com/deskgrid/deskgrid/services/sandbox/changes"
-	"github.com/deskgrid/deskgrid/services/sandbox/fsroot"
-	"github.com/deskgrid/deskgrid/services/sandbox/overlay"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/changes"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/fsroot"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/overlay"
 )
 
 // layerDir holds the upper and work dirs: the sandbox dir, or the

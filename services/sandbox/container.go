@@ -19,10 +19,10 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/deskgrid/deskgrid/services/sandbox/container"
-	"github.com/deskgrid/deskgrid/services/sandbox/idmap"
 	"github.com/deskgrid/deskgrid/services/sandbox/image"
-	"github.com/deskgrid/deskgrid/services/sandbox/jail"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/container"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/idmap"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/jail"
 )
 
 // A sandbox created from an image is one runc container (package

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
-	"github.com/deskgrid/deskgrid/services/sandbox/overlay"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/overlay"
 )
 
 // The copy driver: a sandbox over a workspace where no overlay mounts.

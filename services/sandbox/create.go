@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/deskgrid/deskgrid/services/sandbox/image"
-	"github.com/deskgrid/deskgrid/services/sandbox/overlay"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/overlay"
 )
 
 // lowerFor picks and checks the lower layer of a new sandbox.

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/deskgrid/deskgrid/services/sandbox/overlay"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/overlay"
 )
 
 // deleteSandbox stops a sandbox's processes, unmounts and removes it.

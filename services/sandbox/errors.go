@@ -12,9 +12,9 @@ import (
 
 	"github.com/deskgrid/deskgrid/services/platform/auth"
 	"github.com/deskgrid/deskgrid/services/platform/errinfo"
-	"github.com/deskgrid/deskgrid/services/sandbox/fsroot"
 	"github.com/deskgrid/deskgrid/services/sandbox/image"
-	"github.com/deskgrid/deskgrid/services/sandbox/jail"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/fsroot"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/jail"
 )
 
 // The kinds of failure a caller can act on. Code inside the service says

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
-	"github.com/deskgrid/deskgrid/services/sandbox/jail"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/jail"
 )
 
 // xauthInSandbox is where a session's X cookie appears inside its sandbox.

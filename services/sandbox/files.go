@@ -11,8 +11,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/deskgrid/deskgrid/services/sandbox/fsroot"
-	"github.com/deskgrid/deskgrid/services/sandbox/jail"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/fsroot"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/jail"
 )
 
 // Paths given to the files API and an exec's working directory mean the

@@ -13,7 +13,7 @@ import (
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/platform/testkit"
-	"github.com/deskgrid/deskgrid/services/sandbox/jail"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/jail"
 )
 
 func TestNetworkOnlyWhenAsked(t *testing.T) {

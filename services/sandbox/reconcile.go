@@ -11,9 +11,9 @@ import (
 	"strings"
 
 	"github.com/deskgrid/deskgrid/services/sandbox/cgroup"
-	"github.com/deskgrid/deskgrid/services/sandbox/container"
-	"github.com/deskgrid/deskgrid/services/sandbox/disk"
-	"github.com/deskgrid/deskgrid/services/sandbox/overlay"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/container"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/disk"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/overlay"
 )
 
 // errNoMeta means a sandbox dir has no usable meta.json: a create crashed

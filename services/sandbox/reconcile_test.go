@@ -20,7 +20,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/platform/testkit"
 	"github.com/deskgrid/deskgrid/services/sandbox/cgroup"
 	"github.com/deskgrid/deskgrid/services/sandbox/image"
-	"github.com/deskgrid/deskgrid/services/sandbox/jail"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/jail"
 )
 
 func cgroupLimits() cgroup.Limits { return cgroup.Limits{Pids: 8} }

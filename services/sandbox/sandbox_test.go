@@ -19,7 +19,7 @@ import (
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/platform/grpcserver/grpcservertest"
-	"github.com/deskgrid/deskgrid/services/sandbox/overlay"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/overlay"
 )
 
 // harness is a Service behind a real gRPC server.

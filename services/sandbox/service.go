@@ -25,9 +25,9 @@ import (
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/sandbox/cgroup"
-	"github.com/deskgrid/deskgrid/services/sandbox/disk"
-	"github.com/deskgrid/deskgrid/services/sandbox/jail"
-	"github.com/deskgrid/deskgrid/services/sandbox/overlay"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/disk"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/jail"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/overlay"
 )
 
 // Drivers accepted in Config.Driver.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
-	"github.com/deskgrid/deskgrid/services/sandbox/jail"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/jail"
 )
 
 // maxShellOutput bounds what one RunShell returns; the rest is dropped.

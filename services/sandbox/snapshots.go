@@ -19,8 +19,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
-	"github.com/deskgrid/deskgrid/services/sandbox/overlay"
-	"github.com/deskgrid/deskgrid/services/sandbox/snapshot"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/overlay"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/snapshot"
 )
 
 // snapshotMeta is stored beside each archive as <id>.json.

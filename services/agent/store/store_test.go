@@ -16,8 +16,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
+	"github.com/deskgrid/deskgrid/services/agent/internal/storetest"
 	"github.com/deskgrid/deskgrid/services/agent/store"
-	"github.com/deskgrid/deskgrid/services/agent/store/storetest"
 	"github.com/deskgrid/deskgrid/services/platform/sqlstore/sqlstoretest"
 )
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deskgrid/deskgrid/services/history/internal/storetest"
 	"github.com/deskgrid/deskgrid/services/history/store"
-	"github.com/deskgrid/deskgrid/services/history/store/storetest"
 )
 
 // benchBatch is the batch the ingester writes at most per transaction.

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deskgrid/deskgrid/services/history/internal/storetest"
 	"github.com/deskgrid/deskgrid/services/history/store"
-	"github.com/deskgrid/deskgrid/services/history/store/storetest"
 )
 
 // The search corpus: corpusSize message entries over corpusSessions sessions

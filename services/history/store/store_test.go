@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deskgrid/deskgrid/services/history/internal/storetest"
 	"github.com/deskgrid/deskgrid/services/history/store"
-	"github.com/deskgrid/deskgrid/services/history/store/storetest"
 	"github.com/deskgrid/deskgrid/services/platform/sqlstore/sqlstoretest"
 )
 

@@ -13,7 +13,7 @@ import (
 )
 
 // Event subjects counted (kept beside the constants of the packages that
-// publish them, events and agent/runlog, which this package does not import).
+// publish them, events and agent/internal/runlog, which this package does not import).
 const (
 	sessionStateSubject = "deskgrid.events.*.session.state_changed.v1"
 	runStateSubject     = "deskgrid.events.*.agent.run_state_changed.v1"

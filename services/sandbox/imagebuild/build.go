@@ -82,13 +82,9 @@ func (b *Builder) Build(ctx context.Context, r *Recipe, out string) (Result, err
 	if err := checkOut(out); err != nil {
 		return Result{}, err
 	}
-	parent := filepath.Dir(filepath.Clean(out))
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return Result{}, fmt.Errorf("build %s: %w", r.Name, err)
-	}
-	work, err := os.MkdirTemp(parent, ".build-"+filepath.Base(out)+"-")
+	work, err := workDir(r, out)
 	if err != nil {
-		return Result{}, fmt.Errorf("build %s: %w", r.Name, err)
+		return Result{}, err
 	}
 	defer os.RemoveAll(work)
 
@@ -123,6 +119,13 @@ func (b *Builder) Build(ctx context.Context, r *Recipe, out string) (Result, err
 	if err != nil {
 		return Result{}, fmt.Errorf("build %s: %w", r.Name, err)
 	}
+	return b.finish(start, r, img, work, out, res)
+}
+
+// finish writes img, the image r builds, as the OCI layout at out (through
+// work) and completes res.
+func (b *Builder) finish(start time.Time, r *Recipe, img v1.Image, work, out string, res Result) (Result, error) {
+	var err error
 	if res.Digest, err = r.writeLayout(img, work, out); err != nil {
 		return Result{}, err
 	}
@@ -143,6 +146,20 @@ func checkOut(out string) error {
 		return fmt.Errorf("output %s already exists and is not empty", out)
 	}
 	return nil
+}
+
+// workDir makes the scratch directory of r's build beside out, on out's
+// filesystem. The caller removes it.
+func workDir(r *Recipe, out string) (string, error) {
+	parent := filepath.Dir(filepath.Clean(out))
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return "", fmt.Errorf("build %s: %w", r.Name, err)
+	}
+	work, err := os.MkdirTemp(parent, ".build-"+filepath.Base(out)+"-")
+	if err != nil {
+		return "", fmt.Errorf("build %s: %w", r.Name, err)
+	}
+	return work, nil
 }
 
 // image is the OCI image of one root filesystem layer and r's config.

@@ -89,13 +89,9 @@ func (b *Builder) BuildOn(ctx context.Context, r *Recipe, base, out string) (Res
 	if err != nil {
 		return Result{}, fmt.Errorf("build %s: base image: %w", r.Name, err)
 	}
-	parent := filepath.Dir(filepath.Clean(out))
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return Result{}, fmt.Errorf("build %s: %w", r.Name, err)
-	}
-	work, err := os.MkdirTemp(parent, ".build-"+filepath.Base(out)+"-")
+	work, err := workDir(r, out)
 	if err != nil {
-		return Result{}, fmt.Errorf("build %s: %w", r.Name, err)
+		return Result{}, err
 	}
 	defer os.RemoveAll(work)
 
@@ -162,13 +158,7 @@ func (b *Builder) BuildOn(ctx context.Context, r *Recipe, base, out string) (Res
 	if img, err = r.configure(img); err != nil {
 		return Result{}, fmt.Errorf("build %s: %w", r.Name, err)
 	}
-	if res.Digest, err = r.writeLayout(img, work, out); err != nil {
-		return Result{}, err
-	}
-	res.Packages = len(r.Packages)
-	res.Duration = time.Since(start)
-	b.step(start, "wrote %s (%s) to %s", r.Name, res.Digest, out)
-	return res, nil
+	return b.finish(start, r, img, work, out, res)
 }
 
 // layoutImage is the (first) image of an OCI layout.
