@@ -107,7 +107,7 @@ func panelShown(img image.Image) (bool, string) {
 
 // startUpOnDesktop runs `deskgrid up` whose sessions run on the default
 // desktop image (built by scripts/setup), imported into its store first.
-func startUpOnDesktop(t *testing.T, dataDir, runDir string, extra ...string) *upProcess {
+func startUpOnDesktop(t testing.TB, dataDir, runDir string, extra ...string) *upProcess {
 	t.Helper()
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		t.Fatal(err)
@@ -132,7 +132,7 @@ var desktopStore struct {
 // across processes), and it is kept beside the image cache, so the image's
 // gigabytes are unpacked once for every test and run, not once a test.
 // Importing images is tested on small images in services/sandbox/image.
-func desktopImages(t *testing.T) string {
+func desktopImages(t testing.TB) string {
 	t.Helper()
 	desktopStore.once.Do(func() {
 		layout := imagebuild.DesktopLayout()

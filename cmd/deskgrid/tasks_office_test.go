@@ -172,7 +172,7 @@ var officeStore struct {
 // officeImages puts the office image into the desktop tests' image store
 // (desktopImages), building it first when scripts/setup has not: one layer
 // with LibreOffice on the default desktop image, cached beside it.
-func officeImages(t *testing.T) {
+func officeImages(t testing.TB) {
 	t.Helper()
 	dir := desktopImages(t)
 	officeStore.once.Do(func() {
@@ -198,7 +198,7 @@ func officeImages(t *testing.T) {
 // buildOfficeImage builds the office image into the image cache unless it
 // is there for the recipe as it is, as scripts/setup --dev does, under the
 // cache's lock.
-func buildOfficeImage(t *testing.T) error {
+func buildOfficeImage(t testing.TB) error {
 	recipe, err := imagebuild.Load("../../deploy/images/desktop-office")
 	if err != nil {
 		return err

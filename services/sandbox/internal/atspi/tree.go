@@ -21,6 +21,7 @@ const (
 	ifValue       = "org.a11y.atspi.Value"
 	ifImage       = "org.a11y.atspi.Image"
 	ifSelection   = "org.a11y.atspi.Selection"
+	ifTable       = "org.a11y.atspi.Table"
 	ifProperties  = "org.freedesktop.DBus.Properties"
 	coordsScreen  = uint32(0)
 	maxTextLength = 1024
@@ -28,6 +29,13 @@ const (
 	// reads every text object's (OSWorld's tree holds them all).
 	exportTextLength = 16 << 10
 	maxActions       = 16
+	// maxChildren bounds the children read of one node. A node with more
+	// (a spreadsheet's table claims every cell of the sheet, 2^31-1 of
+	// them, and its application hangs building the list) is read by what
+	// shows on the screen (visibleCells) or by its first maxChildren.
+	maxChildren = 1024
+	// maxCells bounds the cells of a table read by what shows.
+	maxCells = 1024
 )
 
 // Limits bound a walk of the tree.
@@ -88,6 +96,9 @@ type Node struct {
 	// left out by a limit.
 	ChildCount int
 	Children   []*Node
+
+	// ifaces are the object's interfaces.
+	ifaces []string
 }
 
 // Action is one of a node's actions in full.
@@ -214,6 +225,7 @@ func (w *walker) node(ctx context.Context, r ref, depth int) (*Node, error) {
 	}
 	var is []string
 	_ = wait(ctx, ifaces).Store(&is)
+	n.ifaces = is
 	if attrs != nil {
 		_ = wait(ctx, attrs).Store(&n.Attributes)
 	}
@@ -310,10 +322,7 @@ func (w *walker) children(ctx context.Context, n *Node, r ref, depth int) {
 		w.tree.Truncated = true
 		return
 	}
-	var kids []ref
-	if err := w.conn.Object(r.Bus, r.Path).CallWithContext(ctx, ifAccessible+".GetChildren", 0).Store(&kids); err != nil {
-		return
-	}
+	kids := w.childRefs(ctx, n, r)
 	for _, k := range kids {
 		if ctx.Err() != nil {
 			return
@@ -336,6 +345,91 @@ func (w *walker) children(ctx context.Context, n *Node, r ref, depth int) {
 		w.children(ctx, c, k, depth+1)
 		n.Children = append(n.Children, c)
 	}
+}
+
+// childRefs lists the children of a node to read: all of them, or for a
+// node with more than maxChildren, the cells that show on the screen of a
+// table, or else its first maxChildren.
+func (w *walker) childRefs(ctx context.Context, n *Node, r ref) []ref {
+	obj := w.conn.Object(r.Bus, r.Path)
+	if n.ChildCount <= maxChildren {
+		var kids []ref
+		if err := obj.CallWithContext(ctx, ifAccessible+".GetChildren", 0).Store(&kids); err != nil {
+			return nil
+		}
+		return kids
+	}
+	if kids, ok := w.visibleCells(ctx, obj, n); ok {
+		// The cells off the screen are left out, as asked or not.
+		w.tree.Truncated = w.tree.Truncated || !w.lim.OnlyVisible
+		return kids
+	}
+	w.tree.Truncated = true
+	calls := make([]*dbus.Call, maxChildren)
+	for i := range calls {
+		calls[i] = obj.GoWithContext(ctx, ifAccessible+".GetChildAtIndex", 0, nil, int32(i))
+	}
+	kids := make([]ref, 0, maxChildren)
+	for _, c := range calls {
+		var k ref
+		if err := wait(ctx, c).Store(&k); err == nil {
+			kids = append(kids, k)
+		}
+	}
+	return kids
+}
+
+// visibleCells lists the cells of a table node that show on the screen:
+// from the cell at its top left corner to the one at its bottom right, row
+// by row, at most maxCells. ok is false when the node is no table on the
+// screen or does not answer as one.
+func (w *walker) visibleCells(ctx context.Context, obj dbus.BusObject, n *Node) (cells []ref, ok bool) {
+	if !slices.Contains(n.ifaces, ifTable) || !slices.Contains(n.ifaces, ifComponent) || n.Bounds == nil || n.Bounds.Width < 2 || n.Bounds.Height < 2 {
+		return nil, false
+	}
+	b := n.Bounds
+	// The cell at a corner, as a row and a column.
+	at := func(x, y int32) (row, col int32, ok bool) {
+		var cell ref
+		if err := obj.CallWithContext(ctx, ifComponent+".GetAccessibleAtPoint", 0, x, y, coordsScreen).Store(&cell); err != nil || cell.Path == "/org/a11y/atspi/null" {
+			return 0, 0, false
+		}
+		var i int32
+		if err := w.conn.Object(cell.Bus, cell.Path).CallWithContext(ctx, ifAccessible+".GetIndexInParent", 0).Store(&i); err != nil || i < 0 {
+			return 0, 0, false
+		}
+		if obj.CallWithContext(ctx, ifTable+".GetRowAtIndex", 0, i).Store(&row) != nil || obj.CallWithContext(ctx, ifTable+".GetColumnAtIndex", 0, i).Store(&col) != nil {
+			return 0, 0, false
+		}
+		return row, col, row >= 0 && col >= 0
+	}
+	r0, c0, ok := at(b.X+1, b.Y+1)
+	if !ok {
+		return nil, false
+	}
+	r1, c1, ok := at(b.X+b.Width-2, b.Y+b.Height-2)
+	if !ok || r1 < r0 || c1 < c0 {
+		return nil, false
+	}
+	cols := c1 - c0 + 1
+	rows := min(r1-r0+1, max(1, maxCells/cols))
+	cols = min(cols, maxCells)
+	if rows < r1-r0+1 || cols < c1-c0+1 {
+		w.tree.Truncated = true
+	}
+	calls := make([]*dbus.Call, 0, rows*cols)
+	for row := r0; row < r0+rows; row++ {
+		for col := c0; col < c0+cols; col++ {
+			calls = append(calls, obj.GoWithContext(ctx, ifTable+".GetAccessibleAt", 0, nil, row, col))
+		}
+	}
+	for _, c := range calls {
+		var cell ref
+		if err := wait(ctx, c).Store(&cell); err == nil && cell.Path != "/org/a11y/atspi/null" {
+			cells = append(cells, cell)
+		}
+	}
+	return cells, len(cells) > 0
 }
 
 // wait waits for an asynchronous call's answer.
