@@ -54,6 +54,8 @@
 //   --features                    also test the live thumbnails, the file browser, recordings and
 //                                 their replay, the history filters and the accessibility inspector
 //                                 (a real deskgrid on the desktop image)
+//   --expect-errors               the gateway serves no files, recordings or accessibility tree:
+//                                 their tabs must say so with the HTTP status and message
 //   --autostart CMD               a program the created session starts (for the inspector's tree)
 //   --keep                        do not delete the session at the end
 //   --artifacts DIR               where a failure's screenshot goes
@@ -67,7 +69,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { startFakeAnthropic } from './fake-anthropic.mjs';
 
-const flags = new Set(['--expect-screenshot', '--expect-nodes', '--keep', '--approve', '--features']);
+const flags = new Set(['--expect-screenshot', '--expect-nodes', '--keep', '--approve', '--features', '--expect-errors']);
 function parseArgs(argv) {
   const o = {};
   for (let i = 0; i < argv.length; i++) {
@@ -235,6 +237,31 @@ async function seeThumbnail(page, id) {
   step(`the list shows a ${jpeg ? 'JPEG' : 'PNG'} thumbnail of the desktop (${got.w}x${got.h}, ${got.size} bytes)`);
 }
 
+// thumbnailShowsDesktop: back in the list, the session's picture shows
+// its desktop (not one colour), then back to the session's page.
+async function thumbnailShowsDesktop(page, id) {
+  await page.goto(base + '/');
+  const img = page.locator(`tr[data-session-id="${id}"] img.thumb[data-loaded="true"]`);
+  await img.waitFor({ timeout });
+  const colours = await img.evaluate(async (i) => {
+    await i.decode();
+    const c = document.createElement('canvas');
+    c.width = i.naturalWidth;
+    c.height = i.naturalHeight;
+    const g = c.getContext('2d');
+    g.drawImage(i, 0, 0);
+    const d = g.getImageData(0, 0, c.width, c.height).data;
+    const seen = new Set();
+    for (let k = 0; k < d.length; k += 4) seen.add((d[k] >> 4) << 8 | (d[k + 1] >> 4) << 4 | (d[k + 2] >> 4));
+    return seen.size;
+  });
+  if (colours < 8) fail(`the thumbnail of ${id} has ${colours} colours: not the desktop`);
+  await shot(page, 'console-sessions-live.png');
+  step(`the list's thumbnail shows the desktop (${colours} colours)`);
+  await page.goBack();
+  await page.locator('#state[data-state="connected"]').waitFor({ timeout });
+}
+
 async function startRecording(page) {
   await page.click('#tabs [data-tab="recordings"]');
   await page.locator('#recordings[data-loaded="true"]').waitFor({ timeout });
@@ -296,6 +323,21 @@ async function historyFilters(page) {
   step(`the history filters: ${shots} screenshots, ${texts} entries saying "computer", of ${all}`);
 }
 
+// tabsSayWhy: a tab whose calls fail shows the status and message.
+async function tabsSayWhy(page) {
+  const said = [];
+  for (const [tab, status, act] of [['files', '#files-status'], ['recordings', '#rec-status'], ['inspector', '#a11y-status', '#a11y-load']]) {
+    await page.click(`#tabs [data-tab="${tab}"]`);
+    if (act) await page.click(act);
+    await page.waitForFunction((sel) => /HTTP \d{3}: \S/.test(document.querySelector(sel).textContent), status, { timeout })
+      .catch(async () => fail(`the ${tab} tab says ${JSON.stringify(await page.locator(status).textContent())}`));
+    if ((await page.locator(status).getAttribute('class')) !== 'error') fail(`the ${tab} tab's failure is not shown as an error`);
+    said.push(await page.locator(status).textContent());
+  }
+  await page.click('#tabs [data-tab="agent"]');
+  step(`tabs the server cannot serve say why: ${said.map((x) => JSON.stringify(x)).join('; ')}`);
+}
+
 // replay: stop the recording, play it, and seek by clicking an event.
 async function replay(page, rid) {
   await page.click('#tabs [data-tab="recordings"]');
@@ -316,7 +358,7 @@ async function replay(page, rid) {
     .catch(async () => fail(`no events under the replay: ${await page.locator('#replay-status').textContent()}`));
   const video = await page.evaluate(() => { const v = document.getElementById('replay-video'); return { duration: v.duration, w: v.videoWidth, h: v.videoHeight }; });
   const ms = (t) => Date.parse(t.replace(/(\.\d{3})\d+/, '$1'));
-  const events = await page.locator('#replay-events button.event').evaluateAll((b) => b.map((x) => ({ time: x.dataset.time, kind: x.dataset.kind, text: x.textContent })));
+  const events = await page.locator('#replay-events button.event').evaluateAll((b) => b.map((x) => ({ time: x.dataset.time, kind: x.dataset.kind, text: x.title })));
   // The latest event the video reaches, so the seek is not clamped.
   let pick = -1;
   events.forEach((e, i) => { const off = (ms(e.time) - ms(start)) / 1000; if (off > 0 && off < video.duration) pick = i; });
@@ -373,7 +415,7 @@ async function inspector(page) {
   const hovered = page.locator('#a11y-tree li.hovered');
   if ((await hovered.count()) !== 1 || (await hovered.getAttribute('data-node-id')) !== want.id) fail('the list does not mark the node under the pointer');
   await shot(page, 'console-inspector.png');
-  step(`pointing at ${px.toFixed(0)},${px.toFixed(0)} highlighted the ${want.role} node (${want.w}x${want.h} at ${want.x},${want.y}) of ${nodes.length} on screen`);
+  step(`pointing at ${px.toFixed(0)},${py.toFixed(0)} highlighted the ${want.role} node (${want.w}x${want.h} at ${want.x},${want.y}) of ${nodes.length} on screen`);
   // Pick another node in the list: it is outlined.
   const other = inside.find((n) => n.id !== want.id) || want;
   await page.mouse.move(5, 5);
@@ -511,10 +553,12 @@ async function consoleScenario(page) {
     .catch(() => fail('the history timeline stayed empty'));
   step(`the history timeline shows ${await page.locator('#timeline li.entry').count()} entries`);
 
+  if (args['expect-errors']) await tabsSayWhy(page);
   if (args.features) {
     await historyFilters(page);
     await replay(page, rec);
     await inspector(page);
+    await thumbnailShowsDesktop(page, id);
   }
 
   if (!args.keep) {

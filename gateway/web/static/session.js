@@ -897,7 +897,8 @@ function treeItem(n, depth) {
   const toggle = el('button', { type: 'button', class: 'toggle', 'aria-label': 'expand', text: kids.length ? '▸' : '' });
   if (!kids.length) toggle.disabled = true;
   const label = el('button', { type: 'button', class: 'node', text: nodeLabel(n) });
-  const more = (n.childCount || 0) > kids.length ? el('span', { class: 'muted', text: ` (+${n.childCount - kids.length} not read)` }) : null;
+  const more = (n.childCount || 0) > kids.length
+    ? el('span', { class: 'muted', title: 'children not showing on the screen, or beyond the limits of the read', text: ` (+${n.childCount - kids.length} more)` }) : null;
   li.append(toggle, label, more || '');
   const entry = { node: n, li, area: b && b.width > 0 && b.height > 0 ? b.width * b.height : 0 };
   a11yFlat.push(entry);
