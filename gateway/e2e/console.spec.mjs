@@ -170,8 +170,11 @@ async function signIn(page) {
 // with its message; signing in again works; "Sign out" forgets the key.
 async function signOutAndBack(page) {
   await page.evaluate((k) => sessionStorage.setItem('deskgrid-api-key', k), badKey);
-  await page.click('#tabs [data-tab="history"]');
-  await page.click('#timeline-refresh');
+  // (A first look at the history tab may already meet the 401.)
+  await page.evaluate(() => {
+    document.querySelector('#tabs [data-tab="history"]').click();
+    document.getElementById('timeline-refresh').click();
+  });
   await page.locator('#signin').waitFor({ timeout }).catch(() => fail('a 401 did not bring the sign-in form back'));
   const said = await page.locator('#signin-error').textContent();
   if (!/not recognised/.test(said)) fail(`after a 401 the form says ${JSON.stringify(said)}`);
@@ -239,7 +242,15 @@ async function seeThumbnail(page, id) {
 
 // thumbnailShowsDesktop: back in the list, the session's picture shows
 // its desktop (not one colour), then back to the session's page.
+// A recording started on the page is stopped when the page is left.
 async function thumbnailShowsDesktop(page, id) {
+  await page.click('#tabs [data-tab="recordings"]');
+  const known = new Set(await page.locator('#recordings li[data-recording-id]').evaluateAll((l) => l.map((x) => x.dataset.recordingId)));
+  await page.click('#rec-start');
+  await page.locator('#recordings li[data-state="recording"]').first().waitFor({ timeout })
+    .catch(async () => fail(`a second recording did not start: ${await page.locator('#rec-status').textContent()}`));
+  const rid = await page.locator('#recordings li[data-state="recording"]').first().getAttribute('data-recording-id');
+  if (known.has(rid)) fail(`the new recording has the old id ${rid}`);
   await page.goto(base + '/');
   const img = page.locator(`tr[data-session-id="${id}"] img.thumb[data-loaded="true"]`);
   await img.waitFor({ timeout });
@@ -258,6 +269,17 @@ async function thumbnailShowsDesktop(page, id) {
   if (colours < 8) fail(`the thumbnail of ${id} has ${colours} colours: not the desktop`);
   await shot(page, 'console-sessions-live.png');
   step(`the list's thumbnail shows the desktop (${colours} colours)`);
+  const deadline = Date.now() + timeout;
+  for (;;) {
+    const recs = (await restCall(page, 'GET', `/v1/sessions/${encodeURIComponent(id)}/recordings`)).recordings || [];
+    const r = recs.find((x) => x.id === rid);
+    if (r && r.state !== 'RECORDING_STATE_RECORDING') {
+      step(`leaving the page stopped recording ${rid} it had started (${r.state})`);
+      break;
+    }
+    if (Date.now() > deadline) fail(`recording ${rid} still runs after its page was left: ${JSON.stringify(r)}`);
+    await page.waitForTimeout(250);
+  }
   await page.goBack();
   await page.locator('#state[data-state="connected"]').waitFor({ timeout });
 }
@@ -374,10 +396,11 @@ async function replay(page, rid) {
 
 // inspector: read the tree, point at a node on the live view and see its
 // box drawn, pick a node in the list and see it outlined.
-async function inspector(page) {
+async function inspector(page, sessionId) {
   await page.click('#tabs [data-tab="inspector"]');
   const deadline = Date.now() + Math.max(timeout, 90000);
   let nodes = [];
+  let launched = false;
   for (;;) {
     await page.click('#a11y-load');
     await page.waitForFunction(() => !document.getElementById('a11y-load').disabled, null, { timeout });
@@ -387,6 +410,21 @@ async function inspector(page) {
     }).filter((n) => n.w > 0 && n.h > 0));
     if (nodes.length >= 3) break;
     if (Date.now() > deadline) fail(`the inspector found no nodes on the screen: ${await page.locator('#a11y-status').textContent()}`);
+    // A program started before the desktop's accessibility bus was up is
+    // not in the tree: once the tree answers, start it again.
+    if (!launched && args.autostart && /nodes in/.test(await page.locator('#a11y-status').textContent())) {
+      launched = true;
+      const code = await page.evaluate(async ({ id, cmd }) => {
+        const key = sessionStorage.getItem('deskgrid-api-key');
+        const headers = { Accept: 'application/json', 'Content-Type': 'application/json' };
+        if (key) headers.Authorization = 'Bearer ' + key;
+        const res = await fetch(`/v1/sessions/${encodeURIComponent(id)}:exec`, { method: 'POST', headers, body: JSON.stringify({ argv: ['sh', '-c', `setsid -f ${cmd} >/dev/null 2>&1`], timeout: '20s' }) });
+        await res.text();
+        return res.status;
+      }, { id: sessionId, cmd: args.autostart });
+      if (code !== 200) fail(`starting ${args.autostart} again: HTTP ${code}`);
+      console.log(`# the tree was empty: started ${args.autostart} again`);
+    }
     await page.waitForTimeout(1000);
   }
   const c = await page.evaluate(() => {
@@ -557,7 +595,7 @@ async function consoleScenario(page) {
   if (args.features) {
     await historyFilters(page);
     await replay(page, rec);
-    await inspector(page);
+    await inspector(page, id);
     await thumbnailShowsDesktop(page, id);
   }
 
