@@ -488,7 +488,7 @@ async function consoleScenario(page) {
   if ((await page.locator('#status').getAttribute('class')) === 'error') fail(await page.locator('#status').textContent());
   const quick = await page.locator('#status').getAttribute('data-session-id');
   if (before.has(quick)) fail(`"New session" reported ${quick}, which was there before`);
-  await page.locator(`tr[data-session-id="${quick}"] a[href="/sessions/${encodeURIComponent(quick)}"]`).waitFor({ timeout });
+  await page.locator(`tr[data-session-id="${quick}"] a.id[href="/sessions/${encodeURIComponent(quick)}"]`).waitFor({ timeout });
   await page.click(`tr[data-session-id="${quick}"] button.delete`);
   await page.locator(`tr[data-session-id="${quick}"]`).waitFor({ state: 'detached', timeout });
   const deleted = await page.locator('#status').textContent();
@@ -520,7 +520,7 @@ async function consoleScenario(page) {
   if (args.features) await seeThumbnail(page, id);
   if (args.shots) await page.screenshot({ path: join(args.shots, 'console-sessions.png'), fullPage: true });
 
-  await row.locator('a').click();
+  await row.locator('a.id').click();
   await page.waitForURL('**/sessions/' + encodeURIComponent(id));
   await seeDesktop(page);
   await page.locator('#session-state[data-state="running"]').waitFor({ timeout })

@@ -28,8 +28,8 @@ function row(s) {
   const title = [s.expireTime ? `expires ${new Date(s.expireTime).toLocaleString()}` : '', s.lastActiveTime ? `last active ${age(s.lastActiveTime)} ago` : '']
     .filter(Boolean).join('; ');
   return el('tr', { 'data-session-id': s.id },
-    el('td', { class: 'preview' }, thumbnailOf(s)),
-    el('td', {}, el('a', { href: '/sessions/' + encodeURIComponent(s.id), text: s.id })),
+    el('td', { class: 'preview' }, el('a', { class: 'picture', href: '/sessions/' + encodeURIComponent(s.id), 'aria-label': 'open ' + s.id, tabindex: '-1' }, thumbnailOf(s))),
+    el('td', {}, el('a', { class: 'id', href: '/sessions/' + encodeURIComponent(s.id), text: s.id })),
     el('td', { class: 'state', 'data-state': state, text: state + (s.stateReason ? ` (${s.stateReason})` : '') }),
     el('td', { class: 'image', title: s.imageDigest || '', text: s.image || 'node programs' }),
     el('td', { class: 'size', text: screen }),
@@ -71,8 +71,15 @@ async function refreshSessions() {
 // for scaled down (scale_to) as JPEG. One picture is fetched at a time, the
 // stalest first, each session's at most every thumbEvery ms, and none while
 // the page is hidden.
+//
+// A picture is a screenshot, which counts as use of the session and holds
+// off its idle timeout; so pictures pause once nobody has touched the page
+// for thumbPause ms, and go on at the next touch.
 
 const thumbEvery = 10000;
+const thumbPause = 5 * 60 * 1000;
+let touched = Date.now();
+const paused = document.getElementById('thumbs-paused');
 const thumbWidth = 160;
 const thumbHeight = 100;
 let listed = new Map();
@@ -113,6 +120,11 @@ function thumbnailsSoon(delay = 0) {
 async function nextThumbnail() {
   if (thumbBusy || document.hidden) return;
   const now = Date.now();
+  if (now - touched > thumbPause) {
+    paused.hidden = false;
+    document.body.dataset.thumbnails = 'paused';
+    return;
+  }
   let pick = null;
   for (const [id, t] of thumbs) {
     const s = listed.get(id);
@@ -157,6 +169,17 @@ async function nextThumbnail() {
   }
   thumbBusy = false;
   thumbnailsSoon();
+}
+
+for (const ev of ['pointermove', 'pointerdown', 'keydown', 'wheel', 'focus']) {
+  addEventListener(ev, () => {
+    touched = Date.now();
+    if (!paused.hidden) {
+      paused.hidden = true;
+      delete document.body.dataset.thumbnails;
+      thumbnailsSoon();
+    }
+  }, { passive: true });
 }
 
 document.addEventListener('visibilitychange', () => {
