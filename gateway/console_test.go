@@ -72,6 +72,14 @@ func TestConsoleEndToEndWithAuth(t *testing.T) {
 	}
 }
 
+// The session list's live pictures: one fetch at a time, each session's at
+// most every 10 s, paused while nobody touches the page (a picture counts as
+// use of the session), resumed by a touch. Run under a fake clock.
+func TestConsoleThumbnails(t *testing.T) {
+	h := newHarness(t, DefaultConfig(), Deps{})
+	runConsoleSpec(t, h.srv.URL, "--scenario", "thumbnails")
+}
+
 func consoleEndToEnd(t *testing.T, h *harness, args ...string) {
 	requireNoVNC(t, h)
 	const providerURL = "http://127.0.0.1:9/fake-provider"

@@ -21,6 +21,11 @@
 // same bytes, the history's kind and text filters, and the accessibility
 // inspector (the node under the pointer and the picked node outlined).
 //
+// Scenario "thumbnails" (under a fake clock): with three running sessions
+// listed, the pictures are fetched one at a time, each session's at most
+// every 10 s; after 5 minutes in which nobody touches the page they pause
+// (and say so), and a touch resumes them.
+//
 // Scenario "viewer": open --session's page and see its desktop.
 //
 // Scenario "docs": follow the console's "API docs" link to /docs, see every
@@ -35,7 +40,7 @@
 // sign-in at all.
 //
 // Options:
-//   --scenario console|viewer|docs  what to test (console)
+//   --scenario console|viewer|docs|thumbnails  what to test (console)
 //   --provider anthropic          provider of the run
 //   --model NAME                  model of the run (claude-sonnet-4-5)
 //   --api-key KEY                 deskgrid API key to sign in with (none: the gateway has no authentication)
@@ -613,6 +618,72 @@ async function consoleScenario(page) {
   if (args['api-key']) await signOutAndBack(page);
 }
 
+async function thumbnailsScenario(page) {
+  let inflight = 0;
+  let most = 0;
+  let count = 0;
+  await page.route(/\/v1\/sessions\/[^/]+\/screenshot\?/, async (route) => {
+    inflight++;
+    most = Math.max(most, inflight);
+    count++;
+    try {
+      const res = await route.fetch();
+      await route.fulfill({ response: res });
+    } finally {
+      inflight--;
+    }
+  });
+  await page.clock.install();
+  await page.goto(base + '/');
+  await signIn(page);
+  const ids = [];
+  for (let i = 0; i < 3; i++) ids.push((await restCall(page, 'POST', '/v1/sessions', {})).id);
+  // Fake time runs in steps, with a moment of real time for the calls.
+  const tick = async (ms, n = 1) => {
+    for (let i = 0; i < n; i++) {
+      await page.clock.runFor(ms);
+      await page.waitForTimeout(30);
+    }
+  };
+  await tick(1000, 6);
+  for (const id of ids) await page.locator(`tr[data-session-id="${id}"] img.thumb`).waitFor({ timeout });
+  const running = await page.locator('#sessions tbody tr img.thumb[data-state="running"]').count();
+  if (running < 3) fail(`${running} running sessions listed, want 3 or more`);
+  const c0 = count;
+  await tick(1000, 40);
+  const got = count - c0;
+  // Each at most every 10 s: 5 in 40 s at most; and they do go on.
+  if (got > running * 5 || got < running * 2) fail(`${got} pictures of ${running} sessions in 40 s`);
+  if (most !== 1) fail(`${most} pictures were fetched at once`);
+  step(`${got} pictures of ${running} sessions in 40 s, one at a time`);
+  // A hidden tab fetches none (the browser's visibility, as the page sees it).
+  const setHidden = (h) => page.evaluate((hidden) => {
+    Object.defineProperty(document, 'hidden', { get: () => hidden, configurable: true });
+    document.dispatchEvent(new Event('visibilitychange'));
+  }, h);
+  await setHidden(true);
+  await tick(1000, 2);
+  const ch = count;
+  await tick(1000, 30);
+  if (count !== ch) fail(`${count - ch} pictures fetched while the tab was hidden`);
+  await setHidden(false);
+  await tick(1000, 12);
+  if (count <= ch) fail('the pictures did not go on when the tab was shown again');
+  step('none while the tab is hidden; they go on when it is shown');
+  await tick(10000, 32);
+  await page.locator('#thumbs-paused').waitFor({ state: 'visible', timeout }).catch(() => fail('the pictures did not pause after 5 minutes untouched'));
+  const c1 = count;
+  await tick(10000, 6);
+  if (count !== c1) fail(`${count - c1} pictures fetched while paused`);
+  step('after 5 minutes untouched the pictures pause, and the page says so');
+  await page.mouse.move(300, 300);
+  await page.mouse.move(310, 305);
+  await tick(1000, 15);
+  if (count <= c1) fail('a touch did not resume the pictures');
+  if (await page.locator('#thumbs-paused').isVisible()) fail('the page still says the pictures are paused');
+  step(`a touch resumed them (${count - c1} since)`);
+}
+
 async function viewerScenario(page) {
   if (!args.session) fail('--session is required for the viewer scenario');
   await page.goto(base + '/sessions/' + encodeURIComponent(args.session));
@@ -673,6 +744,7 @@ try {
   });
   if (scenario === 'console') await consoleScenario(page);
   else if (scenario === 'viewer') await viewerScenario(page);
+  else if (scenario === 'thumbnails') await thumbnailsScenario(page);
   else if (scenario === 'docs') await docsScenario(page);
   else fail(`unknown scenario ${scenario}`);
   if (problems.length) fail('the page reported errors:\n  ' + problems.join('\n  '));
