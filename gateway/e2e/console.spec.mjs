@@ -325,6 +325,14 @@ async function fileBrowser(page) {
   if (!got.equals(payload)) fail(`the download has ${got.length} bytes, not the ${payload.length} uploaded`);
   await page.click('#files-up');
   await page.locator(`#files[data-path=""] tr[data-name="${dir}"]`).waitFor({ timeout });
+  // A folder that is not there: the status and message, the listing kept.
+  await page.fill('#files-path', 'no-such-folder');
+  await page.click('#files-go');
+  await page.waitForFunction(() => document.getElementById('files-status').className === 'error', null, { timeout });
+  const said = await page.locator('#files-status').textContent();
+  if (!/HTTP 404: /.test(said)) fail(`opening a missing folder says ${JSON.stringify(said)}`);
+  if ((await page.locator(`#files[data-path=""] tr[data-name="${dir}"]`).count()) !== 1) fail('a failed listing lost the one shown');
+  step(`a missing folder is refused: ${JSON.stringify(said)}`);
   step(`uploaded ${payload.length} bytes into ${dir}/ through the browser; listed; downloaded the same bytes`);
 }
 
