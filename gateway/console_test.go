@@ -43,7 +43,9 @@ func runConsoleSpec(t *testing.T, baseURL string, args ...string) {
 
 // The console end to end: create a session with options, see its desktop,
 // take over and hand back, start a run against the (fake) provider, see the
-// transcript with its screenshot, see the history, delete the session.
+// transcript with its screenshot, see the history, see the files,
+// recordings and inspector tabs give the status and message of calls these
+// fakes do not serve, delete the session.
 func TestConsoleEndToEnd(t *testing.T) {
 	h := newHarness(t, DefaultConfig(), Deps{})
 	consoleEndToEnd(t, h)
@@ -70,12 +72,20 @@ func TestConsoleEndToEndWithAuth(t *testing.T) {
 	}
 }
 
+// The session list's live pictures: one fetch at a time, each session's at
+// most every 10 s, paused while nobody touches the page (a picture counts as
+// use of the session), resumed by a touch. Run under a fake clock.
+func TestConsoleThumbnails(t *testing.T) {
+	h := newHarness(t, DefaultConfig(), Deps{})
+	runConsoleSpec(t, h.srv.URL, "--scenario", "thumbnails")
+}
+
 func consoleEndToEnd(t *testing.T, h *harness, args ...string) {
 	requireNoVNC(t, h)
 	const providerURL = "http://127.0.0.1:9/fake-provider"
 	runConsoleSpec(t, h.srv.URL, append([]string{"--provider-url", providerURL, "--provider-key", "sk-test",
 		"--expect", scriptedLastText, "--expect-tool", "computer", "--expect-screenshot", "--expect-nodes", "--approve",
-		"--expect-color", "18,160,99", "--expect-size", "64x48", "--width", "640", "--height", "400"}, args...)...)
+		"--expect-color", "18,160,99", "--expect-size", "64x48", "--width", "640", "--height", "400", "--expect-errors"}, args...)...)
 
 	// What the browser asked for reached the services.
 	cr := h.sessions.lastCreated()

@@ -17,7 +17,7 @@ var webFiles embed.FS
 
 // A strict policy: the pages load only their own scripts and talk only to
 // their own origin (the WebSocket included).
-const contentSecurityPolicy = "default-src 'self'; img-src 'self' data: blob:; style-src 'self' 'unsafe-inline'; " +
+const contentSecurityPolicy = "default-src 'self'; img-src 'self' data: blob:; media-src 'self' blob:; style-src 'self' 'unsafe-inline'; " +
 	"script-src 'self'; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 
 const noVNCMissing = `<!doctype html>

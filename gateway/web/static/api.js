@@ -334,3 +334,83 @@ export function parseLabels(text) {
   }
   return out;
 }
+
+// describe says what went wrong with a call: the HTTP status and the
+// server's message.
+export function describe(e) {
+  if (e instanceof APIError && e.status) return `HTTP ${e.status}: ${e.message}`;
+  return e && e.message ? e.message : String(e);
+}
+
+// apiFetch makes an authenticated call and returns the Response when it
+// succeeded (for bodies that are not JSON: images, videos), else throws
+// its APIError.
+export async function apiFetch(path, init = {}) {
+  const res = await fetch(path, { ...init, headers: authHeaders({ ...(init.headers || {}) }) });
+  if (!res.ok) {
+    const err = await errorOf(res);
+    if (res.status === 401) unauthenticated(err.message);
+    throw err;
+  }
+  return res;
+}
+
+function fromBase64(b64) {
+  const bin = atob(b64 || '');
+  const out = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+  return out;
+}
+
+// toBase64 encodes bytes for a JSON body, a slice at a time.
+export function toBase64(bytes) {
+  let bin = '';
+  for (let i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+  return btoa(bin);
+}
+
+// streamedDownload reads a server-streaming download (one JSON message a
+// line, {"result": {...}} or {"error": {...}}, each with base64 "chunk")
+// into a Blob; the first message's other fields come back as info.
+export async function streamedDownload(path, type = 'application/octet-stream') {
+  const res = await apiFetch(path, { headers: { Accept: 'application/json' } });
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  const parts = [];
+  let info = null;
+  let buf = '';
+  const line = (l) => {
+    if (!l.trim()) return;
+    const m = JSON.parse(l);
+    if (m.error) throw new APIError(m.error.message || 'download failed', httpStatusOf(m.error.code));
+    const r = m.result || {};
+    if (!info) info = r;
+    if (r.chunk) parts.push(fromBase64(r.chunk));
+  };
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buf += value;
+    let i;
+    while ((i = buf.indexOf('\n')) >= 0) {
+      line(buf.slice(0, i));
+      buf = buf.slice(i + 1);
+    }
+  }
+  line(buf);
+  return { info: info || {}, blob: new Blob(parts, { type }) };
+}
+
+// httpStatusOf maps a gRPC code (as a stream's error carries it) to HTTP.
+function httpStatusOf(code) {
+  return { 3: 400, 5: 404, 6: 409, 7: 403, 8: 429, 9: 400, 11: 400, 12: 501, 13: 500, 14: 503, 16: 401, 4: 504 }[code] || 500;
+}
+
+// saveBlob hands a blob to the browser as a download named name.
+export function saveBlob(blob, name) {
+  const url = URL.createObjectURL(blob);
+  const a = el('a', { href: url, download: name, hidden: true });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60000);
+}

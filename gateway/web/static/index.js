@@ -1,5 +1,5 @@
 // The session list: reads /v1/sessions and /v1/nodes, creates and deletes sessions.
-import { api, el, enumName, age, bytes, cores, labelsText, parseDuration, parseLabels, signedIn } from '/static/api.js';
+import { api, apiFetch, describe, el, enumName, age, bytes, cores, labelsText, parseDuration, parseLabels, signedIn } from '/static/api.js';
 
 const tbody = document.querySelector('#sessions tbody');
 const empty = document.getElementById('empty');
@@ -28,11 +28,14 @@ function row(s) {
   const title = [s.expireTime ? `expires ${new Date(s.expireTime).toLocaleString()}` : '', s.lastActiveTime ? `last active ${age(s.lastActiveTime)} ago` : '']
     .filter(Boolean).join('; ');
   return el('tr', { 'data-session-id': s.id },
-    el('td', {}, el('a', { href: '/sessions/' + encodeURIComponent(s.id), text: s.id })),
+    el('td', { class: 'preview' }, el('a', { class: 'picture', href: '/sessions/' + encodeURIComponent(s.id), 'aria-label': 'open ' + s.id, tabindex: '-1' }, thumbnailOf(s))),
+    el('td', {}, el('a', { class: 'id', href: '/sessions/' + encodeURIComponent(s.id), text: s.id })),
     el('td', { class: 'state', 'data-state': state, text: state + (s.stateReason ? ` (${s.stateReason})` : '') }),
+    el('td', { class: 'image', title: s.imageDigest || '', text: s.image || 'node programs' }),
     el('td', { class: 'size', text: screen }),
     el('td', { class: 'node', text: s.nodeId || '' }),
     el('td', { class: 'age', title: s.createTime ? new Date(s.createTime).toLocaleString() + (title ? '; ' + title : '') : '', text: age(s.createTime) }),
+    el('td', { class: 'active', title: s.lastActiveTime ? new Date(s.lastActiveTime).toLocaleString() : '', text: s.lastActiveTime ? age(s.lastActiveTime) + ' ago' : '' }),
     el('td', { class: 'limits', text: limitsText(s.limits) }),
     el('td', { class: 'labels', text: labelsText(s.labels) }),
     el('td', { class: 'actions' }, del));
@@ -55,9 +58,134 @@ async function refreshSessions() {
     token = data.nextPageToken || '';
     if (!token) break;
   }
+  listed = new Map(sessions.map((s) => [s.id, s]));
   tbody.replaceChildren(...sessions.map(row));
   empty.hidden = sessions.length > 0;
+  for (const id of thumbs.keys()) if (!listed.has(id)) dropThumbnail(id);
+  thumbnailsSoon();
 }
+
+// ---- live thumbnails ----
+//
+// Each running session's row shows a small picture of its desktop, asked
+// for scaled down (scale_to) as JPEG. One picture is fetched at a time, the
+// stalest first, each session's at most every thumbEvery ms, and none while
+// the page is hidden.
+//
+// A picture is a screenshot, which counts as use of the session and holds
+// off its idle timeout; so pictures pause once nobody has touched the page
+// for thumbPause ms, and go on at the next touch.
+
+const thumbEvery = 10000;
+const thumbPause = 5 * 60 * 1000;
+let touched = Date.now();
+const paused = document.getElementById('thumbs-paused');
+const thumbWidth = 160;
+const thumbHeight = 100;
+let listed = new Map();
+// id -> { img, url, at (ms of the last try), n (pictures shown) }
+const thumbs = new Map();
+let thumbTimer = null;
+let thumbBusy = false;
+
+function thumbnailOf(s) {
+  let t = thumbs.get(s.id);
+  if (!t) {
+    t = { img: el('img', { class: 'thumb', alt: 'no picture yet', width: thumbWidth, height: thumbHeight, 'data-loaded': 'false' }), url: '', at: 0, n: 0 };
+    thumbs.set(s.id, t);
+  }
+  t.img.dataset.state = enumName(s.state, 'SESSION_STATE_');
+  return t.img;
+}
+
+function dropThumbnail(id) {
+  const t = thumbs.get(id);
+  if (t && t.url) URL.revokeObjectURL(t.url);
+  thumbs.delete(id);
+}
+
+// thumbSize fits the session's screen in thumbWidth x thumbHeight.
+function thumbSize(s) {
+  const w = (s.display && s.display.width) || 1280;
+  const h = (s.display && s.display.height) || 800;
+  const k = Math.min(thumbWidth / w, thumbHeight / h, 1);
+  return { width: Math.max(16, Math.round(w * k)), height: Math.max(16, Math.round(h * k)) };
+}
+
+function thumbnailsSoon(delay = 0) {
+  clearTimeout(thumbTimer);
+  thumbTimer = setTimeout(nextThumbnail, delay);
+}
+
+async function nextThumbnail() {
+  if (thumbBusy || document.hidden) return;
+  const now = Date.now();
+  if (now - touched > thumbPause) {
+    paused.hidden = false;
+    document.body.dataset.thumbnails = 'paused';
+    return;
+  }
+  let pick = null;
+  for (const [id, t] of thumbs) {
+    const s = listed.get(id);
+    if (!s || s.state !== 'SESSION_STATE_RUNNING') continue;
+    if (now - t.at < thumbEvery) continue;
+    if (!pick || t.at < pick.t.at) pick = { s, t };
+  }
+  if (!pick) {
+    // The next one due, or a look again later.
+    let due = thumbEvery;
+    for (const [id, t] of thumbs) {
+      const s = listed.get(id);
+      if (s && s.state === 'SESSION_STATE_RUNNING') due = Math.min(due, Math.max(0, thumbEvery - (now - t.at)));
+    }
+    thumbnailsSoon(Math.max(due, 250));
+    return;
+  }
+  thumbBusy = true;
+  const { s, t } = pick;
+  t.at = now;
+  const size = thumbSize(s);
+  try {
+    const res = await apiFetch(`/v1/sessions/${encodeURIComponent(s.id)}/screenshot?format=IMAGE_FORMAT_JPEG&quality=60` +
+      `&scaleTo.width=${size.width}&scaleTo.height=${size.height}`, { headers: { Accept: 'image/jpeg, image/png' } });
+    const blob = await res.blob();
+    if (thumbs.get(s.id) === t) {
+      const old = t.url;
+      t.url = URL.createObjectURL(blob);
+      t.img.src = t.url;
+      t.img.alt = `${s.id} now`;
+      t.img.title = 'the desktop at ' + new Date().toLocaleTimeString();
+      t.img.width = size.width;
+      t.img.height = size.height;
+      t.img.dataset.loaded = 'true';
+      t.img.dataset.count = String(++t.n);
+      t.img.classList.remove('failed');
+      if (old) URL.revokeObjectURL(old);
+    }
+  } catch (e) {
+    t.img.title = 'no picture: ' + describe(e);
+    t.img.classList.add('failed');
+  }
+  thumbBusy = false;
+  thumbnailsSoon();
+}
+
+for (const ev of ['pointermove', 'pointerdown', 'keydown', 'wheel', 'focus']) {
+  addEventListener(ev, () => {
+    touched = Date.now();
+    if (!paused.hidden) {
+      paused.hidden = true;
+      delete document.body.dataset.thumbnails;
+      thumbnailsSoon();
+    }
+  }, { passive: true });
+}
+
+document.addEventListener('visibilitychange', () => {
+  if (document.hidden) clearTimeout(thumbTimer);
+  else thumbnailsSoon();
+});
 
 function nodeRow(n) {
   const cap = n.capacity || {};
@@ -93,7 +221,7 @@ async function refresh() {
     await Promise.all([refreshSessions(), refreshNodes()]);
     document.body.dataset.loaded = 'true';
   } catch (e) {
-    say('Could not list sessions: ' + e.message, true);
+    say('Could not list sessions: ' + describe(e), true);
   }
 }
 
@@ -103,7 +231,7 @@ async function remove(id, button) {
     await api('DELETE', '/v1/sessions/' + encodeURIComponent(id));
     say('Deleted ' + id);
   } catch (e) {
-    say(`Could not delete ${id}: ${e.message}`, true);
+    say(`Could not delete ${id}: ${describe(e)}`, true);
   }
   await refresh();
 }
@@ -145,7 +273,7 @@ async function create(button) {
     const s = await api('POST', '/v1/sessions', req);
     say('Created ' + s.id, false, s.id);
   } catch (e) {
-    say('Could not create a session: ' + e.message, true);
+    say('Could not create a session: ' + describe(e), true);
   }
   button.disabled = false;
   await refresh();

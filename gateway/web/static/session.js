@@ -1,7 +1,7 @@
 // One session: its desktop live in noVNC (view-only until taken over with
 // the input lease), agent runs with their events as a chat (server-sent
 // events), and the session's history.
-import { api, authHeaders, el, enumName, eventStream, onSignOut, serverIndex, signedIn } from '/static/api.js';
+import { api, apiFetch, authHeaders, bytes, describe, el, enumName, eventStream, formatSeconds, onSignOut, saveBlob, serverIndex, signedIn, streamedDownload, toBase64 } from '/static/api.js';
 
 const id = decodeURIComponent(location.pathname.split('/').pop());
 const enc = encodeURIComponent(id);
@@ -172,6 +172,7 @@ handBack.addEventListener('click', async () => {
 // Leaving the page (or signing out) hands control back so waiting runs need
 // not wait for the TTL, and ends the page's viewer token.
 function leave() {
+  stopRecordingsOnLeave();
   revokeToken(viewerToken, true);
   viewerToken = null;
   if (!lease) return;
@@ -473,17 +474,22 @@ function entryText(e) {
       const who = d.role ? enumName(d.role, 'ROLE_') : 'agent';
       return `${who}: ${d.text || d.textDelta || ''}`;
     }
-    case 'ENTRY_KIND_TOOL_CALL': return `${d.tool || call.tool || 'tool'} ${d.inputJson || call.inputJson || ''}`;
+    case 'ENTRY_KIND_TOOL_CALL': return `${d.tool || call.tool || 'tool'} ${d.inputJson || call.inputJson || d.input || ''}`.slice(0, 400);
     case 'ENTRY_KIND_TOOL_RESULT': return `${d.tool || call.tool || 'tool'} → ${(d.output || call.output || '').slice(0, 200)}`;
     case 'ENTRY_KIND_SCREENSHOT': {
       const ref = d.screenshot || d;
+      if (d.tool) return `${d.tool} (screenshot)`;
       return `screenshot ${ref.width || ''}x${ref.height || ''}`;
     }
     case 'ENTRY_KIND_USAGE': {
       const u = d.usage || d;
       return `${u.inputTokens || 0} tokens in, ${u.outputTokens || 0} out`;
     }
-    default: return '';
+    default: {
+      const r = d.recording || {};
+      if (r.id) return `recording ${r.id} ${enumName(r.state, 'RECORDING_STATE_')}${r.failureReason ? ' — ' + r.failureReason : ''}`;
+      return d.reason || d.message || '';
+    }
   }
 }
 
@@ -503,31 +509,541 @@ function timelineItems(entries) {
   return out;
 }
 
+// historyEntries reads the session's history (every page, bounded), of
+// the kinds asked for and between the times given.
+async function historyEntries({ kinds = [], start = '', end = '' } = {}) {
+  const entries = [];
+  let token = '';
+  for (let i = 0; i < 10; i++) {
+    const q = ['pageSize=500', ...kinds.map((k) => 'kinds=' + k), start ? 'startTime=' + encodeURIComponent(start) : '',
+      end ? 'endTime=' + encodeURIComponent(end) : '', token ? 'pageToken=' + encodeURIComponent(token) : ''].filter(Boolean).join('&');
+    const data = await api('GET', `/v1/sessions/${enc}/history?` + q);
+    entries.push(...(data.entries || []));
+    token = data.nextPageToken || '';
+    if (!token) break;
+  }
+  return entries;
+}
+
+let timelineAll = [];
+
+// showTimeline lists the loaded entries that pass the type and text filters.
+function showTimeline() {
+  const list = $('timeline');
+  const type = $('history-type').value;
+  const text = $('history-text').value.trim().toLowerCase();
+  const shown = timelineAll.filter(({ e, text: t }) => (!type || e.type === type) &&
+    (!text || t.toLowerCase().includes(text) || (e.type || '').toLowerCase().includes(text)));
+  list.replaceChildren(...shown.map(({ e, text: t }) => el('li', { class: 'entry', 'data-kind': enumName(e.kind, 'ENTRY_KIND_'), 'data-type': e.type },
+    el('time', { datetime: e.time, text: e.time ? new Date(e.time).toLocaleTimeString() : '' }),
+    el('span', { class: 'type', text: e.type }),
+    el('span', { class: 'text', text: t }))));
+  $('history-count').textContent = `${shown.length} of ${timelineAll.length} entries`;
+}
+
 async function refreshTimeline() {
   const list = $('timeline');
   try {
-    const entries = [];
-    let token = '';
-    for (let i = 0; i < 10; i++) {
-      const data = await api('GET', `/v1/sessions/${enc}/history?pageSize=500` + (token ? '&pageToken=' + encodeURIComponent(token) : ''));
-      entries.push(...(data.entries || []));
-      token = data.nextPageToken || '';
-      if (!token) break;
-    }
-    list.replaceChildren(...timelineItems(entries).map(({ e, text }) => el('li', { class: 'entry', 'data-kind': enumName(e.kind, 'ENTRY_KIND_') },
-      el('time', { datetime: e.time, text: e.time ? new Date(e.time).toLocaleTimeString() : '' }),
-      el('span', { class: 'type', text: e.type }),
-      el('span', { class: 'text', text }))));
+    const kind = $('history-kind').value;
+    const entries = await historyEntries({ kinds: kind ? [kind] : [] });
+    timelineAll = timelineItems(entries);
+    const typeSel = $('history-type');
+    const want = typeSel.value;
+    const types = [...new Set(entries.map((e) => e.type).filter(Boolean))].sort();
+    typeSel.replaceChildren(el('option', { value: '', text: 'every type' }), ...types.map((t) => el('option', { value: t, text: t })));
+    typeSel.value = types.includes(want) ? want : '';
+    showTimeline();
     list.dataset.loaded = 'true';
   } catch (e) {
-    list.replaceChildren(el('li', { class: 'error', text: 'history: ' + e.message }));
+    timelineAll = [];
+    list.replaceChildren(el('li', { class: 'error', text: 'history: ' + describe(e) }));
+    $('history-count').textContent = '';
   }
 }
+$('history-kind').addEventListener('change', refreshTimeline);
+$('history-type').addEventListener('change', showTimeline);
+$('history-text').addEventListener('input', showTimeline);
+$('history-filter').addEventListener('submit', (ev) => ev.preventDefault());
 $('timeline-refresh').addEventListener('click', refreshTimeline);
+
+
+// ---- tabs ----
+
+const tabLoaders = { files: () => listFiles(cwd), recordings: () => listRecordings(), history: () => refreshTimeline() };
+const tabsOpened = new Set(['agent']);
+let activeTab = 'agent';
+function openTab(name) {
+  activeTab = name;
+  document.body.dataset.tab = name;
+  for (const b of document.querySelectorAll('#tabs [data-tab]')) b.setAttribute('aria-selected', String(b.dataset.tab === name));
+  for (const t of document.querySelectorAll('aside .tab')) t.hidden = t.id !== 'tab-' + name;
+  if (name !== 'inspector') hideBox($('a11y-hover'));
+  showSelected();
+  if (!tabsOpened.has(name)) {
+    tabsOpened.add(name);
+    if (tabLoaders[name]) tabLoaders[name]();
+  }
+}
+for (const b of document.querySelectorAll('#tabs [data-tab]')) b.addEventListener('click', () => openTab(b.dataset.tab));
+
+function say(node, text, isError = false) {
+  node.textContent = text;
+  node.className = isError ? 'error' : '';
+}
+
+// ---- files ----
+
+let cwd = '';
+const filesStatus = $('files-status');
+const joinPath = (dir, name) => (!dir ? name : dir.endsWith('/') ? dir + name : dir + '/' + name);
+function parentOf(dir) {
+  const t = dir.replace(/\/+$/, '');
+  const i = t.lastIndexOf('/');
+  if (i < 0) return '';
+  return i === 0 ? '/' : t.slice(0, i);
+}
+
+async function listFiles(dir) {
+  const tbody = $('files').querySelector('tbody');
+  say(filesStatus, 'listing…');
+  try {
+    const data = await api('GET', `/v1/sessions/${enc}/files?path=` + encodeURIComponent(dir));
+    cwd = dir;
+    $('files-path').value = dir;
+    $('files-up').disabled = dir === '' || dir === '/';
+    const files = (data.files || []).slice().sort((a, b) => (Number(!!b.isDir) - Number(!!a.isDir)) || a.name.localeCompare(b.name));
+    tbody.replaceChildren(...files.map(fileRow));
+    say(filesStatus, `${dir || 'home folder'}: ${files.length} ${files.length === 1 ? 'entry' : 'entries'}`);
+    $('files').dataset.path = dir;
+  } catch (e) {
+    say(filesStatus, `could not list ${dir || 'the home folder'}: ${describe(e)}`, true);
+  }
+}
+
+function fileRow(f) {
+  const path = joinPath(cwd, f.name);
+  let name;
+  const actions = el('td', { class: 'actions' });
+  if (f.isDir) {
+    name = el('button', { type: 'button', class: 'link dir', text: f.name + '/' });
+    name.addEventListener('click', () => listFiles(path));
+  } else {
+    name = el('span', { text: f.name });
+    const dl = el('button', { type: 'button', class: 'download', text: 'Download' });
+    dl.addEventListener('click', () => downloadFile(path, f.name, dl));
+    actions.append(dl);
+  }
+  return el('tr', { 'data-name': f.name, 'data-dir': f.isDir ? 'true' : 'false' },
+    el('td', {}, name),
+    el('td', { class: 'size', text: f.isDir ? '' : bytes(f.size) || '0 B' }),
+    el('td', { class: 'time', title: f.modifyTime || '', text: f.modifyTime ? new Date(f.modifyTime).toLocaleString() : '' }),
+    actions);
+}
+
+async function downloadFile(path, name, button) {
+  button.disabled = true;
+  say(filesStatus, `downloading ${name}…`);
+  try {
+    const { blob } = await streamedDownload(`/v1/sessions/${enc}/files:download?path=` + encodeURIComponent(path));
+    saveBlob(blob, name);
+    say(filesStatus, `downloaded ${name} (${bytes(blob.size) || '0 B'})`);
+  } catch (e) {
+    say(filesStatus, `could not download ${name}: ${describe(e)}`, true);
+  }
+  button.disabled = false;
+}
+
+$('files-nav').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  listFiles($('files-path').value.trim());
+});
+$('files-up').addEventListener('click', () => listFiles(parentOf(cwd)));
+$('files-upload').addEventListener('change', async (ev) => {
+  const input = ev.currentTarget;
+  const files = [...input.files];
+  input.disabled = true;
+  let failed = false;
+  for (const f of files) {
+    say(filesStatus, `uploading ${f.name}…`);
+    try {
+      const content = toBase64(new Uint8Array(await f.arrayBuffer()));
+      await api('POST', `/v1/sessions/${enc}/files:write`, { path: joinPath(cwd, f.name), content });
+    } catch (e) {
+      say(filesStatus, `could not upload ${f.name}: ${describe(e)}`, true);
+      failed = true;
+      break;
+    }
+  }
+  input.value = '';
+  input.disabled = false;
+  const status = filesStatus.textContent;
+  await listFiles(cwd);
+  if (failed) say(filesStatus, status, true);
+  else say(filesStatus, `uploaded ${files.map((f) => f.name).join(', ')}`);
+});
+$('files-mkdir').addEventListener('click', async () => {
+  const name = $('files-newdir').value.trim();
+  if (!name) return;
+  try {
+    await api('POST', `/v1/sessions/${enc}/files:mkdir`, { path: joinPath(cwd, name), parents: true });
+    $('files-newdir').value = '';
+    await listFiles(cwd);
+  } catch (e) {
+    say(filesStatus, `could not make ${name}: ${describe(e)}`, true);
+  }
+});
+
+// ---- recordings and replay ----
+
+const recStatus = $('rec-status');
+// Recordings this page started: stopped when the page is left.
+const startedHere = new Set();
+const justStarted = new Map();
+let recordings = [];
+let recPoll = null;
+
+// RFC 3339 with up to nanoseconds, to milliseconds since the epoch.
+function timeMs(t) {
+  return t ? Date.parse(t.replace(/(\.\d{3})\d+/, '$1')) : NaN;
+}
+
+function recordingRow(r) {
+  const state = enumName(r.state, 'RECORDING_STATE_');
+  const span = ((r.endTime ? timeMs(r.endTime) : Date.now()) - timeMs(r.startTime)) / 1000;
+  const info = [state, formatSeconds(span), r.width ? `${r.width}x${r.height}` : '', r.frames && r.frames !== '0' ? `${r.frames} frames` : '',
+    bytes(r.sizeBytes), state === 'stopped' && !r.downloadReady ? 'being stored…' : '', r.failureReason || ''].filter(Boolean).join(' · ');
+  const li = el('li', { 'data-recording-id': r.id, 'data-state': state, 'data-ready': r.downloadReady ? 'true' : 'false', 'data-start': r.startTime || '', 'data-end': r.endTime || '' },
+    el('div', {}, el('strong', { text: r.id }), ' ', el('span', { class: 'muted', text: r.startTime ? new Date(timeMs(r.startTime)).toLocaleTimeString() : '' })),
+    el('div', { class: 'muted', text: info }));
+  const buttons = el('div', { class: 'buttons' });
+  if (state === 'recording') {
+    const stop = el('button', { type: 'button', class: 'stop', text: 'Stop' });
+    stop.addEventListener('click', () => stopRecording(r.id));
+    buttons.append(stop);
+  }
+  if (r.downloadReady) {
+    const play = el('button', { type: 'button', class: 'play', text: 'Replay' });
+    play.addEventListener('click', () => replay(r));
+    const dl = el('button', { type: 'button', class: 'download', text: 'Download' });
+    dl.addEventListener('click', async () => {
+      dl.disabled = true;
+      try {
+        const blob = await (await apiFetch(`/v1/sessions/${enc}/recordings/${encodeURIComponent(r.id)}:download`)).blob();
+        saveBlob(blob, r.id + (r.contentType === 'video/webm' ? '.webm' : '.mp4'));
+      } catch (e) {
+        say(recStatus, `could not download ${r.id}: ${describe(e)}`, true);
+      }
+      dl.disabled = false;
+    });
+    buttons.append(play, ' ', dl);
+  }
+  li.append(buttons);
+  return li;
+}
+
+async function listRecordings() {
+  clearTimeout(recPoll);
+  try {
+    const data = await api('GET', `/v1/sessions/${enc}/recordings`);
+    recordings = data.recordings || [];
+    // The history lists a recording moments after it started: until then
+    // the page shows what starting it answered.
+    for (const [rid, r] of justStarted) {
+      if (recordings.some((x) => x.id === rid)) justStarted.delete(rid);
+      else recordings.unshift(r);
+    }
+    $('recordings').replaceChildren(...recordings.map(recordingRow));
+    if (!recordings.length) $('recordings').replaceChildren(el('li', { class: 'muted', text: 'No recordings of this session.' }));
+    $('recordings').dataset.loaded = 'true';
+    const live = recordings.filter((r) => r.state === 'RECORDING_STATE_RECORDING');
+    $('rec-stop').hidden = live.length === 0;
+    $('rec-start').disabled = live.length > 0;
+    // Follow a recording until the history holds its video.
+    const pending = recordings.some((r) => r.state === 'RECORDING_STATE_RECORDING' || (r.state === 'RECORDING_STATE_STOPPED' && !r.downloadReady));
+    if (pending) recPoll = setTimeout(() => { if (!document.hidden) listRecordings(); else recPoll = setTimeout(listRecordings, 5000); }, live.length && !justStarted.size ? 5000 : 1000);
+  } catch (e) {
+    say(recStatus, 'recordings: ' + describe(e), true);
+  }
+}
+
+$('rec-start').addEventListener('click', async () => {
+  const b = $('rec-start');
+  b.disabled = true;
+  say(recStatus, 'starting…');
+  const body = { format: $('rec-format').value };
+  if (Number($('rec-fps').value) > 0) body.fps = Number($('rec-fps').value);
+  try {
+    const out = await api('POST', `/v1/sessions/${enc}/recordings`, body);
+    const r = out.recording || {};
+    startedHere.add(r.id);
+    justStarted.set(r.id, r);
+    say(recStatus, `recording ${r.id}`);
+  } catch (e) {
+    say(recStatus, 'could not start recording: ' + describe(e), true);
+    b.disabled = false;
+  }
+  await listRecordings();
+});
+
+async function stopRecording(rid) {
+  say(recStatus, `stopping ${rid}…`);
+  try {
+    const out = await api('POST', `/v1/sessions/${enc}/recordings/${encodeURIComponent(rid)}:stop`, {});
+    startedHere.delete(rid);
+    if (justStarted.has(rid)) justStarted.set(rid, out.recording || justStarted.get(rid));
+    say(recStatus, `stopped ${rid}`);
+  } catch (e) {
+    say(recStatus, `could not stop ${rid}: ${describe(e)}`, true);
+  }
+  await listRecordings();
+}
+$('rec-stop').addEventListener('click', () => {
+  for (const r of recordings) if (r.state === 'RECORDING_STATE_RECORDING') stopRecording(r.id);
+});
+$('rec-refresh').addEventListener('click', listRecordings);
+
+function stopRecordingsOnLeave() {
+  for (const rid of startedHere) {
+    fetch(`/v1/sessions/${enc}/recordings/${encodeURIComponent(rid)}:stop`, {
+      method: 'POST', keepalive: true, headers: authHeaders({ 'Content-Type': 'application/json' }), body: '{}',
+    }).catch(() => {});
+  }
+  startedHere.clear();
+}
+
+const video = $('replay-video');
+let videoURL = '';
+let replayEvents = [];
+
+// replay plays a recording with the session's actions, tool calls and
+// screenshots of its time under it; an event's place is its time less the
+// recording's start.
+async function replay(r) {
+  const status = $('replay-status');
+  $('replay').hidden = false;
+  $('replay').dataset.recordingId = r.id;
+  $('replay-id').textContent = r.id;
+  say(status, 'loading the video…');
+  $('replay-events').replaceChildren();
+  $('replay-track').replaceChildren();
+  replayEvents = [];
+  try {
+    const res = await apiFetch(`/v1/sessions/${enc}/recordings/${encodeURIComponent(r.id)}:download`);
+    const blob = await res.blob();
+    if (videoURL) URL.revokeObjectURL(videoURL);
+    videoURL = URL.createObjectURL(blob);
+    video.src = videoURL;
+  } catch (e) {
+    say(status, `could not load ${r.id}: ${describe(e)}`, true);
+    return;
+  }
+  const start = timeMs(r.startTime);
+  const span = Math.max(0.001, (timeMs(r.endTime) - start) / 1000);
+  let entries = [];
+  try {
+    entries = await historyEntries({ kinds: ['ENTRY_KIND_TOOL_CALL', 'ENTRY_KIND_SCREENSHOT', 'ENTRY_KIND_MESSAGE'], start: r.startTime, end: r.endTime });
+  } catch (e) {
+    say(status, 'the history of the recording: ' + describe(e), true);
+  }
+  const items = timelineItems(entries).filter(({ e }) => e.time && !/ConnectVNC/.test(((e.data || {}).tool) || ''));
+  const track = $('replay-track');
+  for (const { e, text } of items) {
+    const offset = Math.max(0, (timeMs(e.time) - start) / 1000);
+    const kind = enumName(e.kind, 'ENTRY_KIND_');
+    const seek = () => {
+      video.currentTime = offset;
+      mark(offset);
+    };
+    const b = el('button', { type: 'button', class: 'event', 'data-offset': String(offset), 'data-time': e.time, 'data-kind': kind, title: text },
+      el('span', { class: 'at', text: '+' + offset.toFixed(1) + 's' }), el('span', { class: 'kind', text: kind }), el('span', { class: 'text', text }));
+    b.addEventListener('click', seek);
+    const li = el('li', {}, b);
+    const pin = el('button', { type: 'button', class: 'pin', 'data-kind': kind, 'data-offset': String(offset), title: `+${offset.toFixed(1)}s ${text}`, 'aria-label': text });
+    pin.style.left = Math.min(100, (offset / span) * 100) + '%';
+    pin.addEventListener('click', seek);
+    track.append(pin);
+    $('replay-events').append(li);
+    replayEvents.push({ offset, li, pin });
+  }
+  say(status, `${items.length} events in ${formatSeconds(span)}; pick one to go to it`);
+}
+
+// mark highlights the last event at or before t seconds.
+function mark(t) {
+  let cur = null;
+  for (const ev of replayEvents) if (ev.offset <= t + 0.001) cur = ev;
+  for (const ev of replayEvents) {
+    ev.li.classList.toggle('current', ev === cur);
+    ev.pin.classList.toggle('current', ev === cur);
+  }
+}
+video.addEventListener('timeupdate', () => mark(video.currentTime));
+
+// ---- the accessibility inspector ----
+
+const a11yStatus = $('a11y-status');
+let a11yFlat = []; // { node, li, area }
+let selectedNode = null;
+let hoveredNode = null;
+
+function nodeLabel(n) {
+  return `${n.role || '?'}${n.name ? ' "' + n.name + '"' : ''}`;
+}
+
+function treeItem(n, depth) {
+  const kids = n.children || [];
+  const b = n.bounds;
+  const li = el('li', { 'data-node-id': n.id, 'data-role': n.role || '', 'data-bounds': b ? `${b.x || 0},${b.y || 0},${b.width || 0},${b.height || 0}` : '' });
+  const toggle = el('button', { type: 'button', class: 'toggle', 'aria-label': 'expand', text: kids.length ? '▸' : '' });
+  if (!kids.length) toggle.disabled = true;
+  const label = el('button', { type: 'button', class: 'node', text: nodeLabel(n) });
+  const more = (n.childCount || 0) > kids.length
+    ? el('span', { class: 'muted', title: 'children not showing on the screen, or beyond the limits of the read', text: ` (+${n.childCount - kids.length} more)` }) : null;
+  li.append(toggle, label, more || '');
+  const entry = { node: n, li, area: b && b.width > 0 && b.height > 0 ? b.width * b.height : 0 };
+  a11yFlat.push(entry);
+  label.addEventListener('click', () => select(entry));
+  if (kids.length) {
+    const ul = el('ul', {});
+    for (const c of kids) ul.append(treeItem(c, depth + 1));
+    li.append(ul);
+    setOpen(li, depth < 2);
+    toggle.addEventListener('click', () => setOpen(li, li.dataset.open !== 'true'));
+  }
+  return li;
+}
+
+function setOpen(li, open) {
+  li.dataset.open = String(open);
+  const t = li.querySelector(':scope > .toggle');
+  if (t && !t.disabled) {
+    t.textContent = open ? '▾' : '▸';
+    t.setAttribute('aria-expanded', String(open));
+  }
+}
+
+function reveal(li) {
+  for (let p = li.parentElement; p && p.id !== 'a11y-tree'; p = p.parentElement) if (p.tagName === 'LI') setOpen(p, true);
+}
+
+$('a11y-form').addEventListener('submit', async (ev) => {
+  ev.preventDefault();
+  const q = ['maxNodes=3000'];
+  if ($('a11y-visible').checked) q.push('onlyVisible=true');
+  if ($('a11y-app').value.trim()) q.push('application=' + encodeURIComponent($('a11y-app').value.trim()));
+  $('a11y-load').disabled = true;
+  say(a11yStatus, 'reading the tree…');
+  try {
+    const data = await api('GET', `/v1/sessions/${enc}/accessibility?` + q.join('&'));
+    a11yFlat = [];
+    selectedNode = hoveredNode = null;
+    hideBox($('a11y-hover'));
+    hideBox($('a11y-selected'));
+    $('a11y-details').replaceChildren();
+    const apps = data.applications || [];
+    $('a11y-tree').replaceChildren(...apps.map((a) => treeItem(a, 0)));
+    $('a11y-tree').dataset.loaded = 'true';
+    say(a11yStatus, `${data.nodeCount || 0} nodes in ${apps.length} application${apps.length === 1 ? '' : 's'}${data.truncated ? ' (cut short: narrow it to an application)' : ''}`);
+  } catch (e) {
+    say(a11yStatus, 'could not read the tree: ' + describe(e), true);
+  }
+  $('a11y-load').disabled = false;
+});
+
+// canvasMap tells where the live view's framebuffer is drawn in #screen.
+function canvasMap() {
+  const c = screen.querySelector('canvas');
+  if (!c || !c.width || !c.height) return null;
+  const r = c.getBoundingClientRect();
+  if (!r.width || !r.height) return null;
+  return { r, o: screen.getBoundingClientRect(), kx: r.width / c.width, ky: r.height / c.height };
+}
+
+function hideBox(box) { box.hidden = true; }
+
+function placeBox(box, b) {
+  const m = canvasMap();
+  if (!m || !b) {
+    box.hidden = true;
+    return;
+  }
+  box.style.left = `${m.r.left - m.o.left + (b.x || 0) * m.kx}px`;
+  box.style.top = `${m.r.top - m.o.top + (b.y || 0) * m.ky}px`;
+  box.style.width = `${(b.width || 0) * m.kx}px`;
+  box.style.height = `${(b.height || 0) * m.ky}px`;
+  box.hidden = false;
+}
+
+function showSelected() {
+  const box = $('a11y-selected');
+  if (activeTab === 'inspector' && selectedNode && selectedNode.area) placeBox(box, selectedNode.node.bounds);
+  else hideBox(box);
+}
+
+function select(entry) {
+  if (selectedNode) selectedNode.li.classList.remove('selected');
+  selectedNode = entry;
+  entry.li.classList.add('selected');
+  entry.li.dataset.selected = 'true';
+  for (const li of $('a11y-tree').querySelectorAll('li[data-selected="true"]')) if (li !== entry.li) delete li.dataset.selected;
+  showSelected();
+  const n = entry.node;
+  const b = n.bounds;
+  const rows = [['role', n.role], ['name', n.name], ['description', n.description], ['text', n.text], ['value', n.value],
+    ['states', (n.states || []).join(', ')], ['actions', (n.actions || []).join(', ')],
+    ['bounds', b ? `${b.width || 0}x${b.height || 0} at ${b.x || 0},${b.y || 0}` : 'none'], ['id', n.id]];
+  $('a11y-details').replaceChildren(el('dl', {}, ...rows.filter(([, v]) => v !== undefined && v !== '').flatMap(([k, v]) => [el('dt', { text: k }), el('dd', { text: String(v) })])));
+}
+
+// The node under the pointer: the smallest on-screen node holding it (the
+// deepest, among equals).
+function nodeAt(x, y) {
+  let best = null;
+  for (const e of a11yFlat) {
+    const b = e.node.bounds;
+    if (!e.area || x < (b.x || 0) || y < (b.y || 0) || x >= (b.x || 0) + b.width || y >= (b.y || 0) + b.height) continue;
+    if (!best || e.area <= best.area) best = e;
+  }
+  return best;
+}
+
+screen.addEventListener('mousemove', (ev) => {
+  if (activeTab !== 'inspector' || !a11yFlat.length) return;
+  const m = canvasMap();
+  const box = $('a11y-hover');
+  if (!m) return;
+  const x = (ev.clientX - m.r.left) / m.kx;
+  const y = (ev.clientY - m.r.top) / m.ky;
+  const hit = nodeAt(x, y);
+  if (hit !== hoveredNode) {
+    if (hoveredNode) hoveredNode.li.classList.remove('hovered');
+    hoveredNode = hit;
+    if (hit) {
+      hit.li.classList.add('hovered');
+      reveal(hit.li);
+      hit.li.scrollIntoView({ block: 'nearest' });
+    }
+  }
+  if (!hit) {
+    hideBox(box);
+    delete box.dataset.nodeId;
+    return;
+  }
+  placeBox(box, hit.node.bounds);
+  box.dataset.nodeId = hit.node.id;
+  box.querySelector('.tag').textContent = nodeLabel(hit.node);
+}, { capture: true });
+screen.addEventListener('mouseleave', () => {
+  hideBox($('a11y-hover'));
+  if (hoveredNode) hoveredNode.li.classList.remove('hovered');
+  hoveredNode = null;
+});
+addEventListener('resize', showSelected);
 
 signedIn().then(() => {
   loadViewer();
   watchSession();
   listRuns();
-  refreshTimeline();
+  const want = new URLSearchParams(location.hash.slice(1)).get('tab');
+  if (want && document.querySelector(`#tabs [data-tab="${want}"]`)) openTab(want);
 });
