@@ -31,10 +31,10 @@ var schemePrefix = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*:`)
 // file and hands anything it cannot type to the web browser.
 // The script's exit codes: 10 no such path, 11 no content type, 12 no gio.
 const defaultFor = `t=$1
+[ "$2" != file ] || [ -e "$t" ] || exit 10
 command -v gio >/dev/null 2>&1 || exit 12
 case $2 in
 file)
-	[ -e "$t" ] || exit 10
 	ct=$(gio info -a standard::content-type "$t" 2>/dev/null | sed -n 's/^ *standard::content-type: //p')
 	[ -n "$ct" ] || exit 11 ;;
 *) ct=x-scheme-handler/$2 ;;
