@@ -174,6 +174,17 @@ func (s *Session) Launch(ctx context.Context, application string, args ...string
 func (s *Session) LaunchWith(ctx context.Context, req *sandboxv1.LaunchApplicationRequest) (*Launched, error) {
 	req = proto.Clone(req).(*sandboxv1.LaunchApplicationRequest)
 	req.SessionId = s.GetId()
+	return s.startAndWait(ctx, func(ctx context.Context) (*sandboxv1.Application, *sandboxv1.Process, error) {
+		resp, err := s.c.sandbox.LaunchApplication(ctx, req)
+		return resp.GetApplication(), resp.GetProcess(), err
+	})
+}
+
+// startAndWait makes start's call, which starts a program, and waits for
+// the program's window: the first titled top-level window that was not
+// there before. ctx bounds the wait (a minute when it has no deadline).
+// What started is returned with an error when no window came.
+func (s *Session) startAndWait(ctx context.Context, start func(context.Context) (*sandboxv1.Application, *sandboxv1.Process, error)) (*Launched, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Minute)
@@ -183,12 +194,12 @@ func (s *Session) LaunchWith(ctx context.Context, req *sandboxv1.LaunchApplicati
 	if err != nil {
 		return nil, err
 	}
-	resp, err := s.c.sandbox.LaunchApplication(ctx, req)
+	app, p, err := start(ctx)
 	if err != nil {
 		return nil, wrap(err)
 	}
-	out := &Launched{Application: resp.GetApplication(), Process: resp.GetProcess()}
-	out.Window, err = s.newWindow(ctx, seen, out.Application, out.Process)
+	out := &Launched{Application: app, Process: p}
+	out.Window, err = s.newWindow(ctx, seen, app, p)
 	return out, err
 }
 
@@ -257,20 +268,13 @@ func (s *Session) Open(ctx context.Context, target string) (*Opened, error) {
 func (s *Session) OpenWith(ctx context.Context, req *sandboxv1.OpenRequest) (*Opened, error) {
 	req = proto.Clone(req).(*sandboxv1.OpenRequest)
 	req.SessionId = s.GetId()
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-	}
-	seen, err := s.windowIDs(ctx)
-	if err != nil {
+	var resp *sandboxv1.OpenResponse
+	l, err := s.startAndWait(ctx, func(ctx context.Context) (_ *sandboxv1.Application, _ *sandboxv1.Process, err error) {
+		resp, err = s.c.sandbox.Open(ctx, req)
+		return resp.GetApplication(), resp.GetProcess(), err
+	})
+	if l == nil {
 		return nil, err
 	}
-	resp, err := s.c.sandbox.Open(ctx, req)
-	if err != nil {
-		return nil, wrap(err)
-	}
-	out := &Opened{Target: resp.GetTarget(), ContentType: resp.GetContentType(), Application: resp.GetApplication(), Process: resp.GetProcess()}
-	out.Window, err = s.newWindow(ctx, seen, out.Application, out.Process)
-	return out, err
+	return &Opened{Target: resp.GetTarget(), ContentType: resp.GetContentType(), Application: l.Application, Process: l.Process, Window: l.Window}, err
 }

@@ -241,10 +241,11 @@ func textOf(res *mcp.CallToolResult) string {
 	return b.String()
 }
 
-// inMemory starts deskgrid and serves its tools to an MCP client in
-// memory, as a stdio host would get them; everything ends with the test.
-func inMemory(t *testing.T) (*deskgridtest.Server, *deskgrid.Client, *mcp.ClientSession) {
-	srv := deskgridtest.Start(t)
+// inMemory starts deskgrid (with flags) and serves its tools to an MCP
+// client in memory, as a stdio host would get them; everything ends with
+// the test.
+func inMemory(t *testing.T, flags ...string) (*deskgridtest.Server, *deskgrid.Client, *mcp.ClientSession) {
+	srv := deskgridtest.Start(t, flags...)
 	c, err := deskgrid.New(srv.GRPCAddr, deskgrid.WithAPIKey(srv.APIKey))
 	if err != nil {
 		t.Fatal(err)

@@ -2,64 +2,21 @@ package mcpserver_test
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	deskgrid "github.com/deskgrid/deskgrid/sdk"
 	"github.com/deskgrid/deskgrid/sdk/deskgridtest"
 	"github.com/deskgrid/deskgrid/sdk/mcpserver"
 )
-
-// doneModel speaks Anthropic's streaming Messages API: its model says the
-// task is done at once.
-func doneModel(t *testing.T) *httptest.Server {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		ev := func(name string, data any) {
-			b, _ := json.Marshal(data)
-			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, b)
-		}
-		ev("message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test", "content": []any{}, "usage": map[string]any{"input_tokens": 10, "output_tokens": 1}}})
-		ev("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
-		ev("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": "Done."}})
-		ev("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
-		ev("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "end_turn"}, "usage": map[string]any{"output_tokens": 2}})
-		ev("message_stop", map[string]any{"type": "message_stop"})
-	}))
-	t.Cleanup(srv.Close)
-	return srv
-}
 
 // start_run with record records the run: its result names the recording,
 // which the session's recordings list and which has stopped once the run
 // has ended; without record a run names none.
 func TestStartRunRecords(t *testing.T) {
-	model := doneModel(t)
-	srv := deskgridtest.Start(t, "-anthropic-api-key", "sk-test", "-anthropic-base-url", model.URL)
-	c, err := deskgrid.New(srv.GRPCAddr, deskgrid.WithAPIKey(srv.APIKey))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	ct, st := mcp.NewInMemoryTransports()
+	model := deskgridtest.DoneModel(t)
+	_, c, cs := inMemory(t, "-anthropic-api-key", "sk-test", "-anthropic-base-url", model.URL)
 	ctx := context.Background()
-	ss, err := mcpserver.New(c, "", "test").Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ss.Close() })
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cs.Close() })
 
 	res := call(t, cs, "create_session", map[string]any{"width": 640, "height": 480})
 	s := structured[mcpserver.SessionInfo](t, res)
