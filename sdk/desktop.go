@@ -174,11 +174,37 @@ func (s *Session) Launch(ctx context.Context, application string, args ...string
 func (s *Session) LaunchWith(ctx context.Context, req *sandboxv1.LaunchApplicationRequest) (*Launched, error) {
 	req = proto.Clone(req).(*sandboxv1.LaunchApplicationRequest)
 	req.SessionId = s.GetId()
+	return s.startAndWait(ctx, func(ctx context.Context) (*sandboxv1.Application, *sandboxv1.Process, error) {
+		resp, err := s.c.sandbox.LaunchApplication(ctx, req)
+		return resp.GetApplication(), resp.GetProcess(), err
+	})
+}
+
+// startAndWait makes start's call, which starts a program, and waits for
+// the program's window: the first titled top-level window that was not
+// there before. ctx bounds the wait (a minute when it has no deadline).
+// What started is returned with an error when no window came.
+func (s *Session) startAndWait(ctx context.Context, start func(context.Context) (*sandboxv1.Application, *sandboxv1.Process, error)) (*Launched, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 	}
+	seen, err := s.windowIDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	app, p, err := start(ctx)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	out := &Launched{Application: app, Process: p}
+	out.Window, err = s.newWindow(ctx, seen, app, p)
+	return out, err
+}
+
+// windowIDs are the ids of the session's windows now, for newWindow.
+func (s *Session) windowIDs(ctx context.Context) (map[uint32]bool, error) {
 	before, err := s.Windows(ctx)
 	if err != nil {
 		return nil, err
@@ -187,28 +213,68 @@ func (s *Session) LaunchWith(ctx context.Context, req *sandboxv1.LaunchApplicati
 	for _, w := range before {
 		seen[w.GetId()] = true
 	}
-	resp, err := s.c.sandbox.LaunchApplication(ctx, req)
-	if err != nil {
-		return nil, wrap(err)
-	}
-	out := &Launched{Application: resp.GetApplication(), Process: resp.GetProcess()}
+	return seen, nil
+}
+
+// newWindow waits for the first titled top-level window not in seen: the
+// window of what app's process p started.
+func (s *Session) newWindow(ctx context.Context, seen map[uint32]bool, app *sandboxv1.Application, p *sandboxv1.Process) (*displayv1.Window, error) {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		ws, err := s.Windows(ctx)
 		if err != nil {
-			return out, err
+			return nil, err
 		}
 		for _, w := range ws {
 			if !seen[w.GetId()] && w.GetTitle() != "" {
-				out.Window = w
-				return out, nil
+				return w, nil
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return out, fmt.Errorf("%s started (process %s) but no window of it appeared: %w", out.Application.GetId(), out.Process.GetProcessId(), ctx.Err())
+			return nil, fmt.Errorf("%s started (process %s) but no window of it appeared: %w", app.GetId(), p.GetProcessId(), ctx.Err())
 		case <-tick.C:
 		}
 	}
+}
+
+// Opened is what Open opened, with which application, and the window
+// that appeared.
+type Opened struct {
+	// Target is the absolute path in the session, or the URL.
+	Target string
+	// ContentType is the type the application was chosen for.
+	ContentType string
+	Application *sandboxv1.Application
+	Process     *sandboxv1.Process
+	// Window is the first top-level window that appeared after the open.
+	Window *displayv1.Window
+}
+
+// Open opens a file of the session (a path relative to its user's home, or
+// absolute) or an http, https or file URL with the session's default
+// application for it, as a double click in its file manager would, and
+// waits for the window that shows it. ctx bounds the wait (a minute when
+// it has no deadline). A path the session does not have is ErrNotFound,
+// a type no application opens ErrFailedPrecondition.
+func (s *Session) Open(ctx context.Context, target string) (*Opened, error) {
+	return s.OpenWith(ctx, &sandboxv1.OpenRequest{Target: target})
+}
+
+// OpenWith opens as Open does, with a request described in full (the lease
+// token of the caller's input lease while input leases are in use, as for
+// LaunchWith). Its session id is the session's own.
+func (s *Session) OpenWith(ctx context.Context, req *sandboxv1.OpenRequest) (*Opened, error) {
+	req = proto.Clone(req).(*sandboxv1.OpenRequest)
+	req.SessionId = s.GetId()
+	var resp *sandboxv1.OpenResponse
+	l, err := s.startAndWait(ctx, func(ctx context.Context) (_ *sandboxv1.Application, _ *sandboxv1.Process, err error) {
+		resp, err = s.c.sandbox.Open(ctx, req)
+		return resp.GetApplication(), resp.GetProcess(), err
+	})
+	if l == nil {
+		return nil, err
+	}
+	return &Opened{Target: resp.GetTarget(), ContentType: resp.GetContentType(), Application: l.Application, Process: l.Process, Window: l.Window}, err
 }

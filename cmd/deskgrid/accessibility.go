@@ -178,16 +178,17 @@ func writeFound(w io.Writer, nodes []*sandboxv1.AccessibleNode) error {
 	return nil
 }
 
-// runApps lists the applications a session offers, or launches one and
-// prints its window.
+// runApps lists the applications a session offers, launches one or opens a
+// file or URL with the session's default application, and prints the
+// window that appeared.
 func runApps(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cf := newClientFlags("apps", stderr)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) < 1 || (len(pos) > 1 && (pos[1] != "launch" || len(pos) < 3)) {
-		return usageError("apps: want <id> [launch APP [FILE|URL...]]")
+	if len(pos) < 1 || (len(pos) > 1 && !(pos[1] == "launch" && len(pos) >= 3 || pos[1] == "open" && len(pos) == 3)) {
+		return usageError("apps: want <id> [launch APP [FILE|URL...] | open FILE|URL]")
 	}
 	conn, ctx, done, err := cf.connect(ctx)
 	if err != nil {
@@ -219,8 +220,14 @@ func runApps(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		return tw.Flush()
 	}
-	l, err := s.Launch(ctx, pos[2], pos[3:]...)
-	if err != nil {
+	var l *deskgrid.Launched
+	if pos[1] == "open" {
+		o, err := s.Open(ctx, pos[2])
+		if err != nil {
+			return rpcError(err)
+		}
+		l = &deskgrid.Launched{Application: o.Application, Process: o.Process, Window: o.Window}
+	} else if l, err = s.Launch(ctx, pos[2], pos[3:]...); err != nil {
 		return rpcError(err)
 	}
 	if cf.output == "json" {

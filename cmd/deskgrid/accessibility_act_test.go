@@ -306,6 +306,12 @@ func actThroughTheTree(t *testing.T, p *upProcess, s *deskgrid.Session, l *deskg
 	if code, body, _ := p.do("POST", "/v1/sessions/"+id+"/applications:launch", `{"application":"mousepad"}`); code != http.StatusBadRequest || !strings.Contains(string(body), "STALE_INPUT_LEASE") {
 		t.Errorf("a launch of another holder while the lease is held: %d %s", code, body)
 	}
+	if _, code := p.execIn(id, "sh", "-c", "printf 'leased\\n' > leased.txt"); code != 0 {
+		t.Fatalf("write leased.txt: exit %d", code)
+	}
+	if code, body, _ := p.do("POST", "/v1/sessions/"+id+"/applications:open", `{"target":"leased.txt"}`); code != http.StatusBadRequest || !strings.Contains(string(body), "STALE_INPUT_LEASE") {
+		t.Errorf("an open of another holder while the lease is held: %d %s", code, body)
+	}
 	if code, body := act(js(map[string]any{"id": entry.GetId(), "focus": true, "lease_token": 7})); code != http.StatusOK {
 		t.Errorf("the holder's act: %d %s", code, body)
 	}

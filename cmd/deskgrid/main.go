@@ -36,6 +36,7 @@ Usage:
   deskgrid a11y <id> [tree] [-visible] [-app A] [-root NODE|-window W|-focused|-pid P] [-format text|json|osworld] [-role R -name N]   the accessibility tree of a session's desktop
   deskgrid a11y <id> do NODE ACTION | set-text NODE TEXT | focus NODE   act on a node (or the one -role/-name find)
   deskgrid apps <id> [launch APP [FILE|URL...]]   the applications a session offers; start one, print its window
+  deskgrid apps <id> open FILE|URL   open a file or an http(s)/file URL with the session's default application, print its window
   deskgrid clipboard <id> [get] [-png FILE] | set TEXT | set -png FILE [-primary]   a session's clipboard: text or a PNG image
   deskgrid files <id> ls|cat|put|get|rm|mkdir|mv ...
   deskgrid changes <id> [list] | diff PATH | apply [PATH...] | discard [PATH...]

@@ -15,27 +15,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/deskgrid/deskgrid/sdk/deskgridtest"
 )
 
 // fakeAnthropic answers every Messages call with a short final text,
 // streamed in the Messages API's server-sent events.
-func fakeAnthropic(t *testing.T) *httptest.Server {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		ev := func(name string, data any) {
-			b, _ := json.Marshal(data)
-			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, b)
-		}
-		ev("message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test", "content": []any{}, "usage": map[string]any{"input_tokens": 10, "output_tokens": 1}}})
-		ev("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
-		ev("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": "Done."}})
-		ev("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
-		ev("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "end_turn"}, "usage": map[string]any{"output_tokens": 2}})
-		ev("message_stop", map[string]any{"type": "message_stop"})
-	}))
-	t.Cleanup(srv.Close)
-	return srv
-}
+func fakeAnthropic(t *testing.T) *httptest.Server { return deskgridtest.DoneModel(t) }
 
 // readmeCommands returns the README's `bin/deskgrid ...` command lines
 // (from its sh blocks), one command each, without comments.

@@ -22,6 +22,7 @@ func addDesktopTools(s *mcp.Server, t *tools) {
 	addTool(s, t, &mcp.Tool{Name: "accessible_act", Description: "Act on a node of the accessibility tree through its application, without the mouse or keyboard: action performs one of its actions by name (click, press, activate...), text replaces an editable text's contents, focus gives it the keyboard focus; exactly one. Name the node by id (the tree with role or name shows ids), or by role and/or name (and application) when they find exactly one node. Returns the node afterwards. Pass lease_token while input leases are in use."}, t.accessibleAct)
 	addTool(s, t, &mcp.Tool{Name: "list_applications", Description: "List the applications a session's desktop offers (its menu entries): id, name, comment."}, t.listApplications)
 	addTool(s, t, &mcp.Tool{Name: "launch", Description: "Start an application by id or name (as list_applications gives them), optionally with files or URLs to open, and wait for its window; returns the window."}, t.launch)
+	addTool(s, t, &mcp.Tool{Name: "open", Description: "Open a file of the session (a path relative to the home directory, or absolute) or an http, https or file URL with the session's default application for it, as a double click in its file manager would, and wait for its window; returns the application, the content type it was chosen for and the window."}, t.open)
 	addTool(s, t, &mcp.Tool{Name: "window", Description: "Act on a window by id: activate, close, minimize, maximize, fullscreen, restore, or move (x, y and optionally width, height). Returns the window afterwards."}, t.window)
 }
 
@@ -371,4 +372,32 @@ func (t *tools) launch(ctx context.Context, _ *mcp.CallToolRequest, in launchIn)
 	a := l.Application
 	w := windowInfo(l.Window)
 	return nil, launchOut{Application: ApplicationInfo{ID: a.GetId(), Name: a.GetName(), Comment: a.GetComment()}, ProcessID: l.Process.GetProcessId(), Window: &w}, nil
+}
+
+type openIn struct {
+	SessionID  string `json:"session_id"`
+	Target     string `json:"target" jsonschema:"a path in the session (relative to the home directory, or absolute) or an http, https or file URL"`
+	LeaseToken int64  `json:"lease_token,omitempty" jsonschema:"the token of your input lease while input leases are in use (as REST lease_token): without it, input while another holds the lease is refused"`
+}
+
+type openOut struct {
+	Target      string          `json:"target"`
+	ContentType string          `json:"content_type"`
+	Application ApplicationInfo `json:"application"`
+	ProcessID   string          `json:"process_id"`
+	Window      *WindowInfo     `json:"window,omitempty"`
+}
+
+func (t *tools) open(ctx context.Context, _ *mcp.CallToolRequest, in openIn) (*mcp.CallToolResult, openOut, error) {
+	s, err := t.session(ctx, in.SessionID)
+	if err != nil {
+		return nil, openOut{}, err
+	}
+	o, err := s.Open(leased(ctx, in.LeaseToken), in.Target)
+	if err != nil {
+		return nil, openOut{}, err
+	}
+	a := o.Application
+	w := windowInfo(o.Window)
+	return nil, openOut{Target: o.Target, ContentType: o.ContentType, Application: ApplicationInfo{ID: a.GetId(), Name: a.GetName(), Comment: a.GetComment()}, ProcessID: o.Process.GetProcessId(), Window: &w}, nil
 }

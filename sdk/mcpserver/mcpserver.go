@@ -20,6 +20,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	agentv1 "github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1"
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	deskgrid "github.com/deskgrid/deskgrid/sdk"
@@ -48,7 +49,7 @@ func newServer(t *tools, version string) *mcp.Server {
 	addTool(s, t, &mcp.Tool{Name: "run_command", Description: "Run a shell command in the session's sandbox (its home is the working directory) and return its output and exit code."}, t.runCommand)
 	addTool(s, t, &mcp.Tool{Name: "read_file", Description: "Read a file from the session's home (path relative to it)."}, t.readFile)
 	addTool(s, t, &mcp.Tool{Name: "write_file", Description: "Create or replace a file in the session's home (path relative to it)."}, t.writeFile)
-	addTool(s, t, &mcp.Tool{Name: "start_run", Description: "Start an agent run on a session: deskgrid drives the desktop with the given provider and model until the task is done."}, t.startRun)
+	addTool(s, t, &mcp.Tool{Name: "start_run", Description: "Start an agent run on a session: deskgrid drives the desktop with the given provider and model until the task is done. With record, the session's screen is recorded while the run runs and recording_id names the video (download_recording fetches it once the run has ended)."}, t.startRun)
 	return s
 }
 
@@ -363,17 +364,39 @@ type runIn struct {
 	Provider  string `json:"provider" jsonschema:"anthropic, openai or gemini"`
 	Model     string `json:"model,omitempty"`
 	A11y      bool   `json:"accessibility_tree,omitempty" jsonschema:"give the model the screen's accessibility tree as text beside each screenshot"`
+	Record    bool   `json:"record,omitempty" jsonschema:"record the session's screen while the run runs; recording_id names the video (download_recording)"`
 }
 
 type runOut struct {
-	RunID string `json:"run_id"`
-	State string `json:"state"`
+	RunID       string `json:"run_id"`
+	State       string `json:"state"`
+	RecordingID string `json:"recording_id,omitempty"`
+	StateReason string `json:"state_reason,omitempty"`
 }
 
+// recordingWait bounds how long start_run waits for a recorded run's
+// recording to start (it starts as the run leaves the queue).
+const recordingWait = 30 * time.Second
+
 func (t *tools) startRun(ctx context.Context, _ *mcp.CallToolRequest, in runIn) (*mcp.CallToolResult, runOut, error) {
-	r, err := t.c.Runs.Create(ctx, in.SessionID, in.Prompt, deskgrid.RunOptions{Provider: in.Provider, Model: in.Model, AccessibilityTree: in.A11y})
+	r, err := t.c.Runs.Create(ctx, in.SessionID, in.Prompt, deskgrid.RunOptions{Provider: in.Provider, Model: in.Model, AccessibilityTree: in.A11y, Record: in.Record})
 	if err != nil {
 		return nil, runOut{}, err
 	}
-	return nil, runOut{RunID: r.GetId(), State: strings.ToLower(strings.TrimPrefix(r.GetState().String(), "RUN_STATE_"))}, nil
+	if in.Record {
+		// The run names its recording before it turns RUNNING: wait for
+		// that (or its end, when the recording could not start).
+		deadline := time.Now().Add(recordingWait)
+		for r.GetRecordingId() == "" && r.GetState() == agentv1.RunState_RUN_STATE_QUEUED && time.Now().Before(deadline) {
+			select {
+			case <-ctx.Done():
+				return nil, runOut{}, ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+			if r, err = t.c.Runs.Get(ctx, r.GetId()); err != nil {
+				return nil, runOut{}, err
+			}
+		}
+	}
+	return nil, runOut{RunID: r.GetId(), State: strings.ToLower(strings.TrimPrefix(r.GetState().String(), "RUN_STATE_")), RecordingID: r.GetRecordingId(), StateReason: r.GetStateReason()}, nil
 }

@@ -54,7 +54,7 @@ func exercise(t *testing.T, srv *deskgridtest.Server, cs *mcp.ClientSession) {
 	for _, tool := range tl.Tools {
 		names[tool.Name] = true
 	}
-	for _, want := range []string{"create_session", "list_sessions", "delete_session", "screenshot", "click", "type_text", "press_key", "run_command", "read_file", "write_file", "start_run", "get_clipboard", "set_clipboard", "list_windows", "window", "accessibility_tree", "accessible_act", "list_applications", "launch", "start_recording", "stop_recording", "list_recordings", "download_recording"} {
+	for _, want := range []string{"create_session", "list_sessions", "delete_session", "screenshot", "click", "type_text", "press_key", "run_command", "read_file", "write_file", "start_run", "get_clipboard", "set_clipboard", "list_windows", "window", "accessibility_tree", "accessible_act", "list_applications", "launch", "open", "start_recording", "stop_recording", "list_recordings", "download_recording"} {
 		if !names[want] {
 			t.Errorf("tool %s missing", want)
 		}
@@ -110,6 +110,14 @@ func exercise(t *testing.T, srv *deskgridtest.Server, cs *mcp.ClientSession) {
 	}
 	if res := call(t, cs, "window", map[string]any{"session_id": s.ID, "window_id": 12345, "action": "explode"}); !res.IsError {
 		t.Fatal("an unknown window action was not a tool error")
+	}
+	// Opening what the session does not have, or a URL of another scheme
+	// (what opens how is tested on the desktop image in cmd/deskgrid).
+	if res := call(t, cs, "open", map[string]any{"session_id": s.ID, "target": "no-such-file.txt"}); !res.IsError || !strings.Contains(textOf(res), "no file /home/user/no-such-file.txt") {
+		t.Fatalf("open of a missing file: %v", textOf(res))
+	}
+	if res := call(t, cs, "open", map[string]any{"session_id": s.ID, "target": "mailto:a@example.org"}); !res.IsError || !strings.Contains(textOf(res), `scheme "mailto"`) {
+		t.Fatalf("open of a mailto URL: %v", textOf(res))
 	}
 	// A desktop of the node's own programs runs no accessibility bus (the
 	// desktop image's tree is tested in cmd/deskgrid).
@@ -233,10 +241,11 @@ func textOf(res *mcp.CallToolResult) string {
 	return b.String()
 }
 
-// inMemory starts deskgrid and serves its tools to an MCP client in
-// memory, as a stdio host would get them; everything ends with the test.
-func inMemory(t *testing.T) (*deskgridtest.Server, *deskgrid.Client, *mcp.ClientSession) {
-	srv := deskgridtest.Start(t)
+// inMemory starts deskgrid (with flags) and serves its tools to an MCP
+// client in memory, as a stdio host would get them; everything ends with
+// the test.
+func inMemory(t *testing.T, flags ...string) (*deskgridtest.Server, *deskgrid.Client, *mcp.ClientSession) {
+	srv := deskgridtest.Start(t, flags...)
 	c, err := deskgrid.New(srv.GRPCAddr, deskgrid.WithAPIKey(srv.APIKey))
 	if err != nil {
 		t.Fatal(err)

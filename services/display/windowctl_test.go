@@ -275,6 +275,30 @@ func TestWindowControlBadInput(t *testing.T) {
 			_, err := c.ActivateWindow(ctx, &displayv1.ActivateWindowRequest{SessionId: id, WindowId: 0x7fffff})
 			return err
 		}, codes.NotFound, "no window 0x7fffff"},
+		{"close an unknown window", func() error {
+			_, err := c.CloseWindow(ctx, &displayv1.CloseWindowRequest{SessionId: id, WindowId: 0x7fffff})
+			return err
+		}, codes.NotFound, "no window 0x7fffff"},
+		{"force-close an unknown window", func() error {
+			_, err := c.CloseWindow(ctx, &displayv1.CloseWindowRequest{SessionId: id, WindowId: 0x7fffff, Force: true})
+			return err
+		}, codes.NotFound, "no window 0x7fffff"},
+		{"minimise an unknown window", func() error {
+			_, err := c.SetWindowState(ctx, &displayv1.SetWindowStateRequest{SessionId: id, WindowId: 0x7fffff, State: displayv1.WindowState_WINDOW_STATE_MINIMIZED})
+			return err
+		}, codes.NotFound, "no window 0x7fffff"},
+		{"maximise an unknown window", func() error {
+			_, err := c.SetWindowState(ctx, &displayv1.SetWindowStateRequest{SessionId: id, WindowId: 0x7fffff, State: displayv1.WindowState_WINDOW_STATE_MAXIMIZED})
+			return err
+		}, codes.NotFound, "no window 0x7fffff"},
+		{"move an unknown window", func() error {
+			_, err := c.MoveWindow(ctx, &displayv1.MoveWindowRequest{SessionId: id, WindowId: 0x7fffff, Geometry: &displayv1.Rect{X: 5, Y: 5}})
+			return err
+		}, codes.NotFound, "no window 0x7fffff"},
+		{"resize an unknown window", func() error {
+			_, err := c.MoveWindow(ctx, &displayv1.MoveWindowRequest{SessionId: id, WindowId: 0x7fffff, Geometry: &displayv1.Rect{Width: 80, Height: 60}})
+			return err
+		}, codes.NotFound, "no window 0x7fffff"},
 		{"the root is no top-level window", func() error {
 			_, err := c.CloseWindow(ctx, &displayv1.CloseWindowRequest{SessionId: id, WindowId: uint32(root), Force: true})
 			return err

@@ -244,18 +244,24 @@ func (s *Service) launchApplication(ctx context.Context, req *sandboxv1.LaunchAp
 	if app == nil {
 		return nil, failf(errNotFound, "session %q offers no application %q (ListApplications lists them)", req.GetSessionId(), want)
 	}
-	argv, err := execArgv(app.GetExec(), req.GetArgs())
+	p, err := s.launch(ctx, req.GetSessionId(), req.GetLeaseToken(), app, req.GetArgs())
+	if err != nil {
+		return nil, err
+	}
+	return &sandboxv1.LaunchApplicationResponse{Application: app, Process: p}, nil
+}
+
+// launch starts app from its entry with args on the session's display.
+func (s *Service) launch(ctx context.Context, sessionID string, leaseToken int64, app *sandboxv1.Application, args []string) (*sandboxv1.Process, error) {
+	argv, err := execArgv(app.GetExec(), args)
 	if err != nil {
 		return nil, failf(errPrecondition, "application %q cannot be started: %v", app.GetId(), err)
 	}
 	// A launch is input: fenced by the input lease, as display actions are.
 	var p *sandboxv1.Process
-	err = s.asInput(ctx, req.GetSessionId(), req.GetLeaseToken(), func() (err error) {
-		p, err = s.startProcess(ctx, &sandboxv1.StartProcessRequest{SessionId: req.GetSessionId(), Argv: argv})
+	err = s.asInput(ctx, sessionID, leaseToken, func() (err error) {
+		p, err = s.startProcess(ctx, &sandboxv1.StartProcessRequest{SessionId: sessionID, Argv: argv})
 		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	return &sandboxv1.LaunchApplicationResponse{Application: app, Process: p}, nil
+	return p, err
 }

@@ -42,6 +42,9 @@ func TestInputGoesThroughTheLeaseFence(t *testing.T) {
 	if _, err := s.launchApplication(ctx, &sandboxv1.LaunchApplicationRequest{SessionId: "s", Application: "mousepad", LeaseToken: -3}); status.Code(s.toStatus(ctx, "launch", err)) != codes.InvalidArgument {
 		t.Fatalf("a launch with a negative token: %v", err)
 	}
+	if _, err := s.open(ctx, &sandboxv1.OpenRequest{SessionId: "s", Target: "a.txt", LeaseToken: -3}); status.Code(s.toStatus(ctx, "open", err)) != codes.InvalidArgument {
+		t.Fatalf("an open with a negative token: %v", err)
+	}
 	if len(asked) != 2 {
 		t.Fatalf("the fence was asked %v, want for 7 and 0 only", asked)
 	}

@@ -366,6 +366,14 @@ func (g *server) ListApplications(ctx context.Context, req *sandboxv1.ListApplic
 	return &sandboxv1.ListApplicationsResponse{Applications: apps}, nil
 }
 
+func (g *server) Open(ctx context.Context, req *sandboxv1.OpenRequest) (*sandboxv1.OpenResponse, error) {
+	resp, err := g.s.open(ctx, req)
+	if err != nil {
+		return nil, g.s.toStatus(ctx, "open", err)
+	}
+	return resp, nil
+}
+
 func (g *server) LaunchApplication(ctx context.Context, req *sandboxv1.LaunchApplicationRequest) (*sandboxv1.LaunchApplicationResponse, error) {
 	resp, err := g.s.launchApplication(ctx, req)
 	if err != nil {

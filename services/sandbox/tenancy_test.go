@@ -116,6 +116,10 @@ var sessionCalls = map[string]sandboxCall{
 		_, err := c.LaunchApplication(ctx, &sandboxv1.LaunchApplicationRequest{SessionId: tg.session, Application: "sh"})
 		return err
 	},
+	"Open": func(ctx context.Context, c sandboxv1.SandboxServiceClient, tg target) error {
+		_, err := c.Open(ctx, &sandboxv1.OpenRequest{SessionId: tg.session, Target: "a.txt"})
+		return err
+	},
 	"CommitSandbox": func(ctx context.Context, c sandboxv1.SandboxServiceClient, tg target) error {
 		_, err := c.CommitSandbox(ctx, &sandboxv1.CommitSandboxRequest{SessionId: tg.session, Image: "team/snap:v1"})
 		return err

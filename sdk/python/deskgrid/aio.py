@@ -210,6 +210,9 @@ class AsyncSession:
     async def launch(self, application: str, *args: str, lease_token: Optional[int] = None) -> JSON:
         return await asyncio.to_thread(lambda: self.sync.launch(application, *args, lease_token=lease_token))
 
+    async def open(self, target: str, *, lease_token: Optional[int] = None) -> JSON:
+        return await asyncio.to_thread(lambda: self.sync.open(target, lease_token=lease_token))
+
     async def accessibility_tree(
         self,
         *,

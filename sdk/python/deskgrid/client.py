@@ -690,6 +690,21 @@ class Session:
         result: JSON = self._call("POST", "/applications:launch", body=body)
         return result
 
+    def open(self, target: str, *, lease_token: Optional[int] = None) -> JSON:
+        """Opens a file of the session (a path relative to its user's home,
+        or absolute) or an ``http``, ``https`` or ``file`` URL with the
+        session's default application for it, as its file manager would;
+        returns the ``application``, the started ``process``, the
+        ``target`` handed to it and the ``contentType`` it was chosen for.
+        A path the session does not have is :class:`NotFound`; a type no
+        application opens :class:`FailedPrecondition`. An open is input,
+        as a launch is: pass ``lease_token`` while leases are in use."""
+        body: JSON = {"target": target}
+        if lease_token:
+            body["leaseToken"] = str(lease_token)
+        result: JSON = self._call("POST", "/applications:open", body=body)
+        return result
+
     def accessibility_tree(
         self,
         *,

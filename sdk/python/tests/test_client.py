@@ -408,6 +408,12 @@ class DesktopApiTest(unittest.TestCase):
             self.assertTrue(a.get("id") and a.get("name"), a)
         with self.assertRaises(deskgrid.NotFound):
             self.s.launch("no-such-application-anywhere")
+        # Opening what the session does not have, or a URL of another
+        # scheme (what opens how is tested on the desktop image).
+        with self.assertRaises(deskgrid.NotFound):
+            self.s.open("no-such-file.txt")
+        with self.assertRaises(deskgrid.InvalidArgument):
+            self.s.open("mailto:someone@example.org")
         # This desktop runs no accessibility bus: the call says so, as a
         # precondition, not as an empty tree.
         with self.assertRaises(deskgrid.FailedPrecondition):

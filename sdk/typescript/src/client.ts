@@ -675,6 +675,17 @@ export class Session implements AsyncDisposable {
   }
 
   /**
+   * Opens a file of the session (a path relative to its user's home, or absolute) or an
+   * http, https or file URL with the session's default application for it, as its file
+   * manager would: the application, the started process, the target handed to it and the
+   * content type it was chosen for. An open is input, as a launch is.
+   */
+  async open(target: string, opts: { leaseToken?: string } = {}): Promise<S['v1OpenResponse']> {
+    const body: S['SandboxServiceOpenBody'] = { target, leaseToken: opts.leaseToken };
+    return this.call<S['v1OpenResponse']>('POST', '/applications:open', { body });
+  }
+
+  /**
    * The desktop's accessibility tree (AT-SPI); `truncated` says when the bounds cut it.
    * `root`, a node's id, reads only that node's subtree.
    */

@@ -649,6 +649,32 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{sessionId}/applications:open": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Open opens a file of the session or an http(s) or file URL with the
+         *     session's default application for it, as a double click in its file
+         *     manager or xdg-open would: the desktop's own associations (its
+         *     mimeapps.list, then the entries that take the type) choose the
+         *     application, started from its entry on the session's display as
+         *     LaunchApplication starts one. A path that does not exist in the
+         *     session is NotFound; a URL of another scheme InvalidArgument; a type
+         *     no application of the session opens FailedPrecondition.
+         */
+        post: operations["SandboxService_Open"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{sessionId}/changes": {
         parameters: {
             query?: never;
@@ -1921,6 +1947,19 @@ export interface components {
             overwrite?: boolean;
             toPath?: string;
         };
+        SandboxServiceOpenBody: {
+            /**
+             * Format: int64
+             * @description Fencing token of the caller's input lease, when leases are in use: an
+             *     open is input to the session, as a launch is.
+             */
+            leaseToken?: string;
+            /**
+             * @description A path in the session (relative to the session user's home, or
+             *     absolute), or an http, https or file URL.
+             */
+            target?: string;
+        };
         SandboxServiceRestartShellBody: Record<string, never>;
         SandboxServiceRestoreSnapshotBody: Record<string, never>;
         SandboxServiceRunShellBody: {
@@ -2695,6 +2734,21 @@ export interface components {
          * @enum {string}
          */
         v1NodeState: "NODE_STATE_UNSPECIFIED" | "NODE_STATE_READY" | "NODE_STATE_DRAINING" | "NODE_STATE_DOWN";
+        v1OpenResponse: {
+            application?: components["schemas"]["v1Application"];
+            /**
+             * @description The type the application was chosen for: the file's content type
+             *     ("text/plain", "application/pdf"), or x-scheme-handler/http(s) for a
+             *     web URL.
+             */
+            contentType?: string;
+            process?: components["schemas"]["v1Process"];
+            /**
+             * @description What was handed to the application: the absolute path in the session,
+             *     or the URL.
+             */
+            target?: string;
+        };
         v1PerformActionsResponse: {
             cursor?: components["schemas"]["v1Point"];
             /** @description One image per zoom action, in order. */
@@ -4856,6 +4910,41 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["v1LaunchApplicationResponse"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["rpcStatus"];
+                };
+            };
+        };
+    };
+    SandboxService_Open: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SandboxServiceOpenBody"];
+            };
+        };
+        responses: {
+            /** @description A successful response. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["v1OpenResponse"];
                 };
             };
             /** @description An unexpected error response. */

@@ -284,6 +284,9 @@ describe('desktop API', () => {
   test('applications and the accessibility tree', async () => {
     for (const a of await s.applications()) assert.ok(a.id && a.name, JSON.stringify(a));
     await assert.rejects(s.launch('no-such-application-anywhere'), NotFound);
+    // Opening what the session does not have, or a URL of another scheme.
+    await assert.rejects(s.open('no-such-file.txt'), NotFound);
+    await assert.rejects(s.open('mailto:someone@example.org'), InvalidArgument);
     // This desktop runs no accessibility bus: a precondition, not an empty tree.
     await assert.rejects(s.accessibilityTree({ maxDepth: 3 }), FailedPrecondition);
     await assert.rejects(s.accessibilityTree({ maxDepth: 1000 }), InvalidArgument);

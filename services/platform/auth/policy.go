@@ -124,6 +124,7 @@ func DefaultMethodScopes() map[string]Scope {
 		sandbox + "ActOnAccessible":      w,
 		sandbox + "ListApplications":     r,
 		sandbox + "LaunchApplication":    w,
+		sandbox + "Open":                 w,
 		sandbox + "FreezeSandbox":        a,
 		sandbox + "ThawSandbox":          a,
 		sandbox + "ListChanges":          r,

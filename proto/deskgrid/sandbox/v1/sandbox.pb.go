@@ -2439,6 +2439,145 @@ func (x *LaunchApplicationResponse) GetProcess() *Process {
 	return nil
 }
 
+type OpenRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// A path in the session (relative to the session user's home, or
+	// absolute), or an http, https or file URL.
+	Target string `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	// Fencing token of the caller's input lease, when leases are in use: an
+	// open is input to the session, as a launch is.
+	LeaseToken    int64 `protobuf:"varint,3,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenRequest) Reset() {
+	*x = OpenRequest{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenRequest) ProtoMessage() {}
+
+func (x *OpenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenRequest.ProtoReflect.Descriptor instead.
+func (*OpenRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *OpenRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *OpenRequest) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *OpenRequest) GetLeaseToken() int64 {
+	if x != nil {
+		return x.LeaseToken
+	}
+	return 0
+}
+
+type OpenResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The application that opens it.
+	Application *Application `protobuf:"bytes,1,opt,name=application,proto3" json:"application,omitempty"`
+	// The program started: StopProcess ends it.
+	Process *Process `protobuf:"bytes,2,opt,name=process,proto3" json:"process,omitempty"`
+	// What was handed to the application: the absolute path in the session,
+	// or the URL.
+	Target string `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	// The type the application was chosen for: the file's content type
+	// ("text/plain", "application/pdf"), or x-scheme-handler/http(s) for a
+	// web URL.
+	ContentType   string `protobuf:"bytes,4,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenResponse) Reset() {
+	*x = OpenResponse{}
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenResponse) ProtoMessage() {}
+
+func (x *OpenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenResponse.ProtoReflect.Descriptor instead.
+func (*OpenResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *OpenResponse) GetApplication() *Application {
+	if x != nil {
+		return x.Application
+	}
+	return nil
+}
+
+func (x *OpenResponse) GetProcess() *Process {
+	if x != nil {
+		return x.Process
+	}
+	return nil
+}
+
+func (x *OpenResponse) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *OpenResponse) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
 type GetAccessibilityTreeRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -2480,7 +2619,7 @@ type GetAccessibilityTreeRequest struct {
 
 func (x *GetAccessibilityTreeRequest) Reset() {
 	*x = GetAccessibilityTreeRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2492,7 +2631,7 @@ func (x *GetAccessibilityTreeRequest) String() string {
 func (*GetAccessibilityTreeRequest) ProtoMessage() {}
 
 func (x *GetAccessibilityTreeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2505,7 +2644,7 @@ func (x *GetAccessibilityTreeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAccessibilityTreeRequest.ProtoReflect.Descriptor instead.
 func (*GetAccessibilityTreeRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetAccessibilityTreeRequest) GetSessionId() string {
@@ -2595,7 +2734,7 @@ type GetAccessibilityTreeResponse struct {
 
 func (x *GetAccessibilityTreeResponse) Reset() {
 	*x = GetAccessibilityTreeResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2607,7 +2746,7 @@ func (x *GetAccessibilityTreeResponse) String() string {
 func (*GetAccessibilityTreeResponse) ProtoMessage() {}
 
 func (x *GetAccessibilityTreeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2620,7 +2759,7 @@ func (x *GetAccessibilityTreeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAccessibilityTreeResponse.ProtoReflect.Descriptor instead.
 func (*GetAccessibilityTreeResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetAccessibilityTreeResponse) GetApplications() []*AccessibleNode {
@@ -2674,7 +2813,7 @@ type ActOnAccessibleRequest struct {
 
 func (x *ActOnAccessibleRequest) Reset() {
 	*x = ActOnAccessibleRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2686,7 +2825,7 @@ func (x *ActOnAccessibleRequest) String() string {
 func (*ActOnAccessibleRequest) ProtoMessage() {}
 
 func (x *ActOnAccessibleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2699,7 +2838,7 @@ func (x *ActOnAccessibleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActOnAccessibleRequest.ProtoReflect.Descriptor instead.
 func (*ActOnAccessibleRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ActOnAccessibleRequest) GetSessionId() string {
@@ -2797,7 +2936,7 @@ type ActOnAccessibleResponse struct {
 
 func (x *ActOnAccessibleResponse) Reset() {
 	*x = ActOnAccessibleResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2809,7 +2948,7 @@ func (x *ActOnAccessibleResponse) String() string {
 func (*ActOnAccessibleResponse) ProtoMessage() {}
 
 func (x *ActOnAccessibleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2822,7 +2961,7 @@ func (x *ActOnAccessibleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActOnAccessibleResponse.ProtoReflect.Descriptor instead.
 func (*ActOnAccessibleResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ActOnAccessibleResponse) GetNode() *AccessibleNode {
@@ -2862,7 +3001,7 @@ type AccessibleNode struct {
 
 func (x *AccessibleNode) Reset() {
 	*x = AccessibleNode{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2874,7 +3013,7 @@ func (x *AccessibleNode) String() string {
 func (*AccessibleNode) ProtoMessage() {}
 
 func (x *AccessibleNode) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2887,7 +3026,7 @@ func (x *AccessibleNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessibleNode.ProtoReflect.Descriptor instead.
 func (*AccessibleNode) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *AccessibleNode) GetId() string {
@@ -2979,7 +3118,7 @@ type AccessibleBounds struct {
 
 func (x *AccessibleBounds) Reset() {
 	*x = AccessibleBounds{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2991,7 +3130,7 @@ func (x *AccessibleBounds) String() string {
 func (*AccessibleBounds) ProtoMessage() {}
 
 func (x *AccessibleBounds) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3004,7 +3143,7 @@ func (x *AccessibleBounds) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessibleBounds.ProtoReflect.Descriptor instead.
 func (*AccessibleBounds) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AccessibleBounds) GetX() int32 {
@@ -3044,7 +3183,7 @@ type FreezeSandboxRequest struct {
 
 func (x *FreezeSandboxRequest) Reset() {
 	*x = FreezeSandboxRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3056,7 +3195,7 @@ func (x *FreezeSandboxRequest) String() string {
 func (*FreezeSandboxRequest) ProtoMessage() {}
 
 func (x *FreezeSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3069,7 +3208,7 @@ func (x *FreezeSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezeSandboxRequest.ProtoReflect.Descriptor instead.
 func (*FreezeSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *FreezeSandboxRequest) GetSessionId() string {
@@ -3087,7 +3226,7 @@ type FreezeSandboxResponse struct {
 
 func (x *FreezeSandboxResponse) Reset() {
 	*x = FreezeSandboxResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[43]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3099,7 +3238,7 @@ func (x *FreezeSandboxResponse) String() string {
 func (*FreezeSandboxResponse) ProtoMessage() {}
 
 func (x *FreezeSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[43]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3112,7 +3251,7 @@ func (x *FreezeSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezeSandboxResponse.ProtoReflect.Descriptor instead.
 func (*FreezeSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
 }
 
 type ThawSandboxRequest struct {
@@ -3124,7 +3263,7 @@ type ThawSandboxRequest struct {
 
 func (x *ThawSandboxRequest) Reset() {
 	*x = ThawSandboxRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[44]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3136,7 +3275,7 @@ func (x *ThawSandboxRequest) String() string {
 func (*ThawSandboxRequest) ProtoMessage() {}
 
 func (x *ThawSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[44]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3149,7 +3288,7 @@ func (x *ThawSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThawSandboxRequest.ProtoReflect.Descriptor instead.
 func (*ThawSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ThawSandboxRequest) GetSessionId() string {
@@ -3167,7 +3306,7 @@ type ThawSandboxResponse struct {
 
 func (x *ThawSandboxResponse) Reset() {
 	*x = ThawSandboxResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[45]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3179,7 +3318,7 @@ func (x *ThawSandboxResponse) String() string {
 func (*ThawSandboxResponse) ProtoMessage() {}
 
 func (x *ThawSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[45]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3192,7 +3331,7 @@ func (x *ThawSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThawSandboxResponse.ProtoReflect.Descriptor instead.
 func (*ThawSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
 }
 
 // Change is one path the session changed.
@@ -3210,7 +3349,7 @@ type Change struct {
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[46]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3222,7 +3361,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[46]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3235,7 +3374,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Change) GetPath() string {
@@ -3277,7 +3416,7 @@ type ListChangesRequest struct {
 
 func (x *ListChangesRequest) Reset() {
 	*x = ListChangesRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[47]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3289,7 +3428,7 @@ func (x *ListChangesRequest) String() string {
 func (*ListChangesRequest) ProtoMessage() {}
 
 func (x *ListChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[47]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3302,7 +3441,7 @@ func (x *ListChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangesRequest.ProtoReflect.Descriptor instead.
 func (*ListChangesRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListChangesRequest) GetSessionId() string {
@@ -3328,7 +3467,7 @@ type ListChangesResponse struct {
 
 func (x *ListChangesResponse) Reset() {
 	*x = ListChangesResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[48]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3340,7 +3479,7 @@ func (x *ListChangesResponse) String() string {
 func (*ListChangesResponse) ProtoMessage() {}
 
 func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[48]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3353,7 +3492,7 @@ func (x *ListChangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChangesResponse.ProtoReflect.Descriptor instead.
 func (*ListChangesResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListChangesResponse) GetChanges() []*Change {
@@ -3373,7 +3512,7 @@ type DiffFileRequest struct {
 
 func (x *DiffFileRequest) Reset() {
 	*x = DiffFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[49]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3385,7 +3524,7 @@ func (x *DiffFileRequest) String() string {
 func (*DiffFileRequest) ProtoMessage() {}
 
 func (x *DiffFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[49]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3398,7 +3537,7 @@ func (x *DiffFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffFileRequest.ProtoReflect.Descriptor instead.
 func (*DiffFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *DiffFileRequest) GetSessionId() string {
@@ -3428,7 +3567,7 @@ type DiffFileResponse struct {
 
 func (x *DiffFileResponse) Reset() {
 	*x = DiffFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[50]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3440,7 +3579,7 @@ func (x *DiffFileResponse) String() string {
 func (*DiffFileResponse) ProtoMessage() {}
 
 func (x *DiffFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[50]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3453,7 +3592,7 @@ func (x *DiffFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffFileResponse.ProtoReflect.Descriptor instead.
 func (*DiffFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *DiffFileResponse) GetChange() *Change {
@@ -3488,7 +3627,7 @@ type ApplyChangesRequest struct {
 
 func (x *ApplyChangesRequest) Reset() {
 	*x = ApplyChangesRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[51]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3500,7 +3639,7 @@ func (x *ApplyChangesRequest) String() string {
 func (*ApplyChangesRequest) ProtoMessage() {}
 
 func (x *ApplyChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[51]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3513,7 +3652,7 @@ func (x *ApplyChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyChangesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyChangesRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{51}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ApplyChangesRequest) GetSessionId() string {
@@ -3541,7 +3680,7 @@ type Conflict struct {
 
 func (x *Conflict) Reset() {
 	*x = Conflict{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[52]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3553,7 +3692,7 @@ func (x *Conflict) String() string {
 func (*Conflict) ProtoMessage() {}
 
 func (x *Conflict) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[52]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3566,7 +3705,7 @@ func (x *Conflict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Conflict.ProtoReflect.Descriptor instead.
 func (*Conflict) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{52}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Conflict) GetPath() string {
@@ -3594,7 +3733,7 @@ type ApplyChangesResponse struct {
 
 func (x *ApplyChangesResponse) Reset() {
 	*x = ApplyChangesResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[53]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3606,7 +3745,7 @@ func (x *ApplyChangesResponse) String() string {
 func (*ApplyChangesResponse) ProtoMessage() {}
 
 func (x *ApplyChangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[53]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3619,7 +3758,7 @@ func (x *ApplyChangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyChangesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyChangesResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{53}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ApplyChangesResponse) GetApplied() []string {
@@ -3647,7 +3786,7 @@ type DiscardChangesRequest struct {
 
 func (x *DiscardChangesRequest) Reset() {
 	*x = DiscardChangesRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[54]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3659,7 +3798,7 @@ func (x *DiscardChangesRequest) String() string {
 func (*DiscardChangesRequest) ProtoMessage() {}
 
 func (x *DiscardChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[54]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3672,7 +3811,7 @@ func (x *DiscardChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardChangesRequest.ProtoReflect.Descriptor instead.
 func (*DiscardChangesRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{54}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DiscardChangesRequest) GetSessionId() string {
@@ -3698,7 +3837,7 @@ type DiscardChangesResponse struct {
 
 func (x *DiscardChangesResponse) Reset() {
 	*x = DiscardChangesResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[55]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3710,7 +3849,7 @@ func (x *DiscardChangesResponse) String() string {
 func (*DiscardChangesResponse) ProtoMessage() {}
 
 func (x *DiscardChangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[55]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3723,7 +3862,7 @@ func (x *DiscardChangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardChangesResponse.ProtoReflect.Descriptor instead.
 func (*DiscardChangesResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{55}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *DiscardChangesResponse) GetDiscarded() []string {
@@ -3752,7 +3891,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[56]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3764,7 +3903,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[56]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3777,7 +3916,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{56}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *Snapshot) GetSnapshotId() string {
@@ -3831,7 +3970,7 @@ type CreateSnapshotRequest struct {
 
 func (x *CreateSnapshotRequest) Reset() {
 	*x = CreateSnapshotRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[57]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3843,7 +3982,7 @@ func (x *CreateSnapshotRequest) String() string {
 func (*CreateSnapshotRequest) ProtoMessage() {}
 
 func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[57]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3856,7 +3995,7 @@ func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*CreateSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{57}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *CreateSnapshotRequest) GetSessionId() string {
@@ -3875,7 +4014,7 @@ type CreateSnapshotResponse struct {
 
 func (x *CreateSnapshotResponse) Reset() {
 	*x = CreateSnapshotResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[58]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3887,7 +4026,7 @@ func (x *CreateSnapshotResponse) String() string {
 func (*CreateSnapshotResponse) ProtoMessage() {}
 
 func (x *CreateSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[58]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3900,7 +4039,7 @@ func (x *CreateSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*CreateSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{58}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *CreateSnapshotResponse) GetSnapshot() *Snapshot {
@@ -3920,7 +4059,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[59]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3932,7 +4071,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[59]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3945,7 +4084,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{59}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListSnapshotsRequest) GetSessionId() string {
@@ -3964,7 +4103,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[60]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3976,7 +4115,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[60]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3989,7 +4128,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{60}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
@@ -4010,7 +4149,7 @@ type RestoreSnapshotRequest struct {
 
 func (x *RestoreSnapshotRequest) Reset() {
 	*x = RestoreSnapshotRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[61]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4022,7 +4161,7 @@ func (x *RestoreSnapshotRequest) String() string {
 func (*RestoreSnapshotRequest) ProtoMessage() {}
 
 func (x *RestoreSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[61]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4035,7 +4174,7 @@ func (x *RestoreSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*RestoreSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{61}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RestoreSnapshotRequest) GetSessionId() string {
@@ -4060,7 +4199,7 @@ type RestoreSnapshotResponse struct {
 
 func (x *RestoreSnapshotResponse) Reset() {
 	*x = RestoreSnapshotResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[62]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4072,7 +4211,7 @@ func (x *RestoreSnapshotResponse) String() string {
 func (*RestoreSnapshotResponse) ProtoMessage() {}
 
 func (x *RestoreSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[62]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4085,7 +4224,7 @@ func (x *RestoreSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*RestoreSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{62}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{64}
 }
 
 type DeleteSnapshotRequest struct {
@@ -4098,7 +4237,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[63]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4110,7 +4249,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[63]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4123,7 +4262,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{63}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *DeleteSnapshotRequest) GetSessionId() string {
@@ -4148,7 +4287,7 @@ type DeleteSnapshotResponse struct {
 
 func (x *DeleteSnapshotResponse) Reset() {
 	*x = DeleteSnapshotResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[64]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4160,7 +4299,7 @@ func (x *DeleteSnapshotResponse) String() string {
 func (*DeleteSnapshotResponse) ProtoMessage() {}
 
 func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[64]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4173,7 +4312,7 @@ func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{64}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{66}
 }
 
 type RunShellRequest struct {
@@ -4194,7 +4333,7 @@ type RunShellRequest struct {
 
 func (x *RunShellRequest) Reset() {
 	*x = RunShellRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[65]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4206,7 +4345,7 @@ func (x *RunShellRequest) String() string {
 func (*RunShellRequest) ProtoMessage() {}
 
 func (x *RunShellRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[65]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4219,7 +4358,7 @@ func (x *RunShellRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunShellRequest.ProtoReflect.Descriptor instead.
 func (*RunShellRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{65}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *RunShellRequest) GetSessionId() string {
@@ -4265,7 +4404,7 @@ type RunShellResponse struct {
 
 func (x *RunShellResponse) Reset() {
 	*x = RunShellResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[66]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4277,7 +4416,7 @@ func (x *RunShellResponse) String() string {
 func (*RunShellResponse) ProtoMessage() {}
 
 func (x *RunShellResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[66]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4290,7 +4429,7 @@ func (x *RunShellResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunShellResponse.ProtoReflect.Descriptor instead.
 func (*RunShellResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{66}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *RunShellResponse) GetOutput() []byte {
@@ -4330,7 +4469,7 @@ type RestartShellRequest struct {
 
 func (x *RestartShellRequest) Reset() {
 	*x = RestartShellRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[67]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4342,7 +4481,7 @@ func (x *RestartShellRequest) String() string {
 func (*RestartShellRequest) ProtoMessage() {}
 
 func (x *RestartShellRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[67]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4355,7 +4494,7 @@ func (x *RestartShellRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartShellRequest.ProtoReflect.Descriptor instead.
 func (*RestartShellRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{67}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RestartShellRequest) GetSessionId() string {
@@ -4373,7 +4512,7 @@ type RestartShellResponse struct {
 
 func (x *RestartShellResponse) Reset() {
 	*x = RestartShellResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[68]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4385,7 +4524,7 @@ func (x *RestartShellResponse) String() string {
 func (*RestartShellResponse) ProtoMessage() {}
 
 func (x *RestartShellResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[68]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4398,7 +4537,7 @@ func (x *RestartShellResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartShellResponse.ProtoReflect.Descriptor instead.
 func (*RestartShellResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{68}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{70}
 }
 
 // UploadFileHeader names the file an upload writes.
@@ -4414,7 +4553,7 @@ type UploadFileHeader struct {
 
 func (x *UploadFileHeader) Reset() {
 	*x = UploadFileHeader{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[69]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4426,7 +4565,7 @@ func (x *UploadFileHeader) String() string {
 func (*UploadFileHeader) ProtoMessage() {}
 
 func (x *UploadFileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[69]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4439,7 +4578,7 @@ func (x *UploadFileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileHeader.ProtoReflect.Descriptor instead.
 func (*UploadFileHeader) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{69}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *UploadFileHeader) GetSessionId() string {
@@ -4476,7 +4615,7 @@ type UploadFileRequest struct {
 
 func (x *UploadFileRequest) Reset() {
 	*x = UploadFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[70]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4488,7 +4627,7 @@ func (x *UploadFileRequest) String() string {
 func (*UploadFileRequest) ProtoMessage() {}
 
 func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[70]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4501,7 +4640,7 @@ func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileRequest.ProtoReflect.Descriptor instead.
 func (*UploadFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{70}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *UploadFileRequest) GetData() isUploadFileRequest_Data {
@@ -4555,7 +4694,7 @@ type UploadFileResponse struct {
 
 func (x *UploadFileResponse) Reset() {
 	*x = UploadFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[71]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4567,7 +4706,7 @@ func (x *UploadFileResponse) String() string {
 func (*UploadFileResponse) ProtoMessage() {}
 
 func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[71]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4580,7 +4719,7 @@ func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileResponse.ProtoReflect.Descriptor instead.
 func (*UploadFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{71}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *UploadFileResponse) GetFile() *FileInfo {
@@ -4600,7 +4739,7 @@ type DownloadFileRequest struct {
 
 func (x *DownloadFileRequest) Reset() {
 	*x = DownloadFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[72]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4612,7 +4751,7 @@ func (x *DownloadFileRequest) String() string {
 func (*DownloadFileRequest) ProtoMessage() {}
 
 func (x *DownloadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[72]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4625,7 +4764,7 @@ func (x *DownloadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFileRequest.ProtoReflect.Descriptor instead.
 func (*DownloadFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{72}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *DownloadFileRequest) GetSessionId() string {
@@ -4655,7 +4794,7 @@ type DownloadFileResponse struct {
 
 func (x *DownloadFileResponse) Reset() {
 	*x = DownloadFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[73]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4667,7 +4806,7 @@ func (x *DownloadFileResponse) String() string {
 func (*DownloadFileResponse) ProtoMessage() {}
 
 func (x *DownloadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[73]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4680,7 +4819,7 @@ func (x *DownloadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFileResponse.ProtoReflect.Descriptor instead.
 func (*DownloadFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{73}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *DownloadFileResponse) GetData() isDownloadFileResponse_Data {
@@ -4735,7 +4874,7 @@ type StatFileRequest struct {
 
 func (x *StatFileRequest) Reset() {
 	*x = StatFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[74]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4747,7 +4886,7 @@ func (x *StatFileRequest) String() string {
 func (*StatFileRequest) ProtoMessage() {}
 
 func (x *StatFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[74]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4760,7 +4899,7 @@ func (x *StatFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFileRequest.ProtoReflect.Descriptor instead.
 func (*StatFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{74}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *StatFileRequest) GetSessionId() string {
@@ -4786,7 +4925,7 @@ type StatFileResponse struct {
 
 func (x *StatFileResponse) Reset() {
 	*x = StatFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[75]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4798,7 +4937,7 @@ func (x *StatFileResponse) String() string {
 func (*StatFileResponse) ProtoMessage() {}
 
 func (x *StatFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[75]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4811,7 +4950,7 @@ func (x *StatFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFileResponse.ProtoReflect.Descriptor instead.
 func (*StatFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{75}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *StatFileResponse) GetFile() *FileInfo {
@@ -4835,7 +4974,7 @@ type MakeDirectoryRequest struct {
 
 func (x *MakeDirectoryRequest) Reset() {
 	*x = MakeDirectoryRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[76]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4847,7 +4986,7 @@ func (x *MakeDirectoryRequest) String() string {
 func (*MakeDirectoryRequest) ProtoMessage() {}
 
 func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[76]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4860,7 +4999,7 @@ func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{76}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *MakeDirectoryRequest) GetSessionId() string {
@@ -4899,7 +5038,7 @@ type MakeDirectoryResponse struct {
 
 func (x *MakeDirectoryResponse) Reset() {
 	*x = MakeDirectoryResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[77]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4911,7 +5050,7 @@ func (x *MakeDirectoryResponse) String() string {
 func (*MakeDirectoryResponse) ProtoMessage() {}
 
 func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[77]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4924,7 +5063,7 @@ func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{77}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{79}
 }
 
 type MoveFileRequest struct {
@@ -4940,7 +5079,7 @@ type MoveFileRequest struct {
 
 func (x *MoveFileRequest) Reset() {
 	*x = MoveFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[78]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4952,7 +5091,7 @@ func (x *MoveFileRequest) String() string {
 func (*MoveFileRequest) ProtoMessage() {}
 
 func (x *MoveFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[78]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4965,7 +5104,7 @@ func (x *MoveFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveFileRequest.ProtoReflect.Descriptor instead.
 func (*MoveFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{78}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *MoveFileRequest) GetSessionId() string {
@@ -5004,7 +5143,7 @@ type MoveFileResponse struct {
 
 func (x *MoveFileResponse) Reset() {
 	*x = MoveFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[79]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5016,7 +5155,7 @@ func (x *MoveFileResponse) String() string {
 func (*MoveFileResponse) ProtoMessage() {}
 
 func (x *MoveFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[79]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5029,7 +5168,7 @@ func (x *MoveFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveFileResponse.ProtoReflect.Descriptor instead.
 func (*MoveFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{79}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{81}
 }
 
 type DeleteFileRequest struct {
@@ -5044,7 +5183,7 @@ type DeleteFileRequest struct {
 
 func (x *DeleteFileRequest) Reset() {
 	*x = DeleteFileRequest{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[80]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5056,7 +5195,7 @@ func (x *DeleteFileRequest) String() string {
 func (*DeleteFileRequest) ProtoMessage() {}
 
 func (x *DeleteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[80]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5069,7 +5208,7 @@ func (x *DeleteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFileRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{80}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *DeleteFileRequest) GetSessionId() string {
@@ -5101,7 +5240,7 @@ type DeleteFileResponse struct {
 
 func (x *DeleteFileResponse) Reset() {
 	*x = DeleteFileResponse{}
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[81]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5113,7 +5252,7 @@ func (x *DeleteFileResponse) String() string {
 func (*DeleteFileResponse) ProtoMessage() {}
 
 func (x *DeleteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[81]
+	mi := &file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5126,7 +5265,7 @@ func (x *DeleteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileResponse.ProtoReflect.Descriptor instead.
 func (*DeleteFileResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{81}
+	return file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{83}
 }
 
 var File_deskgrid_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
@@ -5306,7 +5445,18 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"leaseToken\"\x97\x01\n" +
 	"\x19LaunchApplicationResponse\x12B\n" +
 	"\vapplication\x18\x01 \x01(\v2 .deskgrid.sandbox.v1.ApplicationR\vapplication\x126\n" +
-	"\aprocess\x18\x02 \x01(\v2\x1c.deskgrid.sandbox.v1.ProcessR\aprocess\"\xe7\x02\n" +
+	"\aprocess\x18\x02 \x01(\v2\x1c.deskgrid.sandbox.v1.ProcessR\aprocess\"e\n" +
+	"\vOpenRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
+	"\x06target\x18\x02 \x01(\tR\x06target\x12\x1f\n" +
+	"\vlease_token\x18\x03 \x01(\x03R\n" +
+	"leaseToken\"\xc5\x01\n" +
+	"\fOpenResponse\x12B\n" +
+	"\vapplication\x18\x01 \x01(\v2 .deskgrid.sandbox.v1.ApplicationR\vapplication\x126\n" +
+	"\aprocess\x18\x02 \x01(\v2\x1c.deskgrid.sandbox.v1.ProcessR\aprocess\x12\x16\n" +
+	"\x06target\x18\x03 \x01(\tR\x06target\x12!\n" +
+	"\fcontent_type\x18\x04 \x01(\tR\vcontentType\"\xe7\x02\n" +
 	"\x1bGetAccessibilityTreeRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
@@ -5507,7 +5657,7 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x17CHANGE_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11CHANGE_KIND_ADDED\x10\x01\x12\x18\n" +
 	"\x14CHANGE_KIND_MODIFIED\x10\x02\x12\x17\n" +
-	"\x13CHANGE_KIND_DELETED\x10\x032\xfd=\n" +
+	"\x13CHANGE_KIND_DELETED\x10\x032\x83?\n" +
 	"\x0eSandboxService\x12f\n" +
 	"\rCreateSandbox\x12).deskgrid.sandbox.v1.CreateSandboxRequest\x1a*.deskgrid.sandbox.v1.CreateSandboxResponse\x12f\n" +
 	"\rCommitSandbox\x12).deskgrid.sandbox.v1.CommitSandboxRequest\x1a*.deskgrid.sandbox.v1.CommitSandboxResponse\x12\x91\x01\n" +
@@ -5532,7 +5682,8 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\vStopProcess\x12'.deskgrid.sandbox.v1.StopProcessRequest\x1a(.deskgrid.sandbox.v1.StopProcessResponse\x12\x93\x01\n" +
 	"\rListProcesses\x12).deskgrid.sandbox.v1.ListProcessesRequest\x1a*.deskgrid.sandbox.v1.ListProcessesResponse\"+\x82\xd3\xe4\x93\x02%\x12#/v1/sessions/{session_id}/processes\x12\x9f\x01\n" +
 	"\x10ListApplications\x12,.deskgrid.sandbox.v1.ListApplicationsRequest\x1a-.deskgrid.sandbox.v1.ListApplicationsResponse\".\x82\xd3\xe4\x93\x02(\x12&/v1/sessions/{session_id}/applications\x12\xac\x01\n" +
-	"\x11LaunchApplication\x12-.deskgrid.sandbox.v1.LaunchApplicationRequest\x1a..deskgrid.sandbox.v1.LaunchApplicationResponse\"8\x82\xd3\xe4\x93\x022:\x01*\"-/v1/sessions/{session_id}/applications:launch\x12\xef\v\n" +
+	"\x11LaunchApplication\x12-.deskgrid.sandbox.v1.LaunchApplicationRequest\x1a..deskgrid.sandbox.v1.LaunchApplicationResponse\"8\x82\xd3\xe4\x93\x022:\x01*\"-/v1/sessions/{session_id}/applications:launch\x12\x83\x01\n" +
+	"\x04Open\x12 .deskgrid.sandbox.v1.OpenRequest\x1a!.deskgrid.sandbox.v1.OpenResponse\"6\x82\xd3\xe4\x93\x020:\x01*\"+/v1/sessions/{session_id}/applications:open\x12\xef\v\n" +
 	"\x14GetAccessibilityTree\x120.deskgrid.sandbox.v1.GetAccessibilityTreeRequest\x1a1.deskgrid.sandbox.v1.GetAccessibilityTreeResponse\"\xf1\n" +
 	"\x92A\xbe\n" +
 	"\x12\x1bRead the accessibility tree\x1a\xe6\x06Returns the AT-SPI2 tree of the session's desktop: one node per application, its windows and widgets below, each with role, name, states, actions, text and bounds in screen pixels (the coordinates clicks take). `?max_depth=` (default 12, at most 64) and `?max_nodes=` (default 2000, at most 20000) bound it and `truncated` says when they cut it; `?only_visible=true` keeps what shows on the screen; `?application=` keeps the applications whose name contains it; `?root=` reads only the subtree of one node (a node's id), `?window_id=` that of an X window (as the windows list gives it), `?focused_window=true` that of the window with the input focus, `?pid=` the applications of one process of the session and those it started. Each node's `id` is what accessibility:act takes. `?format=ACCESSIBILITY_FORMAT_OSWORLD_XML` returns OSWorld's `{\"AT\": xml}` instead of nodes.J\xb5\x03\n" +
@@ -5577,7 +5728,7 @@ func file_deskgrid_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_deskgrid_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_deskgrid_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
+var file_deskgrid_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
 var file_deskgrid_sandbox_v1_sandbox_proto_goTypes = []any{
 	(ProcessState)(0),                    // 0: deskgrid.sandbox.v1.ProcessState
 	(AccessibilityFormat)(0),             // 1: deskgrid.sandbox.v1.AccessibilityFormat
@@ -5618,166 +5769,172 @@ var file_deskgrid_sandbox_v1_sandbox_proto_goTypes = []any{
 	(*Application)(nil),                  // 36: deskgrid.sandbox.v1.Application
 	(*LaunchApplicationRequest)(nil),     // 37: deskgrid.sandbox.v1.LaunchApplicationRequest
 	(*LaunchApplicationResponse)(nil),    // 38: deskgrid.sandbox.v1.LaunchApplicationResponse
-	(*GetAccessibilityTreeRequest)(nil),  // 39: deskgrid.sandbox.v1.GetAccessibilityTreeRequest
-	(*GetAccessibilityTreeResponse)(nil), // 40: deskgrid.sandbox.v1.GetAccessibilityTreeResponse
-	(*ActOnAccessibleRequest)(nil),       // 41: deskgrid.sandbox.v1.ActOnAccessibleRequest
-	(*ActOnAccessibleResponse)(nil),      // 42: deskgrid.sandbox.v1.ActOnAccessibleResponse
-	(*AccessibleNode)(nil),               // 43: deskgrid.sandbox.v1.AccessibleNode
-	(*AccessibleBounds)(nil),             // 44: deskgrid.sandbox.v1.AccessibleBounds
-	(*FreezeSandboxRequest)(nil),         // 45: deskgrid.sandbox.v1.FreezeSandboxRequest
-	(*FreezeSandboxResponse)(nil),        // 46: deskgrid.sandbox.v1.FreezeSandboxResponse
-	(*ThawSandboxRequest)(nil),           // 47: deskgrid.sandbox.v1.ThawSandboxRequest
-	(*ThawSandboxResponse)(nil),          // 48: deskgrid.sandbox.v1.ThawSandboxResponse
-	(*Change)(nil),                       // 49: deskgrid.sandbox.v1.Change
-	(*ListChangesRequest)(nil),           // 50: deskgrid.sandbox.v1.ListChangesRequest
-	(*ListChangesResponse)(nil),          // 51: deskgrid.sandbox.v1.ListChangesResponse
-	(*DiffFileRequest)(nil),              // 52: deskgrid.sandbox.v1.DiffFileRequest
-	(*DiffFileResponse)(nil),             // 53: deskgrid.sandbox.v1.DiffFileResponse
-	(*ApplyChangesRequest)(nil),          // 54: deskgrid.sandbox.v1.ApplyChangesRequest
-	(*Conflict)(nil),                     // 55: deskgrid.sandbox.v1.Conflict
-	(*ApplyChangesResponse)(nil),         // 56: deskgrid.sandbox.v1.ApplyChangesResponse
-	(*DiscardChangesRequest)(nil),        // 57: deskgrid.sandbox.v1.DiscardChangesRequest
-	(*DiscardChangesResponse)(nil),       // 58: deskgrid.sandbox.v1.DiscardChangesResponse
-	(*Snapshot)(nil),                     // 59: deskgrid.sandbox.v1.Snapshot
-	(*CreateSnapshotRequest)(nil),        // 60: deskgrid.sandbox.v1.CreateSnapshotRequest
-	(*CreateSnapshotResponse)(nil),       // 61: deskgrid.sandbox.v1.CreateSnapshotResponse
-	(*ListSnapshotsRequest)(nil),         // 62: deskgrid.sandbox.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),        // 63: deskgrid.sandbox.v1.ListSnapshotsResponse
-	(*RestoreSnapshotRequest)(nil),       // 64: deskgrid.sandbox.v1.RestoreSnapshotRequest
-	(*RestoreSnapshotResponse)(nil),      // 65: deskgrid.sandbox.v1.RestoreSnapshotResponse
-	(*DeleteSnapshotRequest)(nil),        // 66: deskgrid.sandbox.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil),       // 67: deskgrid.sandbox.v1.DeleteSnapshotResponse
-	(*RunShellRequest)(nil),              // 68: deskgrid.sandbox.v1.RunShellRequest
-	(*RunShellResponse)(nil),             // 69: deskgrid.sandbox.v1.RunShellResponse
-	(*RestartShellRequest)(nil),          // 70: deskgrid.sandbox.v1.RestartShellRequest
-	(*RestartShellResponse)(nil),         // 71: deskgrid.sandbox.v1.RestartShellResponse
-	(*UploadFileHeader)(nil),             // 72: deskgrid.sandbox.v1.UploadFileHeader
-	(*UploadFileRequest)(nil),            // 73: deskgrid.sandbox.v1.UploadFileRequest
-	(*UploadFileResponse)(nil),           // 74: deskgrid.sandbox.v1.UploadFileResponse
-	(*DownloadFileRequest)(nil),          // 75: deskgrid.sandbox.v1.DownloadFileRequest
-	(*DownloadFileResponse)(nil),         // 76: deskgrid.sandbox.v1.DownloadFileResponse
-	(*StatFileRequest)(nil),              // 77: deskgrid.sandbox.v1.StatFileRequest
-	(*StatFileResponse)(nil),             // 78: deskgrid.sandbox.v1.StatFileResponse
-	(*MakeDirectoryRequest)(nil),         // 79: deskgrid.sandbox.v1.MakeDirectoryRequest
-	(*MakeDirectoryResponse)(nil),        // 80: deskgrid.sandbox.v1.MakeDirectoryResponse
-	(*MoveFileRequest)(nil),              // 81: deskgrid.sandbox.v1.MoveFileRequest
-	(*MoveFileResponse)(nil),             // 82: deskgrid.sandbox.v1.MoveFileResponse
-	(*DeleteFileRequest)(nil),            // 83: deskgrid.sandbox.v1.DeleteFileRequest
-	(*DeleteFileResponse)(nil),           // 84: deskgrid.sandbox.v1.DeleteFileResponse
-	(*timestamppb.Timestamp)(nil),        // 85: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),          // 86: google.protobuf.Duration
+	(*OpenRequest)(nil),                  // 39: deskgrid.sandbox.v1.OpenRequest
+	(*OpenResponse)(nil),                 // 40: deskgrid.sandbox.v1.OpenResponse
+	(*GetAccessibilityTreeRequest)(nil),  // 41: deskgrid.sandbox.v1.GetAccessibilityTreeRequest
+	(*GetAccessibilityTreeResponse)(nil), // 42: deskgrid.sandbox.v1.GetAccessibilityTreeResponse
+	(*ActOnAccessibleRequest)(nil),       // 43: deskgrid.sandbox.v1.ActOnAccessibleRequest
+	(*ActOnAccessibleResponse)(nil),      // 44: deskgrid.sandbox.v1.ActOnAccessibleResponse
+	(*AccessibleNode)(nil),               // 45: deskgrid.sandbox.v1.AccessibleNode
+	(*AccessibleBounds)(nil),             // 46: deskgrid.sandbox.v1.AccessibleBounds
+	(*FreezeSandboxRequest)(nil),         // 47: deskgrid.sandbox.v1.FreezeSandboxRequest
+	(*FreezeSandboxResponse)(nil),        // 48: deskgrid.sandbox.v1.FreezeSandboxResponse
+	(*ThawSandboxRequest)(nil),           // 49: deskgrid.sandbox.v1.ThawSandboxRequest
+	(*ThawSandboxResponse)(nil),          // 50: deskgrid.sandbox.v1.ThawSandboxResponse
+	(*Change)(nil),                       // 51: deskgrid.sandbox.v1.Change
+	(*ListChangesRequest)(nil),           // 52: deskgrid.sandbox.v1.ListChangesRequest
+	(*ListChangesResponse)(nil),          // 53: deskgrid.sandbox.v1.ListChangesResponse
+	(*DiffFileRequest)(nil),              // 54: deskgrid.sandbox.v1.DiffFileRequest
+	(*DiffFileResponse)(nil),             // 55: deskgrid.sandbox.v1.DiffFileResponse
+	(*ApplyChangesRequest)(nil),          // 56: deskgrid.sandbox.v1.ApplyChangesRequest
+	(*Conflict)(nil),                     // 57: deskgrid.sandbox.v1.Conflict
+	(*ApplyChangesResponse)(nil),         // 58: deskgrid.sandbox.v1.ApplyChangesResponse
+	(*DiscardChangesRequest)(nil),        // 59: deskgrid.sandbox.v1.DiscardChangesRequest
+	(*DiscardChangesResponse)(nil),       // 60: deskgrid.sandbox.v1.DiscardChangesResponse
+	(*Snapshot)(nil),                     // 61: deskgrid.sandbox.v1.Snapshot
+	(*CreateSnapshotRequest)(nil),        // 62: deskgrid.sandbox.v1.CreateSnapshotRequest
+	(*CreateSnapshotResponse)(nil),       // 63: deskgrid.sandbox.v1.CreateSnapshotResponse
+	(*ListSnapshotsRequest)(nil),         // 64: deskgrid.sandbox.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),        // 65: deskgrid.sandbox.v1.ListSnapshotsResponse
+	(*RestoreSnapshotRequest)(nil),       // 66: deskgrid.sandbox.v1.RestoreSnapshotRequest
+	(*RestoreSnapshotResponse)(nil),      // 67: deskgrid.sandbox.v1.RestoreSnapshotResponse
+	(*DeleteSnapshotRequest)(nil),        // 68: deskgrid.sandbox.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),       // 69: deskgrid.sandbox.v1.DeleteSnapshotResponse
+	(*RunShellRequest)(nil),              // 70: deskgrid.sandbox.v1.RunShellRequest
+	(*RunShellResponse)(nil),             // 71: deskgrid.sandbox.v1.RunShellResponse
+	(*RestartShellRequest)(nil),          // 72: deskgrid.sandbox.v1.RestartShellRequest
+	(*RestartShellResponse)(nil),         // 73: deskgrid.sandbox.v1.RestartShellResponse
+	(*UploadFileHeader)(nil),             // 74: deskgrid.sandbox.v1.UploadFileHeader
+	(*UploadFileRequest)(nil),            // 75: deskgrid.sandbox.v1.UploadFileRequest
+	(*UploadFileResponse)(nil),           // 76: deskgrid.sandbox.v1.UploadFileResponse
+	(*DownloadFileRequest)(nil),          // 77: deskgrid.sandbox.v1.DownloadFileRequest
+	(*DownloadFileResponse)(nil),         // 78: deskgrid.sandbox.v1.DownloadFileResponse
+	(*StatFileRequest)(nil),              // 79: deskgrid.sandbox.v1.StatFileRequest
+	(*StatFileResponse)(nil),             // 80: deskgrid.sandbox.v1.StatFileResponse
+	(*MakeDirectoryRequest)(nil),         // 81: deskgrid.sandbox.v1.MakeDirectoryRequest
+	(*MakeDirectoryResponse)(nil),        // 82: deskgrid.sandbox.v1.MakeDirectoryResponse
+	(*MoveFileRequest)(nil),              // 83: deskgrid.sandbox.v1.MoveFileRequest
+	(*MoveFileResponse)(nil),             // 84: deskgrid.sandbox.v1.MoveFileResponse
+	(*DeleteFileRequest)(nil),            // 85: deskgrid.sandbox.v1.DeleteFileRequest
+	(*DeleteFileResponse)(nil),           // 86: deskgrid.sandbox.v1.DeleteFileResponse
+	(*timestamppb.Timestamp)(nil),        // 87: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),          // 88: google.protobuf.Duration
 }
 var file_deskgrid_sandbox_v1_sandbox_proto_depIdxs = []int32{
-	85, // 0: deskgrid.sandbox.v1.Sandbox.create_time:type_name -> google.protobuf.Timestamp
+	87, // 0: deskgrid.sandbox.v1.Sandbox.create_time:type_name -> google.protobuf.Timestamp
 	4,  // 1: deskgrid.sandbox.v1.Sandbox.limits:type_name -> deskgrid.sandbox.v1.SandboxLimits
 	5,  // 2: deskgrid.sandbox.v1.Sandbox.usage:type_name -> deskgrid.sandbox.v1.SandboxUsage
 	7,  // 3: deskgrid.sandbox.v1.CreateSandboxRequest.desktop:type_name -> deskgrid.sandbox.v1.DesktopSpec
 	3,  // 4: deskgrid.sandbox.v1.CreateSandboxResponse.sandbox:type_name -> deskgrid.sandbox.v1.Sandbox
 	3,  // 5: deskgrid.sandbox.v1.GetSandboxResponse.sandbox:type_name -> deskgrid.sandbox.v1.Sandbox
 	3,  // 6: deskgrid.sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> deskgrid.sandbox.v1.Sandbox
-	86, // 7: deskgrid.sandbox.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
+	88, // 7: deskgrid.sandbox.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
 	18, // 8: deskgrid.sandbox.v1.ExecResponse.exit:type_name -> deskgrid.sandbox.v1.ExecExit
-	85, // 9: deskgrid.sandbox.v1.FileInfo.modify_time:type_name -> google.protobuf.Timestamp
+	87, // 9: deskgrid.sandbox.v1.FileInfo.modify_time:type_name -> google.protobuf.Timestamp
 	25, // 10: deskgrid.sandbox.v1.ListFilesResponse.files:type_name -> deskgrid.sandbox.v1.FileInfo
 	0,  // 11: deskgrid.sandbox.v1.Process.state:type_name -> deskgrid.sandbox.v1.ProcessState
 	18, // 12: deskgrid.sandbox.v1.Process.exit:type_name -> deskgrid.sandbox.v1.ExecExit
-	85, // 13: deskgrid.sandbox.v1.Process.start_time:type_name -> google.protobuf.Timestamp
+	87, // 13: deskgrid.sandbox.v1.Process.start_time:type_name -> google.protobuf.Timestamp
 	28, // 14: deskgrid.sandbox.v1.StartProcessResponse.process:type_name -> deskgrid.sandbox.v1.Process
 	28, // 15: deskgrid.sandbox.v1.StopProcessResponse.process:type_name -> deskgrid.sandbox.v1.Process
 	28, // 16: deskgrid.sandbox.v1.ListProcessesResponse.processes:type_name -> deskgrid.sandbox.v1.Process
 	36, // 17: deskgrid.sandbox.v1.ListApplicationsResponse.applications:type_name -> deskgrid.sandbox.v1.Application
 	36, // 18: deskgrid.sandbox.v1.LaunchApplicationResponse.application:type_name -> deskgrid.sandbox.v1.Application
 	28, // 19: deskgrid.sandbox.v1.LaunchApplicationResponse.process:type_name -> deskgrid.sandbox.v1.Process
-	1,  // 20: deskgrid.sandbox.v1.GetAccessibilityTreeRequest.format:type_name -> deskgrid.sandbox.v1.AccessibilityFormat
-	43, // 21: deskgrid.sandbox.v1.GetAccessibilityTreeResponse.applications:type_name -> deskgrid.sandbox.v1.AccessibleNode
-	43, // 22: deskgrid.sandbox.v1.ActOnAccessibleResponse.node:type_name -> deskgrid.sandbox.v1.AccessibleNode
-	44, // 23: deskgrid.sandbox.v1.AccessibleNode.bounds:type_name -> deskgrid.sandbox.v1.AccessibleBounds
-	43, // 24: deskgrid.sandbox.v1.AccessibleNode.children:type_name -> deskgrid.sandbox.v1.AccessibleNode
-	2,  // 25: deskgrid.sandbox.v1.Change.kind:type_name -> deskgrid.sandbox.v1.ChangeKind
-	49, // 26: deskgrid.sandbox.v1.ListChangesResponse.changes:type_name -> deskgrid.sandbox.v1.Change
-	49, // 27: deskgrid.sandbox.v1.DiffFileResponse.change:type_name -> deskgrid.sandbox.v1.Change
-	55, // 28: deskgrid.sandbox.v1.ApplyChangesResponse.conflicts:type_name -> deskgrid.sandbox.v1.Conflict
-	85, // 29: deskgrid.sandbox.v1.Snapshot.create_time:type_name -> google.protobuf.Timestamp
-	59, // 30: deskgrid.sandbox.v1.CreateSnapshotResponse.snapshot:type_name -> deskgrid.sandbox.v1.Snapshot
-	59, // 31: deskgrid.sandbox.v1.ListSnapshotsResponse.snapshots:type_name -> deskgrid.sandbox.v1.Snapshot
-	86, // 32: deskgrid.sandbox.v1.RunShellRequest.timeout:type_name -> google.protobuf.Duration
-	72, // 33: deskgrid.sandbox.v1.UploadFileRequest.header:type_name -> deskgrid.sandbox.v1.UploadFileHeader
-	25, // 34: deskgrid.sandbox.v1.UploadFileResponse.file:type_name -> deskgrid.sandbox.v1.FileInfo
-	25, // 35: deskgrid.sandbox.v1.DownloadFileResponse.info:type_name -> deskgrid.sandbox.v1.FileInfo
-	25, // 36: deskgrid.sandbox.v1.StatFileResponse.file:type_name -> deskgrid.sandbox.v1.FileInfo
-	6,  // 37: deskgrid.sandbox.v1.SandboxService.CreateSandbox:input_type -> deskgrid.sandbox.v1.CreateSandboxRequest
-	8,  // 38: deskgrid.sandbox.v1.SandboxService.CommitSandbox:input_type -> deskgrid.sandbox.v1.CommitSandboxRequest
-	11, // 39: deskgrid.sandbox.v1.SandboxService.GetSandbox:input_type -> deskgrid.sandbox.v1.GetSandboxRequest
-	13, // 40: deskgrid.sandbox.v1.SandboxService.ListSandboxes:input_type -> deskgrid.sandbox.v1.ListSandboxesRequest
-	15, // 41: deskgrid.sandbox.v1.SandboxService.DeleteSandbox:input_type -> deskgrid.sandbox.v1.DeleteSandboxRequest
-	17, // 42: deskgrid.sandbox.v1.SandboxService.Exec:input_type -> deskgrid.sandbox.v1.ExecRequest
-	20, // 43: deskgrid.sandbox.v1.SandboxService.ReadFile:input_type -> deskgrid.sandbox.v1.ReadFileRequest
-	22, // 44: deskgrid.sandbox.v1.SandboxService.WriteFile:input_type -> deskgrid.sandbox.v1.WriteFileRequest
-	24, // 45: deskgrid.sandbox.v1.SandboxService.ListFiles:input_type -> deskgrid.sandbox.v1.ListFilesRequest
-	27, // 46: deskgrid.sandbox.v1.SandboxService.StartProcess:input_type -> deskgrid.sandbox.v1.StartProcessRequest
-	30, // 47: deskgrid.sandbox.v1.SandboxService.StopProcess:input_type -> deskgrid.sandbox.v1.StopProcessRequest
-	32, // 48: deskgrid.sandbox.v1.SandboxService.ListProcesses:input_type -> deskgrid.sandbox.v1.ListProcessesRequest
-	34, // 49: deskgrid.sandbox.v1.SandboxService.ListApplications:input_type -> deskgrid.sandbox.v1.ListApplicationsRequest
-	37, // 50: deskgrid.sandbox.v1.SandboxService.LaunchApplication:input_type -> deskgrid.sandbox.v1.LaunchApplicationRequest
-	39, // 51: deskgrid.sandbox.v1.SandboxService.GetAccessibilityTree:input_type -> deskgrid.sandbox.v1.GetAccessibilityTreeRequest
-	41, // 52: deskgrid.sandbox.v1.SandboxService.ActOnAccessible:input_type -> deskgrid.sandbox.v1.ActOnAccessibleRequest
-	45, // 53: deskgrid.sandbox.v1.SandboxService.FreezeSandbox:input_type -> deskgrid.sandbox.v1.FreezeSandboxRequest
-	47, // 54: deskgrid.sandbox.v1.SandboxService.ThawSandbox:input_type -> deskgrid.sandbox.v1.ThawSandboxRequest
-	50, // 55: deskgrid.sandbox.v1.SandboxService.ListChanges:input_type -> deskgrid.sandbox.v1.ListChangesRequest
-	52, // 56: deskgrid.sandbox.v1.SandboxService.DiffFile:input_type -> deskgrid.sandbox.v1.DiffFileRequest
-	54, // 57: deskgrid.sandbox.v1.SandboxService.ApplyChanges:input_type -> deskgrid.sandbox.v1.ApplyChangesRequest
-	57, // 58: deskgrid.sandbox.v1.SandboxService.DiscardChanges:input_type -> deskgrid.sandbox.v1.DiscardChangesRequest
-	60, // 59: deskgrid.sandbox.v1.SandboxService.CreateSnapshot:input_type -> deskgrid.sandbox.v1.CreateSnapshotRequest
-	62, // 60: deskgrid.sandbox.v1.SandboxService.ListSnapshots:input_type -> deskgrid.sandbox.v1.ListSnapshotsRequest
-	64, // 61: deskgrid.sandbox.v1.SandboxService.RestoreSnapshot:input_type -> deskgrid.sandbox.v1.RestoreSnapshotRequest
-	66, // 62: deskgrid.sandbox.v1.SandboxService.DeleteSnapshot:input_type -> deskgrid.sandbox.v1.DeleteSnapshotRequest
-	68, // 63: deskgrid.sandbox.v1.SandboxService.RunShell:input_type -> deskgrid.sandbox.v1.RunShellRequest
-	70, // 64: deskgrid.sandbox.v1.SandboxService.RestartShell:input_type -> deskgrid.sandbox.v1.RestartShellRequest
-	73, // 65: deskgrid.sandbox.v1.SandboxService.UploadFile:input_type -> deskgrid.sandbox.v1.UploadFileRequest
-	75, // 66: deskgrid.sandbox.v1.SandboxService.DownloadFile:input_type -> deskgrid.sandbox.v1.DownloadFileRequest
-	77, // 67: deskgrid.sandbox.v1.SandboxService.StatFile:input_type -> deskgrid.sandbox.v1.StatFileRequest
-	79, // 68: deskgrid.sandbox.v1.SandboxService.MakeDirectory:input_type -> deskgrid.sandbox.v1.MakeDirectoryRequest
-	81, // 69: deskgrid.sandbox.v1.SandboxService.MoveFile:input_type -> deskgrid.sandbox.v1.MoveFileRequest
-	83, // 70: deskgrid.sandbox.v1.SandboxService.DeleteFile:input_type -> deskgrid.sandbox.v1.DeleteFileRequest
-	10, // 71: deskgrid.sandbox.v1.SandboxService.CreateSandbox:output_type -> deskgrid.sandbox.v1.CreateSandboxResponse
-	9,  // 72: deskgrid.sandbox.v1.SandboxService.CommitSandbox:output_type -> deskgrid.sandbox.v1.CommitSandboxResponse
-	12, // 73: deskgrid.sandbox.v1.SandboxService.GetSandbox:output_type -> deskgrid.sandbox.v1.GetSandboxResponse
-	14, // 74: deskgrid.sandbox.v1.SandboxService.ListSandboxes:output_type -> deskgrid.sandbox.v1.ListSandboxesResponse
-	16, // 75: deskgrid.sandbox.v1.SandboxService.DeleteSandbox:output_type -> deskgrid.sandbox.v1.DeleteSandboxResponse
-	19, // 76: deskgrid.sandbox.v1.SandboxService.Exec:output_type -> deskgrid.sandbox.v1.ExecResponse
-	21, // 77: deskgrid.sandbox.v1.SandboxService.ReadFile:output_type -> deskgrid.sandbox.v1.ReadFileResponse
-	23, // 78: deskgrid.sandbox.v1.SandboxService.WriteFile:output_type -> deskgrid.sandbox.v1.WriteFileResponse
-	26, // 79: deskgrid.sandbox.v1.SandboxService.ListFiles:output_type -> deskgrid.sandbox.v1.ListFilesResponse
-	29, // 80: deskgrid.sandbox.v1.SandboxService.StartProcess:output_type -> deskgrid.sandbox.v1.StartProcessResponse
-	31, // 81: deskgrid.sandbox.v1.SandboxService.StopProcess:output_type -> deskgrid.sandbox.v1.StopProcessResponse
-	33, // 82: deskgrid.sandbox.v1.SandboxService.ListProcesses:output_type -> deskgrid.sandbox.v1.ListProcessesResponse
-	35, // 83: deskgrid.sandbox.v1.SandboxService.ListApplications:output_type -> deskgrid.sandbox.v1.ListApplicationsResponse
-	38, // 84: deskgrid.sandbox.v1.SandboxService.LaunchApplication:output_type -> deskgrid.sandbox.v1.LaunchApplicationResponse
-	40, // 85: deskgrid.sandbox.v1.SandboxService.GetAccessibilityTree:output_type -> deskgrid.sandbox.v1.GetAccessibilityTreeResponse
-	42, // 86: deskgrid.sandbox.v1.SandboxService.ActOnAccessible:output_type -> deskgrid.sandbox.v1.ActOnAccessibleResponse
-	46, // 87: deskgrid.sandbox.v1.SandboxService.FreezeSandbox:output_type -> deskgrid.sandbox.v1.FreezeSandboxResponse
-	48, // 88: deskgrid.sandbox.v1.SandboxService.ThawSandbox:output_type -> deskgrid.sandbox.v1.ThawSandboxResponse
-	51, // 89: deskgrid.sandbox.v1.SandboxService.ListChanges:output_type -> deskgrid.sandbox.v1.ListChangesResponse
-	53, // 90: deskgrid.sandbox.v1.SandboxService.DiffFile:output_type -> deskgrid.sandbox.v1.DiffFileResponse
-	56, // 91: deskgrid.sandbox.v1.SandboxService.ApplyChanges:output_type -> deskgrid.sandbox.v1.ApplyChangesResponse
-	58, // 92: deskgrid.sandbox.v1.SandboxService.DiscardChanges:output_type -> deskgrid.sandbox.v1.DiscardChangesResponse
-	61, // 93: deskgrid.sandbox.v1.SandboxService.CreateSnapshot:output_type -> deskgrid.sandbox.v1.CreateSnapshotResponse
-	63, // 94: deskgrid.sandbox.v1.SandboxService.ListSnapshots:output_type -> deskgrid.sandbox.v1.ListSnapshotsResponse
-	65, // 95: deskgrid.sandbox.v1.SandboxService.RestoreSnapshot:output_type -> deskgrid.sandbox.v1.RestoreSnapshotResponse
-	67, // 96: deskgrid.sandbox.v1.SandboxService.DeleteSnapshot:output_type -> deskgrid.sandbox.v1.DeleteSnapshotResponse
-	69, // 97: deskgrid.sandbox.v1.SandboxService.RunShell:output_type -> deskgrid.sandbox.v1.RunShellResponse
-	71, // 98: deskgrid.sandbox.v1.SandboxService.RestartShell:output_type -> deskgrid.sandbox.v1.RestartShellResponse
-	74, // 99: deskgrid.sandbox.v1.SandboxService.UploadFile:output_type -> deskgrid.sandbox.v1.UploadFileResponse
-	76, // 100: deskgrid.sandbox.v1.SandboxService.DownloadFile:output_type -> deskgrid.sandbox.v1.DownloadFileResponse
-	78, // 101: deskgrid.sandbox.v1.SandboxService.StatFile:output_type -> deskgrid.sandbox.v1.StatFileResponse
-	80, // 102: deskgrid.sandbox.v1.SandboxService.MakeDirectory:output_type -> deskgrid.sandbox.v1.MakeDirectoryResponse
-	82, // 103: deskgrid.sandbox.v1.SandboxService.MoveFile:output_type -> deskgrid.sandbox.v1.MoveFileResponse
-	84, // 104: deskgrid.sandbox.v1.SandboxService.DeleteFile:output_type -> deskgrid.sandbox.v1.DeleteFileResponse
-	71, // [71:105] is the sub-list for method output_type
-	37, // [37:71] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	36, // 20: deskgrid.sandbox.v1.OpenResponse.application:type_name -> deskgrid.sandbox.v1.Application
+	28, // 21: deskgrid.sandbox.v1.OpenResponse.process:type_name -> deskgrid.sandbox.v1.Process
+	1,  // 22: deskgrid.sandbox.v1.GetAccessibilityTreeRequest.format:type_name -> deskgrid.sandbox.v1.AccessibilityFormat
+	45, // 23: deskgrid.sandbox.v1.GetAccessibilityTreeResponse.applications:type_name -> deskgrid.sandbox.v1.AccessibleNode
+	45, // 24: deskgrid.sandbox.v1.ActOnAccessibleResponse.node:type_name -> deskgrid.sandbox.v1.AccessibleNode
+	46, // 25: deskgrid.sandbox.v1.AccessibleNode.bounds:type_name -> deskgrid.sandbox.v1.AccessibleBounds
+	45, // 26: deskgrid.sandbox.v1.AccessibleNode.children:type_name -> deskgrid.sandbox.v1.AccessibleNode
+	2,  // 27: deskgrid.sandbox.v1.Change.kind:type_name -> deskgrid.sandbox.v1.ChangeKind
+	51, // 28: deskgrid.sandbox.v1.ListChangesResponse.changes:type_name -> deskgrid.sandbox.v1.Change
+	51, // 29: deskgrid.sandbox.v1.DiffFileResponse.change:type_name -> deskgrid.sandbox.v1.Change
+	57, // 30: deskgrid.sandbox.v1.ApplyChangesResponse.conflicts:type_name -> deskgrid.sandbox.v1.Conflict
+	87, // 31: deskgrid.sandbox.v1.Snapshot.create_time:type_name -> google.protobuf.Timestamp
+	61, // 32: deskgrid.sandbox.v1.CreateSnapshotResponse.snapshot:type_name -> deskgrid.sandbox.v1.Snapshot
+	61, // 33: deskgrid.sandbox.v1.ListSnapshotsResponse.snapshots:type_name -> deskgrid.sandbox.v1.Snapshot
+	88, // 34: deskgrid.sandbox.v1.RunShellRequest.timeout:type_name -> google.protobuf.Duration
+	74, // 35: deskgrid.sandbox.v1.UploadFileRequest.header:type_name -> deskgrid.sandbox.v1.UploadFileHeader
+	25, // 36: deskgrid.sandbox.v1.UploadFileResponse.file:type_name -> deskgrid.sandbox.v1.FileInfo
+	25, // 37: deskgrid.sandbox.v1.DownloadFileResponse.info:type_name -> deskgrid.sandbox.v1.FileInfo
+	25, // 38: deskgrid.sandbox.v1.StatFileResponse.file:type_name -> deskgrid.sandbox.v1.FileInfo
+	6,  // 39: deskgrid.sandbox.v1.SandboxService.CreateSandbox:input_type -> deskgrid.sandbox.v1.CreateSandboxRequest
+	8,  // 40: deskgrid.sandbox.v1.SandboxService.CommitSandbox:input_type -> deskgrid.sandbox.v1.CommitSandboxRequest
+	11, // 41: deskgrid.sandbox.v1.SandboxService.GetSandbox:input_type -> deskgrid.sandbox.v1.GetSandboxRequest
+	13, // 42: deskgrid.sandbox.v1.SandboxService.ListSandboxes:input_type -> deskgrid.sandbox.v1.ListSandboxesRequest
+	15, // 43: deskgrid.sandbox.v1.SandboxService.DeleteSandbox:input_type -> deskgrid.sandbox.v1.DeleteSandboxRequest
+	17, // 44: deskgrid.sandbox.v1.SandboxService.Exec:input_type -> deskgrid.sandbox.v1.ExecRequest
+	20, // 45: deskgrid.sandbox.v1.SandboxService.ReadFile:input_type -> deskgrid.sandbox.v1.ReadFileRequest
+	22, // 46: deskgrid.sandbox.v1.SandboxService.WriteFile:input_type -> deskgrid.sandbox.v1.WriteFileRequest
+	24, // 47: deskgrid.sandbox.v1.SandboxService.ListFiles:input_type -> deskgrid.sandbox.v1.ListFilesRequest
+	27, // 48: deskgrid.sandbox.v1.SandboxService.StartProcess:input_type -> deskgrid.sandbox.v1.StartProcessRequest
+	30, // 49: deskgrid.sandbox.v1.SandboxService.StopProcess:input_type -> deskgrid.sandbox.v1.StopProcessRequest
+	32, // 50: deskgrid.sandbox.v1.SandboxService.ListProcesses:input_type -> deskgrid.sandbox.v1.ListProcessesRequest
+	34, // 51: deskgrid.sandbox.v1.SandboxService.ListApplications:input_type -> deskgrid.sandbox.v1.ListApplicationsRequest
+	37, // 52: deskgrid.sandbox.v1.SandboxService.LaunchApplication:input_type -> deskgrid.sandbox.v1.LaunchApplicationRequest
+	39, // 53: deskgrid.sandbox.v1.SandboxService.Open:input_type -> deskgrid.sandbox.v1.OpenRequest
+	41, // 54: deskgrid.sandbox.v1.SandboxService.GetAccessibilityTree:input_type -> deskgrid.sandbox.v1.GetAccessibilityTreeRequest
+	43, // 55: deskgrid.sandbox.v1.SandboxService.ActOnAccessible:input_type -> deskgrid.sandbox.v1.ActOnAccessibleRequest
+	47, // 56: deskgrid.sandbox.v1.SandboxService.FreezeSandbox:input_type -> deskgrid.sandbox.v1.FreezeSandboxRequest
+	49, // 57: deskgrid.sandbox.v1.SandboxService.ThawSandbox:input_type -> deskgrid.sandbox.v1.ThawSandboxRequest
+	52, // 58: deskgrid.sandbox.v1.SandboxService.ListChanges:input_type -> deskgrid.sandbox.v1.ListChangesRequest
+	54, // 59: deskgrid.sandbox.v1.SandboxService.DiffFile:input_type -> deskgrid.sandbox.v1.DiffFileRequest
+	56, // 60: deskgrid.sandbox.v1.SandboxService.ApplyChanges:input_type -> deskgrid.sandbox.v1.ApplyChangesRequest
+	59, // 61: deskgrid.sandbox.v1.SandboxService.DiscardChanges:input_type -> deskgrid.sandbox.v1.DiscardChangesRequest
+	62, // 62: deskgrid.sandbox.v1.SandboxService.CreateSnapshot:input_type -> deskgrid.sandbox.v1.CreateSnapshotRequest
+	64, // 63: deskgrid.sandbox.v1.SandboxService.ListSnapshots:input_type -> deskgrid.sandbox.v1.ListSnapshotsRequest
+	66, // 64: deskgrid.sandbox.v1.SandboxService.RestoreSnapshot:input_type -> deskgrid.sandbox.v1.RestoreSnapshotRequest
+	68, // 65: deskgrid.sandbox.v1.SandboxService.DeleteSnapshot:input_type -> deskgrid.sandbox.v1.DeleteSnapshotRequest
+	70, // 66: deskgrid.sandbox.v1.SandboxService.RunShell:input_type -> deskgrid.sandbox.v1.RunShellRequest
+	72, // 67: deskgrid.sandbox.v1.SandboxService.RestartShell:input_type -> deskgrid.sandbox.v1.RestartShellRequest
+	75, // 68: deskgrid.sandbox.v1.SandboxService.UploadFile:input_type -> deskgrid.sandbox.v1.UploadFileRequest
+	77, // 69: deskgrid.sandbox.v1.SandboxService.DownloadFile:input_type -> deskgrid.sandbox.v1.DownloadFileRequest
+	79, // 70: deskgrid.sandbox.v1.SandboxService.StatFile:input_type -> deskgrid.sandbox.v1.StatFileRequest
+	81, // 71: deskgrid.sandbox.v1.SandboxService.MakeDirectory:input_type -> deskgrid.sandbox.v1.MakeDirectoryRequest
+	83, // 72: deskgrid.sandbox.v1.SandboxService.MoveFile:input_type -> deskgrid.sandbox.v1.MoveFileRequest
+	85, // 73: deskgrid.sandbox.v1.SandboxService.DeleteFile:input_type -> deskgrid.sandbox.v1.DeleteFileRequest
+	10, // 74: deskgrid.sandbox.v1.SandboxService.CreateSandbox:output_type -> deskgrid.sandbox.v1.CreateSandboxResponse
+	9,  // 75: deskgrid.sandbox.v1.SandboxService.CommitSandbox:output_type -> deskgrid.sandbox.v1.CommitSandboxResponse
+	12, // 76: deskgrid.sandbox.v1.SandboxService.GetSandbox:output_type -> deskgrid.sandbox.v1.GetSandboxResponse
+	14, // 77: deskgrid.sandbox.v1.SandboxService.ListSandboxes:output_type -> deskgrid.sandbox.v1.ListSandboxesResponse
+	16, // 78: deskgrid.sandbox.v1.SandboxService.DeleteSandbox:output_type -> deskgrid.sandbox.v1.DeleteSandboxResponse
+	19, // 79: deskgrid.sandbox.v1.SandboxService.Exec:output_type -> deskgrid.sandbox.v1.ExecResponse
+	21, // 80: deskgrid.sandbox.v1.SandboxService.ReadFile:output_type -> deskgrid.sandbox.v1.ReadFileResponse
+	23, // 81: deskgrid.sandbox.v1.SandboxService.WriteFile:output_type -> deskgrid.sandbox.v1.WriteFileResponse
+	26, // 82: deskgrid.sandbox.v1.SandboxService.ListFiles:output_type -> deskgrid.sandbox.v1.ListFilesResponse
+	29, // 83: deskgrid.sandbox.v1.SandboxService.StartProcess:output_type -> deskgrid.sandbox.v1.StartProcessResponse
+	31, // 84: deskgrid.sandbox.v1.SandboxService.StopProcess:output_type -> deskgrid.sandbox.v1.StopProcessResponse
+	33, // 85: deskgrid.sandbox.v1.SandboxService.ListProcesses:output_type -> deskgrid.sandbox.v1.ListProcessesResponse
+	35, // 86: deskgrid.sandbox.v1.SandboxService.ListApplications:output_type -> deskgrid.sandbox.v1.ListApplicationsResponse
+	38, // 87: deskgrid.sandbox.v1.SandboxService.LaunchApplication:output_type -> deskgrid.sandbox.v1.LaunchApplicationResponse
+	40, // 88: deskgrid.sandbox.v1.SandboxService.Open:output_type -> deskgrid.sandbox.v1.OpenResponse
+	42, // 89: deskgrid.sandbox.v1.SandboxService.GetAccessibilityTree:output_type -> deskgrid.sandbox.v1.GetAccessibilityTreeResponse
+	44, // 90: deskgrid.sandbox.v1.SandboxService.ActOnAccessible:output_type -> deskgrid.sandbox.v1.ActOnAccessibleResponse
+	48, // 91: deskgrid.sandbox.v1.SandboxService.FreezeSandbox:output_type -> deskgrid.sandbox.v1.FreezeSandboxResponse
+	50, // 92: deskgrid.sandbox.v1.SandboxService.ThawSandbox:output_type -> deskgrid.sandbox.v1.ThawSandboxResponse
+	53, // 93: deskgrid.sandbox.v1.SandboxService.ListChanges:output_type -> deskgrid.sandbox.v1.ListChangesResponse
+	55, // 94: deskgrid.sandbox.v1.SandboxService.DiffFile:output_type -> deskgrid.sandbox.v1.DiffFileResponse
+	58, // 95: deskgrid.sandbox.v1.SandboxService.ApplyChanges:output_type -> deskgrid.sandbox.v1.ApplyChangesResponse
+	60, // 96: deskgrid.sandbox.v1.SandboxService.DiscardChanges:output_type -> deskgrid.sandbox.v1.DiscardChangesResponse
+	63, // 97: deskgrid.sandbox.v1.SandboxService.CreateSnapshot:output_type -> deskgrid.sandbox.v1.CreateSnapshotResponse
+	65, // 98: deskgrid.sandbox.v1.SandboxService.ListSnapshots:output_type -> deskgrid.sandbox.v1.ListSnapshotsResponse
+	67, // 99: deskgrid.sandbox.v1.SandboxService.RestoreSnapshot:output_type -> deskgrid.sandbox.v1.RestoreSnapshotResponse
+	69, // 100: deskgrid.sandbox.v1.SandboxService.DeleteSnapshot:output_type -> deskgrid.sandbox.v1.DeleteSnapshotResponse
+	71, // 101: deskgrid.sandbox.v1.SandboxService.RunShell:output_type -> deskgrid.sandbox.v1.RunShellResponse
+	73, // 102: deskgrid.sandbox.v1.SandboxService.RestartShell:output_type -> deskgrid.sandbox.v1.RestartShellResponse
+	76, // 103: deskgrid.sandbox.v1.SandboxService.UploadFile:output_type -> deskgrid.sandbox.v1.UploadFileResponse
+	78, // 104: deskgrid.sandbox.v1.SandboxService.DownloadFile:output_type -> deskgrid.sandbox.v1.DownloadFileResponse
+	80, // 105: deskgrid.sandbox.v1.SandboxService.StatFile:output_type -> deskgrid.sandbox.v1.StatFileResponse
+	82, // 106: deskgrid.sandbox.v1.SandboxService.MakeDirectory:output_type -> deskgrid.sandbox.v1.MakeDirectoryResponse
+	84, // 107: deskgrid.sandbox.v1.SandboxService.MoveFile:output_type -> deskgrid.sandbox.v1.MoveFileResponse
+	86, // 108: deskgrid.sandbox.v1.SandboxService.DeleteFile:output_type -> deskgrid.sandbox.v1.DeleteFileResponse
+	74, // [74:109] is the sub-list for method output_type
+	39, // [39:74] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_deskgrid_sandbox_v1_sandbox_proto_init() }
@@ -5790,17 +5947,17 @@ func file_deskgrid_sandbox_v1_sandbox_proto_init() {
 		(*ExecResponse_Stderr)(nil),
 		(*ExecResponse_Exit)(nil),
 	}
-	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[38].OneofWrappers = []any{
+	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[40].OneofWrappers = []any{
 		(*ActOnAccessibleRequest_Action)(nil),
 		(*ActOnAccessibleRequest_Text)(nil),
 		(*ActOnAccessibleRequest_Focus)(nil),
 	}
-	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[40].OneofWrappers = []any{}
-	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[70].OneofWrappers = []any{
+	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[42].OneofWrappers = []any{}
+	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[72].OneofWrappers = []any{
 		(*UploadFileRequest_Header)(nil),
 		(*UploadFileRequest_Chunk)(nil),
 	}
-	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[73].OneofWrappers = []any{
+	file_deskgrid_sandbox_v1_sandbox_proto_msgTypes[75].OneofWrappers = []any{
 		(*DownloadFileResponse_Info)(nil),
 		(*DownloadFileResponse_Chunk)(nil),
 	}
@@ -5810,7 +5967,7 @@ func file_deskgrid_sandbox_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_deskgrid_sandbox_v1_sandbox_proto_rawDesc), len(file_deskgrid_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   82,
+			NumMessages:   84,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

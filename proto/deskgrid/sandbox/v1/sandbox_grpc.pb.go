@@ -33,6 +33,7 @@ const (
 	SandboxService_ListProcesses_FullMethodName        = "/deskgrid.sandbox.v1.SandboxService/ListProcesses"
 	SandboxService_ListApplications_FullMethodName     = "/deskgrid.sandbox.v1.SandboxService/ListApplications"
 	SandboxService_LaunchApplication_FullMethodName    = "/deskgrid.sandbox.v1.SandboxService/LaunchApplication"
+	SandboxService_Open_FullMethodName                 = "/deskgrid.sandbox.v1.SandboxService/Open"
 	SandboxService_GetAccessibilityTree_FullMethodName = "/deskgrid.sandbox.v1.SandboxService/GetAccessibilityTree"
 	SandboxService_ActOnAccessible_FullMethodName      = "/deskgrid.sandbox.v1.SandboxService/ActOnAccessible"
 	SandboxService_FreezeSandbox_FullMethodName        = "/deskgrid.sandbox.v1.SandboxService/FreezeSandbox"
@@ -103,6 +104,15 @@ type SandboxServiceClient interface {
 	// session's display, as its menu would, with optional files or URLs. The
 	// program keeps running after the call, as StartProcess's do.
 	LaunchApplication(ctx context.Context, in *LaunchApplicationRequest, opts ...grpc.CallOption) (*LaunchApplicationResponse, error)
+	// Open opens a file of the session or an http(s) or file URL with the
+	// session's default application for it, as a double click in its file
+	// manager or xdg-open would: the desktop's own associations (its
+	// mimeapps.list, then the entries that take the type) choose the
+	// application, started from its entry on the session's display as
+	// LaunchApplication starts one. A path that does not exist in the
+	// session is NotFound; a URL of another scheme InvalidArgument; a type
+	// no application of the session opens FailedPrecondition.
+	Open(ctx context.Context, in *OpenRequest, opts ...grpc.CallOption) (*OpenResponse, error)
 	// GetAccessibilityTree reads the accessibility tree (AT-SPI2) of the
 	// session's desktop from the accessibility bus inside the session: every
 	// application's windows and widgets with their role, name, states,
@@ -315,6 +325,16 @@ func (c *sandboxServiceClient) LaunchApplication(ctx context.Context, in *Launch
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(LaunchApplicationResponse)
 	err := c.cc.Invoke(ctx, SandboxService_LaunchApplication_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) Open(ctx context.Context, in *OpenRequest, opts ...grpc.CallOption) (*OpenResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OpenResponse)
+	err := c.cc.Invoke(ctx, SandboxService_Open_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -581,6 +601,15 @@ type SandboxServiceServer interface {
 	// session's display, as its menu would, with optional files or URLs. The
 	// program keeps running after the call, as StartProcess's do.
 	LaunchApplication(context.Context, *LaunchApplicationRequest) (*LaunchApplicationResponse, error)
+	// Open opens a file of the session or an http(s) or file URL with the
+	// session's default application for it, as a double click in its file
+	// manager or xdg-open would: the desktop's own associations (its
+	// mimeapps.list, then the entries that take the type) choose the
+	// application, started from its entry on the session's display as
+	// LaunchApplication starts one. A path that does not exist in the
+	// session is NotFound; a URL of another scheme InvalidArgument; a type
+	// no application of the session opens FailedPrecondition.
+	Open(context.Context, *OpenRequest) (*OpenResponse, error)
 	// GetAccessibilityTree reads the accessibility tree (AT-SPI2) of the
 	// session's desktop from the accessibility bus inside the session: every
 	// application's windows and widgets with their role, name, states,
@@ -691,6 +720,9 @@ func (UnimplementedSandboxServiceServer) ListApplications(context.Context, *List
 }
 func (UnimplementedSandboxServiceServer) LaunchApplication(context.Context, *LaunchApplicationRequest) (*LaunchApplicationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method LaunchApplication not implemented")
+}
+func (UnimplementedSandboxServiceServer) Open(context.Context, *OpenRequest) (*OpenResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Open not implemented")
 }
 func (UnimplementedSandboxServiceServer) GetAccessibilityTree(context.Context, *GetAccessibilityTreeRequest) (*GetAccessibilityTreeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetAccessibilityTree not implemented")
@@ -1014,6 +1046,24 @@ func _SandboxService_LaunchApplication_Handler(srv interface{}, ctx context.Cont
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(SandboxServiceServer).LaunchApplication(ctx, req.(*LaunchApplicationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_Open_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OpenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).Open(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_Open_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).Open(ctx, req.(*OpenRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1418,6 +1468,10 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "LaunchApplication",
 			Handler:    _SandboxService_LaunchApplication_Handler,
+		},
+		{
+			MethodName: "Open",
+			Handler:    _SandboxService_Open_Handler,
 		},
 		{
 			MethodName: "GetAccessibilityTree",
