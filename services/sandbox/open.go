@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
-	"github.com/deskgrid/deskgrid/services/sandbox/jail"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/jail"
 )
 
 // maxOpenTarget bounds what Open takes, as a launch's args are bounded.
