@@ -224,3 +224,55 @@ func TestSettleBusyScreenIsBounded(t *testing.T) {
 		t.Fatalf("negative quiet: %v", err)
 	}
 }
+
+// A paint that comes right after a damage event, while the display is
+// still taking that damage, is seen as a change of its own: the screen's
+// damage is reported as a growing box, so what is drawn inside the box
+// already reported makes no event, and taking the damage must not drop
+// it. Each round paints the whole window, waits until the watcher has seen
+// that, then at once paints a corner of it.
+func TestNoPaintIsLostAfterADamageEvent(t *testing.T) {
+	s, c := testService(t, "")
+	createDisplay(t, c, "lost", 200, 200)
+	xc := clientConn(t, s, "lost")
+	wid := showWindow(t, xc, 0, 0, 200, 200, 0x000000, 0)
+	d, err := s.get(context.Background(), "lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPainted(t, s, "lost", time.Time{}, 0, 0, 200, 200)
+	paint := func(colour uint32, x, y, w, h int) {
+		xproto.ChangeWindowAttributes(xc, wid, xproto.CwBackPixel, []uint32{colour})
+		xproto.ClearArea(xc, false, wid, int16(x), int16(y), uint16(w), uint16(h))
+		_, _ = xproto.GetInputFocus(xc).Reply()
+	}
+	seen := func(since time.Time, x, y, w, h int, within time.Duration) bool {
+		deadline := time.After(within)
+		for {
+			all, wake := d.watch.Snapshot()
+			for _, ch := range all {
+				if ch.At.After(since) && int(ch.Rect.X) <= x && int(ch.Rect.Y) <= y &&
+					int(ch.Rect.X)+int(ch.Rect.Width) >= x+w && int(ch.Rect.Y)+int(ch.Rect.Height) >= y+h {
+					return true
+				}
+			}
+			select {
+			case <-wake:
+			case <-deadline:
+				return false
+			}
+		}
+	}
+	for i := range 200 {
+		start := time.Now()
+		paint(uint32(0x010101*(i%200)+1), 0, 0, 200, 200)
+		if !seen(start, 0, 0, 200, 200, 30*time.Second) {
+			t.Fatalf("round %d: the whole window's paint was never seen", i)
+		}
+		corner := time.Now()
+		paint(uint32(0xff0000-i), 10, 10, 20, 20)
+		if !seen(corner, 10, 10, 20, 20, 5*time.Second) {
+			t.Fatalf("round %d: the corner painted right after the watcher saw the window's paint was never seen", i)
+		}
+	}
+}

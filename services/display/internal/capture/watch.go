@@ -9,6 +9,7 @@ import (
 
 	"github.com/jezek/xgb"
 	"github.com/jezek/xgb/damage"
+	"github.com/jezek/xgb/xfixes"
 	"github.com/jezek/xgb/xproto"
 )
 
@@ -18,6 +19,8 @@ import (
 type Watcher struct {
 	c   *xgb.Conn
 	dmg damage.Damage
+	// parts receives the damage each Handle takes from dmg.
+	parts xfixes.Region
 
 	mu   sync.Mutex
 	last time.Time
@@ -59,7 +62,11 @@ func Watch(c *xgb.Conn, root xproto.Window) (*Watcher, error) {
 	if err := damage.CreateChecked(c, id, xproto.Drawable(root), damage.ReportLevelBoundingBox).Check(); err != nil {
 		return nil, fmt.Errorf("create damage: %w", err)
 	}
-	return &Watcher{c: c, dmg: id, last: time.Now(), wake: make(chan struct{})}, nil
+	parts, err := newRegion(c)
+	if err != nil {
+		return nil, err
+	}
+	return &Watcher{c: c, dmg: id, parts: parts, last: time.Now(), wake: make(chan struct{})}, nil
 }
 
 // Handle records ev if it is a damage event and reports whether it was.
@@ -68,9 +75,50 @@ func (w *Watcher) Handle(ev xgb.Event) bool {
 	if !ok {
 		return false
 	}
-	w.note(Change{At: time.Now(), Rect: n.Area})
-	damage.Subtract(w.c, w.dmg, 0, 0)
+	// The damage is taken into parts and read back: what was drawn after
+	// the event was sent and before the server takes the damage lies
+	// within the box already reported, so it made no event of its own (a
+	// bounding box reports only growth) and would be lost. Read now, it is
+	// a change seen now.
+	damage.Subtract(w.c, w.dmg, 0, w.parts)
+	area := n.Area
+	if w.parts != 0 {
+		if r, err := xfixes.FetchRegion(w.c, w.parts).Reply(); err == nil && r.Extents.Width > 0 && r.Extents.Height > 0 {
+			area = union(area, r.Extents)
+		}
+	}
+	w.note(Change{At: time.Now(), Rect: area})
 	return true
+}
+
+// newRegion makes the region damage is taken into; 0 (damage is dropped
+// instead) on an X server without XFIXES 2.
+func newRegion(c *xgb.Conn) (xfixes.Region, error) {
+	c.ExtLock.RLock()
+	_, ok := c.Extensions["XFIXES"]
+	c.ExtLock.RUnlock()
+	if !ok {
+		return 0, nil
+	}
+	if v, err := xfixes.QueryVersion(c, 4, 0).Reply(); err != nil || v.MajorVersion < 2 {
+		return 0, nil
+	}
+	parts, err := xfixes.NewRegionId(c)
+	if err != nil {
+		return 0, err
+	}
+	if err := xfixes.CreateRegionChecked(c, parts, nil).Check(); err != nil {
+		return 0, fmt.Errorf("create damage region: %w", err)
+	}
+	return parts, nil
+}
+
+// union is the bounding box of two rectangles.
+func union(a, b xproto.Rectangle) xproto.Rectangle {
+	x0, y0 := min(int(a.X), int(b.X)), min(int(a.Y), int(b.Y))
+	x1 := max(int(a.X)+int(a.Width), int(b.X)+int(b.Width))
+	y1 := max(int(a.Y)+int(a.Height), int(b.Y)+int(b.Height))
+	return xproto.Rectangle{X: int16(x0), Y: int16(y0), Width: uint16(x1 - x0), Height: uint16(y1 - y0)}
 }
 
 func (w *Watcher) note(ch Change) {
