@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"google.golang.org/grpc/metadata"
@@ -58,6 +59,27 @@ func (s *Service) acquireInputLease(ctx context.Context, req *agentv1.AcquireInp
 	}
 	l, err := s.leases.Acquire(ctx, req.GetSessionId(), req.GetHolder(), ttl)
 	return l, leaseErr(err)
+}
+
+// GetInputLease tells who holds the session's input lease and how many wait
+// for it; the lease_id stays with the caller that acquired the lease.
+func (s *Service) GetInputLease(ctx context.Context, req *agentv1.GetInputLeaseRequest) (*agentv1.GetInputLeaseResponse, error) {
+	if req.GetSessionId() == "" {
+		return nil, s.toStatus(ctx, invalid("session_id is required"))
+	}
+	if err := s.checkSession(ctx, req.GetSessionId(), false); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	st, err := s.leases.Status(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, s.toStatus(ctx, leaseErr(err))
+	}
+	resp := &agentv1.GetInputLeaseResponse{Waiting: int32(min(st.Waiting, math.MaxInt32))}
+	if st.Held {
+		resp.Lease = leaseProto(st.Lease)
+		resp.Lease.LeaseId = ""
+	}
+	return resp, nil
 }
 
 // RenewInputLease extends a held lease.

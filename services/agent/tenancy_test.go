@@ -69,6 +69,10 @@ var targetCalls = map[string]agentCall{
 		_, err := c.AcquireInputLease(ctx, &agentv1.AcquireInputLeaseRequest{SessionId: tg.session, Holder: "attacker", Ttl: durationMs(3_600_000), Wait: durationMs(200)})
 		return err
 	},
+	"GetInputLease": func(ctx context.Context, c agentv1.AgentServiceClient, tg target) error {
+		_, err := c.GetInputLease(ctx, &agentv1.GetInputLeaseRequest{SessionId: tg.session})
+		return err
+	},
 	"RenewInputLease": func(ctx context.Context, c agentv1.AgentServiceClient, tg target) error {
 		_, err := c.RenewInputLease(ctx, &agentv1.RenewInputLeaseRequest{SessionId: tg.session, LeaseId: tg.lease, Ttl: durationMs(3_600_000)})
 		return err
@@ -141,7 +145,7 @@ func TestAnotherTenantCannotReachRunsOrLeases(t *testing.T) {
 		}
 	}
 	// The owner too gets NotFound for a session that does not exist.
-	for _, name := range []string{"CreateRun", "AcquireInputLease", "RenewInputLease", "ReleaseInputLease"} {
+	for _, name := range []string{"CreateRun", "AcquireInputLease", "GetInputLease", "RenewInputLease", "ReleaseInputLease"} {
 		if err := targetCalls[name](victim, h.client, missing); status.Code(err) != codes.NotFound {
 			t.Errorf("%s on a missing session: %v, want NotFound", name, err)
 		}

@@ -1001,6 +1001,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{sessionId}/inputLease": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * GetInputLease tells who holds the session's input lease, until when,
+         *     and how many callers wait for it. It never tells the lease_id.
+         */
+        get: operations["AgentService_GetInputLease"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{sessionId}/inputLease:acquire": {
         parameters: {
             query?: never;
@@ -2467,6 +2487,14 @@ export interface components {
             layers?: number;
             /** Format: int64 */
             pinnedBytes?: string;
+        };
+        v1GetInputLeaseResponse: {
+            lease?: components["schemas"]["v1InputLease"];
+            /**
+             * Format: int32
+             * @description How many acquires wait in the queue for the lease.
+             */
+            waiting?: number;
         };
         v1GetNodeResponse: {
             node?: components["schemas"]["v1Node"];
@@ -5634,6 +5662,37 @@ export interface operations {
                 };
                 content: {
                     "application/x-ndjson": components["schemas"]["rpcStatus"];
+                };
+            };
+        };
+    };
+    AgentService_GetInputLease: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sessionId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A successful response. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["v1GetInputLeaseResponse"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["rpcStatus"];
                 };
             };
         };

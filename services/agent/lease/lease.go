@@ -49,6 +49,19 @@ type Manager interface {
 	// Release gives the lease named by id up; releasing a lease not held
 	// is not an error.
 	Release(ctx context.Context, sessionID, id string) error
+	// Status tells who holds the lease now and how many acquires wait for
+	// it. An expired lease is not held.
+	Status(ctx context.Context, sessionID string) (Status, error)
+}
+
+// Status is a session's lease as it is now.
+type Status struct {
+	// Held: Lease is the current grant (with its ID: the caller decides
+	// whom to tell it).
+	Held  bool
+	Lease Lease
+	// Waiting is the number of acquires waiting in the queue.
+	Waiting int
 }
 
 // newID returns a grant id: 128 random bits.
@@ -173,6 +186,21 @@ func (m *Memory) Release(_ context.Context, sessionID, id string) error {
 	s.cur = nil
 	s.wake()
 	return nil
+}
+
+// Status implements Manager.
+func (m *Memory) Status(_ context.Context, sessionID string) (Status, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.sessions[sessionID]
+	if s == nil {
+		return Status{}, nil
+	}
+	st := Status{Waiting: len(s.queue)}
+	if !m.expired(s) {
+		st.Held, st.Lease = true, *s.cur
+	}
+	return st, nil
 }
 
 func normTTL(ttl time.Duration) time.Duration {

@@ -316,3 +316,102 @@ func TestNewRedisRefusesNoClient(t *testing.T) {
 		t.Fatal("NewRedis(nil) succeeded")
 	}
 }
+
+// Status tells the holder, token and expiry of the lease and how many wait,
+// and that nobody holds a lease never granted, released or expired.
+func TestStatusTellsHolderAndWaiters(t *testing.T) {
+	for name, ms := range managers(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			m := ms[0]
+			if st, err := m.Status(ctx, "s"); err != nil || st.Held || st.Waiting != 0 {
+				t.Fatalf("never granted: %+v, %v", st, err)
+			}
+			before := time.Now()
+			a, err := m.Acquire(ctx, "s", "run-a", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Every replica tells the same.
+			st, err := ms[1].Status(ctx, "s")
+			if err != nil || !st.Held || st.Lease.Holder != "run-a" || st.Lease.Token != a.Token || st.Lease.ID != a.ID || st.Waiting != 0 {
+				t.Fatalf("held by run-a (%+v): %+v, %v", a, st, err)
+			}
+			if st.Lease.Expires.Before(before.Add(time.Minute-time.Second)) || st.Lease.Expires.After(time.Now().Add(time.Minute)) {
+				t.Fatalf("expires %v, granted for a minute at %v", st.Lease.Expires, before)
+			}
+			wctx, stop := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() {
+				_, err := ms[1].Acquire(wctx, "s", "run-b", time.Minute)
+				done <- err
+			}()
+			waitQueued(t, m, "s", 1)
+			if st, err := m.Status(ctx, "s"); err != nil || st.Waiting != 1 || st.Lease.Holder != "run-a" {
+				t.Fatalf("one waiting: %+v, %v", st, err)
+			}
+			stop()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Fatalf("the waiter that gave up: %v", err)
+			}
+			if st, err := m.Status(ctx, "s"); err != nil || st.Waiting != 0 {
+				t.Fatalf("the waiter left: %+v, %v", st, err)
+			}
+			if err := m.Release(ctx, "s", a.ID); err != nil {
+				t.Fatal(err)
+			}
+			if st, err := m.Status(ctx, "s"); err != nil || st.Held {
+				t.Fatalf("released: %+v, %v", st, err)
+			}
+		})
+	}
+}
+
+// An expired lease is no lease, in memory (the clock moves) and in Redis
+// (the key lapses).
+func TestStatusOfAnExpiredLeaseIsFree(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	m := NewMemory(c.now)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := m.Acquire(ctx, "s", "a", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := m.Status(ctx, "s"); !st.Held || !st.Lease.Expires.Equal(time.Unix(1001, 0)) {
+		t.Fatalf("held: %+v", st)
+	}
+	c.add(time.Second)
+	if st, err := m.Status(ctx, "s"); err != nil || st.Held {
+		t.Fatalf("memory, expired: %+v, %v", st, err)
+	}
+
+	rdb, prefix := redisClient(t)
+	r := newRedis(t, rdb, prefix)
+	if _, err := r.Acquire(ctx, "s", "a", 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		// Redis lapses the lease key by itself; Status must never tell a
+		// holder of a lease whose key is gone.
+		st, err := r.Status(ctx, "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Held && !st.Lease.Expires.After(time.Now().Add(-time.Second)) {
+			t.Fatalf("held with expiry %v", st.Lease.Expires)
+		}
+		if !st.Held {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the Redis lease never lapsed")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// A ticket whose waiter stopped asking is not counted.
+	rdb.RPush(ctx, r.leaseKey("s")+":queue", "dead-ticket")
+	if st, err := r.Status(ctx, "s"); err != nil || st.Waiting != 0 || st.Held {
+		t.Fatalf("dead ticket: %+v, %v", st, err)
+	}
+}

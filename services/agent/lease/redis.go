@@ -105,6 +105,20 @@ redis.call('PUBLISH', ARGV[2], 'released')
 return 1
 `)
 
+// statusScript answers {id, holder, token, pttl, waiting}: the lease's
+// fields (false when nobody holds it), its remaining milliseconds, and the
+// waiters still asking (a ticket whose waiter key lapsed is not counted).
+var statusScript = redis.NewScript(`
+local lease, queue, wprefix = KEYS[1], KEYS[2], ARGV[1]
+local f = redis.call('HMGET', lease, 'id', 'holder', 'token')
+local pttl = redis.call('PTTL', lease)
+local waiting = 0
+for _, t in ipairs(redis.call('LRANGE', queue, 0, -1)) do
+  if redis.call('EXISTS', wprefix .. t) == 1 then waiting = waiting + 1 end
+end
+return {f[1], f[2], f[3], pttl, waiting}
+`)
+
 func (r *Redis) leaseKey(sessionID string) string { return r.prefix + sessionID }
 
 // op bounds one Redis call.
@@ -212,4 +226,34 @@ func (r *Redis) Release(ctx context.Context, sessionID, id string) error {
 		return fmt.Errorf("release input lease of %s: %w", sessionID, err)
 	}
 	return nil
+}
+
+// Status implements Manager.
+func (r *Redis) Status(ctx context.Context, sessionID string) (Status, error) {
+	key := r.leaseKey(sessionID)
+	octx, cancel := r.op(ctx)
+	defer cancel()
+	res, err := statusScript.Run(octx, r.rdb, []string{key, key + ":queue"}, key+":w:").Slice()
+	if err != nil {
+		return Status{}, fmt.Errorf("input lease of %s: %w", sessionID, err)
+	}
+	if len(res) != 5 {
+		return Status{}, fmt.Errorf("input lease of %s: unexpected answer %v", sessionID, res)
+	}
+	pttl, _ := res[3].(int64)
+	waiting, _ := res[4].(int64)
+	st := Status{Waiting: int(waiting)}
+	id, _ := res[0].(string)
+	holder, _ := res[1].(string)
+	tok, _ := res[2].(string)
+	if id == "" || pttl <= 0 {
+		return st, nil
+	}
+	var token int64
+	if _, err := fmt.Sscan(tok, &token); err != nil {
+		return Status{}, fmt.Errorf("input lease of %s: token %q: %w", sessionID, tok, err)
+	}
+	st.Held = true
+	st.Lease = Lease{SessionID: sessionID, Holder: holder, ID: id, Token: token, Expires: time.Now().Add(time.Duration(pttl) * time.Millisecond)}
+	return st, nil
 }

@@ -153,6 +153,7 @@ func DefaultMethodScopes() map[string]Scope {
 		agent + "ApproveStep":       w,
 		agent + "RejectStep":        w,
 		agent + "AcquireInputLease": w,
+		agent + "GetInputLease":     r,
 		agent + "RenewInputLease":   w,
 		agent + "ReleaseInputLease": w,
 

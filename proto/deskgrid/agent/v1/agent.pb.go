@@ -2162,6 +2162,105 @@ func (x *AcquireInputLeaseResponse) GetLease() *InputLease {
 	return nil
 }
 
+type GetInputLeaseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetInputLeaseRequest) Reset() {
+	*x = GetInputLeaseRequest{}
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetInputLeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetInputLeaseRequest) ProtoMessage() {}
+
+func (x *GetInputLeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetInputLeaseRequest.ProtoReflect.Descriptor instead.
+func (*GetInputLeaseRequest) Descriptor() ([]byte, []int) {
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GetInputLeaseRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type GetInputLeaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lease as it is now, its lease_id always empty; unset when nobody
+	// holds it (never granted, released or expired).
+	Lease *InputLease `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	// How many acquires wait in the queue for the lease.
+	Waiting       int32 `protobuf:"varint,2,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetInputLeaseResponse) Reset() {
+	*x = GetInputLeaseResponse{}
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetInputLeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetInputLeaseResponse) ProtoMessage() {}
+
+func (x *GetInputLeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetInputLeaseResponse.ProtoReflect.Descriptor instead.
+func (*GetInputLeaseResponse) Descriptor() ([]byte, []int) {
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *GetInputLeaseResponse) GetLease() *InputLease {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+func (x *GetInputLeaseResponse) GetWaiting() int32 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
 type RenewInputLeaseRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -2178,7 +2277,7 @@ type RenewInputLeaseRequest struct {
 
 func (x *RenewInputLeaseRequest) Reset() {
 	*x = RenewInputLeaseRequest{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2190,7 +2289,7 @@ func (x *RenewInputLeaseRequest) String() string {
 func (*RenewInputLeaseRequest) ProtoMessage() {}
 
 func (x *RenewInputLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2203,7 +2302,7 @@ func (x *RenewInputLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewInputLeaseRequest.ProtoReflect.Descriptor instead.
 func (*RenewInputLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RenewInputLeaseRequest) GetSessionId() string {
@@ -2250,7 +2349,7 @@ type RenewInputLeaseResponse struct {
 
 func (x *RenewInputLeaseResponse) Reset() {
 	*x = RenewInputLeaseResponse{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2361,7 @@ func (x *RenewInputLeaseResponse) String() string {
 func (*RenewInputLeaseResponse) ProtoMessage() {}
 
 func (x *RenewInputLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2374,7 @@ func (x *RenewInputLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewInputLeaseResponse.ProtoReflect.Descriptor instead.
 func (*RenewInputLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RenewInputLeaseResponse) GetLease() *InputLease {
@@ -2300,7 +2399,7 @@ type ReleaseInputLeaseRequest struct {
 
 func (x *ReleaseInputLeaseRequest) Reset() {
 	*x = ReleaseInputLeaseRequest{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2312,7 +2411,7 @@ func (x *ReleaseInputLeaseRequest) String() string {
 func (*ReleaseInputLeaseRequest) ProtoMessage() {}
 
 func (x *ReleaseInputLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2325,7 +2424,7 @@ func (x *ReleaseInputLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseInputLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseInputLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReleaseInputLeaseRequest) GetSessionId() string {
@@ -2364,7 +2463,7 @@ type ReleaseInputLeaseResponse struct {
 
 func (x *ReleaseInputLeaseResponse) Reset() {
 	*x = ReleaseInputLeaseResponse{}
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2376,7 +2475,7 @@ func (x *ReleaseInputLeaseResponse) String() string {
 func (*ReleaseInputLeaseResponse) ProtoMessage() {}
 
 func (x *ReleaseInputLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_deskgrid_agent_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2389,7 +2488,7 @@ func (x *ReleaseInputLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseInputLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseInputLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_deskgrid_agent_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 var File_deskgrid_agent_v1_agent_proto protoreflect.FileDescriptor
@@ -2573,7 +2672,13 @@ const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12-\n" +
 	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"P\n" +
 	"\x19AcquireInputLeaseResponse\x123\n" +
-	"\x05lease\x18\x01 \x01(\v2\x1d.deskgrid.agent.v1.InputLeaseR\x05lease\"\xad\x01\n" +
+	"\x05lease\x18\x01 \x01(\v2\x1d.deskgrid.agent.v1.InputLeaseR\x05lease\"5\n" +
+	"\x14GetInputLeaseRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"f\n" +
+	"\x15GetInputLeaseResponse\x123\n" +
+	"\x05lease\x18\x01 \x01(\v2\x1d.deskgrid.agent.v1.InputLeaseR\x05lease\x12\x18\n" +
+	"\awaiting\x18\x02 \x01(\x05R\awaiting\"\xad\x01\n" +
 	"\x16RenewInputLeaseRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
@@ -2597,7 +2702,7 @@ const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"\x1aRUN_STATE_WAITING_APPROVAL\x10\x03\x12\x17\n" +
 	"\x13RUN_STATE_SUCCEEDED\x10\x04\x12\x14\n" +
 	"\x10RUN_STATE_FAILED\x10\x05\x12\x17\n" +
-	"\x13RUN_STATE_CANCELLED\x10\x062\xaf\x1a\n" +
+	"\x13RUN_STATE_CANCELLED\x10\x062\xc2\x1b\n" +
 	"\fAgentService\x12\xe4\a\n" +
 	"\tCreateRun\x12#.deskgrid.agent.v1.CreateRunRequest\x1a$.deskgrid.agent.v1.CreateRunResponse\"\x8b\a\x92A\xd9\x06\x12\x12Start an agent run\x1a\xe7\x03Starts a model (provider `anthropic`, `openai` or `gemini`) working toward `prompt` on the session's desktop, taking screenshots and sending input until it is done, fails, is cancelled or reaches `max_steps`. Answers at once with the run QUEUED or RUNNING; follow it with GET /v1/runs/{run_id}/events. `api_key` is used for this run only and never stored in clear or returned. Calls of the tools named in `options.approval_tools` wait in WAITING_APPROVAL for :approveStep or :rejectStep.J\xd8\x02\n" +
 	"\x03200\x12\xd0\x02\n" +
@@ -2614,7 +2719,8 @@ const file_deskgrid_agent_v1_agent_proto_rawDesc = "" +
 	"\vApproveStep\x12%.deskgrid.agent.v1.ApproveStepRequest\x1a&.deskgrid.agent.v1.ApproveStepResponse\"-\x82\xd3\xe4\x93\x02':\x01*b\x03run\"\x1d/v1/runs/{run_id}:approveStep\x12\x87\x01\n" +
 	"\n" +
 	"RejectStep\x12$.deskgrid.agent.v1.RejectStepRequest\x1a%.deskgrid.agent.v1.RejectStepResponse\",\x82\xd3\xe4\x93\x02&:\x01*b\x03run\"\x1c/v1/runs/{run_id}:rejectStep\x12\xae\x01\n" +
-	"\x11AcquireInputLease\x12+.deskgrid.agent.v1.AcquireInputLeaseRequest\x1a,.deskgrid.agent.v1.AcquireInputLeaseResponse\">\x82\xd3\xe4\x93\x028:\x01*b\x05lease\",/v1/sessions/{session_id}/inputLease:acquire\x12\xa6\x01\n" +
+	"\x11AcquireInputLease\x12+.deskgrid.agent.v1.AcquireInputLeaseRequest\x1a,.deskgrid.agent.v1.AcquireInputLeaseResponse\">\x82\xd3\xe4\x93\x028:\x01*b\x05lease\",/v1/sessions/{session_id}/inputLease:acquire\x12\x90\x01\n" +
+	"\rGetInputLease\x12'.deskgrid.agent.v1.GetInputLeaseRequest\x1a(.deskgrid.agent.v1.GetInputLeaseResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/sessions/{session_id}/inputLease\x12\xa6\x01\n" +
 	"\x0fRenewInputLease\x12).deskgrid.agent.v1.RenewInputLeaseRequest\x1a*.deskgrid.agent.v1.RenewInputLeaseResponse\"<\x82\xd3\xe4\x93\x026:\x01*b\x05lease\"*/v1/sessions/{session_id}/inputLease:renew\x12\xa7\x01\n" +
 	"\x11ReleaseInputLease\x12+.deskgrid.agent.v1.ReleaseInputLeaseRequest\x1a,.deskgrid.agent.v1.ReleaseInputLeaseResponse\"7\x82\xd3\xe4\x93\x021:\x01*\",/v1/sessions/{session_id}/inputLease:releaseB>Z<github.com/deskgrid/deskgrid/proto/deskgrid/agent/v1;agentv1b\x06proto3"
 
@@ -2631,7 +2737,7 @@ func file_deskgrid_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_deskgrid_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_deskgrid_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_deskgrid_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_deskgrid_agent_v1_agent_proto_goTypes = []any{
 	(RunState)(0),                     // 0: deskgrid.agent.v1.RunState
 	(*Run)(nil),                       // 1: deskgrid.agent.v1.Run
@@ -2660,29 +2766,31 @@ var file_deskgrid_agent_v1_agent_proto_goTypes = []any{
 	(*InputLease)(nil),                // 24: deskgrid.agent.v1.InputLease
 	(*AcquireInputLeaseRequest)(nil),  // 25: deskgrid.agent.v1.AcquireInputLeaseRequest
 	(*AcquireInputLeaseResponse)(nil), // 26: deskgrid.agent.v1.AcquireInputLeaseResponse
-	(*RenewInputLeaseRequest)(nil),    // 27: deskgrid.agent.v1.RenewInputLeaseRequest
-	(*RenewInputLeaseResponse)(nil),   // 28: deskgrid.agent.v1.RenewInputLeaseResponse
-	(*ReleaseInputLeaseRequest)(nil),  // 29: deskgrid.agent.v1.ReleaseInputLeaseRequest
-	(*ReleaseInputLeaseResponse)(nil), // 30: deskgrid.agent.v1.ReleaseInputLeaseResponse
-	(*timestamppb.Timestamp)(nil),     // 31: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 32: google.protobuf.Duration
-	(*v1.Settle)(nil),                 // 33: deskgrid.display.v1.Settle
+	(*GetInputLeaseRequest)(nil),      // 27: deskgrid.agent.v1.GetInputLeaseRequest
+	(*GetInputLeaseResponse)(nil),     // 28: deskgrid.agent.v1.GetInputLeaseResponse
+	(*RenewInputLeaseRequest)(nil),    // 29: deskgrid.agent.v1.RenewInputLeaseRequest
+	(*RenewInputLeaseResponse)(nil),   // 30: deskgrid.agent.v1.RenewInputLeaseResponse
+	(*ReleaseInputLeaseRequest)(nil),  // 31: deskgrid.agent.v1.ReleaseInputLeaseRequest
+	(*ReleaseInputLeaseResponse)(nil), // 32: deskgrid.agent.v1.ReleaseInputLeaseResponse
+	(*timestamppb.Timestamp)(nil),     // 33: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 34: google.protobuf.Duration
+	(*v1.Settle)(nil),                 // 35: deskgrid.display.v1.Settle
 }
 var file_deskgrid_agent_v1_agent_proto_depIdxs = []int32{
 	0,  // 0: deskgrid.agent.v1.Run.state:type_name -> deskgrid.agent.v1.RunState
-	31, // 1: deskgrid.agent.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	31, // 2: deskgrid.agent.v1.Run.update_time:type_name -> google.protobuf.Timestamp
+	33, // 1: deskgrid.agent.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	33, // 2: deskgrid.agent.v1.Run.update_time:type_name -> google.protobuf.Timestamp
 	2,  // 3: deskgrid.agent.v1.Run.options:type_name -> deskgrid.agent.v1.RunOptions
 	3,  // 4: deskgrid.agent.v1.Run.usage:type_name -> deskgrid.agent.v1.Usage
 	15, // 5: deskgrid.agent.v1.Run.pending_tool_call:type_name -> deskgrid.agent.v1.ToolCall
-	32, // 6: deskgrid.agent.v1.RunOptions.approval_timeout:type_name -> google.protobuf.Duration
-	33, // 7: deskgrid.agent.v1.RunOptions.settle:type_name -> deskgrid.display.v1.Settle
+	34, // 6: deskgrid.agent.v1.RunOptions.approval_timeout:type_name -> google.protobuf.Duration
+	35, // 7: deskgrid.agent.v1.RunOptions.settle:type_name -> deskgrid.display.v1.Settle
 	2,  // 8: deskgrid.agent.v1.CreateRunRequest.options:type_name -> deskgrid.agent.v1.RunOptions
 	1,  // 9: deskgrid.agent.v1.CreateRunResponse.run:type_name -> deskgrid.agent.v1.Run
 	1,  // 10: deskgrid.agent.v1.GetRunResponse.run:type_name -> deskgrid.agent.v1.Run
 	1,  // 11: deskgrid.agent.v1.ListRunsResponse.runs:type_name -> deskgrid.agent.v1.Run
 	1,  // 12: deskgrid.agent.v1.CancelRunResponse.run:type_name -> deskgrid.agent.v1.Run
-	31, // 13: deskgrid.agent.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
+	33, // 13: deskgrid.agent.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
 	15, // 14: deskgrid.agent.v1.RunEvent.tool_call:type_name -> deskgrid.agent.v1.ToolCall
 	0,  // 15: deskgrid.agent.v1.RunEvent.state:type_name -> deskgrid.agent.v1.RunState
 	3,  // 16: deskgrid.agent.v1.RunEvent.usage:type_name -> deskgrid.agent.v1.Usage
@@ -2693,39 +2801,42 @@ var file_deskgrid_agent_v1_agent_proto_depIdxs = []int32{
 	1,  // 21: deskgrid.agent.v1.SendMessageResponse.run:type_name -> deskgrid.agent.v1.Run
 	1,  // 22: deskgrid.agent.v1.ApproveStepResponse.run:type_name -> deskgrid.agent.v1.Run
 	1,  // 23: deskgrid.agent.v1.RejectStepResponse.run:type_name -> deskgrid.agent.v1.Run
-	31, // 24: deskgrid.agent.v1.InputLease.expire_time:type_name -> google.protobuf.Timestamp
-	32, // 25: deskgrid.agent.v1.AcquireInputLeaseRequest.ttl:type_name -> google.protobuf.Duration
-	32, // 26: deskgrid.agent.v1.AcquireInputLeaseRequest.wait:type_name -> google.protobuf.Duration
+	33, // 24: deskgrid.agent.v1.InputLease.expire_time:type_name -> google.protobuf.Timestamp
+	34, // 25: deskgrid.agent.v1.AcquireInputLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	34, // 26: deskgrid.agent.v1.AcquireInputLeaseRequest.wait:type_name -> google.protobuf.Duration
 	24, // 27: deskgrid.agent.v1.AcquireInputLeaseResponse.lease:type_name -> deskgrid.agent.v1.InputLease
-	32, // 28: deskgrid.agent.v1.RenewInputLeaseRequest.ttl:type_name -> google.protobuf.Duration
-	24, // 29: deskgrid.agent.v1.RenewInputLeaseResponse.lease:type_name -> deskgrid.agent.v1.InputLease
-	5,  // 30: deskgrid.agent.v1.AgentService.CreateRun:input_type -> deskgrid.agent.v1.CreateRunRequest
-	7,  // 31: deskgrid.agent.v1.AgentService.GetRun:input_type -> deskgrid.agent.v1.GetRunRequest
-	9,  // 32: deskgrid.agent.v1.AgentService.ListRuns:input_type -> deskgrid.agent.v1.ListRunsRequest
-	11, // 33: deskgrid.agent.v1.AgentService.CancelRun:input_type -> deskgrid.agent.v1.CancelRunRequest
-	13, // 34: deskgrid.agent.v1.AgentService.StreamRunEvents:input_type -> deskgrid.agent.v1.StreamRunEventsRequest
-	18, // 35: deskgrid.agent.v1.AgentService.SendMessage:input_type -> deskgrid.agent.v1.SendMessageRequest
-	20, // 36: deskgrid.agent.v1.AgentService.ApproveStep:input_type -> deskgrid.agent.v1.ApproveStepRequest
-	22, // 37: deskgrid.agent.v1.AgentService.RejectStep:input_type -> deskgrid.agent.v1.RejectStepRequest
-	25, // 38: deskgrid.agent.v1.AgentService.AcquireInputLease:input_type -> deskgrid.agent.v1.AcquireInputLeaseRequest
-	27, // 39: deskgrid.agent.v1.AgentService.RenewInputLease:input_type -> deskgrid.agent.v1.RenewInputLeaseRequest
-	29, // 40: deskgrid.agent.v1.AgentService.ReleaseInputLease:input_type -> deskgrid.agent.v1.ReleaseInputLeaseRequest
-	6,  // 41: deskgrid.agent.v1.AgentService.CreateRun:output_type -> deskgrid.agent.v1.CreateRunResponse
-	8,  // 42: deskgrid.agent.v1.AgentService.GetRun:output_type -> deskgrid.agent.v1.GetRunResponse
-	10, // 43: deskgrid.agent.v1.AgentService.ListRuns:output_type -> deskgrid.agent.v1.ListRunsResponse
-	12, // 44: deskgrid.agent.v1.AgentService.CancelRun:output_type -> deskgrid.agent.v1.CancelRunResponse
-	17, // 45: deskgrid.agent.v1.AgentService.StreamRunEvents:output_type -> deskgrid.agent.v1.StreamRunEventsResponse
-	19, // 46: deskgrid.agent.v1.AgentService.SendMessage:output_type -> deskgrid.agent.v1.SendMessageResponse
-	21, // 47: deskgrid.agent.v1.AgentService.ApproveStep:output_type -> deskgrid.agent.v1.ApproveStepResponse
-	23, // 48: deskgrid.agent.v1.AgentService.RejectStep:output_type -> deskgrid.agent.v1.RejectStepResponse
-	26, // 49: deskgrid.agent.v1.AgentService.AcquireInputLease:output_type -> deskgrid.agent.v1.AcquireInputLeaseResponse
-	28, // 50: deskgrid.agent.v1.AgentService.RenewInputLease:output_type -> deskgrid.agent.v1.RenewInputLeaseResponse
-	30, // 51: deskgrid.agent.v1.AgentService.ReleaseInputLease:output_type -> deskgrid.agent.v1.ReleaseInputLeaseResponse
-	41, // [41:52] is the sub-list for method output_type
-	30, // [30:41] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	24, // 28: deskgrid.agent.v1.GetInputLeaseResponse.lease:type_name -> deskgrid.agent.v1.InputLease
+	34, // 29: deskgrid.agent.v1.RenewInputLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	24, // 30: deskgrid.agent.v1.RenewInputLeaseResponse.lease:type_name -> deskgrid.agent.v1.InputLease
+	5,  // 31: deskgrid.agent.v1.AgentService.CreateRun:input_type -> deskgrid.agent.v1.CreateRunRequest
+	7,  // 32: deskgrid.agent.v1.AgentService.GetRun:input_type -> deskgrid.agent.v1.GetRunRequest
+	9,  // 33: deskgrid.agent.v1.AgentService.ListRuns:input_type -> deskgrid.agent.v1.ListRunsRequest
+	11, // 34: deskgrid.agent.v1.AgentService.CancelRun:input_type -> deskgrid.agent.v1.CancelRunRequest
+	13, // 35: deskgrid.agent.v1.AgentService.StreamRunEvents:input_type -> deskgrid.agent.v1.StreamRunEventsRequest
+	18, // 36: deskgrid.agent.v1.AgentService.SendMessage:input_type -> deskgrid.agent.v1.SendMessageRequest
+	20, // 37: deskgrid.agent.v1.AgentService.ApproveStep:input_type -> deskgrid.agent.v1.ApproveStepRequest
+	22, // 38: deskgrid.agent.v1.AgentService.RejectStep:input_type -> deskgrid.agent.v1.RejectStepRequest
+	25, // 39: deskgrid.agent.v1.AgentService.AcquireInputLease:input_type -> deskgrid.agent.v1.AcquireInputLeaseRequest
+	27, // 40: deskgrid.agent.v1.AgentService.GetInputLease:input_type -> deskgrid.agent.v1.GetInputLeaseRequest
+	29, // 41: deskgrid.agent.v1.AgentService.RenewInputLease:input_type -> deskgrid.agent.v1.RenewInputLeaseRequest
+	31, // 42: deskgrid.agent.v1.AgentService.ReleaseInputLease:input_type -> deskgrid.agent.v1.ReleaseInputLeaseRequest
+	6,  // 43: deskgrid.agent.v1.AgentService.CreateRun:output_type -> deskgrid.agent.v1.CreateRunResponse
+	8,  // 44: deskgrid.agent.v1.AgentService.GetRun:output_type -> deskgrid.agent.v1.GetRunResponse
+	10, // 45: deskgrid.agent.v1.AgentService.ListRuns:output_type -> deskgrid.agent.v1.ListRunsResponse
+	12, // 46: deskgrid.agent.v1.AgentService.CancelRun:output_type -> deskgrid.agent.v1.CancelRunResponse
+	17, // 47: deskgrid.agent.v1.AgentService.StreamRunEvents:output_type -> deskgrid.agent.v1.StreamRunEventsResponse
+	19, // 48: deskgrid.agent.v1.AgentService.SendMessage:output_type -> deskgrid.agent.v1.SendMessageResponse
+	21, // 49: deskgrid.agent.v1.AgentService.ApproveStep:output_type -> deskgrid.agent.v1.ApproveStepResponse
+	23, // 50: deskgrid.agent.v1.AgentService.RejectStep:output_type -> deskgrid.agent.v1.RejectStepResponse
+	26, // 51: deskgrid.agent.v1.AgentService.AcquireInputLease:output_type -> deskgrid.agent.v1.AcquireInputLeaseResponse
+	28, // 52: deskgrid.agent.v1.AgentService.GetInputLease:output_type -> deskgrid.agent.v1.GetInputLeaseResponse
+	30, // 53: deskgrid.agent.v1.AgentService.RenewInputLease:output_type -> deskgrid.agent.v1.RenewInputLeaseResponse
+	32, // 54: deskgrid.agent.v1.AgentService.ReleaseInputLease:output_type -> deskgrid.agent.v1.ReleaseInputLeaseResponse
+	43, // [43:55] is the sub-list for method output_type
+	31, // [31:43] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_deskgrid_agent_v1_agent_proto_init() }
@@ -2748,7 +2859,7 @@ func file_deskgrid_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_deskgrid_agent_v1_agent_proto_rawDesc), len(file_deskgrid_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   30,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

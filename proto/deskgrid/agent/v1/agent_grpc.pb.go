@@ -28,6 +28,7 @@ const (
 	AgentService_ApproveStep_FullMethodName       = "/deskgrid.agent.v1.AgentService/ApproveStep"
 	AgentService_RejectStep_FullMethodName        = "/deskgrid.agent.v1.AgentService/RejectStep"
 	AgentService_AcquireInputLease_FullMethodName = "/deskgrid.agent.v1.AgentService/AcquireInputLease"
+	AgentService_GetInputLease_FullMethodName     = "/deskgrid.agent.v1.AgentService/GetInputLease"
 	AgentService_RenewInputLease_FullMethodName   = "/deskgrid.agent.v1.AgentService/RenewInputLease"
 	AgentService_ReleaseInputLease_FullMethodName = "/deskgrid.agent.v1.AgentService/ReleaseInputLease"
 )
@@ -56,6 +57,9 @@ type AgentServiceClient interface {
 	RejectStep(ctx context.Context, in *RejectStepRequest, opts ...grpc.CallOption) (*RejectStepResponse, error)
 	// AcquireInputLease waits in a FIFO queue for the session's input lease.
 	AcquireInputLease(ctx context.Context, in *AcquireInputLeaseRequest, opts ...grpc.CallOption) (*AcquireInputLeaseResponse, error)
+	// GetInputLease tells who holds the session's input lease, until when,
+	// and how many callers wait for it. It never tells the lease_id.
+	GetInputLease(ctx context.Context, in *GetInputLeaseRequest, opts ...grpc.CallOption) (*GetInputLeaseResponse, error)
 	// RenewInputLease extends a lease its holder still has.
 	RenewInputLease(ctx context.Context, in *RenewInputLeaseRequest, opts ...grpc.CallOption) (*RenewInputLeaseResponse, error)
 	// ReleaseInputLease hands the lease to the next waiter.
@@ -169,6 +173,16 @@ func (c *agentServiceClient) AcquireInputLease(ctx context.Context, in *AcquireI
 	return out, nil
 }
 
+func (c *agentServiceClient) GetInputLease(ctx context.Context, in *GetInputLeaseRequest, opts ...grpc.CallOption) (*GetInputLeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetInputLeaseResponse)
+	err := c.cc.Invoke(ctx, AgentService_GetInputLease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *agentServiceClient) RenewInputLease(ctx context.Context, in *RenewInputLeaseRequest, opts ...grpc.CallOption) (*RenewInputLeaseResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RenewInputLeaseResponse)
@@ -213,6 +227,9 @@ type AgentServiceServer interface {
 	RejectStep(context.Context, *RejectStepRequest) (*RejectStepResponse, error)
 	// AcquireInputLease waits in a FIFO queue for the session's input lease.
 	AcquireInputLease(context.Context, *AcquireInputLeaseRequest) (*AcquireInputLeaseResponse, error)
+	// GetInputLease tells who holds the session's input lease, until when,
+	// and how many callers wait for it. It never tells the lease_id.
+	GetInputLease(context.Context, *GetInputLeaseRequest) (*GetInputLeaseResponse, error)
 	// RenewInputLease extends a lease its holder still has.
 	RenewInputLease(context.Context, *RenewInputLeaseRequest) (*RenewInputLeaseResponse, error)
 	// ReleaseInputLease hands the lease to the next waiter.
@@ -253,6 +270,9 @@ func (UnimplementedAgentServiceServer) RejectStep(context.Context, *RejectStepRe
 }
 func (UnimplementedAgentServiceServer) AcquireInputLease(context.Context, *AcquireInputLeaseRequest) (*AcquireInputLeaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AcquireInputLease not implemented")
+}
+func (UnimplementedAgentServiceServer) GetInputLease(context.Context, *GetInputLeaseRequest) (*GetInputLeaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetInputLease not implemented")
 }
 func (UnimplementedAgentServiceServer) RenewInputLease(context.Context, *RenewInputLeaseRequest) (*RenewInputLeaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RenewInputLease not implemented")
@@ -436,6 +456,24 @@ func _AgentService_AcquireInputLease_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_GetInputLease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetInputLeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).GetInputLease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_GetInputLease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).GetInputLease(ctx, req.(*GetInputLeaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AgentService_RenewInputLease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(RenewInputLeaseRequest)
 	if err := dec(in); err != nil {
@@ -510,6 +548,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AcquireInputLease",
 			Handler:    _AgentService_AcquireInputLease_Handler,
+		},
+		{
+			MethodName: "GetInputLease",
+			Handler:    _AgentService_GetInputLease_Handler,
 		},
 		{
 			MethodName: "RenewInputLease",
