@@ -339,6 +339,18 @@ func (a *fakeAgent) holder() string {
 	return a.lease.GetHolder()
 }
 
+// GetInputLease tells the lease of the session, without its id.
+func (a *fakeAgent) GetInputLease(_ context.Context, r *agentv1.GetInputLeaseRequest) (*agentv1.GetInputLeaseResponse, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.lease == nil || a.lease.GetSessionId() != r.GetSessionId() {
+		return &agentv1.GetInputLeaseResponse{}, nil
+	}
+	l := proto.Clone(a.lease).(*agentv1.InputLease)
+	l.LeaseId = ""
+	return &agentv1.GetInputLeaseResponse{Lease: l}, nil
+}
+
 func (a *fakeAgent) RenewInputLease(_ context.Context, r *agentv1.RenewInputLeaseRequest) (*agentv1.RenewInputLeaseResponse, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -529,7 +529,7 @@ async function consoleScenario(page) {
   const labels = await row.locator('.labels').textContent();
   if (size !== `${width}x${height}`) fail(`the list shows size ${size}, want ${width}x${height}`);
   if (!labels.includes('e2e=console')) fail(`the list shows labels ${JSON.stringify(labels)}`);
-  step(`created ${id} (${size}, ${await row.locator('.state').textContent()}, node ${await row.locator('.node').textContent()})`);
+  step(`created ${id} (${size}, ${await row.locator('.state-name').textContent()}, node ${await row.locator('.node').textContent()})`);
   if (args.features) await seeThumbnail(page, id);
   if (args.shots) await page.screenshot({ path: join(args.shots, 'console-sessions.png'), fullPage: true });
 
@@ -545,11 +545,15 @@ async function consoleScenario(page) {
   await page.locator('#control[data-lease="held"]').waitFor({ timeout })
     .catch(async () => fail(`take over: ${await page.locator('#control').textContent()}`));
   await viewOnlyIs(page, false);
-  step('took over the input lease');
+  const holderIs = (want) => page.waitForFunction((w) => w.test(document.getElementById('input-holder').textContent), want, { timeout })
+    .catch(async () => fail(`the header says ${JSON.stringify(await page.locator('#input-holder').textContent())}, want ${want}`));
+  await holderIs(/^input: console-/);
+  step(`took over the input lease (${await page.locator('#input-holder').textContent()})`);
   await page.click('#hand-back');
   await page.locator('#control[data-lease="none"]').waitFor({ timeout });
   await viewOnlyIs(page, true);
-  step('handed the input lease back');
+  await holderIs(/^input: free$/);
+  step('handed the input lease back (input: free)');
 
   let rec = null;
   if (args.features) {
@@ -630,6 +634,21 @@ async function thumbnailsScenario(page) {
   let inflight = 0;
   let most = 0;
   let count = 0;
+  // Who holds each session's input is asked in the pictures' turns: one
+  // request at a time, pictures and holders together.
+  let holderAsks = 0;
+  await page.route(/\/v1\/sessions\/[^/]+\/inputLease$/, async (route) => {
+    if (route.request().method() !== 'GET') return route.continue();
+    inflight++;
+    most = Math.max(most, inflight);
+    holderAsks++;
+    try {
+      const res = await route.fetch();
+      await route.fulfill({ response: res });
+    } finally {
+      inflight--;
+    }
+  });
   await page.route(/\/v1\/sessions\/[^/]+\/screenshot\?/, async (route) => {
     inflight++;
     most = Math.max(most, inflight);
@@ -662,8 +681,19 @@ async function thumbnailsScenario(page) {
   const got = count - c0;
   // Each at most every 10 s: 5 in 40 s at most; and they do go on.
   if (got > running * 5 || got < running * 2) fail(`${got} pictures of ${running} sessions in 40 s`);
-  if (most !== 1) fail(`${most} pictures were fetched at once`);
+  if (most !== 1) fail(`${most} pictures or input holders were fetched at once`);
   step(`${got} pictures of ${running} sessions in 40 s, one at a time`);
+  // An input lease acquired through REST shows as its holder on the row.
+  const holderCell = page.locator(`tr[data-session-id="${ids[0]}"] .input-holder`);
+  if ((await holderCell.textContent()) !== 'input: free') fail(`before any lease the row says ${JSON.stringify(await holderCell.textContent())}`);
+  const held = await restCall(page, 'POST', `/v1/sessions/${encodeURIComponent(ids[0])}/inputLease:acquire`, { holder: 'run-abc', ttl: '60s' });
+  await tick(1000, 12);
+  if ((await holderCell.textContent()) !== 'input: run-abc') fail(`after run-abc took the lease the row says ${JSON.stringify(await holderCell.textContent())}`);
+  if (holderAsks > count) fail(`${holderAsks} holder asks for ${count} pictures`);
+  const told = await restCall(page, 'GET', `/v1/sessions/${encodeURIComponent(ids[0])}/inputLease`);
+  if (told.lease?.holder !== 'run-abc' || told.lease?.leaseId) fail(`GET inputLease answered ${JSON.stringify(told)}`);
+  await restCall(page, 'POST', `/v1/sessions/${encodeURIComponent(ids[0])}/inputLease:release`, { leaseId: held.leaseId });
+  step('the row shows who holds the input lease (run-abc), asked with the pictures');
   // A hidden tab fetches none (the browser's visibility, as the page sees it).
   const setHidden = (h) => page.evaluate((hidden) => {
     Object.defineProperty(document, 'hidden', { get: () => hidden, configurable: true });

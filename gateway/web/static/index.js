@@ -30,7 +30,8 @@ function row(s) {
   return el('tr', { 'data-session-id': s.id },
     el('td', { class: 'preview' }, el('a', { class: 'picture', href: '/sessions/' + encodeURIComponent(s.id), 'aria-label': 'open ' + s.id, tabindex: '-1' }, thumbnailOf(s))),
     el('td', {}, el('a', { class: 'id', href: '/sessions/' + encodeURIComponent(s.id), text: s.id })),
-    el('td', { class: 'state', 'data-state': state, text: state + (s.stateReason ? ` (${s.stateReason})` : '') }),
+    el('td', { class: 'state', 'data-state': state }, el('span', { class: 'state-name', text: state + (s.stateReason ? ` (${s.stateReason})` : '') }),
+      s.state === 'SESSION_STATE_RUNNING' ? holderOf(s) : null),
     el('td', { class: 'image', title: s.imageDigest || '', text: s.image || 'node programs' }),
     el('td', { class: 'size', text: screen }),
     el('td', { class: 'node', text: s.nodeId || '' }),
@@ -70,7 +71,8 @@ async function refreshSessions() {
 // Each running session's row shows a small picture of its desktop, asked
 // for scaled down (scale_to) as JPEG. One picture is fetched at a time, the
 // stalest first, each session's at most every thumbEvery ms, and none while
-// the page is hidden.
+// the page is hidden. With its picture, the row asks who holds the
+// session's input lease.
 //
 // A picture is a screenshot, which counts as use of the session and holds
 // off its idle timeout; so pictures pause once nobody has touched the page
@@ -91,11 +93,26 @@ let thumbBusy = false;
 function thumbnailOf(s) {
   let t = thumbs.get(s.id);
   if (!t) {
-    t = { img: el('img', { class: 'thumb', alt: 'no picture yet', width: thumbWidth, height: thumbHeight, 'data-loaded': 'false' }), url: '', at: 0, n: 0 };
+    t = { img: el('img', { class: 'thumb', alt: 'no picture yet', width: thumbWidth, height: thumbHeight, 'data-loaded': 'false' }), url: '', at: 0, n: 0,
+      holder: el('span', { class: 'input-holder', title: 'who holds the input lease', text: '' }) };
     thumbs.set(s.id, t);
   }
   t.img.dataset.state = enumName(s.state, 'SESSION_STATE_');
   return t.img;
+}
+
+// holderOf is the row's note of who holds the session's input lease,
+// asked together with its picture.
+function holderOf(s) {
+  thumbnailOf(s);
+  return thumbs.get(s.id).holder;
+}
+
+function showHolder(t, r) {
+  const name = (r.lease && r.lease.holder) || '';
+  t.holder.dataset.holder = name;
+  t.holder.textContent = 'input: ' + (name || 'free') + (r.waiting ? ` (${r.waiting} waiting)` : '');
+  t.holder.title = r.lease && r.lease.expireTime ? `held by ${name} until ${new Date(r.lease.expireTime).toLocaleTimeString()}` : 'nobody holds the input lease';
 }
 
 function dropThumbnail(id) {
@@ -166,6 +183,14 @@ async function nextThumbnail() {
   } catch (e) {
     t.img.title = 'no picture: ' + describe(e);
     t.img.classList.add('failed');
+  }
+  // Who holds its input, in the same turn: still one request at a time.
+  try {
+    const r = await api('GET', `/v1/sessions/${encodeURIComponent(s.id)}/inputLease`);
+    if (thumbs.get(s.id) === t) showHolder(t, r);
+  } catch (e) {
+    t.holder.textContent = 'input: ?';
+    t.holder.title = 'could not ask who holds the input lease: ' + describe(e);
   }
   thumbBusy = false;
   thumbnailsSoon();

@@ -137,6 +137,7 @@ takeOver.addEventListener('click', async () => {
     return;
   }
   setControl('held', 'in control');
+  showHolder(lease);
   setViewOnly(false);
   clearInterval(renewTimer);
   renewTimer = setInterval(renew, 10000);
@@ -156,7 +157,48 @@ function lost(text) {
   lease = null;
   setControl('none', text);
   setViewOnly(true);
+  holderSoon(0);
 }
+
+// Who holds the input lease (a run, a person on another page, this page),
+// asked every holderEvery ms while the page is shown, one request at a time.
+const inputHolder = $('input-holder');
+const holderEvery = 5000;
+let holderTimer = null;
+let holderBusy = false;
+
+function showHolder(l) {
+  const name = l && l.holder ? l.holder : '';
+  inputHolder.dataset.holder = name;
+  inputHolder.textContent = 'input: ' + (name || 'free');
+  inputHolder.title = l && l.expireTime ? `held by ${name} until ${new Date(l.expireTime).toLocaleTimeString()}` : 'nobody holds the input lease';
+}
+
+function holderSoon(delay = holderEvery) {
+  clearTimeout(holderTimer);
+  holderTimer = setTimeout(refreshHolder, delay);
+}
+
+async function refreshHolder() {
+  if (holderBusy || document.hidden) return;
+  holderBusy = true;
+  try {
+    const r = await api('GET', `/v1/sessions/${enc}/inputLease`);
+    showHolder(r.lease);
+    if (r.waiting) inputHolder.textContent += ` (${r.waiting} waiting)`;
+  } catch (e) {
+    inputHolder.dataset.holder = '';
+    inputHolder.textContent = 'input: ?';
+    inputHolder.title = 'could not ask who holds the input lease: ' + e.message;
+  }
+  holderBusy = false;
+  holderSoon();
+}
+document.addEventListener('visibilitychange', () => {
+  if (document.hidden) clearTimeout(holderTimer);
+  else holderSoon(0);
+});
+holderSoon(0);
 
 handBack.addEventListener('click', async () => {
   const l = lease;
