@@ -111,6 +111,11 @@ func TestAPIs(t *testing.T) {
 		if err != nil || lease.GetLeaseId() == "" || lease.GetHolder() != "go-a" {
 			t.Fatalf("acquire: %v %v", lease, err)
 		}
+		// Anyone may ask who holds it; its id stays with the holder.
+		if held, waiting, err := s.InputLease(ctx); err != nil || held.GetHolder() != "go-a" || held.GetToken() != lease.GetToken() || held.GetLeaseId() != "" || waiting != 0 ||
+			!held.GetExpireTime().AsTime().Equal(lease.GetExpireTime().AsTime()) {
+			t.Fatalf("input lease: %v, %d waiting, %v", held, waiting, err)
+		}
 		if _, err := s.AcquireInputLease(ctx, "go-b", time.Minute, 500*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, &deskgrid.Error{Code: codes.DeadlineExceeded}) {
 			t.Fatalf("a second holder waiting while the first holds the lease: %v", err)
 		}
@@ -120,6 +125,9 @@ func TestAPIs(t *testing.T) {
 		}
 		if err := s.ReleaseInputLease(ctx, lease); err != nil {
 			t.Fatal(err)
+		}
+		if held, waiting, err := s.InputLease(ctx); err != nil || held != nil || waiting != 0 {
+			t.Fatalf("input lease after release: %v, %d waiting, %v", held, waiting, err)
 		}
 		other, err := s.AcquireInputLease(ctx, "go-b", time.Minute, 10*time.Second)
 		if err != nil || other.GetToken() <= lease.GetToken() {

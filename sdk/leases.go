@@ -36,6 +36,20 @@ func (s *Session) AcquireInputLease(ctx context.Context, holder string, ttl, wai
 	return resp.GetLease(), nil
 }
 
+// InputLease tells who holds the session's input lease now (its holder,
+// token and expiry; nil when nobody holds it) and how many callers wait for
+// it. The lease's LeaseId is never told: only the caller that acquired a
+// lease may renew or release it.
+func (s *Session) InputLease(ctx context.Context) (*agentv1.InputLease, int, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	resp, err := s.c.agent.GetInputLease(ctx, &agentv1.GetInputLeaseRequest{SessionId: s.GetId()})
+	if err != nil {
+		return nil, 0, wrap(err)
+	}
+	return resp.GetLease(), int(resp.GetWaiting()), nil
+}
+
 // RenewInputLease extends a lease the caller still holds by ttl (0: 30
 // seconds) and returns it with its new expiry.
 func (s *Session) RenewInputLease(ctx context.Context, lease *agentv1.InputLease, ttl time.Duration) (*agentv1.InputLease, error) {

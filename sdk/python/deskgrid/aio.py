@@ -275,6 +275,9 @@ class AsyncSession:
     async def acquire_input_lease(self, holder: str, *, ttl: Optional[float] = None, wait: Optional[float] = None) -> JSON:
         return await asyncio.to_thread(lambda: self.sync.acquire_input_lease(holder, ttl=ttl, wait=wait))
 
+    async def input_lease(self) -> JSON:
+        return await asyncio.to_thread(self.sync.input_lease)
+
     async def renew_input_lease(self, lease: Mapping[str, Any], *, ttl: Optional[float] = None) -> JSON:
         return await asyncio.to_thread(lambda: self.sync.renew_input_lease(lease, ttl=ttl))
 

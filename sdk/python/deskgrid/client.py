@@ -510,6 +510,14 @@ class Session:
         result: JSON = self._call("POST", "/inputLease:acquire", body=body, timeout=t)
         return result
 
+    def input_lease(self) -> JSON:
+        """Who holds the session's input lease now: ``lease`` (``holder``,
+        ``token``, ``expireTime``; absent when nobody holds it) and
+        ``waiting``, how many callers wait for it. The ``leaseId`` is never
+        told."""
+        result: JSON = self._call("GET", "/inputLease")
+        return result
+
     def renew_input_lease(self, lease: Mapping[str, Any], *, ttl: Optional[float] = None) -> JSON:
         """Extends a lease the caller still holds by ``ttl`` seconds (None:
         30); returns it with its new ``expireTime``."""

@@ -495,6 +495,11 @@ class DesktopApiTest(unittest.TestCase):
             self.assertTrue(lease["leaseId"])
             token = int(lease["token"])
             self.s.act(actions.mouse_move(5, 6), lease_token=token)
+            # Anyone may ask who holds it; its id stays with the holder.
+            told = self.s.input_lease()
+            self.assertEqual(told["lease"]["holder"], "py-a")
+            self.assertEqual(told["lease"]["token"], lease["token"])
+            self.assertFalse(told["lease"].get("leaseId"))
             # Someone else waits its turn, and gives up.
             with self.assertRaises(deskgrid.DeadlineExceeded) as cm:
                 self.s.acquire_input_lease("py-b", wait=0.5)
@@ -504,6 +509,7 @@ class DesktopApiTest(unittest.TestCase):
             self.assertGreater(renewed["expireTime"], lease["expireTime"])
         finally:
             self.s.release_input_lease(lease)
+        self.assertFalse(self.s.input_lease().get("lease"))
         other = self.s.acquire_input_lease("py-b", wait=10)
         try:
             self.assertGreater(int(other["token"]), token)

@@ -447,6 +447,15 @@ export class Session implements AsyncDisposable {
     });
   }
 
+  /**
+   * Who holds the session's input lease now: `lease` (holder, token, expiry;
+   * absent when nobody holds it) and `waiting`, how many callers wait for it.
+   * The `leaseId` is never told.
+   */
+  inputLease(): Promise<S['v1GetInputLeaseResponse']> {
+    return this.call<S['v1GetInputLeaseResponse']>('GET', '/inputLease');
+  }
+
   /** Extends a lease the caller still holds by `ttl` seconds (default 30). */
   renewInputLease(lease: InputLease, o: { ttl?: number } = {}): Promise<InputLease> {
     const body: S['AgentServiceRenewInputLeaseBody'] = { holder: lease.holder, token: lease.token, leaseId: lease.leaseId, ttl: dur(o.ttl) };

@@ -346,11 +346,17 @@ describe('desktop API', () => {
     assert.equal(lease.holder, 'ts-a');
     assert.ok(lease.leaseId);
     await s.act([actions.mouseMove(5, 6)], { leaseToken: lease.token });
+    // Anyone may ask who holds it; its id stays with the holder.
+    const told = await s.inputLease();
+    assert.equal(told.lease?.holder, 'ts-a');
+    assert.equal(told.lease?.token, lease.token);
+    assert.ok(!told.lease?.leaseId);
     await assert.rejects(s.acquireInputLease('ts-b', { wait: 0.5 }), (e: DeskgridError) => e instanceof DeadlineExceeded && e.status === 504);
     const renewed = await s.renewInputLease(lease, { ttl: 120 });
     assert.equal(renewed.token, lease.token);
     assert.ok(renewed.expireTime! > lease.expireTime!);
     await s.releaseInputLease(lease);
+    assert.ok(!(await s.inputLease()).lease);
     const other = await s.acquireInputLease('ts-b', { wait: 10 });
     try {
       assert.ok(BigInt(other.token!) > BigInt(lease.token!));
