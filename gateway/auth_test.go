@@ -168,6 +168,8 @@ func TestAuthOnEveryAPIRoute(t *testing.T) {
 		{"read key deletes", "DELETE", "/v1/sessions/s-1", a.readKey, "", nil, 403, `lacks the "write" scope`},
 		{"read key lists", "GET", "/v1/sessions", a.readKey, "", nil, 200, ""},
 		{"read key uses MCP", "POST", "/mcp", a.readKey, "{}", nil, 200, ""},
+		{"read key asks who holds the input lease", "GET", "/v1/sessions/s-1/inputLease", a.readKey, "", nil, 200, ""},
+		{"read key acquires the input lease", "POST", "/v1/sessions/s-1/inputLease:acquire", a.readKey, `{"holder":"x"}`, nil, 403, `lacks the "write" scope`},
 		{"write key gets", "GET", "/v1/sessions/s-1", a.writeKey, "", nil, 200, ""},
 		{"write key watches", "GET", "/v1/sessions/s-1:watch", a.writeKey, "", sse, 200, ""},
 		{"another tenant's session", "GET", "/v1/sessions/s-1", a.otherKey, "", nil, 404, "session s-1 not found"},
