@@ -277,6 +277,13 @@ dg-test`
 	if out, code := p.execIn(c.ID, "dg-test"); code != 0 || out != "dg-test-ok" {
 		t.Errorf("a session from the committed image: %q (exit %d)", out, code)
 	}
+	// Its files belong to the ids the first session gave them, not to that
+	// session's host range (which this session would see as nobody): the
+	// user's home stays the user's.
+	if out, code := p.execIn(c.ID, "sh", "-c", "stat -c '%u:%g %n' /home/user /home/user/made-by-user /usr/local/bin/suid-true && touch /home/user/again"); code != 0 ||
+		out != "1000:1000 /home/user\n1000:1000 /home/user/made-by-user\n0:0 /usr/local/bin/suid-true" {
+		t.Errorf("owners in a session from the committed image: %q (exit %d)", out, code)
+	}
 
 	for _, id := range []string{a.ID, b.ID, c.ID} {
 		if code, out, _ := p.do("DELETE", "/v1/sessions/"+id, ""); code != 200 {

@@ -382,14 +382,92 @@ func (s *Service) perform(ctx context.Context, d *display, steps []step, shot *s
 	x, y = m.ToScaled(x, y)
 	resp.Cursor = &displayv1.Point{X: int32(x), Y: int32(y)}
 	if shot != nil {
-		if resp.Settle, err = s.settle(ctx, d, began, done, settle); err != nil {
-			return nil, err
-		}
-		if resp.Screenshot, err = s.screenshot(d, *shot); err != nil {
+		if resp.Settle, resp.Screenshot, err = s.settleAndShoot(ctx, d, began, done, settle, *shot); err != nil {
 			return nil, err
 		}
 	}
 	return resp, nil
+}
+
+// shotAhead is a screenshot taken while a settle wait went on: stamp is
+// the screen's last change known before it was grabbed.
+type shotAhead struct {
+	stamp time.Time
+	shot  *displayv1.ScreenshotResponse
+}
+
+// settleAndShoot waits for the effect of input as o says, then answers
+// the screenshot shot asks for. While it waits, once the screen has been
+// quiet for half the quiet period after a change, the screenshot is taken
+// ahead: when nothing changed since, that is the answer, and grabbing and
+// encoding it is not added to the wait. Anything that changed after it was
+// grabbed (the input's effect, or anything else) makes a new one.
+func (s *Service) settleAndShoot(ctx context.Context, d *display, began, done time.Time, o settleSpec, shot shotSpec) (*displayv1.SettleResult, *displayv1.ScreenshotResponse, error) {
+	if o.skip {
+		res, err := s.settle(ctx, d, began, done, o)
+		if err != nil {
+			return nil, nil, err
+		}
+		img, err := s.screenshot(d, shot)
+		return res, img, err
+	}
+	actx, stop := context.WithCancel(ctx)
+	ahead := make(chan shotAhead, 1)
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		s.shootAhead(actx, d, began, o.Quiet/2, shot, ahead)
+	}()
+	res, err := s.settle(ctx, d, began, done, o)
+	stop()
+	<-finished
+	if err != nil {
+		return nil, nil, err
+	}
+	select {
+	case a := <-ahead:
+		if last, _ := d.watch.Latest(); a.stamp.Equal(last) {
+			return res, a.shot, nil
+		}
+	default:
+	}
+	img, err := s.screenshot(d, shot)
+	return res, img, err
+}
+
+// shootAhead takes a screenshot whenever the screen has been quiet for
+// after since its last change (a change after since), and leaves the latest
+// in out, until ctx ends.
+func (s *Service) shootAhead(ctx context.Context, d *display, since time.Time, after time.Duration, shot shotSpec, out chan shotAhead) {
+	var taken time.Time
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		last, wake := d.watch.Latest()
+		wait := time.Hour
+		if last.After(since) && !last.Equal(taken) {
+			if wait = time.Until(last.Add(after)); wait <= 0 {
+				taken = last
+				img, err := s.screenshot(d, shot)
+				if err != nil {
+					return // the answer's own screenshot says why
+				}
+				select {
+				case <-out:
+				default:
+				}
+				out <- shotAhead{stamp: last, shot: img}
+				continue
+			}
+		}
+		t.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case <-t.C:
+		}
+	}
 }
 
 // maxSettle bounds any wait a request may ask for.

@@ -276,3 +276,52 @@ func TestNoPaintIsLostAfterADamageEvent(t *testing.T) {
 		}
 	}
 }
+
+// A click answered by two paints, the second after the screen was quiet for
+// more than half the quiet period (when a screenshot is taken ahead) but
+// less than all of it: every answer shows the second paint, not the
+// screenshot taken ahead between the two.
+func TestScreenshotAheadOfTheLastChangeIsNotUsed(t *testing.T) {
+	s, c := testService(t, "")
+	createDisplay(t, c, "twostep", 400, 300)
+	xc := clientConn(t, s, "twostep")
+	mapped := time.Now()
+	wid := showWindow(t, xc, 50, 50, 100, 100, 0x0000ff, xproto.EventMaskButtonPress)
+	waitPainted(t, s, "twostep", mapped, 50, 50, 100, 100)
+	const quiet = 400 * time.Millisecond
+	paint := func(c uint32) {
+		xproto.ChangeWindowAttributes(xc, wid, xproto.CwBackPixel, []uint32{c})
+		xproto.ClearArea(xc, false, wid, 0, 0, 0, 0)
+		_, _ = xproto.GetInputFocus(xc).Reply()
+	}
+	go func() {
+		n := uint32(0)
+		for {
+			ev, err := xc.WaitForEvent()
+			if ev == nil && err == nil {
+				return
+			}
+			if _, ok := ev.(xproto.ButtonPressEvent); !ok {
+				continue
+			}
+			n++
+			paint(0xff0000 + n) // the first step
+			final := 0x00ff00 + n
+			time.AfterFunc(quiet*3/4, func() { paint(final) })
+		}
+	}()
+	for n := uint32(1); n <= 3; n++ {
+		resp, err := c.PerformActions(ctxT(t), &displayv1.PerformActionsRequest{
+			SessionId:  "twostep",
+			Actions:    []*displayv1.Action{{Action: &displayv1.Action_Click{Click: &displayv1.Click{At: &displayv1.Point{X: 100, Y: 100}}}}},
+			Screenshot: true,
+			Settle:     &displayv1.Settle{ChangeTimeout: loaded.GetChangeTimeout(), Timeout: loaded.GetTimeout(), Quiet: durationpb.New(quiet)},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rgb(decodePNG(t, resp.GetScreenshot().GetData()).At(100, 100)); got != 0x00ff00+n {
+			t.Fatalf("click %d: the screenshot shows %06x, want the second paint %06x; settle %v", n, got, 0x00ff00+n, resp.GetSettle())
+		}
+	}
+}

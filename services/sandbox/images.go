@@ -297,7 +297,13 @@ func (s *Service) commit(ctx context.Context, id, ref string) (*image.Image, err
 			return nil, imageErrorf("commit %s: its image: %w", id, err)
 		}
 	}
-	im, err := s.images.Commit(ctx, b.tenant, base, b.upper(), ref)
+	// A container's files belong to the session's host id range; the image
+	// holds them as the ids inside it.
+	var shift image.IDShift
+	if b.img != nil {
+		shift = image.IDShift{Base: b.img.Range.Base, Size: b.img.Range.Size}
+	}
+	im, err := s.images.Commit(ctx, b.tenant, base, b.upper(), ref, shift)
 	if err != nil {
 		return nil, imageErrorf("commit %s: %w", id, err)
 	}

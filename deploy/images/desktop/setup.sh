@@ -17,8 +17,9 @@ done
 # Font caches that stay valid in the image: fontconfig checks each cache
 # against its directory's mtime, and the image's mtimes are clamped to the
 # build's time when the root filesystem is packed, so the font directories
-# get a time no later than that before the caches are made.
-find /usr/share/fonts /usr/local/share/fonts -type d -exec touch -d "@${SOURCE_DATE_EPOCH:-1}" {} + 2>/dev/null || true
+# get a time no later than that before the caches are made; -L: the font
+# directories that are links (MathJax's, poppler's cMap) are touched too.
+find -L /usr/share/fonts /usr/local/share/fonts -type d -exec touch -d "@${SOURCE_DATE_EPOCH:-1}" {} + 2>/dev/null || true
 fc-cache -s -f
 
 # The panel's launcher icons, resolved here once: without this cache tint2

@@ -26,9 +26,11 @@ import (
 // Commit turns an overlayfs upper directory into one OCI layer on top of
 // base (nil: an image of that layer alone) and tags the result ref for
 // tenant. Whiteouts (0/0 character devices) become .wh. files and opaque
-// directories (trusted.overlay.opaque=y) .wh..wh..opq entries. The upper
-// directory must not change while it is read: commit a frozen session.
-func (s *Store) Commit(ctx context.Context, tenant string, base *Image, upper string, ref string) (*Image, error) {
+// directories (trusted.overlay.opaque=y) .wh..wh..opq entries. Owners are
+// written as ids shifts sees them (the zero IDShift: as they are on disk).
+// The upper directory must not change while it is read: commit a frozen
+// session.
+func (s *Store) Commit(ctx context.Context, tenant string, base *Image, upper string, ref string, shift IDShift) (*Image, error) {
 	r, err := ParseRef(ref)
 	if err != nil {
 		return nil, err
@@ -60,7 +62,7 @@ func (s *Store) Commit(ctx context.Context, tenant string, base *Image, upper st
 	}
 	defer cleanup()
 	gz := filepath.Join(work, "layer.tar.gz")
-	if err := writeUpperLayer(ctx, upper, gz); err != nil {
+	if err := writeUpperLayer(ctx, upper, gz, shift); err != nil {
 		return nil, fmt.Errorf("commit: %w", err)
 	}
 	mt := types.OCILayer
@@ -93,12 +95,52 @@ func (s *Store) Commit(ctx context.Context, tenant string, base *Image, upper st
 // overlayfs upper directory to dst, which must not exist; image builds use
 // it for the layer a recipe adds on top of the image it extends.
 func WriteLayer(ctx context.Context, upper, dst string) error {
-	return writeUpperLayer(ctx, upper, dst)
+	return writeUpperLayer(ctx, upper, dst, IDShift{})
+}
+
+// IDShift maps the host ids that own an upper directory's files to the ids
+// the session saw: a session's files belong to its own host id range
+// (Base is the host id of the session's id 0, Size how many ids it has), and
+// an image must hold them as the session's ids, or a session made from it
+// (in another range) finds its user's home owned by nobody. Host ids outside
+// the range become the overflow id 65534, as the session saw them. The zero
+// IDShift keeps owners as they are.
+type IDShift struct{ Base, Size uint32 }
+
+// overflowID is the id a user namespace shows for an id it does not map.
+const overflowID = 65534
+
+func (m IDShift) id(host uint32) uint32 {
+	if m.Size == 0 {
+		return host
+	}
+	if host >= m.Base && host-m.Base < m.Size {
+		return host - m.Base
+	}
+	return overflowID
+}
+
+// shiftedInfo is a file's information with its owner as the session saw it.
+type shiftedInfo struct {
+	os.FileInfo
+	st *syscall.Stat_t
+}
+
+func (f shiftedInfo) Sys() any { return f.st }
+
+func (m IDShift) info(fi os.FileInfo) os.FileInfo {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if m.Size == 0 || !ok {
+		return fi
+	}
+	c := *st
+	c.Uid, c.Gid = m.id(st.Uid), m.id(st.Gid)
+	return shiftedInfo{fi, &c}
 }
 
 // writeUpperLayer writes the OCI layer (a gzip tar) of an overlayfs upper
-// directory with containerd's change writer.
-func writeUpperLayer(ctx context.Context, upper, dst string) error {
+// directory with containerd's change writer, owners mapped by shift.
+func writeUpperLayer(ctx context.Context, upper, dst string, shift IDShift) error {
 	f, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
@@ -132,7 +174,7 @@ func writeUpperLayer(ctx context.Context, upper, dst string) error {
 			// fuse-overlayfs's whiteout file
 			return cw.HandleChange(cfs.ChangeKindDelete, filepath.Join(filepath.Dir(rel), strings.TrimPrefix(base, ".wh.")), nil, nil)
 		}
-		if err := cw.HandleChange(cfs.ChangeKindAdd, rel, fi, nil); err != nil {
+		if err := cw.HandleChange(cfs.ChangeKindAdd, rel, shift.info(fi), nil); err != nil {
 			return err
 		}
 		if fi.IsDir() && isOpaque(path) {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -40,7 +41,7 @@ func TestCommitUpperDirBecomesALayer(t *testing.T) {
 	must(t, unix.Setxattr(filepath.Join(upper, "cache"), "trusted.overlay.opaque", []byte("y"), 0))
 	must(t, os.WriteFile(filepath.Join(upper, "cache/fresh"), []byte("fresh"), 0o644))
 
-	got, err := s.Commit(ctx, "acme", base, upper, "my-team/qa-desktop:v3")
+	got, err := s.Commit(ctx, "acme", base, upper, "my-team/qa-desktop:v3", IDShift{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,19 +74,54 @@ func TestCommitUpperDirBecomesALayer(t *testing.T) {
 	// A commit of a commit stacks another layer.
 	upper2 := t.TempDir()
 	must(t, os.WriteFile(filepath.Join(upper2, "second"), []byte("2"), 0o644))
-	v4, err := s.Commit(ctx, "acme", got, upper2, "my-team/qa-desktop:v4")
+	v4, err := s.Commit(ctx, "acme", got, upper2, "my-team/qa-desktop:v4", IDShift{})
 	if err != nil || len(v4.Layers) != 3 {
 		t.Fatalf("second commit: %+v %v", v4, err)
 	}
 
-	_, err = s.Commit(ctx, "acme", base, upper, "Bad Ref")
+	_, err = s.Commit(ctx, "acme", base, upper, "Bad Ref", IDShift{})
 	wantCode(t, err, codes.InvalidArgument)
-	_, err = s.Commit(ctx, "acme", base, upper, base.Digest)
+	_, err = s.Commit(ctx, "acme", base, upper, base.Digest, IDShift{})
 	wantCode(t, err, codes.InvalidArgument)
-	_, err = s.Commit(ctx, "acme", base, filepath.Join(upper, "missing"), "team/x:y")
+	_, err = s.Commit(ctx, "acme", base, filepath.Join(upper, "missing"), "team/x:y", IDShift{})
 	wantCode(t, err, codes.FailedPrecondition)
 	if tmp, _ := os.ReadDir(s.tmp); len(tmp) != 0 {
 		t.Fatalf("work left: %v", tmp)
+	}
+}
+
+// TestCommitOwnersAsTheSessionSawThem: a session's files belong to its host
+// id range; the committed layer holds them as the ids inside the session
+// (its user 1000, its root 0), and an id outside the range as nobody.
+func TestCommitOwnersAsTheSessionSawThem(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newStore(t)
+	const base = 200000
+	upper := t.TempDir()
+	must(t, os.Chown(upper, base, base))
+	must(t, os.MkdirAll(filepath.Join(upper, "home/user/.cache"), 0o755))
+	must(t, os.WriteFile(filepath.Join(upper, "home/user/.cache/font"), []byte("c"), 0o644))
+	must(t, os.WriteFile(filepath.Join(upper, "home/user/stray"), []byte("s"), 0o644))
+	must(t, os.WriteFile(filepath.Join(upper, "tool"), []byte("#!/bin/sh\n"), 0o755))
+	for p, id := range map[string]int{"home": base, "home/user": base + 1000, "home/user/.cache": base + 1000,
+		"home/user/.cache/font": base + 1000, "home/user/stray": 12345, "tool": base} {
+		must(t, os.Lchown(filepath.Join(upper, p), id, id))
+	}
+	got, err := s.Commit(ctx, "acme", nil, upper, "team/owners:v1", IDShift{Base: base, Size: 65536})
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer := got.Layers[len(got.Layers)-1]
+	for p, want := range map[string]uint32{"home": 0, "home/user": 1000, "home/user/.cache": 1000,
+		"home/user/.cache/font": 1000, "home/user/stray": 65534, "tool": 0} {
+		fi, err := os.Lstat(filepath.Join(layer, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if st.Uid != want || st.Gid != want {
+			t.Errorf("%s: owner %d:%d in the image, want %d:%d", p, st.Uid, st.Gid, want, want)
+		}
 	}
 }
 

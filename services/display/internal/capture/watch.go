@@ -142,6 +142,14 @@ func (w *Watcher) LastChange() time.Time {
 	return w.last
 }
 
+// Latest returns when the screen last changed and a channel closed at the
+// next change.
+func (w *Watcher) Latest() (time.Time, <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last, w.wake
+}
+
 // snapshot returns the remembered changes and a channel closed at the next.
 func (w *Watcher) Snapshot() ([]Change, <-chan struct{}) {
 	w.mu.Lock()
