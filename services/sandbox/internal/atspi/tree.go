@@ -338,13 +338,29 @@ func (w *walker) children(ctx context.Context, n *Node, r ref, depth int) {
 		if err != nil {
 			continue
 		}
-		if w.lim.OnlyVisible && !(slices.Contains(c.States, "showing") && slices.Contains(c.States, "visible")) {
+		if w.lim.OnlyVisible && !shown(c, n) {
 			w.tree.Nodes--
 			continue
 		}
 		w.children(ctx, c, k, depth+1)
 		n.Children = append(n.Children, c)
 	}
+}
+
+// shown tells whether node c, a child of a shown node, shows on the
+// screen: visible and showing, as toolkits say it; or, as GTK 4 says it
+// (showing on its windows only), visible and with bounds within its
+// parent's.
+func shown(c, parent *Node) bool {
+	if !slices.Contains(c.States, "visible") {
+		return false
+	}
+	if slices.Contains(c.States, "showing") {
+		return true
+	}
+	b, p := c.Bounds, parent.Bounds
+	return b != nil && p != nil && b.Width > 0 && b.Height > 0 &&
+		b.X < p.X+p.Width && p.X < b.X+b.Width && b.Y < p.Y+p.Height && p.Y < b.Y+b.Height
 }
 
 // childRefs lists the children of a node to read: all of them, or for a
