@@ -129,6 +129,16 @@ func runFiles(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 func copyDownload(st grpc.ServerStreamingClient[sandboxv1.DownloadFileResponse], w io.Writer) error {
+	return receive(st, func(m *sandboxv1.DownloadFileResponse) error {
+		_, err := w.Write(m.GetChunk())
+		return err
+	})
+}
+
+// receive hands each message of a server stream to each until the stream
+// ends; a failed receive is the CLI's error for the call, each's error is
+// returned as it is.
+func receive[M any](st grpc.ServerStreamingClient[M], each func(*M) error) error {
 	for {
 		m, err := st.Recv()
 		if errors.Is(err, io.EOF) {
@@ -137,7 +147,7 @@ func copyDownload(st grpc.ServerStreamingClient[sandboxv1.DownloadFileResponse],
 		if err != nil {
 			return rpcError(err)
 		}
-		if _, err := w.Write(m.GetChunk()); err != nil {
+		if err := each(m); err != nil {
 			return err
 		}
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -117,22 +116,13 @@ func runRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return rpcError(err)
 		}
-		for {
-			m, err := st.Recv()
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			if err != nil {
-				return rpcError(err)
-			}
+		return receive(st, func(m *agentv1.StreamRunEventsResponse) error {
 			if c.cf.output == "json" {
-				if err := c.print(m.GetEvent()); err != nil {
-					return err
-				}
-				continue
+				return c.print(m.GetEvent())
 			}
 			printRunEvent(stdout, m.GetEvent())
-		}
+			return nil
+		})
 	}
 	return usageError("runs: unknown subcommand %q", sub)
 }

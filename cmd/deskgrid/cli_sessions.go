@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -36,23 +35,14 @@ func runSessionVerb(ctx context.Context, sub string, args []string, stdout, stde
 		if err != nil {
 			return rpcError(err)
 		}
-		for {
-			m, err := st.Recv()
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			if err != nil {
-				return rpcError(err)
-			}
+		return receive(st, func(m *sessionv1.WatchSessionResponse) error {
 			if c.cf.output == "json" {
-				if err := c.print(m.GetSession()); err != nil {
-					return err
-				}
-				continue
+				return c.print(m.GetSession())
 			}
 			ss := m.GetSession()
 			fmt.Fprintf(stdout, "%s %s %s\n", time.Now().Format(time.TimeOnly), lower("SESSION_STATE_", ss.GetState().String()), ss.GetStateReason())
-		}
+			return nil
+		})
 	case "suspend":
 		v, ok := sessionv1.SuspendMode_value["SUSPEND_MODE_"+strings.ToUpper(mode)]
 		if !ok {
