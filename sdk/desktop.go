@@ -3,6 +3,8 @@ package deskgrid
 import (
 	"context"
 	"fmt"
+	"path"
+	"strings"
 	"time"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
@@ -216,20 +218,35 @@ func (s *Session) windowIDs(ctx context.Context) (map[uint32]bool, error) {
 	return seen, nil
 }
 
-// newWindow waits for the first titled top-level window not in seen: the
-// window of what app's process p started.
+// newWindow waits for the window of what app's process p started: a
+// titled top-level window not in seen whose process is p or whose class
+// names the application (the desktop's own windows, a panel starting late,
+// are not taken for it); failing that for a few seconds, the first titled
+// window not in seen (a program started through a launcher script, whose
+// class says nothing of it).
 func (s *Session) newWindow(ctx context.Context, seen map[uint32]bool, app *sandboxv1.Application, p *sandboxv1.Process) (*displayv1.Window, error) {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
+	anyAfter := time.Now().Add(5 * time.Second)
 	for {
 		ws, err := s.Windows(ctx)
 		if err != nil {
 			return nil, err
 		}
+		var first *displayv1.Window
 		for _, w := range ws {
-			if !seen[w.GetId()] && w.GetTitle() != "" {
+			if seen[w.GetId()] || w.GetTitle() == "" {
+				continue
+			}
+			if ofApplication(w, app, p) {
 				return w, nil
 			}
+			if first == nil {
+				first = w
+			}
+		}
+		if first != nil && time.Now().After(anyAfter) {
+			return first, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -237,6 +254,34 @@ func (s *Session) newWindow(ctx context.Context, seen map[uint32]bool, app *sand
 		case <-tick.C:
 		}
 	}
+}
+
+// ofApplication tells whether window w is one of app's, started as p: its
+// process is p, or its class or instance names the program app runs or
+// the application's id (org.xfce.mousepad: mousepad).
+func ofApplication(w *displayv1.Window, app *sandboxv1.Application, p *sandboxv1.Process) bool {
+	if w.GetPid() != 0 && int64(w.GetPid()) == p.GetPid() {
+		return true
+	}
+	var names []string
+	if f := strings.Fields(app.GetExec()); len(f) > 0 {
+		names = append(names, path.Base(f[0]))
+	}
+	id := strings.TrimSuffix(app.GetId(), ".desktop")
+	names = append(names, id[strings.LastIndex(id, ".")+1:])
+	for _, n := range names {
+		n = strings.ToLower(n)
+		if len(n) < 3 {
+			continue
+		}
+		for _, c := range []string{w.GetClass(), w.GetInstance()} {
+			c = strings.ToLower(c)
+			if len(c) >= 3 && (strings.Contains(c, n) || strings.Contains(n, c)) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Opened is what Open opened, with which application, and the window

@@ -1,0 +1,35 @@
+package deskgrid
+
+import (
+	"testing"
+
+	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+)
+
+// A launched program's window is told from the desktop's own by its
+// process or its class, not by coming first.
+func TestOfApplication(t *testing.T) {
+	mousepad := &sandboxv1.Application{Id: "org.xfce.mousepad.desktop", Exec: "mousepad %U"}
+	calc := &sandboxv1.Application{Id: "libreoffice-calc.desktop", Exec: "libreoffice --calc %U"}
+	chromium := &sandboxv1.Application{Id: "chromium.desktop", Exec: "/usr/bin/chromium %U"}
+	p := &sandboxv1.Process{Pid: 4242}
+	for _, c := range []struct {
+		name string
+		w    *displayv1.Window
+		app  *sandboxv1.Application
+		want bool
+	}{
+		{"the panel", &displayv1.Window{Title: "tint2", Class: "Tint2", Instance: "tint2", Pid: 17}, mousepad, false},
+		{"Mousepad by class", &displayv1.Window{Title: "pasted.txt - Mousepad", Class: "Mousepad", Instance: "mousepad", Pid: 99}, mousepad, true},
+		{"by process", &displayv1.Window{Title: "x", Class: "Other", Pid: 4242}, mousepad, true},
+		{"Calc by class", &displayv1.Window{Title: "Untitled 1 - LibreOffice Calc", Class: "libreoffice-calc", Instance: "libreoffice"}, calc, true},
+		{"Chromium by its program", &displayv1.Window{Title: "New Tab - Chromium", Class: "Chromium", Instance: "chromium"}, chromium, true},
+		{"a terminal for Chromium", &displayv1.Window{Title: "user@desk", Class: "Lxterminal", Instance: "lxterminal"}, chromium, false},
+		{"no class", &displayv1.Window{Title: "x"}, chromium, false},
+	} {
+		if got := ofApplication(c.w, c.app, p); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
