@@ -152,7 +152,7 @@ func Walk(ctx context.Context, conn *dbus.Conn, lim Limits) (*Tree, error) {
 			w.tree.Nodes--
 			continue
 		}
-		w.children(ctx, n, a, 0)
+		w.children(ctx, n, a, 0, n.Bounds)
 		w.tree.Applications = append(w.tree.Applications, n)
 	}
 	if ctx.Err() != nil {
@@ -182,7 +182,7 @@ func walkFrom(ctx context.Context, conn *dbus.Conn, lim Limits) (*Tree, error) {
 	if slices.Contains(n.States, "defunct") {
 		return nil, fmt.Errorf("node %s is defunct: %w", lim.Root, ErrNoNode)
 	}
-	w.children(ctx, n, r, 0)
+	w.children(ctx, n, r, 0, n.Bounds)
 	w.tree.Applications = []*Node{n}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
@@ -314,7 +314,10 @@ func (w *walker) node(ctx context.Context, r ref, depth int) (*Node, error) {
 }
 
 // children reads a node's children, depth first, within the limits.
-func (w *walker) children(ctx context.Context, n *Node, r ref, depth int) {
+// children reads a node's children, depth first, within the limits; clip
+// is the part of the screen the node's shown ancestors cover, which a
+// visible-only walk keeps children within.
+func (w *walker) children(ctx context.Context, n *Node, r ref, depth int, clip *Rect) {
 	if n.ChildCount == 0 {
 		return
 	}
@@ -338,29 +341,60 @@ func (w *walker) children(ctx context.Context, n *Node, r ref, depth int) {
 		if err != nil {
 			continue
 		}
-		if w.lim.OnlyVisible && !shown(c, n) {
-			w.tree.Nodes--
-			continue
+		inner := clip
+		if w.lim.OnlyVisible {
+			var ok bool
+			if ok, inner = shown(c, clip); !ok {
+				w.tree.Nodes--
+				continue
+			}
 		}
-		w.children(ctx, c, k, depth+1)
+		w.children(ctx, c, k, depth+1, inner)
 		n.Children = append(n.Children, c)
 	}
 }
 
-// shown tells whether node c, a child of a shown node, shows on the
-// screen: visible and showing, as toolkits say it; or, as GTK 4 says it
-// (showing on its windows only), visible and with bounds within its
-// parent's.
-func shown(c, parent *Node) bool {
+// shown tells whether node c, below shown ancestors covering clip (nil:
+// not known), shows on the screen, and what of it does: visible and
+// showing, as toolkits say it; or, as GTK 4 says it (showing on its
+// windows only), visible and with bounds within clip. Chromium's nodes
+// scrolled out of the page's view are visible and not showing, outside
+// clip.
+func shown(c *Node, clip *Rect) (bool, *Rect) {
 	if !slices.Contains(c.States, "visible") {
-		return false
+		return false, nil
+	}
+	b := c.Bounds
+	if b != nil && (b.Width <= 0 || b.Height <= 0) {
+		b = nil
 	}
 	if slices.Contains(c.States, "showing") {
-		return true
+		if b == nil {
+			return true, clip
+		}
+		if clip == nil {
+			return true, b
+		}
+		if in := intersect(*b, *clip); in != nil {
+			return true, in
+		}
+		return true, b // a popup beside its window
 	}
-	b, p := c.Bounds, parent.Bounds
-	return b != nil && p != nil && b.Width > 0 && b.Height > 0 &&
-		b.X < p.X+p.Width && p.X < b.X+b.Width && b.Y < p.Y+p.Height && p.Y < b.Y+b.Height
+	if b == nil || clip == nil {
+		return false, nil
+	}
+	in := intersect(*b, *clip)
+	return in != nil, in
+}
+
+// intersect is the part two rectangles share, nil if none.
+func intersect(a, b Rect) *Rect {
+	x0, y0 := max(a.X, b.X), max(a.Y, b.Y)
+	x1, y1 := min(a.X+a.Width, b.X+b.Width), min(a.Y+a.Height, b.Y+b.Height)
+	if x1 <= x0 || y1 <= y0 {
+		return nil
+	}
+	return &Rect{X: x0, Y: y0, Width: x1 - x0, Height: y1 - y0}
 }
 
 // childRefs lists the children of a node to read: all of them, or for a
