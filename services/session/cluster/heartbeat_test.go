@@ -68,11 +68,11 @@ func (u *unreachable) Allow() error {
 }
 func (u *unreachable) ReportResult(error) {}
 
-// LastHeartbeat, which the node exports as its heartbeat age, moves with
-// every heartbeat that succeeds and stands still while Redis does not
-// answer the node.
-func TestLastHeartbeatStandsStillWhileRedisIsUnreachable(t *testing.T) {
-	reg, _ := newRegistry(t)
+// unreachableRegistry is a node's own registry on the keys of reg (removed
+// after the test), through a client whose Redis stops answering while lim
+// is set.
+func unreachableRegistry(t *testing.T, reg *Registry) (*Registry, *unreachable) {
+	t.Helper()
 	opt, err := redis.ParseURL(redisURL())
 	if err != nil {
 		t.Fatal(err)
@@ -81,8 +81,15 @@ func TestLastHeartbeatStandsStillWhileRedisIsUnreachable(t *testing.T) {
 	opt.Limiter = lim
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { rdb.Close() })
-	// The node's own client, on the keys of reg (removed after the test).
-	nodeReg := NewRegistry(rdb, string(reg.k))
+	return NewRegistry(rdb, string(reg.k)), lim
+}
+
+// LastHeartbeat, which the node exports as its heartbeat age, moves with
+// every heartbeat that succeeds and stands still while Redis does not
+// answer the node.
+func TestLastHeartbeatStandsStillWhileRedisIsUnreachable(t *testing.T) {
+	reg, _ := newRegistry(t)
+	nodeReg, lim := unreachableRegistry(t, reg)
 	m, err := Join(context.Background(), nodeReg, MemberConfig{Node: NodeInfo{ID: "n1", Address: "127.0.0.1:9", Capacity: placement.Capacity{Sessions: 1}},
 		Interval: 20 * time.Millisecond, TTL: time.Second}, nil, nil)
 	if err != nil {
@@ -117,15 +124,7 @@ func TestLastHeartbeatStandsStillWhileRedisIsUnreachable(t *testing.T) {
 // JoinTimeout; after JoinTimeout it gives up with Redis's error.
 func TestJoinWaitsOutAShortRedisOutage(t *testing.T) {
 	reg, _ := newRegistry(t)
-	opt, err := redis.ParseURL(redisURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	lim := &unreachable{}
-	opt.Limiter = lim
-	rdb := redis.NewClient(opt)
-	t.Cleanup(func() { rdb.Close() })
-	nodeReg := NewRegistry(rdb, string(reg.k))
+	nodeReg, lim := unreachableRegistry(t, reg)
 	cfg := MemberConfig{Node: NodeInfo{ID: "n1", Address: "127.0.0.1:9", Capacity: placement.Capacity{Sessions: 1}},
 		Interval: 20 * time.Millisecond, TTL: time.Second, JoinTimeout: 10 * time.Second}
 
