@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	"github.com/deskgrid/deskgrid/services/display/internal/capture"
 	"github.com/deskgrid/deskgrid/services/platform/testkit"
 )
 
@@ -50,24 +51,32 @@ func lateClient(t testing.TB, xc *xgb.Conn, x, y, w, h int, colours []uint32, de
 // loaded machine, is not taken for the effect of the input that follows.
 func waitPainted(t testing.TB, s *Service, id string, since time.Time, x, y, w, h int) {
 	t.Helper()
+	if all, ok := painted(t, s, id, since, x, y, w, h, 30*time.Second); !ok {
+		t.Fatalf("the watcher never saw %v painted: %v", xproto.Rectangle{X: int16(x), Y: int16(y), Width: uint16(w), Height: uint16(h)}, all)
+	}
+}
+
+// painted tells whether the display's watcher sees the area x, y, w, h
+// painted after since within the time given, and the changes it saw.
+func painted(t testing.TB, s *Service, id string, since time.Time, x, y, w, h int, within time.Duration) ([]capture.Change, bool) {
+	t.Helper()
 	d, err := s.get(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := xproto.Rectangle{X: int16(x), Y: int16(y), Width: uint16(w), Height: uint16(h)}
+	deadline := time.After(within)
 	for {
 		all, wake := d.watch.Snapshot()
 		for _, ch := range all {
-			if ch.At.After(since) && ch.Rect.X <= want.X && ch.Rect.Y <= want.Y &&
-				int(ch.Rect.X)+int(ch.Rect.Width) >= int(want.X)+int(want.Width) &&
-				int(ch.Rect.Y)+int(ch.Rect.Height) >= int(want.Y)+int(want.Height) {
-				return
+			if ch.At.After(since) && int(ch.Rect.X) <= x && int(ch.Rect.Y) <= y &&
+				int(ch.Rect.X)+int(ch.Rect.Width) >= x+w && int(ch.Rect.Y)+int(ch.Rect.Height) >= y+h {
+				return all, true
 			}
 		}
 		select {
 		case <-wake:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("the watcher never saw %v painted: %v", want, all)
+		case <-deadline:
+			return all, false
 		}
 	}
 }
@@ -236,10 +245,6 @@ func TestNoPaintIsLostAfterADamageEvent(t *testing.T) {
 	createDisplay(t, c, "lost", 200, 200)
 	xc := clientConn(t, s, "lost")
 	wid := showWindow(t, xc, 0, 0, 200, 200, 0x000000, 0)
-	d, err := s.get(context.Background(), "lost")
-	if err != nil {
-		t.Fatal(err)
-	}
 	waitPainted(t, s, "lost", time.Time{}, 0, 0, 200, 200)
 	paint := func(colour uint32, x, y, w, h int) {
 		xproto.ChangeWindowAttributes(xc, wid, xproto.CwBackPixel, []uint32{colour})
@@ -247,21 +252,8 @@ func TestNoPaintIsLostAfterADamageEvent(t *testing.T) {
 		_, _ = xproto.GetInputFocus(xc).Reply()
 	}
 	seen := func(since time.Time, x, y, w, h int, within time.Duration) bool {
-		deadline := time.After(within)
-		for {
-			all, wake := d.watch.Snapshot()
-			for _, ch := range all {
-				if ch.At.After(since) && int(ch.Rect.X) <= x && int(ch.Rect.Y) <= y &&
-					int(ch.Rect.X)+int(ch.Rect.Width) >= x+w && int(ch.Rect.Y)+int(ch.Rect.Height) >= y+h {
-					return true
-				}
-			}
-			select {
-			case <-wake:
-			case <-deadline:
-				return false
-			}
-		}
+		_, ok := painted(t, s, "lost", since, x, y, w, h, within)
+		return ok
 	}
 	for i := range 200 {
 		start := time.Now()
