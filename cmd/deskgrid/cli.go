@@ -28,6 +28,19 @@ type cli struct {
 
 // newCLI parses flags (defined by define on the command's flag set) and connects.
 func newCLI(ctx context.Context, name string, args []string, stdout, stderr io.Writer, define func(*flag.FlagSet)) (*cli, error) {
+	c, err := parseCLI(name, args, stdout, stderr, define)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.connect(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// parseCLI parses flags like newCLI but does not connect, for a command
+// that checks its arguments first; it then calls connect.
+func parseCLI(name string, args []string, stdout, stderr io.Writer, define func(*flag.FlagSet)) (*cli, error) {
 	fs, cf := newClientFlags(name, stderr)
 	if define != nil {
 		define(fs)
@@ -36,11 +49,18 @@ func newCLI(ctx context.Context, name string, args []string, stdout, stderr io.W
 	if err != nil {
 		return nil, err
 	}
-	conn, ctx, done, err := cf.connect(ctx)
+	return &cli{cf: cf, done: func() {}, out: stdout, errw: stderr, pos: pos}, nil
+}
+
+// connect dials the deployment; the command's calls then share its -timeout
+// (c.ctx) until close.
+func (c *cli) connect(ctx context.Context) error {
+	conn, ctx, done, err := c.cf.connect(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return &cli{cf: cf, conn: conn, ctx: ctx, done: done, out: stdout, errw: stderr, pos: pos}, nil
+	c.conn, c.ctx, c.done = conn, ctx, done
+	return nil
 }
 
 func (c *cli) close() { c.done() }

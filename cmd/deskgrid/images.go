@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -31,61 +32,61 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		return imagesBuild(ctx, args, stdout, stderr)
 	}
-	fs, cf := newClientFlags("images "+sub, stderr)
-	cf.timeout = 30 * time.Minute
-	var ref string
-	var (
-		allNodes bool
-		node     string
-	)
-	nodeFlag := func(what string) {
-		fs.StringVar(&node, "node", "", "in a cluster (through the session service): the node to "+what+" (see `deskgrid nodes list`); ignored by a single machine")
-	}
 	switch sub {
-	case "pull":
-		fs.BoolVar(&allNodes, "all-nodes", false, "pull onto every live node of the cluster at once (through the session service), with each node's progress and result; exits non-zero when any node failed")
-		nodeFlag("pull onto (a cluster needs -node or -all-nodes)")
-	case "list", "ls":
-		nodeFlag("list; without it a cluster lists every live node's images, with the nodes holding each")
-	case "inspect":
-		nodeFlag("ask; without it a cluster asks every live node and lists those holding the image")
-	case "rm", "delete":
-		nodeFlag("delete from (a cluster needs it)")
-	case "import":
-		fs.StringVar(&ref, "tag", "", "tag for the imported image (default: the names the archive carries)")
+	case "pull", "list", "ls", "inspect", "rm", "delete", "import":
 	default:
 		return usageError("images: unknown subcommand %q", sub)
 	}
-	pos, err := parseInterleaved(fs, args)
+	var (
+		ref      string
+		allNodes bool
+		node     string
+	)
+	c, err := newCLI(ctx, "images "+sub, args, stdout, stderr, func(fs *flag.FlagSet) {
+		// Pulls and imports of desktop images take minutes, not one.
+		fs.Lookup("timeout").Value.Set((30 * time.Minute).String())
+		nodeFlag := func(what string) {
+			fs.StringVar(&node, "node", "", "in a cluster (through the session service): the node to "+what+" (see `deskgrid nodes list`); ignored by a single machine")
+		}
+		switch sub {
+		case "pull":
+			fs.BoolVar(&allNodes, "all-nodes", false, "pull onto every live node of the cluster at once (through the session service), with each node's progress and result; exits non-zero when any node failed")
+			nodeFlag("pull onto (a cluster needs -node or -all-nodes)")
+		case "list", "ls":
+			nodeFlag("list; without it a cluster lists every live node's images, with the nodes holding each")
+		case "inspect":
+			nodeFlag("ask; without it a cluster asks every live node and lists those holding the image")
+		case "rm", "delete":
+			nodeFlag("delete from (a cluster needs it)")
+		case "import":
+			fs.StringVar(&ref, "tag", "", "tag for the imported image (default: the names the archive carries)")
+		}
+	})
 	if err != nil {
 		return err
 	}
-	conn, ctx, done, err := cf.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	client := imagev1.NewImageServiceClient(conn)
+	defer c.close()
+	client := imagev1.NewImageServiceClient(c.conn)
 
 	one := func() (string, error) {
-		if len(pos) != 1 {
+		if len(c.pos) != 1 {
 			return "", usageError("images %s: want one image reference", sub)
 		}
-		return pos[0], nil
+		return c.pos[0], nil
 	}
 	switch sub {
 	case "list", "ls":
-		resp, err := client.ListImages(ctx, &imagev1.ListImagesRequest{NodeId: node})
+		resp, err := client.ListImages(c.ctx, &imagev1.ListImagesRequest{NodeId: node})
 		if err != nil {
 			return rpcError(err)
 		}
-		return printImages(stdout, cf.output, resp.GetImages()...)
+		return printImages(stdout, c.cf.output, resp.GetImages()...)
 	case "inspect":
 		r, err := one()
 		if err != nil {
 			return err
 		}
-		resp, err := client.GetImage(ctx, &imagev1.GetImageRequest{Ref: r, NodeId: node})
+		resp, err := client.GetImage(c.ctx, &imagev1.GetImageRequest{Ref: r, NodeId: node})
 		if err != nil {
 			return rpcError(err)
 		}
@@ -97,7 +98,7 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err != nil {
 			return err
 		}
-		if _, err := client.DeleteImage(ctx, &imagev1.DeleteImageRequest{Ref: r, NodeId: node}); err != nil {
+		if _, err := client.DeleteImage(c.ctx, &imagev1.DeleteImageRequest{Ref: r, NodeId: node}); err != nil {
 			return rpcError(err)
 		}
 		fmt.Fprintln(stdout, "deleted", r)
@@ -111,9 +112,9 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return usageError("images pull: -node and -all-nodes exclude each other")
 		}
 		if allNodes {
-			return pullAllNodes(ctx, sessionv1.NewNodeServiceClient(conn), r, cf.output, stdout, stderr)
+			return pullAllNodes(c.ctx, sessionv1.NewNodeServiceClient(c.conn), r, c.cf.output, stdout, stderr)
 		}
-		stream, err := client.PullImage(ctx, &imagev1.PullImageRequest{Ref: r, NodeId: node})
+		stream, err := client.PullImage(c.ctx, &imagev1.PullImageRequest{Ref: r, NodeId: node})
 		if err != nil {
 			return rpcError(err)
 		}
@@ -127,15 +128,15 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 				return rpcError(err)
 			}
 			if p := m.GetProgress(); p != nil {
-				if cf.output == "table" {
+				if c.cf.output == "table" {
 					fmt.Fprintf(stderr, "\r%s", progressLine(p))
 				}
 				continue
 			}
-			if cf.output == "table" {
+			if c.cf.output == "table" {
 				fmt.Fprintln(stderr)
 			}
-			return printImages(stdout, cf.output, m.GetImage())
+			return printImages(stdout, c.cf.output, m.GetImage())
 		}
 	case "import":
 		path, err := one()
@@ -148,7 +149,7 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		defer f.Close()
 		fi, _ := f.Stat()
-		stream, err := client.ImportImage(ctx)
+		stream, err := client.ImportImage(c.ctx)
 		if err != nil {
 			return rpcError(err)
 		}
@@ -164,7 +165,7 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 					break // the node's answer says why
 				}
 				sent += int64(n)
-				if cf.output == "table" && fi != nil && fi.Size() > 0 {
+				if c.cf.output == "table" && fi != nil && fi.Size() > 0 {
 					fmt.Fprintf(stderr, "\rimporting %s: %s / %s", path, humanBytes(sent), humanBytes(fi.Size()))
 				}
 			}
@@ -176,13 +177,13 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			}
 		}
 		resp, err := stream.CloseAndRecv()
-		if cf.output == "table" {
+		if c.cf.output == "table" {
 			fmt.Fprintln(stderr)
 		}
 		if err != nil {
 			return rpcError(err)
 		}
-		return printImages(stdout, cf.output, resp.GetImages()...)
+		return printImages(stdout, c.cf.output, resp.GetImages()...)
 	}
 	return nil
 }
