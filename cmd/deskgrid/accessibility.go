@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -19,44 +20,58 @@ import (
 // set-text NODE TEXT, focus NODE. With -role and/or -name in place of
 // NODE, the one node they find.
 func runAccessibility(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, cf := newClientFlags("a11y", stderr)
-	depth := fs.Int("depth", 0, "levels below each application (0: 12, at most 64)")
-	nodes := fs.Int("nodes", 0, "nodes at most (0: 2000, at most 20000)")
-	visible := fs.Bool("visible", false, "only what shows on the screen")
-	app := fs.String("app", "", "only applications whose name contains this")
-	root := fs.String("root", "", "only the subtree of this node id")
-	window := fs.Uint("window", 0, "only the subtree of this X window (an id deskgrid windows lists)")
-	focused := fs.Bool("focused", false, "only the subtree of the window with the input focus")
-	pid := fs.Uint("pid", 0, "only the applications of this process of the session and those it started")
-	format := fs.String("format", "text", "tree: text, json (as -o json) or osworld (OSWorld's XML)")
-	role := fs.String("role", "", "find: only nodes of this role (push button, entry, link, ...)")
-	name := fs.String("name", "", "find: only nodes whose name contains this")
-	pos, err := parseInterleaved(fs, args)
+	var (
+		depth   int
+		nodes   int
+		visible bool
+		app     string
+		root    string
+		window  uint
+		focused bool
+		pid     uint
+		format  string
+		role    string
+		name    string
+	)
+	c, err := parseCLI("a11y", args, stdout, stderr, func(fs *flag.FlagSet) {
+		fs.IntVar(&depth, "depth", 0, "levels below each application (0: 12, at most 64)")
+		fs.IntVar(&nodes, "nodes", 0, "nodes at most (0: 2000, at most 20000)")
+		fs.BoolVar(&visible, "visible", false, "only what shows on the screen")
+		fs.StringVar(&app, "app", "", "only applications whose name contains this")
+		fs.StringVar(&root, "root", "", "only the subtree of this node id")
+		fs.UintVar(&window, "window", 0, "only the subtree of this X window (an id deskgrid windows lists)")
+		fs.BoolVar(&focused, "focused", false, "only the subtree of the window with the input focus")
+		fs.UintVar(&pid, "pid", 0, "only the applications of this process of the session and those it started")
+		fs.StringVar(&format, "format", "text", "tree: text, json (as -o json) or osworld (OSWorld's XML)")
+		fs.StringVar(&role, "role", "", "find: only nodes of this role (push button, entry, link, ...)")
+		fs.StringVar(&name, "name", "", "find: only nodes whose name contains this")
+	})
 	if err != nil {
 		return err
 	}
+	pos := c.pos
 	const usage = "a11y: want <id> [tree] [-app A] [-root NODE | -window W | -focused | -pid P] [-format text|json|osworld] [-role R -name N], or <id> do NODE ACTION | set-text NODE TEXT | focus NODE (NODE may be left out for -role/-name to find it)"
-	if len(pos) < 1 || *window > math.MaxUint32 || *pid > math.MaxUint32 {
+	if len(pos) < 1 || window > math.MaxUint32 || pid > math.MaxUint32 {
 		return usageError(usage)
 	}
 	if len(pos) == 2 && pos[1] == "tree" {
 		pos = pos[:1]
 	}
 	req := &sandboxv1.GetAccessibilityTreeRequest{
-		SessionId: pos[0], MaxDepth: int32(*depth), MaxNodes: int32(*nodes), OnlyVisible: *visible, Application: *app, Root: *root,
-		WindowId: uint32(*window), FocusedWindow: *focused, Pid: uint32(*pid),
+		SessionId: pos[0], MaxDepth: int32(depth), MaxNodes: int32(nodes), OnlyVisible: visible, Application: app, Root: root,
+		WindowId: uint32(window), FocusedWindow: focused, Pid: uint32(pid),
 	}
-	switch *format {
+	switch format {
 	case "text":
 	case "json":
-		cf.output = "json"
+		c.cf.output = "json"
 	case "osworld":
-		if len(pos) > 1 || *role != "" || *name != "" {
+		if len(pos) > 1 || role != "" || name != "" {
 			return usageError("a11y: -format osworld writes the tree; it does not go with -role, -name or acts")
 		}
 		req.Format = sandboxv1.AccessibilityFormat_ACCESSIBILITY_FORMAT_OSWORLD_XML
 	default:
-		return usageError("a11y: -format %q: want text, json or osworld", *format)
+		return usageError("a11y: -format %q: want text, json or osworld", format)
 	}
 	var act deskgrid.AccessibleAct
 	var node string
@@ -66,7 +81,7 @@ func runAccessibility(ctx context.Context, args []string, stdout, stderr io.Writ
 		// -name find it.
 		if len(rest) > 0 && strings.HasPrefix(rest[0], ":") {
 			node, rest = rest[0], rest[1:]
-		} else if *role == "" && *name == "" {
+		} else if role == "" && name == "" {
 			return usageError(usage)
 		}
 		switch {
@@ -80,11 +95,11 @@ func runAccessibility(ctx context.Context, args []string, stdout, stderr io.Writ
 			return usageError(usage)
 		}
 	}
-	conn, ctx, done, err := cf.connect(ctx)
-	if err != nil {
+	if err := c.connect(ctx); err != nil {
 		return err
 	}
-	defer done()
+	defer c.close()
+	conn, ctx := c.conn, c.ctx
 	client := sandboxv1.NewSandboxServiceClient(conn)
 	var tree *sandboxv1.GetAccessibilityTreeResponse
 	if act == nil || node == "" {
@@ -94,17 +109,17 @@ func runAccessibility(ctx context.Context, args []string, stdout, stderr io.Writ
 		}
 	}
 	m := protojson.MarshalOptions{Multiline: true, Indent: "  "}
-	if req.Format == sandboxv1.AccessibilityFormat_ACCESSIBILITY_FORMAT_OSWORLD_XML && cf.output != "json" {
+	if req.Format == sandboxv1.AccessibilityFormat_ACCESSIBILITY_FORMAT_OSWORLD_XML && c.cf.output != "json" {
 		_, err = fmt.Fprintln(stdout, tree.GetOsworldXml())
 		return err
 	}
 	if act != nil {
 		if node == "" {
-			found := deskgrid.FindAccessible(tree, *role, *name)
+			found := deskgrid.FindAccessible(tree, role, name)
 			if len(found) != 1 {
 				var b strings.Builder
 				writeFound(&b, found)
-				return fmt.Errorf("a11y %s: -role %q -name %q find %d nodes, want one (give its id):\n%s", pos[1], *role, *name, len(found), b.String())
+				return fmt.Errorf("a11y %s: -role %q -name %q find %d nodes, want one (give its id):\n%s", pos[1], role, name, len(found), b.String())
 			}
 			node = found[0].GetId()
 		}
@@ -116,7 +131,7 @@ func runAccessibility(ctx context.Context, args []string, stdout, stderr io.Writ
 		if err != nil {
 			return rpcError(err)
 		}
-		if cf.output == "json" {
+		if c.cf.output == "json" {
 			b, err := m.Marshal(&sandboxv1.ActOnAccessibleResponse{Node: n})
 			if err != nil {
 				return err
@@ -130,9 +145,9 @@ func runAccessibility(ctx context.Context, args []string, stdout, stderr io.Writ
 		}
 		return writeFound(stdout, []*sandboxv1.AccessibleNode{n})
 	}
-	if *role != "" || *name != "" {
-		found := deskgrid.FindAccessible(tree, *role, *name)
-		if cf.output == "json" {
+	if role != "" || name != "" {
+		found := deskgrid.FindAccessible(tree, role, name)
+		if c.cf.output == "json" {
 			flat := &sandboxv1.GetAccessibilityTreeResponse{NodeCount: int32(len(found))}
 			for _, n := range found {
 				flat.Applications = append(flat.Applications, leaf(n))
@@ -146,7 +161,7 @@ func runAccessibility(ctx context.Context, args []string, stdout, stderr io.Writ
 		}
 		return writeFound(stdout, found)
 	}
-	if cf.output == "json" {
+	if c.cf.output == "json" {
 		b, err := m.Marshal(tree)
 		if err != nil {
 			return err
@@ -182,19 +197,19 @@ func writeFound(w io.Writer, nodes []*sandboxv1.AccessibleNode) error {
 // file or URL with the session's default application, and prints the
 // window that appeared.
 func runApps(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, cf := newClientFlags("apps", stderr)
-	pos, err := parseInterleaved(fs, args)
+	c, err := parseCLI("apps", args, stdout, stderr, nil)
 	if err != nil {
 		return err
 	}
+	pos := c.pos
 	if len(pos) < 1 || (len(pos) > 1 && !(pos[1] == "launch" && len(pos) >= 3 || pos[1] == "open" && len(pos) == 3)) {
 		return usageError("apps: want <id> [launch APP [FILE|URL...] | open FILE|URL]")
 	}
-	conn, ctx, done, err := cf.connect(ctx)
-	if err != nil {
+	if err := c.connect(ctx); err != nil {
 		return err
 	}
-	defer done()
+	defer c.close()
+	conn, ctx := c.conn, c.ctx
 	s, err := deskgrid.NewWithConn(conn).Sessions.Get(ctx, pos[0])
 	if err != nil {
 		return rpcError(err)
@@ -205,7 +220,7 @@ func runApps(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return rpcError(err)
 		}
-		if cf.output == "json" {
+		if c.cf.output == "json" {
 			b, err := m.Marshal(&sandboxv1.ListApplicationsResponse{Applications: apps})
 			if err != nil {
 				return err
@@ -230,7 +245,7 @@ func runApps(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	} else if l, err = s.Launch(ctx, pos[2], pos[3:]...); err != nil {
 		return rpcError(err)
 	}
-	if cf.output == "json" {
+	if c.cf.output == "json" {
 		b, err := m.Marshal(l.Window)
 		if err != nil {
 			return err

@@ -13,7 +13,58 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/deskgrid/deskgrid/services/platform/auth"
+	"github.com/deskgrid/deskgrid/services/platform/config"
 )
+
+// clientFlags are what every client command shares.
+type clientFlags struct {
+	addr    string
+	apiKey  string
+	output  string
+	timeout time.Duration
+}
+
+func newClientFlags(name string, stderr io.Writer) (*flag.FlagSet, *clientFlags) {
+	c := &clientFlags{output: "table"}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:9090", "deskgrid gRPC address")
+	fs.StringVar(&c.apiKey, "api-key", "", "API key (default: the admin key deskgrid up keeps in its data dir, if readable)")
+	if name != "screenshot" {
+		fs.StringVar(&c.output, "o", "table", "output: table or json")
+	}
+	fs.DurationVar(&c.timeout, "timeout", time.Minute, "bound on the call")
+	return fs, c
+}
+
+func (c *clientFlags) conn() (*grpc.ClientConn, error) {
+	if c.output != "table" && c.output != "json" {
+		return nil, usageError("-o %q: want table or json", c.output)
+	}
+	if key := clientKey(c.apiKey); key != "" {
+		return dial(c.addr, grpc.WithPerRPCCredentials(auth.KeyCredentials(key)))
+	}
+	return dial(c.addr)
+}
+
+// parseInterleaved parses flags that may come before or after positional
+// arguments ("sessions get <id> -o json").
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := config.Parse(fs, args, nil); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
 
 // cli is one client command invocation: its flags, connection and output.
 type cli struct {
@@ -55,11 +106,12 @@ func parseCLI(name string, args []string, stdout, stderr io.Writer, define func(
 // connect dials the deployment; the command's calls then share its -timeout
 // (c.ctx) until close.
 func (c *cli) connect(ctx context.Context) error {
-	conn, ctx, done, err := c.cf.connect(ctx)
+	conn, err := c.cf.conn()
 	if err != nil {
 		return err
 	}
-	c.conn, c.ctx, c.done = conn, ctx, done
+	ctx, cancel := context.WithTimeout(ctx, c.cf.timeout)
+	c.conn, c.ctx, c.done = conn, ctx, func() { cancel(); conn.Close() }
 	return nil
 }
 

@@ -9,74 +9,11 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
-	"github.com/deskgrid/deskgrid/services/platform/auth"
-	"github.com/deskgrid/deskgrid/services/platform/config"
 )
-
-// clientFlags are what every client command shares.
-type clientFlags struct {
-	addr    string
-	apiKey  string
-	output  string
-	timeout time.Duration
-}
-
-func newClientFlags(name string, stderr io.Writer) (*flag.FlagSet, *clientFlags) {
-	c := &clientFlags{output: "table"}
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&c.addr, "addr", "127.0.0.1:9090", "deskgrid gRPC address")
-	fs.StringVar(&c.apiKey, "api-key", "", "API key (default: the admin key deskgrid up keeps in its data dir, if readable)")
-	if name != "screenshot" {
-		fs.StringVar(&c.output, "o", "table", "output: table or json")
-	}
-	fs.DurationVar(&c.timeout, "timeout", time.Minute, "bound on the call")
-	return fs, c
-}
-
-func (c *clientFlags) conn() (*grpc.ClientConn, error) {
-	if c.output != "table" && c.output != "json" {
-		return nil, usageError("-o %q: want table or json", c.output)
-	}
-	if key := clientKey(c.apiKey); key != "" {
-		return dial(c.addr, grpc.WithPerRPCCredentials(auth.KeyCredentials(key)))
-	}
-	return dial(c.addr)
-}
-
-// connect dials the deployment for one command, whose calls then share
-// the command's -timeout; done closes the connection and ends the timeout.
-func (c *clientFlags) connect(ctx context.Context) (*grpc.ClientConn, context.Context, func(), error) {
-	conn, err := c.conn()
-	if err != nil {
-		return nil, ctx, func() {}, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	return conn, ctx, func() { cancel(); conn.Close() }, nil
-}
-
-// parseInterleaved parses flags that may come before or after positional
-// arguments ("sessions get <id> -o json").
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := config.Parse(fs, args, nil); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
-}
 
 func runScreenshot(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var (

@@ -173,11 +173,11 @@ func runNodes(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageError("nodes: want list, get, drain or undrain")
 	}
 	sub, args := args[0], args[1:]
-	fs, cf := newClientFlags("nodes "+sub, stderr)
-	pos, err := parseInterleaved(fs, args)
+	cl, err := parseCLI("nodes "+sub, args, stdout, stderr, nil)
 	if err != nil {
 		return err
 	}
+	pos := cl.pos
 	want := 1
 	if sub == "list" {
 		want = 0
@@ -185,12 +185,12 @@ func runNodes(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(pos) != want {
 		return usageError("nodes %s: want %d argument(s) (a node id), got %q", sub, want, pos)
 	}
-	conn, ctx, done, err := cf.connect(ctx)
-	if err != nil {
+	if err := cl.connect(ctx); err != nil {
 		return err
 	}
-	defer done()
-	c := sessionv1.NewNodeServiceClient(conn)
+	defer cl.close()
+	ctx = cl.ctx
+	c := sessionv1.NewNodeServiceClient(cl.conn)
 	var nodes []*sessionv1.Node
 	switch sub {
 	case "list":
@@ -220,7 +220,7 @@ func runNodes(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	default:
 		return usageError("nodes: unknown command %q, want list, get, drain or undrain", sub)
 	}
-	return printNodes(stdout, cf.output, nodes...)
+	return printNodes(stdout, cl.cf.output, nodes...)
 }
 
 func printNodes(w io.Writer, output string, nodes ...*sessionv1.Node) error {
