@@ -44,7 +44,9 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	)
 	c, err := newCLI(ctx, "images "+sub, args, stdout, stderr, func(fs *flag.FlagSet) {
 		// Pulls and imports of desktop images take minutes, not one.
-		fs.Lookup("timeout").Value.Set((30 * time.Minute).String())
+		t := fs.Lookup("timeout")
+		t.DefValue = (30 * time.Minute).String()
+		_ = t.Value.Set(t.DefValue)
 		nodeFlag := func(what string) {
 			fs.StringVar(&node, "node", "", "in a cluster (through the session service): the node to "+what+" (see `deskgrid nodes list`); ignored by a single machine")
 		}
