@@ -232,7 +232,7 @@ func (w *walker) node(ctx context.Context, r ref, depth int) (*Node, error) {
 	if w.lim.Export {
 		n.Image, n.Selection = slices.Contains(is, ifImage), slices.Contains(is, ifSelection)
 	}
-	var ext, acts, text, val *dbus.Call
+	var ext, acts, text, chars, val *dbus.Call
 	if slices.Contains(is, ifComponent) {
 		ext = obj.GoWithContext(ctx, ifComponent+".GetExtents", 0, nil, coordsScreen)
 	}
@@ -245,6 +245,7 @@ func (w *walker) node(ctx context.Context, r ref, depth int) (*Node, error) {
 	}
 	if slices.Contains(is, ifText) && (w.lim.Export || slices.Contains(n.States, "editable") || n.ChildCount == 0) {
 		text = obj.GoWithContext(ctx, ifText+".GetText", 0, nil, int32(0), int32(textLength))
+		chars = obj.GoWithContext(ctx, ifProperties+".Get", 0, nil, ifText, "CharacterCount")
 	}
 	if slices.Contains(is, ifValue) {
 		if w.lim.Export {
@@ -287,7 +288,16 @@ func (w *walker) node(ctx context.Context, r ref, depth int) (*Node, error) {
 	}
 	if text != nil {
 		var s string
-		if err := wait(ctx, text).Store(&s); err == nil {
+		err := wait(ctx, text).Store(&s)
+		var count dbus.Variant
+		if wait(ctx, chars).Store(&count) == nil {
+			// Firefox answers nothing for a range past the text's end:
+			// asked again for the text it has.
+			if c, ok := count.Value().(int32); ok && c > 0 && (err != nil || s == "") {
+				err = obj.CallWithContext(ctx, ifText+".GetText", 0, int32(0), min(c, int32(textLength))).Store(&s)
+			}
+		}
+		if err == nil {
 			n.Text = truncate(s, textLength)
 		}
 	}
