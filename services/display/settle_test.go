@@ -317,3 +317,49 @@ func TestScreenshotAheadOfTheLastChangeIsNotUsed(t *testing.T) {
 		}
 	}
 }
+
+// A screenshot taken ahead is not the answer when the screen changed after
+// it: a click answered by a paint, then after the screen has been quiet
+// long enough for a screenshot to be taken ahead, a second paint, and the
+// wait bounded before the quiet period after that second paint is over
+// (Busy): the answer shows the second paint.
+func TestScreenshotAheadIsNotUsedAfterALaterChange(t *testing.T) {
+	s, c := testService(t, "")
+	createDisplay(t, c, "stale", 400, 300)
+	xc := clientConn(t, s, "stale")
+	mapped := time.Now()
+	wid := showWindow(t, xc, 50, 50, 100, 100, 0x0000ff, xproto.EventMaskButtonPress)
+	waitPainted(t, s, "stale", mapped, 50, 50, 100, 100)
+	paint := func(c uint32) {
+		xproto.ChangeWindowAttributes(xc, wid, xproto.CwBackPixel, []uint32{c})
+		xproto.ClearArea(xc, false, wid, 0, 0, 0, 0)
+		_, _ = xproto.GetInputFocus(xc).Reply()
+	}
+	// Quiet 2 s: a screenshot is taken ahead 1 s after the first paint; the
+	// second comes at 1.5 s; the wait ends at 2 s, before the next one
+	// ahead (2.5 s).
+	go func() {
+		for {
+			ev, err := xc.WaitForEvent()
+			if ev == nil && err == nil {
+				return
+			}
+			if _, ok := ev.(xproto.ButtonPressEvent); ok {
+				paint(0xff0000)
+				time.AfterFunc(1500*time.Millisecond, func() { paint(0x00ff00) })
+			}
+		}
+	}()
+	resp, err := c.PerformActions(ctxT(t), &displayv1.PerformActionsRequest{
+		SessionId:  "stale",
+		Actions:    []*displayv1.Action{{Action: &displayv1.Action_Click{Click: &displayv1.Click{At: &displayv1.Point{X: 100, Y: 100}}}}},
+		Screenshot: true,
+		Settle:     &displayv1.Settle{ChangeTimeout: durationpb.New(2 * time.Second), Timeout: durationpb.New(2 * time.Second), Quiet: durationpb.New(2 * time.Second)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rgb(decodePNG(t, resp.GetScreenshot().GetData()).At(100, 100)); got != 0x00ff00 {
+		t.Fatalf("the screenshot shows %06x, want the second paint 00ff00; settle %v", got, resp.GetSettle())
+	}
+}
