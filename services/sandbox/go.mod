@@ -9,7 +9,7 @@ require (
 	github.com/containerd/continuity v0.4.5
 	github.com/deskgrid/deskgrid/proto v0.0.0
 	github.com/deskgrid/deskgrid/services/platform v0.0.0-00010101000000-000000000000
-	github.com/godbus/dbus/v5 v5.1.0
+	github.com/godbus/dbus/v5 v5.2.4
 	github.com/google/go-containerregistry v0.20.6
 	github.com/klauspost/compress v1.20.3
 	github.com/opencontainers/runtime-spec v1.3.0
