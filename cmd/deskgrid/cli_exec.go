@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -31,7 +32,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs, cf := newClientFlags("exec", stderr)
 	fs.BoolVar(&asRoot, "root", false, "run as root of the session's own user namespace (sessions from an image: apt-get install, /etc); not the host's root")
 	fs.StringVar(&cwd, "cwd", "", "working directory inside the sandbox")
-	fs.DurationVar(&timeout, "t", 0, "kill the command after this long (0: 60s)")
+	fs.DurationVar(&timeout, "t", 0, "kill the command after this long (0: 60s); the call is bounded by -timeout when given, else by this plus 30s")
 	fs.StringVar(&env, "env", "", "extra environment, K=V,K2=V2")
 	if err := config.Parse(fs, args, nil); err != nil {
 		return err
@@ -44,6 +45,14 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if argv[0] == "--" {
 		argv = argv[1:]
 	}
+	// The call's bound: -timeout when given; else long enough for the node
+	// to kill the command at -t and say so.
+	bound := cf.timeout
+	if !flagGiven(fs, "timeout") {
+		bound = cmp.Or(timeout, time.Minute) + 30*time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
 	conn, err := cf.conn()
 	if err != nil {
 		return err
@@ -80,6 +89,13 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return nil
 		}
 	}
+}
+
+// flagGiven reports whether name was set on the command line.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }
 
 // runShell runs a command line in the session's persistent shell.

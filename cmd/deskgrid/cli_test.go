@@ -42,6 +42,10 @@ func TestEndToEndCLICommands(t *testing.T) {
 	if code != 7 || out != "out\n" || !strings.Contains(errs, "err") {
 		t.Fatalf("exec: code %d out %q err %q", code, out, errs)
 	}
+	// -timeout bounds the call: the command is still running when it ends.
+	if out, errs, code := run("", "exec", "-timeout", "1s", s.ID, "--", "sleep", "30"); code == 0 || !strings.Contains(errs, "deadline") {
+		t.Fatalf("exec -timeout 1s of a 30 s sleep: code %d out %q err %q", code, out, errs)
+	}
 	// -root asks for root of the session's own user namespace, which a
 	// session from no image does not have: the node says so.
 	if out, errs, code := run("", "exec", "-root", s.ID, "--", "id", "-u"); code == 0 || !strings.Contains(errs, "user namespace") {
