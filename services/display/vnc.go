@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
@@ -80,6 +81,10 @@ func (s *Service) ConnectVNC(stream displayv1.DisplayService_ConnectVNCServer) e
 	// the stream does, at the latest when this handler returns.
 	go func() {
 		f := &rfb.Filter{ViewOnly: first.GetViewOnly()}
+		if d.watch != nil {
+			// The viewer's input changes the screen as an agent's does.
+			f.OnInput = func() { d.watch.NoteInput(time.Now()) }
+		}
 		data := first.GetData()
 		for {
 			if len(data) > 0 {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -267,5 +268,42 @@ func TestVNCUnknownSessionAndBadStream(t *testing.T) {
 	}
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("bad security type: %v, want InvalidArgument", err)
+	}
+}
+
+// A person on VNC clicking a window three times does not make its repaints
+// the screen's own background (a blinking cursor): the agent's next click
+// there is seen to change it, at once, not after the change bound.
+func TestViewerInputIsNotBackground(t *testing.T) {
+	s, c := testService(t, "")
+	createDisplay(t, c, "viewer", 400, 300)
+	colours := []uint32{0x0000ff, 0xff0000, 0x00ff00, 0xffff00}
+	var delay atomic.Int64
+	xc := clientConn(t, s, "viewer")
+	mapped := time.Now()
+	lateClient(t, xc, 50, 50, 100, 100, colours, &delay)
+	waitPainted(t, s, "viewer", mapped, 50, 50, 100, 100)
+	v := connectVNC(t, c, "viewer", false)
+	v.handshake()
+	for range 3 {
+		since := time.Now()
+		v.pointer(100, 100, 1)
+		v.pointer(100, 100, 0)
+		waitPainted(t, s, "viewer", since, 50, 50, 100, 100)
+	}
+	resp, err := c.PerformActions(ctxT(t), &displayv1.PerformActionsRequest{
+		SessionId:  "viewer",
+		Actions:    []*displayv1.Action{{Action: &displayv1.Action_Click{Click: &displayv1.Click{At: &displayv1.Point{X: 100, Y: 100}}}}},
+		Screenshot: true,
+		Settle:     loaded,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := resp.GetSettle().GetOutcome(); o != displayv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+		t.Fatalf("settle %v after the viewer's clicks, want settled on the click's repaint", resp.GetSettle())
+	}
+	if got := rgb(decodePNG(t, resp.GetScreenshot().GetData()).At(100, 100)); got != colours[0] {
+		t.Fatalf("screenshot shows %06x, want %06x (the fourth click's colour)", got, colours[0])
 	}
 }

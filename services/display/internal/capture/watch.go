@@ -28,8 +28,9 @@ type Watcher struct {
 	recent []Change
 	// wake is closed, and replaced, at every change.
 	wake chan struct{}
-	// waits are the spans of recent settle waits: changes in them may be
-	// the effect of input, never what the screen does by itself.
+	// waits are the spans of recent settle waits and of the second after
+	// input that came another way (NoteInput): changes in them may be the
+	// effect of input, never what the screen does by itself.
 	waits [][2]time.Time
 }
 
@@ -168,6 +169,37 @@ type SettleOptions struct {
 	Timeout time.Duration
 }
 
+// inputEffect is how long after input that came another way the screen's
+// changes may be its effect.
+const inputEffect = time.Second
+
+// NoteInput records input that reached the screen another way than through
+// Settle's caller, such as a VNC viewer's key or pointer: what changes in the
+// second after it may be its effect, never what the screen does by itself,
+// so a field a person typed in is not taken for a blinking cursor.
+func (w *Watcher) NoteInput(at time.Time) {
+	w.addWait(at, at.Add(inputEffect))
+}
+
+// addWait remembers the span from to until as one in which changes may be
+// the effect of input, forgetting spans older than the history and joining
+// one that overlaps the latest.
+func (w *Watcher) addWait(from, until time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if n := len(w.waits); n > 0 && !from.Before(w.waits[n-1][0]) && !from.After(w.waits[n-1][1]) {
+		if until.After(w.waits[n-1][1]) {
+			w.waits[n-1][1] = until
+		}
+		return
+	}
+	drop := 0
+	for drop < len(w.waits) && from.Sub(w.waits[drop][1]) > historyFor {
+		drop++
+	}
+	w.waits = append(w.waits[drop:], [2]time.Time{from, until})
+}
+
 // Outcome is how a wait ended.
 type Outcome int
 
@@ -205,15 +237,7 @@ func (w *Watcher) Settle(ctx context.Context, began, done time.Time, o SettleOpt
 	waits := slices.Clone(w.waits)
 	w.mu.Unlock()
 	background := repeating(all, since, waits)
-	defer func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		drop := 0
-		for drop < len(w.waits) && since.Sub(w.waits[drop][1]) > historyFor {
-			drop++
-		}
-		w.waits = append(w.waits[drop:], [2]time.Time{since, time.Now()})
-	}()
+	defer func() { w.addWait(since, time.Now()) }()
 	deadline := done.Add(o.Timeout)
 	changeBy := done.Add(min(o.ChangeTimeout, o.Timeout))
 	t := time.NewTimer(time.Hour)

@@ -51,6 +51,10 @@ const (
 // pointer, clipboard, desktop resize and power requests) is dropped.
 type Filter struct {
 	ViewOnly bool
+	// OnInput, when set, is called for each key or pointer message
+	// forwarded (QEMU's key events included, which noVNC sends): the
+	// screen's changes after it may be its effect.
+	OnInput func()
 
 	phase phase
 	buf   []byte
@@ -62,6 +66,7 @@ func (f *Filter) Feed(data []byte) ([]byte, error) {
 	f.buf = append(f.buf, data...)
 	var out []byte
 	for {
+		message := f.phase == phaseMessages
 		n, keep, err := f.next()
 		if err != nil {
 			return out, err
@@ -70,6 +75,9 @@ func (f *Filter) Feed(data []byte) ([]byte, error) {
 			break
 		}
 		if keep {
+			if f.OnInput != nil && message && (f.buf[0] == MsgKeyEvent || f.buf[0] == MsgPointerEvent || f.buf[0] == MsgQEMU) {
+				f.OnInput()
+			}
 			out = append(out, f.buf[:n]...)
 		}
 		f.buf = f.buf[n:]

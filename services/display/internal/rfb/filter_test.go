@@ -35,15 +35,17 @@ func TestFilter(t *testing.T) {
 		name     string
 		viewOnly bool
 		want     []byte
+		inputs   int // keys and pointer events told to OnInput
 	}{
-		{"control passes everything", false, msg(handshake, all)},
-		{"view-only drops input", true, msg(handshake, pixelFormat, encodings, update, fence, contUpdates, update)},
+		{"control passes everything", false, msg(handshake, all), 3},
+		{"view-only drops input", true, msg(handshake, pixelFormat, encodings, update, fence, contUpdates, update), 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := msg(handshake, all)
 			// Every split of the stream gives the same result.
 			for _, chunk := range []int{1, 2, 3, 7, 13, len(in)} {
-				f := &Filter{ViewOnly: tc.viewOnly}
+				inputs := 0
+				f := &Filter{ViewOnly: tc.viewOnly, OnInput: func() { inputs++ }}
 				var got []byte
 				for i := 0; i < len(in); i += chunk {
 					out, err := f.Feed(in[i:min(i+chunk, len(in))])
@@ -54,6 +56,9 @@ func TestFilter(t *testing.T) {
 				}
 				if !bytes.Equal(got, tc.want) {
 					t.Fatalf("chunk %d: forwarded %x\nwant %x", chunk, got, tc.want)
+				}
+				if inputs != tc.inputs {
+					t.Fatalf("chunk %d: OnInput called %d times, want %d", chunk, inputs, tc.inputs)
 				}
 			}
 		})
