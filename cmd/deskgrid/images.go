@@ -51,7 +51,7 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		t.DefValue = (30 * time.Minute).String()
 		_ = t.Value.Set(t.DefValue)
 		nodeFlag := func(what string) {
-			fs.StringVar(&node, "node", "", "in a cluster (through the session service): the node to "+what+" (see `deskgrid nodes list`); ignored by a single machine")
+			fs.StringVar(&node, "node", "", "in a cluster (through the session service): the `id` of the node to "+what+" (see deskgrid nodes list); ignored by a single machine")
 		}
 		switch sub {
 		case "pull":
