@@ -72,13 +72,15 @@ func (i *Images) Pull(ctx context.Context, ref string, progress func(*imagev1.Pu
 }
 
 // Import stores the image archive read from r (an OCI layout tar or a
-// `docker save` tarball), tagged ref ("" for the names it carries).
+// `docker save` tarball), tagged ref ("" for the names it carries). In a
+// cluster it goes to the node of OnNode, streamed on as it is read; without
+// one the import fails with FAILED_PRECONDITION.
 func (i *Images) Import(ctx context.Context, r io.Reader, ref string) ([]*imagev1.Image, error) {
 	stream, err := i.c.image.ImportImage(ctx)
 	if err != nil {
 		return nil, wrap(err)
 	}
-	if err := stream.Send(&imagev1.ImportImageRequest{Data: &imagev1.ImportImageRequest_Header{Header: &imagev1.ImportImageHeader{Ref: ref}}}); err != nil {
+	if err := stream.Send(&imagev1.ImportImageRequest{Data: &imagev1.ImportImageRequest_Header{Header: &imagev1.ImportImageHeader{Ref: ref, NodeId: i.node}}}); err != nil {
 		return nil, wrap(err)
 	}
 	buf := make([]byte, 256<<10)

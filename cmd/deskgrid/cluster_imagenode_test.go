@@ -10,17 +10,22 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	imagev1 "github.com/deskgrid/deskgrid/proto/deskgrid/image/v1"
+	sessionv1 "github.com/deskgrid/deskgrid/proto/deskgrid/session/v1"
 	deskgrid "github.com/deskgrid/deskgrid/sdk"
 	"github.com/deskgrid/deskgrid/services/platform/natsembed/natstest"
 	"github.com/deskgrid/deskgrid/services/session/cluster"
+	"github.com/deskgrid/deskgrid/services/session/placement"
 )
 
 // TestClusterImagesOnNode: two nodes, a session service, a gateway and a
@@ -202,12 +207,126 @@ func TestClusterImagesOnNode(t *testing.T) {
 		}
 	})
 
+	// An archive for nodes that reach no registry: its name is one no
+	// registry answers for, so a session of it runs only where it was
+	// imported.
+	air := "airgap.invalid/team/air:v1"
+	airImg := testImage(t, 4096)
+	airDigest, _ := airImg.Digest()
+	archive := filepath.Join(t.TempDir(), "air.tar")
+	airTag, _ := name.NewTag(air)
+	if err := tarball.WriteToFile(archive, airTag, airImg); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("import onto a named node", func(t *testing.T) {
+		fails("failedprecondition", "images", "import", archive)
+		fails("-node", "images", "import", archive)
+		fails("exclude each other", "images", "import", "-node", "n1", "-all-nodes", archive)
+		if out := ok("images", "import", "-node", "n1", archive); !strings.Contains(out, air) || !strings.Contains(out, airDigest.String()[:19]) {
+			t.Fatalf("import -node n1: %s", out)
+		}
+		if out := ok("images", "list", "-node", "n1"); !strings.Contains(out, air) {
+			t.Fatalf("list -node n1 after the import:\n%s", out)
+		}
+		if out := ok("images", "list", "-node", "n2"); strings.Contains(out, air) {
+			t.Fatalf("list -node n2 (which was sent nothing):\n%s", out)
+		}
+		var got struct{ NodeIds []string }
+		if out := ok("images", "inspect", air); json.Unmarshal([]byte(out), &got) != nil || strings.Join(got.NodeIds, ",") != "n1" {
+			t.Fatalf("inspect of the cluster after the import:\n%s", out)
+		}
+
+		// Placement finds it there: a session of it runs on n1 (n2 could
+		// not pull it from anywhere).
+		c.waitFor("n1 reporting the imported image", 10*time.Second, func() bool {
+			snap, err := c.reg.SnapshotFor(context.Background(), "", placement.ImageKeys("", air))
+			if err != nil {
+				return false
+			}
+			held := map[string]bool{}
+			for _, n := range snap {
+				held[n.ID] = n.HasImage
+			}
+			return held["n1"] && !held["n2"]
+		})
+		conn, err := dial(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		sessions := sessionv1.NewSessionServiceClient(conn)
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		w, h := int32(320), int32(240)
+		resp, err := sessions.CreateSession(ctx, &sessionv1.CreateSessionRequest{Image: air, Display: &sessionv1.DisplaySpec{Width: &w, Height: &h}})
+		if err != nil {
+			t.Fatalf("create from the imported image: %v\n%s", err, c.logs())
+		}
+		s := resp.GetSession()
+		if _, err := sessions.DeleteSession(ctx, &sessionv1.DeleteSessionRequest{SessionId: s.GetId()}); err != nil {
+			t.Fatalf("delete %s: %v", s.GetId(), err)
+		}
+		if s.GetNodeId() != "n1" || s.GetImageDigest() != airDigest.String() {
+			t.Fatalf("session of the image imported onto n1 runs on %s from %s", s.GetNodeId(), s.GetImageDigest())
+		}
+
+		// A broken archive fails on the node, with its reason, and leaves
+		// the node's store as it was.
+		broken := filepath.Join(t.TempDir(), "broken.tar")
+		if err := os.WriteFile(broken, bytes.Repeat([]byte("not a tar "), 100000), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		fails("invalidargument", "images", "import", "-node", "n2", broken)
+
+		// The Go SDK names the node in the header.
+		dg, err := deskgrid.New(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dg.Close()
+		f, err := os.Open(archive)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		sdkRef := "airgap.invalid/team/air:sdk"
+		if imgs, err := dg.Images.OnNode("n2").Import(ctx, f, sdkRef); err != nil || len(imgs) != 1 || imgs[0].GetRef() != sdkRef {
+			t.Fatalf("Images.OnNode(n2).Import: %v, %v", imgs, err)
+		}
+		if out := ok("images", "list", "-node", "n2"); !strings.Contains(out, sdkRef) || strings.Contains(out, air+" ") {
+			t.Fatalf("list -node n2 after the SDK's import:\n%s", out)
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			t.Fatal(err)
+		}
+		var e *deskgrid.Error
+		if _, err := dg.Images.Import(ctx, f, sdkRef); !errors.As(err, &e) || e.Code != codes.FailedPrecondition {
+			t.Fatalf("Images.Import without a node: %v, want FailedPrecondition", err)
+		}
+
+		// Every live node in turn.
+		every := "airgap.invalid/team/air:every"
+		out := ok("images", "import", "-all-nodes", "-tag", every, archive)
+		if !strings.Contains(out, "imported onto 2 of 2 nodes") || strings.Count(out, "imported ") != 3 || strings.Contains(out, "failed") {
+			t.Fatalf("import -all-nodes:\n%s", out)
+		}
+		if out := ok("images", "inspect", every); json.Unmarshal([]byte(out), &got) != nil || strings.Join(got.NodeIds, ",") != "n1,n2" {
+			t.Fatalf("inspect after import -all-nodes:\n%s", out)
+		}
+		out, errs, code := cli("images", "import", "-all-nodes", broken)
+		if code == 0 || !strings.Contains(out, "imported onto 0 of 2 nodes, failed on 2") || strings.Count(out, "failed: invalidargument") != 2 {
+			t.Fatalf("import -all-nodes of a broken archive: exit %d\n%s%s", code, out, errs)
+		}
+	})
+
 	t.Run("unknown node", func(t *testing.T) {
 		for _, args := range [][]string{
 			{"images", "list", "-node", "n9"},
 			{"images", "inspect", "-node", "n9", both},
 			{"images", "rm", "-node", "n9", both},
 			{"images", "pull", "-node", "n9", both},
+			{"images", "import", "-node", "n9", archive},
 		} {
 			if errs := fails("notfound", args...); !strings.Contains(errs, "n9") {
 				t.Fatalf("%v: %s", args, errs)
@@ -221,12 +340,21 @@ func TestClusterImagesOnNode(t *testing.T) {
 		fails("unavailable", "images", "list", "-node", "n1")
 		fails("unavailable", "images", "inspect", "-node", "n1", both)
 		fails("unavailable", "images", "rm", "-node", "n1", both)
+		fails("unavailable", "images", "import", "-node", "n1", archive)
+		// Every live node in turn: n1, alive by its last heartbeat, fails.
+		if out, errs, code := cli("images", "import", "-all-nodes", "-tag", "airgap.invalid/team/air:late", archive); code == 0 ||
+			!strings.Contains(out, "imported onto 1 of 2 nodes, failed on 1") || !strings.Contains(out, "failed: unavailable") || !strings.Contains(out, "n2  ") {
+			t.Fatalf("import -all-nodes with n1 killed: exit %d\n%s%s", code, out, errs)
+		}
 		c.waitFor("n1 declared down", 60*time.Second, func() bool {
 			n, err := c.reg.Node(context.Background(), "n1")
 			return err == nil && !n.Alive
 		})
 		if errs := fails("unavailable", "images", "list", "-node", "n1"); !strings.Contains(errs, "down") {
 			t.Fatalf("list on a node declared down: %s", errs)
+		}
+		if errs := fails("unavailable", "images", "import", "-node", "n1", archive); !strings.Contains(errs, "down") {
+			t.Fatalf("import onto a node declared down: %s", errs)
 		}
 		if code, body := rest(http.MethodGet, "/v1/images", url.Values{"node_id": {"n1"}}); code != http.StatusServiceUnavailable {
 			t.Fatalf("GET /v1/images?node_id=n1 (down): %d %.400s", code, body)

@@ -111,6 +111,21 @@ func (w *stallWriter) Write(p []byte) (int, error) {
 // bytes, so each push is an image no node holds yet.
 func pushTestImage(t *testing.T, ref string, size int) v1.Image {
 	t.Helper()
+	img := testImage(t, size)
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(r, img); err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// testImage is an image of two layers, one of them size random bytes, so
+// each is an image no node holds yet.
+func testImage(t *testing.T, size int) v1.Image {
+	t.Helper()
 	layer := func(files map[string][]byte) v1.Layer {
 		var buf bytes.Buffer
 		tw := tar.NewWriter(&buf)
@@ -136,13 +151,6 @@ func pushTestImage(t *testing.T, ref string, size int) v1.Image {
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", runtime.GOARCH
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
-	}
-	r, err := name.ParseReference(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(r, img); err != nil {
 		t.Fatal(err)
 	}
 	return img

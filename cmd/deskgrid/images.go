@@ -2,15 +2,18 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	imagev1 "github.com/deskgrid/deskgrid/proto/deskgrid/image/v1"
@@ -48,7 +51,7 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		t.DefValue = (30 * time.Minute).String()
 		_ = t.Value.Set(t.DefValue)
 		nodeFlag := func(what string) {
-			fs.StringVar(&node, "node", "", "in a cluster (through the session service): the node to "+what+" (see `deskgrid nodes list`); ignored by a single machine")
+			fs.StringVar(&node, "node", "", "in a cluster (through the session service): the `id` of the node to "+what+" (see deskgrid nodes list); ignored by a single machine")
 		}
 		switch sub {
 		case "pull":
@@ -62,6 +65,8 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			nodeFlag("delete from (a cluster needs it)")
 		case "import":
 			fs.StringVar(&ref, "tag", "", "tag for the imported image (default: the names the archive carries)")
+			fs.BoolVar(&allNodes, "all-nodes", false, "import onto every live node of the cluster in turn (through the session service), the archive streamed to each, with each node's result; exits non-zero when any node failed")
+			nodeFlag("import onto (a cluster needs -node or -all-nodes)")
 		}
 	})
 	if err != nil {
@@ -145,47 +150,173 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err != nil {
 			return err
 		}
+		if allNodes && node != "" {
+			return usageError("images import: -node and -all-nodes exclude each other")
+		}
 		f, err := os.Open(path)
 		if err != nil {
 			return usageError("images import: %v", err)
 		}
 		defer f.Close()
-		fi, _ := f.Stat()
-		stream, err := client.ImportImage(c.ctx)
-		if err != nil {
-			return rpcError(err)
+		if allNodes {
+			return importAllNodes(c.ctx, client, sessionv1.NewNodeServiceClient(c.conn), f, ref, c.cf.output, stdout, stderr)
 		}
-		if err := stream.Send(&imagev1.ImportImageRequest{Data: &imagev1.ImportImageRequest_Header{Header: &imagev1.ImportImageHeader{Ref: ref}}}); err != nil {
-			return rpcError(err)
-		}
-		buf := make([]byte, 256<<10)
-		var sent int64
-		for {
-			n, rerr := f.Read(buf)
-			if n > 0 {
-				if err := stream.Send(&imagev1.ImportImageRequest{Data: &imagev1.ImportImageRequest_Chunk{Chunk: buf[:n]}}); err != nil {
-					break // the node's answer says why
-				}
-				sent += int64(n)
-				if c.cf.output == "table" && fi != nil && fi.Size() > 0 {
-					fmt.Fprintf(stderr, "\rimporting %s: %s / %s", path, humanBytes(sent), humanBytes(fi.Size()))
-				}
-			}
-			if errors.Is(rerr, io.EOF) {
-				break
-			}
-			if rerr != nil {
-				return fmt.Errorf("images import: %w", rerr)
+		var progress func(int64, int64)
+		if c.cf.output == "table" {
+			progress = func(sent, size int64) {
+				fmt.Fprintf(stderr, "\rimporting %s: %s / %s", path, humanBytes(sent), humanBytes(size))
 			}
 		}
-		resp, err := stream.CloseAndRecv()
+		imgs, err := importArchive(c.ctx, client, f, ref, node, progress)
 		if c.cf.output == "table" {
 			fmt.Fprintln(stderr)
 		}
 		if err != nil {
 			return rpcError(err)
 		}
-		return printImages(stdout, c.cf.output, resp.GetImages()...)
+		return printImages(stdout, c.cf.output, imgs...)
+	}
+	return nil
+}
+
+// importArchive streams the archive f, from its start, to one node (node;
+// "" on a single machine), calling progress, when set, with the bytes sent
+// so far and f's size. An error of the call is its gRPC status; one of
+// reading f is not.
+func importArchive(ctx context.Context, client imagev1.ImageServiceClient, f *os.File, ref, node string, progress func(sent, size int64)) ([]*imagev1.Image, error) {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("images import: %w", err)
+	}
+	var size int64
+	if fi, err := f.Stat(); err == nil {
+		size = fi.Size()
+	}
+	stream, err := client.ImportImage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := stream.Send(&imagev1.ImportImageRequest{Data: &imagev1.ImportImageRequest_Header{Header: &imagev1.ImportImageHeader{Ref: ref, NodeId: node}}}); err != nil {
+		_, err = stream.CloseAndRecv()
+		return nil, err
+	}
+	buf := make([]byte, 256<<10)
+	var sent int64
+	for {
+		n, rerr := f.Read(buf)
+		if n > 0 {
+			if err := stream.Send(&imagev1.ImportImageRequest{Data: &imagev1.ImportImageRequest_Chunk{Chunk: buf[:n]}}); err != nil {
+				break // the answer says why
+			}
+			sent += int64(n)
+			if progress != nil && size > 0 {
+				progress(sent, size)
+			}
+		}
+		if errors.Is(rerr, io.EOF) {
+			break
+		}
+		if rerr != nil {
+			return nil, fmt.Errorf("images import: %w", rerr)
+		}
+	}
+	resp, err := stream.CloseAndRecv()
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetImages(), nil
+}
+
+// importAllNodes imports the archive f onto every live node in turn: its
+// progress on stderr, then each node's result and a summary on stdout. A
+// node that failed makes the command fail.
+func importAllNodes(ctx context.Context, images imagev1.ImageServiceClient, nodes sessionv1.NodeServiceClient, f *os.File, ref, output string, stdout, stderr io.Writer) error {
+	resp, err := nodes.ListNodes(ctx, &sessionv1.ListNodesRequest{})
+	if err != nil {
+		return rpcError(err)
+	}
+	var ids []string
+	for _, n := range resp.GetNodes() {
+		if n.GetState() != sessionv1.NodeState_NODE_STATE_DOWN {
+			ids = append(ids, n.GetId())
+		}
+	}
+	if len(ids) == 0 {
+		return errors.New("images import: no live node to import onto; see `deskgrid nodes list`")
+	}
+	sort.Strings(ids)
+	type result struct {
+		node string
+		imgs []*imagev1.Image
+		err  error
+	}
+	var (
+		results []result
+		failed  int
+	)
+	for _, id := range ids {
+		var progress func(int64, int64)
+		if output == "table" {
+			progress = func(sent, size int64) {
+				fmt.Fprintf(stderr, "\r%s: importing %s / %s", id, humanBytes(sent), humanBytes(size))
+			}
+		}
+		imgs, err := importArchive(ctx, images, f, ref, id, progress)
+		if output == "table" {
+			fmt.Fprintln(stderr)
+		}
+		if err != nil {
+			if _, ok := status.FromError(err); !ok || ctx.Err() != nil {
+				return rpcError(err) // the archive or the command, not the node
+			}
+			failed++
+		}
+		results = append(results, result{id, imgs, err})
+	}
+	if output == "json" {
+		for _, r := range results {
+			line := map[string]any{"nodeId": r.node}
+			if r.err != nil {
+				st := status.Convert(r.err)
+				line["errorCode"], line["error"] = st.Code().String(), st.Message()
+			} else {
+				var ims []json.RawMessage
+				for _, im := range r.imgs {
+					b, _ := protojson.Marshal(im)
+					ims = append(ims, b)
+				}
+				line["images"] = ims
+			}
+			b, _ := json.Marshal(line)
+			fmt.Fprintln(stdout, string(b))
+		}
+		b, _ := json.Marshal(map[string]int{"nodes": len(ids), "succeeded": len(ids) - failed, "failed": failed})
+		fmt.Fprintln(stdout, string(b))
+	} else {
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NODE\tRESULT\tREF\tDIGEST")
+		for _, r := range results {
+			if r.err != nil {
+				st := status.Convert(r.err)
+				fmt.Fprintf(tw, "%s\tfailed: %s: %s\t\t\n", r.node, strings.ToLower(st.Code().String()), st.Message())
+				continue
+			}
+			for _, im := range r.imgs {
+				d := im.GetDigest()
+				if len(d) > 19 {
+					d = d[:19]
+				}
+				fmt.Fprintf(tw, "%s\timported\t%s\t%s\n", r.node, im.GetRef(), d)
+			}
+		}
+		_ = tw.Flush()
+		fmt.Fprintf(stdout, "%s: imported onto %d of %d nodes", f.Name(), len(ids)-failed, len(ids))
+		if failed > 0 {
+			fmt.Fprintf(stdout, ", failed on %d", failed)
+		}
+		fmt.Fprintln(stdout)
+	}
+	if failed > 0 {
+		return fmt.Errorf("images import: failed on %d of %d nodes", failed, len(ids))
 	}
 	return nil
 }

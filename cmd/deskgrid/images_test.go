@@ -78,6 +78,14 @@ func TestEndToEndImagesCLI(t *testing.T) {
 	if out := must("images", "list"); !strings.Contains(out, "docker.io/team/cli:v1") {
 		t.Fatalf("list: %q", out)
 	}
+	// One machine is one node: -node is ignored, -all-nodes imports onto it.
+	if out := must("images", "import", "-node", "elsewhere", "-tag", "team/cli:node", archive); !strings.Contains(out, "docker.io/team/cli:node") {
+		t.Fatalf("import -node: %q", out)
+	}
+	if out := must("images", "import", "-all-nodes", "-tag", "team/cli:every", archive); !strings.Contains(out, "imported onto 1 of 1 nodes") ||
+		!strings.Contains(out, "docker.io/team/cli:every") {
+		t.Fatalf("import -all-nodes: %q", out)
+	}
 	want, _ := img.Digest()
 	if out := must("images", "inspect", "team/cli:v1"); !strings.Contains(out, want.String()) {
 		t.Fatalf("inspect: %q", out)

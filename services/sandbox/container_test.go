@@ -288,19 +288,32 @@ func itoa(n int) string {
 }
 
 // TestImageSessionCommitAndDelete: a session's change committed becomes an
-// image whose new sessions have it; a deleted session leaves no mount, no
-// runc container, no cgroup and no claimed range.
+// image whose new sessions have it, a setuid-root file with its setuid bit
+// (a change to it in such a session is the session's range's on the host,
+// never host root's); a deleted session leaves no mount, no runc
+// container, no cgroup and no claimed range.
 func TestImageSessionCommitAndDelete(t *testing.T) {
 	h, _ := newImageHarness(t)
 	ctx := context.Background()
 	h.createFrom(t, "base", "test/busybox:root")
-	h.sh(t, "base", "echo installed > /usr/bin/tool && chmod 755 /usr/bin/tool")
+	h.sh(t, "base", "echo installed > /usr/bin/tool && chmod 755 /usr/bin/tool && echo su > /usr/bin/su-tool && chmod u+s,a+x /usr/bin/su-tool")
+	if got := h.sh(t, "base", "stat -c '%a %u:%g' /usr/bin/su-tool"); got != "4755 0:0" {
+		t.Fatalf("the setuid file in the session: %q", got)
+	}
 	if _, err := h.client.CommitSandbox(ctx, &sandboxv1.CommitSandboxRequest{SessionId: "base", Image: "test/busybox:tool"}); err != nil {
 		t.Fatal(err)
 	}
 	h.createFrom(t, "derived", "test/busybox:tool")
 	if got := h.sh(t, "derived", "cat /usr/bin/tool; id -u"); got != "installed\n0" {
 		t.Errorf("in a session from the committed image: %q", got)
+	}
+	if got := h.sh(t, "derived", "stat -c '%a %u:%g' /usr/bin/su-tool"); got != "4755 0:0" {
+		t.Errorf("the setuid file in a session from the committed image: %q", got)
+	}
+	d := h.svc.boxes["derived"]
+	h.sh(t, "derived", "echo more >> /usr/bin/su-tool && chmod u+s /usr/bin/su-tool")
+	if uid, gid, mode := hostOwner(t, filepath.Join(d.upper(), "usr/bin/su-tool")); uid == 0 || gid == 0 || uid != d.img.Range.Host(0) || mode&os.ModeSetuid == 0 {
+		t.Errorf("the setuid file changed in a session from the committed image is host %d:%d %v, want the range's %d and setuid", uid, gid, mode, d.img.Range.Host(0))
 	}
 	// Discarding a change restarts the container on the layer without it.
 	if _, err := h.client.DiscardChanges(ctx, &sandboxv1.DiscardChangesRequest{SessionId: "base", Paths: []string{"usr/bin/tool"}}); err != nil {

@@ -125,6 +125,53 @@ func TestCommitOwnersAsTheSessionSawThem(t *testing.T) {
 	}
 }
 
+// TestCommitKeepsSetuidBits: a setuid or setgid file, a setgid directory and
+// a sticky one a session's root made keep those bits in the committed
+// layer, owned by the ids the session saw.
+func TestCommitKeepsSetuidBits(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newStore(t)
+	const base = 300000
+	upper := t.TempDir()
+	must(t, os.Chown(upper, base, base))
+	must(t, os.MkdirAll(filepath.Join(upper, "usr/bin"), 0o755))
+	must(t, os.MkdirAll(filepath.Join(upper, "srv/shared"), 0o755))
+	must(t, os.MkdirAll(filepath.Join(upper, "srv/drop"), 0o755))
+	must(t, os.WriteFile(filepath.Join(upper, "usr/bin/su-tool"), []byte("#!/bin/sh\n"), 0o755))
+	must(t, os.WriteFile(filepath.Join(upper, "usr/bin/sg-tool"), []byte("#!/bin/sh\n"), 0o755))
+	modes := map[string]os.FileMode{
+		"usr/bin/su-tool": 0o755 | os.ModeSetuid,
+		"usr/bin/sg-tool": 0o755 | os.ModeSetgid,
+		"srv/shared":      0o775 | os.ModeSetgid | os.ModeDir,
+		"srv/drop":        0o777 | os.ModeSticky | os.ModeDir,
+	}
+	for _, p := range []string{"usr", "usr/bin", "srv", "usr/bin/su-tool", "usr/bin/sg-tool", "srv/shared", "srv/drop"} {
+		must(t, os.Lchown(filepath.Join(upper, p), base, base))
+	}
+	// chown clears setuid and setgid bits: set them last, as chmod in the
+	// session does.
+	for p, m := range modes {
+		must(t, os.Chmod(filepath.Join(upper, p), m))
+	}
+	got, err := s.Commit(ctx, "acme", nil, upper, "team/suid:v1", IDShift{Base: base, Size: 65536})
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer := got.Layers[len(got.Layers)-1]
+	for p, want := range modes {
+		fi, err := os.Lstat(filepath.Join(layer, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode() != want {
+			t.Errorf("%s: mode %v in the image, want %v", p, fi.Mode(), want)
+		}
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != 0 || st.Gid != 0 {
+			t.Errorf("%s: owner %d:%d in the image, want the session's root 0:0", p, st.Uid, st.Gid)
+		}
+	}
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {

@@ -282,8 +282,50 @@ func (p *ImageProxy) GetImageUsage(ctx context.Context, req *imagev1.GetImageUsa
 	return c.GetImageUsage(ctx, &imagev1.GetImageUsageRequest{})
 }
 
-// ImportImage implements imagev1.ImageServiceServer: archives are
-// imported on a node directly.
-func (p *ImageProxy) ImportImage(grpc.ClientStreamingServer[imagev1.ImportImageRequest, imagev1.ImportImageResponse]) error {
-	return status.Error(codes.FailedPrecondition, "import image: in a cluster, import on a node's own address (deskgrid images import -addr <node>), or push the image to a registry and pull it")
+// ImportImage implements imagev1.ImageServiceServer: the header names the
+// node, and the archive goes on to it as it arrives, chunk by chunk; a
+// caller that goes away mid-archive ends the node's import, which keeps
+// nothing of it.
+func (p *ImageProxy) ImportImage(stream grpc.ClientStreamingServer[imagev1.ImportImageRequest, imagev1.ImportImageResponse]) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	first, err := stream.Recv()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return status.Error(codes.InvalidArgument, "import image: the first message must be a header")
+		}
+		return err
+	}
+	h := first.GetHeader()
+	if h == nil {
+		return status.Error(codes.InvalidArgument, "import image: the first message must be a header")
+	}
+	if strings.TrimSpace(h.GetNodeId()) == "" {
+		return status.Error(codes.FailedPrecondition, "import image: each node of this cluster keeps its own images; name one with node_id (CLI -node), or import onto every live node in turn (CLI -all-nodes)")
+	}
+	c, err := p.node(ctx, h.GetNodeId(), "import image")
+	if err != nil {
+		return err
+	}
+	up, err := c.ImportImage(ctx)
+	if err != nil {
+		return err
+	}
+	sent := up.Send(&imagev1.ImportImageRequest{Data: &imagev1.ImportImageRequest_Header{Header: &imagev1.ImportImageHeader{Ref: h.GetRef()}}})
+	for sent == nil {
+		m, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err // the deferred cancel ends the node's import
+		}
+		// A node that stopped reading has answered: CloseAndRecv says why.
+		sent = up.Send(m)
+	}
+	resp, err := up.CloseAndRecv()
+	if err != nil {
+		return err
+	}
+	return stream.SendAndClose(resp)
 }

@@ -695,7 +695,11 @@ func (*PullImageResponse_Image) isPullImageResponse_Event() {}
 type ImportImageHeader struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Tag for the imported image; empty: the names the archive carries.
-	Ref           string `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	Ref string `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// In a cluster, reached through the session service: the node to import
+	// onto (see ListNodes), to which the archive is streamed on as it
+	// arrives; ignored by a node itself.
+	NodeId        string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -733,6 +737,13 @@ func (*ImportImageHeader) Descriptor() ([]byte, []int) {
 func (x *ImportImageHeader) GetRef() string {
 	if x != nil {
 		return x.Ref
+	}
+	return ""
+}
+
+func (x *ImportImageHeader) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
 	}
 	return ""
 }
@@ -1240,9 +1251,10 @@ const file_deskgrid_image_v1_image_proto_rawDesc = "" +
 	"\x11PullImageResponse\x12=\n" +
 	"\bprogress\x18\x01 \x01(\v2\x1f.deskgrid.image.v1.PullProgressH\x00R\bprogress\x120\n" +
 	"\x05image\x18\x02 \x01(\v2\x18.deskgrid.image.v1.ImageH\x00R\x05imageB\a\n" +
-	"\x05event\"%\n" +
+	"\x05event\">\n" +
 	"\x11ImportImageHeader\x12\x10\n" +
-	"\x03ref\x18\x01 \x01(\tR\x03ref\"t\n" +
+	"\x03ref\x18\x01 \x01(\tR\x03ref\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"t\n" +
 	"\x12ImportImageRequest\x12>\n" +
 	"\x06header\x18\x01 \x01(\v2$.deskgrid.image.v1.ImportImageHeaderH\x00R\x06header\x12\x16\n" +
 	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\x06\n" +

@@ -46,7 +46,8 @@ type ImageServiceClient interface {
 	PullImage(ctx context.Context, in *PullImageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PullImageResponse], error)
 	// ImportImage stores an image from an archive (an OCI layout as a tar, or
 	// a `docker save` tarball, optionally gzip- or zstd-compressed): the first
-	// message is a header, the rest the archive's bytes.
+	// message is a header, the rest the archive's bytes. In a cluster the
+	// header names the node to import onto.
 	ImportImage(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportImageRequest, ImportImageResponse], error)
 	// DeleteImage removes the caller's tag; layers no session or tag needs are
 	// collected.
@@ -165,7 +166,8 @@ type ImageServiceServer interface {
 	PullImage(*PullImageRequest, grpc.ServerStreamingServer[PullImageResponse]) error
 	// ImportImage stores an image from an archive (an OCI layout as a tar, or
 	// a `docker save` tarball, optionally gzip- or zstd-compressed): the first
-	// message is a header, the rest the archive's bytes.
+	// message is a header, the rest the archive's bytes. In a cluster the
+	// header names the node to import onto.
 	ImportImage(grpc.ClientStreamingServer[ImportImageRequest, ImportImageResponse]) error
 	// DeleteImage removes the caller's tag; layers no session or tag needs are
 	// collected.
