@@ -46,6 +46,21 @@ func lateClient(t testing.TB, xc *xgb.Conn, x, y, w, h int, colours []uint32, de
 	}()
 }
 
+// lateDisplay makes a 400x300 display id with a lateClient window at 50, 50
+// (100x100) in the colours returned, painted before it returns; the delay
+// returned is the window's, 0 at first.
+func lateDisplay(t *testing.T, s *Service, c displayv1.DisplayServiceClient, id string) ([]uint32, *atomic.Int64) {
+	t.Helper()
+	createDisplay(t, c, id, 400, 300)
+	colours := []uint32{0x0000ff, 0xff0000, 0x00ff00, 0xffff00}
+	delay := new(atomic.Int64)
+	xc := clientConn(t, s, id)
+	mapped := time.Now()
+	lateClient(t, xc, 50, 50, 100, 100, colours, delay)
+	waitPainted(t, s, id, mapped, 50, 50, 100, 100)
+	return colours, delay
+}
+
 // waitPainted waits until the display's watcher has seen the area x, y, w,
 // h painted after since, so that a window's first paint, read late on a
 // loaded machine, is not taken for the effect of the input that follows.
@@ -96,13 +111,7 @@ func rgb(c color.Color) uint32 {
 // changing.
 func TestScreenshotShowsLateEffect(t *testing.T) {
 	s, c := testService(t, "")
-	createDisplay(t, c, "late", 400, 300)
-	colours := []uint32{0x0000ff, 0xff0000, 0x00ff00, 0xffff00}
-	var delay atomic.Int64
-	xc := clientConn(t, s, "late")
-	mapped := time.Now()
-	lateClient(t, xc, 50, 50, 100, 100, colours, &delay)
-	waitPainted(t, s, "late", mapped, 50, 50, 100, 100)
+	colours, delay := lateDisplay(t, s, c, "late")
 	clicks := 0
 	for _, late := range []time.Duration{0, 50 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond} {
 		for try := range 3 {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -276,13 +275,7 @@ func TestVNCUnknownSessionAndBadStream(t *testing.T) {
 // there is seen to change it, at once, not after the change bound.
 func TestViewerInputIsNotBackground(t *testing.T) {
 	s, c := testService(t, "")
-	createDisplay(t, c, "viewer", 400, 300)
-	colours := []uint32{0x0000ff, 0xff0000, 0x00ff00, 0xffff00}
-	var delay atomic.Int64
-	xc := clientConn(t, s, "viewer")
-	mapped := time.Now()
-	lateClient(t, xc, 50, 50, 100, 100, colours, &delay)
-	waitPainted(t, s, "viewer", mapped, 50, 50, 100, 100)
+	colours, _ := lateDisplay(t, s, c, "viewer")
 	v := connectVNC(t, c, "viewer", false)
 	v.handshake()
 	for range 3 {
