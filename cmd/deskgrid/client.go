@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	deskgrid "github.com/deskgrid/deskgrid/sdk"
 )
 
 func runScreenshot(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -102,6 +103,10 @@ func rpcError(err error) error {
 	}
 	if st, ok := status.FromError(err); ok {
 		return fmt.Errorf("%s: %s", strings.ToLower(st.Code().String()), st.Message())
+	}
+	// The SDK's error, which names deskgrid itself: the same words.
+	if de, ok := err.(*deskgrid.Error); ok {
+		return fmt.Errorf("%s: %s", strings.ToLower(de.Code.String()), de.Message)
 	}
 	return err
 }
