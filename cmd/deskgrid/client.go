@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
@@ -102,7 +103,11 @@ func rpcError(err error) error {
 		return nil
 	}
 	if st, ok := status.FromError(err); ok {
-		return fmt.Errorf("%s: %s", strings.ToLower(st.Code().String()), st.Message())
+		msg := st.Message()
+		if st.Code() == codes.Unauthenticated {
+			msg += "; " + keySources()
+		}
+		return fmt.Errorf("%s: %s", strings.ToLower(st.Code().String()), msg)
 	}
 	// The SDK's error, which names deskgrid itself: the same words.
 	if de, ok := err.(*deskgrid.Error); ok {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -26,5 +28,21 @@ func TestRPCError(t *testing.T) {
 	other := errors.New("chromium started (process p3) but no window of it appeared")
 	if got := rpcError(other); got != other {
 		t.Errorf("rpcError(%v) = %v, want it as it is", other, got)
+	}
+}
+
+// A refused key (or none) says where the command takes its key from, the
+// data dir it read included: deskgrid up with -data-dir keeps its key there.
+func TestRPCErrorNamesKeySources(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("DESKGRID_DATA_DIR", dir)
+	got := rpcError(status.Error(codes.Unauthenticated, "no credentials")).Error()
+	for _, want := range []string{"unauthenticated: no credentials; ", "-api-key", "DESKGRID_API_KEY", filepath.Join(dir, "admin.key"), "DESKGRID_DATA_DIR"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("rpcError = %q, want it to name %q", got, want)
+		}
+	}
+	if got := rpcError(status.Error(codes.PermissionDenied, "read scope")).Error(); got != "permissiondenied: read scope" {
+		t.Errorf("rpcError of another code = %q, want the message alone", got)
 	}
 }
