@@ -156,7 +156,9 @@ func (s *Session) Applications(ctx context.Context) ([]*sandboxv1.Application, e
 type Launched struct {
 	Application *sandboxv1.Application
 	Process     *sandboxv1.Process
-	// Window is the first top-level window that appeared after the launch.
+	// Window is the first top-level window that appeared after the launch,
+	// or, when the program handed its files to the application's running
+	// instance and ended, that instance's window.
 	Window *displayv1.Window
 }
 
@@ -223,7 +225,8 @@ func (s *Session) windowIDs(ctx context.Context) (map[uint32]bool, error) {
 // names the application (the desktop's own windows, a panel starting late,
 // are not taken for it); failing that for a few seconds, the first titled
 // window not in seen (a program started through a launcher script, whose
-// class says nothing of it).
+// class says nothing of it), or, once p has ended with no new window, the
+// application's window that was already there (handedWindow).
 func (s *Session) newWindow(ctx context.Context, seen map[uint32]bool, app *sandboxv1.Application, p *sandboxv1.Process) (*displayv1.Window, error) {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
@@ -245,8 +248,20 @@ func (s *Session) newWindow(ctx context.Context, seen map[uint32]bool, app *sand
 				first = w
 			}
 		}
-		if first != nil && time.Now().After(anyAfter) {
-			return first, nil
+		if time.Now().After(anyAfter) {
+			if first != nil {
+				return first, nil
+			}
+			// A program that handed its file or URL to one already running
+			// (a new tab of the browser, of the editor) and ended shows it in
+			// that program's window.
+			if ended, err := s.processEnded(ctx, p); err != nil {
+				return nil, err
+			} else if ended {
+				if w := handedWindow(ws, app); w != nil {
+					return w, nil
+				}
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -254,6 +269,39 @@ func (s *Session) newWindow(ctx context.Context, seen map[uint32]bool, app *sand
 		case <-tick.C:
 		}
 	}
+}
+
+// processEnded tells whether the session's process p has ended.
+func (s *Session) processEnded(ctx context.Context, p *sandboxv1.Process) (bool, error) {
+	ps, err := s.Processes(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, q := range ps {
+		if q.GetProcessId() == p.GetProcessId() {
+			return q.GetState() == sandboxv1.ProcessState_PROCESS_STATE_EXITED, nil
+		}
+	}
+	return false, nil
+}
+
+// handedWindow is the window of app among ws that shows what a program
+// handed to app's running instance: app's focused titled window, else its
+// first titled one; nil when app has none.
+func handedWindow(ws []*displayv1.Window, app *sandboxv1.Application) *displayv1.Window {
+	var first *displayv1.Window
+	for _, w := range ws {
+		if w.GetTitle() == "" || !ofApplication(w, app, nil) {
+			continue
+		}
+		if w.GetFocused() {
+			return w
+		}
+		if first == nil {
+			first = w
+		}
+	}
+	return first
 }
 
 // ofApplication tells whether window w is one of app's, started as p: its
@@ -293,7 +341,9 @@ type Opened struct {
 	ContentType string
 	Application *sandboxv1.Application
 	Process     *sandboxv1.Process
-	// Window is the first top-level window that appeared after the open.
+	// Window is the first top-level window that appeared after the open,
+	// or, when the program handed the target to the application's running
+	// instance (a new browser tab) and ended, that instance's window.
 	Window *displayv1.Window
 }
 

@@ -33,3 +33,28 @@ func TestOfApplication(t *testing.T) {
 		}
 	}
 }
+
+// A URL or file handed to the application's running instance (a new tab)
+// is shown in that instance's window: the focused one, else its first,
+// never another program's.
+func TestHandedWindow(t *testing.T) {
+	chromium := &sandboxv1.Application{Id: "chromium.desktop", Exec: "/usr/bin/chromium %U"}
+	panel := &displayv1.Window{Id: 1, Title: "tint2", Class: "Tint2", Instance: "tint2"}
+	term := &displayv1.Window{Id: 2, Title: "user@sandbox: ~", Class: "Lxterminal", Instance: "lxterminal", Focused: true}
+	first := &displayv1.Window{Id: 3, Title: "New Tab - Chromium", Class: "Chromium", Instance: "chromium"}
+	focused := &displayv1.Window{Id: 4, Title: "example.com - Chromium", Class: "Chromium", Instance: "chromium", Focused: true}
+	untitled := &displayv1.Window{Id: 5, Class: "Chromium", Instance: "chromium", Focused: true}
+	for _, c := range []struct {
+		name string
+		ws   []*displayv1.Window
+		want uint32
+	}{
+		{"the focused one", []*displayv1.Window{panel, first, untitled, focused}, 4},
+		{"the first when none is focused", []*displayv1.Window{panel, term, first}, 3},
+		{"none of the application", []*displayv1.Window{panel, term, untitled}, 0},
+	} {
+		if got := handedWindow(c.ws, chromium); got.GetId() != c.want {
+			t.Errorf("%s: window %d, want %d", c.name, got.GetId(), c.want)
+		}
+	}
+}

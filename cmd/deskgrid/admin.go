@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"text/tabwriter"
 	"time"
 
@@ -37,12 +39,19 @@ func openKeyStore(ctx context.Context, name string, args []string, stderr io.Wri
 		args = rest[1:]
 	}
 	dsn := *pg
+	fresh := false
 	if dsn == "" {
 		dsn = *dataDir + "/auth.db"
+		_, err := os.Stat(dsn)
+		fresh = errors.Is(err, os.ErrNotExist)
 	}
 	ks, err := keystore.Open(ctx, dsn, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("key store %s: %w", dsn, err)
+	}
+	if fresh {
+		// Most likely the wrong data dir: a running deskgrid never sees it.
+		fmt.Fprintf(stderr, "deskgrid: no deskgrid has used the data dir %s yet: made a new key store there (give a running deskgrid's with -data-dir or DESKGRID_DATA_DIR)\n", *dataDir)
 	}
 	return ks, pos, nil
 }

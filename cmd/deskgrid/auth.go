@@ -165,13 +165,25 @@ func clientKey(flagKey string) string {
 	if flagKey != "" {
 		return flagKey
 	}
-	dir := os.Getenv(config.EnvName("data-dir"))
-	if dir == "" {
-		dir = defaultDataDir()
-	}
-	b, err := os.ReadFile(filepath.Join(dir, adminKeyFile))
+	b, err := os.ReadFile(clientKeyFile())
 	if err != nil {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// clientKeyFile is the admin key file a client command reads when given no
+// key: in DESKGRID_DATA_DIR, else in the default data dir.
+func clientKeyFile() string {
+	dir := os.Getenv(config.EnvName("data-dir"))
+	if dir == "" {
+		dir = defaultDataDir()
+	}
+	return filepath.Join(dir, adminKeyFile)
+}
+
+// keySources says where a client command takes its API key from, for a
+// refusal of the key it sent or of none.
+func keySources() string {
+	return fmt.Sprintf("the command sends -api-key, else %s, else the key in %s (%s names another data dir)", config.EnvName("api-key"), clientKeyFile(), config.EnvName("data-dir"))
 }

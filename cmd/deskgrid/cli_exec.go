@@ -27,8 +27,9 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var timeout time.Duration
 	var env string
 	var asRoot bool
-	// Flags come first; everything after the session id (or after --) is the
-	// command, its own flags included.
+	// Flags come before the session id or right after it; the command starts
+	// at the first argument that is not one of them (or after --), its own
+	// flags included.
 	fs, cf := newClientFlags("exec", stderr)
 	fs.BoolVar(&asRoot, "root", false, "run as root of the session's own user namespace (sessions from an image: apt-get install, /etc); not the host's root")
 	fs.StringVar(&cwd, "cwd", "", "working directory inside the sandbox")
@@ -37,13 +38,9 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := config.Parse(fs, args, nil); err != nil {
 		return err
 	}
-	rest := fs.Args()
-	if len(rest) < 2 {
-		return usageError("exec: want <session> [--] <command> [args...]")
-	}
-	id, argv := rest[0], rest[1:]
-	if argv[0] == "--" {
-		argv = argv[1:]
+	id, argv, err := execCommand(fs)
+	if err != nil {
+		return err
 	}
 	// The call's bound: -timeout when given; else long enough for the node
 	// to kill the command at -t and say so.
@@ -89,6 +86,26 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return nil
 		}
 	}
+}
+
+// execCommand splits what fs left after its flags into the session id and
+// the command, parsing fs's flags given after the id ("exec <id> -root --
+// apt-get update"): the command starts at the first argument that is not a
+// flag, or after --.
+func execCommand(fs *flag.FlagSet) (string, []string, error) {
+	rest := fs.Args()
+	if len(rest) == 0 {
+		return "", nil, usageError("exec: want <session> [--] <command> [args...]")
+	}
+	id := rest[0]
+	if err := fs.Parse(rest[1:]); err != nil {
+		return "", nil, err
+	}
+	argv := fs.Args()
+	if len(argv) == 0 {
+		return "", nil, usageError("exec: want <session> [--] <command> [args...]")
+	}
+	return id, argv, nil
 }
 
 // flagGiven reports whether name was set on the command line.

@@ -10,9 +10,11 @@ import (
 	"strconv"
 	"strings"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
+	deskgrid "github.com/deskgrid/deskgrid/sdk"
 )
 
 func runScreenshot(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -101,7 +103,15 @@ func rpcError(err error) error {
 		return nil
 	}
 	if st, ok := status.FromError(err); ok {
-		return fmt.Errorf("%s: %s", strings.ToLower(st.Code().String()), st.Message())
+		msg := st.Message()
+		if st.Code() == codes.Unauthenticated {
+			msg += "; " + keySources()
+		}
+		return fmt.Errorf("%s: %s", strings.ToLower(st.Code().String()), msg)
+	}
+	// The SDK's error, which names deskgrid itself: the same words.
+	if de, ok := err.(*deskgrid.Error); ok {
+		return fmt.Errorf("%s: %s", strings.ToLower(de.Code.String()), de.Message)
 	}
 	return err
 }

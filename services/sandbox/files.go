@@ -125,6 +125,21 @@ func (b *box) rootRel(what, p string) (string, error) {
 	return rel, nil
 }
 
+// shown gives err, when it is a path error of b's root directory, the path
+// the session's programs see: absolute, beneath / for a session on an
+// image, beneath the home for one on the node's programs.
+func (b *box) shown(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && !path.IsAbs(pe.Path) {
+		base := "/"
+		if b.img == nil {
+			base = jail.Home
+		}
+		pe.Path = path.Join(base, pe.Path)
+	}
+	return err
+}
+
 func (s *Service) root(b *box) (*fsroot.Root, error) {
 	r, err := fsroot.New(b.merged())
 	if err != nil {
@@ -162,7 +177,8 @@ func (s *Service) readFile(ctx context.Context, id, path string) ([]byte, fs.Fil
 	if err != nil {
 		return nil, 0, err
 	}
-	return r.ReadFile(rel, s.cfg.MaxFileBytes)
+	data, mode, err := r.ReadFile(rel, s.cfg.MaxFileBytes)
+	return data, mode, b.shown(err)
 }
 
 func (s *Service) writeFile(ctx context.Context, id, path string, data []byte, mode fs.FileMode) error {
@@ -194,7 +210,7 @@ func (s *Service) writeFile(ctx context.Context, id, path string, data []byte, m
 	if err != nil {
 		return err
 	}
-	return r.WriteFile(rel, data, mode)
+	return b.shown(r.WriteFile(rel, data, mode))
 }
 
 func (s *Service) listFiles(ctx context.Context, id, path string) ([]fs.FileInfo, error) {
@@ -214,7 +230,8 @@ func (s *Service) listFiles(ctx context.Context, id, path string) ([]fs.FileInfo
 	if err != nil {
 		return nil, err
 	}
-	return r.List(rel)
+	fis, err := r.List(rel)
+	return fis, b.shown(err)
 }
 
 // withRoot runs fn on a sandbox's root while holding the sandbox; at turns
@@ -229,7 +246,7 @@ func (s *Service) withRoot(ctx context.Context, id string, fn func(r *fsroot.Roo
 	if err != nil {
 		return err
 	}
-	return fn(r, func(p string) (string, error) { return b.rootRel("path", p) })
+	return b.shown(fn(r, func(p string) (string, error) { return b.rootRel("path", p) }))
 }
 
 // inside is at for a call that changes what a path names: the path may not

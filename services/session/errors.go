@@ -35,7 +35,13 @@ type nodeError struct {
 	Answered bool
 }
 
-func (e *nodeError) Error() string { return fmt.Sprintf("node %s: %s: %v", e.Node, e.Op, e.Err) }
+func (e *nodeError) Error() string {
+	// A node's status by its message: its code is the caller's to give.
+	if st, ok := status.FromError(e.Err); ok && st.Code() != codes.OK {
+		return fmt.Sprintf("node %s: %s: %s", e.Node, e.Op, st.Message())
+	}
+	return fmt.Sprintf("node %s: %s: %v", e.Node, e.Op, e.Err)
+}
 func (e *nodeError) Unwrap() error { return e.Err }
 
 // preconditionError: the session is not in a state that allows the call.

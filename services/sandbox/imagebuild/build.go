@@ -198,8 +198,34 @@ func (r *Recipe) variant() string {
 	return r.Variant
 }
 
+// Files mmdebstrap copies from the build machine into the root filesystem
+// (its /etc/hostname and /etc/resolv.conf), written anew so that an image
+// says nothing of where it was built and works on every node: the host name
+// every session has (the sandbox runtime's "sandbox"), an /etc/hosts that
+// resolves it and localhost without DNS, and the DNS server of a session's
+// user-mode network (slirp4netns, package jail). A recipe's files and
+// setup script may still replace /etc/hostname and /etc/hosts.
+const (
+	imageHostname = "rm -f \"$1/etc/hostname\" && printf 'sandbox\\n' > \"$1/etc/hostname\""
+	imageHosts    = "rm -f \"$1/etc/hosts\" && printf '127.0.0.1\\tlocalhost\\n127.0.1.1\\tsandbox\\n::1\\tlocalhost ip6-localhost ip6-loopback\\n' > \"$1/etc/hosts\""
+	imageResolv   = "rm -f \"$1/etc/resolv.conf\" && printf 'nameserver 10.0.2.3\\n' > \"$1/etc/resolv.conf\""
+)
+
 // mmdebstrap builds r's root filesystem into the tar file out.
 func (b *Builder) mmdebstrap(ctx context.Context, r *Recipe, out string) error {
+	cmd := exec.CommandContext(ctx, b.d.Mmdebstrap, b.mmdebstrapArgs(r, out)...)
+	// The system's PATH (b.run): mmdebstrap's helpers (mmtarfilter, a
+	// python3 script) and the tools its hooks run must be Debian's, not a
+	// user's shims.
+	if err := b.run(ctx, "mmdebstrap", cmd); err != nil {
+		_ = os.Remove(out)
+		return fmt.Errorf("build %s: %w", r.Name, err)
+	}
+	return nil
+}
+
+// mmdebstrapArgs is mmdebstrap's command line for r's root filesystem.
+func (b *Builder) mmdebstrapArgs(r *Recipe, out string) []string {
 	args := []string{
 		"--variant=" + r.variant(),
 		"--include=" + strings.Join(r.Packages, ","),
@@ -209,6 +235,7 @@ func (b *Builder) mmdebstrap(ctx context.Context, r *Recipe, out string) error {
 	for _, o := range r.DpkgOptions {
 		args = append(args, "--dpkgopt="+o)
 	}
+	args = append(args, "--customize-hook="+imageHostname, "--customize-hook="+imageHosts)
 	for _, dir := range r.FileDirs {
 		// Owned by root, never group- or world-writable, existing directories
 		// keep their own modes.
@@ -218,18 +245,10 @@ func (b *Builder) mmdebstrap(ctx context.Context, r *Recipe, out string) error {
 	for _, s := range r.Scripts {
 		args = append(args, "--customize-hook=chroot \"$1\" /bin/sh -eu -s < "+shellQuote(s))
 	}
+	// Last: the recipe's setup script may still need the build machine's DNS.
+	args = append(args, "--customize-hook="+imageResolv)
 	args = append(args, r.Suite, out)
-	args = append(args, b.d.Sources...)
-
-	cmd := exec.CommandContext(ctx, b.d.Mmdebstrap, args...)
-	// The system's PATH (b.run): mmdebstrap's helpers (mmtarfilter, a
-	// python3 script) and the tools its hooks run must be Debian's, not a
-	// user's shims.
-	if err := b.run(ctx, "mmdebstrap", cmd); err != nil {
-		_ = os.Remove(out)
-		return fmt.Errorf("build %s: %w", r.Name, err)
-	}
-	return nil
+	return append(args, b.d.Sources...)
 }
 
 // compress gzips src into dst, reporting progress every few seconds.

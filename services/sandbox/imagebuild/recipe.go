@@ -247,10 +247,15 @@ func readPackages(path string) ([]string, error) {
 }
 
 // Hash is a digest of everything that goes into the image: every file of the
-// recipe and of the recipes it extends (names, modes and contents). The same
-// recipe gives the same hash, so a built image can be cached under it.
+// recipe and of the recipes it extends (names, modes and contents), and the
+// files the builder itself writes into every image. The same recipe gives
+// the same hash, so a built image can be cached under it.
 func (r *Recipe) Hash() (string, error) {
 	h := sha256.New()
+	for _, hook := range []string{imageHostname, imageHosts, imageResolv} {
+		io.WriteString(h, hook)
+		h.Write([]byte{0})
+	}
 	for _, dir := range r.dirs {
 		var paths []string
 		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
