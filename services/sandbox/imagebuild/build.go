@@ -1,6 +1,8 @@
 package imagebuild
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -101,7 +103,11 @@ func (b *Builder) Build(ctx context.Context, r *Recipe, out string) (Result, err
 	b.step(start, "root filesystem done: %s", mb(fi.Size()))
 
 	gz := filepath.Join(work, "layer.tar.gz")
-	if err := b.compress(ctx, start, rootfs, gz, fi.Size()); err != nil {
+	dirs, err := emptyDirEntries()
+	if err != nil {
+		return Result{}, fmt.Errorf("build %s: %w", r.Name, err)
+	}
+	if err := b.compress(ctx, start, dirs, rootfs, gz, fi.Size()); err != nil {
 		return Result{}, err
 	}
 	_ = os.Remove(rootfs)
@@ -251,8 +257,32 @@ func (b *Builder) mmdebstrapArgs(r *Recipe, out string) []string {
 	return append(args, b.d.Sources...)
 }
 
-// compress gzips src into dst, reporting progress every few seconds.
-func (b *Builder) compress(ctx context.Context, start time.Time, src, dst string, total int64) error {
+// emptyDirs are the directories a built layer holds empty, as mount points:
+// mmdebstrap leaves /dev out whole with its device nodes, and the runtime
+// would otherwise make it in each session's writable layer, where it shows
+// among the session's changes and goes into every commit.
+var emptyDirs = []string{"dev"}
+
+// emptyDirEntries is the tar headers of emptyDirs (no end-of-archive
+// blocks), to go before the root filesystem's own entries.
+func emptyDirEntries() ([]byte, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, d := range emptyDirs {
+		h := &tar.Header{Typeflag: tar.TypeDir, Name: "./" + d + "/", Mode: 0o755, ModTime: time.Unix(0, 0), Format: tar.FormatUSTAR}
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, fmt.Errorf("layer entry %s: %w", d, err)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return nil, fmt.Errorf("layer entries: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// compress gzips prefix then src into dst, reporting progress every few
+// seconds.
+func (b *Builder) compress(ctx context.Context, start time.Time, prefix []byte, src, dst string, total int64) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return fmt.Errorf("compress layer: %w", err)
@@ -265,6 +295,9 @@ func (b *Builder) compress(ctx context.Context, start time.Time, src, dst string
 	defer f.Close()
 	zw, err := gzip.NewWriterLevel(f, gzip.DefaultCompression)
 	if err != nil {
+		return fmt.Errorf("compress layer: %w", err)
+	}
+	if _, err := zw.Write(prefix); err != nil {
 		return fmt.Errorf("compress layer: %w", err)
 	}
 	var n atomic.Int64

@@ -38,8 +38,8 @@ shift 8
 mount --make-rprivate / 2>/dev/null || true
 mount -t overlay overlay -o "lowerdir=$lower,upperdir=$upper,workdir=$work,redirect_dir=off,metacopy=off" "$root" 2>/dev/null ||
 	mount -t overlay overlay -o "lowerdir=$lower,upperdir=$upper,workdir=$work" "$root"
-# Mount points the image may lack (a built image has no /dev): made for the
-# build, gone from the layer after it.
+# Mount points the image may lack (an image from elsewhere may have no /dev):
+# made for the build, gone from the layer after it.
 made_mp=
 for d in proc dev; do
 	if [ ! -d "$root/$d" ]; then mkdir "$root/$d"; made_mp="$made_mp $d"; fi

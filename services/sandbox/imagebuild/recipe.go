@@ -252,7 +252,7 @@ func readPackages(path string) ([]string, error) {
 // the same hash, so a built image can be cached under it.
 func (r *Recipe) Hash() (string, error) {
 	h := sha256.New()
-	for _, hook := range []string{imageHostname, imageHosts, imageResolv} {
+	for _, hook := range append([]string{imageHostname, imageHosts, imageResolv}, emptyDirs...) {
 		io.WriteString(h, hook)
 		h.Write([]byte{0})
 	}
