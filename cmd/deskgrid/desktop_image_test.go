@@ -186,6 +186,24 @@ func TestDesktopImageSession(t *testing.T) {
 		time.Sleep(500 * time.Millisecond) // the desktop draws in its own time
 	}
 
+	// The image holds the runtime's mount points: a fresh session's changes
+	// are what its desktop wrote, no /dev.
+	code, body, _ := p.do("GET", "/v1/sessions/"+a.ID+"/changes", "")
+	if code != 200 {
+		t.Fatalf("changes: %d %s", code, body)
+	}
+	var changes struct {
+		Changes []struct{ Path string } `json:"changes"`
+	}
+	if err := json.Unmarshal(body, &changes); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range changes.Changes {
+		if c.Path == "dev" || strings.HasPrefix(c.Path, "dev/") {
+			t.Errorf("a fresh session's changes hold %q: %s", c.Path, body)
+		}
+	}
+
 	if out, code := p.execIn(a.ID, "sh", "-c", "id -u; which chromium lxterminal firefox-esr"); code != 0 || !strings.HasPrefix(out, "1000\n") || !strings.Contains(out, "/usr/bin/chromium") || !strings.Contains(out, "/usr/bin/lxterminal") {
 		t.Fatalf("in the session: %q (exit %d)", out, code)
 	}
