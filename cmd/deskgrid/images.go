@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -125,24 +126,23 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err != nil {
 			return rpcError(err)
 		}
+		bar := newProgress(stderr)
 		for {
 			m, err := stream.Recv()
 			if errors.Is(err, io.EOF) {
 				return errors.New("pull: the node ended the stream without an image")
 			}
 			if err != nil {
-				fmt.Fprintln(stderr)
+				bar.done()
 				return rpcError(err)
 			}
 			if p := m.GetProgress(); p != nil {
 				if c.cf.output == "table" {
-					fmt.Fprintf(stderr, "\r%s", progressLine(p))
+					bar.show("%s", progressLine(p))
 				}
 				continue
 			}
-			if c.cf.output == "table" {
-				fmt.Fprintln(stderr)
-			}
+			bar.done()
 			return printImages(stdout, c.cf.output, m.GetImage())
 		}
 	case "import":
@@ -162,15 +162,14 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return importAllNodes(c.ctx, client, sessionv1.NewNodeServiceClient(c.conn), f, ref, c.cf.output, stdout, stderr)
 		}
 		var progress func(int64, int64)
+		bar := newProgress(stderr)
 		if c.cf.output == "table" {
 			progress = func(sent, size int64) {
-				fmt.Fprintf(stderr, "\rimporting %s: %s / %s", path, humanBytes(sent), humanBytes(size))
+				bar.show("importing %s: %s / %s", path, humanBytes(sent), humanBytes(size))
 			}
 		}
 		imgs, err := importArchive(c.ctx, client, f, ref, node, progress)
-		if c.cf.output == "table" {
-			fmt.Fprintln(stderr)
-		}
+		bar.done()
 		if err != nil {
 			return rpcError(err)
 		}
@@ -255,15 +254,14 @@ func importAllNodes(ctx context.Context, images imagev1.ImageServiceClient, node
 	)
 	for _, id := range ids {
 		var progress func(int64, int64)
+		bar := newProgress(stderr)
 		if output == "table" {
 			progress = func(sent, size int64) {
-				fmt.Fprintf(stderr, "\r%s: importing %s / %s", id, humanBytes(sent), humanBytes(size))
+				bar.show("%s: importing %s / %s", id, humanBytes(sent), humanBytes(size))
 			}
 		}
 		imgs, err := importArchive(ctx, images, f, ref, id, progress)
-		if output == "table" {
-			fmt.Fprintln(stderr)
-		}
+		bar.done()
 		if err != nil {
 			if _, ok := status.FromError(err); !ok || ctx.Err() != nil {
 				return rpcError(err) // the archive or the command, not the node
@@ -396,6 +394,48 @@ func pullAllNodes(ctx context.Context, nodes sessionv1.NodeServiceClient, ref, o
 			return errors.New("pull: the session service ended the stream without a summary")
 		}
 		return nil
+	}
+}
+
+// progress shows a long call's progress on w: redrawn in place on a
+// terminal; elsewhere (a log, a pipe) a line at most every progressEvery, so
+// the log is not flooded.
+type progress struct {
+	w     io.Writer
+	tty   bool
+	last  time.Time
+	drawn bool
+}
+
+const progressEvery = 5 * time.Second
+
+func newProgress(w io.Writer) *progress {
+	p := &progress{w: w}
+	if f, ok := w.(*os.File); ok {
+		_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+		p.tty = err == nil
+	}
+	return p
+}
+
+func (p *progress) show(format string, a ...any) {
+	if p.tty {
+		fmt.Fprintf(p.w, "\r"+format, a...)
+		p.drawn = true
+		return
+	}
+	if !p.last.IsZero() && time.Since(p.last) < progressEvery {
+		return
+	}
+	p.last = time.Now()
+	fmt.Fprintf(p.w, format+"\n", a...)
+}
+
+// done ends the line drawn in place, if any.
+func (p *progress) done() {
+	if p.drawn {
+		fmt.Fprintln(p.w)
+		p.drawn = false
 	}
 }
 

@@ -72,8 +72,10 @@ func TestEndToEndImagesCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if out := must("images", "import", archive); !strings.Contains(out, "docker.io/team/cli:v1") {
-		t.Fatalf("import: %q", out)
+	// Its progress, written to a pipe, is lines, not a line redrawn in place.
+	if out, errs, code := run("images", "import", archive); code != 0 || !strings.Contains(out, "docker.io/team/cli:v1") ||
+		!strings.Contains(errs, "importing "+archive) || strings.Contains(errs, "\r") {
+		t.Fatalf("import: exit %d\n%s%q", code, out, errs)
 	}
 	if out := must("images", "list"); !strings.Contains(out, "docker.io/team/cli:v1") {
 		t.Fatalf("list: %q", out)
@@ -121,5 +123,19 @@ func TestEndToEndImagesCLI(t *testing.T) {
 	if out, errs, code := run("images", "pull", "-all-nodes", "127.0.0.1:1/nobody/here:v1"); code == 0 || !strings.Contains(errs, "unreachable") ||
 		!strings.Contains(out, "pulled onto 0 of 1 nodes, failed on 1") {
 		t.Fatalf("pull -all-nodes from nowhere: exit %d\n%s%s", code, out, errs)
+	}
+}
+
+// Progress not on a terminal is a line at most every progressEvery however
+// often it comes, and nothing is left to end.
+func TestProgressOffATerminal(t *testing.T) {
+	var b bytes.Buffer
+	p := newProgress(&b)
+	for i := range 1000 {
+		p.show("importing %d", i)
+	}
+	p.done()
+	if b.String() != "importing 0\n" {
+		t.Fatalf("progress wrote %q", b.String())
 	}
 }
