@@ -18,7 +18,10 @@ def task(dg: deskgrid.Client, i: int) -> Dict[str, Any]:
         s.files.write("input.txt", f"task {i}\n")
         r = s.exec("sh", "-c", "tr a-z A-Z < input.txt")
         png = s.screenshot()
-        return {"task": i, "session": s.id, "exit_code": r.exit_code, "output": r.text.strip(), "screenshot_bytes": len(png)}
+        out = {"task": i, "session": s.id, "exit_code": r.exit_code, "output": r.text.strip(), "screenshot_bytes": len(png)}
+        if r.exit_code != 0:
+            out["stderr"] = r.stderr.decode("utf-8", "replace").strip()
+        return out
 
 
 def main(n: int) -> None:

@@ -13,7 +13,8 @@ async function task(i: number) {
   await s.files.write('input.txt', `task ${i}\n`);
   const r = await s.exec(['sh', '-c', 'tr a-z A-Z < input.txt']);
   const png = await s.screenshot();
-  return { task: i, session: s.id, exitCode: r.exitCode, output: r.text.trim(), screenshotBytes: png.length };
+  const out = { task: i, session: s.id, exitCode: r.exitCode, output: r.text.trim(), screenshotBytes: png.length };
+  return r.exitCode === 0 ? out : { ...out, stderr: new TextDecoder().decode(r.stderr).trim() };
 }
 
 const results = await Promise.all(Array.from({ length: n }, (_, i) => task(i)));
