@@ -642,3 +642,22 @@ func TestExecAsRoot(t *testing.T) {
 	_, err = plain.client.RunShell(ctx, &sandboxv1.RunShellRequest{SessionId: "plain", AsRoot: true, Command: "true"})
 	wantCode(t, err, codes.FailedPrecondition)
 }
+
+// A command runc cannot start exits as a shell's would (127: not found),
+// with runc's message alone on stderr; a command that exits 255 itself
+// keeps its code.
+func TestExecNotFoundInAContainer(t *testing.T) {
+	h, _ := newImageHarness(t)
+	h.createFrom(t, "nf", "test/busybox:user")
+	res, err := h.exec(t, &sandboxv1.ExecRequest{SessionId: "nf", Argv: []string{"no-such-program"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.exit.GetExitCode() != 127 || !strings.Contains(res.stderr, `"no-such-program": executable file not found`) || strings.Contains(res.stderr, "level=") {
+		t.Fatalf("a program that is not there: exit %d, stderr %q", res.exit.GetExitCode(), res.stderr)
+	}
+	res, err = h.exec(t, &sandboxv1.ExecRequest{SessionId: "nf", Argv: []string{"sh", "-c", "exit 255"}})
+	if err != nil || res.exit.GetExitCode() != 255 {
+		t.Fatalf("exit 255: %+v %v", res, err)
+	}
+}

@@ -364,11 +364,18 @@ type Exec struct {
 	User string
 	// PidFile is where runc writes the command's host pid.
 	PidFile string
+	// LogFile, when set, takes runc's own log as JSON lines (StartFailure
+	// reads it), so that its stderr holds only its error's message.
+	LogFile string
 }
 
 // ExecArgs is `runc exec`'s command line for e.
 func (r Runtime) ExecArgs(e Exec) []string {
-	a := r.Args("exec")
+	a := r.Args()
+	if e.LogFile != "" {
+		a = append(a, "--log", e.LogFile, "--log-format", "json")
+	}
+	a = append(a, "exec")
 	if e.Cwd != "" {
 		a = append(a, "--cwd", e.Cwd)
 	}
@@ -383,6 +390,30 @@ func (r Runtime) ExecArgs(e Exec) []string {
 	}
 	a = append(a, e.ID)
 	return append(a, e.Argv...)
+}
+
+// StartFailure reads the log of a `runc exec` that exited 255 and returns
+// the exit code a shell gives for a command it could not start: 127 when
+// the program was not found, 126 when it could not be run; 0 when runc
+// logged no such failure (the command itself exited 255).
+func StartFailure(logFile string) int {
+	data, err := os.ReadFile(logFile)
+	if err != nil {
+		return 0
+	}
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		var l struct{ Level, Msg string }
+		if json.Unmarshal(line, &l) != nil || l.Level != "error" || !strings.Contains(l.Msg, "unable to start container process: exec:") {
+			continue
+		}
+		switch {
+		case strings.Contains(l.Msg, "executable file not found"), strings.Contains(l.Msg, "no such file or directory"):
+			return 127
+		default:
+			return 126
+		}
+	}
+	return 0
 }
 
 // KillTree kills pid and every process descending from it, reading the

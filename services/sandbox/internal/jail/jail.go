@@ -80,8 +80,9 @@ type Spec struct {
 	// Network, when set, gives the command outbound network through
 	// user-mode networking instead of none.
 	Network *Network
-	// pidFile is where runc writes the pid of a Container's command.
-	pidFile string
+	// pidFile is where runc writes the pid of a Container's command, and
+	// logFile its log.
+	pidFile, logFile string
 	// Container, when set, runs the command with `runc exec` in a session's
 	// running container instead of a bwrap of its own: HomeDir, Etc, Binds,
 	// Hostname, Place, Seccomp and Network are the container's, set when it
@@ -146,7 +147,7 @@ func Args(spec Spec) ([]string, error) {
 		if err := ValidateEnv(spec.Env); err != nil {
 			return nil, err
 		}
-		return c.Runtime.ExecArgs(container.Exec{ID: c.ID, Argv: spec.Argv, Env: spec.Env, Cwd: spec.Cwd, User: c.User, PidFile: spec.pidFile}), nil
+		return c.Runtime.ExecArgs(container.Exec{ID: c.ID, Argv: spec.Argv, Env: spec.Env, Cwd: spec.Cwd, User: c.User, PidFile: spec.pidFile, LogFile: spec.logFile}), nil
 	}
 	if spec.HomeDir == "" {
 		return nil, errors.New("no home directory")
@@ -338,6 +339,7 @@ func Run(ctx context.Context, spec Spec, timeout time.Duration, chunkSize int, o
 	if err != nil {
 		return exit, err
 	}
+	exit = startFailure(spec, exit)
 	if killed && errors.Is(cause, ErrTimeout) {
 		exit.TimedOut = true
 	}
@@ -351,8 +353,8 @@ func Run(ctx context.Context, spec Spec, timeout time.Duration, chunkSize int, o
 }
 
 // withPidFile gives a Container's command a file for its pid, so that it
-// can be killed with its descendants: killing runc exec alone would leave
-// them running in the container.
+// can be killed with its descendants (killing runc exec alone would leave
+// them running in the container), and one for runc's log.
 func withPidFile(spec *Spec) (cleanup func(), err error) {
 	if spec.Container == nil {
 		return func() {}, nil
@@ -362,6 +364,7 @@ func withPidFile(spec *Spec) (cleanup func(), err error) {
 		return nil, err
 	}
 	spec.pidFile = filepath.Join(dir, "pid")
+	spec.logFile = filepath.Join(dir, "runc.log")
 	return func() { _ = os.RemoveAll(dir) }, nil
 }
 
@@ -494,6 +497,18 @@ func startError(err error) error {
 	return fmt.Errorf("start bwrap: %w", err)
 }
 
+// startFailure gives a Container's command that runc could not start the
+// exit code a shell gives for it (127: not found, 126: not runnable) in
+// place of runc's 255.
+func startFailure(spec Spec, exit Exit) Exit {
+	if spec.Container != nil && exit.Code == 255 && exit.Signal == "" {
+		if code := container.StartFailure(spec.logFile); code != 0 {
+			exit.Code = code
+		}
+	}
+	return exit
+}
+
 func exitOf(waitErr error) (Exit, error) {
 	exit := Exit{}
 	var ee *exec.ExitError
@@ -568,6 +583,7 @@ func Spawn(spec Spec, stdin, out *os.File) (*Proc, error) {
 		defer cleanup()
 		defer placed()
 		p.exit, p.err = exitOf(cmd.Wait())
+		p.exit = startFailure(p.spec, p.exit)
 		net.stop()
 	}()
 	return p, nil
