@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -393,4 +396,92 @@ func (s *Service) wakeA11yBus(ctx context.Context, b *box) (*atspi.Bus, error) {
 		}
 	}
 	return nil, atspi.ErrNoBus
+}
+
+// Bounds of awaitA11yBus.
+const (
+	// a11yStartWait bounds how long a program waits for the desktop's
+	// accessibility bus.
+	a11yStartWait = 5 * time.Second
+	// a11yWakeAfter: a desktop program that has run this long with no bus
+	// up gets it woken (one whose launcher starts it only when asked).
+	a11yWakeAfter = time.Second
+)
+
+// awaitA11yBus holds a program about to start in b while the session's
+// desktop program brings up its accessibility bus, until the bus runs:
+// a program that looks for the bus once, at its start (LibreOffice), never
+// joins a bus that comes after it, and create returns as the desktop
+// program starts. It waits only while the image's desktop program
+// (org.deskgrid.session) runs in an image with at-spi2-core, once per
+// session; the desktop program itself starts before it runs and does not
+// wait. A bus still missing after a11yWakeAfter is asked for, as a tree
+// read would.
+func (s *Service) awaitA11yBus(ctx context.Context, b *box) {
+	if b.a11ySettled.Load() {
+		return
+	}
+	desktop := b.img.Config.Labels[SessionLabel]
+	if desktop == "" {
+		b.a11ySettled.Store(true)
+		return
+	}
+	// Lstat: a link the session planted is not followed on the node.
+	if _, err := os.Lstat(filepath.Join(b.merged(), "usr/libexec/at-spi-bus-launcher")); err != nil {
+		b.a11ySettled.Store(true)
+		return
+	}
+	var since time.Time
+	woken := false
+	for {
+		pids, err := s.sessionPids(ctx, b)
+		if err != nil {
+			return
+		}
+		if _, err := atspi.Find(pids); err == nil {
+			b.a11ySettled.Store(true)
+			return
+		}
+		if !runsProgram(pids, desktop) {
+			// No desktop yet (this may be it) or no more: nothing to wait for.
+			return
+		}
+		if since.IsZero() {
+			since = time.Now()
+		}
+		waited := time.Since(since)
+		if waited > a11yStartWait {
+			s.log.WarnContext(ctx, "the desktop's accessibility bus did not come up; programs start without it", "session_id", b.id, "waited", waited.Round(time.Millisecond))
+			b.a11ySettled.Store(true)
+			return
+		}
+		if !woken && waited > a11yWakeAfter {
+			woken = true
+			if _, err := s.wakeA11yBus(ctx, b); err == nil {
+				b.a11ySettled.Store(true)
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// runsProgram reports whether one of pids runs the program at path (as
+// its executable or a script's interpreter's argument).
+func runsProgram(pids []int, path string) bool {
+	for _, pid := range pids {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil || len(raw) == 0 {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		if slices.Contains(args[:min(len(args), 2)], path) {
+			return true
+		}
+	}
+	return false
 }
