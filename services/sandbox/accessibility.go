@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -398,26 +397,26 @@ func (s *Service) wakeA11yBus(ctx context.Context, b *box) (*atspi.Bus, error) {
 	return nil, atspi.ErrNoBus
 }
 
-// Bounds of awaitA11yBus.
+// Bounds of awaitA11yBus, from the desktop program's start.
 const (
 	// a11yStartWait bounds how long a program waits for the desktop's
 	// accessibility bus.
 	a11yStartWait = 5 * time.Second
-	// a11yWakeAfter: a desktop program that has run this long with no bus
-	// up gets it woken (one whose launcher starts it only when asked).
+	// a11yWakeAfter: with no bus up by then it is asked for (a desktop whose
+	// launcher starts it only when asked).
 	a11yWakeAfter = time.Second
 )
 
-// awaitA11yBus holds a program about to start in b while the session's
-// desktop program brings up its accessibility bus, until the bus runs:
-// a program that looks for the bus once, at its start (LibreOffice), never
-// joins a bus that comes after it, and create returns as the desktop
-// program starts. It waits only while the image's desktop program
-// (org.deskgrid.session) runs in an image with at-spi2-core, once per
-// session; the desktop program itself starts before it runs and does not
-// wait. A bus still missing after a11yWakeAfter is asked for, as a tree
-// read would.
-func (s *Service) awaitA11yBus(ctx context.Context, b *box) {
+// awaitA11yBus holds a program (argv) about to start in b while the
+// session's desktop brings up its accessibility bus, until the bus runs:
+// a program that looks for the bus once, at its start (LibreOffice, GTK
+// programs), never joins a bus that comes after it, and create returns as
+// the desktop program starts. Only the programs started after the image's
+// desktop program (org.deskgrid.session) wait, in an image with
+// at-spi2-core, at most a11yStartWait from the desktop's start; once the
+// bus runs, or that time is over, no program waits again. A bus still
+// missing after a11yWakeAfter is asked for, as a tree read would.
+func (s *Service) awaitA11yBus(ctx context.Context, b *box, argv []string) {
 	if b.a11ySettled.Load() {
 		return
 	}
@@ -426,12 +425,20 @@ func (s *Service) awaitA11yBus(ctx context.Context, b *box) {
 		b.a11ySettled.Store(true)
 		return
 	}
+	if isDesktop(argv, desktop) {
+		b.desktopStart.CompareAndSwap(0, time.Now().UnixNano())
+		return
+	}
+	started := b.desktopStart.Load()
+	if started == 0 {
+		return
+	}
 	// Lstat: a link the session planted is not followed on the node.
 	if _, err := os.Lstat(filepath.Join(b.merged(), "usr/libexec/at-spi-bus-launcher")); err != nil {
 		b.a11ySettled.Store(true)
 		return
 	}
-	var since time.Time
+	since := time.Unix(0, started)
 	woken := false
 	for {
 		pids, err := s.sessionPids(ctx, b)
@@ -441,13 +448,6 @@ func (s *Service) awaitA11yBus(ctx context.Context, b *box) {
 		if _, err := atspi.Find(pids); err == nil {
 			b.a11ySettled.Store(true)
 			return
-		}
-		if !runsProgram(pids, desktop) {
-			// No desktop yet (this may be it) or no more: nothing to wait for.
-			return
-		}
-		if since.IsZero() {
-			since = time.Now()
 		}
 		waited := time.Since(since)
 		if waited > a11yStartWait {
@@ -470,18 +470,10 @@ func (s *Service) awaitA11yBus(ctx context.Context, b *box) {
 	}
 }
 
-// runsProgram reports whether one of pids runs the program at path (as
-// its executable or a script's interpreter's argument).
-func runsProgram(pids []int, path string) bool {
-	for _, pid := range pids {
-		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err != nil || len(raw) == 0 {
-			continue
-		}
-		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
-		if slices.Contains(args[:min(len(args), 2)], path) {
-			return true
-		}
-	}
-	return false
+// isDesktop reports whether argv starts the desktop program at path:
+// itself, or the shell that runs it (session.DesktopArgv: sh -c '... exec
+// $DESKGRID_SESSION').
+func isDesktop(argv []string, path string) bool {
+	return len(argv) > 0 && argv[0] == path ||
+		len(argv) > 2 && argv[1] == "-c" && strings.Contains(argv[2], "$DESKGRID_SESSION")
 }
