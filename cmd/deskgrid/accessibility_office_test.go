@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	deskgrid "github.com/deskgrid/deskgrid/sdk"
@@ -101,5 +104,74 @@ func TestAccessibilityTreeOfACalcSheet(t *testing.T) {
 	code, all, body := tree("?application=soffice")
 	if code != 200 || !all.GetTruncated() || cellOf(all, "C3") == nil {
 		t.Fatalf("Calc's whole tree: %d truncated=%v %.2000s", code, all.GetTruncated(), body)
+	}
+}
+
+// TestAccessibilityOfProgramsStartedAtOnce: programs started the moment
+// the session is created, before anything reads its accessibility tree,
+// are in the tree. LibreOffice looks for the accessibility bus once, at its
+// start, so the session's bus and registry must be up before the create
+// returns; it is launched through the API, Mousepad through exec, and the
+// session runs one accessibility bus, the one the tree is read from.
+func TestAccessibilityOfProgramsStartedAtOnce(t *testing.T) {
+	officeImages(t)
+	p := startUpOnDesktop(t, t.TempDir(), t.TempDir())
+	s := p.createWith(`{"image":"` + officeImage + `","display":{"width":1280,"height":800}}`)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c, err := deskgrid.New(p.grpc, deskgrid.WithAPIKey(p.key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sess, err := c.Sessions.Get(ctx, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, code := p.execIn(s.ID, "sh", "-c", "setsid -f mousepad >/dev/null 2>&1"); code != 0 {
+		t.Fatalf("start Mousepad: %q (exit %d)", out, code)
+	}
+	l, err := sess.Launch(ctx, "libreoffice-writer")
+	if err != nil {
+		t.Fatalf("launch LibreOffice Writer: %v", err)
+	}
+	if l.Window == nil {
+		t.Fatalf("launched %v: no window", l.Application)
+	}
+	waitTitle(t, p, s.ID, "Mousepad")
+
+	// Both windows show: each program has looked for the bus. Only now is
+	// the tree read, for the first time.
+	var last string
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		code, body, _ := p.do("GET", "/v1/sessions/"+s.ID+"/accessibility?max_depth=2", "")
+		tr := &sandboxv1.GetAccessibilityTreeResponse{}
+		if code == 200 {
+			if err := protojson.Unmarshal(body, tr); err != nil {
+				t.Fatalf("tree %s: %v", body, err)
+			}
+			writer := deskgrid.FindAccessible(tr, "frame", "LibreOffice Writer")
+			mousepad := deskgrid.FindAccessible(tr, "frame", "Mousepad")
+			if len(writer) > 0 && len(mousepad) > 0 {
+				break
+			}
+			last = dumpTree(tr)
+		} else {
+			last = fmt.Sprintf("%d %s", code, body)
+		}
+		if time.Now().After(deadline) {
+			windows := []string{}
+			for _, w := range p.windows(s.ID) {
+				windows = append(windows, w.Title)
+			}
+			log, _ := p.execIn(s.ID, "sh", "-c", "cat /tmp/runtime-user/deskgrid-session.log; ps -eo pid,ppid,args")
+			t.Fatalf("no LibreOffice Writer and Mousepad frames in the tree (windows %q):\n%s\nsession:\n%s", windows, last, log)
+		}
+		time.Sleep(time.Second) // polled: the programs build their trees as they start
+	}
+	if out, _ := p.execIn(s.ID, "sh", "-c", "pgrep -c -f '[d]bus-daemon.*accessibility.conf'"); out != "1" {
+		t.Errorf("the session runs %s accessibility buses, want 1", out)
 	}
 }

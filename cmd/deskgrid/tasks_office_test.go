@@ -161,9 +161,6 @@ func (e *taskEnv) on(t *testing.T, image string) *taskEnv {
 	return o
 }
 
-// officeLayout is where scripts/setup --dev builds the office image.
-func officeLayout() string { return filepath.Join(imagebuild.DefaultCacheDir, "desktop-office") }
-
 var officeStore struct {
 	once sync.Once
 	err  error
@@ -176,14 +173,15 @@ func officeImages(t testing.TB) {
 	t.Helper()
 	dir := desktopImages(t)
 	officeStore.once.Do(func() {
-		officeStore.err = buildOfficeImage(t)
+		var layout string
+		layout, officeStore.err = buildOfficeImage(t)
 		if officeStore.err != nil {
 			return
 		}
 		ctx := context.Background()
 		store, err := imagestore.New(ctx, imagestore.Deps{Dir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err == nil {
-			_, err = store.ImportPath(ctx, "", officeLayout(), imagestore.ImportOptions{Ref: officeImage})
+			_, err = store.ImportPath(ctx, "", layout, imagestore.ImportOptions{Ref: officeImage})
 		}
 		if err == nil {
 			err = store.SetPublic(ctx, "", officeImage, true)
@@ -197,43 +195,46 @@ func officeImages(t testing.TB) {
 
 // buildOfficeImage builds the office image into the image cache unless it
 // is there for the recipe as it is, as scripts/setup --dev does, under the
-// cache's lock.
-func buildOfficeImage(t testing.TB) error {
+// cache's lock, and returns its layout: the one of this recipe, not
+// whichever the cache's desktop-office link names.
+func buildOfficeImage(t testing.TB) (string, error) {
 	recipe, err := imagebuild.Load("../../deploy/images/desktop-office")
 	if err != nil {
-		return err
+		return "", err
 	}
 	hash, err := recipe.Hash()
 	if err != nil {
-		return err
+		return "", err
 	}
-	if _, err := os.Stat(filepath.Join(imagebuild.DefaultCacheDir, "desktop-office-"+hash, "index.json")); err == nil {
-		return nil
+	layout := filepath.Join(imagebuild.DefaultCacheDir, "desktop-office-"+hash)
+	if _, err := os.Stat(filepath.Join(layout, "index.json")); err == nil {
+		return layout, nil
 	}
 	bin, err := exec.LookPath("mmdebstrap")
 	if err != nil || os.Geteuid() != 0 {
-		return fmt.Errorf("the desktop image with LibreOffice is not built (run scripts/setup --dev, or deskgrid images build -cache %s deploy/images/desktop-office as root)", imagebuild.DefaultCacheDir)
+		return "", fmt.Errorf("the desktop image with LibreOffice is not built (run scripts/setup --dev, or deskgrid images build -cache %s deploy/images/desktop-office as root)", imagebuild.DefaultCacheDir)
 	}
 	t.Logf("building the desktop image with LibreOffice (deploy/images/desktop-office) into %s: LibreOffice installed on the default desktop image, a few minutes once", imagebuild.DefaultCacheDir)
 	start := time.Now()
 	lock, err := os.OpenFile(filepath.Join(imagebuild.DefaultCacheDir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer lock.Close()
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
-		return err
+		return "", err
 	}
 	var progress strings.Builder
 	b, err := imagebuild.New(imagebuild.Deps{Mmdebstrap: bin, Sources: imagebuild.HostSources(), Progress: &progress})
 	if err != nil {
-		return err
+		return "", err
 	}
-	if _, _, err := b.Cached(context.Background(), recipe, imagebuild.DefaultCacheDir); err != nil {
-		return fmt.Errorf("build the office image: %w\n%s", err, progress.String())
+	built, _, err := b.Cached(context.Background(), recipe, imagebuild.DefaultCacheDir)
+	if err != nil {
+		return "", fmt.Errorf("build the office image: %w\n%s", err, progress.String())
 	}
 	t.Logf("built the desktop image with LibreOffice in %s", time.Since(start).Round(time.Second))
-	return nil
+	return built, nil
 }
 
 // processIdle tells whether the session's process named name used at most

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -393,4 +395,85 @@ func (s *Service) wakeA11yBus(ctx context.Context, b *box) (*atspi.Bus, error) {
 		}
 	}
 	return nil, atspi.ErrNoBus
+}
+
+// Bounds of awaitA11yBus, from the desktop program's start.
+const (
+	// a11yStartWait bounds how long a program waits for the desktop's
+	// accessibility bus.
+	a11yStartWait = 5 * time.Second
+	// a11yWakeAfter: with no bus up by then it is asked for (a desktop whose
+	// launcher starts it only when asked).
+	a11yWakeAfter = time.Second
+)
+
+// awaitA11yBus holds a program (argv) about to start in b while the
+// session's desktop brings up its accessibility bus, until the bus runs:
+// a program that looks for the bus once, at its start (LibreOffice, GTK
+// programs), never joins a bus that comes after it, and create returns as
+// the desktop program starts. Only the programs started after the image's
+// desktop program (org.deskgrid.session) wait, in an image with
+// at-spi2-core, at most a11yStartWait from the desktop's start; once the
+// bus runs, or that time is over, no program waits again. A bus still
+// missing after a11yWakeAfter is asked for, as a tree read would.
+func (s *Service) awaitA11yBus(ctx context.Context, b *box, argv []string) {
+	if b.a11ySettled.Load() {
+		return
+	}
+	desktop := b.img.Config.Labels[SessionLabel]
+	if desktop == "" {
+		b.a11ySettled.Store(true)
+		return
+	}
+	if isDesktop(argv, desktop) {
+		b.desktopStart.CompareAndSwap(0, time.Now().UnixNano())
+		return
+	}
+	started := b.desktopStart.Load()
+	if started == 0 {
+		return
+	}
+	// Lstat: a link the session planted is not followed on the node.
+	if _, err := os.Lstat(filepath.Join(b.merged(), "usr/libexec/at-spi-bus-launcher")); err != nil {
+		b.a11ySettled.Store(true)
+		return
+	}
+	since := time.Unix(0, started)
+	woken := false
+	for {
+		pids, err := s.sessionPids(ctx, b)
+		if err != nil {
+			return
+		}
+		if _, err := atspi.Find(pids); err == nil {
+			b.a11ySettled.Store(true)
+			return
+		}
+		waited := time.Since(since)
+		if waited > a11yStartWait {
+			s.log.WarnContext(ctx, "the desktop's accessibility bus did not come up; programs start without it", "session_id", b.id, "waited", waited.Round(time.Millisecond))
+			b.a11ySettled.Store(true)
+			return
+		}
+		if !woken && waited > a11yWakeAfter {
+			woken = true
+			if _, err := s.wakeA11yBus(ctx, b); err == nil {
+				b.a11ySettled.Store(true)
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// isDesktop reports whether argv starts the desktop program at path:
+// itself, or the shell that runs it (session.DesktopArgv: sh -c '... exec
+// $DESKGRID_SESSION').
+func isDesktop(argv []string, path string) bool {
+	return len(argv) > 0 && argv[0] == path ||
+		len(argv) > 2 && argv[1] == "-c" && strings.Contains(argv[2], "$DESKGRID_SESSION")
 }

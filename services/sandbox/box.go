@@ -38,6 +38,12 @@ type box struct {
 	// diskFull: the disk was found full when the node's limit counts were
 	// last read (sweepFullDisks), so it is counted once.
 	diskFull atomic.Bool
+	// desktopStart is when its image's desktop program was started (unix
+	// nanoseconds; 0 before); a11ySettled: its programs no longer wait for
+	// the desktop's accessibility bus (awaitA11yBus): it runs, or was
+	// waited for once.
+	desktopStart atomic.Int64
+	a11ySettled  atomic.Bool
 	// fromSnapshot is the snapshot the layer was created from, if any.
 	fromSnapshot string
 	// network gives its commands outbound network.

@@ -267,6 +267,7 @@ func (s *Service) containerSpec(ctx context.Context, b *box, argv, extraEnv []st
 			if env, err = s.shareDisplay(b, sock, st, n, xauth, uid, gid); err != nil {
 				return jail.Spec{}, err
 			}
+			s.awaitA11yBus(ctx, b, argv)
 		}
 	}
 	spec.Env = append(env, extraEnv...)
