@@ -120,15 +120,7 @@ func TestAccessibilityOfProgramsStartedAtOnce(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	c, err := deskgrid.New(p.grpc, deskgrid.WithAPIKey(p.key))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	sess, err := c.Sessions.Get(ctx, s.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sess := p.sdkSession(ctx, t, s.ID)
 	if out, code := p.execIn(s.ID, "sh", "-c", "setsid -f mousepad >/dev/null 2>&1"); code != 0 {
 		t.Fatalf("start Mousepad: %q (exit %d)", out, code)
 	}

@@ -28,15 +28,7 @@ func TestAccessibilityScopesAndExport(t *testing.T) {
 	get := treeOver(t, p, a.ID)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	c, err := deskgrid.New(p.grpc, deskgrid.WithAPIKey(p.key))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := c.Sessions.Get(ctx, a.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := p.sdkSession(ctx, t, a.ID)
 	l, err := s.Launch(ctx, "mousepad")
 	if err != nil {
 		t.Fatalf("launch mousepad: %v", err)

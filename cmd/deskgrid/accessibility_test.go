@@ -116,15 +116,7 @@ func TestAccessibilityTreeOfADesktopSession(t *testing.T) {
 	// The Go SDK.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := deskgrid.New(p.grpc, deskgrid.WithAPIKey(p.key))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := c.Sessions.Get(ctx, a.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := p.sdkSession(ctx, t, a.ID)
 	st, err := s.AccessibilityTree(ctx, deskgrid.Application("chrom"), deskgrid.OnlyVisible())
 	if err != nil {
 		t.Fatal(err)

@@ -21,12 +21,29 @@ import (
 	"testing"
 	"time"
 
+	deskgrid "github.com/deskgrid/deskgrid/sdk"
 	imagestore "github.com/deskgrid/deskgrid/services/sandbox/image"
 	"github.com/deskgrid/deskgrid/services/sandbox/imagebuild"
 )
 
 // execIn runs argv in a session through REST and returns its stdout and
 // exit code.
+// sdkSession is the Go SDK's handle on p's session id; its client is
+// closed when the test ends.
+func (p *upProcess) sdkSession(ctx context.Context, t testing.TB, id string) *deskgrid.Session {
+	t.Helper()
+	c, err := deskgrid.New(p.grpc, deskgrid.WithAPIKey(p.key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s, err := c.Sessions.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func (p *upProcess) execIn(id string, argv ...string) (string, int) {
 	p.t.Helper()
 	body, _ := json.Marshal(map[string]any{"argv": argv, "timeout": "120s"})

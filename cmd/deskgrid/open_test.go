@@ -32,15 +32,7 @@ func TestOpenWithTheDefaultApplication(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	c, err := deskgrid.New(p.grpc, deskgrid.WithAPIKey(p.key))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := c.Sessions.Get(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := p.sdkSession(ctx, t, id)
 
 	// The desktop's panel is up: a window that appears from now on is
 	// what the open showed.

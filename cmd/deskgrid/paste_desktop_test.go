@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	deskgrid "github.com/deskgrid/deskgrid/sdk"
 )
 
 // mixedScripts is n characters of Latin with accents, Greek, Cyrillic,
@@ -39,15 +37,7 @@ func TestPasteIntoMousepad(t *testing.T) {
 	a := p.createWith(`{"display":{"width":1280,"height":800}}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	c, err := deskgrid.New(p.grpc, deskgrid.WithAPIKey(p.key))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := c.Sessions.Get(ctx, a.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := p.sdkSession(ctx, t, a.ID)
 	const file = "/tmp/pasted.txt"
 	if out, code := p.execIn(a.ID, "sh", "-c", ": > "+file); code != 0 {
 		t.Fatalf("create %s: %d %s", file, code, out)
