@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode/utf8"
 
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 )
@@ -77,6 +78,13 @@ func runAct(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if c.cf.output == "json" {
 		return c.print(resp)
 	}
-	fmt.Fprintf(stdout, "pointer at %d,%d\n", resp.GetCursor().GetX(), resp.GetCursor().GetY())
+	switch verb {
+	case "type":
+		fmt.Fprintf(stdout, "typed %d characters\n", utf8.RuneCountInString(act.GetType().GetText()))
+	case "key":
+		fmt.Fprintf(stdout, "pressed %s\n", act.GetKey().GetChord())
+	default:
+		fmt.Fprintf(stdout, "pointer at %d,%d\n", resp.GetCursor().GetX(), resp.GetCursor().GetY())
+	}
 	return nil
 }

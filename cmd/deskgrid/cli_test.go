@@ -68,6 +68,12 @@ func TestEndToEndCLICommands(t *testing.T) {
 	if out := must("act", s.ID, "move", "30", "40"); !strings.Contains(out, "30,40") {
 		t.Fatalf("act move: %q", out)
 	}
+	if out := must("act", s.ID, "type", "héllo", "you"); out != "typed 9 characters\n" {
+		t.Fatalf("act type: %q", out)
+	}
+	if out := must("act", s.ID, "key", "ctrl+a"); out != "pressed ctrl+a\n" {
+		t.Fatalf("act key: %q", out)
+	}
 	if _, _, code := run("", "act", s.ID, "click", "9999", "1"); code == 0 {
 		t.Fatal("a click off the screen succeeded")
 	}
