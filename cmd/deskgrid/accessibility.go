@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -168,6 +169,17 @@ func runAccessibility(ctx context.Context, args []string, stdout, stderr io.Writ
 		}
 		_, err = fmt.Fprintln(stdout, string(b))
 		return err
+	}
+	if app != "" && len(tree.GetApplications()) == 0 {
+		// An empty answer to a filter says which applications there are.
+		all, err := client.GetAccessibilityTree(ctx, &sandboxv1.GetAccessibilityTreeRequest{SessionId: pos[0], MaxDepth: 1})
+		if err == nil {
+			var names []string
+			for _, a := range all.GetApplications() {
+				names = append(names, strconv.Quote(a.GetName()))
+			}
+			fmt.Fprintf(c.errw, "a11y: no application's name contains %q; the session's: %s\n", app, strings.Join(names, ", "))
+		}
 	}
 	return deskgrid.WriteAccessibilityTree(stdout, tree)
 }

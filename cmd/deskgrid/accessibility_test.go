@@ -143,6 +143,13 @@ func TestAccessibilityTreeOfADesktopSession(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &js); err != nil || len(js.Applications) != 1 || js.Applications[0].Role != "application" {
 		t.Errorf("deskgrid a11y -o json: %v %.300s", err, out.String())
 	}
+	// A filter no application matches says which there are.
+	out.Reset()
+	errOut.Reset()
+	if err := run(ctx, []string{"a11y", a.ID, "-addr", p.grpc, "-api-key", p.key, "-app", "no-such-app"}, &out, &errOut); err != nil || out.Len() != 0 ||
+		!strings.Contains(errOut.String(), `no application's name contains "no-such-app"`) || !strings.Contains(strings.ToLower(errOut.String()), "chrom") {
+		t.Errorf("deskgrid a11y -app no-such-app: %v, out %q, err %q", err, out.String(), errOut.String())
+	}
 
 	// Launching by name: the applications of the image, Mousepad (GTK 3)
 	// started from its entry, its window returned and its widgets in the
