@@ -412,6 +412,11 @@ func BenchmarkDesktopClickChromium(b *testing.B) {
 	shot := filepath.Join(b.TempDir(), "shot.png")
 	var api, ref []time.Duration
 	b.ResetTimer()
+	// The API's clicks first, then the reference's: xdotool's clicks on
+	// the button between the API's would make its repaints, three in 3 s,
+	// look like the screen's own blinking to settle (it cannot tell input
+	// from another X client), and each API click then waits out its change
+	// timeout.
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
 		code, out, _ := p.do("POST", "/v1/sessions/"+s.ID+"/actions", `{"actions":[{"click":{"at":{"x":500,"y":450},"button":"MOUSE_BUTTON_LEFT","clicks":1}}],"screenshot":true}`)
@@ -436,8 +441,9 @@ func BenchmarkDesktopClickChromium(b *testing.B) {
 		}
 		colour = flip(colour)
 		api = append(api, d)
-
-		start = time.Now()
+	}
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
 		click := exec.Command("xdotool", "mousemove", "500", "450", "click", "1")
 		click.Env = env
 		if o, err := click.CombinedOutput(); err != nil {
