@@ -13,6 +13,7 @@ import (
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/sandbox/internal/changes"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/container"
 	"github.com/deskgrid/deskgrid/services/sandbox/internal/fsroot"
 	"github.com/deskgrid/deskgrid/services/sandbox/internal/overlay"
 )
@@ -38,7 +39,14 @@ func (b *box) changes(prefix string) ([]changes.Change, error) {
 	if b.copied() {
 		return changes.Compare(b.merged(), b.lower, prefix)
 	}
-	return changes.List(b.upper(), b.lower, prefix)
+	return changes.List(b.upper(), b.lower, prefix, b.mountPoint)
+}
+
+// mountPoint reports whether the entry at rel in a container sandbox's
+// upper layer is a mount point its runtime made (an image without /proc,
+// or without /etc/hosts, say): not a change of the session's.
+func (b *box) mountPoint(rel string) bool {
+	return b.img != nil && container.IsMountPoint(b.upper(), b.lower, rel)
 }
 
 // changed is where the new content of a change is.

@@ -301,6 +301,7 @@ func (s *Service) startContainer(ctx context.Context, b *box) error {
 		Range:    b.img.Range,
 		Init:     s.cfg.CatatonitPath,
 		Hostname: "sandbox",
+		Network:  b.network,
 		Env:      containerEnv(b.img.Config),
 		Seccomp:  s.ociSeccomp,
 		Mounts: []specs.Mount{

@@ -6,11 +6,13 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -35,6 +37,14 @@ import (
 // user (the image config's User: "" for root).
 func busyboxImage(t testing.TB, user string) v1.Image {
 	t.Helper()
+	return busyboxImageOf(t, user, []string{"proc", "dev", "sys", "run", "tmp"}, nil)
+}
+
+// busyboxImageOf is busyboxImage with only the runtime's mount point
+// directories in mounts, and extra entries: a value starting "->" is a
+// symbolic link to the rest, another a file of that content.
+func busyboxImageOf(t testing.TB, user string, mounts []string, extra map[string]string) v1.Image {
+	t.Helper()
 	bb, err := exec.LookPath("busybox")
 	if err != nil {
 		t.Fatal("busybox is required (Debian package busybox-static)")
@@ -52,10 +62,13 @@ func busyboxImage(t testing.TB, user string) v1.Image {
 		_ = tw.WriteHeader(&tar.Header{Name: n, Typeflag: tar.TypeReg, Mode: mode, Size: int64(len(body))})
 		_, _ = tw.Write(body)
 	}
-	for _, d := range []string{"bin", "usr", "usr/bin", "etc", "root", "home", "proc", "dev", "sys", "run"} {
-		dir(d, 0o755, 0)
+	for _, d := range append([]string{"bin", "usr", "usr/bin", "etc", "root", "home"}, mounts...) {
+		mode := int64(0o755)
+		if d == "tmp" {
+			mode = 0o1777
+		}
+		dir(d, mode, 0)
 	}
-	dir("tmp", 0o1777, 0)
 	dir("home/user", 0o755, 1000)
 	file("bin/busybox", 0o755, data)
 	for _, n := range []string{"sh", "id", "cat", "touch", "sleep", "ls", "cp", "chmod", "stat", "echo", "ps", "test", "rm", "true", "tr", "grep"} {
@@ -63,6 +76,14 @@ func busyboxImage(t testing.TB, user string) v1.Image {
 	}
 	file("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/home/user:/bin/sh\n"))
 	file("etc/group", 0o644, []byte("root:x:0:\nuser:x:1000:\n"))
+	names := slices.Sorted(maps.Keys(extra))
+	for _, n := range names {
+		if target, ok := strings.CutPrefix(extra[n], "->"); ok {
+			_ = tw.WriteHeader(&tar.Header{Name: n, Typeflag: tar.TypeSymlink, Linkname: target})
+		} else {
+			file(n, 0o644, []byte(extra[n]))
+		}
+	}
 	_ = tw.Close()
 	b := buf.Bytes()
 	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }, tarball.WithMediaType(types.OCILayer))

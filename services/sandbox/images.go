@@ -299,11 +299,11 @@ func (s *Service) commit(ctx context.Context, id, ref string) (*image.Image, err
 	}
 	// A container's files belong to the session's host id range; the image
 	// holds them as the ids inside it.
-	var shift image.IDShift
+	u := image.Upper{Dir: b.upper(), Skip: b.mountPoint}
 	if b.img != nil {
-		shift = image.IDShift{Base: b.img.Range.Base, Size: b.img.Range.Size}
+		u.Shift = image.IDShift{Base: b.img.Range.Base, Size: b.img.Range.Size}
 	}
-	im, err := s.images.Commit(ctx, b.tenant, base, b.upper(), ref, shift)
+	im, err := s.images.Commit(ctx, b.tenant, base, u, ref)
 	if err != nil {
 		return nil, imageErrorf("commit %s: %w", id, err)
 	}

@@ -23,14 +23,25 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Commit turns an overlayfs upper directory into one OCI layer on top of
+// Upper is a session's writable layer as Commit reads it.
+type Upper struct {
+	// Dir is the overlayfs upper directory.
+	Dir string
+	// Shift maps the owners on disk to the session's ids (the zero IDShift
+	// keeps them as they are).
+	Shift IDShift
+	// Skip, when not nil, reports the entries (by slash-separated path)
+	// that are not the session's: the runtime's mount points.
+	Skip func(rel string) bool
+}
+
+// Commit turns a session's upper directory into one OCI layer on top of
 // base (nil: an image of that layer alone) and tags the result ref for
 // tenant. Whiteouts (0/0 character devices) become .wh. files and opaque
-// directories (trusted.overlay.opaque=y) .wh..wh..opq entries. Owners are
-// written as ids shifts sees them (the zero IDShift: as they are on disk).
-// The upper directory must not change while it is read: commit a frozen
-// session.
-func (s *Store) Commit(ctx context.Context, tenant string, base *Image, upper string, ref string, shift IDShift) (*Image, error) {
+// directories (trusted.overlay.opaque=y) .wh..wh..opq entries. The upper
+// directory must not change while it is read: commit a frozen session.
+func (s *Store) Commit(ctx context.Context, tenant string, base *Image, u Upper, ref string) (*Image, error) {
+	upper := u.Dir
 	r, err := ParseRef(ref)
 	if err != nil {
 		return nil, err
@@ -62,7 +73,7 @@ func (s *Store) Commit(ctx context.Context, tenant string, base *Image, upper st
 	}
 	defer cleanup()
 	gz := filepath.Join(work, "layer.tar.gz")
-	if err := writeUpperLayer(ctx, upper, gz, shift); err != nil {
+	if err := writeUpperLayer(ctx, u, gz); err != nil {
 		return nil, fmt.Errorf("commit: %w", err)
 	}
 	mt := types.OCILayer
@@ -95,7 +106,7 @@ func (s *Store) Commit(ctx context.Context, tenant string, base *Image, upper st
 // overlayfs upper directory to dst, which must not exist; image builds use
 // it for the layer a recipe adds on top of the image it extends.
 func WriteLayer(ctx context.Context, upper, dst string) error {
-	return writeUpperLayer(ctx, upper, dst, IDShift{})
+	return writeUpperLayer(ctx, Upper{Dir: upper}, dst)
 }
 
 // IDShift maps the host ids that own an upper directory's files to the ids
@@ -139,8 +150,9 @@ func (m IDShift) info(fi os.FileInfo) os.FileInfo {
 }
 
 // writeUpperLayer writes the OCI layer (a gzip tar) of an overlayfs upper
-// directory with containerd's change writer, owners mapped by shift.
-func writeUpperLayer(ctx context.Context, upper, dst string, shift IDShift) error {
+// directory with containerd's change writer, owners mapped by u.Shift.
+func writeUpperLayer(ctx context.Context, u Upper, dst string) error {
+	upper, shift := u.Dir, u.Shift
 	f, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
@@ -160,6 +172,12 @@ func writeUpperLayer(ctx context.Context, upper, dst string, shift IDShift) erro
 			return err
 		}
 		if rel == "." {
+			return nil
+		}
+		if u.Skip != nil && u.Skip(filepath.ToSlash(rel)) {
+			if fi.IsDir() {
+				return filepath.SkipDir
+			}
 			return nil
 		}
 		rel = "/" + rel

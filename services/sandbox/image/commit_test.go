@@ -41,7 +41,7 @@ func TestCommitUpperDirBecomesALayer(t *testing.T) {
 	must(t, unix.Setxattr(filepath.Join(upper, "cache"), "trusted.overlay.opaque", []byte("y"), 0))
 	must(t, os.WriteFile(filepath.Join(upper, "cache/fresh"), []byte("fresh"), 0o644))
 
-	got, err := s.Commit(ctx, "acme", base, upper, "my-team/qa-desktop:v3", IDShift{})
+	got, err := s.Commit(ctx, "acme", base, Upper{Dir: upper}, "my-team/qa-desktop:v3")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,16 +74,16 @@ func TestCommitUpperDirBecomesALayer(t *testing.T) {
 	// A commit of a commit stacks another layer.
 	upper2 := t.TempDir()
 	must(t, os.WriteFile(filepath.Join(upper2, "second"), []byte("2"), 0o644))
-	v4, err := s.Commit(ctx, "acme", got, upper2, "my-team/qa-desktop:v4", IDShift{})
+	v4, err := s.Commit(ctx, "acme", got, Upper{Dir: upper2}, "my-team/qa-desktop:v4")
 	if err != nil || len(v4.Layers) != 3 {
 		t.Fatalf("second commit: %+v %v", v4, err)
 	}
 
-	_, err = s.Commit(ctx, "acme", base, upper, "Bad Ref", IDShift{})
+	_, err = s.Commit(ctx, "acme", base, Upper{Dir: upper}, "Bad Ref")
 	wantCode(t, err, codes.InvalidArgument)
-	_, err = s.Commit(ctx, "acme", base, upper, base.Digest, IDShift{})
+	_, err = s.Commit(ctx, "acme", base, Upper{Dir: upper}, base.Digest)
 	wantCode(t, err, codes.InvalidArgument)
-	_, err = s.Commit(ctx, "acme", base, filepath.Join(upper, "missing"), "team/x:y", IDShift{})
+	_, err = s.Commit(ctx, "acme", base, Upper{Dir: filepath.Join(upper, "missing")}, "team/x:y")
 	wantCode(t, err, codes.FailedPrecondition)
 	if tmp, _ := os.ReadDir(s.tmp); len(tmp) != 0 {
 		t.Fatalf("work left: %v", tmp)
@@ -107,7 +107,7 @@ func TestCommitOwnersAsTheSessionSawThem(t *testing.T) {
 		"home/user/.cache/font": base + 1000, "home/user/stray": 12345, "tool": base} {
 		must(t, os.Lchown(filepath.Join(upper, p), id, id))
 	}
-	got, err := s.Commit(ctx, "acme", nil, upper, "team/owners:v1", IDShift{Base: base, Size: 65536})
+	got, err := s.Commit(ctx, "acme", nil, Upper{Dir: upper, Shift: IDShift{Base: base, Size: 65536}}, "team/owners:v1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestCommitKeepsSetuidBits(t *testing.T) {
 	for p, m := range modes {
 		must(t, os.Chmod(filepath.Join(upper, p), m))
 	}
-	got, err := s.Commit(ctx, "acme", nil, upper, "team/suid:v1", IDShift{Base: base, Size: 65536})
+	got, err := s.Commit(ctx, "acme", nil, Upper{Dir: upper, Shift: IDShift{Base: base, Size: 65536}}, "team/suid:v1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/klauspost/compress/gzip"
+
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/container"
 )
 
 // Deps are what a Builder needs from the machine.
@@ -206,16 +208,22 @@ func (r *Recipe) variant() string {
 
 // Files mmdebstrap copies from the build machine into the root filesystem
 // (its /etc/hostname and /etc/resolv.conf), written anew so that an image
-// says nothing of where it was built and works on every node: the host name
-// every session has (the sandbox runtime's "sandbox"), an /etc/hosts that
-// resolves it and localhost without DNS, and the DNS server of a session's
-// user-mode network (slirp4netns, package jail). A recipe's files and
+// says nothing of where it was built and works wherever it runs: the files
+// the sandbox runtime gives every session (package container), which binds
+// its own over them, and another runtime may not. A recipe's files and
 // setup script may still replace /etc/hostname and /etc/hosts.
-const (
-	imageHostname = "rm -f \"$1/etc/hostname\" && printf 'sandbox\\n' > \"$1/etc/hostname\""
-	imageHosts    = "rm -f \"$1/etc/hosts\" && printf '127.0.0.1\\tlocalhost\\n127.0.1.1\\tsandbox\\n::1\\tlocalhost ip6-localhost ip6-loopback\\n' > \"$1/etc/hosts\""
-	imageResolv   = "rm -f \"$1/etc/resolv.conf\" && printf 'nameserver 10.0.2.3\\n' > \"$1/etc/resolv.conf\""
+var (
+	imageHostname = writeHook("/etc/hostname", "sandbox\n")
+	imageHosts    = writeHook("/etc/hosts", container.HostsFile("sandbox"))
+	imageResolv   = writeHook("/etc/resolv.conf", container.ResolvConf(true))
 )
+
+// writeHook is an mmdebstrap hook that replaces the file p of the root
+// filesystem with content.
+func writeHook(p, content string) string {
+	esc := strings.NewReplacer("\\", "\\\\", "%", "%%", "'", `'\''`, "\t", `\t`, "\n", `\n`).Replace(content)
+	return fmt.Sprintf("rm -f \"$1%s\" && printf '%s' > \"$1%s\"", p, esc, p)
+}
 
 // mmdebstrap builds r's root filesystem into the tar file out.
 func (b *Builder) mmdebstrap(ctx context.Context, r *Recipe, out string) error {

@@ -92,10 +92,13 @@ func isOpaque(dir string) bool {
 }
 
 // List returns the changes of upper over lower at or beneath prefix
-// (empty for all), sorted by path.
-func List(upper, lower, prefix string) ([]Change, error) {
+// (empty for all), sorted by path. Entries of upper that skip (when not
+// nil) reports as not the session's, by their slash-separated path, are
+// left out.
+func List(upper, lower, prefix string, skip func(rel string) bool) ([]Change, error) {
 	var out []Change
-	if err := walk(upper, lower, ".", &out); err != nil {
+	w := walker{upper: upper, lower: lower, skip: skip}
+	if err := w.walk(".", &out); err != nil {
 		return nil, err
 	}
 	if prefix != "" && prefix != "." {
@@ -117,7 +120,13 @@ func Covers(sel, p string) bool {
 	return sel == "" || sel == "." || p == sel || strings.HasPrefix(p, sel+"/")
 }
 
-func walk(upper, lower, rel string, out *[]Change) error {
+type walker struct {
+	upper, lower string
+	skip         func(rel string) bool
+}
+
+func (w walker) walk(rel string, out *[]Change) error {
+	upper, lower := w.upper, w.lower
 	udir := filepath.Join(upper, rel)
 	entries, err := os.ReadDir(udir)
 	if err != nil {
@@ -145,6 +154,9 @@ func walk(upper, lower, rel string, out *[]Change) error {
 			continue
 		}
 		names[name] = true
+		if w.skip != nil && w.skip(p) {
+			continue
+		}
 		if isWhiteout(fi) {
 			*out = append(*out, deleted(lower, p, false))
 			continue
@@ -164,7 +176,7 @@ func walk(upper, lower, rel string, out *[]Change) error {
 					return err
 				}
 			default:
-				if err := walk(upper, lower, p, out); err != nil {
+				if err := w.walk(p, out); err != nil {
 					return err
 				}
 			}

@@ -56,7 +56,7 @@ func TestList(t *testing.T) {
 			lower, upper := t.TempDir(), t.TempDir()
 			write(t, lower, lowerFiles)
 			tc.upper(t, upper)
-			list, err := List(upper, lower, "")
+			list, err := List(upper, lower, "", nil)
 			if err != nil {
 				t.Fatal(err)
 			}

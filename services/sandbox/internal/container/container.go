@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -81,8 +82,18 @@ type Config struct {
 	// runc's default.
 	CgroupsPath string
 	Seccomp     *specs.LinuxSeccomp
+	// Network says the session has a network (its /etc/resolv.conf names
+	// the network's DNS server).
+	Network bool
 	// Mounts are added after the defaults (the X socket and cookie, say).
 	Mounts []specs.Mount
+}
+
+func (c Config) hostname() string {
+	if c.Hostname == "" {
+		return "sandbox"
+	}
+	return c.Hostname
 }
 
 // defaultCaps are runc's defaults (`runc spec`) plus what package managers
@@ -101,10 +112,7 @@ func Spec(c Config) (*specs.Spec, error) {
 	if c.ID == "" || c.Rootfs == "" || c.Init == "" {
 		return nil, errors.New("container: ID, Rootfs and Init are required")
 	}
-	hostname := c.Hostname
-	if hostname == "" {
-		hostname = "sandbox"
-	}
+	hostname := c.hostname()
 	caps := append([]string(nil), defaultCaps...)
 	ro := func(dst, src string) specs.Mount {
 		return specs.Mount{Destination: dst, Type: "bind", Source: src, Options: []string{"bind", "ro", "nosuid", "nodev"}}
@@ -163,19 +171,28 @@ func Spec(c Config) (*specs.Spec, error) {
 // Create writes c's bundle and starts its container, detached: pid 1 runs
 // until Delete. On error nothing of the container is left.
 func (r Runtime) Create(ctx context.Context, c Config) error {
-	spec, err := Spec(c)
-	if err != nil {
-		return err
-	}
-	data, err := json.MarshalIndent(spec, "", "  ")
-	if err != nil {
+	if _, err := Spec(c); err != nil {
 		return err
 	}
 	if err := r.bind(c); err != nil {
 		_ = Cleanup(c.Bundle)
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(c.Bundle, "config.json"), data, 0o600); err != nil {
+	etc, err := hostFiles(c, c.Rootfs, c.hostname())
+	if err != nil {
+		_ = Cleanup(c.Bundle)
+		return err
+	}
+	c.Mounts = append(slices.Clip(c.Mounts), etc...)
+	spec, err := Spec(c)
+	if err == nil {
+		var data []byte
+		if data, err = json.MarshalIndent(spec, "", "  "); err == nil {
+			err = os.WriteFile(filepath.Join(c.Bundle, "config.json"), data, 0o600)
+		}
+	}
+	if err != nil {
+		_ = Cleanup(c.Bundle)
 		return fmt.Errorf("container bundle: %w", err)
 	}
 	// The detached init keeps its stdio: a file, not a pipe Run would wait on.

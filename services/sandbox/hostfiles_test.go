@@ -1,0 +1,99 @@
+package sandbox
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/container"
+)
+
+// TestImageSessionHostFiles: every session from an image has the runtime's
+// /etc/hostname, /etc/hosts and /etc/resolv.conf, whatever the image holds
+// there (nothing, the build machine's, a link into /run), except what the
+// image made a link elsewhere; its root may edit them, and neither they nor
+// the mount points runc makes where the image has none (/proc, /dev, /tmp…)
+// are changes of the session's or reach a commit.
+func TestImageSessionHostFiles(t *testing.T) {
+	h, store := newImageHarness(t)
+	ctx := context.Background()
+	importImage(t, store, busyboxImageOf(t, "", nil, map[string]string{
+		"etc/hosts":          "10.9.9.9\tlocalhost\n",
+		"etc/resolv.conf":    "->../run/resolvconf/resolv.conf",
+		"etc/hostname":       "->/usr/share/hostname",
+		"usr/share/hostname": "imagehost\n",
+	}), "test/busybox:bare")
+
+	if _, err := h.client.CreateSandbox(ctx, &sandboxv1.CreateSandboxRequest{SessionId: "net", Image: "test/busybox:bare", Network: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.sh(t, "net", "cat /etc/hosts"); got != strings.TrimSpace(container.HostsFile("sandbox")) {
+		t.Errorf("/etc/hosts over the image's: %q", got)
+	}
+	if got := h.sh(t, "net", "cat /etc/resolv.conf; readlink /etc/resolv.conf"); got != "nameserver "+container.SessionDNS+"\n../run/resolvconf/resolv.conf" {
+		t.Errorf("/etc/resolv.conf, a link into /run in the image: %q", got)
+	}
+	if got := h.sh(t, "net", "cat /etc/hostname"); got != "imagehost" {
+		t.Errorf("/etc/hostname, the image's link elsewhere than /run: %q", got)
+	}
+	if got := h.sh(t, "net", "ls /proc/self/ns >/dev/null && ls -d /dev/pts /tmp /run /sys"); got != "/dev/pts\n/run\n/sys\n/tmp" {
+		t.Errorf("the runtime's mounts in an image without their directories: %q", got)
+	}
+	h.sh(t, "net", "echo '10.1.1.1\tdb' >> /etc/hosts && echo 'search example' >> /etc/resolv.conf && echo tool > /usr/bin/tool")
+	if got := h.sh(t, "net", "cat /etc/hosts"); !strings.HasSuffix(got, "10.1.1.1\tdb") {
+		t.Errorf("the session's root edits /etc/hosts: %q", got)
+	}
+	list, err := h.client.ListChanges(ctx, &sandboxv1.ListChangesRequest{SessionId: "net"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, c := range list.GetChanges() {
+		paths = append(paths, c.GetPath())
+	}
+	if strings.Join(paths, " ") != "usr/bin/tool" {
+		t.Errorf("changes: %q, want only usr/bin/tool", paths)
+	}
+	if _, err := h.client.CommitSandbox(ctx, &sandboxv1.CommitSandboxRequest{SessionId: "net", Image: "test/busybox:bare-tool"}); err != nil {
+		t.Fatal(err)
+	}
+
+	h.createFrom(t, "nonet", "test/busybox:bare-tool")
+	if got := h.sh(t, "nonet", "cat /usr/bin/tool /etc/hosts"); got != "tool\n"+strings.TrimSpace(container.HostsFile("sandbox")) {
+		t.Errorf("a session from the commit: %q", got)
+	}
+	if got := h.sh(t, "nonet", "cat /etc/resolv.conf"); got != strings.TrimSpace(container.ResolvConf(false)) {
+		t.Errorf("/etc/resolv.conf without network: %q", got)
+	}
+	// The committed layer holds none of the runtime's files or mount points:
+	// the image below the new session is the first one's plus the tool.
+	lower := h.svc.boxes["nonet"].lower
+	if data, err := os.ReadFile(filepath.Join(lower, "etc/hosts")); err != nil || string(data) != "10.9.9.9\tlocalhost\n" {
+		t.Errorf("the committed image's /etc/hosts: %q %v", data, err)
+	}
+	for _, p := range []string{"proc", "dev", "sys", "tmp", "run", "etc/resolvconf"} {
+		if _, err := os.Lstat(filepath.Join(lower, p)); err == nil {
+			t.Errorf("the committed image holds %s", p)
+		}
+	}
+	if fi, err := os.Lstat(filepath.Join(lower, "etc/resolv.conf")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the committed image's /etc/resolv.conf is no longer the image's link: %v %v", fi, err)
+	}
+	list, err = h.client.ListChanges(ctx, &sandboxv1.ListChangesRequest{SessionId: "nonet"})
+	if err != nil || len(list.GetChanges()) != 0 {
+		t.Errorf("a new session's changes: %v %v", list.GetChanges(), err)
+	}
+
+	// An image with none of the files.
+	h.createFrom(t, "plain", "test/busybox:root")
+	if got := h.sh(t, "plain", "cat /etc/hostname /etc/hosts"); got != "sandbox\n"+strings.TrimSpace(container.HostsFile("sandbox")) {
+		t.Errorf("an image without host files: %q", got)
+	}
+	list, err = h.client.ListChanges(ctx, &sandboxv1.ListChangesRequest{SessionId: "plain"})
+	if err != nil || len(list.GetChanges()) != 0 {
+		t.Errorf("changes of a session whose image has no host files: %v %v", list.GetChanges(), err)
+	}
+}
