@@ -46,6 +46,13 @@ func TestImageSessionHostFiles(t *testing.T) {
 	if got := h.sh(t, "net", "cat /etc/hosts"); !strings.HasSuffix(got, "10.1.1.1\tdb") {
 		t.Errorf("the session's root edits /etc/hosts: %q", got)
 	}
+	// They are held by a small tmpfs of the session's, not the node's /run.
+	r := h.mustExec(t, "net", "sh", "-c",
+		"cp /etc/hosts /tmp/hosts; i=0; while [ $i -lt 2000 ]; do echo 0123456789012345678901234567890123456789012345678901234567890 >> /etc/hosts || exit 7; i=$((i+1)); done")
+	if r.exit.GetExitCode() != 7 || !strings.Contains(r.stderr, "No space left") {
+		t.Errorf("128 KiB written to /etc/hosts: exit %d, %q; want a full tmpfs", r.exit.GetExitCode(), r.stderr)
+	}
+	h.sh(t, "net", "cat /tmp/hosts > /etc/hosts")
 	list, err := h.client.ListChanges(ctx, &sandboxv1.ListChangesRequest{SessionId: "net"})
 	if err != nil {
 		t.Fatal(err)
@@ -96,4 +103,10 @@ func TestImageSessionHostFiles(t *testing.T) {
 	if err != nil || len(list.GetChanges()) != 0 {
 		t.Errorf("changes of a session whose image has no host files: %v %v", list.GetChanges(), err)
 	}
+	for _, id := range []string{"net", "nonet", "plain"} {
+		if _, err := h.client.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SessionId: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	assertNoContainerMounts(t, h.cfg.ContainerDir)
 }

@@ -248,10 +248,8 @@ func (r Runtime) bind(c Config) error {
 // missing bundle is no error.
 func Cleanup(bundle string) error {
 	rootfs := RootfsOf(bundle)
-	for {
-		err := syscall.Unmount(rootfs, syscall.MNT_DETACH)
-		if err != nil {
-			break
+	for _, m := range []string{rootfs, hostFilesDir(bundle)} {
+		for syscall.Unmount(m, syscall.MNT_DETACH) == nil {
 		}
 	}
 	// Remove only what holds no mount: a still-mounted rootfs fails here

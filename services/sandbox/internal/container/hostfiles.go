@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -54,8 +55,15 @@ func hostFiles(c Config, rootfs, hostname string) ([]specs.Mount, error) {
 	if fi, err := os.Lstat(filepath.Join(rootfs, "etc")); err != nil || !fi.IsDir() {
 		return nil, nil
 	}
-	dir := filepath.Join(c.Bundle, "etc")
+	dir := hostFilesDir(c.Bundle)
 	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("container host files: %w", err)
+	}
+	// On a tmpfs of their own, small: a session's writes to them are held
+	// by the node's memory, outside its disk quota, and must not fill the
+	// node's /run.
+	opts := fmt.Sprintf("mode=0755,size=%d,nr_inodes=16", hostFilesSize)
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, opts); err != nil {
 		return nil, fmt.Errorf("container host files: %w", err)
 	}
 	files := []struct{ name, content string }{
@@ -82,6 +90,12 @@ func hostFiles(c Config, rootfs, hostname string) ([]specs.Mount, error) {
 	}
 	return mounts, nil
 }
+
+// hostFilesSize bounds what a session's host files may hold together.
+const hostFilesSize = 64 << 10
+
+// hostFilesDir is where a bundle's host files are.
+func hostFilesDir(bundle string) string { return filepath.Join(bundle, "etc") }
 
 // boundOver reports whether the runtime's file may be bound at dst (an
 // absolute path) in rootfs: dst is a file, missing, or a link into the
