@@ -75,6 +75,11 @@ func Args(o Options) []string {
 		// frame stands until the next one, however long that is.
 		"-f", "rawvideo", "-pix_fmt", o.PixFmt,
 		"-video_size", fmt.Sprintf("%dx%d", o.InWidth, o.InHeight),
+		// The input's time base is one over its frame rate (25 when not
+		// given): frames read within one tick of it get the same stamp,
+		// and vfr drops all but the first, so the latest state of a quick
+		// change was lost. Stamps to the millisecond keep every frame.
+		"-framerate", "1000",
 		"-use_wallclock_as_timestamps", "1",
 		"-i", "pipe:0",
 		"-an", "-fps_mode", "vfr",
