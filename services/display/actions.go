@@ -345,6 +345,8 @@ func (s *Service) perform(ctx context.Context, d *display, steps []step, shot *s
 	// What changes from here on may be the input's effect: a program can
 	// answer a press before the rest of the input is done.
 	began := time.Now()
+	endOwn := d.watch.OwnInput(began)
+	defer endOwn()
 	for _, st := range steps {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -374,6 +376,7 @@ func (s *Service) perform(ctx context.Context, d *display, steps []step, shot *s
 	if err := in.Sync(); err != nil {
 		return nil, err
 	}
+	endOwn()
 	done := time.Now()
 	x, y, err := in.Pointer()
 	if err != nil {

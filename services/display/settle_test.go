@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"image/color"
+	"os/exec"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -370,5 +371,42 @@ func TestScreenshotAheadIsNotUsedAfterALaterChange(t *testing.T) {
 	}
 	if got := rgb(decodePNG(t, resp.GetScreenshot().GetData()).At(100, 100)); got != 0x00ff00 {
 		t.Fatalf("the screenshot shows %06x, want the second paint 00ff00; settle %v", got, resp.GetSettle())
+	}
+}
+
+// Another client's input on the display (xdotool in the session, a test
+// harness) is input too: its clicks' repaints are not the screen's own
+// blinking, and the agent's next click there is seen to change it at once,
+// not after the change bound.
+func TestOtherClientsInputIsNotBackground(t *testing.T) {
+	if _, err := exec.LookPath("xdotool"); err != nil {
+		t.Fatal("xdotool is required (Debian package xdotool)")
+	}
+	s, c := testService(t, "")
+	colours, _ := lateDisplay(t, s, c, "xdo")
+	xd, xauth, _ := s.Lookup("xdo")
+	for range 3 {
+		since := time.Now()
+		cmd := exec.Command("xdotool", "mousemove", "100", "100", "click", "1")
+		cmd.Env = []string{"DISPLAY=" + xd, "XAUTHORITY=" + xauth}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("xdotool: %v: %s", err, out)
+		}
+		waitPainted(t, s, "xdo", since, 50, 50, 100, 100)
+	}
+	resp, err := c.PerformActions(ctxT(t), &displayv1.PerformActionsRequest{
+		SessionId:  "xdo",
+		Actions:    []*displayv1.Action{{Action: &displayv1.Action_Click{Click: &displayv1.Click{At: &displayv1.Point{X: 100, Y: 100}}}}},
+		Screenshot: true,
+		Settle:     loaded,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := resp.GetSettle().GetOutcome(); o != displayv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
+		t.Fatalf("settle %v after xdotool's clicks, want settled on the click's repaint", resp.GetSettle())
+	}
+	if got := rgb(decodePNG(t, resp.GetScreenshot().GetData()).At(100, 100)); got != colours[0] {
+		t.Fatalf("screenshot shows %06x, want %06x (the fourth click's colour)", got, colours[0])
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jezek/xgb"
 	"github.com/jezek/xgb/damage"
+	"github.com/jezek/xgb/screensaver"
 	"github.com/jezek/xgb/xfixes"
 	"github.com/jezek/xgb/xproto"
 )
@@ -32,6 +33,16 @@ type Watcher struct {
 	// input that came another way (NoteInput): changes in them may be the
 	// effect of input, never what the screen does by itself.
 	waits [][2]time.Time
+
+	// root and idle (the X server has MIT-SCREEN-SAVER): input from any
+	// client (xdotool in the session, a test harness) is learnt from the
+	// server's time since the last input, read at each change.
+	root xproto.Window
+	idle bool
+	// own are the spans in which deskgrid's own input was sent (an open
+	// one ends at the zero time); seen is the latest other input noted.
+	own  [][2]time.Time
+	seen time.Time
 }
 
 // Change is one report of damage: when, and the bounding box of what changed.
@@ -67,7 +78,10 @@ func Watch(c *xgb.Conn, root xproto.Window) (*Watcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Watcher{c: c, dmg: id, parts: parts, last: time.Now(), wake: make(chan struct{})}, nil
+	c.ExtLock.RLock()
+	_, idle := c.Extensions["MIT-SCREEN-SAVER"]
+	c.ExtLock.RUnlock()
+	return &Watcher{c: c, dmg: id, parts: parts, last: time.Now(), wake: make(chan struct{}), root: root, idle: idle}, nil
 }
 
 // Handle records ev if it is a damage event and reports whether it was.
@@ -88,8 +102,69 @@ func (w *Watcher) Handle(ev xgb.Event) bool {
 			area = union(area, r.Extents)
 		}
 	}
-	w.note(Change{At: time.Now(), Rect: area})
+	now := time.Now()
+	w.note(Change{At: now, Rect: area})
+	w.noteOtherInput(now)
 	return true
+}
+
+// otherInputSlack is how far after deskgrid's own input the server may
+// say the latest input was and still mean that one: its time is read in
+// whole milliseconds, a round trip after the fact.
+const otherInputSlack = 20 * time.Millisecond
+
+// noteOtherInput asks the X server when the latest input came, of any
+// client and device (XTEST's included), and notes it as input (NoteInput)
+// unless it was deskgrid's own: a change that follows xdotool clicking in
+// the session is its effect, not the screen's own blinking.
+func (w *Watcher) noteOtherInput(now time.Time) {
+	if !w.idle {
+		return
+	}
+	r, err := screensaver.QueryInfo(w.c, xproto.Drawable(w.root)).Reply()
+	if err != nil {
+		return
+	}
+	at := now.Add(-time.Duration(r.MsSinceUserInput) * time.Millisecond)
+	if now.Sub(at) > historyFor {
+		return
+	}
+	w.mu.Lock()
+	fresh := at.Sub(w.seen) > time.Millisecond
+	for _, o := range w.own {
+		if !at.Before(o[0].Add(-otherInputSlack)) && (o[1].IsZero() || !at.After(o[1].Add(otherInputSlack))) {
+			fresh = false
+		}
+	}
+	if fresh {
+		w.seen = at
+	}
+	w.mu.Unlock()
+	if fresh {
+		w.NoteInput(at)
+	}
+}
+
+// OwnInput marks deskgrid's own input, sent from at on, until the returned
+// func is first called: the server's latest input in that span is not
+// another client's.
+func (w *Watcher) OwnInput(at time.Time) (done func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	drop := 0
+	for drop < len(w.own) && !w.own[drop][1].IsZero() && at.Sub(w.own[drop][1]) > historyFor {
+		drop++
+	}
+	w.own = append(w.own[drop:], [2]time.Time{at, {}})
+	return func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for i := range w.own {
+			if w.own[i][0].Equal(at) && w.own[i][1].IsZero() {
+				w.own[i][1] = time.Now()
+			}
+		}
+	}
 }
 
 // newRegion makes the region damage is taken into; 0 (damage is dropped

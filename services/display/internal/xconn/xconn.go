@@ -19,6 +19,7 @@ import (
 	"github.com/jezek/xgb"
 	"github.com/jezek/xgb/damage"
 	"github.com/jezek/xgb/randr"
+	"github.com/jezek/xgb/screensaver"
 	"github.com/jezek/xgb/shm"
 	"github.com/jezek/xgb/xfixes"
 	"github.com/jezek/xgb/xproto"
@@ -83,9 +84,10 @@ var extensions = []struct {
 	// Cursor in screenshots, and the size of the screen after a resize.
 	{"XFIXES", xfixes.Init, true},
 	{"RANDR", randr.Init, true},
+	{"MIT-SCREEN-SAVER", screensaver.Init, true},
 }
 
-// initExtensions makes XTEST, DAMAGE and (if present) MIT-SHM, XFIXES and RANDR usable on c. Callers hold extMu.
+// initExtensions makes XTEST, DAMAGE and (if present) MIT-SHM, XFIXES, RANDR and MIT-SCREEN-SAVER usable on c. Callers hold extMu.
 func initExtensions(c *xgb.Conn) error {
 	for _, ext := range extensions {
 		reply, err := xproto.QueryExtension(c, uint16(len(ext.name)), ext.name).Reply()
