@@ -76,15 +76,18 @@ var extensions = []struct {
 	name     string
 	init     func(*xgb.Conn) error
 	optional bool
+	// requestsOnly: only the extension's requests are used, never its
+	// events or errors; its numbers may differ between X servers.
+	requestsOnly bool
 }{
-	{"XTEST", xtest.Init, false},
-	{"DAMAGE", damage.Init, false},
+	{"XTEST", xtest.Init, false, false},
+	{"DAMAGE", damage.Init, false, false},
 	// Screenshots fall back to plain GetImage without it.
-	{"MIT-SHM", shm.Init, true},
+	{"MIT-SHM", shm.Init, true, false},
 	// Cursor in screenshots, and the size of the screen after a resize.
-	{"XFIXES", xfixes.Init, true},
-	{"RANDR", randr.Init, true},
-	{"MIT-SCREEN-SAVER", screensaver.Init, true},
+	{"XFIXES", xfixes.Init, true, false},
+	{"RANDR", randr.Init, true, false},
+	{"MIT-SCREEN-SAVER", screensaver.Init, true, true},
 }
 
 // initExtensions makes XTEST, DAMAGE and (if present) MIT-SHM, XFIXES, RANDR and MIT-SCREEN-SAVER usable on c. Callers hold extMu.
@@ -102,6 +105,9 @@ func initExtensions(c *xgb.Conn) error {
 		}
 		base := extensionBase{reply.FirstEvent, reply.FirstError}
 		prev, ok := registered[ext.name]
+		if ext.requestsOnly {
+			ok, prev = true, base
+		}
 		if !ok {
 			if err := ext.init(c); err != nil {
 				return fmt.Errorf("extension %s: %w", ext.name, err)
