@@ -224,6 +224,11 @@ func TestDesktopImageSession(t *testing.T) {
 	if out, code := p.execIn(a.ID, "sh", "-c", "id -u; which chromium lxterminal firefox-esr"); code != 0 || !strings.HasPrefix(out, "1000\n") || !strings.Contains(out, "/usr/bin/chromium") || !strings.Contains(out, "/usr/bin/lxterminal") {
 		t.Fatalf("in the session: %q (exit %d)", out, code)
 	}
+	// The runtime's host files: the session resolves its own name, and sudo
+	// does not warn that it cannot.
+	if out, code := p.execIn(a.ID, "sh", "-c", "hostname; getent hosts sandbox | tr -s ' \t' ' '; sudo -n true 2>&1"); code != 0 || out != "sandbox\n127.0.1.1 sandbox" {
+		t.Errorf("host name and hosts in the session: %q (exit %d)", out, code)
+	}
 	// sudo makes root of the session's own namespace; a package built and
 	// installed with dpkg lands in the session's layer only.
 	script := `set -e
