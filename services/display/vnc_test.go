@@ -284,19 +284,5 @@ func TestViewerInputIsNotBackground(t *testing.T) {
 		v.pointer(100, 100, 0)
 		waitPainted(t, s, "viewer", since, 50, 50, 100, 100)
 	}
-	resp, err := c.PerformActions(ctxT(t), &displayv1.PerformActionsRequest{
-		SessionId:  "viewer",
-		Actions:    []*displayv1.Action{{Action: &displayv1.Action_Click{Click: &displayv1.Click{At: &displayv1.Point{X: 100, Y: 100}}}}},
-		Screenshot: true,
-		Settle:     loaded,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o := resp.GetSettle().GetOutcome(); o != displayv1.SettleOutcome_SETTLE_OUTCOME_SETTLED {
-		t.Fatalf("settle %v after the viewer's clicks, want settled on the click's repaint", resp.GetSettle())
-	}
-	if got := rgb(decodePNG(t, resp.GetScreenshot().GetData()).At(100, 100)); got != colours[0] {
-		t.Fatalf("screenshot shows %06x, want %06x (the fourth click's colour)", got, colours[0])
-	}
+	fourthClickSettles(t, c, "viewer", colours)
 }
