@@ -347,8 +347,11 @@ label, input { display: block; margin: 4px 0; }
 </form></body></html>`
 
 // buttonColour names the colour at the button's centre: "red", "green" or "".
-func buttonColour(img image.Image) string {
-	r, g, bl, _ := img.At(500, 450).RGBA()
+func buttonColour(img image.Image) string { return colourAt(img, 500, 450) }
+
+// colourAt names the colour at (x, y): "red", "green" or its RGB values.
+func colourAt(img image.Image, x, y int) string {
+	r, g, bl, _ := img.At(x, y).RGBA()
 	r, g, bl = r>>8, g>>8, bl>>8
 	switch {
 	case r > 180 && g < 60 && bl < 60:

@@ -226,10 +226,11 @@ type SettleReport struct {
 // a button's press before the input has ended, and its repaint may be read
 // before the end is known) that is not one it was already repeating before the
 // input (a blinking cursor, a ticking clock: an area that changed at least
-// three times in the seconds before), then until the screen stays quiet. Quiet
-// stretches to twice the interval between the latest changes when the
-// screen draws frames further apart than half of it, so a slow animation or
-// a page painting in steps is waited for, up to MaxQuiet.
+// three times in the seconds before), then until the screen stays quiet after
+// both its latest change and the end of the input. Quiet stretches to twice
+// the interval between the latest changes when the screen draws frames
+// further apart than half of it, so a slow animation or a page painting in
+// steps is waited for, up to MaxQuiet.
 func (w *Watcher) Settle(ctx context.Context, began, done time.Time, o SettleOptions) (SettleReport, error) {
 	since := began
 	all, _ := w.Snapshot()
@@ -261,8 +262,11 @@ func (w *Watcher) Settle(ctx context.Context, began, done time.Time, o SettleOpt
 			until = changeBy
 		} else {
 			rep.FirstChange = caused[0].Sub(since)
+			// Quiet is counted from the end of the input too: a change
+			// early in a long input (a click before typing) is not its
+			// whole effect.
 			last := caused[len(caused)-1]
-			ready := last.Add(quietFor(caused, o.Quiet, o.MaxQuiet))
+			ready := later(last, done).Add(quietFor(caused, o.Quiet, o.MaxQuiet))
 			switch {
 			case !now.Before(ready):
 				rep.Outcome = Settled
@@ -287,6 +291,13 @@ func (w *Watcher) Settle(ctx context.Context, began, done time.Time, o SettleOpt
 			return SettleReport{}, ctx.Err()
 		}
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // quietFor is how long to wait after the latest of changes: quiet, or twice
