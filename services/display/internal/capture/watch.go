@@ -311,9 +311,15 @@ func quietFor(changes []time.Time, quiet, maxQuiet time.Duration) time.Duration 
 	return max(quiet, min(2*frame, maxQuiet))
 }
 
-// repeating returns the areas that changed three times or more in the history
-// before since, outside the waits after earlier input: what the screen does
-// by itself.
+// repeatApart is how far apart changes of an area must be to count as
+// repeats: a blinking cursor or a ticking clock changes every half second or
+// second, while a page that painted the last frames of an earlier click's
+// effect after its settle ended did so within a few frames.
+const repeatApart = 200 * time.Millisecond
+
+// repeating returns the areas that changed three times or more, at least
+// repeatApart apart, in the history before since, outside the waits after
+// earlier input: what the screen does by itself.
 func repeating(all []Change, since time.Time, waits [][2]time.Time) []xproto.Rectangle {
 	var before []Change
 next:
@@ -331,12 +337,15 @@ next:
 	var out []xproto.Rectangle
 	for _, a := range before {
 		n := 0
+		var prev time.Time
 		for _, b := range before {
 			// The same area again (b within a, at least half its size): a
 			// large repaint once does not make the small changes under it
-			// repeat.
-			if contains(a.Rect, b.Rect) && 2*area(b.Rect) >= area(a.Rect) {
+			// repeat. Changes closer together than repeatApart are one
+			// repaint drawn in parts (a page's frames as it loads).
+			if contains(a.Rect, b.Rect) && 2*area(b.Rect) >= area(a.Rect) && (n == 0 || b.At.Sub(prev) >= repeatApart) {
 				n++
+				prev = b.At
 			}
 		}
 		if n >= 3 && !within(a.Rect, out) {
