@@ -68,9 +68,6 @@ func options() string {
 // events on the root window, each taken at once as the display service's
 // watcher does).
 type damageLog struct {
-	c   *xgb.Conn
-	dmg damage.Damage
-
 	mu     sync.Mutex
 	events []damageEvent
 }
@@ -108,7 +105,7 @@ func watchDamage(b *testing.B, xDisplay, xauth string) *damageLog {
 	if err := damage.CreateChecked(c, id, xproto.Drawable(root), damage.ReportLevelBoundingBox).Check(); err != nil {
 		b.Fatal(err)
 	}
-	l := &damageLog{c: c, dmg: id}
+	l := &damageLog{}
 	go func() {
 		for {
 			ev, err := c.WaitForEvent()
