@@ -301,10 +301,11 @@ type SettleReport struct {
 // a button's press before the input has ended, and its repaint may be read
 // before the end is known) that is not one it was already repeating before the
 // input (a blinking cursor, a ticking clock: an area that changed at least
-// three times in the seconds before), then until the screen stays quiet. Quiet
-// stretches to twice the interval between the latest changes when the
-// screen draws frames further apart than half of it, so a slow animation or
-// a page painting in steps is waited for, up to MaxQuiet.
+// three times in the seconds before), then until the screen stays quiet after
+// both its latest change and the end of the input. Quiet stretches to twice
+// the interval between the latest changes when the screen draws frames
+// further apart than half of it, so a slow animation or a page painting in
+// steps is waited for, up to MaxQuiet.
 func (w *Watcher) Settle(ctx context.Context, began, done time.Time, o SettleOptions) (SettleReport, error) {
 	since := began
 	all, _ := w.Snapshot()
@@ -336,8 +337,11 @@ func (w *Watcher) Settle(ctx context.Context, began, done time.Time, o SettleOpt
 			until = changeBy
 		} else {
 			rep.FirstChange = caused[0].Sub(since)
+			// Quiet is counted from the end of the input too: a change
+			// early in a long input (a click before typing) is not its
+			// whole effect.
 			last := caused[len(caused)-1]
-			ready := last.Add(quietFor(caused, o.Quiet, o.MaxQuiet))
+			ready := later(last, done).Add(quietFor(caused, o.Quiet, o.MaxQuiet))
 			switch {
 			case !now.Before(ready):
 				rep.Outcome = Settled
@@ -364,6 +368,13 @@ func (w *Watcher) Settle(ctx context.Context, began, done time.Time, o SettleOpt
 	}
 }
 
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // quietFor is how long to wait after the latest of changes: quiet, or twice
 // the longest of the last few intervals between changes when that is longer,
 // capped at maxQuiet.
@@ -375,9 +386,15 @@ func quietFor(changes []time.Time, quiet, maxQuiet time.Duration) time.Duration 
 	return max(quiet, min(2*frame, maxQuiet))
 }
 
-// repeating returns the areas that changed three times or more in the history
-// before since, outside the waits after earlier input: what the screen does
-// by itself.
+// repeatApart is how far apart changes of an area must be to count as
+// repeats: a blinking cursor or a ticking clock changes every half second or
+// second, while a page that painted the last frames of an earlier click's
+// effect after its settle ended did so within a few frames.
+const repeatApart = 200 * time.Millisecond
+
+// repeating returns the areas that changed three times or more, at least
+// repeatApart apart, in the history before since, outside the waits after
+// earlier input: what the screen does by itself.
 func repeating(all []Change, since time.Time, waits [][2]time.Time) []xproto.Rectangle {
 	var before []Change
 next:
@@ -395,12 +412,15 @@ next:
 	var out []xproto.Rectangle
 	for _, a := range before {
 		n := 0
+		var prev time.Time
 		for _, b := range before {
 			// The same area again (b within a, at least half its size): a
 			// large repaint once does not make the small changes under it
-			// repeat.
-			if contains(a.Rect, b.Rect) && 2*area(b.Rect) >= area(a.Rect) {
+			// repeat. Changes closer together than repeatApart are one
+			// repaint drawn in parts (a page's frames as it loads).
+			if contains(a.Rect, b.Rect) && 2*area(b.Rect) >= area(a.Rect) && (n == 0 || b.At.Sub(prev) >= repeatApart) {
 				n++
+				prev = b.At
 			}
 		}
 		if n >= 3 && !within(a.Rect, out) {
