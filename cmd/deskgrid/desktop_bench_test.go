@@ -447,11 +447,10 @@ func BenchmarkDesktopClickChromium(b *testing.B) {
 	}
 	var api, ref, first, paced, pacedFirst []time.Duration
 	b.ResetTimer()
-	// The API's clicks first, then the reference's: xdotool's clicks on
-	// the button between the API's would make its repaints, three in 3 s,
-	// look like the screen's own blinking to settle (it cannot tell input
-	// from another X client), and each API click then waits out its change
-	// timeout.
+	// The API's clicks first, then the reference's, so that neither waits
+	// on what the other's clicks leave the page doing. (xdotool's input
+	// counts as input for settle: its repaints are not taken for the
+	// screen's own blinking.)
 	for i := 0; i < b.N; i++ {
 		d, fc := apiClick(i)
 		api, first = append(api, d), append(first, fc)
