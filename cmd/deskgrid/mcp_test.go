@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,6 +58,28 @@ func TestEndToEndMCP(t *testing.T) {
 				t.Fatalf("delete_session: %v %v", err, res)
 			}
 		})
+	}
+}
+
+// `deskgrid mcp` fed from a pipe that ends after the requests (as
+// `printf ... | deskgrid mcp` does) answers each before it exits.
+func TestMCPStdioFromAPipe(t *testing.T) {
+	p := startUp(t, t.TempDir(), t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, deskgridBinary(t), "mcp", "-addr", p.grpc)
+	cmd.Env = append(os.Environ(), "DESKGRID_DATA_DIR="+p.dataDir)
+	cmd.Stdin = strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"sh","version":"1"}}}
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"list_sessions","arguments":{}}}
+`)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("deskgrid mcp: %v: %s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[1], `"id":2,"result":`) || strings.Contains(lines[1], `"isError":true`) {
+		t.Fatalf("answers: %s", out)
 	}
 }
 

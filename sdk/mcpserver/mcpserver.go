@@ -64,12 +64,6 @@ func HTTPHandler(c *deskgrid.Client, version string) http.Handler {
 	return newSessionOwners(inner, sessionIdle)
 }
 
-// ServeStdio serves the tools on standard input and output until ctx ends or
-// the host closes the stream.
-func ServeStdio(ctx context.Context, c *deskgrid.Client, apiKey, version string) error {
-	return New(c, apiKey, version).Run(ctx, &mcp.StdioTransport{})
-}
-
 type tools struct {
 	c   *deskgrid.Client
 	key string
