@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"image"
@@ -184,24 +183,9 @@ func BenchmarkDesktopClickEffects(b *testing.B) {
 	defer p.stop()
 	s := p.createWith(`{"display":{"width":1280,"height":800}}`)
 	waitPanel(b, p, s.ID)
-	files := map[string]string{"index.html": effectPage("A", "b", "#f4f4f4"), "a.html": effectPage("A", "b", "#f4f4f4"), "b.html": effectPage("B", "a", "#e4ecf8")}
-	script := "mkdir -p /tmp/page && cd /tmp/page"
-	for name, content := range files {
-		script += " && echo " + base64.StdEncoding.EncodeToString([]byte(content)) + " | base64 -d > " + name
-	}
-	script += " && (setsid python3 -m http.server 8765 --bind 127.0.0.1 >/tmp/page.log 2>&1 </dev/null &) && sleep 0.5 && (setsid chromium --no-sandbox --no-first-run --no-default-browser-check --disable-gpu --kiosk http://127.0.0.1:8765/ >/tmp/chromium.log 2>&1 </dev/null &)"
-	if out, code := p.execIn(s.ID, "sh", "-c", script); code != 0 {
-		b.Fatalf("start the pages and Chromium: %q (exit %d)", out, code)
-	}
 	goAt := func(img image.Image) string { return colourAt(img, 190, 180) }
-	deadline := time.Now().Add(3 * time.Minute)
-	for goAt(p.screenshot(s.ID)) != "red" {
-		if time.Now().After(deadline) {
-			log, _ := p.execIn(s.ID, "sh", "-c", "cat /tmp/page.log /tmp/chromium.log | tail -20")
-			b.Fatalf("Chromium does not show the page: button %s\n%s", goAt(p.screenshot(s.ID)), log)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	chromiumOnPages(b, p, s.ID, map[string]string{"index.html": effectPage("A", "b", "#f4f4f4"), "a.html": effectPage("A", "b", "#f4f4f4"), "b.html": effectPage("B", "a", "#e4ecf8")},
+		func(img image.Image) string { return "button " + goAt(img) }, func(img image.Image) bool { return goAt(img) == "red" })
 	time.Sleep(2 * time.Second)
 	dl := watchDamage(b, s.XDisplay, xAuthOf(b, s.ID))
 

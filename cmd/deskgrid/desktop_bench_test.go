@@ -398,18 +398,8 @@ func BenchmarkDesktopClickChromium(b *testing.B) {
 	}
 	s := p.createWith(`{"display":{"width":1280,"height":800}}`)
 	waitPanel(b, p, s.ID)
-	page := base64.StdEncoding.EncodeToString([]byte(buttonPage))
-	if out, code := p.execIn(s.ID, "sh", "-c", "mkdir -p /tmp/page && echo "+page+" | base64 -d > /tmp/page/index.html && cd /tmp/page && (setsid python3 -m http.server 8765 --bind 127.0.0.1 >/tmp/page.log 2>&1 </dev/null &) && sleep 0.5 && (setsid chromium --no-sandbox --no-first-run --no-default-browser-check --disable-gpu --kiosk http://127.0.0.1:8765/ >/tmp/chromium.log 2>&1 </dev/null &)"); code != 0 {
-		b.Fatalf("start the page and Chromium: %q (exit %d)", out, code)
-	}
-	deadline := time.Now().Add(3 * time.Minute)
-	for buttonColour(p.screenshot(s.ID)) != "red" {
-		if time.Now().After(deadline) {
-			log, _ := p.execIn(s.ID, "sh", "-c", "cat /tmp/page.log /tmp/chromium.log | tail -20")
-			b.Fatalf("Chromium does not show the page: button %s\n%s", buttonColour(p.screenshot(s.ID)), log)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	chromiumOnPages(b, p, s.ID, map[string]string{"index.html": buttonPage},
+		func(img image.Image) string { return "button " + buttonColour(img) }, func(img image.Image) bool { return buttonColour(img) == "red" })
 	time.Sleep(2 * time.Second) // the page done loading
 	colour := "red"
 	env := append(os.Environ(), "DISPLAY="+s.XDisplay, "XAUTHORITY="+xAuthOf(b, s.ID))
@@ -505,6 +495,30 @@ func BenchmarkDesktopClickChromium(b *testing.B) {
 	b.ReportMetric(p50(pacedFirst), "paced-first-change-p50-ms")
 	b.ReportMetric(p50(ref), "xdotool-scrot-p50-ms")
 	b.ReportMetric(p50(ref)/p50(api), "speedup-x")
+}
+
+// chromiumOnPages serves pages (file name: content; index.html first) from
+// loopback in session id, starts Chromium in kiosk mode on them, and waits
+// until a screenshot shows them (shown), saying what it saw (seen) and the
+// logs when it never does.
+func chromiumOnPages(b *testing.B, p *upProcess, id string, pages map[string]string, seen func(image.Image) string, shown func(image.Image) bool) {
+	b.Helper()
+	script := "mkdir -p /tmp/page && cd /tmp/page"
+	for name, content := range pages {
+		script += " && echo " + base64.StdEncoding.EncodeToString([]byte(content)) + " | base64 -d > " + name
+	}
+	script += " && (setsid python3 -m http.server 8765 --bind 127.0.0.1 >/tmp/page.log 2>&1 </dev/null &) && sleep 0.5 && (setsid chromium --no-sandbox --no-first-run --no-default-browser-check --disable-gpu --kiosk http://127.0.0.1:8765/ >/tmp/chromium.log 2>&1 </dev/null &)"
+	if out, code := p.execIn(id, "sh", "-c", script); code != 0 {
+		b.Fatalf("start the pages and Chromium: %q (exit %d)", out, code)
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for !shown(p.screenshot(id)) {
+		if time.Now().After(deadline) {
+			log, _ := p.execIn(id, "sh", "-c", "cat /tmp/page.log /tmp/chromium.log | tail -20")
+			b.Fatalf("Chromium does not show the page: %s\n%s", seen(p.screenshot(id)), log)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // BenchmarkDesktopCommit: POST :commit of a desktop session that wrote a
