@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jezek/xgb/xproto"
+
 	displayv1 "github.com/deskgrid/deskgrid/proto/deskgrid/display/v1"
 	"github.com/deskgrid/deskgrid/services/display/internal/xserver"
 	"github.com/deskgrid/deskgrid/services/platform/testkit"
@@ -76,4 +78,21 @@ func countSHM(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return strings.Count(string(b), "/SYSV")
+}
+
+// A display has no screen saver: left alone for ten minutes (an agent
+// waiting on a model or a long command) it keeps showing its screen, even
+// after a program asks for the pattern saver instead of blanking
+// (`xset s noblank`), which draws black over everything.
+func TestDisplayHasNoScreenSaver(t *testing.T) {
+	s, c := testService(t, "")
+	createDisplay(t, c, "saver", 320, 240)
+	xc := clientConn(t, s, "saver")
+	r, err := xproto.GetScreenSaver(xc).Reply()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Timeout != 0 {
+		t.Fatalf("screen saver after %d s, want none", r.Timeout)
+	}
 }

@@ -144,6 +144,11 @@ func launch(ctx context.Context, num int, opts Options) (*Server, error) {
 		// A black root instead of the stipple: what a desktop shows before
 		// anything draws, and it compresses to almost nothing.
 		"-br",
+		// No screen saver: a session left alone for ten minutes (an agent
+		// waiting on a model or a long command) keeps showing its screen;
+		// a program that asks for the pattern saver instead of blanking
+		// would otherwise cover it in black.
+		"-s", "0",
 	}
 	if IsVNC(opts.Binary) {
 		args = append(args,
