@@ -36,7 +36,34 @@ func newClientFlags(name string, stderr io.Writer) (*flag.FlagSet, *clientFlags)
 		fs.StringVar(&c.output, "o", "table", "output: table or json")
 	}
 	fs.DurationVar(&c.timeout, "timeout", time.Minute, "bound on the call")
+	fs.Usage = func() {
+		if lines := synopsis(name); lines != "" {
+			fmt.Fprintf(stderr, "Usage:\n%s\nFlags:\n", lines)
+		} else {
+			fmt.Fprintf(stderr, "Usage of %s:\n", name)
+		}
+		fs.PrintDefaults()
+	}
 	return fs, c
+}
+
+// synopsis is what `deskgrid help` says of command name ("act", "sessions
+// create"): its own lines, else those of its command group.
+func synopsis(name string) string {
+	find := func(prefix string) string {
+		var out []string
+		for _, l := range strings.Split(usage, "\n") {
+			t := strings.TrimSpace(l)
+			if t == prefix || strings.HasPrefix(t, prefix+" ") {
+				out = append(out, l)
+			}
+		}
+		return strings.Join(out, "\n")
+	}
+	if lines := find("deskgrid " + name); lines != "" {
+		return lines
+	}
+	return find("deskgrid " + strings.Fields(name)[0])
 }
 
 func (c *clientFlags) conn() (*grpc.ClientConn, error) {

@@ -102,6 +102,7 @@ func runSessionCreate(ctx context.Context, args []string, stdout, stderr io.Writ
 		ttl, idle            time.Duration
 		labels, autostart    string
 		workspace, image     string
+		network              bool
 	)
 	c, err := newCLI(ctx, "sessions create", args, stdout, stderr, func(fs *flag.FlagSet) {
 		fs.IntVar(&width, "width", 1280, "screen width in pixels")
@@ -113,6 +114,7 @@ func runSessionCreate(ctx context.Context, args []string, stdout, stderr io.Writ
 		fs.StringVar(&autostart, "autostart", "", "comma-separated programs to start on the desktop")
 		fs.StringVar(&workspace, "workspace", "", "workspace folder on the node")
 		fs.StringVar(&image, "image", "", "OCI image to run (pulled when the node lacks it)")
+		fs.BoolVar(&network, "network", false, "give the session's programs outbound network (user-mode; by default none)")
 	})
 	if err != nil {
 		return err
@@ -128,6 +130,7 @@ func runSessionCreate(ctx context.Context, args []string, stdout, stderr io.Writ
 		Autostart: splitList(autostart),
 		Workspace: workspace,
 		Image:     image,
+		Network:   network,
 	}
 	if ttl > 0 {
 		req.Ttl = durationpb.New(ttl)

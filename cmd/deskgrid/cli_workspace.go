@@ -77,7 +77,13 @@ func runChanges(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return rpcError(err)
 		}
-		return c.print(resp)
+		if c.cf.output == "json" {
+			return c.print(resp)
+		}
+		for _, p := range resp.GetDiscarded() {
+			fmt.Fprintln(stdout, "discarded", p)
+		}
+		return nil
 	}
 	return usageError("%s", usage)
 }

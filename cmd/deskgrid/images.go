@@ -1,13 +1,16 @@
 package main
 
 import (
+	"archive/tar"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -153,9 +156,9 @@ func runImages(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if allNodes && node != "" {
 			return usageError("images import: -node and -all-nodes exclude each other")
 		}
-		f, err := os.Open(path)
+		f, err := openImportArchive(path)
 		if err != nil {
-			return usageError("images import: %v", err)
+			return err
 		}
 		defer f.Close()
 		if allNodes {
@@ -490,4 +493,82 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// openImportArchive opens what `images import` sends: an archive as it is,
+// or an OCI image layout directory (what `images build -o` writes) as a tar
+// of it, made in a temporary file that is gone once the file is closed.
+func openImportArchive(path string) (*os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, usageError("images import: %v", err)
+	}
+	fi, err := f.Stat()
+	if err != nil || !fi.IsDir() {
+		return f, err
+	}
+	f.Close()
+	if _, err := os.Stat(filepath.Join(path, "oci-layout")); err != nil {
+		return nil, usageError("images import: %s is a directory but not an OCI image layout (it has no oci-layout file); give a layout directory or an archive (docker save, or a layout as a tar)", path)
+	}
+	tmp, err := os.CreateTemp("", "deskgrid-import-*.tar")
+	if err != nil {
+		return nil, fmt.Errorf("images import: %w", err)
+	}
+	// Unlinked at once: the open file is all that is needed, and nothing is
+	// left behind however the command ends.
+	_ = os.Remove(tmp.Name())
+	if err := tarDir(tmp, path); err != nil {
+		tmp.Close()
+		return nil, fmt.Errorf("images import: %s: %w", path, err)
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		tmp.Close()
+		return nil, fmt.Errorf("images import: %w", err)
+	}
+	return tmp, nil
+}
+
+// tarDir writes the regular files and directories beneath dir to w as a tar,
+// with names relative to dir; symbolic links are followed.
+func tarDir(w io.Writer, dir string) error {
+	dir, err := filepath.EvalSymlinks(dir) // /var/cache/deskgrid/images/desktop is a link
+	if err != nil {
+		return err
+	}
+	tw := tar.NewWriter(w)
+	err = filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		name := filepath.ToSlash(rel)
+		switch {
+		case fi.IsDir():
+			return tw.WriteHeader(&tar.Header{Name: name + "/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: fi.ModTime()})
+		case fi.Mode().IsRegular():
+			if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: fi.Size(), ModTime: fi.ModTime()}); err != nil {
+				return err
+			}
+			src, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer src.Close()
+			_, err = io.Copy(tw, src)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
 }

@@ -29,7 +29,7 @@ Usage:
   deskgrid screenshot <id> -o shot.png     save a screenshot of a session's desktop
   deskgrid sessions watch|suspend|resume|keepalive <id>
   deskgrid sessions commit <id> IMAGE      save a session's changes as a new image (my-team/qa-desktop:v3)
-  deskgrid images list | pull [-all-nodes] REF | import [-all-nodes] [-tag REF] FILE | rm REF | inspect REF [-node ID]   the nodes' OCI images (cluster: -node names one node; list/inspect without it ask every live node; -all-nodes: pull onto every node at once, or import onto each in turn)
+  deskgrid images list | pull [-all-nodes] REF | import [-all-nodes] [-tag REF] FILE|LAYOUT-DIR | rm REF | inspect REF [-node ID]   the nodes' OCI images (cluster: -node names one node; list/inspect without it ask every live node; -all-nodes: pull onto every node at once, or import onto each in turn)
   deskgrid exec <id> [--] <command> [args]  run a command in a session's sandbox, streaming its output
   deskgrid shell <id> <command line>        run a line in the session's persistent shell
   deskgrid act <id> click X Y | move X Y | type TEXT | key CHORD | scroll X Y DY

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 
 	deskgrid "github.com/deskgrid/deskgrid/sdk"
@@ -19,10 +20,21 @@ func runMCP(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if len(cl.pos) > 0 {
 		return usageError("mcp: unexpected arguments %q", cl.pos)
 	}
-	c, err := deskgrid.New(cl.cf.addr, deskgrid.WithAPIKey(clientKey(cl.cf.apiKey)))
+	c, err := deskgrid.New(cl.cf.addr, deskgrid.WithAPIKey(mcpKey(stderr, cl.cf.apiKey)))
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	return mcpserver.ServeStdio(ctx, c, "", version)
+}
+
+// mcpKey is the key the MCP server sends (flag, environment or data dir);
+// without one it says so on stderr, which MCP hosts keep in their logs, as
+// every tool call would be refused.
+func mcpKey(stderr io.Writer, flagKey string) string {
+	key := clientKey(flagKey)
+	if key == "" {
+		fmt.Fprintf(stderr, "deskgrid mcp: no API key found (%s); deskgrid refuses calls without one\n", keySources())
+	}
+	return key
 }

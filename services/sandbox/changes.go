@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -61,10 +62,20 @@ func changeProto(c changes.Change) *sandboxv1.Change {
 	return &sandboxv1.Change{Path: c.Path, Kind: sandboxv1.ChangeKind(c.Kind), IsDir: c.IsDir, Size: c.Size}
 }
 
-func cleanSelection(paths []string) ([]string, error) {
+// cleanChangePath validates a path of the changes API. The writable layer of
+// a session from an image is its whole root filesystem, so there the path
+// its programs see ("/etc/hosts") names the same change as "etc/hosts".
+func (b *box) cleanChangePath(p string) (string, error) {
+	if b.img != nil && strings.HasPrefix(p, "/") {
+		p = strings.TrimLeft(p, "/")
+	}
+	return fsroot.Clean(p)
+}
+
+func (b *box) cleanChangePaths(paths []string) ([]string, error) {
 	out := make([]string, 0, len(paths))
 	for _, p := range paths {
-		c, err := fsroot.Clean(p)
+		c, err := b.cleanChangePath(p)
 		if err != nil {
 			return nil, err
 		}
@@ -86,31 +97,31 @@ func selected(sel []string, p string) bool {
 }
 
 func (s *Service) listChanges(ctx context.Context, id, prefix string) ([]changes.Change, error) {
-	clean, err := fsroot.Clean(prefix)
-	if err != nil {
-		return nil, err
-	}
 	b, release, err := s.acquire(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
+	clean, err := b.cleanChangePath(prefix)
+	if err != nil {
+		return nil, err
+	}
 	return b.changes(clean)
 }
 
 func (s *Service) diffFile(ctx context.Context, id, p string) (*sandboxv1.DiffFileResponse, error) {
-	clean, err := fsroot.Clean(p)
+	b, release, err := s.acquire(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	clean, err := b.cleanChangePath(p)
 	if err != nil {
 		return nil, err
 	}
 	if clean == "." || clean == "" {
 		return nil, invalidf("path is required")
 	}
-	b, release, err := s.acquire(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
 	list, err := b.changes(clean)
 	if err != nil {
 		return nil, err
@@ -177,10 +188,6 @@ func ctimeOf(fi fs.FileInfo) int64 {
 // layer). A lower path whose inode changed (ctime) since the sandbox was
 // created, other than by an earlier apply, is a conflict and is skipped.
 func (s *Service) applyChanges(ctx context.Context, id string, paths []string) (applied []string, conflicts []*sandboxv1.Conflict, err error) {
-	sel, err := cleanSelection(paths)
-	if err != nil {
-		return nil, nil, err
-	}
 	b, release, err := s.acquire(ctx, id)
 	if err != nil {
 		return nil, nil, err
@@ -188,6 +195,10 @@ func (s *Service) applyChanges(ctx context.Context, id string, paths []string) (
 	defer release()
 	if b.img != nil {
 		return nil, nil, failf(errPrecondition, "session %q runs an image, not a workspace: there is nothing to apply changes to (commit it to an image instead)", id)
+	}
+	sel, err := b.cleanChangePaths(paths)
+	if err != nil {
+		return nil, nil, err
 	}
 	if b.lower == s.cfg.BaseDir {
 		return nil, nil, failf(errPrecondition, "session %q works on the node's base, not a workspace: there is nothing to apply changes to", id)
@@ -315,15 +326,15 @@ func (s *Service) applyOne(b *box, lroot *os.Root, c changes.Change) error {
 // unmounted, edited and mounted again, which needs the sandbox idle: no
 // call using it and no process running in it.
 func (s *Service) discardChanges(ctx context.Context, id string, paths []string) ([]string, error) {
-	sel, err := cleanSelection(paths)
-	if err != nil {
-		return nil, err
-	}
 	b, unlock, err := s.exclusive(ctx, id, "discard changes")
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
+	sel, err := b.cleanChangePaths(paths)
+	if err != nil {
+		return nil, err
+	}
 	list, err := b.changes("")
 	if err != nil {
 		return nil, err

@@ -157,7 +157,7 @@ func (s *Service) runShell(ctx context.Context, req *sandboxv1.RunShellRequest) 
 				exit, _ := sh.p.Exit()
 				sh.in.Close()
 				*slot = nil
-				res.output, res.exitCode = out, exit.Code
+				res.output, res.exitCode = appendBounded(out, window, &res.truncated), exit.Code
 				return res, nil
 			}
 			window = append(window, c...)

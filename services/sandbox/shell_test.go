@@ -38,6 +38,7 @@ func TestPersistentShell(t *testing.T) {
 		{"echo still $X", "still 5\n", 0},
 		{"cat", "", 0}, // stdin is not the shell's
 		{"exit 7", "", 7},
+		{"echo fresh ${X:-unset}; echo bye; exit 4", "fresh unset\nbye\n", 4}, // what came before the exit is kept
 		{"echo fresh ${X:-unset}", "fresh unset\n", 0},
 	} {
 		got := run(tc.cmd, 0)

@@ -433,12 +433,14 @@ func splitMethod(full string) (service, method string) {
 	return svc, m
 }
 
-// snake turns "PerformActions" into "perform_actions".
+// snake turns "PerformActions" into "perform_actions", and an acronym into
+// one word: "ConnectVNC" into "connect_vnc".
 func snake(s string) string {
+	r := []rune(s)
 	var b strings.Builder
-	for i, c := range s {
+	for i, c := range r {
 		if unicode.IsUpper(c) {
-			if i > 0 {
+			if i > 0 && (!unicode.IsUpper(r[i-1]) || (i+1 < len(r) && unicode.IsLower(r[i+1]))) {
 				b.WriteByte('_')
 			}
 			c = unicode.ToLower(c)
