@@ -440,6 +440,17 @@ func TestImageSessionReconciledAfterCrash(t *testing.T) {
 			t.Errorf("the dropped session's range is still claimed")
 		}
 	}
+	// Nothing of the dropped session's bundle is left: its host files'
+	// tmpfs, its root filesystem's bind, the directory.
+	if data, err := os.ReadFile("/proc/self/mountinfo"); err == nil && strings.Contains(string(data), h.svc.bundle("drop")+"/") {
+		t.Errorf("the dropped session's bundle has mounts left")
+	}
+	if _, err := os.Lstat(h.svc.bundle("drop")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the dropped session's bundle is left: %v", err)
+	}
+	if got := h.sh(t, "keep", "cat /etc/hosts; echo; cat /root/kept; id -u"); !strings.HasSuffix(got, "\n\nyes\n0") || !strings.HasPrefix(got, "127.0.0.1") {
+		t.Errorf("the adopted session's /etc/hosts and files: %q", got)
+	}
 	if got := h.sh(t, "keep", "cat /root/kept; id -u"); got != "yes\n0" {
 		t.Errorf("in the adopted session: %q", got)
 	}
