@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -558,6 +559,32 @@ func containerEnv(c image.Config) []string {
 	return out
 }
 
+// maxAccountsFile bounds what imageUser reads of /etc/passwd or /etc/group.
+const maxAccountsFile = 1 << 20
+
+// readImageFile reads the file at rel in a session's root filesystem as the
+// session would: links resolved inside it, never to the node's files (its
+// root may make /etc/passwd a link anywhere); only a regular file, opened
+// without blocking (a FIFO there would hang the caller) and read up to
+// maxAccountsFile. Anything else reads as empty.
+func readImageFile(rootfs, rel string) []byte {
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return nil
+	}
+	defer root.Close()
+	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil
+	}
+	data, _ := io.ReadAll(io.LimitReader(f, maxAccountsFile))
+	return data
+}
+
 // imageUser resolves the image's user ("uid[:gid]" or names from the
 // image's /etc/passwd and /etc/group) to ids inside the container.
 func imageUser(rootfs, user string) (uid, gid int, err error) {
@@ -569,7 +596,7 @@ func imageUser(rootfs, user string) (uid, gid int, err error) {
 	if n, err := strconv.Atoi(u); err == nil {
 		uid = n
 	}
-	pw, _ := os.ReadFile(filepath.Join(rootfs, "etc", "passwd"))
+	pw := readImageFile(rootfs, "etc/passwd")
 	for _, line := range strings.Split(string(pw), "\n") {
 		f := strings.Split(line, ":")
 		if len(f) < 4 {
@@ -590,7 +617,7 @@ func imageUser(rootfs, user string) (uid, gid int, err error) {
 		if n, err := strconv.Atoi(g); err == nil {
 			gid = n
 		} else {
-			gr, _ := os.ReadFile(filepath.Join(rootfs, "etc", "group"))
+			gr := readImageFile(rootfs, "etc/group")
 			for _, line := range strings.Split(string(gr), "\n") {
 				f := strings.Split(line, ":")
 				if len(f) >= 3 && f[0] == g {

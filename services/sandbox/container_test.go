@@ -440,6 +440,17 @@ func TestImageSessionReconciledAfterCrash(t *testing.T) {
 			t.Errorf("the dropped session's range is still claimed")
 		}
 	}
+	// Nothing of the dropped session's bundle is left: its host files'
+	// tmpfs, its root filesystem's bind, the directory.
+	if data, err := os.ReadFile("/proc/self/mountinfo"); err == nil && strings.Contains(string(data), h.svc.bundle("drop")+"/") {
+		t.Errorf("the dropped session's bundle has mounts left")
+	}
+	if _, err := os.Lstat(h.svc.bundle("drop")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the dropped session's bundle is left: %v", err)
+	}
+	if got := h.sh(t, "keep", "cat /etc/hosts; echo; cat /root/kept; id -u"); !strings.HasSuffix(got, "\n\nyes\n0") || !strings.HasPrefix(got, "127.0.0.1") {
+		t.Errorf("the adopted session's /etc/hosts and files: %q", got)
+	}
 	if got := h.sh(t, "keep", "cat /root/kept; id -u"); got != "yes\n0" {
 		t.Errorf("in the adopted session: %q", got)
 	}
@@ -680,5 +691,57 @@ func TestExecNotFoundInAContainer(t *testing.T) {
 	res, err = h.exec(t, &sandboxv1.ExecRequest{SessionId: "nf", Argv: []string{"sh", "-c", "exit 255"}})
 	if err != nil || res.exit.GetExitCode() != 255 {
 		t.Fatalf("exit 255: %+v %v", res, err)
+	}
+}
+
+// TestImageUserIsReadInsideTheSession: the image's user is looked up in the
+// session's own /etc/passwd, never through a link its root made there to a
+// file of the node (which the service would read as host root: a node's
+// file, or a FIFO or /dev/zero that hangs or fills the service).
+func TestImageUserIsReadInsideTheSession(t *testing.T) {
+	h, store := newImageHarness(t)
+	importImage(t, store, busyboxImage(t, "user"), "test/busybox:named")
+	h.createFrom(t, "s", "test/busybox:named")
+	hostPasswd := filepath.Join(t.TempDir(), "passwd")
+	if err := os.WriteFile(hostPasswd, []byte("user:x:4242:4242::/:/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(hostPasswd), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	res, err := h.exec(t, &sandboxv1.ExecRequest{SessionId: "s", AsRoot: true, Argv: []string{"sh", "-c",
+		"rm /etc/passwd && busybox ln -s " + hostPasswd + " /etc/passwd"}})
+	if err != nil || res.exit.GetExitCode() != 0 {
+		t.Fatalf("as root: %+v %v", res, err)
+	}
+	// The link leads nowhere inside: the image's user "user" is unknown.
+	if r, err := h.exec(t, &sandboxv1.ExecRequest{SessionId: "s", Argv: []string{"id", "-u"}}); err == nil {
+		t.Errorf("the image's user after the session's root linked /etc/passwd to a node's file: uid %q", r.stdout)
+	}
+	h.createFrom(t, "fifo", "test/busybox:user")
+	res, err = h.exec(t, &sandboxv1.ExecRequest{SessionId: "fifo", AsRoot: true, Argv: []string{"sh", "-c",
+		"rm /etc/passwd && busybox mkfifo /etc/passwd"}})
+	if err != nil || res.exit.GetExitCode() != 0 {
+		t.Fatalf("as root: %+v %v", res, err)
+	}
+	// The service reads the image's user for the file API too: a FIFO
+	// there must not hang it (nor the session's delete after it).
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err := h.client.WriteFile(ctx, &sandboxv1.WriteFileRequest{SessionId: "fifo", Path: "home/user/f", Content: []byte("x")})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("writing a file with a FIFO at /etc/passwd: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the file API hangs on the session's /etc/passwd made a FIFO")
+	}
+	if _, err := h.client.DeleteSandbox(context.Background(), &sandboxv1.DeleteSandboxRequest{SessionId: "fifo"}); err != nil {
+		t.Fatal(err)
 	}
 }
