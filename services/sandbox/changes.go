@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -250,8 +251,16 @@ func (s *Service) applyOne(b *box, lroot *os.Root, c changes.Change) error {
 	if c.Kind == changes.Deleted {
 		return lroot.RemoveAll(c.Path)
 	}
-	src := filepath.Join(b.changed(), c.Path)
-	fi, err := os.Lstat(src)
+	// The changed tree is read through a root of its own: the session may
+	// replace a directory on the way with a link to anywhere on the node
+	// between the listing and this read, and it is resolved beneath the
+	// tree, never followed out of it.
+	croot, err := os.OpenRoot(b.changed())
+	if err != nil {
+		return err
+	}
+	defer croot.Close()
+	fi, err := croot.Lstat(c.Path)
 	if err != nil {
 		return err
 	}
@@ -277,7 +286,7 @@ func (s *Service) applyOne(b *box, lroot *os.Root, c changes.Change) error {
 	tmp := path.Join(path.Dir(c.Path), fmt.Sprintf(".deskgrid-apply-%d", time.Now().UnixNano()))
 	switch {
 	case fi.Mode()&fs.ModeSymlink != 0:
-		target, err := os.Readlink(src)
+		target, err := croot.Readlink(c.Path)
 		if err != nil {
 			return err
 		}
@@ -285,7 +294,7 @@ func (s *Service) applyOne(b *box, lroot *os.Root, c changes.Change) error {
 			return err
 		}
 	case fi.Mode().IsRegular():
-		data, err := os.ReadFile(src)
+		data, err := readChanged(croot, c.Path)
 		if err != nil {
 			return err
 		}
@@ -319,6 +328,23 @@ func (s *Service) applyOne(b *box, lroot *os.Root, c changes.Change) error {
 		return err
 	}
 	return nil
+}
+
+// readChanged reads the regular file at rel beneath root: opened without
+// blocking (a FIFO put there since the listing would hang the call) and
+// refused when it is not a regular file by then.
+func readChanged(root *os.Root, rel string) ([]byte, error) {
+	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return nil, err
+	} else if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is no longer a regular file", rel)
+	}
+	return io.ReadAll(f)
 }
 
 // discardChanges drops the selected changes from the upper layer. Editing
