@@ -3,6 +3,7 @@ package container
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -133,19 +134,35 @@ func IsMountPoint(upper, lower, rel string) bool {
 	if !slices.Contains(MountPoints, rel) {
 		return false
 	}
-	if _, err := os.Lstat(filepath.Join(lower, rel)); !errors.Is(err, fs.ErrNotExist) {
+	// Both trees are looked at beneath themselves: an image's /etc may be
+	// a link (to /etc, say), never to be followed on the node.
+	lroot, err := os.OpenRoot(lower)
+	if err != nil {
 		return false
 	}
-	p := filepath.Join(upper, rel)
-	fi, err := os.Lstat(p)
+	defer lroot.Close()
+	if _, err := lroot.Lstat(rel); err == nil {
+		return false
+	}
+	uroot, err := os.OpenRoot(upper)
+	if err != nil {
+		return false
+	}
+	defer uroot.Close()
+	fi, err := uroot.Lstat(rel)
 	switch {
 	case err != nil:
 		return false
 	case fi.Mode().IsRegular():
 		return fi.Size() == 0
 	case fi.IsDir():
-		entries, err := os.ReadDir(p)
-		return err == nil && len(entries) == 0
+		d, err := uroot.Open(rel)
+		if err != nil {
+			return false
+		}
+		defer d.Close()
+		names, err := d.Readdirnames(1)
+		return len(names) == 0 && errors.Is(err, io.EOF)
 	}
 	return false
 }

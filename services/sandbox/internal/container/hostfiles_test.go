@@ -102,3 +102,24 @@ func TestIsMountPoint(t *testing.T) {
 		}
 	}
 }
+
+// An image whose /etc is a link to the node's /etc: whether the image has
+// etc/hosts is asked beneath the image, not answered by the node's file.
+func TestIsMountPointDoesNotFollowTheImagesLinks(t *testing.T) {
+	upper, lower, node := t.TempDir(), t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(node, "hosts"), []byte("127.0.0.1 localhost\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(node, filepath.Join(lower, "etc")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(upper, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(upper, "etc", "hosts"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !IsMountPoint(upper, lower, "etc/hosts") {
+		t.Error("an empty etc/hosts over an image whose /etc links to the node's was taken for the node's file")
+	}
+}
