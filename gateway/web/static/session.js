@@ -583,11 +583,17 @@ function showTimeline() {
   $('history-count').textContent = `${shown.length} of ${timelineAll.length} entries`;
 }
 
+// timelineGen numbers the timeline's refreshes: one answered after a later
+// one began (the run's end refreshing as the kind filter changes) is stale
+// and dropped, or it would show every kind under a filter for one.
+let timelineGen = 0;
 async function refreshTimeline() {
   const list = $('timeline');
+  const gen = ++timelineGen;
   try {
     const kind = $('history-kind').value;
     const entries = await historyEntries({ kinds: kind ? [kind] : [] });
+    if (gen !== timelineGen) return;
     timelineAll = timelineItems(entries);
     const typeSel = $('history-type');
     const want = typeSel.value;
@@ -597,6 +603,7 @@ async function refreshTimeline() {
     showTimeline();
     list.dataset.loaded = 'true';
   } catch (e) {
+    if (gen !== timelineGen) return;
     timelineAll = [];
     list.replaceChildren(el('li', { class: 'error', text: 'history: ' + describe(e) }));
     $('history-count').textContent = '';
