@@ -323,6 +323,9 @@ func (s *Service) startContainer(ctx context.Context, b *box) error {
 		if errors.Is(err, container.ErrNoRunc) {
 			return failf(errMissingProgram, "this node cannot run sessions from images: %s is not installed (Debian package runc)", s.runtime().Bin())
 		}
+		if errors.Is(err, container.ErrUnusableImage) {
+			return failf(errPrecondition, "image %s: %w", b.img.Ref, err)
+		}
 		return err
 	}
 	if b.network {

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 	"github.com/deskgrid/deskgrid/services/sandbox/internal/container"
 )
@@ -169,8 +172,10 @@ func TestImageSessionHostFilesHeld(t *testing.T) {
 	}
 
 	// An image whose /tmp is a file cannot run, and leaves nothing.
-	if _, err := h.client.CreateSandbox(ctx, &sandboxv1.CreateSandboxRequest{SessionId: "tmpfile", Image: "test/busybox:tmpfile"}); err == nil {
-		t.Errorf("a session from an image whose /tmp is a file")
+	// It is refused with the reason, before anything is made.
+	_, err = h.client.CreateSandbox(ctx, &sandboxv1.CreateSandboxRequest{SessionId: "tmpfile", Image: "test/busybox:tmpfile"})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "its /tmp is a file") {
+		t.Errorf("a session from an image whose /tmp is a file: %v", err)
 	}
 	for _, id := range []string{"odd", "root"} {
 		if _, err := h.client.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SessionId: id}); err != nil {

@@ -19,6 +19,7 @@ const maxShellOutput = 1 << 20
 
 // shell is a session's long-lived bash: the `bash` tool of computer-use
 // agents expects cd, variables and functions to carry over between calls.
+// An image without bash (busybox, Alpine) gets its /bin/sh instead.
 type shell struct {
 	p      *jail.Proc
 	in     *os.File    // the shell's stdin
@@ -26,7 +27,7 @@ type shell struct {
 }
 
 func (s *Service) startShell(b *box, asRoot bool) (*shell, error) {
-	spec, err := s.jailSpec(b.kill, b, []string{"bash", "--noprofile", "--norc"}, []string{"SHELL=/bin/bash"}, "", "", asRoot)
+	spec, err := s.jailSpec(b.kill, b, shellArgv, nil, "", "", asRoot)
 	if err != nil {
 		return nil, err
 	}
@@ -65,6 +66,9 @@ func (s *Service) startShell(b *box, asRoot bool) (*shell, error) {
 	}()
 	return sh, nil
 }
+
+// shellArgv starts bash where the session has it, else the POSIX shell.
+var shellArgv = []string{"/bin/sh", "-c", `if command -v bash >/dev/null 2>&1; then export SHELL="$(command -v bash)"; exec bash --noprofile --norc; fi; export SHELL=/bin/sh; exec /bin/sh`}
 
 func (sh *shell) stop() {
 	sh.p.Kill()

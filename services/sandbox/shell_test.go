@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,5 +66,35 @@ func TestPersistentShell(t *testing.T) {
 	}
 	if got := run("head -c 3000000 /dev/zero | tr '\\0' a; echo; echo done", 0); !got.GetTruncated() || len(got.GetOutput()) != maxShellOutput || got.GetExitCode() != 0 {
 		t.Fatalf("big output: %d bytes, truncated %v, exit %d", len(got.GetOutput()), got.GetTruncated(), got.GetExitCode())
+	}
+}
+
+// TestShellWithoutBash: a session from an image without bash (busybox,
+// Alpine) gets its /bin/sh as the persistent shell, state carried over;
+// one with bash gets bash.
+func TestShellWithoutBash(t *testing.T) {
+	h, _ := newImageHarness(t)
+	ctx := context.Background()
+	h.createFrom(t, "bb", "test/busybox:user")
+	run := func(cmd string) *sandboxv1.RunShellResponse {
+		t.Helper()
+		resp, err := h.client.RunShell(ctx, &sandboxv1.RunShellRequest{SessionId: "bb", Command: cmd})
+		if err != nil {
+			t.Fatalf("RunShell(%q): %v", cmd, err)
+		}
+		return resp
+	}
+	if got := run("cd /tmp; X=5; echo $SHELL"); string(got.GetOutput()) != "/bin/sh\n" || got.GetExitCode() != 0 {
+		t.Fatalf("first call: %q exit %d", got.GetOutput(), got.GetExitCode())
+	}
+	if got := run("echo $PWD $X; false"); string(got.GetOutput()) != "/tmp 5\n" || got.GetExitCode() != 1 {
+		t.Fatalf("state: %q exit %d", got.GetOutput(), got.GetExitCode())
+	}
+
+	plain := newHarness(t, testConfig(t), Deps{})
+	plain.create(t, "b", "")
+	resp, err := plain.client.RunShell(ctx, &sandboxv1.RunShellRequest{SessionId: "b", Command: "echo $SHELL ${BASH_VERSION:+bash}"})
+	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(resp.GetOutput())), "bash bash") {
+		t.Fatalf("a session with bash: %q %v", resp.GetOutput(), err)
 	}
 }

@@ -174,6 +174,9 @@ func (r Runtime) Create(ctx context.Context, c Config) error {
 	if _, err := Spec(c); err != nil {
 		return err
 	}
+	if err := runtimeDirs(c.Rootfs); err != nil {
+		return err
+	}
 	if err := r.bind(c); err != nil {
 		_ = Cleanup(c.Bundle)
 		return err
@@ -261,6 +264,48 @@ func Cleanup(bundle string) error {
 		return fmt.Errorf("remove container bundle: %w", err)
 	}
 	return nil
+}
+
+// ErrUnusableImage means the image cannot be a container's root: it has
+// something other than a directory where the runtime mounts one.
+var ErrUnusableImage = errors.New("the image cannot run as a container")
+
+// runtimeDirs checks that where the runtime mounts its filesystems (/dev,
+// /proc, /sys, /tmp, /run) rootfs has a directory, a link (runc follows it
+// within the root) or nothing, so that an image with a file there is
+// refused with a reason before anything is made, not by runc's mount error.
+func runtimeDirs(rootfs string) error {
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return fmt.Errorf("container root filesystem: %w", err)
+	}
+	defer root.Close()
+	for _, d := range MountPoints {
+		if strings.Contains(d, "/") {
+			continue // the host files: bound over a file
+		}
+		fi, err := root.Lstat(d)
+		if err != nil || fi.IsDir() || fi.Mode()&os.ModeSymlink != 0 {
+			continue
+		}
+		return fmt.Errorf("%w: its /%s is a %s, where the runtime mounts a directory", ErrUnusableImage, d, kindOf(fi.Mode()))
+	}
+	return nil
+}
+
+// kindOf names the kind of file a mode is.
+func kindOf(m os.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "file"
+	case m&os.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&os.ModeSocket != 0:
+		return "socket"
+	case m&os.ModeDevice != 0:
+		return "device"
+	}
+	return "special file"
 }
 
 // ErrNoRunc means runc could not be started at all.
