@@ -291,7 +291,7 @@ func (a *authed) mustIssue(t *testing.T, key, session, mode string) (token, toke
 	if r.status != 200 {
 		t.Fatalf("issue %s token: %d %s", mode, r.status, r.raw)
 	}
-	return r.body["token"].(string), r.body["token_id"].(string), r.body["url"].(string)
+	return r.body["token"].(string), r.body["tokenId"].(string), r.body["url"].(string)
 }
 
 func TestViewerTokenIssue(t *testing.T) {
@@ -302,11 +302,11 @@ func TestViewerTokenIssue(t *testing.T) {
 	}
 	tok, _ := r.body["token"].(string)
 	c, err := a.issuer.VerifyViewerToken(context.Background(), tok, "s-1")
-	if err != nil || c.Mode != viewer.ModeView || c.Tenant != "default" || c.TokenID != r.body["token_id"] {
+	if err != nil || c.Mode != viewer.ModeView || c.Tenant != "default" || c.TokenID != r.body["tokenId"] {
 		t.Fatalf("token claims %+v: %v", c, err)
 	}
-	exp, err := time.Parse(time.RFC3339, r.body["expire_time"].(string))
-	if err != nil || !exp.Equal(c.Expiry) || r.body["mode"] != "view" || r.body["session_id"] != "s-1" {
+	exp, err := time.Parse(time.RFC3339, r.body["expireTime"].(string))
+	if err != nil || !exp.Equal(c.Expiry) || r.body["mode"] != "view" || r.body["sessionId"] != "s-1" {
 		t.Errorf("reply %s", r.raw)
 	}
 	if want := "/v1/sessions/s-1/vnc?token=" + tok; r.body["url"] != want {
@@ -342,7 +342,7 @@ func TestViewerTokenIssue(t *testing.T) {
 	}
 	// The TTL asked for is capped by the issuer's maximum.
 	r = a.issue(t, a.readKey, "s-1", `{"ttl_seconds":86400}`)
-	exp, _ = time.Parse(time.RFC3339, r.body["expire_time"].(string))
+	exp, _ = time.Parse(time.RFC3339, r.body["expireTime"].(string))
 	if max := time.Unix(0, a.clock.Load()).Add(time.Hour + time.Second); r.status != 200 || exp.After(max) {
 		t.Errorf("a day's TTL: %d, expires %v", r.status, exp)
 	}

@@ -45,12 +45,14 @@ type viewerTokenRequest struct {
 	TTLSecondsCamel *int64 `json:"ttlSeconds"`
 }
 
+// viewerTokenResponse is in the API's JSON names (lowerCamelCase), as
+// grpc-gateway writes every other response.
 type viewerTokenResponse struct {
 	Token      string `json:"token"`
-	TokenID    string `json:"token_id"`
-	SessionID  string `json:"session_id"`
+	TokenID    string `json:"tokenId"`
+	SessionID  string `json:"sessionId"`
 	Mode       string `json:"mode"`
-	ExpireTime string `json:"expire_time"`
+	ExpireTime string `json:"expireTime"`
 	URL        string `json:"url"`
 }
 
@@ -264,7 +266,7 @@ func (g *Gateway) revokeViewerToken(w http.ResponseWriter, r *http.Request) {
 	}
 	g.viewers.endLive(tokenID)
 	g.logger.InfoContext(r.Context(), "viewer token revoked", "token_id", tokenID)
-	writeJSON(w, http.StatusOK, map[string]any{"token_id": tokenID, "revoked": true})
+	writeJSON(w, http.StatusOK, map[string]any{"tokenId": tokenID, "revoked": true})
 }
 
 func truncate(s string, n int) string {

@@ -30,7 +30,7 @@ func newClientFlags(name string, stderr io.Writer) (*flag.FlagSet, *clientFlags)
 	c := &clientFlags{output: "table"}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.addr, "addr", "127.0.0.1:9090", "deskgrid gRPC address")
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:9090", "deskgrid gRPC address (or "+config.EnvName("addr")+"; every flag has its DESKGRID_ variable)")
 	fs.StringVar(&c.apiKey, "api-key", "", "API key (default: the admin key deskgrid up keeps in its data dir, if readable)")
 	if name != "screenshot" {
 		fs.StringVar(&c.output, "o", "table", "output: table or json")

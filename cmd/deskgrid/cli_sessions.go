@@ -241,8 +241,10 @@ func runSessionCommit(ctx context.Context, args []string, stdout, stderr io.Writ
 		fmt.Fprintln(stdout, string(b))
 		return nil
 	}
-	fmt.Fprintf(stdout, "%s\t%s\t%d\n", resp.GetImage(), resp.GetDigest(), resp.GetSize())
-	return nil
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "IMAGE\tDIGEST\tSIZE")
+	fmt.Fprintf(tw, "%s\t%s\t%s\n", resp.GetImage(), resp.GetDigest(), humanBytes(resp.GetSize()))
+	return tw.Flush()
 }
 
 func printSessions(w io.Writer, output string, ss ...*sessionv1.Session) error {

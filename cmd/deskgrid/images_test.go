@@ -102,7 +102,7 @@ func TestEndToEndImagesCLI(t *testing.T) {
 	if id == "" || sess.ImageDigest != want.String() {
 		t.Fatalf("create from the image: %q", out)
 	}
-	if out := must("sessions", "commit", id, "team/cli:v2"); !strings.Contains(out, "docker.io/team/cli:v2") {
+	if out := must("sessions", "commit", id, "team/cli:v2"); !strings.HasPrefix(out, "IMAGE") || !strings.Contains(out, "docker.io/team/cli:v2") {
 		t.Fatalf("commit: %q", out)
 	}
 	must("sessions", "delete", id)

@@ -69,6 +69,6 @@ const exported = lines(await call('GET', '/v1/sessions/{sessionId}/history:expor
 if (!exported.length || exported.some((e) => e.sessionId !== session.id)) fail(`export: ${JSON.stringify(exported.slice(0, 2))}`);
 const token = await call('POST', '/v1/sessions/{sessionId}/viewerToken', { ...id, body: { mode: 'view' } });
 if (!token.token) fail(`viewer token ${JSON.stringify(token)}`);
-await call('DELETE', '/v1/viewerTokens/{tokenId}', { params: { path: { tokenId: token.token_id } } });
+await call('DELETE', '/v1/viewerTokens/{tokenId}', { params: { path: { tokenId: token.tokenId } } });
 await call('DELETE', '/v1/sessions/{sessionId}', id);
 for (const c of called) console.log('ok', c);

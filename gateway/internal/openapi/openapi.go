@@ -143,19 +143,19 @@ func addGatewayRoutes(paths, defs object) {
 	defs["v1ViewerToken"] = object{
 		"type": "object",
 		"properties": object{
-			"token":       object{"type": "string", "description": "The token: pass it as `?token=` to the live view."},
-			"token_id":    object{"type": "string", "description": "Its id, to revoke it."},
-			"session_id":  object{"type": "string"},
-			"mode":        object{"type": "string", "enum": []any{"view", "control"}},
-			"expire_time": object{"type": "string", "format": "date-time"},
-			"url":         object{"type": "string", "description": "The console's viewer page for the session, with the token."},
+			"token":      object{"type": "string", "description": "The token: pass it as `?token=` to the live view."},
+			"tokenId":    object{"type": "string", "description": "Its id, to revoke it."},
+			"sessionId":  object{"type": "string"},
+			"mode":       object{"type": "string", "enum": []any{"view", "control"}},
+			"expireTime": object{"type": "string", "format": "date-time"},
+			"url":        object{"type": "string", "description": "The console's viewer page for the session, with the token."},
 		},
 	}
 	defs["v1RevokeViewerTokenResponse"] = object{
 		"type": "object",
 		"properties": object{
-			"token_id": object{"type": "string"},
-			"revoked":  object{"type": "boolean"},
+			"tokenId": object{"type": "string"},
+			"revoked": object{"type": "boolean"},
 		},
 	}
 	withErrors := func(ok object) object {
@@ -177,7 +177,7 @@ func addGatewayRoutes(paths, defs object) {
 		"summary":     "Revoke a viewer token",
 		"description": "Revokes a viewer token by its id: live views it opened end, and it opens no new one.",
 		"tags":        []any{"Gateway"},
-		"parameters":  []any{object{"name": "tokenId", "in": "path", "required": true, "type": "string", "description": "The token's id (`token_id`)."}},
+		"parameters":  []any{object{"name": "tokenId", "in": "path", "required": true, "type": "string", "description": "The token's id (`tokenId`)."}},
 		"responses":   withErrors(object{"description": "Revoked.", "schema": object{"$ref": "#/definitions/v1RevokeViewerTokenResponse"}}),
 	}}
 	paths["/v1/sessions/{sessionId}/vnc"] = object{"get": object{

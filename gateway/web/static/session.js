@@ -41,7 +41,7 @@ async function explain() {
 // revokeToken ends a token no longer needed, so a copied link stops working.
 function revokeToken(t, keepalive = false) {
   if (!t) return;
-  fetch('/v1/viewerTokens/' + encodeURIComponent(t.token_id), { method: 'DELETE', keepalive, headers: authHeaders({ Accept: 'application/json' }) })
+  fetch('/v1/viewerTokens/' + encodeURIComponent(t.tokenId), { method: 'DELETE', keepalive, headers: authHeaders({ Accept: 'application/json' }) })
     .catch(() => {});
 }
 
@@ -69,7 +69,7 @@ async function connect() {
     }
     revokeToken(viewerToken);
     viewerToken = t;
-    window.deskgridViewer = { mode: t.mode, tokenId: t.token_id };
+    window.deskgridViewer = { mode: t.mode, tokenId: t.tokenId };
     url = new URL(t.url, location.href);
   }
   url.protocol = location.protocol === 'https:' ? 'wss:' : 'ws:';

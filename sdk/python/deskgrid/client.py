@@ -534,7 +534,7 @@ class Session:
 
     def viewer_token(self, mode: str = "view", ttl_seconds: Optional[int] = None) -> JSON:
         """A short-lived token for the live view ("view" or "control"):
-        ``token``, ``token_id``, ``url``, ``expire_time``."""
+        ``token``, ``tokenId``, ``url``, ``expireTime``."""
         body: JSON = {"mode": mode}
         if ttl_seconds:
             body["ttl_seconds"] = ttl_seconds

@@ -195,7 +195,8 @@ class SessionTest(unittest.TestCase):
     def test_viewer_token(self) -> None:
         t = self.s.viewer_token("view", ttl_seconds=60)
         self.assertTrue(t["token"])
-        self.assertEqual(t["session_id"], self.s.id)
+        self.assertEqual(t["sessionId"], self.s.id)
+        self.assertTrue(t["tokenId"] and t["expireTime"])
 
 
 class ErrorTest(unittest.TestCase):

@@ -133,10 +133,10 @@ export interface ShellResult {
 
 export interface ViewerToken {
   token: string;
-  token_id: string;
-  session_id: string;
+  tokenId: string;
+  sessionId: string;
   mode: string;
-  expire_time: string;
+  expireTime: string;
   url: string;
 }
 

@@ -3008,7 +3008,7 @@ export interface components {
         };
         v1RevokeViewerTokenResponse: {
             revoked?: boolean;
-            token_id?: string;
+            tokenId?: string;
         };
         /** @description Run is one agent loop on a session. */
         v1Run: {
@@ -3508,14 +3508,14 @@ export interface components {
         };
         v1ViewerToken: {
             /** Format: date-time */
-            expire_time?: string;
+            expireTime?: string;
             /** @enum {string} */
             mode?: "view" | "control";
-            session_id?: string;
+            sessionId?: string;
             /** @description The token: pass it as `?token=` to the live view. */
             token?: string;
             /** @description Its id, to revoke it. */
-            token_id?: string;
+            tokenId?: string;
             /** @description The console's viewer page for the session, with the token. */
             url?: string;
         };
@@ -6613,7 +6613,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description The token's id (`token_id`). */
+                /** @description The token's id (`tokenId`). */
                 tokenId: string;
             };
             cookie?: never;

@@ -152,7 +152,8 @@ describe('a session', () => {
   test('viewer token', async () => {
     const t = await s.viewerToken('view', 60);
     assert.ok(t.token);
-    assert.equal(t.session_id, s.id);
+    assert.equal(t.sessionId, s.id);
+    assert.ok(t.tokenId && Date.parse(t.expireTime) > Date.now());
   });
 });
 
