@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -531,26 +532,95 @@ func BenchmarkDesktopClickChromium(b *testing.B) {
 // display env names.
 func demoClickAndShot(b *testing.B, env []string, path string, x, y, w, h int) string {
 	b.Helper()
+	cmd := exec.Command("xdotool", "mousemove", "--sync", strconv.Itoa(x), strconv.Itoa(y), "click", "1")
+	cmd.Env = env
+	if o, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("xdotool: %v: %s", err, o)
+	}
+	time.Sleep(2 * time.Second)
+	return demoShot(b, env, path, w, h)
+}
+
+// demoShot is the reference computer-use demo's screenshot: `scrot path`,
+// `convert path -resize WxH! path` (ImageMagick), the file base64-encoded.
+func demoShot(b *testing.B, env []string, path string, w, h int) string {
+	b.Helper()
 	convert := "/usr/bin/convert" // Debian's ImageMagick, not another on PATH
 	if _, err := os.Stat(convert); err != nil {
 		b.Fatalf("ImageMagick is required (Debian package imagemagick): %v", err)
 	}
-	run := func(argv ...string) {
+	for _, argv := range [][]string{{"scrot", path}, {convert, path, "-resize", fmt.Sprintf("%dx%d!", w, h), path}} {
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = env
 		if o, err := cmd.CombinedOutput(); err != nil {
 			b.Fatalf("%s: %v: %s", argv[0], err, o)
 		}
 	}
-	run("xdotool", "mousemove", "--sync", strconv.Itoa(x), strconv.Itoa(y), "click", "1")
-	time.Sleep(2 * time.Second)
-	run("scrot", path)
-	run(convert, path, "-resize", fmt.Sprintf("%dx%d!", w, h), path)
 	data, err := os.ReadFile(path)
 	if err != nil {
 		b.Fatal(err)
 	}
 	return base64.StdEncoding.EncodeToString(data)
+}
+
+// BenchmarkDesktopScreenshot: a whole-screen PNG through REST (GET
+// /v1/sessions/{id}/screenshot) of Chromium showing a saved article page
+// (text, links, a table, a form), b.N times, against the reference
+// computer-use demo's screenshot on the same screen in the same run (scrot,
+// ImageMagick's resize, the file base64-encoded; demoShot).
+func BenchmarkDesktopScreenshot(b *testing.B) {
+	p, _ := startDesktopUp(b)
+	defer p.stop()
+	for _, tool := range []string{"xdotool", "scrot"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			b.Fatalf("%s not installed: %v", tool, err)
+		}
+	}
+	s := p.createWith(`{"display":{"width":1280,"height":800}}`)
+	waitPanel(b, p, s.ID)
+	navShown := func(img image.Image) bool { // the page's dark blue bar across the top
+		r, g, bl, _ := img.At(640, 8).RGBA()
+		return r>>8 == 0x22 && g>>8 == 0x33 && bl>>8 == 0x44
+	}
+	chromiumOnPages(b, p, s.ID, map[string]string{"index.html": articlePage()},
+		func(img image.Image) string {
+			r, g, bl, _ := img.At(640, 8).RGBA()
+			return fmt.Sprintf("%02x%02x%02x at the top", r>>8, g>>8, bl>>8)
+		},
+		navShown)
+	time.Sleep(2 * time.Second) // the page done loading
+	env := append(os.Environ(), "DISPLAY="+s.XDisplay, "XAUTHORITY="+xAuthOf(b, s.ID))
+	dir := b.TempDir()
+	var api, demo []time.Duration
+	size := 0
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		code, body, _ := p.do("GET", "/v1/sessions/"+s.ID+"/screenshot", "")
+		api = append(api, time.Since(start))
+		if code != 200 {
+			b.Fatalf("screenshot: %d %s", code, body)
+		}
+		img, err := png.Decode(bytes.NewReader(body))
+		if err != nil || img.Bounds().Dx() != 1280 || img.Bounds().Dy() != 800 || !navShown(img) {
+			b.Fatalf("screenshot %d: not the page at 1280x800 (%v)", i, err)
+		}
+		size = len(body)
+	}
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		png64 := demoShot(b, env, filepath.Join(dir, fmt.Sprintf("shot-%d.png", i)), 1280, 800)
+		demo = append(demo, time.Since(start))
+		img, err := png.Decode(base64.NewDecoder(base64.StdEncoding, strings.NewReader(png64)))
+		if err != nil || !navShown(img) {
+			b.Fatalf("the demo's screenshot %d: not the page (%v)", i, err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(p50(api), "p50-ms")
+	b.ReportMetric(float64(size)/1024, "png-KiB")
+	b.ReportMetric(p50(demo), "scrot-convert-p50-ms")
+	b.ReportMetric(p50(demo)/p50(api), "speedup-x")
 }
 
 // chromiumOnPages serves pages (file name: content; index.html first) from
