@@ -210,6 +210,48 @@ func BenchmarkDesktopClickEffects(b *testing.B) {
 	}
 }
 
+// BenchmarkDesktopClickEffectsWindowed is BenchmarkDesktopClickEffects at
+// the default quiet period with the pages in a maximized Chromium window,
+// tabs and toolbar shown, as a browser started from the panel is: its tab
+// shows a loading animation from the click on a link until the new page is
+// drawn, which a kiosk window has nowhere to show.
+func BenchmarkDesktopClickEffectsWindowed(b *testing.B) {
+	p, _ := startDesktopUp(b)
+	defer p.stop()
+	s := p.createWith(`{"display":{"width":1280,"height":800}}`)
+	waitPanel(b, p, s.ID)
+	red := func(img image.Image) (int, int, bool) { // the top left of the button #go
+		bounds := img.Bounds()
+		for y := bounds.Min.Y; y < bounds.Max.Y; y++ {
+			for x := bounds.Min.X; x < bounds.Max.X; x++ {
+				if r, g, bl, _ := img.At(x, y).RGBA(); r>>8 > 180 && g>>8 < 60 && bl>>8 < 60 {
+					return x, y, true
+				}
+			}
+		}
+		return 0, 0, false
+	}
+	chromiumOnPagesWith(b, p, s.ID, "--start-maximized", map[string]string{"index.html": effectPage("A", "b", "#f4f4f4"), "a.html": effectPage("A", "b", "#f4f4f4"), "b.html": effectPage("B", "a", "#e4ecf8")},
+		func(image.Image) string { return "no red button" }, func(img image.Image) bool { _, _, ok := red(img); return ok })
+	time.Sleep(2 * time.Second)
+	x0, y0, _ := red(p.screenshot(s.ID))
+	dx, dy := x0-40, y0-120 // where the page's (0,0) is on the screen
+	dl := watchDamage(b, s.XDisplay, xAuthOf(b, s.ID))
+	click := func(x, y int) string {
+		return fmt.Sprintf(`{"click":{"at":{"x":%d,"y":%d},"button":"MOUSE_BUTTON_LEFT","clicks":1}}`, x+dx, y+dy)
+	}
+	kinds := []clickKind{
+		{"button", func(int) string { return click(190, 180) }, ""},
+		{"link", func(int) string { return click(120, 320) }, ""},
+		{"field-type", func(i int) string {
+			return click(600, 140) + `,{"key":{"chord":"ctrl+a"}},{"type":{"text":"word ` + fmt.Sprint(i) + `"}}`
+		}, ""},
+		{"select", func(int) string { return click(520, 320) }, `{"key":{"chord":"Escape"}}`},
+		{"raf", func(int) string { return click(190, 560) }, ""},
+	}
+	clickEffects(b, p, s.ID, dl, kinds, 40*time.Millisecond)
+}
+
 // clickKind is a kind of target: the actions of its i-th click, and the
 // actions that undo their effect (untimed) when the next click needs it.
 type clickKind struct {

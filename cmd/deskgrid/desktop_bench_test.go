@@ -628,12 +628,19 @@ func BenchmarkDesktopScreenshot(b *testing.B) {
 // until a screenshot shows them (shown), saying what it saw (seen) and the
 // logs when it never does.
 func chromiumOnPages(b *testing.B, p *upProcess, id string, pages map[string]string, seen func(image.Image) string, shown func(image.Image) bool) {
+	chromiumOnPagesWith(b, p, id, "--kiosk", pages, seen, shown)
+}
+
+// chromiumOnPagesWith is chromiumOnPages with Chromium's window flag
+// (--kiosk: the page alone on the screen; --start-maximized: a browser
+// window with its tabs and toolbar, as one started from the panel).
+func chromiumOnPagesWith(b *testing.B, p *upProcess, id, window string, pages map[string]string, seen func(image.Image) string, shown func(image.Image) bool) {
 	b.Helper()
 	script := "mkdir -p /tmp/page && cd /tmp/page"
 	for name, content := range pages {
 		script += " && echo " + base64.StdEncoding.EncodeToString([]byte(content)) + " | base64 -d > " + name
 	}
-	script += " && (setsid python3 -m http.server 8765 --bind 127.0.0.1 >/tmp/page.log 2>&1 </dev/null &) && sleep 0.5 && (setsid chromium --no-sandbox --no-first-run --no-default-browser-check --disable-gpu --kiosk http://127.0.0.1:8765/ >/tmp/chromium.log 2>&1 </dev/null &)"
+	script += " && (setsid python3 -m http.server 8765 --bind 127.0.0.1 >/tmp/page.log 2>&1 </dev/null &) && sleep 0.5 && (setsid chromium --no-sandbox --no-first-run --no-default-browser-check --disable-gpu " + window + " http://127.0.0.1:8765/ >/tmp/chromium.log 2>&1 </dev/null &)"
 	if out, code := p.execIn(id, "sh", "-c", script); code != 0 {
 		b.Fatalf("start the pages and Chromium: %q (exit %d)", out, code)
 	}
