@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/container"
 	"github.com/deskgrid/deskgrid/services/sandbox/internal/fsroot"
 	"github.com/deskgrid/deskgrid/services/sandbox/internal/jail"
 )
@@ -125,6 +126,47 @@ func (b *box) rootRel(what, p string) (string, error) {
 	return rel, nil
 }
 
+// fileRel is rootRel for the files API, given b's root r: in a session on
+// an image it refuses a path the session's container mounts over (its own
+// /tmp, /run, /dev, /proc, /sys, and the runtime's /etc/hostname,
+// /etc/hosts and /etc/resolv.conf), also when a symlink leads there (Debian's
+// /var/run). The files API reaches the root filesystem beneath those mounts,
+// where a file written would stay hidden from the session's programs (and
+// land in a commit) and what they write is never found.
+func (b *box) fileRel(r *fsroot.Root, p string) (string, error) {
+	rel, err := b.rootRel("path", p)
+	if err != nil || b.img == nil {
+		return rel, err
+	}
+	if m := mountedOver(r, rel); m != "" {
+		return "", invalidf("path %q is in /%s, which the session's container mounts over its root filesystem: the files API does not reach it (its programs do: use exec or the shell there, or a path elsewhere, such as the home)", p, m)
+	}
+	return rel, nil
+}
+
+// mountedOver returns which of the runtime's mount points (container.
+// MountPoints) rel, relative to r, lies at or beneath once the symlinks of its
+// existing part are followed; "" when none.
+func mountedOver(r *fsroot.Root, rel string) string {
+	under := func(p string) string {
+		for _, m := range container.MountPoints {
+			if p == m || strings.HasPrefix(p, m+"/") {
+				return m
+			}
+		}
+		return ""
+	}
+	if m := under(rel); m != "" {
+		return m
+	}
+	for dir, rest := rel, ""; dir != "."; dir, rest = path.Dir(dir), path.Join(path.Base(dir), rest) {
+		if real, err := r.Resolve(dir); err == nil {
+			return under(path.Join(real, rest))
+		}
+	}
+	return ""
+}
+
 // shown gives err, when it is a path error of b's root directory, the path
 // the session's programs see: absolute, beneath / for a session on an
 // image, beneath the home for one on the node's programs.
@@ -173,7 +215,7 @@ func (s *Service) readFile(ctx context.Context, id, path string) ([]byte, fs.Fil
 	if err != nil {
 		return nil, 0, err
 	}
-	rel, err := b.rootRel("path", path)
+	rel, err := b.fileRel(r, path)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -206,7 +248,7 @@ func (s *Service) writeFile(ctx context.Context, id, path string, data []byte, m
 	if err != nil {
 		return err
 	}
-	rel, err := b.rootRel("path", path)
+	rel, err := b.fileRel(r, path)
 	if err != nil {
 		return err
 	}
@@ -226,7 +268,7 @@ func (s *Service) listFiles(ctx context.Context, id, path string) ([]fs.FileInfo
 	if err != nil {
 		return nil, err
 	}
-	rel, err := b.rootRel("path", path)
+	rel, err := b.fileRel(r, path)
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +288,7 @@ func (s *Service) withRoot(ctx context.Context, id string, fn func(r *fsroot.Roo
 	if err != nil {
 		return err
 	}
-	return b.shown(fn(r, func(p string) (string, error) { return b.rootRel("path", p) }))
+	return b.shown(fn(r, func(p string) (string, error) { return b.fileRel(r, p) }))
 }
 
 // inside is at for a call that changes what a path names: the path may not

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
 )
@@ -129,4 +130,60 @@ func TestPathsMeanTheSameInBothKinds(t *testing.T) {
 	}
 	_, err = h.exec(t, &sandboxv1.ExecRequest{SessionId: "host", Argv: []string{"true"}, Cwd: "/etc"})
 	wantCode(t, err, codes.InvalidArgument)
+}
+
+// What the session's container mounts over its root filesystem (its own
+// /tmp, /run, /dev, /proc, /sys, the runtime's /etc/hosts...) is not what
+// the files API reaches: a path there is refused with the reason, also
+// through a symlink, rather than written where the session's programs never
+// see it (and a commit would keep it).
+func TestFilesRefuseWhatTheContainerMountsOver(t *testing.T) {
+	h, store := newImageHarness(t)
+	importImage(t, store, busyboxImageOf(t, "1000:1000", []string{"proc", "dev", "sys", "run", "tmp"},
+		map[string]string{"scratch": "->tmp", "etc/hosts": "127.0.0.1 localhost\n"}), "test/busybox:links")
+	h.createFrom(t, "img", "test/busybox:links")
+	ctx := context.Background()
+	c := h.client
+
+	for _, p := range []string{"/tmp/x.txt", "/tmp", "/run/x", "/dev/shm/x", "/etc/resolv.conf", "/etc/hosts", "/scratch/x.txt", "../../tmp/x.txt"} {
+		_, err := c.WriteFile(ctx, &sandboxv1.WriteFileRequest{SessionId: "img", Path: p, Content: []byte("lost")})
+		wantCode(t, err, codes.InvalidArgument)
+		if p != "../../tmp/x.txt" && !strings.Contains(err.Error(), "mounts over its root filesystem") {
+			t.Errorf("WriteFile(%q): %v", p, err)
+		}
+	}
+	for _, p := range []string{"/tmp", "/proc", "/scratch"} {
+		_, err := c.ListFiles(ctx, &sandboxv1.ListFilesRequest{SessionId: "img", Path: p})
+		wantCode(t, err, codes.InvalidArgument)
+	}
+	_, err := c.ReadFile(ctx, &sandboxv1.ReadFileRequest{SessionId: "img", Path: "/etc/hosts"})
+	wantCode(t, err, codes.InvalidArgument)
+	_, err = c.MoveFile(ctx, &sandboxv1.MoveFileRequest{SessionId: "img", FromPath: "/etc/group", ToPath: "/tmp/group"})
+	wantCode(t, err, codes.InvalidArgument)
+	if _, err := h.upload(t, "img", "/run/up.txt", []byte("lost"), 1); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("upload to /run: %v", err)
+	}
+	if got := h.mustExec(t, "img", "sh", "-c", "ls -A /tmp /run"); strings.Contains(got.stdout, "x.txt") || strings.Contains(got.stdout, "up.txt") {
+		t.Fatalf("the session's /tmp and /run: %q", got.stdout)
+	}
+
+	// Beside them, and in the rest of the root filesystem, the API works.
+	for _, p := range []string{"/etc/hosts.allow", "/tmpfile", "/home/user/tmp/x.txt", "/root/run"} {
+		if _, err := c.WriteFile(ctx, &sandboxv1.WriteFileRequest{SessionId: "img", Path: p, Content: []byte("kept")}); err != nil {
+			t.Fatalf("WriteFile(%q): %v", p, err)
+		}
+	}
+	if _, err := c.ListFiles(ctx, &sandboxv1.ListFilesRequest{SessionId: "img", Path: "/"}); err != nil {
+		t.Fatal(err)
+	}
+	// The session's changes hold none of it.
+	ch, err := c.ListChanges(ctx, &sandboxv1.ListChangesRequest{SessionId: "img"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ch.GetChanges() {
+		if strings.HasPrefix(e.GetPath(), "tmp/") || strings.HasPrefix(e.GetPath(), "run/") {
+			t.Errorf("change %q", e.GetPath())
+		}
+	}
 }
