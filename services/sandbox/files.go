@@ -22,7 +22,8 @@ import (
 // sandbox on the node's programs (bubblewrap) shows only its home, jail.Home,
 // to the API: an absolute path elsewhere is refused. A sandbox running an
 // image shows its whole root filesystem; its home is the image user's
-// (HOME in the image's environment, else the user's /etc/passwd entry).
+// (HOME in the image's environment, else the user's /etc/passwd entry), and
+// its absolute symlinks lead where they do for its programs (fsroot.Chroot).
 
 // checkPath validates a path's form and cleans it, keeping it relative or
 // absolute: "" is ".", the home.
@@ -194,7 +195,9 @@ func (s *Service) root(b *box) (*fsroot.Root, error) {
 		if err != nil {
 			uid, gid = 0, 0
 		}
-		return r.Owned(int(b.img.Range.Host(uint32(uid))), int(b.img.Range.Host(uint32(gid)))), nil
+		// Its programs see the root filesystem as theirs: an absolute
+		// symlink (/var/run -> /run, /etc/alternatives) starts there.
+		return r.Owned(int(b.img.Range.Host(uint32(uid))), int(b.img.Range.Host(uint32(gid)))).Chroot(), nil
 	}
 	return r, nil
 }

@@ -140,19 +140,19 @@ func TestPathsMeanTheSameInBothKinds(t *testing.T) {
 func TestFilesRefuseWhatTheContainerMountsOver(t *testing.T) {
 	h, store := newImageHarness(t)
 	importImage(t, store, busyboxImageOf(t, "1000:1000", []string{"proc", "dev", "sys", "run", "tmp"},
-		map[string]string{"scratch": "->tmp", "etc/hosts": "127.0.0.1 localhost\n"}), "test/busybox:links")
+		map[string]string{"scratch": "->tmp", "var-run": "->/run", "etc/hosts": "127.0.0.1 localhost\n"}), "test/busybox:links")
 	h.createFrom(t, "img", "test/busybox:links")
 	ctx := context.Background()
 	c := h.client
 
-	for _, p := range []string{"/tmp/x.txt", "/tmp", "/run/x", "/dev/shm/x", "/etc/resolv.conf", "/etc/hosts", "/scratch/x.txt", "../../tmp/x.txt"} {
+	for _, p := range []string{"/tmp/x.txt", "/tmp", "/run/x", "/dev/shm/x", "/etc/resolv.conf", "/etc/hosts", "/scratch/x.txt", "/var-run/x", "../../tmp/x.txt"} {
 		_, err := c.WriteFile(ctx, &sandboxv1.WriteFileRequest{SessionId: "img", Path: p, Content: []byte("lost")})
 		wantCode(t, err, codes.InvalidArgument)
 		if p != "../../tmp/x.txt" && !strings.Contains(err.Error(), "mounts over its root filesystem") {
 			t.Errorf("WriteFile(%q): %v", p, err)
 		}
 	}
-	for _, p := range []string{"/tmp", "/proc", "/scratch"} {
+	for _, p := range []string{"/tmp", "/proc", "/scratch", "/var-run"} {
 		_, err := c.ListFiles(ctx, &sandboxv1.ListFilesRequest{SessionId: "img", Path: p})
 		wantCode(t, err, codes.InvalidArgument)
 	}
@@ -185,5 +185,39 @@ func TestFilesRefuseWhatTheContainerMountsOver(t *testing.T) {
 		if strings.HasPrefix(e.GetPath(), "tmp/") || strings.HasPrefix(e.GetPath(), "run/") {
 			t.Errorf("change %q", e.GetPath())
 		}
+	}
+}
+
+// An absolute symlink in an image session's root filesystem leads where it
+// does for the session's programs (Debian's /etc/alternatives,
+// /usr/bin/editor), never out of the session.
+func TestFilesFollowAbsoluteLinksInAnImage(t *testing.T) {
+	h, store := newImageHarness(t)
+	importImage(t, store, busyboxImageOf(t, "1000:1000", []string{"proc", "dev", "sys", "run", "tmp"},
+		map[string]string{"usr/bin/editor": "->/etc/alternatives/editor", "etc/alternatives/editor": "->/bin/busybox",
+			"etc/motd": "hello\n", "home/user/motd": "->/etc/motd", "home/user/up": "->../../../../..", "root-link": "->/"}), "test/busybox:abslinks")
+	h.createFrom(t, "img", "test/busybox:abslinks")
+	ctx := context.Background()
+	c := h.client
+
+	for p, want := range map[string]string{"motd": "hello\n", "/home/user/motd": "hello\n", "up/etc/motd": "hello\n", "/root-link/etc/motd": "hello\n"} {
+		got, err := c.ReadFile(ctx, &sandboxv1.ReadFileRequest{SessionId: "img", Path: p})
+		if err != nil || string(got.GetContent()) != want {
+			t.Fatalf("ReadFile(%q) = %q, %v", p, got.GetContent(), err)
+		}
+	}
+	st, err := c.StatFile(ctx, &sandboxv1.StatFileRequest{SessionId: "img", Path: "/usr/bin/editor"})
+	if err != nil || st.GetFile().GetSize() != int64(len("/etc/alternatives/editor")) { // the link itself
+		t.Fatalf("StatFile(/usr/bin/editor) = %v, %v", st, err)
+	}
+	if _, data, err := h.download(t, "img", "/usr/bin/editor"); err != nil || len(data) < 1000 {
+		t.Fatalf("download(/usr/bin/editor): %d bytes, %v", len(data), err)
+	}
+	// Written through a link, the file is where the session's programs find it.
+	if _, err := c.WriteFile(ctx, &sandboxv1.WriteFileRequest{SessionId: "img", Path: "/root-link/home/user/new.txt", Content: []byte("via /")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.mustExec(t, "img", "cat", "/home/user/new.txt"); got.stdout != "via /" {
+		t.Fatalf("new.txt inside: %q", got.stdout)
 	}
 }

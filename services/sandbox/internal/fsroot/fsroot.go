@@ -2,7 +2,9 @@
 // Every path is resolved by os.Root, which walks it component by component
 // and refuses to leave the root through "..", absolute symlinks or symlinks
 // that climb out, so a path check cannot be bypassed by a symlink planted
-// inside the sandbox.
+// inside the sandbox. A Chroot root first follows a path's symlinks itself
+// as a container's programs would (an absolute target from the root), then
+// hands os.Root a path with none left in it.
 package fsroot
 
 import (
@@ -80,6 +82,9 @@ type Root struct {
 	// owned, when set, gives files and directories this makes to uid:gid.
 	owned    bool
 	uid, gid int
+	// chroot, when set, takes an absolute symlink as a chroot would: from
+	// the root, not as an escape.
+	chroot bool
 }
 
 // Owned returns a Root that gives the files and directories it creates to
@@ -88,6 +93,66 @@ func (r *Root) Owned(uid, gid int) *Root {
 	c := *r
 	c.owned, c.uid, c.gid = true, uid, gid
 	return &c
+}
+
+// Chroot returns a Root that follows symlinks as the programs of a container
+// whose root filesystem it is see them: an absolute target starts at the
+// root, and ".." at the root stays there. Links are followed by this
+// package, component by component, and what it hands os.Root has none left
+// to follow, so a link swapped in meanwhile still cannot lead out.
+func (r *Root) Chroot() *Root {
+	c := *r
+	c.chroot = true
+	return &c
+}
+
+// maxLinks bounds the symlinks one path may go through (Linux's 40).
+const maxLinks = 40
+
+// walk returns clean with the symlinks of its existing part followed as
+// Chroot says, the last component's only with followLast; clean itself
+// when the Root is not a chroot. What does not exist is kept as given.
+func (r *Root) walk(root *os.Root, clean string, followLast bool) (string, error) {
+	if !r.chroot || clean == "." {
+		return clean, nil
+	}
+	todo := strings.Split(clean, "/")
+	var done []string
+	links := 0
+	for len(todo) > 0 {
+		c := todo[0]
+		todo = todo[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if len(done) > 0 {
+				done = done[:len(done)-1]
+			}
+			continue
+		}
+		cur := filepath.Join(append(done, c)...)
+		st, err := root.Lstat(cur)
+		if err != nil || st.Mode()&fs.ModeSymlink == 0 || len(todo) == 0 && !followLast {
+			done = append(done, c)
+			continue
+		}
+		if links++; links > maxLinks {
+			return "", fmt.Errorf("%w: %s: too many symbolic links", ErrInvalidPath, clean)
+		}
+		target, err := root.Readlink(cur)
+		if err != nil {
+			return "", classify(err)
+		}
+		if strings.HasPrefix(target, "/") {
+			done = done[:0]
+		}
+		todo = append(strings.Split(target, "/"), todo...)
+	}
+	if len(done) == 0 {
+		return ".", nil
+	}
+	return filepath.Join(done...), nil
 }
 
 // New returns a Root for dir, which must exist.
@@ -145,6 +210,9 @@ func (r *Root) Resolve(p string) (string, error) {
 		return "", err
 	}
 	defer root.Close()
+	if clean, err = r.walk(root, clean, true); err != nil {
+		return "", err
+	}
 	// O_NONBLOCK: opening a FIFO must not wait for a writer.
 	f, err := root.OpenFile(clean, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
@@ -175,6 +243,9 @@ func (r *Root) ReadFile(p string, max int64) ([]byte, fs.FileMode, error) {
 		return nil, 0, err
 	}
 	defer root.Close()
+	if clean, err = r.walk(root, clean, true); err != nil {
+		return nil, 0, err
+	}
 	f, err := root.OpenFile(clean, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, 0, classify(err)
@@ -247,6 +318,10 @@ func (r *Root) Create(p string, perm fs.FileMode) (*Writer, error) {
 	perm &= fs.ModePerm
 	root, err := r.open()
 	if err != nil {
+		return nil, err
+	}
+	if clean, err = r.walk(root, clean, false); err != nil {
+		root.Close()
 		return nil, err
 	}
 	dir, name := filepath.Split(clean)
@@ -325,6 +400,9 @@ func (r *Root) Open(p string) (*os.File, fs.FileInfo, error) {
 		return nil, nil, err
 	}
 	defer root.Close()
+	if clean, err = r.walk(root, clean, true); err != nil {
+		return nil, nil, err
+	}
 	f, err := root.OpenFile(clean, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, nil, classify(err)
@@ -352,6 +430,9 @@ func (r *Root) Stat(p string) (fs.FileInfo, error) {
 		return nil, err
 	}
 	defer root.Close()
+	if clean, err = r.walk(root, clean, false); err != nil {
+		return nil, err
+	}
 	st, err := root.Lstat(clean)
 	return st, classify(err)
 }
@@ -374,6 +455,9 @@ func (r *Root) Mkdir(p string, perm fs.FileMode, parents bool) error {
 		return err
 	}
 	defer root.Close()
+	if clean, err = r.walk(root, clean, false); err != nil {
+		return err
+	}
 	if parents {
 		return classify(r.mkdirAll(root, clean, perm&fs.ModePerm))
 	}
@@ -407,6 +491,12 @@ func (r *Root) Rename(from, to string, overwrite bool) error {
 		return err
 	}
 	defer root.Close()
+	if cf, err = r.walk(root, cf, false); err != nil {
+		return err
+	}
+	if ct, err = r.walk(root, ct, false); err != nil {
+		return err
+	}
 	openDir := func(p string) (*os.File, error) {
 		f, err := root.OpenFile(p, os.O_RDONLY|unix.O_DIRECTORY, 0)
 		return f, classify(err)
@@ -446,6 +536,9 @@ func (r *Root) Remove(p string, recursive bool) error {
 		return err
 	}
 	defer root.Close()
+	if clean, err = r.walk(root, clean, false); err != nil {
+		return err
+	}
 	if _, err := root.Lstat(clean); err != nil {
 		return classify(err)
 	}
@@ -467,6 +560,9 @@ func (r *Root) List(p string) ([]fs.FileInfo, error) {
 		return nil, err
 	}
 	defer root.Close()
+	if clean, err = r.walk(root, clean, true); err != nil {
+		return nil, err
+	}
 	f, err := root.OpenFile(clean, os.O_RDONLY|syscall.O_NONBLOCK|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, classify(err)
