@@ -140,7 +140,7 @@ func (b *box) fileRel(r *fsroot.Root, p string) (string, error) {
 		return rel, err
 	}
 	if m := mountedOver(r, rel); m != "" {
-		return "", invalidf("path %q is in /%s, which the session's container mounts over its root filesystem: the files API does not reach it (its programs do: use exec or the shell there, or a path elsewhere, such as the home)", p, m)
+		return "", invalidf("path %q reaches /%s, which the session's container mounts over its root filesystem: the files API does not reach it (its programs do: use exec or the shell there, or a path elsewhere, such as the home)", p, m)
 	}
 	return rel, nil
 }
