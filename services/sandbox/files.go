@@ -149,23 +149,32 @@ func (b *box) fileRel(r *fsroot.Root, p string) (string, error) {
 // MountPoints) rel, relative to r, lies at or beneath once the symlinks of its
 // existing part are followed; "" when none.
 func mountedOver(r *fsroot.Root, rel string) string {
-	under := func(p string) string {
-		for _, m := range container.MountPoints {
-			if p == m || strings.HasPrefix(p, m+"/") {
-				return m
-			}
-		}
-		return ""
-	}
-	if m := under(rel); m != "" {
+	if m := mountAt(rel); m != "" {
 		return m
 	}
-	for dir, rest := rel, ""; dir != "."; dir, rest = path.Dir(dir), path.Join(path.Base(dir), rest) {
-		if real, err := r.Resolve(dir); err == nil {
-			return under(path.Join(real, rest))
+	return mountAt(resolveExisting(r, rel))
+}
+
+// mountAt returns the runtime's mount point p (relative to the root) lies at
+// or beneath, or "".
+func mountAt(p string) string {
+	for _, m := range container.MountPoints {
+		if p == m || strings.HasPrefix(p, m+"/") {
+			return m
 		}
 	}
 	return ""
+}
+
+// resolveExisting is rel with the symlinks of its longest existing part
+// followed (r.Resolve), the rest kept as given.
+func resolveExisting(r *fsroot.Root, rel string) string {
+	for dir, rest := rel, ""; dir != "."; dir, rest = path.Dir(dir), path.Join(path.Base(dir), rest) {
+		if real, err := r.Resolve(dir); err == nil {
+			return path.Join(real, rest)
+		}
+	}
+	return rel
 }
 
 // shown gives err, when it is a path error of b's root directory, the path

@@ -221,3 +221,25 @@ func TestFilesFollowAbsoluteLinksInAnImage(t *testing.T) {
 		t.Fatalf("new.txt inside: %q", got.stdout)
 	}
 }
+
+// A working directory in what the session's container mounts over its root
+// filesystem is where the session's programs made it: the container finds
+// it, the node's view of the layer does not.
+func TestExecCwdInWhatTheContainerMounts(t *testing.T) {
+	h, store := newImageHarness(t)
+	importImage(t, store, busyboxImageOf(t, "1000:1000", []string{"proc", "dev", "sys", "run", "tmp"},
+		map[string]string{"var-run": "->/run"}), "test/busybox:cwd")
+	h.createFrom(t, "img", "test/busybox:cwd")
+	h.mustExec(t, "img", "sh", "-c", "mkdir -p /tmp/work/sub")
+	for cwd, want := range map[string]string{"/tmp/work/sub": "/tmp/work/sub\n", "/tmp": "/tmp\n", "/var-run": "/run\n"} {
+		r, err := h.exec(t, &sandboxv1.ExecRequest{SessionId: "img", Argv: []string{"sh", "-c", "pwd"}, Cwd: cwd})
+		if err != nil || r.stdout != want {
+			t.Errorf("exec in %q: %q %q %v", cwd, r.stdout, r.stderr, err)
+		}
+	}
+	// One that is not there either fails as the container's runtime says.
+	r, err := h.exec(t, &sandboxv1.ExecRequest{SessionId: "img", Argv: []string{"sh", "-c", "pwd"}, Cwd: "/tmp/missing"})
+	if err != nil || r.exit.GetExitCode() == 0 || !strings.Contains(r.stderr, `chdir to cwd ("/tmp/missing")`) {
+		t.Errorf("exec in /tmp/missing: %+v %v", r, err)
+	}
+}
