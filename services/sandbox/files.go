@@ -22,8 +22,9 @@ import (
 // sandbox on the node's programs (bubblewrap) shows only its home, jail.Home,
 // to the API: an absolute path elsewhere is refused. A sandbox running an
 // image shows its whole root filesystem; its home is the image user's
-// (HOME in the image's environment, else the user's /etc/passwd entry), and
-// its absolute symlinks lead where they do for its programs (fsroot.Chroot).
+// (HOME in the image's environment, else the user's /etc/passwd entry).
+// Symlinks lead where they do for the session's programs (fsroot.SeenAt),
+// and only within what the API shows.
 
 // checkPath validates a path's form and cleans it, keeping it relative or
 // absolute: "" is ".", the home.
@@ -208,7 +209,9 @@ func (s *Service) root(b *box) (*fsroot.Root, error) {
 		// symlink (/var/run -> /run, /etc/alternatives) starts there.
 		return r.Owned(int(b.img.Range.Host(uint32(uid))), int(b.img.Range.Host(uint32(gid)))).Chroot(), nil
 	}
-	return r, nil
+	// A session on the node's programs sees its root directory as its home:
+	// a link there to /home/user/... is one into it.
+	return r.SeenAt(jail.Home), nil
 }
 
 func (s *Service) readFile(ctx context.Context, id, path string) ([]byte, fs.FileMode, error) {

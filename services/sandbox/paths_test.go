@@ -243,3 +243,21 @@ func TestExecCwdInWhatTheContainerMounts(t *testing.T) {
 		t.Errorf("exec in /tmp/missing: %+v %v", r, err)
 	}
 }
+
+// In a session on the node's programs, a link its programs made to
+// /home/user/... (or climbing out and back) leads into its home for the
+// files API too; one that leads elsewhere stays refused.
+func TestFilesFollowLinksIntoTheHome(t *testing.T) {
+	h := newHarness(t, testConfig(t), Deps{})
+	h.create(t, "host", "")
+	h.mustExec(t, "host", "sh", "-c", "mkdir docs && echo hello > docs/a.txt && ln -s /home/user/docs/a.txt abs.txt && ln -s ../user/docs climb && ln -s /etc/passwd out")
+	ctx := context.Background()
+	for _, p := range []string{"abs.txt", "climb/a.txt", "/home/user/abs.txt"} {
+		got, err := h.client.ReadFile(ctx, &sandboxv1.ReadFileRequest{SessionId: "host", Path: p})
+		if err != nil || string(got.GetContent()) != "hello\n" {
+			t.Fatalf("ReadFile(%q) = %q, %v", p, got.GetContent(), err)
+		}
+	}
+	_, err := h.client.ReadFile(ctx, &sandboxv1.ReadFileRequest{SessionId: "host", Path: "out"})
+	wantCode(t, err, codes.PermissionDenied)
+}

@@ -2,9 +2,9 @@
 // Every path is resolved by os.Root, which walks it component by component
 // and refuses to leave the root through "..", absolute symlinks or symlinks
 // that climb out, so a path check cannot be bypassed by a symlink planted
-// inside the sandbox. A Chroot root first follows a path's symlinks itself
-// as a container's programs would (an absolute target from the root), then
-// hands os.Root a path with none left in it.
+// inside the sandbox. A SeenAt root first follows a path's symlinks itself
+// as the programs that use the root would (an absolute target from where
+// they see it), then hands os.Root a path with none left in it.
 package fsroot
 
 import (
@@ -15,7 +15,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -82,9 +84,10 @@ type Root struct {
 	// owned, when set, gives files and directories this makes to uid:gid.
 	owned    bool
 	uid, gid int
-	// chroot, when set, takes an absolute symlink as a chroot would: from
-	// the root, not as an escape.
-	chroot bool
+	// at, when set, is the absolute path the programs using the root see it
+	// at ("/" for a container's root filesystem): symlinks are followed as
+	// they see them (SeenAt).
+	at string
 }
 
 // Owned returns a Root that gives the files and directories it creates to
@@ -96,13 +99,19 @@ func (r *Root) Owned(uid, gid int) *Root {
 }
 
 // Chroot returns a Root that follows symlinks as the programs of a container
-// whose root filesystem it is see them: an absolute target starts at the
-// root, and ".." at the root stays there. Links are followed by this
-// package, component by component, and what it hands os.Root has none left
-// to follow, so a link swapped in meanwhile still cannot lead out.
-func (r *Root) Chroot() *Root {
+// whose root filesystem it is see them: SeenAt("/").
+func (r *Root) Chroot() *Root { return r.SeenAt("/") }
+
+// SeenAt returns a Root that follows symlinks as programs that see the root
+// at dir (an absolute path) do: an absolute target, or a relative one that
+// climbs, leads where it does for them, and is followed when that is beneath
+// dir (beneath "/", always: ".." at the root stays there) and an escape
+// otherwise. Links are followed by this package, component by component,
+// and what it hands os.Root has none left to follow, so a link swapped in
+// meanwhile still cannot lead out.
+func (r *Root) SeenAt(dir string) *Root {
 	c := *r
-	c.chroot = true
+	c.at = path.Clean("/" + dir)
 	return &c
 }
 
@@ -110,14 +119,20 @@ func (r *Root) Chroot() *Root {
 const maxLinks = 40
 
 // walk returns clean with the symlinks of its existing part followed as
-// Chroot says, the last component's only with followLast; clean itself
-// when the Root is not a chroot. What does not exist is kept as given.
+// SeenAt says, the last component's only with followLast; clean itself
+// when the Root has no SeenAt. What does not exist is kept as given.
 func (r *Root) walk(root *os.Root, clean string, followLast bool) (string, error) {
-	if !r.chroot || clean == "." {
+	if r.at == "" || clean == "." {
 		return clean, nil
 	}
+	var base []string
+	if r.at != "/" {
+		base = strings.Split(strings.TrimPrefix(r.at, "/"), "/")
+	}
+	// abs is the path as the programs see it, component by component.
+	abs := slices.Clone(base)
+	beneath := func() bool { return len(abs) >= len(base) && slices.Equal(abs[:len(base)], base) }
 	todo := strings.Split(clean, "/")
-	var done []string
 	links := 0
 	for len(todo) > 0 {
 		c := todo[0]
@@ -126,15 +141,18 @@ func (r *Root) walk(root *os.Root, clean string, followLast bool) (string, error
 		case "", ".":
 			continue
 		case "..":
-			if len(done) > 0 {
-				done = done[:len(done)-1]
+			if len(abs) > 0 {
+				abs = abs[:len(abs)-1]
 			}
 			continue
 		}
-		cur := filepath.Join(append(done, c)...)
+		abs = append(abs, c)
+		if !beneath() {
+			continue // outside the root: nothing there to look at
+		}
+		cur := filepath.Join(abs[len(base):]...)
 		st, err := root.Lstat(cur)
 		if err != nil || st.Mode()&fs.ModeSymlink == 0 || len(todo) == 0 && !followLast {
-			done = append(done, c)
 			continue
 		}
 		if links++; links > maxLinks {
@@ -144,15 +162,19 @@ func (r *Root) walk(root *os.Root, clean string, followLast bool) (string, error
 		if err != nil {
 			return "", classify(err)
 		}
+		abs = abs[:len(abs)-1]
 		if strings.HasPrefix(target, "/") {
-			done = done[:0]
+			abs = abs[:0]
 		}
 		todo = append(strings.Split(target, "/"), todo...)
 	}
-	if len(done) == 0 {
+	if !beneath() {
+		return "", fmt.Errorf("%w: %s leads to /%s, outside %s", ErrEscape, clean, strings.Join(abs, "/"), r.at)
+	}
+	if len(abs) == len(base) {
 		return ".", nil
 	}
-	return filepath.Join(done...), nil
+	return filepath.Join(abs[len(base):]...), nil
 }
 
 // New returns a Root for dir, which must exist.

@@ -341,3 +341,40 @@ func TestChroot(t *testing.T) {
 		t.Errorf("Mkdir(var-run/newdir): %v", err)
 	}
 }
+
+// A root seen at /home/user (a session on the node's programs) follows a
+// link that leads beneath /home/user as its programs do, absolute or
+// climbing out and back, and refuses one that leads elsewhere.
+func TestSeenAt(t *testing.T) {
+	plain, dir, _ := tree(t)
+	r := plain.SeenAt("/home/user")
+	for name, target := range map[string]string{
+		"home-abs":   "/home/user/sub/deeper/file",
+		"home-dir":   "/home/user/sub",
+		"home-self":  "/home/user",
+		"round-trip": "../user/file",
+		"home-other": "/home/other/file",
+		"home-up":    "/home/user/../other",
+	} {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p, want := range map[string]string{"home-abs": "deep", "home-dir/deeper/file": "deep", "home-self/file": "inside", "round-trip": "inside", "sub/ok": "inside"} {
+		got, _, err := r.ReadFile(p, 1<<20)
+		if err != nil || string(got) != want {
+			t.Errorf("ReadFile(%q) = %q, %v; want %q", p, got, err, want)
+		}
+	}
+	for _, p := range []string{"home-other", "home-up/x", "abs-passwd", "abs-root/file", "up/root/file", "upup/etc/passwd", "abs-secret", "rel-secret", "sub/back/file", "proc-root/etc/passwd"} {
+		if _, _, err := r.ReadFile(p, 1<<20); !errors.Is(err, ErrEscape) {
+			t.Errorf("ReadFile(%q) = %v, want ErrEscape", p, err)
+		}
+		if err := r.WriteFile(p+"/new", []byte("x"), 0o644); !errors.Is(err, ErrEscape) && !errors.Is(err, ErrNotDir) {
+			t.Errorf("WriteFile(%q/new) = %v, want ErrEscape", p, err)
+		}
+	}
+	if got, err := r.Resolve("home-dir/okdir"); err != nil || got != "sub/deeper" {
+		t.Errorf("Resolve(home-dir/okdir) = %q, %v", got, err)
+	}
+}
