@@ -198,11 +198,22 @@ func toMsgs[T proto.Message](xs []T) []proto.Message {
 
 func lower(prefix, s string) string { return strings.ToLower(strings.TrimPrefix(s, prefix)) }
 
+// ago says how long ago t was, for a table's AGE or MODIFIED column.
 func ago(t interface{ AsTime() time.Time }) string {
 	if t == nil {
 		return "-"
 	}
-	return time.Since(t.AsTime()).Round(time.Second).String()
+	return agoAt(time.Now(), t.AsTime())
+}
+
+// agoAt is ago seen at now: a duration up to two days back (26h3m0s), a
+// date before that (2024-05-06, UTC), as a file from a package or an
+// image's epoch-dated one (1970-01-01) is.
+func agoAt(now, t time.Time) string {
+	if d := now.Sub(t); d < 48*time.Hour {
+		return d.Round(time.Second).String()
+	}
+	return t.UTC().Format(time.DateOnly)
 }
 
 func atoi(s string) (int32, error) {

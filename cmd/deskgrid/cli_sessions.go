@@ -264,7 +264,7 @@ func printSessions(w io.Writer, output string, ss ...*sessionv1.Session) error {
 	for _, s := range ss {
 		age := "-"
 		if s.GetCreateTime() != nil {
-			age = time.Since(s.GetCreateTime().AsTime()).Round(time.Second).String()
+			age = ago(s.GetCreateTime())
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%dx%d\t%s\t%s\t%s\t%s\n", s.GetId(),
 			strings.ToLower(strings.TrimPrefix(s.GetState().String(), "SESSION_STATE_")),

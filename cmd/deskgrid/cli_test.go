@@ -147,3 +147,24 @@ func TestEndToEndCLICommands(t *testing.T) {
 		t.Fatalf("bad subcommand exit code %d, want 2", code)
 	}
 }
+
+// A table's AGE or MODIFIED column is a duration while it is short, and a
+// date once it is days old (a package's file, an image's epoch-dated one).
+func TestAgoAt(t *testing.T) {
+	now := time.Date(2026, 11, 28, 15, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		t    time.Time
+		want string
+	}{
+		{now.Add(-1500 * time.Millisecond), "2s"},
+		{now.Add(-6*time.Minute - 59*time.Second), "6m59s"},
+		{now.Add(-47 * time.Hour), "47h0m0s"},
+		{now.Add(-48 * time.Hour), "2026-11-26"},
+		{time.Date(2024, 5, 6, 23, 30, 0, 0, time.FixedZone("x", -2*3600)), "2024-05-07"},
+		{time.Unix(0, 0), "1970-01-01"},
+	} {
+		if got := agoAt(now, tc.t); got != tc.want {
+			t.Errorf("agoAt(%v) = %q, want %q", tc.t, got, tc.want)
+		}
+	}
+}

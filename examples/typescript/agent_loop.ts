@@ -1,6 +1,7 @@
 // A computer-use loop skeleton: screenshot -> model -> actions, until the
 // model says it is done. Plug your model client into `decide`.
 //
+//   (in a folder set up as quickstart.ts says)
 //   npx tsc --module nodenext --target es2022 agent_loop.ts && node agent_loop.js
 //
 // `decide` gets the task, the screen (PNG bytes) and the steps so far, and

@@ -1,6 +1,7 @@
 // Parallel sessions for an evaluation run: create N desktops at once, run a
 // task on each, collect the results, delete them all.
 //
+//   (in a folder set up as quickstart.ts says)
 //   npx tsc --module nodenext --target es2022 parallel.ts && node parallel.js 10
 import { Deskgrid } from '@deskgrid/sdk';
 

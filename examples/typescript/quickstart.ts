@@ -3,7 +3,8 @@
 //
 //   bin/deskgrid up &
 //   export DESKGRID_API_KEY=$(cat /var/lib/deskgrid/admin.key)
-//   npm install @deskgrid/sdk      # or the tarball `npm pack` makes in sdk/typescript
+//   npm init -y && npm pkg set type=module   # an ES module: top-level await
+//   npm install @deskgrid/sdk typescript @types/node   # the SDK: or the tarball `npm pack` makes in sdk/typescript
 //   npx tsc --module nodenext --target es2022 quickstart.ts && node quickstart.js shot.png
 import { writeFile } from 'node:fs/promises';
 import { Deskgrid } from '@deskgrid/sdk';

@@ -47,8 +47,8 @@ func newServer(t *tools, version string) *mcp.Server {
 	addDesktopTools(s, t)
 	addRecordingTools(s, t)
 	addTool(s, t, &mcp.Tool{Name: "run_command", Description: "Run a shell command in the session's sandbox (its home is the working directory) and return its output and exit code."}, t.runCommand)
-	addTool(s, t, &mcp.Tool{Name: "read_file", Description: "Read a file from the session's home (path relative to it)."}, t.readFile)
-	addTool(s, t, &mcp.Tool{Name: "write_file", Description: "Create or replace a file in the session's home (path relative to it)."}, t.writeFile)
+	addTool(s, t, &mcp.Tool{Name: "read_file", Description: "Read a text file of the session: a path relative to its home, or absolute (a session on an image shows its whole root filesystem, as its programs see it)."}, t.readFile)
+	addTool(s, t, &mcp.Tool{Name: "write_file", Description: "Create or replace a file of the session: a path relative to its home, or absolute (a session on an image shows its whole root filesystem, as its programs see it)."}, t.writeFile)
 	addTool(s, t, &mcp.Tool{Name: "start_run", Description: "Start an agent run on a session: deskgrid drives the desktop with the given provider and model until the task is done. With record, the session's screen is recorded while the run runs and recording_id names the video (download_recording fetches it once the run has ended)."}, t.startRun)
 	return s
 }
@@ -316,7 +316,7 @@ func (t *tools) runCommand(ctx context.Context, _ *mcp.CallToolRequest, in comma
 
 type pathIn struct {
 	SessionID string `json:"session_id"`
-	Path      string `json:"path" jsonschema:"path relative to the session's home"`
+	Path      string `json:"path" jsonschema:"relative to the session user's home, or absolute"`
 }
 
 type fileOut struct {
@@ -337,7 +337,7 @@ func (t *tools) readFile(ctx context.Context, _ *mcp.CallToolRequest, in pathIn)
 
 type writeIn struct {
 	SessionID string `json:"session_id"`
-	Path      string `json:"path"`
+	Path      string `json:"path" jsonschema:"relative to the session user's home, or absolute"`
 	Content   string `json:"content"`
 }
 

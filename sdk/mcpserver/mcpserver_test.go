@@ -454,3 +454,53 @@ func TestMCPSessionsCannotBeRidden(t *testing.T) {
 		t.Fatalf("victim's session after the attacks: %v", res.StructuredContent)
 	}
 }
+
+// The files tools tell a model what a path may be: relative to the home, or
+// absolute (an image session's whole root filesystem), as the API takes it.
+func TestFileToolsDescribeTheirPaths(t *testing.T) {
+	c, err := deskgrid.New("127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := mcpserver.New(c, "", "test").Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	tl, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, tool := range tl.Tools {
+		if tool.Name != "read_file" && tool.Name != "write_file" {
+			continue
+		}
+		seen++
+		schema, _ := json.Marshal(tool.InputSchema)
+		var in struct {
+			Properties map[string]struct {
+				Description string `json:"description"`
+			} `json:"properties"`
+		}
+		if err := json.Unmarshal(schema, &in); err != nil {
+			t.Fatal(err)
+		}
+		for _, text := range []string{tool.Description, in.Properties["path"].Description} {
+			if !strings.Contains(text, "relative to") || !strings.Contains(text, "absolute") {
+				t.Errorf("%s: %q says not that a path may be relative to the home or absolute", tool.Name, text)
+			}
+		}
+	}
+	if seen != 2 {
+		t.Fatalf("found %d of read_file and write_file", seen)
+	}
+}

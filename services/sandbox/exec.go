@@ -276,7 +276,9 @@ func (s *Service) containerSpec(ctx context.Context, b *box, argv, extraEnv []st
 
 // resolveCwd resolves a working directory (from execCwd) to where it really
 // lies relative to the sandbox's root directory: it must exist there and be
-// a directory.
+// a directory. In what a session's container mounts over its root
+// filesystem (/tmp, /run...), which only the container sees, the container
+// looks for it.
 func (s *Service) resolveCwd(b *box, cwd, asked string) (string, error) {
 	rel, err := b.rootRel("cwd", cwd)
 	if err != nil {
@@ -285,6 +287,11 @@ func (s *Service) resolveCwd(b *box, cwd, asked string) (string, error) {
 	r, err := s.root(b)
 	if err != nil {
 		return "", err
+	}
+	if b.img != nil {
+		if real := resolveExisting(r, rel); mountAt(real) != "" {
+			return real, nil
+		}
 	}
 	real, err := r.Resolve(rel)
 	if err != nil {

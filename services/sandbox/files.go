@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/deskgrid/deskgrid/services/sandbox/internal/container"
 	"github.com/deskgrid/deskgrid/services/sandbox/internal/fsroot"
 	"github.com/deskgrid/deskgrid/services/sandbox/internal/jail"
 )
@@ -22,6 +23,8 @@ import (
 // to the API: an absolute path elsewhere is refused. A sandbox running an
 // image shows its whole root filesystem; its home is the image user's
 // (HOME in the image's environment, else the user's /etc/passwd entry).
+// Symlinks lead where they do for the session's programs (fsroot.SeenAt),
+// and only within what the API shows.
 
 // checkPath validates a path's form and cleans it, keeping it relative or
 // absolute: "" is ".", the home.
@@ -125,6 +128,56 @@ func (b *box) rootRel(what, p string) (string, error) {
 	return rel, nil
 }
 
+// fileRel is rootRel for the files API, given b's root r: in a session on
+// an image it refuses a path the session's container mounts over (its own
+// /tmp, /run, /dev, /proc, /sys, and the runtime's /etc/hostname,
+// /etc/hosts and /etc/resolv.conf), also when a symlink leads there (Debian's
+// /var/run). The files API reaches the root filesystem beneath those mounts,
+// where a file written would stay hidden from the session's programs (and
+// land in a commit) and what they write is never found.
+func (b *box) fileRel(r *fsroot.Root, p string) (string, error) {
+	rel, err := b.rootRel("path", p)
+	if err != nil || b.img == nil {
+		return rel, err
+	}
+	if m := mountedOver(r, rel); m != "" {
+		return "", invalidf("path %q reaches /%s, which the session's container mounts over its root filesystem: the files API does not reach it (its programs do: use exec or the shell there, or a path elsewhere, such as the home)", p, m)
+	}
+	return rel, nil
+}
+
+// mountedOver returns which of the runtime's mount points (container.
+// MountPoints) rel, relative to r, lies at or beneath once the symlinks of its
+// existing part are followed; "" when none.
+func mountedOver(r *fsroot.Root, rel string) string {
+	if m := mountAt(rel); m != "" {
+		return m
+	}
+	return mountAt(resolveExisting(r, rel))
+}
+
+// mountAt returns the runtime's mount point p (relative to the root) lies at
+// or beneath, or "".
+func mountAt(p string) string {
+	for _, m := range container.MountPoints {
+		if p == m || strings.HasPrefix(p, m+"/") {
+			return m
+		}
+	}
+	return ""
+}
+
+// resolveExisting is rel with the symlinks of its longest existing part
+// followed (r.Resolve), the rest kept as given.
+func resolveExisting(r *fsroot.Root, rel string) string {
+	for dir, rest := rel, ""; dir != "."; dir, rest = path.Dir(dir), path.Join(path.Base(dir), rest) {
+		if real, err := r.Resolve(dir); err == nil {
+			return path.Join(real, rest)
+		}
+	}
+	return rel
+}
+
 // shown gives err, when it is a path error of b's root directory, the path
 // the session's programs see: absolute, beneath / for a session on an
 // image, beneath the home for one on the node's programs.
@@ -152,9 +205,13 @@ func (s *Service) root(b *box) (*fsroot.Root, error) {
 		if err != nil {
 			uid, gid = 0, 0
 		}
-		return r.Owned(int(b.img.Range.Host(uint32(uid))), int(b.img.Range.Host(uint32(gid)))), nil
+		// Its programs see the root filesystem as theirs: an absolute
+		// symlink (/var/run -> /run, /etc/alternatives) starts there.
+		return r.Owned(int(b.img.Range.Host(uint32(uid))), int(b.img.Range.Host(uint32(gid)))).Chroot(), nil
 	}
-	return r, nil
+	// A session on the node's programs sees its root directory as its home:
+	// a link there to /home/user/... is one into it.
+	return r.SeenAt(jail.Home), nil
 }
 
 func (s *Service) readFile(ctx context.Context, id, path string) ([]byte, fs.FileMode, error) {
@@ -173,7 +230,7 @@ func (s *Service) readFile(ctx context.Context, id, path string) ([]byte, fs.Fil
 	if err != nil {
 		return nil, 0, err
 	}
-	rel, err := b.rootRel("path", path)
+	rel, err := b.fileRel(r, path)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -206,7 +263,7 @@ func (s *Service) writeFile(ctx context.Context, id, path string, data []byte, m
 	if err != nil {
 		return err
 	}
-	rel, err := b.rootRel("path", path)
+	rel, err := b.fileRel(r, path)
 	if err != nil {
 		return err
 	}
@@ -226,7 +283,7 @@ func (s *Service) listFiles(ctx context.Context, id, path string) ([]fs.FileInfo
 	if err != nil {
 		return nil, err
 	}
-	rel, err := b.rootRel("path", path)
+	rel, err := b.fileRel(r, path)
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +303,7 @@ func (s *Service) withRoot(ctx context.Context, id string, fn func(r *fsroot.Roo
 	if err != nil {
 		return err
 	}
-	return b.shown(fn(r, func(p string) (string, error) { return b.rootRel("path", p) }))
+	return b.shown(fn(r, func(p string) (string, error) { return b.fileRel(r, p) }))
 }
 
 // inside is at for a call that changes what a path names: the path may not

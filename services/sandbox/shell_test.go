@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
@@ -96,5 +97,54 @@ func TestShellWithoutBash(t *testing.T) {
 	resp, err := plain.client.RunShell(ctx, &sandboxv1.RunShellRequest{SessionId: "b", Command: "echo $SHELL ${BASH_VERSION:+bash}"})
 	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(resp.GetOutput())), "bash bash") {
 		t.Fatalf("a session with bash: %q %v", resp.GetOutput(), err)
+	}
+}
+
+// The persistent shell alone does not keep a session's changes from being
+// discarded or a snapshot from being restored: it ends with them (a session
+// on an image restarts its container anyway), and the next call starts a
+// fresh one. A started program still does.
+func TestShellEndsWithDiscardAndRestore(t *testing.T) {
+	h, store := newImageHarness(t)
+	importImage(t, store, busyboxImage(t, "1000:1000"), "test/busybox:shell")
+	h.create(t, "host", "")
+	h.createFrom(t, "img", "test/busybox:shell")
+	ctx := context.Background()
+	for _, id := range []string{"host", "img"} {
+		t.Run(id, func(t *testing.T) {
+			shell := func(cmd string, root bool) string {
+				t.Helper()
+				r, err := h.client.RunShell(ctx, &sandboxv1.RunShellRequest{SessionId: id, Command: cmd, AsRoot: root && id == "img"})
+				if err != nil {
+					t.Fatalf("shell %q: %v", cmd, err)
+				}
+				return string(r.GetOutput())
+			}
+			shell("export X=1; echo one > one.txt", false)
+			shell("export Y=1", true)
+			dis, err := h.client.DiscardChanges(ctx, &sandboxv1.DiscardChangesRequest{SessionId: id})
+			if err != nil || len(dis.GetDiscarded()) == 0 {
+				t.Fatalf("discard with the shell started: %v %v", dis, err)
+			}
+			if got := shell("echo x=$X; cat one.txt 2>/dev/null || echo gone", false); got != "x=\ngone\n" {
+				t.Fatalf("after discard: %q", got)
+			}
+			shell("echo two > two.txt; sleep 1000 &", false)
+			sn, err := h.client.CreateSnapshot(ctx, &sandboxv1.CreateSnapshotRequest{SessionId: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.client.RestoreSnapshot(ctx, &sandboxv1.RestoreSnapshotRequest{SessionId: id, SnapshotId: sn.GetSnapshot().GetSnapshotId()}); err != nil {
+				t.Fatalf("restore with the shell and its job running: %v", err)
+			}
+			if got := shell("cat two.txt", false); got != "two\n" {
+				t.Fatalf("after restore: %q", got)
+			}
+			if _, err := h.client.StartProcess(ctx, &sandboxv1.StartProcessRequest{SessionId: id, Argv: []string{"sleep", "1000"}}); err != nil {
+				t.Fatal(err)
+			}
+			_, err = h.client.DiscardChanges(ctx, &sandboxv1.DiscardChangesRequest{SessionId: id})
+			wantCode(t, err, codes.FailedPrecondition)
+		})
 	}
 }

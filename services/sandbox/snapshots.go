@@ -310,11 +310,56 @@ func (s *Service) exclusive(ctx context.Context, id, what string) (*box, func(),
 		b.layer.Unlock()
 		return nil, nil, failf(errNoSandbox, "session %q's sandbox is being deleted", id)
 	}
-	if n := b.running(); n > 0 {
+	n := b.running()
+	if n > 0 && !b.programsRunning() && b.hasShell() {
+		// The persistent shells (and what they left running) are all that
+		// runs: they do not outlive a discard or restore anyway (a session
+		// on an image restarts its container), so they end now rather than
+		// refuse it; the next shell call starts a fresh one.
+		b.stopShell()
+		n = b.settle()
+	}
+	if n > 0 {
 		b.layer.Unlock()
 		return nil, nil, failf(errBusy, "session %q has %d processes running; stop them to %s", id, n, what)
 	}
 	return b, b.layer.Unlock, nil
+}
+
+// programsRunning reports whether a program started in b (StartProcess: its
+// desktop, autostart programs) is still running.
+func (b *box) programsRunning() bool {
+	b.pmu.Lock()
+	defer b.pmu.Unlock()
+	for _, p := range b.procs {
+		select {
+		case <-p.p.Done():
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+// hasShell reports whether b has a persistent shell started.
+func (b *box) hasShell() bool {
+	b.shellMu.Lock()
+	defer b.shellMu.Unlock()
+	return b.shell != nil || b.rootShell != nil
+}
+
+// settle returns b.running() once it is 0, or what it still is after a
+// second: the processes of a killed shell leave their cgroup as they are
+// reaped.
+func (b *box) settle() int {
+	deadline := time.Now().Add(time.Second)
+	for {
+		n := b.running()
+		if n == 0 || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func errCopiedSnapshot(id string) error {

@@ -7,6 +7,11 @@ own data and runtime directories, stopped (as with Ctrl-C) at the end.
         dg = srv.client()
         ...
 
+Its sessions run on the machine's own programs unless the flags name a
+default image (``["-default-image", "deskgrid/desktop:latest"]``): importing
+the desktop image into every server's fresh data directory would cost each
+a gigabyte and most of a minute.
+
 The binary is ``$DESKGRID_BIN``, else ``deskgrid`` on PATH. With pytest,
 ``from deskgrid.testing import deskgrid_server`` in a conftest.py gives a
 session-wide fixture of the same.
@@ -85,6 +90,7 @@ class DeskgridServer:
             self.binary, "up",
             "-http-addr", self.http_addr, "-grpc-addr", self.grpc_addr,
             "-data-dir", self.data_dir, "-runtime-dir", self.run_dir,
+            "-default-image", "",
             *self.flags,
         ]  # fmt: skip
         self._log = open(os.path.join(self._tmp.name, "deskgrid.log"), "wb")

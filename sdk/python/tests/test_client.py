@@ -374,6 +374,17 @@ class LifeTest(unittest.TestCase):
             self.assertIsNotNone(cm.exception.retry_after)
 
 
+class TestingServerTest(unittest.TestCase):
+    def test_sessions_run_on_the_machines_programs_unless_an_image_is_named(self) -> None:
+        # As sdk/deskgridtest's: no desktop image imported into each test's
+        # fresh data directory.
+        with DeskgridServer() as srv:
+            with srv.client().sessions.create(width=640, height=480) as s:
+                self.assertNotIn("image", s.data, s.data)
+                self.assertEqual(s.exec("sh", "-c", "echo $HOME").stdout, b"/home/user\n")
+            self.assertNotIn("importing the default image", srv.logs())
+
+
 def eventually(what: str, check: "Any", timeout: float = 30.0) -> Any:
     """Polls check() until it returns something true, or fails after timeout seconds."""
     import time

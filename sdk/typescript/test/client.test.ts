@@ -2,7 +2,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { createServer as netServer, type AddressInfo, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -500,9 +500,37 @@ describe('package', () => {
     const dir = mkdtempSync(join(tmpdir(), 'deskgrid-ts-example-'));
     try {
       const tgz = execFileSync('npm', ['pack', '--silent', '--ignore-scripts', '--pack-destination', dir], { cwd: pkgDir, encoding: 'utf8' }).trim().split('\n').at(-1)!;
-      writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'example', private: true, type: 'module' }));
+      // The folder is set up as quickstart.ts's header says, the registry
+      // aside: the SDK from the tarball, typescript and @types/node from
+      // this package's own.
+      const examples = ['quickstart.ts', 'parallel.ts', 'agent_loop.ts'];
+      const header = (f: string) => readFileSync(join(repo, 'examples', 'typescript', f), 'utf8').split('\n')
+        .filter((l) => l.startsWith('//   ')).map((l) => l.slice(5).replace(/\s+#.*$/, '').trim());
+      const steps = header('quickstart.ts');
+      const install = steps.find((l) => l.startsWith('npm install '))?.split(/\s+/) ?? [];
+      for (const p of ['@deskgrid/sdk', 'typescript', '@types/node']) assert.ok(install.includes(p), `quickstart.ts installs ${p}: ${install.join(' ')}`);
+      for (const l of steps.filter((l) => l.startsWith('npm init') || l.startsWith('npm pkg'))) {
+        for (const cmd of l.split('&&')) {
+          const [bin, ...args] = cmd.trim().split(/\s+/);
+          execFileSync(bin, args, { cwd: dir, stdio: 'pipe' });
+        }
+      }
       execFileSync('npm', ['install', '--offline', '--no-audit', '--no-fund', '--silent', join(dir, tgz)], { cwd: dir });
-      for (const f of ['quickstart.ts', 'parallel.ts', 'agent_loop.ts']) copyFileSync(join(repo, 'examples', 'typescript', f), join(dir, f));
+      mkdirSync(join(dir, 'node_modules', '@types'), { recursive: true });
+      symlinkSync(join(pkgDir, 'node_modules', 'typescript'), join(dir, 'node_modules', 'typescript'));
+      symlinkSync(join(pkgDir, 'node_modules', '@types', 'node'), join(dir, 'node_modules', '@types', 'node'));
+      for (const f of examples) {
+        copyFileSync(join(repo, 'examples', 'typescript', f), join(dir, f));
+        // Each compiles with the command its header gives.
+        const tsc = header(f).find((l) => l.startsWith('npx tsc '));
+        assert.ok(tsc, `${f} says how to compile it`);
+        const args = tsc.split('&&')[0].trim().split(/\s+/).slice(2);
+        try {
+          execFileSync(join(pkgDir, 'node_modules', '.bin', 'tsc'), args, { cwd: dir, stdio: 'pipe' });
+        } catch (e) {
+          assert.fail(`${f}: npx tsc ${args.join(' ')}: ${(e as { stdout?: Buffer }).stdout}`);
+        }
+      }
       // The README's example, as written.
       const readme = readFileSync(join(repo, 'README.md'), 'utf8');
       const section = readme.slice(readme.indexOf('### Python and TypeScript SDKs'));
@@ -511,7 +539,7 @@ describe('package', () => {
       execFileSync(join(pkgDir, 'node_modules', '.bin', 'tsc'), [
         '--target', 'ES2022', '--module', 'NodeNext', '--moduleResolution', 'NodeNext', '--strict',
         '--lib', 'ES2022,DOM,ESNext.Disposable', '--typeRoots', join(pkgDir, 'node_modules', '@types'), '--types', 'node',
-        '--skipLibCheck', 'quickstart.ts', 'parallel.ts', 'agent_loop.ts', 'readme.ts',
+        '--skipLibCheck', 'readme.ts',
       ], { cwd: dir, stdio: 'pipe' });
       const out = execFileSync(process.execPath, ['quickstart.js', join(dir, 'shot.png')], {
         cwd: dir, encoding: 'utf8', env: { ...process.env, DESKGRID_URL: srv.url, DESKGRID_API_KEY: srv.apiKey },

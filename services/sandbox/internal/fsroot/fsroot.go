@@ -2,7 +2,9 @@
 // Every path is resolved by os.Root, which walks it component by component
 // and refuses to leave the root through "..", absolute symlinks or symlinks
 // that climb out, so a path check cannot be bypassed by a symlink planted
-// inside the sandbox.
+// inside the sandbox. A SeenAt root first follows a path's symlinks itself
+// as the programs that use the root would (an absolute target from where
+// they see it), then hands os.Root a path with none left in it.
 package fsroot
 
 import (
@@ -13,7 +15,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -80,6 +84,10 @@ type Root struct {
 	// owned, when set, gives files and directories this makes to uid:gid.
 	owned    bool
 	uid, gid int
+	// at, when set, is the absolute path the programs using the root see it
+	// at ("/" for a container's root filesystem): symlinks are followed as
+	// they see them (SeenAt).
+	at string
 }
 
 // Owned returns a Root that gives the files and directories it creates to
@@ -88,6 +96,85 @@ func (r *Root) Owned(uid, gid int) *Root {
 	c := *r
 	c.owned, c.uid, c.gid = true, uid, gid
 	return &c
+}
+
+// Chroot returns a Root that follows symlinks as the programs of a container
+// whose root filesystem it is see them: SeenAt("/").
+func (r *Root) Chroot() *Root { return r.SeenAt("/") }
+
+// SeenAt returns a Root that follows symlinks as programs that see the root
+// at dir (an absolute path) do: an absolute target, or a relative one that
+// climbs, leads where it does for them, and is followed when that is beneath
+// dir (beneath "/", always: ".." at the root stays there) and an escape
+// otherwise. Links are followed by this package, component by component,
+// and what it hands os.Root has none left to follow, so a link swapped in
+// meanwhile still cannot lead out.
+func (r *Root) SeenAt(dir string) *Root {
+	c := *r
+	c.at = path.Clean("/" + dir)
+	return &c
+}
+
+// maxLinks bounds the symlinks one path may go through (Linux's 40).
+const maxLinks = 40
+
+// walk returns clean with the symlinks of its existing part followed as
+// SeenAt says, the last component's only with followLast; clean itself
+// when the Root has no SeenAt. What does not exist is kept as given.
+func (r *Root) walk(root *os.Root, clean string, followLast bool) (string, error) {
+	if r.at == "" || clean == "." {
+		return clean, nil
+	}
+	var base []string
+	if r.at != "/" {
+		base = strings.Split(strings.TrimPrefix(r.at, "/"), "/")
+	}
+	// abs is the path as the programs see it, component by component.
+	abs := slices.Clone(base)
+	beneath := func() bool { return len(abs) >= len(base) && slices.Equal(abs[:len(base)], base) }
+	todo := strings.Split(clean, "/")
+	links := 0
+	for len(todo) > 0 {
+		c := todo[0]
+		todo = todo[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if len(abs) > 0 {
+				abs = abs[:len(abs)-1]
+			}
+			continue
+		}
+		abs = append(abs, c)
+		if !beneath() {
+			continue // outside the root: nothing there to look at
+		}
+		cur := filepath.Join(abs[len(base):]...)
+		st, err := root.Lstat(cur)
+		if err != nil || st.Mode()&fs.ModeSymlink == 0 || len(todo) == 0 && !followLast {
+			continue
+		}
+		if links++; links > maxLinks {
+			return "", fmt.Errorf("%w: %s: too many symbolic links", ErrInvalidPath, clean)
+		}
+		target, err := root.Readlink(cur)
+		if err != nil {
+			return "", classify(err)
+		}
+		abs = abs[:len(abs)-1]
+		if strings.HasPrefix(target, "/") {
+			abs = abs[:0]
+		}
+		todo = append(strings.Split(target, "/"), todo...)
+	}
+	if !beneath() {
+		return "", fmt.Errorf("%w: %s leads to /%s, outside %s", ErrEscape, clean, strings.Join(abs, "/"), r.at)
+	}
+	if len(abs) == len(base) {
+		return ".", nil
+	}
+	return filepath.Join(abs[len(base):]...), nil
 }
 
 // New returns a Root for dir, which must exist.
@@ -145,6 +232,9 @@ func (r *Root) Resolve(p string) (string, error) {
 		return "", err
 	}
 	defer root.Close()
+	if clean, err = r.walk(root, clean, true); err != nil {
+		return "", err
+	}
 	// O_NONBLOCK: opening a FIFO must not wait for a writer.
 	f, err := root.OpenFile(clean, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
@@ -175,6 +265,9 @@ func (r *Root) ReadFile(p string, max int64) ([]byte, fs.FileMode, error) {
 		return nil, 0, err
 	}
 	defer root.Close()
+	if clean, err = r.walk(root, clean, true); err != nil {
+		return nil, 0, err
+	}
 	f, err := root.OpenFile(clean, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, 0, classify(err)
@@ -247,6 +340,10 @@ func (r *Root) Create(p string, perm fs.FileMode) (*Writer, error) {
 	perm &= fs.ModePerm
 	root, err := r.open()
 	if err != nil {
+		return nil, err
+	}
+	if clean, err = r.walk(root, clean, false); err != nil {
+		root.Close()
 		return nil, err
 	}
 	dir, name := filepath.Split(clean)
@@ -325,6 +422,9 @@ func (r *Root) Open(p string) (*os.File, fs.FileInfo, error) {
 		return nil, nil, err
 	}
 	defer root.Close()
+	if clean, err = r.walk(root, clean, true); err != nil {
+		return nil, nil, err
+	}
 	f, err := root.OpenFile(clean, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, nil, classify(err)
@@ -352,6 +452,9 @@ func (r *Root) Stat(p string) (fs.FileInfo, error) {
 		return nil, err
 	}
 	defer root.Close()
+	if clean, err = r.walk(root, clean, false); err != nil {
+		return nil, err
+	}
 	st, err := root.Lstat(clean)
 	return st, classify(err)
 }
@@ -374,6 +477,9 @@ func (r *Root) Mkdir(p string, perm fs.FileMode, parents bool) error {
 		return err
 	}
 	defer root.Close()
+	if clean, err = r.walk(root, clean, false); err != nil {
+		return err
+	}
 	if parents {
 		return classify(r.mkdirAll(root, clean, perm&fs.ModePerm))
 	}
@@ -407,6 +513,12 @@ func (r *Root) Rename(from, to string, overwrite bool) error {
 		return err
 	}
 	defer root.Close()
+	if cf, err = r.walk(root, cf, false); err != nil {
+		return err
+	}
+	if ct, err = r.walk(root, ct, false); err != nil {
+		return err
+	}
 	openDir := func(p string) (*os.File, error) {
 		f, err := root.OpenFile(p, os.O_RDONLY|unix.O_DIRECTORY, 0)
 		return f, classify(err)
@@ -446,6 +558,9 @@ func (r *Root) Remove(p string, recursive bool) error {
 		return err
 	}
 	defer root.Close()
+	if clean, err = r.walk(root, clean, false); err != nil {
+		return err
+	}
 	if _, err := root.Lstat(clean); err != nil {
 		return classify(err)
 	}
@@ -467,6 +582,9 @@ func (r *Root) List(p string) ([]fs.FileInfo, error) {
 		return nil, err
 	}
 	defer root.Close()
+	if clean, err = r.walk(root, clean, true); err != nil {
+		return nil, err
+	}
 	f, err := root.OpenFile(clean, os.O_RDONLY|syscall.O_NONBLOCK|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, classify(err)

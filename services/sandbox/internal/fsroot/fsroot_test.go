@@ -254,3 +254,127 @@ func FuzzResolvePath(f *testing.F) {
 		}
 	})
 }
+
+// A Chroot root follows links as a container's programs see them: an
+// absolute target starts at the root, ".." stops there, and nothing leads
+// out of it.
+func TestChroot(t *testing.T) {
+	plain, dir, outside := tree(t)
+	r := plain.Chroot()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(dir, "etc", "alternatives"), 0o755))
+	must(os.WriteFile(filepath.Join(dir, "etc", "passwd"), []byte("the root's passwd"), 0o644))
+	must(os.MkdirAll(filepath.Join(dir, "usr", "bin"), 0o755))
+	must(os.WriteFile(filepath.Join(dir, "usr", "bin", "nano"), []byte("nano"), 0o755))
+	for name, target := range map[string]string{
+		"etc/alternatives/editor": "/usr/bin/nano",
+		"usr/bin/editor":          "/etc/alternatives/editor",
+		"bin":                     "usr/bin",
+		"var-run":                 "/sub/deeper",
+		"abs-loop":                "/abs-loop",
+	} {
+		must(os.Symlink(target, filepath.Join(dir, name)))
+	}
+
+	for path, want := range map[string]string{
+		"abs-passwd":              "the root's passwd",
+		"abs-root/file":           "inside",
+		"abs-root/abs-root/file":  "inside",
+		"usr/bin/editor":          "nano",
+		"bin/editor":              "nano",
+		"var-run/file":            "deep",
+		"sub/back/etc/passwd":     "the root's passwd",
+		"upup/usr/bin/editor":     "nano",
+		"sub/okdir/file":          "deep",
+		"etc/alternatives/editor": "nano",
+	} {
+		got, _, err := r.ReadFile(path, 1<<20)
+		if err != nil || string(got) != want {
+			t.Errorf("ReadFile(%q) = %q, %v; want %q", path, got, err, want)
+		}
+		if _, _, err := plain.ReadFile(path, 1<<20); strings.Contains(want, "passwd") && err == nil {
+			t.Errorf("without Chroot, ReadFile(%q) read the root's file", path)
+		}
+	}
+	// What leads outside on the machine is looked for inside the root.
+	for _, p := range []string{"abs-secret", "abs-outside/secret", "up/outside/secret", "rel-secret", "sub/deeper/out/secret", "proc-root/etc/passwd"} {
+		got, _, err := r.ReadFile(p, 1<<20)
+		if !errors.Is(err, fs.ErrNotExist) || strings.Contains(string(got), "SECRET") {
+			t.Errorf("ReadFile(%q) = %q, %v; want not found", p, got, err)
+		}
+	}
+	for _, p := range []string{"abs-loop", "loop/x"} {
+		if _, _, err := r.ReadFile(p, 1<<20); !errors.Is(err, ErrInvalidPath) {
+			t.Errorf("ReadFile(%q) = %v, want too many links", p, err)
+		}
+	}
+	if got, err := r.Resolve("bin/editor"); err != nil || got != "usr/bin/nano" {
+		t.Errorf("Resolve(bin/editor) = %q, %v", got, err)
+	}
+	if l, err := r.List("var-run"); err != nil || len(l) != 2 {
+		t.Errorf("List(var-run) = %v, %v", l, err)
+	}
+	// A final link is described, replaced, moved and removed, not followed.
+	if st, err := r.Stat("usr/bin/editor"); err != nil || st.Mode()&fs.ModeSymlink == 0 {
+		t.Errorf("Stat(usr/bin/editor) = %v, %v", st, err)
+	}
+	must(r.WriteFile("var-run/made", []byte("made"), 0o644))
+	must(r.WriteFile("abs-outside/new", []byte("in the root"), 0o644))
+	if got, _ := os.ReadFile(filepath.Join(dir, "sub", "deeper", "made")); string(got) != "made" {
+		t.Errorf("var-run/made: %q", got)
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 1 {
+		t.Errorf("outside has %d entries", len(entries))
+	}
+	must(r.Rename("bin", "bin2", false))
+	must(r.Remove("bin2", false))
+	if _, err := os.Stat(filepath.Join(dir, "usr", "bin", "nano")); err != nil {
+		t.Errorf("removing a link removed its target: %v", err)
+	}
+	must(r.Mkdir("var-run/newdir", 0o755, false))
+	if st, err := os.Stat(filepath.Join(dir, "sub", "deeper", "newdir")); err != nil || !st.IsDir() {
+		t.Errorf("Mkdir(var-run/newdir): %v", err)
+	}
+}
+
+// A root seen at /home/user (a session on the node's programs) follows a
+// link that leads beneath /home/user as its programs do, absolute or
+// climbing out and back, and refuses one that leads elsewhere.
+func TestSeenAt(t *testing.T) {
+	plain, dir, _ := tree(t)
+	r := plain.SeenAt("/home/user")
+	for name, target := range map[string]string{
+		"home-abs":   "/home/user/sub/deeper/file",
+		"home-dir":   "/home/user/sub",
+		"home-self":  "/home/user",
+		"round-trip": "../user/file",
+		"home-other": "/home/other/file",
+		"home-up":    "/home/user/../other",
+	} {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p, want := range map[string]string{"home-abs": "deep", "home-dir/deeper/file": "deep", "home-self/file": "inside", "round-trip": "inside", "sub/ok": "inside"} {
+		got, _, err := r.ReadFile(p, 1<<20)
+		if err != nil || string(got) != want {
+			t.Errorf("ReadFile(%q) = %q, %v; want %q", p, got, err, want)
+		}
+	}
+	for _, p := range []string{"home-other", "home-up/x", "abs-passwd", "abs-root/file", "up/root/file", "upup/etc/passwd", "abs-secret", "rel-secret", "sub/back/file", "proc-root/etc/passwd"} {
+		if _, _, err := r.ReadFile(p, 1<<20); !errors.Is(err, ErrEscape) {
+			t.Errorf("ReadFile(%q) = %v, want ErrEscape", p, err)
+		}
+		if err := r.WriteFile(p+"/new", []byte("x"), 0o644); !errors.Is(err, ErrEscape) && !errors.Is(err, ErrNotDir) {
+			t.Errorf("WriteFile(%q/new) = %v, want ErrEscape", p, err)
+		}
+	}
+	if got, err := r.Resolve("home-dir/okdir"); err != nil || got != "sub/deeper" {
+		t.Errorf("Resolve(home-dir/okdir) = %q, %v", got, err)
+	}
+}
