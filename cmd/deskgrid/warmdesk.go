@@ -6,8 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"image"
-	"image/png"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -21,6 +19,7 @@ import (
 	"github.com/deskgrid/deskgrid/services/platform/metrics"
 	"github.com/deskgrid/deskgrid/services/sandbox"
 	imagestore "github.com/deskgrid/deskgrid/services/sandbox/image"
+	"github.com/deskgrid/deskgrid/services/session"
 )
 
 // desktopPool keeps sessions of the node's default image fully started
@@ -261,7 +260,7 @@ func (p *desktopPool) waitDrawn(ctx context.Context, id string) error {
 			return err
 		}
 		data := shot.GetData()
-		drawn := !mostlyDark(data)
+		drawn := !session.MostlyDark(data)
 		if drawn && time.Now().Before(deadline) {
 			ws, err := p.display.ListWindows(ctx, &displayv1.ListWindowsRequest{SessionId: id})
 			if err != nil {
@@ -291,33 +290,6 @@ func (p *desktopPool) waitDrawn(ctx context.Context, id string) error {
 		case <-time.After(150 * time.Millisecond):
 		}
 	}
-}
-
-// mostlyDark reports whether a PNG screenshot is mostly black.
-func mostlyDark(data []byte) bool {
-	img, err := png.Decode(bytes.NewReader(data))
-	if err != nil {
-		return true
-	}
-	return darkShare(img) > 0.5
-}
-
-func darkShare(img image.Image) float64 {
-	b := img.Bounds()
-	dark, total := 0, 0
-	for y := b.Min.Y; y < b.Max.Y; y += 8 {
-		for x := b.Min.X; x < b.Max.X; x += 8 {
-			r, g, bl, _ := img.At(x, y).RGBA()
-			if r+g+bl < 3*0x1000 {
-				dark++
-			}
-			total++
-		}
-	}
-	if total == 0 {
-		return 1
-	}
-	return float64(dark) / float64(total)
 }
 
 // readyCount is how many members are ready to be given.

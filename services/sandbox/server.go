@@ -35,6 +35,7 @@ func (b *box) proto() *sandboxv1.Sandbox {
 		Network:     b.network,
 		Image:       b.image,
 		ImageDigest: b.imageDigest,
+		Desktop:     b.img != nil && b.img.Config.Labels[SessionLabel] != "",
 	}
 	if b.cg != nil {
 		out.Limits = b.limits.proto()

@@ -341,6 +341,18 @@ func (s *Service) startDesktop(ctx context.Context, cur *sessionv1.Session, node
 		if _, err := sandboxes.StartProcess(ctx, &sandboxv1.StartProcessRequest{SessionId: cur.GetId(), Argv: argv}); err != nil {
 			return "", &nodeError{Node: nodeID, Op: fmt.Sprintf("start the desktop %q", argv[0]), Err: err}
 		}
+		// An image's desktop is shown when the create answers: the
+		// session's first screenshot is never the black of a screen its
+		// desktop has not drawn yet.
+		if sb.GetSandbox().GetDesktop() {
+			drawn, err := waitDrawn(ctx, displays, cur.GetId(), DesktopDrawnWait)
+			if err != nil {
+				return "", &nodeError{Node: nodeID, Op: "wait for the desktop to be drawn", Err: err}
+			}
+			if !drawn {
+				s.log.WarnContext(ctx, "the image's desktop showed nothing in time; the session starts without waiting longer", "session", cur.GetId(), "image", img, "waited", DesktopDrawnWait)
+			}
+		}
 	}
 	started := map[string]string{}
 	for _, prog := range cur.GetAutostart() {

@@ -3173,6 +3173,11 @@ export interface components {
             /** Format: date-time */
             createTime?: string;
             /**
+             * @description The image names a desktop program (its org.deskgrid.session label):
+             *     a session on it shows a desktop once that program has drawn it.
+             */
+            desktop?: boolean;
+            /**
              * @description What holds the writable layer when limits.disk_bytes is set: "ext4"
              *     (a loop-mounted image) or "tmpfs"; empty when the layer is unbounded.
              */

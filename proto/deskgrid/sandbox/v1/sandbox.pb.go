@@ -212,8 +212,11 @@ type Sandbox struct {
 	// Whether its commands have outbound network.
 	Network bool `protobuf:"varint,11,opt,name=network,proto3" json:"network,omitempty"`
 	// The image it runs and that image's manifest digest; empty for none.
-	Image         string `protobuf:"bytes,12,opt,name=image,proto3" json:"image,omitempty"`
-	ImageDigest   string `protobuf:"bytes,13,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
+	Image       string `protobuf:"bytes,12,opt,name=image,proto3" json:"image,omitempty"`
+	ImageDigest string `protobuf:"bytes,13,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
+	// The image names a desktop program (its org.deskgrid.session label):
+	// a session on it shows a desktop once that program has drawn it.
+	Desktop       bool `protobuf:"varint,14,opt,name=desktop,proto3" json:"desktop,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -337,6 +340,13 @@ func (x *Sandbox) GetImageDigest() string {
 		return x.ImageDigest
 	}
 	return ""
+}
+
+func (x *Sandbox) GetDesktop() bool {
+	if x != nil {
+		return x.Desktop
+	}
+	return false
 }
 
 // SandboxLimits bound a sandbox's resources.
@@ -5272,7 +5282,7 @@ var File_deskgrid_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
-	"!deskgrid/sandbox/v1/sandbox.proto\x12\x13deskgrid.sandbox.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\xc1\x03\n" +
+	"!deskgrid/sandbox/v1/sandbox.proto\x12\x13deskgrid.sandbox.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\xdb\x03\n" +
 	"\aSandbox\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
@@ -5289,7 +5299,8 @@ const file_deskgrid_sandbox_v1_sandbox_proto_rawDesc = "" +
 	" \x01(\tR\x04disk\x12\x18\n" +
 	"\anetwork\x18\v \x01(\bR\anetwork\x12\x14\n" +
 	"\x05image\x18\f \x01(\tR\x05image\x12!\n" +
-	"\fimage_digest\x18\r \x01(\tR\vimageDigest\"\x84\x01\n" +
+	"\fimage_digest\x18\r \x01(\tR\vimageDigest\x12\x18\n" +
+	"\adesktop\x18\x0e \x01(\bR\adesktop\"\x84\x01\n" +
 	"\rSandboxLimits\x12!\n" +
 	"\fmemory_bytes\x18\x01 \x01(\x03R\vmemoryBytes\x12\x1d\n" +
 	"\n" +
