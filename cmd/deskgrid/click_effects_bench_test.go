@@ -189,18 +189,7 @@ func BenchmarkDesktopClickEffects(b *testing.B) {
 	time.Sleep(2 * time.Second)
 	dl := watchDamage(b, s.XDisplay, xAuthOf(b, s.ID))
 
-	click := func(x, y int) string {
-		return fmt.Sprintf(`{"click":{"at":{"x":%d,"y":%d},"button":"MOUSE_BUTTON_LEFT","clicks":1}}`, x, y)
-	}
-	kinds := []clickKind{
-		{"button", func(int) string { return click(190, 180) }, ""},
-		{"link", func(int) string { return click(120, 320) }, ""},
-		{"field-type", func(i int) string {
-			return click(600, 140) + `,{"key":{"chord":"ctrl+a"}},{"type":{"text":"word ` + fmt.Sprint(i) + `"}}`
-		}, ""},
-		{"select", func(int) string { return click(520, 320) }, `{"key":{"chord":"Escape"}}`},
-		{"raf", func(int) string { return click(190, 560) }, ""},
-	}
+	kinds := effectKinds(0, 0)
 	for _, q := range []time.Duration{25 * time.Millisecond, 30 * time.Millisecond, 40 * time.Millisecond} {
 		b.Run(fmt.Sprintf("quiet-%dms", q.Milliseconds()), func(b *testing.B) {
 			// Nothing of the previous run's clicks left in settle's history.
@@ -237,10 +226,16 @@ func BenchmarkDesktopClickEffectsWindowed(b *testing.B) {
 	x0, y0, _ := red(p.screenshot(s.ID))
 	dx, dy := x0-40, y0-120 // where the page's (0,0) is on the screen
 	dl := watchDamage(b, s.XDisplay, xAuthOf(b, s.ID))
+	clickEffects(b, p, s.ID, dl, effectKinds(dx, dy), 40*time.Millisecond)
+}
+
+// effectKinds are the kinds of target of effectPage, with the page's
+// (0,0) at dx,dy on the screen.
+func effectKinds(dx, dy int) []clickKind {
 	click := func(x, y int) string {
 		return fmt.Sprintf(`{"click":{"at":{"x":%d,"y":%d},"button":"MOUSE_BUTTON_LEFT","clicks":1}}`, x+dx, y+dy)
 	}
-	kinds := []clickKind{
+	return []clickKind{
 		{"button", func(int) string { return click(190, 180) }, ""},
 		{"link", func(int) string { return click(120, 320) }, ""},
 		{"field-type", func(i int) string {
@@ -249,7 +244,6 @@ func BenchmarkDesktopClickEffectsWindowed(b *testing.B) {
 		{"select", func(int) string { return click(520, 320) }, `{"key":{"chord":"Escape"}}`},
 		{"raf", func(int) string { return click(190, 560) }, ""},
 	}
-	clickEffects(b, p, s.ID, dl, kinds, 40*time.Millisecond)
 }
 
 // clickKind is a kind of target: the actions of its i-th click, and the

@@ -381,6 +381,22 @@ func xAuthOf(b *testing.B, id string) string {
 	return m[0]
 }
 
+// referenceDesktop starts deskgrid on the desktop image and one 1280x800
+// session showing its panel, for a benchmark that compares deskgrid with
+// the reference tools (xdotool, scrot) on the same screen.
+func referenceDesktop(b *testing.B) (*upProcess, sessionJSON) {
+	b.Helper()
+	for _, tool := range []string{"xdotool", "scrot"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			b.Fatalf("%s not installed: %v", tool, err)
+		}
+	}
+	p, _ := startDesktopUp(b)
+	s := p.createWith(`{"display":{"width":1280,"height":800}}`)
+	waitPanel(b, p, s.ID)
+	return p, s
+}
+
 // BenchmarkDesktopClickChromium: a click on a web form's button in the
 // image's Chromium and a settled screenshot showing the button's new colour,
 // through REST (POST /v1/sessions/{id}/actions with screenshot), b.N clicks
@@ -390,15 +406,8 @@ func xAuthOf(b *testing.B, id string) string {
 // session's loopback (python3 -m http.server in the session; the session's
 // network namespace does not reach the host's loopback).
 func BenchmarkDesktopClickChromium(b *testing.B) {
-	p, _ := startDesktopUp(b)
+	p, s := referenceDesktop(b)
 	defer p.stop()
-	for _, tool := range []string{"xdotool", "scrot"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			b.Fatalf("%s not installed: %v", tool, err)
-		}
-	}
-	s := p.createWith(`{"display":{"width":1280,"height":800}}`)
-	waitPanel(b, p, s.ID)
 	chromiumOnPages(b, p, s.ID, map[string]string{"index.html": buttonPage},
 		func(img image.Image) string { return "button " + buttonColour(img) }, func(img image.Image) bool { return buttonColour(img) == "red" })
 	time.Sleep(2 * time.Second) // the page done loading
@@ -569,15 +578,8 @@ func demoShot(b *testing.B, env []string, path string, w, h int) string {
 // computer-use demo's screenshot on the same screen in the same run (scrot,
 // ImageMagick's resize, the file base64-encoded; demoShot).
 func BenchmarkDesktopScreenshot(b *testing.B) {
-	p, _ := startDesktopUp(b)
+	p, s := referenceDesktop(b)
 	defer p.stop()
-	for _, tool := range []string{"xdotool", "scrot"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			b.Fatalf("%s not installed: %v", tool, err)
-		}
-	}
-	s := p.createWith(`{"display":{"width":1280,"height":800}}`)
-	waitPanel(b, p, s.ID)
 	navShown := func(img image.Image) bool { // the page's dark blue bar across the top
 		r, g, bl, _ := img.At(640, 8).RGBA()
 		return r>>8 == 0x22 && g>>8 == 0x33 && bl>>8 == 0x44
