@@ -76,7 +76,10 @@ type box struct {
 	pmu      sync.Mutex
 	procs    map[string]*proc
 	nextProc int
-	frozen   bool
+	// restart holds the started programs that ended with the container
+	// while it restarts (unmountRoot), to start again after (exclusive).
+	restart []*proc
+	frozen  bool
 
 	// ready is closed when creation has finished, well or not.
 	ready chan struct{}

@@ -670,14 +670,19 @@ func (b *box) lowerID() string {
 }
 
 // unmountRoot takes a sandbox's root filesystem down so that its upper
-// layer can change: a container sandbox's container goes first (its
-// processes with it; the caller made sure none but the init runs).
+// layer can change: a container sandbox's container goes first, its
+// processes with it (the started programs are kept in b.restart, for the
+// caller's unlock to start again once the container is back).
 func (s *Service) unmountRoot(ctx context.Context, b *box) error {
 	if b.img == nil {
 		return b.driver.Unmount(ctx, b.merged())
 	}
 	b.stopShell()
 	b.stopNetwork()
+	progs := b.endPrograms()
+	b.pmu.Lock()
+	b.restart = append(b.restart, progs...)
+	b.pmu.Unlock()
 	if err := s.runtime().Delete(ctx, b.cid); err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
@@ -22,8 +23,10 @@ import (
 // proc is a program started to run on its own, such as a desktop's
 // autostart program. Each has its own bwrap; all share the sandbox's cgroup.
 type proc struct {
-	id      string
-	argv    []string
+	id   string
+	argv []string
+	// req is what started it, to start it again with its container.
+	req     *sandboxv1.StartProcessRequest
 	started time.Time
 	p       *jail.Proc
 	// out keeps the end of what it wrote.
@@ -97,6 +100,12 @@ func (p *proc) proto() *sandboxv1.Process {
 const maxProcs = 256
 
 func (s *Service) startProcess(ctx context.Context, req *sandboxv1.StartProcessRequest) (*sandboxv1.Process, error) {
+	return s.startProcessAs(ctx, req, "")
+}
+
+// startProcessAs is startProcess under process id id, or a new id when id
+// is "" (id is a program's own when its container restarts it).
+func (s *Service) startProcessAs(ctx context.Context, req *sandboxv1.StartProcessRequest, id string) (*sandboxv1.Process, error) {
 	if err := validateSessionID(req.GetSessionId()); err != nil {
 		return nil, err
 	}
@@ -149,8 +158,11 @@ func (s *Service) startProcess(ctx context.Context, req *sandboxv1.StartProcessR
 		_ = r.Close()
 		close(out.done)
 	}()
-	b.nextProc++
-	p := &proc{id: fmt.Sprintf("p%d", b.nextProc), argv: req.GetArgv(), started: time.Now().UTC(), p: jp, out: out}
+	if id == "" {
+		b.nextProc++
+		id = fmt.Sprintf("p%d", b.nextProc)
+	}
+	p := &proc{id: id, argv: req.GetArgv(), req: proto.Clone(req).(*sandboxv1.StartProcessRequest), started: time.Now().UTC(), p: jp, out: out}
 	b.procs[p.id] = p
 	s.log.InfoContext(ctx, "process started", "session_id", b.id, "process_id", p.id, "argv0", p.argv[0], "pid", jp.Pid())
 	go s.logExit(b.id, p)
@@ -294,4 +306,44 @@ func (s *Service) usage(b *box) *sandboxv1.SandboxUsage {
 
 func usageProto(u cgroup.Usage) *sandboxv1.SandboxUsage {
 	return &sandboxv1.SandboxUsage{CpuNanos: u.CPUNanos, MemoryBytes: u.MemoryBytes, Pids: u.Pids, OomKills: u.OOMKills}
+}
+
+// endPrograms marks the started programs still running in b as stopped on
+// purpose and returns them, oldest first, for restartPrograms: a session on
+// an image whose container restarts (a discard, a snapshot restore) gets
+// its desktop and autostart programs back.
+func (b *box) endPrograms() []*proc {
+	b.pmu.Lock()
+	defer b.pmu.Unlock()
+	var out []*proc
+	for _, p := range b.procs {
+		select {
+		case <-p.p.Done():
+		default:
+			p.stopping.Store(true)
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].started.Before(out[j].started) })
+	return out
+}
+
+// restartPrograms starts again, under their own ids, programs that ended
+// with b's container, once it runs again; they wait for the accessibility
+// bus of the desktop they start as they did at first. A program that cannot
+// start is logged.
+func (s *Service) restartPrograms(ctx context.Context, b *box, progs []*proc) {
+	if len(progs) == 0 {
+		return
+	}
+	b.desktopStart.Store(0)
+	b.a11ySettled.Store(false)
+	for _, p := range progs {
+		<-p.p.Done()
+		if _, err := s.startProcessAs(ctx, p.req, p.id); err != nil {
+			s.log.WarnContext(ctx, "a program did not start again with its container", "session_id", b.id, "process_id", p.id, "argv0", p.argv[0], "err", err)
+			continue
+		}
+		s.log.InfoContext(ctx, "program started again with its container", "session_id", b.id, "process_id", p.id, "argv0", p.argv[0])
+	}
 }

@@ -140,11 +140,37 @@ func TestShellEndsWithDiscardAndRestore(t *testing.T) {
 			if got := shell("cat two.txt", false); got != "two\n" {
 				t.Fatalf("after restore: %q", got)
 			}
-			if _, err := h.client.StartProcess(ctx, &sandboxv1.StartProcessRequest{SessionId: id, Argv: []string{"sleep", "1000"}}); err != nil {
+			started, err := h.client.StartProcess(ctx, &sandboxv1.StartProcessRequest{SessionId: id, Argv: []string{"sh", "-c", "echo $$ > /home/user/pid; exec sleep 1000"}})
+			if err != nil {
 				t.Fatal(err)
 			}
 			_, err = h.client.DiscardChanges(ctx, &sandboxv1.DiscardChangesRequest{SessionId: id})
-			wantCode(t, err, codes.FailedPrecondition)
+			if id == "host" {
+				// Its programs live in namespaces of their own: refused.
+				wantCode(t, err, codes.FailedPrecondition)
+				return
+			}
+			// A session on an image restarts its container, and the
+			// program with it, under its own id, on the discarded layer.
+			if err != nil {
+				t.Fatalf("discard with a started program: %v", err)
+			}
+			list, err := h.client.ListProcesses(ctx, &sandboxv1.ListProcessesRequest{SessionId: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var again *sandboxv1.Process
+			for _, p := range list.GetProcesses() {
+				if p.GetProcessId() == started.GetProcess().GetProcessId() {
+					again = p
+				}
+			}
+			if again == nil || again.GetState() != sandboxv1.ProcessState_PROCESS_STATE_RUNNING || len(list.GetProcesses()) != 1 {
+				t.Fatalf("the started program after the discard: %v", list.GetProcesses())
+			}
+			if got := shell("for i in 1 2 3 4 5 6 7 8 9 10; do [ -s pid ] && break; sleep 0.2; done; cat pid two.txt 2>&1", false); !strings.Contains(got, "No such file") || strings.HasPrefix(got, "cat:") {
+				t.Fatalf("after the discard the program wrote its pid again, two.txt is gone: %q", got)
+			}
 		})
 	}
 }

@@ -293,8 +293,8 @@ func (s *Service) remount(ctx context.Context, b *box) error {
 	return nil
 }
 
-// exclusive returns a sandbox no call is using and no process runs in,
-// held so until unlock.
+// exclusive returns a sandbox no call is using and, but in a session on an
+// image, no process runs in, held so until unlock.
 func (s *Service) exclusive(ctx context.Context, id, what string) (*box, func(), error) {
 	b, err := s.lookup(ctx, id)
 	if err != nil {
@@ -319,11 +319,21 @@ func (s *Service) exclusive(ctx context.Context, id, what string) (*box, func(),
 		b.stopShell()
 		n = b.settle()
 	}
-	if n > 0 {
+	if n > 0 && b.img == nil {
 		b.layer.Unlock()
 		return nil, nil, failf(errBusy, "session %q has %d processes running; stop them to %s", id, n, what)
 	}
-	return b, b.layer.Unlock, nil
+	// A session on an image runs in its container, which the call restarts
+	// (unmountRoot, remount): what runs ends with it, and the programs
+	// started in it (its desktop, autostart) start again once it is back.
+	return b, func() {
+		b.pmu.Lock()
+		progs := b.restart
+		b.restart = nil
+		b.pmu.Unlock()
+		b.layer.Unlock()
+		s.restartPrograms(context.WithoutCancel(ctx), b, progs)
+	}, nil
 }
 
 // programsRunning reports whether a program started in b (StartProcess: its
