@@ -319,6 +319,24 @@ dg-test`
 		t.Errorf("owners in a session from the committed image: %q (exit %d)", out, code)
 	}
 
+	// Discarding the changes of a session whose desktop runs restarts its
+	// container with the desktop in it: the panel shows again, drawn by a
+	// new panel process, and the discarded file is gone.
+	if out, code := p.execIn(c.ID, "sh", "-c", "touch /home/user/to-discard && pgrep -x tint2"); code != 0 {
+		t.Fatalf("before the discard: %q (exit %d)", out, code)
+	}
+	if code, out, _ := p.do("POST", "/v1/sessions/"+c.ID+"/changes:discard", `{}`); code != 200 {
+		t.Fatalf("discard on a running desktop: %d %s", code, out)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		out, code := p.execIn(c.ID, "sh", "-c", "ls /home/user/to-discard 2>/dev/null; pgrep -x tint2")
+		if ok, desc := panelShown(p.screenshot(c.ID)); ok && code == 0 && out != "" && !strings.Contains(out, "to-discard") {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("after the discard: %s; in the session: %q (exit %d)", desc, out, code)
+		}
+	}
+
 	for _, id := range []string{a.ID, b.ID, c.ID} {
 		if code, out, _ := p.do("DELETE", "/v1/sessions/"+id, ""); code != 200 {
 			t.Fatalf("delete: %d %s", code, out)
