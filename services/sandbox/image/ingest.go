@@ -2,9 +2,11 @@ package image
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +20,20 @@ import (
 	"github.com/containerd/containerd/v2/pkg/archive"
 	"github.com/containerd/containerd/v2/pkg/archive/compression"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+)
+
+// Bounds on what an image's metadata makes the node read into memory or
+// keep in its state; real images stay far below them.
+const (
+	// maxMetadataBytes bounds an index, a manifest or a configuration, each
+	// read whole (registries take manifests of 4 MiB, as the OCI
+	// distribution spec asks).
+	maxMetadataBytes = 4 << 20
+	// maxConfigKept bounds what the state keeps of a configuration (its
+	// environment, command and labels), read at every image call.
+	maxConfigKept = 256 << 10
+	// maxLayers bounds an image's layers (Docker's overlay2 stops at 128).
+	maxLayers = 128
 )
 
 // ingest stores img on this node and tags it ref for tenant: every layer's
@@ -45,6 +61,15 @@ func (s *Store) ingest(ctx context.Context, img v1.Image, tenant, ref string, pr
 		return nil, fmt.Errorf("reading manifest: %w", classify(err))
 	}
 	digest := sha256Of(rawManifest)
+	if len(rawManifest) > maxMetadataBytes {
+		return nil, fmt.Errorf("the manifest is %d bytes, more than the %d an image may have: %w", len(rawManifest), maxMetadataBytes, ErrInvalid)
+	}
+	if len(manifest.Layers) > maxLayers {
+		return nil, fmt.Errorf("the image has %d layers, more than the %d an image may have: %w", len(manifest.Layers), maxLayers, ErrInvalid)
+	}
+	if manifest.Config.Size > maxMetadataBytes {
+		return nil, fmt.Errorf("the image configuration is %d bytes, more than the %d an image may have: %w", manifest.Config.Size, maxMetadataBytes, ErrInvalid)
+	}
 	if !manifest.Config.MediaType.IsConfig() {
 		return nil, fmt.Errorf("config media type %q is not an image configuration: %w", manifest.Config.MediaType, ErrInvalid)
 	}
@@ -52,10 +77,13 @@ func (s *Store) ingest(ctx context.Context, img v1.Image, tenant, ref string, pr
 	if err != nil {
 		return nil, fmt.Errorf("reading image configuration: %w", classify(err))
 	}
+	if len(rawConfig) > maxMetadataBytes {
+		return nil, fmt.Errorf("the image configuration is %d bytes, more than the %d an image may have: %w", len(rawConfig), maxMetadataBytes, ErrInvalid)
+	}
 	if got := sha256Of(rawConfig); got != manifest.Config.Digest.String() {
 		return nil, fmt.Errorf("image configuration is %s, the manifest says %s: %w", got, manifest.Config.Digest, ErrInvalid)
 	}
-	cf, err := v1.ParseConfigFile(strings.NewReader(string(rawConfig)))
+	cf, err := v1.ParseConfigFile(bytes.NewReader(rawConfig))
 	if err != nil {
 		return nil, fmt.Errorf("image configuration: %v: %w", err, ErrInvalid)
 	}
@@ -96,6 +124,9 @@ func (s *Store) ingest(ctx context.Context, img v1.Image, tenant, ref string, pr
 			User:       cf.Config.User,
 			Labels:     cf.Config.Labels,
 		},
+	}
+	if kept, err := json.Marshal(rec.Config); err != nil || len(kept) > maxConfigKept {
+		return nil, fmt.Errorf("the image's environment, command and labels take %d bytes, more than the %d a node keeps: %w", len(kept), maxConfigKept, ErrInvalid)
 	}
 	type placed struct{ from, to string }
 	var moves []placed
@@ -246,8 +277,11 @@ func (s *Store) unpack(ctx context.Context, rc io.Reader, blob, dir string, dige
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return 0, err
 	}
-	var total int64
+	var total, entries int64
 	filter := func(h *tar.Header) (bool, error) {
+		if entries++; entries > s.maxEntries {
+			return false, fmt.Errorf("layer has more than %d files: %w", s.maxEntries, ErrInvalid)
+		}
 		switch h.Typeflag {
 		case tar.TypeBlock, tar.TypeChar:
 			s.log.Warn("image layer: device node skipped", "layer", digest.String(), "path", h.Name)

@@ -83,6 +83,13 @@ type Deps struct {
 	// MaxLayerBytes bounds the unpacked size of one layer (0: 64 GiB), so a
 	// hostile layer of huge or sparse files cannot fill the disk.
 	MaxLayerBytes int64
+	// MaxLayerEntries bounds the files, directories and links of one layer
+	// (0: 4 million), so a layer of empty files cannot use up the disk's
+	// inodes while its bytes stay under MaxLayerBytes.
+	MaxLayerEntries int64
+	// MaxImportBytes bounds an archive being imported, as it unpacks
+	// (0: 64 GiB): a small gzip bomb cannot fill the disk with its spool.
+	MaxImportBytes int64
 	// Platform this node runs; empty: linux and runtime.GOARCH.
 	OS, Architecture string
 }
@@ -92,7 +99,8 @@ type Store struct {
 	dir, blobs, layers, tmp string
 	log                     *slog.Logger
 	keychain                func(string) authn.Keychain
-	maxLayer                int64
+	maxLayer, maxEntries    int64
+	maxImport               int64
 	os, arch                string
 	layout                  layout.Path
 
@@ -114,18 +122,26 @@ func New(ctx context.Context, d Deps) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		dir:      dir,
-		blobs:    dir,
-		layers:   filepath.Join(dir, "layers", "sha256"),
-		tmp:      filepath.Join(dir, "tmp"),
-		log:      d.Logger,
-		keychain: d.Keychain,
-		maxLayer: d.MaxLayerBytes,
-		os:       d.OS,
-		arch:     d.Architecture,
+		dir:        dir,
+		blobs:      dir,
+		layers:     filepath.Join(dir, "layers", "sha256"),
+		tmp:        filepath.Join(dir, "tmp"),
+		log:        d.Logger,
+		keychain:   d.Keychain,
+		maxLayer:   d.MaxLayerBytes,
+		maxEntries: d.MaxLayerEntries,
+		maxImport:  d.MaxImportBytes,
+		os:         d.OS,
+		arch:       d.Architecture,
 	}
 	if s.maxLayer <= 0 {
 		s.maxLayer = 64 << 30
+	}
+	if s.maxEntries <= 0 {
+		s.maxEntries = 4 << 20
+	}
+	if s.maxImport <= 0 {
+		s.maxImport = 64 << 30
 	}
 	if s.os == "" {
 		s.os = "linux"
