@@ -95,7 +95,11 @@ func (s *Store) Commit(ctx context.Context, tenant string, base *Image, u Upper,
 	if img, err = mutate.CreatedAt(img, v1.Time{Time: now}); err != nil {
 		return nil, fmt.Errorf("commit: %w", err)
 	}
-	out, err := s.ingest(ctx, img, tenant, r.Name, nil)
+	var mine []string
+	if base != nil {
+		mine = base.DiffIDs
+	}
+	out, err := s.ingest(ctx, img, tenant, r.Name, mine, nil)
 	if err != nil {
 		return nil, fmt.Errorf("commit: %w", err)
 	}

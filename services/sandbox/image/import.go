@@ -305,7 +305,7 @@ func (s *Store) ingestNamed(ctx context.Context, tenant string, img v1.Image, re
 		if i > 0 {
 			p = nil
 		}
-		got, err := s.ingest(ctx, img, tenant, n, p)
+		got, err := s.ingest(ctx, img, tenant, n, nil, p)
 		if err != nil {
 			return nil, fmt.Errorf("import: %w", err)
 		}

@@ -41,7 +41,13 @@ const (
 // against its diff id) into work space, and only when all of it is whole are
 // blobs and layers renamed into place and the tag written, under the state
 // lock. A failure leaves nothing behind.
-func (s *Store) ingest(ctx context.Context, img v1.Image, tenant, ref string, progress func(Progress)) (*Image, error) {
+//
+// A layer already on the node is taken as it is only when the tenant sees an
+// image that has it (or it is among mine, the layers of the image a commit
+// builds on); otherwise its bytes must come with img, as a registry or an
+// archive serves them, and are checked: knowing a private layer's digests
+// is no way to another tenant's files.
+func (s *Store) ingest(ctx context.Context, img v1.Image, tenant, ref string, mine []string, progress func(Progress)) (*Image, error) {
 	if progress == nil {
 		progress = func(Progress) {}
 	}
@@ -131,6 +137,13 @@ func (s *Store) ingest(ctx context.Context, img v1.Image, tenant, ref string, pr
 	type placed struct{ from, to string }
 	var moves []placed
 	sizes := map[string]int64{}
+	seen, err := s.layersSeen(tenant)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range mine {
+		seen[d] = true
+	}
 	var reused []string // diff ids already on the node
 	for i, desc := range manifest.Layers {
 		if !desc.MediaType.IsLayer() {
@@ -140,7 +153,7 @@ func (s *Store) ingest(ctx context.Context, img v1.Image, tenant, ref string, pr
 		rec.LayerDigests = append(rec.LayerDigests, desc.Digest.String())
 		rec.DiffIDs = append(rec.DiffIDs, diffID.String())
 		p.Layer = desc.Digest.String()
-		if s.has(diffID.String(), desc.Digest.String()) {
+		if seen[diffID.String()] && s.has(diffID.String(), desc.Digest.String()) {
 			reused = append(reused, diffID.String())
 			p.Done += desc.Size
 			p.LayersDone++
@@ -239,6 +252,26 @@ func (s *Store) ingest(ctx context.Context, img v1.Image, tenant, ref string, pr
 	p.Phase, p.Layer = "done", ""
 	progress(p)
 	return out, nil
+}
+
+// layersSeen is the set of diff ids of the images a tenant sees: its own
+// tags' and the public ones'.
+func (s *Store) layersSeen(tenant string) (map[string]bool, error) {
+	seen := map[string]bool{}
+	err := s.withState(func(st *state) (bool, error) {
+		for _, t := range st.Tags {
+			if t.Tenant != tenant && !t.Public {
+				continue
+			}
+			if rec := st.Images[t.Digest]; rec != nil {
+				for _, d := range rec.DiffIDs {
+					seen[d] = true
+				}
+			}
+		}
+		return false, nil
+	})
+	return seen, err
 }
 
 // has reports whether a layer is unpacked and its blob kept on this node.

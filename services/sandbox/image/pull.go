@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -79,7 +80,7 @@ func (s *Store) Pull(ctx context.Context, tenant, ref string, progress func(Prog
 	if r.Tag == "" {
 		name = "" // pulled by digest: reachable by its digest
 	}
-	out, err := s.ingest(ctx, img, tenant, name, progress)
+	out, err := s.ingest(ctx, img, tenant, name, nil, progress)
 	if err != nil {
 		return nil, fmt.Errorf("pull %s: %w", r.Name, err)
 	}
@@ -100,6 +101,10 @@ func classify(err error) error {
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		// A blob an archive's manifest names but the archive does not hold.
+		return fmt.Errorf("the archive lacks it: %v: %w", err, ErrInvalid)
 	}
 	var te *transport.Error
 	if errors.As(err, &te) {
