@@ -9,6 +9,9 @@ import (
 	"time"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
+	"github.com/deskgrid/deskgrid/services/sandbox/image"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // TestSnapshotHoldsTheSessionFrozen resumes a suspended session while its
@@ -64,5 +67,29 @@ func TestSnapshotHoldsTheSessionFrozen(t *testing.T) {
 	case <-done:
 	case <-time.After(time.Minute):
 		t.Fatal("the snapshot did not finish")
+	}
+}
+
+// TestCommitNeedsAFrozenSession commits a session on a node without
+// cgroups, where nothing can freeze it: its programs would run while the
+// commit reads its layer by path, free to swap a directory for a link to
+// the node's files, which would land in the image. The commit is refused.
+func TestCommitNeedsAFrozenSession(t *testing.T) {
+	store, err := image.New(context.Background(), image.Deps{Dir: filepath.Join(t.TempDir(), "images"), Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	importImage(t, store, busyboxImage(t, ""), "test/busybox:root")
+	cfg := testConfig(t)
+	cfg.Cgroups = CgroupsOff
+	h := newHarness(t, cfg, Deps{Images: store})
+	h.createFrom(t, "unfrozen", "test/busybox:root")
+	h.sh(t, "unfrozen", "echo x > /made; echo ok")
+	_, err = h.client.CommitSandbox(context.Background(), &sandboxv1.CommitSandboxRequest{SessionId: "unfrozen", Image: "test/unfrozen:v1"})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), "cgroups") {
+		t.Fatalf("commit without cgroups: %v, want FailedPrecondition naming cgroups", err)
+	}
+	if _, err := store.Resolve(context.Background(), "", "test/unfrozen:v1"); err == nil {
+		t.Fatal("the image was stored")
 	}
 }
