@@ -388,16 +388,24 @@ func (s *Service) discardChanges(ctx context.Context, id string, paths []string)
 	if err := s.unmountRoot(ctx, b); err != nil {
 		return nil, err
 	}
+	// Removed beneath the layer: what was a directory at the listing may be
+	// a link to the node's files by now (a process nothing counted, on a
+	// node without cgroups, ran until the container ended).
+	root, err := os.OpenRoot(b.upper())
+	if err != nil {
+		return nil, errors.Join(err, s.remount(ctx, b))
+	}
+	defer root.Close()
 	var out []string
 	var rmErr error
 	for _, c := range drop {
-		p := filepath.Join(b.upper(), c.Path)
-		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) && c.Kind == 0 {
+		if _, err := root.Lstat(c.Path); errors.Is(err, fs.ErrNotExist) && c.Kind == 0 {
 			continue // a replaced directory already dropped
 		}
-		err := os.RemoveAll(p)
-		if _, werr := os.Lstat(filepath.Join(filepath.Dir(p), ".wh."+filepath.Base(p))); werr == nil && err == nil {
-			err = os.Remove(filepath.Join(filepath.Dir(p), ".wh."+filepath.Base(p)))
+		err := root.RemoveAll(c.Path)
+		wh := path.Join(path.Dir(c.Path), ".wh."+path.Base(c.Path))
+		if _, werr := root.Lstat(wh); werr == nil && err == nil {
+			err = root.Remove(wh)
 		}
 		if err != nil {
 			rmErr = err
