@@ -79,3 +79,55 @@ func TestAnotherTenantsLayerNeedsItsBytes(t *testing.T) {
 		t.Fatalf("a public image's layers: %v", err)
 	}
 }
+
+// TestTagSquattingStaysWithTheSquatter tags, as a tenant, its own image
+// with the name of a public image and of another tenant's private one, then
+// deletes them: each tenant keeps resolving what it resolved before; only
+// the squatter sees its image, and its delete removes only its own tag.
+func TestTagSquattingStaysWithTheSquatter(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newStore(t)
+	public := makeImage(t, runtime.GOARCH, layerTar(t, entry{name: "who", body: "the desktop"}))
+	private := makeImage(t, runtime.GOARCH, layerTar(t, entry{name: "who", body: "acme"}))
+	squat := makeImage(t, runtime.GOARCH, layerTar(t, entry{name: "who", body: "evil"}))
+	const desk, acme = "deskgrid/desktop:latest", "example.com/acme/private:v1"
+	if _, err := s.ImportPath(ctx, "", writeLayout(t, public, ""), ImportOptions{Ref: desk}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetPublic(ctx, "", desk, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ImportPath(ctx, "acme", writeLayout(t, private, ""), ImportOptions{Ref: acme}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range []string{desk, acme} {
+		if _, err := s.Import(ctx, "evil", bytes.NewReader(tarDir(t, writeLayout(t, squat, ""))), ImportOptions{Ref: ref}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sees := func(tenant, ref, want string) {
+		t.Helper()
+		im, err := s.Resolve(ctx, tenant, ref)
+		if err != nil {
+			t.Fatalf("%s resolves %s: %v", tenant, ref, err)
+		}
+		mustRead(t, filepath.Join(im.Layers[0], "who"), want)
+	}
+	sees("evil", desk, "evil")
+	sees("evil", acme, "evil")
+	sees("acme", desk, "the desktop")
+	sees("acme", acme, "acme")
+	sees("other", desk, "the desktop")
+	if _, err := s.Resolve(ctx, "other", acme); Code(err) != codes.NotFound {
+		t.Fatalf("another tenant resolves acme's private name: %v", err)
+	}
+	for _, ref := range []string{desk, acme} {
+		if err := s.Delete(ctx, "evil", ref); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sees("acme", desk, "the desktop")
+	sees("acme", acme, "acme")
+	sees("evil", desk, "the desktop")
+	wantCode(t, s.Delete(ctx, "evil", acme), codes.NotFound)
+}
