@@ -294,15 +294,11 @@ func (s *Service) applyOne(b *box, lroot *os.Root, c changes.Change) error {
 			return err
 		}
 	case fi.Mode().IsRegular():
-		data, err := readChanged(croot, c.Path)
-		if err != nil {
-			return err
-		}
 		f, err := lroot.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
 		if err != nil {
 			return err
 		}
-		_, werr := f.Write(data)
+		werr := copyChanged(croot, c.Path, b.layerBytes(), f)
 		if werr == nil {
 			werr = f.Chmod(fi.Mode().Perm())
 		}
@@ -330,21 +326,28 @@ func (s *Service) applyOne(b *box, lroot *os.Root, c changes.Change) error {
 	return nil
 }
 
-// readChanged reads the regular file at rel beneath root: opened without
-// blocking (a FIFO put there since the listing would hang the call) and
-// refused when it is not a regular file by then.
-func readChanged(root *os.Root, rel string) ([]byte, error) {
+// copyChanged copies the regular file at rel beneath root to w, streamed:
+// opened without blocking (a FIFO put there since the listing would hang
+// the call) and refused when it is not a regular file by then, or larger
+// than max (a sparse file counts at its full size: a terabyte of holes
+// costs the session's quota nothing and would fill the node's disk).
+func copyChanged(root *os.Root, rel string, max int64, w io.Writer) error {
 	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil {
-		return nil, err
-	} else if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is no longer a regular file", rel)
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		return err
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("%s is no longer a regular file", rel)
+	case fi.Size() > max:
+		return fmt.Errorf("%s is %d bytes (sparse files count at their full size), more than the %d this node copies", rel, fi.Size(), max)
 	}
-	return io.ReadAll(f)
+	_, err = io.Copy(w, io.LimitReader(f, max))
+	return err
 }
 
 // discardChanges drops the selected changes from the upper layer. Editing

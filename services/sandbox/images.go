@@ -302,7 +302,7 @@ func (s *Service) commit(ctx context.Context, id, ref string) (*image.Image, err
 	}
 	// A container's files belong to the session's host id range; the image
 	// holds them as the ids inside it.
-	u := image.Upper{Dir: b.upper(), Skip: b.mountPoint}
+	u := image.Upper{Dir: b.upper(), Skip: b.mountPoint, MaxBytes: b.layerBytes()}
 	if b.img != nil {
 		u.Shift = image.IDShift{Base: b.img.Range.Base, Size: b.img.Range.Size}
 	}

@@ -120,7 +120,10 @@ func (s *Service) createSnapshot(ctx context.Context, id string) (snapshotMeta, 
 	defer os.Remove(tmp) // gone after the rename; cleans up a failure
 	h := sha256.New()
 	cw := &countWriter{w: io.MultiWriter(f, h)}
-	err = snapshot.Write(cw, b.upper())
+	err = snapshot.Write(cw, b.upper(), b.layerBytes())
+	if errors.Is(err, snapshot.ErrTooLarge) {
+		err = failf(errNoRoom, "%v", err)
+	}
 	if err == nil {
 		err = f.Sync()
 	}

@@ -33,6 +33,11 @@ type Upper struct {
 	// Skip, when not nil, reports the entries (by slash-separated path)
 	// that are not the session's: the runtime's mount points.
 	Skip func(rel string) bool
+	// MaxBytes bounds the bytes of the files read (sparse files count at
+	// their full size, a file linked twice once): past it the commit stops
+	// before reading further. 0 or more than the store's per-layer bound:
+	// that bound.
+	MaxBytes int64
 }
 
 // Commit turns a session's upper directory into one OCI layer on top of
@@ -72,6 +77,9 @@ func (s *Store) Commit(ctx context.Context, tenant string, base *Image, u Upper,
 		return nil, fmt.Errorf("image store: %w", err)
 	}
 	defer cleanup()
+	if u.MaxBytes <= 0 || u.MaxBytes > s.maxLayer {
+		u.MaxBytes = s.maxLayer
+	}
 	gz := filepath.Join(work, "layer.tar.gz")
 	if err := writeUpperLayer(ctx, u, gz); err != nil {
 		return nil, fmt.Errorf("commit: %w", err)
@@ -164,6 +172,8 @@ func writeUpperLayer(ctx context.Context, u Upper, dst string) error {
 	defer f.Close()
 	zw := gzip.NewWriter(f)
 	cw := archive.NewChangeWriter(zw, upper)
+	var total int64
+	linked := map[uint64]bool{}
 	err = filepath.Walk(upper, func(path string, fi os.FileInfo, err error) error {
 		if err != nil {
 			return err
@@ -195,6 +205,19 @@ func writeUpperLayer(ctx context.Context, u Upper, dst string) error {
 		case strings.HasPrefix(base, ".wh."):
 			// fuse-overlayfs's whiteout file
 			return cw.HandleChange(cfs.ChangeKindDelete, filepath.Join(filepath.Dir(rel), strings.TrimPrefix(base, ".wh.")), nil, nil)
+		}
+		if fi.Mode().IsRegular() && u.MaxBytes > 0 {
+			// A sparse file reads as its full size: a session's terabyte
+			// of holes would keep the node compressing zeros for hours.
+			st, _ := fi.Sys().(*syscall.Stat_t)
+			if st == nil || st.Nlink <= 1 || !linked[st.Ino] {
+				if st != nil && st.Nlink > 1 {
+					linked[st.Ino] = true
+				}
+				if total += fi.Size(); total > u.MaxBytes {
+					return fmt.Errorf("the session's files add up to more than %d bytes (sparse files count at their full size; %s is %d): %w", u.MaxBytes, rel, fi.Size(), ErrInvalid)
+				}
+			}
 		}
 		if err := cw.HandleChange(cfs.ChangeKindAdd, rel, shift.info(fi), nil); err != nil {
 			return err

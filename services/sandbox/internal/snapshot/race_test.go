@@ -53,7 +53,7 @@ func TestWriteReadsOnlyBeneathItsDir(t *testing.T) {
 	defer func() { stop.Store(true); wg.Wait() }()
 	for range 200 {
 		var buf bytes.Buffer
-		_ = Write(&buf, upper) // may fail as the tree changes under it; what it wrote must be the layer's
+		_ = Write(&buf, upper, 0) // may fail as the tree changes under it; what it wrote must be the layer's
 		zr, err := zstd.NewReader(&buf)
 		if err != nil {
 			t.Fatal(err)

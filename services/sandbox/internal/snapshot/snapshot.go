@@ -30,8 +30,10 @@ const paxXattr = "SCHILY.xattr."
 // to be the file that was listed: a layer whose session swaps a directory
 // for a link to the node's files while it is read (one running on a node
 // without cgroups, or thawed mid-archive) yields an error or its own files,
-// never the node's. Paths deeper than the host's PATH_MAX are read too.
-func Write(w io.Writer, dir string) error {
+// never the node's. The bytes of the files written are bounded by maxBytes
+// (0: unbounded), sparse files at their full size and a file linked twice
+// twice, as the archive holds them: past it, ErrTooLarge before more is read.
+func Write(w io.Writer, dir string, maxBytes int64) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return err
@@ -42,7 +44,13 @@ func Write(w io.Writer, dir string) error {
 		return err
 	}
 	tw := tar.NewWriter(zw)
+	var total int64
 	err = walk(root, ".", func(rel string, fi fs.FileInfo) error {
+		if fi.Mode().IsRegular() && maxBytes > 0 {
+			if total += fi.Size(); total > maxBytes {
+				return fmt.Errorf("%w: the layer's files add up to more than %d bytes (sparse files count at their full size; %s is %d)", ErrTooLarge, maxBytes, rel, fi.Size())
+			}
+		}
 		link := ""
 		if fi.Mode()&fs.ModeSymlink != 0 {
 			var err error
@@ -177,6 +185,9 @@ func xattrs(f *os.File) map[string]string {
 	}
 	return out
 }
+
+// ErrTooLarge means the layer holds more than Write was let to archive.
+var ErrTooLarge = errors.New("layer too large to archive")
 
 // ErrBadArchive means the archive holds something Extract refuses.
 var ErrBadArchive = errors.New("bad snapshot archive")
