@@ -46,6 +46,11 @@ type Upper struct {
 // directories (trusted.overlay.opaque=y) .wh..wh..opq entries. The upper
 // directory must not change while it is read: commit a frozen session.
 func (s *Store) Commit(ctx context.Context, tenant string, base *Image, u Upper, ref string) (*Image, error) {
+	im, err := s.commit(ctx, tenant, base, u, ref)
+	return im, s.scrub(err)
+}
+
+func (s *Store) commit(ctx context.Context, tenant string, base *Image, u Upper, ref string) (*Image, error) {
 	upper := u.Dir
 	r, err := ParseRef(ref)
 	if err != nil {

@@ -31,6 +31,11 @@ type ImportOptions struct {
 // tar, or a docker-archive (`docker save`), either possibly gzip- or
 // zstd-compressed. Only the images for this node's platform are taken.
 func (s *Store) Import(ctx context.Context, tenant string, r io.Reader, opt ImportOptions) ([]*Image, error) {
+	imgs, err := s.importArchive(ctx, tenant, r, opt)
+	return imgs, s.scrub(err)
+}
+
+func (s *Store) importArchive(ctx context.Context, tenant string, r io.Reader, opt ImportOptions) ([]*Image, error) {
 	work, cleanup, err := s.workDir()
 	if err != nil {
 		return nil, fmt.Errorf("image store: %w", err)
@@ -75,7 +80,8 @@ func (s *Store) ImportPath(ctx context.Context, tenant, path string, opt ImportO
 		if err != nil {
 			return nil, fmt.Errorf("import %s: %w", path, err)
 		}
-		return s.importIndex(ctx, tenant, path, idx, opt)
+		imgs, err := s.importIndex(ctx, tenant, path, idx, opt)
+		return imgs, s.scrub(err)
 	}
 	f, err := os.Open(path)
 	if err != nil {

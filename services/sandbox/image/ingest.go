@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -359,11 +360,38 @@ func (s *Store) unpack(ctx context.Context, rc io.Reader, blob, dir string, dige
 	return size, nil
 }
 
+// classifyUnpack turns an unpacking failure into one of the store's kinds.
 func classifyUnpack(err error) error {
 	if errors.Is(err, ErrInvalid) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EIO) {
 		return err
 	}
-	return fmt.Errorf("unpacking: %v: %w", err, ErrInvalid)
+	return fmt.Errorf("unpacking: %w: %w", err, ErrInvalid)
+}
+
+// scrubbedError is an error whose message no longer names the node's own
+// directory; it still is what it wraps.
+type scrubbedError struct {
+	msg string
+	err error
+}
+
+func (e *scrubbedError) Error() string { return e.msg }
+func (e *scrubbedError) Unwrap() error { return e.err }
+
+// scrub takes the store's directory out of err's message: a caller learns
+// what in its image failed (a layer's own paths), never where the node keeps
+// its store or its pid (in the name of its work directory).
+func (s *Store) scrub(err error) error {
+	if err == nil {
+		return nil
+	}
+	work := regexp.MustCompile(regexp.QuoteMeta(s.tmp) + `/[^/\s"]+(/layout|/layer-[0-9a-f]+)?/?`)
+	msg := work.ReplaceAllString(err.Error(), "")
+	msg = strings.ReplaceAll(msg, s.dir, "the image store")
+	if msg == err.Error() {
+		return err
+	}
+	return &scrubbedError{msg: msg, err: err}
 }
 
 type countingReader struct {

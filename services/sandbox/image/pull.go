@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -23,6 +24,11 @@ import (
 // multi-platform index), stores it and tags it for tenant. Layers already on
 // the node are not fetched again.
 func (s *Store) Pull(ctx context.Context, tenant, ref string, progress func(Progress)) (*Image, error) {
+	im, err := s.pull(ctx, tenant, ref, progress)
+	return im, s.scrub(err)
+}
+
+func (s *Store) pull(ctx context.Context, tenant, ref string, progress func(Progress)) (*Image, error) {
 	r, err := ParseRef(ref)
 	if err != nil {
 		return nil, err
@@ -154,8 +160,13 @@ func classify(err error) error {
 		return err
 	}
 	if errors.Is(err, fs.ErrNotExist) {
-		// A blob an archive's manifest names but the archive does not hold.
-		return fmt.Errorf("the archive lacks it: %v: %w", err, ErrInvalid)
+		// A blob an archive's manifest names but the archive does not hold
+		// (named by its digest, not by where the node unpacked the archive).
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return fmt.Errorf("the archive lacks blob %s: %w", filepath.Base(pe.Path), ErrInvalid)
+		}
+		return fmt.Errorf("the archive lacks it: %w", ErrInvalid)
 	}
 	var te *transport.Error
 	if errors.As(err, &te) {
