@@ -47,7 +47,7 @@ type Upper struct {
 // directory must not change while it is read: commit a frozen session.
 func (s *Store) Commit(ctx context.Context, tenant string, base *Image, u Upper, ref string) (*Image, error) {
 	im, err := s.commit(ctx, tenant, base, u, ref)
-	return im, s.scrub(err)
+	return im, s.scrub(err, u.Dir)
 }
 
 func (s *Store) commit(ctx context.Context, tenant string, base *Image, u Upper, ref string) (*Image, error) {
@@ -60,7 +60,7 @@ func (s *Store) commit(ctx context.Context, tenant string, base *Image, u Upper,
 		return nil, fmt.Errorf("commit: %s: name the new image with a tag, not a digest: %w", ref, ErrInvalid)
 	}
 	if fi, err := os.Stat(upper); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("commit: the session's writable layer %s is missing: %w", upper, ErrPrecondition)
+		return nil, fmt.Errorf("commit: the session's writable layer is missing: %w", ErrPrecondition)
 	}
 	var baseImg v1.Image
 	if base != nil {

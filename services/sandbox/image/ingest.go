@@ -380,14 +380,18 @@ func (e *scrubbedError) Unwrap() error { return e.err }
 
 // scrub takes the store's directory out of err's message: a caller learns
 // what in its image failed (a layer's own paths), never where the node keeps
-// its store or its pid (in the name of its work directory).
-func (s *Store) scrub(err error) error {
+// its store or its pid (in the name of its work directory). A session's
+// layer directory, given as layer, is "the session's layer".
+func (s *Store) scrub(err error, layer ...string) error {
 	if err == nil {
 		return nil
 	}
 	work := regexp.MustCompile(regexp.QuoteMeta(s.tmp) + `/[^/\s"]+(/layout|/layer-[0-9a-f]+)?/?`)
 	msg := work.ReplaceAllString(err.Error(), "")
 	msg = strings.ReplaceAll(msg, s.dir, "the image store")
+	for _, l := range layer {
+		msg = strings.ReplaceAll(msg, l, "the session's layer")
+	}
 	if msg == err.Error() {
 		return err
 	}
