@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -152,7 +153,7 @@ func gzipOf(t testing.TB, b []byte) []byte {
 func TestImportBombsAreBounded(t *testing.T) {
 	ctx := context.Background()
 	s, err := New(ctx, Deps{Dir: filepath.Join(t.TempDir(), "images"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		MaxImportBytes: 16 << 20, MaxLayerEntries: 1000})
+		MaxImportBytes: 16 << 20, MaxLayerEntries: 1000, MaxLayerBytes: 8 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,6 +222,12 @@ func TestImportBombsAreBounded(t *testing.T) {
 			}
 			many := layerTar(t, es...)
 			return layoutOf(configOf(t, 0, many), many)
+		}},
+		{name: "zeros after the tar's end", want: "decompresses to more than", archive: func() []byte {
+			// A small gzip blob whose stream goes on past the tar: read
+			// for its digests, it was decompressed to the end.
+			whole := append(slices.Clone(layer), make([]byte, 64<<20)...)
+			return layoutOf(configOf(t, 0, whole), gzipOf(t, whole))
 		}},
 		{name: "docker-archive configuration over the bound", want: "configuration", archive: func() []byte {
 			return gzipOf(t, dockerTar(t, map[string][]byte{

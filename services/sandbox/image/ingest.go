@@ -300,14 +300,19 @@ func (s *Store) unpack(ctx context.Context, rc io.Reader, blob, dir string, dige
 	}
 	defer f.Close()
 	ch, dh := sha256.New(), sha256.New()
+	// Both streams are bounded, each by what the layer may unpack to plus
+	// its tar headers: zeros after the tar's end (read for the digests)
+	// or zstd's skippable frames would otherwise keep the node reading
+	// and decompressing terabytes from a small blob, or fill its disk.
+	limit := s.maxLayer + s.maxEntries*2048
 	counted := &countingReader{r: rc, fn: read}
-	compressed := io.TeeReader(counted, io.MultiWriter(f, ch))
+	compressed := io.TeeReader(&boundedReader{r: counted, left: limit, what: "is"}, io.MultiWriter(f, ch))
 	ds, err := compression.DecompressStream(compressed)
 	if err != nil {
 		return 0, fmt.Errorf("not a layer archive: %v: %w", err, ErrInvalid)
 	}
 	defer ds.Close()
-	tarStream := io.TeeReader(ds, dh)
+	tarStream := io.TeeReader(&boundedReader{r: ds, left: limit, what: "decompresses to"}, dh)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return 0, err
 	}
@@ -396,6 +401,29 @@ func (s *Store) scrub(err error, layer ...string) error {
 		return err
 	}
 	return &scrubbedError{msg: msg, err: err}
+}
+
+// boundedReader fails, ErrInvalid, once more than left bytes were read.
+type boundedReader struct {
+	r    io.Reader
+	left int64
+	what string
+	max  int64
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	if b.max == 0 {
+		b.max = b.left
+	}
+	if b.left <= 0 {
+		return 0, fmt.Errorf("the layer %s more than %d bytes: %w", b.what, b.max, ErrInvalid)
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	return n, err
 }
 
 type countingReader struct {
