@@ -236,6 +236,11 @@ func writeUpperLayer(ctx context.Context, u Upper, dst string) error {
 		if errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("the writable layer changed while it was read (freeze the session first): %v: %w", err, ErrPrecondition)
 		}
+		if errors.Is(err, syscall.ENAMETOOLONG) {
+			// A session nests directories one relative step at a time,
+			// past what the node can name from its root.
+			return fmt.Errorf("the session's files nest too deep for the node to read (paths of more than %d bytes on the node); flatten them to commit: %w", unix.PathMax, ErrPrecondition)
+		}
 		return err
 	}
 	if err := cw.Close(); err != nil {
