@@ -258,3 +258,29 @@ func TestImportBombsAreBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestImportRefusesABadNameUnread imports under a name that cannot tag an
+// image: refused before a byte of the archive is read, not after the whole
+// of it was spooled and unpacked.
+func TestImportRefusesABadNameUnread(t *testing.T) {
+	s, _ := newStore(t)
+	for _, ref := range []string{"UPPER:v1", "x:" + strings.Repeat("t", 5000), "sha256:" + strings.Repeat("0", 64)} {
+		r := &readCounter{r: bytes.NewReader(make([]byte, 1<<20))}
+		_, err := s.Import(context.Background(), "acme", r, ImportOptions{Ref: ref})
+		wantCode(t, err, codes.InvalidArgument)
+		if r.n != 0 {
+			t.Errorf("%.20s: %d bytes of the archive read before the name was refused", ref, r.n)
+		}
+	}
+}
+
+type readCounter struct {
+	r io.Reader
+	n int
+}
+
+func (c *readCounter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}

@@ -36,6 +36,16 @@ func (s *Store) Import(ctx context.Context, tenant string, r io.Reader, opt Impo
 }
 
 func (s *Store) importArchive(ctx context.Context, tenant string, r io.Reader, opt ImportOptions) ([]*Image, error) {
+	// A name that cannot tag anything is refused before the archive is read.
+	if opt.Ref != "" {
+		pr, err := ParseRef(opt.Ref)
+		if err != nil {
+			return nil, fmt.Errorf("import: %w", err)
+		}
+		if pr.Tag == "" {
+			return nil, fmt.Errorf("import: %s: a digest cannot name an import: %w", opt.Ref, ErrInvalid)
+		}
+	}
 	work, cleanup, err := s.workDir()
 	if err != nil {
 		return nil, fmt.Errorf("image store: %w", err)
