@@ -19,6 +19,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
+// maxArchiveNames bounds the images, and the names tagging them, one
+// archive may bring: each becomes a tag in the state every image call reads.
+const maxArchiveNames = 64
+
 // ImportOptions tune an import.
 type ImportOptions struct {
 	// Ref tags the imported image; empty: the names the archive carries
@@ -142,6 +146,13 @@ func (s *Store) importDockerArchive(ctx context.Context, tenant, spool string, s
 	}
 	if opt.Ref != "" && len(m) > 1 {
 		return nil, fmt.Errorf("import: the archive holds %d images; a name can tag only one: %w", len(m), ErrInvalid)
+	}
+	names := 0
+	for _, d := range m {
+		names += max(1, len(d.RepoTags))
+	}
+	if len(m) > maxArchiveNames || opt.Ref == "" && names > maxArchiveNames {
+		return nil, fmt.Errorf("import: the archive names %d images (%d names), more than the %d one import may: %w", len(m), names, maxArchiveNames, ErrInvalid)
 	}
 	var out []*Image
 	for i, d := range m {
@@ -268,6 +279,9 @@ func (s *Store) importIndex(ctx context.Context, tenant, dir string, idx v1.Imag
 					continue
 				}
 				imgs = append(imgs, found{img, r})
+				if len(imgs) > maxArchiveNames {
+					return fmt.Errorf("the archive holds more than %d images, the most one import may: %w", maxArchiveNames, ErrInvalid)
+				}
 			}
 		}
 		return nil
@@ -280,6 +294,13 @@ func (s *Store) importIndex(ctx context.Context, tenant, dir string, idx v1.Imag
 			return nil, fmt.Errorf("import: the archive has images for %s only; this node runs %s/%s: %w", strings.Join(others, ", "), s.os, s.arch, ErrPrecondition)
 		}
 		return nil, fmt.Errorf("import: the archive holds no image: %w", ErrInvalid)
+	}
+	names := 0
+	for _, f := range imgs {
+		names += max(1, len(f.refs))
+	}
+	if opt.Ref == "" && names > maxArchiveNames {
+		return nil, fmt.Errorf("import: the archive names its images %d times, more than the %d one import may: %w", names, maxArchiveNames, ErrInvalid)
 	}
 	if opt.Ref != "" && len(imgs) > 1 {
 		return nil, fmt.Errorf("import: the archive holds %d images for this platform; a name can tag only one: %w", len(imgs), ErrInvalid)

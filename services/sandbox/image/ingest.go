@@ -205,6 +205,18 @@ func (s *Store) ingest(ctx context.Context, img v1.Image, tenant, ref string, mi
 
 	var out *Image
 	err = s.withState(func(st *state) (bool, error) {
+		tagRef := ref
+		if tagRef == "" {
+			tagRef = digest
+			if _, ok := canSee(st, tenant, digest); ok {
+				tagRef = "" // reachable already
+			}
+		}
+		if tagRef != "" {
+			if err := s.roomForTag(st, tenant, tagRef); err != nil {
+				return false, err
+			}
+		}
 		for _, d := range reused {
 			if _, err := os.Stat(s.layerPath(d)); err != nil {
 				return false, fmt.Errorf("layer %s was collected while in use; try again: %w", d, ErrUnavailable)
@@ -231,14 +243,14 @@ func (s *Store) ingest(ctx context.Context, img v1.Image, tenant, ref string, mi
 		}
 		st.Images[digest] = rec
 		public := false
+		if tagRef != "" {
+			// An untagged import stays reachable by its digest.
+			tag(st, tenant, tagRef, digest)
+		}
 		if ref != "" {
-			tag(st, tenant, ref, digest)
 			if t := visible(st, tenant, ref); t != nil {
 				public = t.Public
 			}
-		} else if _, ok := canSee(st, tenant, digest); !ok {
-			// An untagged import stays reachable by its digest.
-			tag(st, tenant, digest, digest)
 		}
 		name := ref
 		if name == "" {

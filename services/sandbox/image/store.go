@@ -90,6 +90,8 @@ type Deps struct {
 	// MaxImportBytes bounds an archive being imported, as it unpacks
 	// (0: 64 GiB): a small gzip bomb cannot fill the disk with its spool.
 	MaxImportBytes int64
+	// MaxTenantTags bounds the tags one tenant holds on the node (0: 1000).
+	MaxTenantTags int
 	// Platform this node runs; empty: linux and runtime.GOARCH.
 	OS, Architecture string
 }
@@ -101,6 +103,7 @@ type Store struct {
 	keychain                func(string) authn.Keychain
 	maxLayer, maxEntries    int64
 	maxImport               int64
+	maxTags                 int
 	os, arch                string
 	layout                  layout.Path
 
@@ -131,6 +134,7 @@ func New(ctx context.Context, d Deps) (*Store, error) {
 		maxLayer:   d.MaxLayerBytes,
 		maxEntries: d.MaxLayerEntries,
 		maxImport:  d.MaxImportBytes,
+		maxTags:    d.MaxTenantTags,
 		os:         d.OS,
 		arch:       d.Architecture,
 	}
@@ -142,6 +146,9 @@ func New(ctx context.Context, d Deps) (*Store, error) {
 	}
 	if s.maxImport <= 0 {
 		s.maxImport = 64 << 30
+	}
+	if s.maxTags <= 0 {
+		s.maxTags = 1000
 	}
 	if s.os == "" {
 		s.os = "linux"
@@ -429,6 +436,29 @@ func (s *Store) Tags(ctx context.Context) ([]Tag, error) {
 		return false, nil
 	})
 	return out, err
+}
+
+// roomForTag refuses a tag the tenant does not hold yet once it holds
+// maxTags: every image call reads the store's state, so one tenant's
+// thousands of tags would slow every other's. The system's are not counted.
+func (s *Store) roomForTag(st *state, tenant, ref string) error {
+	if tenant == "" {
+		return nil
+	}
+	n := 0
+	for _, t := range st.Tags {
+		if t.Tenant != tenant {
+			continue
+		}
+		if t.Ref == ref {
+			return nil // moved, not added
+		}
+		n++
+	}
+	if n >= s.maxTags {
+		return fmt.Errorf("the tenant holds %d image tags on this node, the most it may; delete some first: %w", n, ErrExhausted)
+	}
+	return nil
 }
 
 // tag points a tenant's ref at an image, replacing what it pointed at.
