@@ -244,7 +244,8 @@ func (s *Store) ingest(ctx context.Context, img v1.Image, tenant, ref string, mi
 		st.Images[digest] = rec
 		public := false
 		if tagRef != "" {
-			// An untagged import stays reachable by its digest.
+			// The ref, or an untagged import's digest so that it stays
+			// reachable.
 			tag(st, tenant, tagRef, digest)
 		}
 		if ref != "" {
