@@ -106,12 +106,12 @@ type upperEntry struct {
 func readUpper(root *os.Root, rel string) ([]upperEntry, bool, error) {
 	d, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, false, fmt.Errorf("read upper layer: %w", err)
+		return nil, false, err
 	}
 	defer d.Close()
 	names, err := d.Readdirnames(-1)
 	if err != nil {
-		return nil, false, fmt.Errorf("read upper layer: %w", err)
+		return nil, false, err
 	}
 	opaque := rel != "." && isOpaque(root, d, rel)
 	sort.Strings(names)
@@ -122,7 +122,7 @@ func readUpper(root *os.Root, rel string) ([]upperEntry, bool, error) {
 			continue
 		}
 		if err != nil {
-			return nil, false, fmt.Errorf("read upper layer: %w", err)
+			return nil, false, err
 		}
 		out = append(out, upperEntry{n, fi})
 	}
@@ -175,7 +175,7 @@ func (w walker) walk(rel string, out *[]Change) error {
 	lower := w.lower
 	entries, opaque, err := readUpper(w.root, rel)
 	if err != nil {
-		return err
+		return fmt.Errorf("read upper layer: %w", err)
 	}
 	names := map[string]bool{}
 	for _, e := range entries {
@@ -248,7 +248,7 @@ func deleted(lower, p string, opaque bool) Change {
 func addAll(root *os.Root, rel string, out *[]Change) error {
 	entries, _, err := readUpper(root, rel)
 	if err != nil {
-		return err
+		return fmt.Errorf("read upper layer: %w", err)
 	}
 	for _, e := range entries {
 		if e.name == whOpaque || e.name == whOpaque2 || strings.HasPrefix(e.name, whPrefix) {
@@ -345,8 +345,14 @@ func Compare(merged, lower, prefix string) ([]Change, error) {
 	if prefix != "" && prefix != "." {
 		start = strings.Trim(prefix, "/")
 	}
+	// Read beneath its root: the session's programs run meanwhile.
+	root, err := os.OpenRoot(merged)
+	if err != nil {
+		return nil, fmt.Errorf("read sandbox copy: %w", err)
+	}
+	defer root.Close()
 	var out []Change
-	mfi, merr := os.Lstat(filepath.Join(merged, start))
+	mfi, merr := root.Lstat(start)
 	lfi, lerr := os.Lstat(filepath.Join(lower, start))
 	switch {
 	case merr != nil && lerr != nil:
@@ -354,11 +360,11 @@ func Compare(merged, lower, prefix string) ([]Change, error) {
 			return nil, merr
 		}
 	case start == ".":
-		if err := compare(merged, lower, start, &out); err != nil {
+		if err := compare(root, lower, start, &out); err != nil {
 			return nil, err
 		}
 	default:
-		if err := compareEntry(merged, lower, start, mfi, merr, lfi, lerr, &out); err != nil {
+		if err := compareEntry(root, lower, start, mfi, merr, lfi, lerr, &out); err != nil {
 			return nil, err
 		}
 	}
@@ -366,21 +372,17 @@ func Compare(merged, lower, prefix string) ([]Change, error) {
 	return out, nil
 }
 
-func compare(merged, lower, rel string, out *[]Change) error {
-	entries, err := os.ReadDir(filepath.Join(merged, rel))
+func compare(root *os.Root, lower, rel string, out *[]Change) error {
+	entries, _, err := readUpper(root, rel)
 	if err != nil {
 		return fmt.Errorf("read sandbox copy: %w", err)
 	}
 	names := make(map[string]bool, len(entries))
 	for _, e := range entries {
-		names[e.Name()] = true
-		p := path.Join(rel, e.Name())
-		fi, err := e.Info()
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // removed meanwhile by a running program
-		}
+		names[e.name] = true
+		p := path.Join(rel, e.name)
 		lfi, lerr := os.Lstat(filepath.Join(lower, p))
-		if err := compareEntry(merged, lower, p, fi, err, lfi, lerr, out); err != nil {
+		if err := compareEntry(root, lower, p, e.fi, nil, lfi, lerr, out); err != nil {
 			return err
 		}
 	}
@@ -396,8 +398,9 @@ func compare(merged, lower, rel string, out *[]Change) error {
 	return nil
 }
 
-// compareEntry compares one path present in merged, lower or both.
-func compareEntry(merged, lower, p string, fi fs.FileInfo, ferr error, lfi fs.FileInfo, lerr error, out *[]Change) error {
+// compareEntry compares one path present in the copy (beneath root), lower
+// or both.
+func compareEntry(root *os.Root, lower, p string, fi fs.FileInfo, ferr error, lfi fs.FileInfo, lerr error, out *[]Change) error {
 	if ferr != nil {
 		if !errors.Is(ferr, fs.ErrNotExist) {
 			return ferr
@@ -412,17 +415,17 @@ func compareEntry(merged, lower, p string, fi fs.FileInfo, ferr error, lfi fs.Fi
 	case fi.IsDir():
 		if inLower && lfi.IsDir() {
 			// As in an overlay, a directory's own metadata is no change.
-			return compare(merged, lower, p, out)
+			return compare(root, lower, p, out)
 		}
 		kind := Added
 		if inLower {
 			kind = Modified
 		}
 		*out = append(*out, Change{Path: p, Kind: kind, IsDir: true})
-		return addAllCopied(merged, p, out)
+		return addAllCopied(root, p, out)
 	case !inLower:
 		*out = append(*out, Change{Path: p, Kind: Added, Size: fi.Size()})
-	case lfi.IsDir() || !unchanged(merged, p, filepath.Join(lower, p), fi, lfi):
+	case lfi.IsDir() || !unchanged(root, p, filepath.Join(lower, p), fi, lfi):
 		*out = append(*out, Change{Path: p, Kind: Modified, Size: fi.Size()})
 	}
 	return nil
@@ -430,38 +433,29 @@ func compareEntry(merged, lower, p string, fi fs.FileInfo, ferr error, lfi fs.Fi
 
 // unchanged is same, with matching size and modification time taken as
 // proof: the copy was made with the lower's times.
-func unchanged(merged, rel, l string, mfi, lfi fs.FileInfo) bool {
+func unchanged(root *os.Root, rel, l string, mfi, lfi fs.FileInfo) bool {
 	if mfi.Mode().IsRegular() && mfi.Mode() == lfi.Mode() && mfi.Size() == lfi.Size() && mfi.ModTime().Equal(lfi.ModTime()) {
 		return true
 	}
-	root, err := os.OpenRoot(merged)
-	if err != nil {
-		return false
-	}
-	defer root.Close()
 	return same(root, rel, l, mfi, lfi)
 }
 
 // addAllCopied reports everything beneath an added directory of a copy.
-func addAllCopied(merged, rel string, out *[]Change) error {
-	entries, err := os.ReadDir(filepath.Join(merged, rel))
+func addAllCopied(root *os.Root, rel string, out *[]Change) error {
+	entries, _, err := readUpper(root, rel)
 	if err != nil {
 		return fmt.Errorf("read sandbox copy: %w", err)
 	}
 	for _, e := range entries {
-		fi, err := e.Info()
-		if err != nil {
-			continue
-		}
-		p := path.Join(rel, e.Name())
-		if fi.IsDir() {
+		p := path.Join(rel, e.name)
+		if e.fi.IsDir() {
 			*out = append(*out, Change{Path: p, Kind: Added, IsDir: true})
-			if err := addAllCopied(merged, p, out); err != nil {
+			if err := addAllCopied(root, p, out); err != nil {
 				return err
 			}
 			continue
 		}
-		*out = append(*out, Change{Path: p, Kind: Added, Size: fi.Size()})
+		*out = append(*out, Change{Path: p, Kind: Added, Size: e.fi.Size()})
 	}
 	return nil
 }
