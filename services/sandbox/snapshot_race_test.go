@@ -45,6 +45,11 @@ func TestSnapshotHoldsTheSessionFrozen(t *testing.T) {
 		if writing {
 			break
 		}
+		select {
+		case <-done:
+			t.Fatal("the snapshot was written before the test could resume the session midway: give it more to archive")
+		default:
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no snapshot being written in %s", filepath.Clean(h.svc.snapshotsDir()))
 		}
