@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"io"
+	"io/fs"
 	"net/http"
 	"strings"
 	"testing"
@@ -74,6 +75,36 @@ func TestPagesAndIndex(t *testing.T) {
 	for _, p := range []string{"/", "/sessions/s-1"} {
 		if resp, _ := get(t, h.srv.URL+p, ""); resp.StatusCode != 200 {
 			t.Errorf("GET %s without noVNC: %d", p, resp.StatusCode)
+		}
+	}
+}
+
+// TestConsoleCannotBeFramedOrScripted: every page and script of the console
+// (the session viewer included) forbids being framed by any origin, so
+// another site cannot overlay it to steer clicks on a desktop, and runs only
+// its own scripts, so a name, label, window title or history entry a tenant
+// or agent wrote cannot run as script in it.
+func TestConsoleCannotBeFramedOrScripted(t *testing.T) {
+	h := newHarness(t, DefaultConfig(), Deps{})
+	for _, p := range []string{"/", "/sessions/s-1", "/sessions/%3Cscript%3E", "/docs", "/static/session.js"} {
+		resp, _ := get(t, h.srv.URL+p, "")
+		csp := resp.Header.Get("Content-Security-Policy")
+		if !strings.Contains(csp, "frame-ancestors 'none'") || !strings.Contains(csp, "script-src 'self';") || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("GET %s: CSP %q, nosniff %q", p, csp, resp.Header.Get("X-Content-Type-Options"))
+		}
+	}
+	// And the console's own scripts put what the API returns into the page
+	// as text, never as markup.
+	scripts, err := fs.Glob(webFiles, "web/static/*.js")
+	if err != nil || len(scripts) == 0 {
+		t.Fatalf("console scripts: %v %v", scripts, err)
+	}
+	for _, name := range scripts {
+		b, _ := fs.ReadFile(webFiles, name)
+		for _, sink := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"} {
+			if strings.Contains(string(b), sink) {
+				t.Errorf("%s uses %s: build the page with el() and textContent", name, sink)
+			}
 		}
 	}
 }

@@ -1,8 +1,10 @@
 package sandbox
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -31,13 +33,25 @@ func TestReadChangedStaysInTheTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer root.Close()
-	if data, err := readChanged(root, "a/secret"); err == nil {
+	read := func(rel string) (string, error) {
+		var buf bytes.Buffer
+		err := copyChanged(root, rel, 1<<20, &buf)
+		return buf.String(), err
+	}
+	if data, err := read("a/secret"); err == nil {
 		t.Errorf("read %q through a link out of the tree", data)
 	}
-	if _, err := readChanged(root, "fifo"); err == nil {
+	if _, err := read("fifo"); err == nil {
 		t.Error("a FIFO read as a file")
 	}
-	if data, err := readChanged(root, "ok"); err != nil || string(data) != "session's" {
+	if data, err := read("ok"); err != nil || data != "session's" {
 		t.Errorf("the session's file: %q %v", data, err)
+	}
+	// A terabyte of holes, free to the session's quota, is not copied.
+	if err := os.Truncate(filepath.Join(tree, "ok"), 1<<40); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := read("ok"); err == nil || !strings.Contains(err.Error(), "sparse") {
+		t.Errorf("a sparse terabyte: %v, want refused naming sparse files", err)
 	}
 }

@@ -294,15 +294,11 @@ func (s *Service) applyOne(b *box, lroot *os.Root, c changes.Change) error {
 			return err
 		}
 	case fi.Mode().IsRegular():
-		data, err := readChanged(croot, c.Path)
-		if err != nil {
-			return err
-		}
 		f, err := lroot.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
 		if err != nil {
 			return err
 		}
-		_, werr := f.Write(data)
+		werr := copyChanged(croot, c.Path, b.layerBytes(), f)
 		if werr == nil {
 			werr = f.Chmod(fi.Mode().Perm())
 		}
@@ -330,21 +326,28 @@ func (s *Service) applyOne(b *box, lroot *os.Root, c changes.Change) error {
 	return nil
 }
 
-// readChanged reads the regular file at rel beneath root: opened without
-// blocking (a FIFO put there since the listing would hang the call) and
-// refused when it is not a regular file by then.
-func readChanged(root *os.Root, rel string) ([]byte, error) {
+// copyChanged copies the regular file at rel beneath root to w, streamed:
+// opened without blocking (a FIFO put there since the listing would hang
+// the call) and refused when it is not a regular file by then, or larger
+// than max (a sparse file counts at its full size: a terabyte of holes
+// costs the session's quota nothing and would fill the node's disk).
+func copyChanged(root *os.Root, rel string, max int64, w io.Writer) error {
 	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil {
-		return nil, err
-	} else if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is no longer a regular file", rel)
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		return err
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("%s is no longer a regular file", rel)
+	case fi.Size() > max:
+		return fmt.Errorf("%s is %d bytes (sparse files count at their full size), more than the %d this node copies", rel, fi.Size(), max)
 	}
-	return io.ReadAll(f)
+	_, err = io.Copy(w, io.LimitReader(f, max))
+	return err
 }
 
 // discardChanges drops the selected changes from the upper layer. Editing
@@ -388,16 +391,24 @@ func (s *Service) discardChanges(ctx context.Context, id string, paths []string)
 	if err := s.unmountRoot(ctx, b); err != nil {
 		return nil, err
 	}
+	// Removed beneath the layer: what was a directory at the listing may be
+	// a link to the node's files by now (a process nothing counted, on a
+	// node without cgroups, ran until the container ended).
+	root, err := os.OpenRoot(b.upper())
+	if err != nil {
+		return nil, errors.Join(err, s.remount(ctx, b))
+	}
+	defer root.Close()
 	var out []string
 	var rmErr error
 	for _, c := range drop {
-		p := filepath.Join(b.upper(), c.Path)
-		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) && c.Kind == 0 {
+		if _, err := root.Lstat(c.Path); errors.Is(err, fs.ErrNotExist) && c.Kind == 0 {
 			continue // a replaced directory already dropped
 		}
-		err := os.RemoveAll(p)
-		if _, werr := os.Lstat(filepath.Join(filepath.Dir(p), ".wh."+filepath.Base(p))); werr == nil && err == nil {
-			err = os.Remove(filepath.Join(filepath.Dir(p), ".wh."+filepath.Base(p)))
+		err := root.RemoveAll(c.Path)
+		wh := path.Join(path.Dir(c.Path), ".wh."+path.Base(c.Path))
+		if _, werr := root.Lstat(wh); werr == nil && err == nil {
+			err = root.Remove(wh)
 		}
 		if err != nil {
 			rmErr = err

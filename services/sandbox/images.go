@@ -275,21 +275,24 @@ func (s *Service) commit(ctx context.Context, id, ref string) (*image.Image, err
 	if s.images == nil {
 		return nil, failf(errPrecondition, "this node keeps no images")
 	}
-	if b.cg != nil {
-		b.pmu.Lock()
-		wasFrozen := b.frozen
-		if !wasFrozen {
-			if err := b.cg.Freeze(); err != nil {
-				b.pmu.Unlock()
-				return nil, fmt.Errorf("commit %s: freeze: %w", id, err)
-			}
-			defer func() {
-				if err := b.cg.Thaw(); err != nil {
-					s.log.ErrorContext(ctx, "commit: thaw failed", "session_id", id, "error", err)
-				}
-			}()
+	if b.cg == nil {
+		// Unfrozen, its programs could swap a directory for a link to the
+		// node's files while the layer is read by path.
+		return nil, failf(errPrecondition, "this node runs sandboxes without cgroups: session %q cannot be frozen, and only a frozen session is committed", id)
+	}
+	// Held, frozen, until the layer is read: a resume meanwhile would let
+	// the session change it under the commit.
+	b.pmu.Lock()
+	defer b.pmu.Unlock()
+	if !b.frozen {
+		if err := b.cg.Freeze(); err != nil {
+			return nil, fmt.Errorf("commit %s: freeze: %w", id, err)
 		}
-		defer b.pmu.Unlock()
+		defer func() {
+			if err := b.cg.Thaw(); err != nil {
+				s.log.ErrorContext(ctx, "commit: thaw failed", "session_id", id, "error", err)
+			}
+		}()
 	}
 	var base *image.Image
 	if b.imageDigest != "" {
@@ -299,7 +302,7 @@ func (s *Service) commit(ctx context.Context, id, ref string) (*image.Image, err
 	}
 	// A container's files belong to the session's host id range; the image
 	// holds them as the ids inside it.
-	u := image.Upper{Dir: b.upper(), Skip: b.mountPoint}
+	u := image.Upper{Dir: b.upper(), Skip: b.mountPoint, MaxBytes: b.layerBytes()}
 	if b.img != nil {
 		u.Shift = image.IDShift{Base: b.img.Range.Base, Size: b.img.Range.Size}
 	}

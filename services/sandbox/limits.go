@@ -47,3 +47,18 @@ func (s *Service) limitsFor(req Limits) (Limits, error) {
 	}
 	return out, nil
 }
+
+// maxLayerRead bounds what the node reads out of a session's layer at once
+// when the session has no disk limit.
+const maxLayerRead = 64 << 30
+
+// layerBytes bounds the bytes the node reads out of a session's layer into
+// one archive (a commit, a snapshot): its disk limit, which only sparse
+// files can pass in size, else maxLayerRead. A session's file of terabytes
+// of holes would otherwise keep the node compressing zeros for hours.
+func (b *box) layerBytes() int64 {
+	if b.limits.DiskBytes > 0 {
+		return b.limits.DiskBytes
+	}
+	return maxLayerRead
+}

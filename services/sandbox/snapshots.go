@@ -94,15 +94,16 @@ func (s *Service) createSnapshot(ctx context.Context, id string) (snapshotMeta, 
 		return snapshotMeta{}, errCopiedSnapshot(id)
 	}
 	if b.cg != nil {
+		// Held until the archive is written: a resume meanwhile would let
+		// the session change the layer under it.
 		b.pmu.Lock()
+		defer b.pmu.Unlock()
 		if !b.frozen {
 			if err := b.cg.Freeze(); err != nil {
-				b.pmu.Unlock()
 				return snapshotMeta{}, err
 			}
 			defer func() { _ = b.cg.Thaw() }()
 		}
-		b.pmu.Unlock()
 	}
 	if err := os.MkdirAll(s.snapshotsDir(), 0o700); err != nil {
 		return snapshotMeta{}, err
@@ -119,7 +120,10 @@ func (s *Service) createSnapshot(ctx context.Context, id string) (snapshotMeta, 
 	defer os.Remove(tmp) // gone after the rename; cleans up a failure
 	h := sha256.New()
 	cw := &countWriter{w: io.MultiWriter(f, h)}
-	err = snapshot.Write(cw, b.upper())
+	err = snapshot.Write(cw, b.upper(), b.layerBytes())
+	if errors.Is(err, snapshot.ErrTooLarge) {
+		err = failf(errNoRoom, "%v", err)
+	}
 	if err == nil {
 		err = f.Sync()
 	}

@@ -238,6 +238,9 @@ func TestCreateValidation(t *testing.T) {
 		{"empty autostart", &sessionv1.CreateSessionRequest{Autostart: []string{"xterm", " "}}, "autostart[1]"},
 		{"request id long", &sessionv1.CreateSessionRequest{RequestId: strings.Repeat("r", 129)}, "request_id"},
 		{"workspace control", &sessionv1.CreateSessionRequest{Workspace: "/w\x00"}, "workspace"},
+		// Stored with the failed session and echoed twice in its reason.
+		{"image long", &sessionv1.CreateSessionRequest{Image: strings.Repeat("a", 1000000) + ":v1"}, "image"},
+		{"image control", &sessionv1.CreateSessionRequest{Image: "team/app:v1\n"}, "image"},
 	}
 	h := newHarness(t)
 	ctx := context.Background()

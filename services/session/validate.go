@@ -19,6 +19,7 @@ const (
 	maxAutostart     = 16
 	maxAutostartLine = 4096
 	maxWorkspace     = 4096
+	maxImage         = 1024 // a reference's name is at most 255 bytes, its tag 128, a digest 71
 	maxRequestID     = 128
 	maxPageSize      = 1000
 	defaultPageSize  = 100
@@ -128,6 +129,9 @@ func (s *Service) validateCreate(req *sessionv1.CreateSessionRequest) (spec, err
 	}
 	if w := req.GetWorkspace(); len(w) > maxWorkspace || !printable(w) {
 		return sp, invalid("workspace", "must be a path of at most %d bytes without control characters", maxWorkspace)
+	}
+	if im := req.GetImage(); len(im) > maxImage || !printable(im) {
+		return sp, invalid("image", "must be an image reference of at most %d bytes without control characters", maxImage)
 	}
 	if r := req.GetRequestId(); len(r) > maxRequestID || !printable(r) {
 		return sp, invalid("request_id", "must be at most %d printable bytes", maxRequestID)

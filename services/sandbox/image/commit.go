@@ -33,6 +33,11 @@ type Upper struct {
 	// Skip, when not nil, reports the entries (by slash-separated path)
 	// that are not the session's: the runtime's mount points.
 	Skip func(rel string) bool
+	// MaxBytes bounds the bytes of the files read (sparse files count at
+	// their full size, a file linked twice once): past it the commit stops
+	// before reading further. 0 or more than the store's per-layer bound:
+	// that bound.
+	MaxBytes int64
 }
 
 // Commit turns a session's upper directory into one OCI layer on top of
@@ -41,6 +46,11 @@ type Upper struct {
 // directories (trusted.overlay.opaque=y) .wh..wh..opq entries. The upper
 // directory must not change while it is read: commit a frozen session.
 func (s *Store) Commit(ctx context.Context, tenant string, base *Image, u Upper, ref string) (*Image, error) {
+	im, err := s.commit(ctx, tenant, base, u, ref)
+	return im, s.scrub(err, u.Dir)
+}
+
+func (s *Store) commit(ctx context.Context, tenant string, base *Image, u Upper, ref string) (*Image, error) {
 	upper := u.Dir
 	r, err := ParseRef(ref)
 	if err != nil {
@@ -50,7 +60,7 @@ func (s *Store) Commit(ctx context.Context, tenant string, base *Image, u Upper,
 		return nil, fmt.Errorf("commit: %s: name the new image with a tag, not a digest: %w", ref, ErrInvalid)
 	}
 	if fi, err := os.Stat(upper); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("commit: the session's writable layer %s is missing: %w", upper, ErrPrecondition)
+		return nil, fmt.Errorf("commit: the session's writable layer is missing: %w", ErrPrecondition)
 	}
 	var baseImg v1.Image
 	if base != nil {
@@ -72,6 +82,9 @@ func (s *Store) Commit(ctx context.Context, tenant string, base *Image, u Upper,
 		return nil, fmt.Errorf("image store: %w", err)
 	}
 	defer cleanup()
+	if u.MaxBytes <= 0 || u.MaxBytes > s.maxLayer {
+		u.MaxBytes = s.maxLayer
+	}
 	gz := filepath.Join(work, "layer.tar.gz")
 	if err := writeUpperLayer(ctx, u, gz); err != nil {
 		return nil, fmt.Errorf("commit: %w", err)
@@ -95,7 +108,11 @@ func (s *Store) Commit(ctx context.Context, tenant string, base *Image, u Upper,
 	if img, err = mutate.CreatedAt(img, v1.Time{Time: now}); err != nil {
 		return nil, fmt.Errorf("commit: %w", err)
 	}
-	out, err := s.ingest(ctx, img, tenant, r.Name, nil)
+	var mine []string
+	if base != nil {
+		mine = base.DiffIDs
+	}
+	out, err := s.ingest(ctx, img, tenant, r.Name, mine, nil)
 	if err != nil {
 		return nil, fmt.Errorf("commit: %w", err)
 	}
@@ -160,6 +177,8 @@ func writeUpperLayer(ctx context.Context, u Upper, dst string) error {
 	defer f.Close()
 	zw := gzip.NewWriter(f)
 	cw := archive.NewChangeWriter(zw, upper)
+	var total int64
+	linked := map[uint64]bool{}
 	err = filepath.Walk(upper, func(path string, fi os.FileInfo, err error) error {
 		if err != nil {
 			return err
@@ -192,6 +211,19 @@ func writeUpperLayer(ctx context.Context, u Upper, dst string) error {
 			// fuse-overlayfs's whiteout file
 			return cw.HandleChange(cfs.ChangeKindDelete, filepath.Join(filepath.Dir(rel), strings.TrimPrefix(base, ".wh.")), nil, nil)
 		}
+		if fi.Mode().IsRegular() && u.MaxBytes > 0 {
+			// A sparse file reads as its full size: a session's terabyte
+			// of holes would keep the node compressing zeros for hours.
+			st, _ := fi.Sys().(*syscall.Stat_t)
+			if st == nil || st.Nlink <= 1 || !linked[st.Ino] {
+				if st != nil && st.Nlink > 1 {
+					linked[st.Ino] = true
+				}
+				if total += fi.Size(); total > u.MaxBytes {
+					return fmt.Errorf("the session's files add up to more than %d bytes (sparse files count at their full size; %s is %d): %w", u.MaxBytes, rel, fi.Size(), ErrInvalid)
+				}
+			}
+		}
 		if err := cw.HandleChange(cfs.ChangeKindAdd, rel, shift.info(fi), nil); err != nil {
 			return err
 		}
@@ -203,6 +235,11 @@ func writeUpperLayer(ctx context.Context, u Upper, dst string) error {
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("the writable layer changed while it was read (freeze the session first): %v: %w", err, ErrPrecondition)
+		}
+		if errors.Is(err, syscall.ENAMETOOLONG) {
+			// A session nests directories one relative step at a time,
+			// past what the node can name from its root.
+			return fmt.Errorf("the session's files nest too deep for the node to read (paths of more than %d bytes on the node); flatten them to commit: %w", unix.PathMax, ErrPrecondition)
 		}
 		return err
 	}

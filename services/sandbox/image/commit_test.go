@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -176,5 +177,31 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCommitOfATooDeepTreeSaysSo commits a layer whose directories nest
+// deeper than the node can name a path (a session makes them one relative
+// step at a time): the commit is refused with FailedPrecondition saying so,
+// naming neither the node's paths nor failing as an internal error.
+func TestCommitOfATooDeepTreeSaysSo(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newStore(t)
+	upper := t.TempDir()
+	fd, err := unix.Open(upper, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	must(t, err)
+	for range 2100 {
+		must(t, unix.Mkdirat(fd, "dd", 0o755))
+		next, err := unix.Openat(fd, "dd", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		must(t, err)
+		unix.Close(fd)
+		fd = next
+	}
+	unix.Close(fd)
+	t.Cleanup(func() { _ = os.RemoveAll(upper) })
+	_, err = s.Commit(ctx, "acme", nil, Upper{Dir: upper}, "deep:v1")
+	wantCode(t, err, codes.FailedPrecondition)
+	if strings.Contains(err.Error(), upper) || !strings.Contains(err.Error(), "deep") {
+		t.Fatalf("error %q: want it to say the tree is too deep, without the node's path", err)
 	}
 }

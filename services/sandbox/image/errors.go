@@ -21,6 +21,8 @@ var (
 	ErrPrecondition = errors.New("failed precondition")
 	// ErrUnavailable: the registry could not be reached or failed.
 	ErrUnavailable = errors.New("unavailable")
+	// ErrExhausted: a bound of the store was reached (a tenant's tags).
+	ErrExhausted = errors.New("resource exhausted")
 )
 
 // Code is the gRPC code an error from the store becomes at a handler edge.
@@ -36,7 +38,7 @@ func Code(err error) codes.Code {
 		return codes.FailedPrecondition
 	case errors.Is(err, ErrUnavailable):
 		return codes.Unavailable
-	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+	case errors.Is(err, ErrExhausted), errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		return codes.ResourceExhausted
 	case errors.Is(err, context.Canceled):
 		return codes.Canceled

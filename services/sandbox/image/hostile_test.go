@@ -4,13 +4,19 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"testing"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
@@ -208,4 +214,41 @@ func mountLowers(t *testing.T, layers []string) string {
 	}
 	t.Cleanup(func() { _ = unix.Unmount(merged, unix.MNT_DETACH) })
 	return merged
+}
+
+// TestErrorsNameNoNodePath imports archives that fail in the node's work
+// space (a hardlink to a missing file, a file where a directory must be, a
+// blob the manifest names and the archive lacks): the error names the
+// layer's own paths and the blob, never the store's directory or the work
+// directory's name (which holds the node's pid).
+func TestErrorsNameNoNodePath(t *testing.T) {
+	ctx := context.Background()
+	s, dir := newStore(t)
+	try := func(name string, archive []byte, want string) {
+		t.Helper()
+		_, err := s.Import(ctx, "acme", bytes.NewReader(archive), ImportOptions{Ref: "paths:" + name})
+		wantCode(t, err, codes.InvalidArgument)
+		if strings.Contains(err.Error(), dir) || strings.Contains(err.Error(), strconv.Itoa(os.Getpid())+"-") {
+			t.Errorf("%s: the error names the node's paths: %v", name, err)
+		}
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: the error %q does not say %q", name, err, want)
+		}
+	}
+	layout := func(es ...entry) []byte {
+		return tarDir(t, writeLayout(t, makeImage(t, runtime.GOARCH, layerTar(t, es...)), ""))
+	}
+	try("hardlink", layout(entry{name: "hl", typ: tar.TypeLink, link: "nothere"}), "nothere")
+	try("parent", layout(entry{name: "d", body: "x"}, entry{name: "d/e", body: "y"}), "not a directory")
+	img := simpleImage(t)
+	rawM, _ := img.RawManifest()
+	rawC, _ := img.RawConfigFile()
+	var l rawLayout
+	l.add(rawC)
+	md := l.add(rawM)
+	md.MediaType = types.OCIManifestSchema1
+	l.index, _ = json.Marshal(v1.IndexManifest{SchemaVersion: 2, Manifests: []v1.Descriptor{md}})
+	layers, _ := img.Layers()
+	d, _ := layers[0].Digest()
+	try("lacking", l.tar(t), d.Hex)
 }

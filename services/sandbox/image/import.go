@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -17,6 +18,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
+
+// maxArchiveNames bounds the images, and the names tagging them, one
+// archive may bring: each becomes a tag in the state every image call reads.
+const maxArchiveNames = 64
 
 // ImportOptions tune an import.
 type ImportOptions struct {
@@ -30,6 +35,21 @@ type ImportOptions struct {
 // tar, or a docker-archive (`docker save`), either possibly gzip- or
 // zstd-compressed. Only the images for this node's platform are taken.
 func (s *Store) Import(ctx context.Context, tenant string, r io.Reader, opt ImportOptions) ([]*Image, error) {
+	imgs, err := s.importArchive(ctx, tenant, r, opt)
+	return imgs, s.scrub(err)
+}
+
+func (s *Store) importArchive(ctx context.Context, tenant string, r io.Reader, opt ImportOptions) ([]*Image, error) {
+	// A name that cannot tag anything is refused before the archive is read.
+	if opt.Ref != "" {
+		pr, err := ParseRef(opt.Ref)
+		if err != nil {
+			return nil, fmt.Errorf("import: %w", err)
+		}
+		if pr.Tag == "" {
+			return nil, fmt.Errorf("import: %s: a digest cannot name an import: %w", opt.Ref, ErrInvalid)
+		}
+	}
 	work, cleanup, err := s.workDir()
 	if err != nil {
 		return nil, fmt.Errorf("image store: %w", err)
@@ -45,12 +65,17 @@ func (s *Store) Import(ctx context.Context, tenant string, r io.Reader, opt Impo
 	if err != nil {
 		return nil, err
 	}
-	if _, err := io.Copy(f, &ctxReader{ctx: ctx, r: ds}); err != nil {
+	n, err := io.Copy(f, io.LimitReader(&ctxReader{ctx: ctx, r: ds}, s.maxImport+1))
+	if err != nil {
 		f.Close()
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		return nil, fmt.Errorf("import: reading the archive: %w", err)
+	}
+	if n > s.maxImport {
+		f.Close()
+		return nil, fmt.Errorf("import: the archive unpacks to more than %d bytes, the most this node takes: %w", s.maxImport, ErrInvalid)
 	}
 	if err := f.Close(); err != nil {
 		return nil, err
@@ -65,11 +90,12 @@ func (s *Store) ImportPath(ctx context.Context, tenant, path string, opt ImportO
 		return nil, fmt.Errorf("import %s: %v: %w", path, err, ErrNotFound)
 	}
 	if fi.IsDir() {
-		idx, err := layout.ImageIndexFromPath(path)
+		idx, err := layoutIndex(path)
 		if err != nil {
-			return nil, fmt.Errorf("import %s: not an OCI layout: %v: %w", path, err, ErrInvalid)
+			return nil, fmt.Errorf("import %s: %w", path, err)
 		}
-		return s.importIndex(ctx, tenant, idx, opt)
+		imgs, err := s.importIndex(ctx, tenant, path, idx, opt)
+		return imgs, s.scrub(err)
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -85,23 +111,31 @@ func (s *Store) importFile(ctx context.Context, tenant, spool, work string, opt 
 		return nil, fmt.Errorf("import: not a tar archive: %v: %w", err, ErrInvalid)
 	}
 	switch {
-	case names["index.json"] && names["oci-layout"]:
+	case names.isFile("index.json") && names.isFile("oci-layout"):
 		dir := filepath.Join(work, "layout")
 		if err := extractLayout(spool, dir); err != nil {
 			return nil, fmt.Errorf("import: %w", err)
 		}
-		idx, err := layout.ImageIndexFromPath(dir)
+		// The layout holds the same bytes again.
+		_ = os.Remove(spool)
+		idx, err := layoutIndex(dir)
 		if err != nil {
-			return nil, fmt.Errorf("import: not an OCI layout: %v: %w", err, ErrInvalid)
+			return nil, fmt.Errorf("import: %w", err)
 		}
-		return s.importIndex(ctx, tenant, idx, opt)
-	case names["manifest.json"]:
-		return s.importDockerArchive(ctx, tenant, spool, opt)
+		return s.importIndex(ctx, tenant, dir, idx, opt)
+	case names.isFile("manifest.json"):
+		return s.importDockerArchive(ctx, tenant, spool, names, opt)
 	}
 	return nil, fmt.Errorf("import: the archive holds no image (neither an OCI layout's index.json nor a docker-archive's manifest.json): %w", ErrInvalid)
 }
 
-func (s *Store) importDockerArchive(ctx context.Context, tenant, spool string, opt ImportOptions) ([]*Image, error) {
+func (s *Store) importDockerArchive(ctx context.Context, tenant, spool string, sizes tarEntries, opt ImportOptions) ([]*Image, error) {
+	if n, err := sizes.size("manifest.json"); err != nil || n > maxMetadataBytes {
+		if err != nil {
+			return nil, fmt.Errorf("import: the docker-archive's manifest.json: %w", err)
+		}
+		return nil, fmt.Errorf("import: the docker-archive's manifest.json is %d bytes, more than %d: %w", n, maxMetadataBytes, ErrInvalid)
+	}
 	opener := func() (io.ReadCloser, error) { return os.Open(spool) }
 	m, err := tarball.LoadManifest(opener)
 	if err != nil {
@@ -113,8 +147,24 @@ func (s *Store) importDockerArchive(ctx context.Context, tenant, spool string, o
 	if opt.Ref != "" && len(m) > 1 {
 		return nil, fmt.Errorf("import: the archive holds %d images; a name can tag only one: %w", len(m), ErrInvalid)
 	}
+	names := 0
+	for _, d := range m {
+		names += max(1, len(d.RepoTags))
+	}
+	if len(m) > maxArchiveNames || opt.Ref == "" && names > maxArchiveNames {
+		return nil, fmt.Errorf("import: the archive names %d images (%d names), more than the %d one import may: %w", len(m), names, maxArchiveNames, ErrInvalid)
+	}
 	var out []*Image
 	for i, d := range m {
+		if n, err := sizes.size(d.Config); err != nil || n > maxMetadataBytes {
+			if err != nil {
+				return nil, fmt.Errorf("import: image %d's configuration: %w", i, err)
+			}
+			return nil, fmt.Errorf("import: image %d's configuration is %d bytes, more than the %d an image may have: %w", i, n, maxMetadataBytes, ErrInvalid)
+		}
+		if len(d.Layers) > maxLayers {
+			return nil, fmt.Errorf("import: image %d has %d layers, more than the %d an image may have: %w", i, len(d.Layers), maxLayers, ErrInvalid)
+		}
 		var t *name.Tag
 		var refs []string
 		for _, rt := range d.RepoTags {
@@ -143,8 +193,36 @@ func (s *Store) importDockerArchive(ctx context.Context, tenant, spool string, o
 	return out, nil
 }
 
-// importIndex takes every image of an OCI index for this node's platform.
-func (s *Store) importIndex(ctx context.Context, tenant string, idx v1.ImageIndex, opt ImportOptions) ([]*Image, error) {
+// layoutIndex opens the OCI layout at dir, its index.json no larger than an
+// image's metadata may be.
+func layoutIndex(dir string) (v1.ImageIndex, error) {
+	if fi, err := os.Stat(filepath.Join(dir, "index.json")); err == nil && fi.Size() > maxMetadataBytes {
+		return nil, fmt.Errorf("the layout's index.json is %d bytes, more than %d: %w", fi.Size(), maxMetadataBytes, ErrInvalid)
+	}
+	idx, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		return nil, fmt.Errorf("not an OCI layout: %v: %w", err, ErrInvalid)
+	}
+	return idx, nil
+}
+
+// metadataBlob refuses an index, manifest or configuration of the layout
+// at dir that is larger than maxMetadataBytes (as described, or on disk)
+// before anything reads it whole.
+func metadataBlob(dir string, d v1.Descriptor) error {
+	size := d.Size
+	if fi, err := os.Stat(filepath.Join(dir, "blobs", d.Digest.Algorithm, d.Digest.Hex)); err == nil {
+		size = max(size, fi.Size())
+	}
+	if size > maxMetadataBytes {
+		return fmt.Errorf("%s is %d bytes, more than the %d an index, manifest or configuration may have: %w", d.Digest, size, maxMetadataBytes, ErrInvalid)
+	}
+	return nil
+}
+
+// importIndex takes every image of an OCI index (of the layout at dir) for
+// this node's platform.
+func (s *Store) importIndex(ctx context.Context, tenant, dir string, idx v1.ImageIndex, opt ImportOptions) ([]*Image, error) {
 	type found struct {
 		img  v1.Image
 		refs []string
@@ -166,6 +244,11 @@ func (s *Store) importIndex(ctx context.Context, tenant string, idx v1.ImageInde
 				others = append(others, d.Platform.OS+"/"+d.Platform.Architecture)
 				continue
 			}
+			if d.MediaType.IsIndex() || d.MediaType.IsImage() {
+				if err := metadataBlob(dir, d); err != nil {
+					return err
+				}
+			}
 			switch {
 			case d.MediaType.IsIndex():
 				child, err := idx.ImageIndex(d.Digest)
@@ -180,6 +263,13 @@ func (s *Store) importIndex(ctx context.Context, tenant string, idx v1.ImageInde
 				if err != nil {
 					return fmt.Errorf("image %s: %v: %w", d.Digest, err, ErrInvalid)
 				}
+				m, err := img.Manifest()
+				if err != nil {
+					return fmt.Errorf("image %s: %v: %w", d.Digest, err, ErrInvalid)
+				}
+				if err := metadataBlob(dir, m.Config); err != nil {
+					return fmt.Errorf("image %s: configuration: %w", d.Digest, err)
+				}
 				cf, err := img.ConfigFile()
 				if err != nil {
 					return fmt.Errorf("image %s: configuration: %v: %w", d.Digest, err, ErrInvalid)
@@ -189,6 +279,9 @@ func (s *Store) importIndex(ctx context.Context, tenant string, idx v1.ImageInde
 					continue
 				}
 				imgs = append(imgs, found{img, r})
+				if len(imgs) > maxArchiveNames {
+					return fmt.Errorf("the archive holds more than %d images, the most one import may: %w", maxArchiveNames, ErrInvalid)
+				}
 			}
 		}
 		return nil
@@ -201,6 +294,13 @@ func (s *Store) importIndex(ctx context.Context, tenant string, idx v1.ImageInde
 			return nil, fmt.Errorf("import: the archive has images for %s only; this node runs %s/%s: %w", strings.Join(others, ", "), s.os, s.arch, ErrPrecondition)
 		}
 		return nil, fmt.Errorf("import: the archive holds no image: %w", ErrInvalid)
+	}
+	names := 0
+	for _, f := range imgs {
+		names += max(1, len(f.refs))
+	}
+	if opt.Ref == "" && names > maxArchiveNames {
+		return nil, fmt.Errorf("import: the archive names its images %d times, more than the %d one import may: %w", names, maxArchiveNames, ErrInvalid)
 	}
 	if opt.Ref != "" && len(imgs) > 1 {
 		return nil, fmt.Errorf("import: the archive holds %d images for this platform; a name can tag only one: %w", len(imgs), ErrInvalid)
@@ -242,7 +342,7 @@ func (s *Store) ingestNamed(ctx context.Context, tenant string, img v1.Image, re
 		if i > 0 {
 			p = nil
 		}
-		got, err := s.ingest(ctx, img, tenant, n, p)
+		got, err := s.ingest(ctx, img, tenant, n, nil, p)
 		if err != nil {
 			return nil, fmt.Errorf("import: %w", err)
 		}
@@ -264,14 +364,46 @@ func refNames(ann map[string]string) []string {
 	return out
 }
 
-// tarNames lists the regular files of a tar.
-func tarNames(path string) (map[string]bool, error) {
-	f, err := os.Open(path)
+func cleanName(n string) string { return strings.TrimPrefix(filepath.Clean("/"+n), "/") }
+
+// tarEntry is a file of a tar as tarNames saw it: the largest of the regular
+// files of that name, or where a link of that name leads.
+type tarEntry struct {
+	size int64
+	link string
+}
+
+// tarEntries lists the files and links of a tar by their cleaned names.
+type tarEntries map[string]tarEntry
+
+// size is the size of the file named n, following links as go-containerregistry
+// does (each relative to the link's directory), at most 8 of them: more, or a
+// loop, is no archive docker wrote.
+func (e tarEntries) size(n string) (int64, error) {
+	n = cleanName(n)
+	for range 8 {
+		t, ok := e[n]
+		if !ok || t.link == "" {
+			return t.size, nil
+		}
+		n = cleanName(path.Join(path.Dir(n), path.Clean(t.link)))
+	}
+	return 0, fmt.Errorf("%s: too many links: %w", n, ErrInvalid)
+}
+
+func (e tarEntries) isFile(n string) bool {
+	t, ok := e[n]
+	return ok && t.link == ""
+}
+
+// tarNames lists the regular files and links of a tar.
+func tarNames(file string) (tarEntries, error) {
+	f, err := os.Open(file)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	names := map[string]bool{}
+	names := tarEntries{}
 	tr := tar.NewReader(f)
 	for {
 		h, err := tr.Next()
@@ -281,8 +413,14 @@ func tarNames(path string) (map[string]bool, error) {
 		if err != nil {
 			return nil, err
 		}
-		if h.Typeflag == tar.TypeReg {
-			names[strings.TrimPrefix(filepath.Clean("/"+h.Name), "/")] = true
+		n := cleanName(h.Name)
+		switch h.Typeflag {
+		case tar.TypeReg:
+			if t := names[n]; t.link == "" {
+				names[n] = tarEntry{size: max(t.size, h.Size)}
+			}
+		case tar.TypeSymlink, tar.TypeLink:
+			names[n] = tarEntry{link: h.Linkname}
 		}
 	}
 }
@@ -314,7 +452,7 @@ func extractLayout(path, dir string) error {
 		if err != nil {
 			return fmt.Errorf("reading the archive: %v: %w", err, ErrInvalid)
 		}
-		n := strings.TrimPrefix(filepath.Clean("/"+h.Name), "/")
+		n := cleanName(h.Name)
 		if h.Typeflag != tar.TypeReg || !layoutEntry.MatchString(n) {
 			continue
 		}

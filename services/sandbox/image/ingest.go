@@ -2,15 +2,18 @@ package image
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -20,12 +23,32 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
+// Bounds on what an image's metadata makes the node read into memory or
+// keep in its state; real images stay far below them.
+const (
+	// maxMetadataBytes bounds an index, a manifest or a configuration, each
+	// read whole (registries take manifests of 4 MiB, as the OCI
+	// distribution spec asks).
+	maxMetadataBytes = 4 << 20
+	// maxConfigKept bounds what the state keeps of a configuration (its
+	// environment, command and labels), read at every image call.
+	maxConfigKept = 256 << 10
+	// maxLayers bounds an image's layers (Docker's overlay2 stops at 128).
+	maxLayers = 128
+)
+
 // ingest stores img on this node and tags it ref for tenant: every layer's
 // compressed blob is verified against its digest and unpacked (verified
 // against its diff id) into work space, and only when all of it is whole are
 // blobs and layers renamed into place and the tag written, under the state
 // lock. A failure leaves nothing behind.
-func (s *Store) ingest(ctx context.Context, img v1.Image, tenant, ref string, progress func(Progress)) (*Image, error) {
+//
+// A layer already on the node is taken as it is only when the tenant sees an
+// image that has it (or it is among mine, the layers of the image a commit
+// builds on); otherwise its bytes must come with img, as a registry or an
+// archive serves them, and are checked: knowing a private layer's digests
+// is no way to another tenant's files.
+func (s *Store) ingest(ctx context.Context, img v1.Image, tenant, ref string, mine []string, progress func(Progress)) (*Image, error) {
 	if progress == nil {
 		progress = func(Progress) {}
 	}
@@ -45,6 +68,15 @@ func (s *Store) ingest(ctx context.Context, img v1.Image, tenant, ref string, pr
 		return nil, fmt.Errorf("reading manifest: %w", classify(err))
 	}
 	digest := sha256Of(rawManifest)
+	if len(rawManifest) > maxMetadataBytes {
+		return nil, fmt.Errorf("the manifest is %d bytes, more than the %d an image may have: %w", len(rawManifest), maxMetadataBytes, ErrInvalid)
+	}
+	if len(manifest.Layers) > maxLayers {
+		return nil, fmt.Errorf("the image has %d layers, more than the %d an image may have: %w", len(manifest.Layers), maxLayers, ErrInvalid)
+	}
+	if manifest.Config.Size > maxMetadataBytes {
+		return nil, fmt.Errorf("the image configuration is %d bytes, more than the %d an image may have: %w", manifest.Config.Size, maxMetadataBytes, ErrInvalid)
+	}
 	if !manifest.Config.MediaType.IsConfig() {
 		return nil, fmt.Errorf("config media type %q is not an image configuration: %w", manifest.Config.MediaType, ErrInvalid)
 	}
@@ -52,10 +84,13 @@ func (s *Store) ingest(ctx context.Context, img v1.Image, tenant, ref string, pr
 	if err != nil {
 		return nil, fmt.Errorf("reading image configuration: %w", classify(err))
 	}
+	if len(rawConfig) > maxMetadataBytes {
+		return nil, fmt.Errorf("the image configuration is %d bytes, more than the %d an image may have: %w", len(rawConfig), maxMetadataBytes, ErrInvalid)
+	}
 	if got := sha256Of(rawConfig); got != manifest.Config.Digest.String() {
 		return nil, fmt.Errorf("image configuration is %s, the manifest says %s: %w", got, manifest.Config.Digest, ErrInvalid)
 	}
-	cf, err := v1.ParseConfigFile(strings.NewReader(string(rawConfig)))
+	cf, err := v1.ParseConfigFile(bytes.NewReader(rawConfig))
 	if err != nil {
 		return nil, fmt.Errorf("image configuration: %v: %w", err, ErrInvalid)
 	}
@@ -97,9 +132,19 @@ func (s *Store) ingest(ctx context.Context, img v1.Image, tenant, ref string, pr
 			Labels:     cf.Config.Labels,
 		},
 	}
+	if kept, err := json.Marshal(rec.Config); err != nil || len(kept) > maxConfigKept {
+		return nil, fmt.Errorf("the image's environment, command and labels take %d bytes, more than the %d a node keeps: %w", len(kept), maxConfigKept, ErrInvalid)
+	}
 	type placed struct{ from, to string }
 	var moves []placed
 	sizes := map[string]int64{}
+	seen, err := s.layersSeen(tenant)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range mine {
+		seen[d] = true
+	}
 	var reused []string // diff ids already on the node
 	for i, desc := range manifest.Layers {
 		if !desc.MediaType.IsLayer() {
@@ -109,7 +154,7 @@ func (s *Store) ingest(ctx context.Context, img v1.Image, tenant, ref string, pr
 		rec.LayerDigests = append(rec.LayerDigests, desc.Digest.String())
 		rec.DiffIDs = append(rec.DiffIDs, diffID.String())
 		p.Layer = desc.Digest.String()
-		if s.has(diffID.String(), desc.Digest.String()) {
+		if seen[diffID.String()] && s.has(diffID.String(), desc.Digest.String()) {
 			reused = append(reused, diffID.String())
 			p.Done += desc.Size
 			p.LayersDone++
@@ -160,6 +205,18 @@ func (s *Store) ingest(ctx context.Context, img v1.Image, tenant, ref string, pr
 
 	var out *Image
 	err = s.withState(func(st *state) (bool, error) {
+		tagRef := ref
+		if tagRef == "" {
+			tagRef = digest
+			if _, ok := canSee(st, tenant, digest); ok {
+				tagRef = "" // reachable already
+			}
+		}
+		if tagRef != "" {
+			if err := s.roomForTag(st, tenant, tagRef); err != nil {
+				return false, err
+			}
+		}
 		for _, d := range reused {
 			if _, err := os.Stat(s.layerPath(d)); err != nil {
 				return false, fmt.Errorf("layer %s was collected while in use; try again: %w", d, ErrUnavailable)
@@ -186,14 +243,15 @@ func (s *Store) ingest(ctx context.Context, img v1.Image, tenant, ref string, pr
 		}
 		st.Images[digest] = rec
 		public := false
+		if tagRef != "" {
+			// The ref, or an untagged import's digest so that it stays
+			// reachable.
+			tag(st, tenant, tagRef, digest)
+		}
 		if ref != "" {
-			tag(st, tenant, ref, digest)
 			if t := visible(st, tenant, ref); t != nil {
 				public = t.Public
 			}
-		} else if _, ok := canSee(st, tenant, digest); !ok {
-			// An untagged import stays reachable by its digest.
-			tag(st, tenant, digest, digest)
 		}
 		name := ref
 		if name == "" {
@@ -208,6 +266,26 @@ func (s *Store) ingest(ctx context.Context, img v1.Image, tenant, ref string, pr
 	p.Phase, p.Layer = "done", ""
 	progress(p)
 	return out, nil
+}
+
+// layersSeen is the set of diff ids of the images a tenant sees: its own
+// tags' and the public ones'.
+func (s *Store) layersSeen(tenant string) (map[string]bool, error) {
+	seen := map[string]bool{}
+	err := s.withState(func(st *state) (bool, error) {
+		for _, t := range st.Tags {
+			if t.Tenant != tenant && !t.Public {
+				continue
+			}
+			if rec := st.Images[t.Digest]; rec != nil {
+				for _, d := range rec.DiffIDs {
+					seen[d] = true
+				}
+			}
+		}
+		return false, nil
+	})
+	return seen, err
 }
 
 // has reports whether a layer is unpacked and its blob kept on this node.
@@ -235,19 +313,27 @@ func (s *Store) unpack(ctx context.Context, rc io.Reader, blob, dir string, dige
 	}
 	defer f.Close()
 	ch, dh := sha256.New(), sha256.New()
+	// Both streams are bounded, each by what the layer may unpack to plus
+	// its tar headers: zeros after the tar's end (read for the digests)
+	// or zstd's skippable frames would otherwise keep the node reading
+	// and decompressing terabytes from a small blob, or fill its disk.
+	limit := s.maxLayer + s.maxEntries*2048
 	counted := &countingReader{r: rc, fn: read}
-	compressed := io.TeeReader(counted, io.MultiWriter(f, ch))
+	compressed := io.TeeReader(&boundedReader{r: counted, left: limit, what: "is"}, io.MultiWriter(f, ch))
 	ds, err := compression.DecompressStream(compressed)
 	if err != nil {
 		return 0, fmt.Errorf("not a layer archive: %v: %w", err, ErrInvalid)
 	}
 	defer ds.Close()
-	tarStream := io.TeeReader(ds, dh)
+	tarStream := io.TeeReader(&boundedReader{r: ds, left: limit, what: "decompresses to"}, dh)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return 0, err
 	}
-	var total int64
+	var total, entries int64
 	filter := func(h *tar.Header) (bool, error) {
+		if entries++; entries > s.maxEntries {
+			return false, fmt.Errorf("layer has more than %d files: %w", s.maxEntries, ErrInvalid)
+		}
 		switch h.Typeflag {
 		case tar.TypeBlock, tar.TypeChar:
 			s.log.Warn("image layer: device node skipped", "layer", digest.String(), "path", h.Name)
@@ -292,11 +378,65 @@ func (s *Store) unpack(ctx context.Context, rc io.Reader, blob, dir string, dige
 	return size, nil
 }
 
+// classifyUnpack turns an unpacking failure into one of the store's kinds.
 func classifyUnpack(err error) error {
 	if errors.Is(err, ErrInvalid) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EIO) {
 		return err
 	}
-	return fmt.Errorf("unpacking: %v: %w", err, ErrInvalid)
+	return fmt.Errorf("unpacking: %w: %w", err, ErrInvalid)
+}
+
+// scrubbedError is an error whose message no longer names the node's own
+// directory; it still is what it wraps.
+type scrubbedError struct {
+	msg string
+	err error
+}
+
+func (e *scrubbedError) Error() string { return e.msg }
+func (e *scrubbedError) Unwrap() error { return e.err }
+
+// scrub takes the store's directory out of err's message: a caller learns
+// what in its image failed (a layer's own paths), never where the node keeps
+// its store or its pid (in the name of its work directory). A session's
+// layer directory, given as layer, is "the session's layer".
+func (s *Store) scrub(err error, layer ...string) error {
+	if err == nil {
+		return nil
+	}
+	work := regexp.MustCompile(regexp.QuoteMeta(s.tmp) + `/[^/\s"]+(/layout|/layer-[0-9a-f]+)?/?`)
+	msg := work.ReplaceAllString(err.Error(), "")
+	msg = strings.ReplaceAll(msg, s.dir, "the image store")
+	for _, l := range layer {
+		msg = strings.ReplaceAll(msg, l, "the session's layer")
+	}
+	if msg == err.Error() {
+		return err
+	}
+	return &scrubbedError{msg: msg, err: err}
+}
+
+// boundedReader fails, ErrInvalid, once more than left bytes were read.
+type boundedReader struct {
+	r    io.Reader
+	left int64
+	what string
+	max  int64
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	if b.max == 0 {
+		b.max = b.left
+	}
+	if b.left <= 0 {
+		return 0, fmt.Errorf("the layer %s more than %d bytes: %w", b.what, b.max, ErrInvalid)
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	return n, err
 }
 
 type countingReader struct {

@@ -83,6 +83,15 @@ type Deps struct {
 	// MaxLayerBytes bounds the unpacked size of one layer (0: 64 GiB), so a
 	// hostile layer of huge or sparse files cannot fill the disk.
 	MaxLayerBytes int64
+	// MaxLayerEntries bounds the files, directories and links of one layer
+	// (0: 4 million), so a layer of empty files cannot use up the disk's
+	// inodes while its bytes stay under MaxLayerBytes.
+	MaxLayerEntries int64
+	// MaxImportBytes bounds an archive being imported, as it unpacks
+	// (0: 64 GiB): a small gzip bomb cannot fill the disk with its spool.
+	MaxImportBytes int64
+	// MaxTenantTags bounds the tags one tenant holds on the node (0: 1000).
+	MaxTenantTags int
 	// Platform this node runs; empty: linux and runtime.GOARCH.
 	OS, Architecture string
 }
@@ -92,7 +101,9 @@ type Store struct {
 	dir, blobs, layers, tmp string
 	log                     *slog.Logger
 	keychain                func(string) authn.Keychain
-	maxLayer                int64
+	maxLayer, maxEntries    int64
+	maxImport               int64
+	maxTags                 int
 	os, arch                string
 	layout                  layout.Path
 
@@ -114,18 +125,30 @@ func New(ctx context.Context, d Deps) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		dir:      dir,
-		blobs:    dir,
-		layers:   filepath.Join(dir, "layers", "sha256"),
-		tmp:      filepath.Join(dir, "tmp"),
-		log:      d.Logger,
-		keychain: d.Keychain,
-		maxLayer: d.MaxLayerBytes,
-		os:       d.OS,
-		arch:     d.Architecture,
+		dir:        dir,
+		blobs:      dir,
+		layers:     filepath.Join(dir, "layers", "sha256"),
+		tmp:        filepath.Join(dir, "tmp"),
+		log:        d.Logger,
+		keychain:   d.Keychain,
+		maxLayer:   d.MaxLayerBytes,
+		maxEntries: d.MaxLayerEntries,
+		maxImport:  d.MaxImportBytes,
+		maxTags:    d.MaxTenantTags,
+		os:         d.OS,
+		arch:       d.Architecture,
 	}
 	if s.maxLayer <= 0 {
 		s.maxLayer = 64 << 30
+	}
+	if s.maxEntries <= 0 {
+		s.maxEntries = 4 << 20
+	}
+	if s.maxImport <= 0 {
+		s.maxImport = 64 << 30
+	}
+	if s.maxTags <= 0 {
+		s.maxTags = 1000
 	}
 	if s.os == "" {
 		s.os = "linux"
@@ -413,6 +436,29 @@ func (s *Store) Tags(ctx context.Context) ([]Tag, error) {
 		return false, nil
 	})
 	return out, err
+}
+
+// roomForTag refuses a tag the tenant does not hold yet once it holds
+// maxTags: every image call reads the store's state, so one tenant's
+// thousands of tags would slow every other's. The system's are not counted.
+func (s *Store) roomForTag(st *state, tenant, ref string) error {
+	if tenant == "" {
+		return nil
+	}
+	n := 0
+	for _, t := range st.Tags {
+		if t.Tenant != tenant {
+			continue
+		}
+		if t.Ref == ref {
+			return nil // moved, not added
+		}
+		n++
+	}
+	if n >= s.maxTags {
+		return fmt.Errorf("the tenant holds %d image tags on this node, the most it may; delete some first: %w", n, ErrExhausted)
+	}
+	return nil
 }
 
 // tag points a tenant's ref at an image, replacing what it pointed at.

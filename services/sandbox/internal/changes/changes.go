@@ -76,19 +76,57 @@ func isWhiteout(fi fs.FileInfo) bool {
 	return ok && st.Rdev == 0
 }
 
-func isOpaque(dir string) bool {
+// isOpaque reports whether the upper directory open as d (at rel beneath
+// root) replaces its lower one.
+func isOpaque(root *os.Root, d *os.File, rel string) bool {
 	buf := make([]byte, 4)
 	for _, x := range []string{xattrOpq, xattrFOpq, "user.overlay.opaque"} {
-		if n, err := unix.Lgetxattr(dir, x, buf); err == nil && n > 0 && buf[0] == 'y' {
+		if n, err := unix.Fgetxattr(int(d.Fd()), x, buf); err == nil && n > 0 && buf[0] == 'y' {
 			return true
 		}
 	}
 	for _, m := range []string{whOpaque, whOpaque2} {
-		if _, err := os.Lstat(filepath.Join(dir, m)); err == nil {
+		if _, err := root.Lstat(path.Join(rel, m)); err == nil {
 			return true
 		}
 	}
 	return false
+}
+
+// upperEntry is a name in an upper directory with what Lstat said of it.
+type upperEntry struct {
+	name string
+	fi   fs.FileInfo
+}
+
+// readUpper lists the upper directory rel beneath root, sorted by name,
+// each entry's information read beneath root too: the session may swap a
+// directory for a link to the node's files while it is listed, and the
+// list must show its own entries only. An entry gone meanwhile is left out.
+func readUpper(root *os.Root, rel string) ([]upperEntry, bool, error) {
+	d, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, false, err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, false, err
+	}
+	opaque := rel != "." && isOpaque(root, d, rel)
+	sort.Strings(names)
+	out := make([]upperEntry, 0, len(names))
+	for _, n := range names {
+		fi, err := root.Lstat(path.Join(rel, n))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		out = append(out, upperEntry{n, fi})
+	}
+	return out, opaque, nil
 }
 
 // List returns the changes of upper over lower at or beneath prefix
@@ -97,7 +135,12 @@ func isOpaque(dir string) bool {
 // left out.
 func List(upper, lower, prefix string, skip func(rel string) bool) ([]Change, error) {
 	var out []Change
-	w := walker{upper: upper, lower: lower, skip: skip}
+	root, err := os.OpenRoot(upper)
+	if err != nil {
+		return nil, fmt.Errorf("read upper layer: %w", err)
+	}
+	defer root.Close()
+	w := walker{root: root, lower: lower, skip: skip}
 	if err := w.walk(".", &out); err != nil {
 		return nil, err
 	}
@@ -120,33 +163,27 @@ func Covers(sel, p string) bool {
 	return sel == "" || sel == "." || p == sel || strings.HasPrefix(p, sel+"/")
 }
 
+// walker lists an upper layer, read beneath its root (the session's, whose
+// programs may run meanwhile), against its lower one (the node's).
 type walker struct {
-	upper, lower string
-	skip         func(rel string) bool
+	root  *os.Root
+	lower string
+	skip  func(rel string) bool
 }
 
 func (w walker) walk(rel string, out *[]Change) error {
-	upper, lower := w.upper, w.lower
-	udir := filepath.Join(upper, rel)
-	entries, err := os.ReadDir(udir)
+	lower := w.lower
+	entries, opaque, err := readUpper(w.root, rel)
 	if err != nil {
 		return fmt.Errorf("read upper layer: %w", err)
 	}
-	opaque := rel != "." && isOpaque(udir)
 	names := map[string]bool{}
 	for _, e := range entries {
-		name := e.Name()
+		name, fi := e.name, e.fi
 		if name == whOpaque || name == whOpaque2 {
 			continue
 		}
 		p := path.Join(rel, name)
-		fi, err := e.Info()
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				continue
-			}
-			return err
-		}
 		if strings.HasPrefix(name, whPrefix) && fi.Mode().IsRegular() {
 			p = path.Join(rel, strings.TrimPrefix(name, whPrefix))
 			names[path.Base(p)] = true
@@ -172,7 +209,7 @@ func (w walker) walk(rel string, out *[]Change) error {
 					kind = Modified
 				}
 				*out = append(*out, Change{Path: p, Kind: kind, IsDir: true})
-				if err := addAll(upper, p, out); err != nil {
+				if err := addAll(w.root, p, out); err != nil {
 					return err
 				}
 			default:
@@ -183,7 +220,7 @@ func (w walker) walk(rel string, out *[]Change) error {
 		case !inLower:
 			*out = append(*out, Change{Path: p, Kind: Added, Size: fi.Size()})
 		default:
-			if lfi.IsDir() || !same(filepath.Join(upper, p), filepath.Join(lower, p), fi, lfi) {
+			if lfi.IsDir() || !same(w.root, p, filepath.Join(lower, p), fi, lfi) {
 				*out = append(*out, Change{Path: p, Kind: Modified, Size: fi.Size()})
 			}
 		}
@@ -208,26 +245,23 @@ func deleted(lower, p string, opaque bool) Change {
 }
 
 // addAll reports everything beneath an added directory as added.
-func addAll(upper, rel string, out *[]Change) error {
-	entries, err := os.ReadDir(filepath.Join(upper, rel))
+func addAll(root *os.Root, rel string, out *[]Change) error {
+	entries, _, err := readUpper(root, rel)
 	if err != nil {
 		return fmt.Errorf("read upper layer: %w", err)
 	}
 	for _, e := range entries {
-		if e.Name() == whOpaque || e.Name() == whOpaque2 || strings.HasPrefix(e.Name(), whPrefix) {
+		if e.name == whOpaque || e.name == whOpaque2 || strings.HasPrefix(e.name, whPrefix) {
 			continue
 		}
-		fi, err := e.Info()
-		if err != nil {
-			continue
-		}
+		fi := e.fi
 		if isWhiteout(fi) {
 			continue
 		}
-		p := path.Join(rel, e.Name())
+		p := path.Join(rel, e.name)
 		if fi.IsDir() {
 			*out = append(*out, Change{Path: p, Kind: Added, IsDir: true})
-			if err := addAll(upper, p, out); err != nil {
+			if err := addAll(root, p, out); err != nil {
 				return err
 			}
 			continue
@@ -237,26 +271,33 @@ func addAll(upper, rel string, out *[]Change) error {
 	return nil
 }
 
-// same reports whether a copied-up file still equals its lower original:
-// a copy-up happens on open for writing or on a metadata change, even when
-// nothing was written.
-func same(u, l string, ufi, lfi fs.FileInfo) bool {
+// same reports whether a copied-up file (rel beneath the upper root, as
+// ufi) still equals its lower original l: a copy-up happens on open for
+// writing or on a metadata change, even when nothing was written. The upper
+// file is opened beneath its root, without following a link or blocking,
+// and must still be the file ufi describes: a FIFO or a link swapped in
+// since the listing is no match, never a read of the node's files or a
+// call that hangs.
+func same(root *os.Root, rel, l string, ufi, lfi fs.FileInfo) bool {
 	if ufi.Mode() != lfi.Mode() || ufi.Size() != lfi.Size() {
 		return false
 	}
 	if ufi.Mode()&fs.ModeSymlink != 0 {
-		a, err1 := os.Readlink(u)
+		a, err1 := root.Readlink(rel)
 		b, err2 := os.Readlink(l)
 		return err1 == nil && err2 == nil && a == b
 	}
 	if !ufi.Mode().IsRegular() {
 		return false
 	}
-	fa, err := os.Open(u)
+	fa, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
 		return false
 	}
 	defer fa.Close()
+	if now, err := fa.Stat(); err != nil || !now.Mode().IsRegular() || !os.SameFile(now, ufi) {
+		return false
+	}
 	fb, err := os.Open(l)
 	if err != nil {
 		return false
@@ -304,8 +345,14 @@ func Compare(merged, lower, prefix string) ([]Change, error) {
 	if prefix != "" && prefix != "." {
 		start = strings.Trim(prefix, "/")
 	}
+	// Read beneath its root: the session's programs run meanwhile.
+	root, err := os.OpenRoot(merged)
+	if err != nil {
+		return nil, fmt.Errorf("read sandbox copy: %w", err)
+	}
+	defer root.Close()
 	var out []Change
-	mfi, merr := os.Lstat(filepath.Join(merged, start))
+	mfi, merr := root.Lstat(start)
 	lfi, lerr := os.Lstat(filepath.Join(lower, start))
 	switch {
 	case merr != nil && lerr != nil:
@@ -313,11 +360,11 @@ func Compare(merged, lower, prefix string) ([]Change, error) {
 			return nil, merr
 		}
 	case start == ".":
-		if err := compare(merged, lower, start, &out); err != nil {
+		if err := compare(root, lower, start, &out); err != nil {
 			return nil, err
 		}
 	default:
-		if err := compareEntry(merged, lower, start, mfi, merr, lfi, lerr, &out); err != nil {
+		if err := compareEntry(root, lower, start, mfi, merr, lfi, lerr, &out); err != nil {
 			return nil, err
 		}
 	}
@@ -325,21 +372,17 @@ func Compare(merged, lower, prefix string) ([]Change, error) {
 	return out, nil
 }
 
-func compare(merged, lower, rel string, out *[]Change) error {
-	entries, err := os.ReadDir(filepath.Join(merged, rel))
+func compare(root *os.Root, lower, rel string, out *[]Change) error {
+	entries, _, err := readUpper(root, rel)
 	if err != nil {
 		return fmt.Errorf("read sandbox copy: %w", err)
 	}
 	names := make(map[string]bool, len(entries))
 	for _, e := range entries {
-		names[e.Name()] = true
-		p := path.Join(rel, e.Name())
-		fi, err := e.Info()
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // removed meanwhile by a running program
-		}
+		names[e.name] = true
+		p := path.Join(rel, e.name)
 		lfi, lerr := os.Lstat(filepath.Join(lower, p))
-		if err := compareEntry(merged, lower, p, fi, err, lfi, lerr, out); err != nil {
+		if err := compareEntry(root, lower, p, e.fi, nil, lfi, lerr, out); err != nil {
 			return err
 		}
 	}
@@ -355,8 +398,9 @@ func compare(merged, lower, rel string, out *[]Change) error {
 	return nil
 }
 
-// compareEntry compares one path present in merged, lower or both.
-func compareEntry(merged, lower, p string, fi fs.FileInfo, ferr error, lfi fs.FileInfo, lerr error, out *[]Change) error {
+// compareEntry compares one path present in the copy (beneath root), lower
+// or both.
+func compareEntry(root *os.Root, lower, p string, fi fs.FileInfo, ferr error, lfi fs.FileInfo, lerr error, out *[]Change) error {
 	if ferr != nil {
 		if !errors.Is(ferr, fs.ErrNotExist) {
 			return ferr
@@ -371,17 +415,17 @@ func compareEntry(merged, lower, p string, fi fs.FileInfo, ferr error, lfi fs.Fi
 	case fi.IsDir():
 		if inLower && lfi.IsDir() {
 			// As in an overlay, a directory's own metadata is no change.
-			return compare(merged, lower, p, out)
+			return compare(root, lower, p, out)
 		}
 		kind := Added
 		if inLower {
 			kind = Modified
 		}
 		*out = append(*out, Change{Path: p, Kind: kind, IsDir: true})
-		return addAllCopied(merged, p, out)
+		return addAllCopied(root, p, out)
 	case !inLower:
 		*out = append(*out, Change{Path: p, Kind: Added, Size: fi.Size()})
-	case lfi.IsDir() || !unchanged(filepath.Join(merged, p), filepath.Join(lower, p), fi, lfi):
+	case lfi.IsDir() || !unchanged(root, p, filepath.Join(lower, p), fi, lfi):
 		*out = append(*out, Change{Path: p, Kind: Modified, Size: fi.Size()})
 	}
 	return nil
@@ -389,33 +433,29 @@ func compareEntry(merged, lower, p string, fi fs.FileInfo, ferr error, lfi fs.Fi
 
 // unchanged is same, with matching size and modification time taken as
 // proof: the copy was made with the lower's times.
-func unchanged(m, l string, mfi, lfi fs.FileInfo) bool {
+func unchanged(root *os.Root, rel, l string, mfi, lfi fs.FileInfo) bool {
 	if mfi.Mode().IsRegular() && mfi.Mode() == lfi.Mode() && mfi.Size() == lfi.Size() && mfi.ModTime().Equal(lfi.ModTime()) {
 		return true
 	}
-	return same(m, l, mfi, lfi)
+	return same(root, rel, l, mfi, lfi)
 }
 
 // addAllCopied reports everything beneath an added directory of a copy.
-func addAllCopied(merged, rel string, out *[]Change) error {
-	entries, err := os.ReadDir(filepath.Join(merged, rel))
+func addAllCopied(root *os.Root, rel string, out *[]Change) error {
+	entries, _, err := readUpper(root, rel)
 	if err != nil {
 		return fmt.Errorf("read sandbox copy: %w", err)
 	}
 	for _, e := range entries {
-		fi, err := e.Info()
-		if err != nil {
-			continue
-		}
-		p := path.Join(rel, e.Name())
-		if fi.IsDir() {
+		p := path.Join(rel, e.name)
+		if e.fi.IsDir() {
 			*out = append(*out, Change{Path: p, Kind: Added, IsDir: true})
-			if err := addAllCopied(merged, p, out); err != nil {
+			if err := addAllCopied(root, p, out); err != nil {
 				return err
 			}
 			continue
 		}
-		*out = append(*out, Change{Path: p, Kind: Added, Size: fi.Size()})
+		*out = append(*out, Change{Path: p, Kind: Added, Size: e.fi.Size()})
 	}
 	return nil
 }

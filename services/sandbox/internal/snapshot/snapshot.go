@@ -12,7 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -25,28 +25,36 @@ var xattrPrefixes = []string{"trusted.overlay.", "user.overlay.", "user.fuseover
 
 const paxXattr = "SCHILY.xattr."
 
-// Write archives dir into w.
-func Write(w io.Writer, dir string) error {
+// Write archives dir into w. Every entry is read beneath dir by os.Root,
+// each regular file opened without following a link or blocking and checked
+// to be the file that was listed: a layer whose session swaps a directory
+// for a link to the node's files while it is read (one running on a node
+// without cgroups, or thawed mid-archive) yields an error or its own files,
+// never the node's. The bytes of the files written are bounded by maxBytes
+// (0: unbounded), sparse files at their full size and a file linked twice
+// twice, as the archive holds them: past it, ErrTooLarge before more is read.
+func Write(w io.Writer, dir string, maxBytes int64) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
 	zw, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedDefault))
 	if err != nil {
 		return err
 	}
 	tw := tar.NewWriter(zw)
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil || rel == "." {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
+	var total int64
+	err = walk(root, ".", func(rel string, fi fs.FileInfo) error {
+		if fi.Mode().IsRegular() && maxBytes > 0 {
+			if total += fi.Size(); total > maxBytes {
+				return fmt.Errorf("%w: the layer's files add up to more than %d bytes (sparse files count at their full size; %s is %d)", ErrTooLarge, maxBytes, rel, fi.Size())
+			}
 		}
 		link := ""
 		if fi.Mode()&fs.ModeSymlink != 0 {
-			if link, err = os.Readlink(p); err != nil {
+			var err error
+			if link, err = root.Readlink(rel); err != nil {
 				return err
 			}
 		}
@@ -54,7 +62,7 @@ func Write(w io.Writer, dir string) error {
 		if err != nil {
 			return fmt.Errorf("archive %s: %w", rel, err)
 		}
-		hdr.Name = filepath.ToSlash(rel)
+		hdr.Name = rel
 		if fi.IsDir() {
 			hdr.Name += "/"
 		}
@@ -66,8 +74,14 @@ func Write(w io.Writer, dir string) error {
 				hdr.Devmajor, hdr.Devminor = int64(unix.Major(st.Rdev)), int64(unix.Minor(st.Rdev))
 			}
 		}
-		if fi.Mode()&fs.ModeSymlink == 0 {
-			for name, value := range xattrs(p) {
+		var f *os.File
+		if fi.IsDir() || fi.Mode().IsRegular() {
+			// Only directories and files carry the overlay's xattrs.
+			if f, err = openListed(root, rel, fi); err != nil {
+				return fmt.Errorf("archive %s: %w", rel, err)
+			}
+			defer f.Close()
+			for name, value := range xattrs(f) {
 				if hdr.PAXRecords == nil {
 					hdr.PAXRecords = map[string]string{}
 				}
@@ -78,13 +92,7 @@ func Write(w io.Writer, dir string) error {
 			return err
 		}
 		if fi.Mode().IsRegular() {
-			f, err := os.Open(p)
-			if err != nil {
-				return err
-			}
-			_, err = io.CopyN(tw, f, fi.Size())
-			f.Close()
-			if err != nil {
+			if _, err := io.CopyN(tw, f, fi.Size()); err != nil {
 				return fmt.Errorf("archive %s: %w", rel, err)
 			}
 		}
@@ -100,9 +108,64 @@ func Write(w io.Writer, dir string) error {
 	return zw.Close()
 }
 
-func xattrs(p string) map[string]string {
+// walk calls fn on every entry beneath rel in root (not rel itself), in
+// lexical order, directories before what they hold; it descends only into
+// what Lstat saw as a directory, opened as one beneath root.
+func walk(root *os.Root, rel string, fn func(rel string, fi fs.FileInfo) error) error {
+	d, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return err
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return err
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		p := path.Join(rel, name)
+		fi, err := root.Lstat(p)
+		if err != nil {
+			return err
+		}
+		if err := fn(p, fi); err != nil {
+			return err
+		}
+		if fi.IsDir() {
+			if err := walk(root, p, fn); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// openListed opens rel beneath root as the directory or regular file fi
+// says it was, and refuses anything else found there now.
+func openListed(root *os.Root, rel string, fi fs.FileInfo) (*os.File, error) {
+	flag := os.O_RDONLY | syscall.O_NOFOLLOW | syscall.O_NONBLOCK
+	if fi.IsDir() {
+		flag |= syscall.O_DIRECTORY
+	}
+	f, err := root.OpenFile(rel, flag, 0)
+	if err != nil {
+		return nil, err
+	}
+	now, err := f.Stat()
+	if err == nil && (now.Mode().Type() != fi.Mode().Type() || !os.SameFile(now, fi)) {
+		err = errors.New("changed while it was archived")
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func xattrs(f *os.File) map[string]string {
+	fd := int(f.Fd())
 	buf := make([]byte, 4096)
-	n, err := unix.Llistxattr(p, buf)
+	n, err := unix.Flistxattr(fd, buf)
 	if err != nil || n == 0 {
 		return nil
 	}
@@ -116,12 +179,15 @@ func xattrs(p string) map[string]string {
 			continue
 		}
 		val := make([]byte, 4096)
-		if m, err := unix.Lgetxattr(p, name, val); err == nil {
+		if m, err := unix.Fgetxattr(fd, name, val); err == nil {
 			out[name] = string(val[:m])
 		}
 	}
 	return out
 }
+
+// ErrTooLarge means the layer holds more than Write was let to archive.
+var ErrTooLarge = errors.New("layer too large to archive")
 
 // ErrBadArchive means the archive holds something Extract refuses.
 var ErrBadArchive = errors.New("bad snapshot archive")

@@ -30,7 +30,7 @@ func TestRoundTripKeepsWhiteoutsAndOpaqueDirs(t *testing.T) {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	if err := Write(&buf, src); err != nil {
+	if err := Write(&buf, src, 0); err != nil {
 		t.Fatal(err)
 	}
 	dst := t.TempDir()
