@@ -339,7 +339,13 @@ func (s *Service) restartPrograms(ctx context.Context, b *box, progs []*proc) {
 	b.desktopStart.Store(0)
 	b.a11ySettled.Store(false)
 	for _, p := range progs {
-		<-p.p.Done()
+		select {
+		case <-p.p.Done():
+		case <-time.After(10 * time.Second):
+			// The container did not go (its delete failed): the program
+			// still runs.
+			continue
+		}
 		if _, err := s.startProcessAs(ctx, p.req, p.id); err != nil {
 			s.log.WarnContext(ctx, "a program did not start again with its container", "session_id", b.id, "process_id", p.id, "argv0", p.argv[0], "err", err)
 			continue
