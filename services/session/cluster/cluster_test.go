@@ -544,6 +544,66 @@ func TestMemberKeepsSessionsWhenRedisForgets(t *testing.T) {
 	}
 }
 
+// Redis restarted empty and another session replica rebuilt the map
+// before this replica's watcher looked: it never saw Redis without a map,
+// only a new one whose nodes have not heartbeated into it yet. It waits
+// the grace all the same before judging any heartbeat.
+func TestWatcherWaitsOutTheGraceAfterAnotherReplicaRebuilt(t *testing.T) {
+	reg, rdb := newRegistry(t)
+	ctx := context.Background()
+	addNode(t, reg, "n1", 5, nil)
+	// n0 never heartbeats: its sessions are reported each time the grace
+	// is over, which shows when the watcher judges.
+	if err := reg.Register(ctx, NodeInfo{ID: "n0", Address: "127.0.0.1:10", Capacity: placement.Capacity{Sessions: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	records := []Assignment{{SessionID: "s0", NodeID: "n0", Tenant: "t"}, {SessionID: "s1", NodeID: "n1", Tenant: "t"}}
+	lost := make(chan string, 100)
+	const interval = 20 * time.Millisecond
+	w := WatchWith(reg, WatchConfig{Interval: interval, Grace: 50 * interval,
+		Records: func(context.Context) ([]Assignment, error) { return records, nil },
+		Lost: func(_ context.Context, id string) error {
+			lost <- id
+			return nil
+		}})
+	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	if id := <-lost; id != "n0" {
+		t.Fatalf("reported %s lost, want n0", id)
+	}
+
+	// In one transaction, as the watcher sees it: every key gone, and the
+	// map rebuilt by another replica from the same records.
+	iter := rdb.Scan(ctx, 0, reg.Prefix()+"*", 1000).Iterator()
+	var ks []string
+	for iter.Next(ctx) {
+		ks = append(ks, iter.Val())
+	}
+	if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, ks...)
+		for _, a := range records {
+			restoreScript.Eval(ctx, p, nil, reg.Prefix(), a.NodeID, a.SessionID, 0, 0, a.Tenant)
+		}
+		p.Set(ctx, reg.k.epoch(), "rebuilt-elsewhere", 0)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// n1 heartbeats again well within the grace.
+	time.Sleep(10 * interval)
+	addNode(t, reg, "n1", 5, nil)
+	select {
+	case id := <-lost:
+		if id != "n0" {
+			t.Fatalf("reported %s lost before the grace was over, want only n0", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sessions of a node that is gone were not reported lost after the rebuild")
+	}
+	if a, err := reg.Lookup(ctx, "s1"); err != nil || a.NodeID != "n1" {
+		t.Fatalf("s1 in the rebuilt map: %+v, %v", a, err)
+	}
+}
+
 // A frozen Redis (it accepts connections and never answers) fails every
 // registry call, and so every placement, instead of holding it forever.
 func TestRegistryCallsHaveDeadlines(t *testing.T) {

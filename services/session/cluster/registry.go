@@ -359,8 +359,10 @@ func (r *Registry) Assigned(ctx context.Context, id string) (map[string]bool, er
 }
 
 // DeadWithSessions returns the nodes whose heartbeat expired while the map
-// still gives them sessions.
-func (r *Registry) DeadWithSessions(ctx context.Context) ([]string, error) {
+// still gives them sessions. It returns none unless the map is still the
+// one of epoch (read in the same transaction as the heartbeats): in a map
+// rebuilt meanwhile, every heartbeat is missing until the nodes renew it.
+func (r *Registry) DeadWithSessions(ctx context.Context, epoch string) ([]string, error) {
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
 	ids, err := r.rdb.HKeys(ctx, r.k.nodes()).Result()
@@ -369,15 +371,20 @@ func (r *Registry) DeadWithSessions(ctx context.Context) ([]string, error) {
 	}
 	alive := make([]*redis.IntCmd, len(ids))
 	held := make([]*redis.IntCmd, len(ids))
-	_, err = r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	var cur *redis.StringCmd
+	_, err = r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		cur = p.Get(ctx, r.k.epoch())
 		for i, id := range ids {
 			alive[i] = p.Exists(ctx, r.k.alive(id))
 			held[i] = p.SCard(ctx, r.k.sessions(id))
 		}
 		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("read node heartbeats: %w", err)
+	}
+	if cur.Val() != epoch {
+		return nil, nil
 	}
 	var dead []string
 	for i, id := range ids {
