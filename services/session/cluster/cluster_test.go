@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/deskgrid/deskgrid/services/platform/noderoute"
 	"github.com/deskgrid/deskgrid/services/platform/testkit"
 	"github.com/deskgrid/deskgrid/services/session/placement"
 )
@@ -601,6 +602,55 @@ func TestWatcherWaitsOutTheGraceAfterAnotherReplicaRebuilt(t *testing.T) {
 	}
 	if a, err := reg.Lookup(ctx, "s1"); err != nil || a.NodeID != "n1" {
 		t.Fatalf("s1 in the rebuilt map: %+v, %v", a, err)
+	}
+}
+
+// Redis lost its data: until the session map is rebuilt and the session's
+// node registers again, a call routed by the session is told to try again
+// (UNAVAILABLE at the router), not that the session runs nowhere (NOT_FOUND).
+func TestResolveWhileTheMapIsRebuilt(t *testing.T) {
+	reg, rdb := newRegistry(t)
+	ctx := context.Background()
+	if _, err := reg.Restore(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	addNode(t, reg, "n1", 5, nil)
+	if _, err := NewPlacer(reg, PlacerConfig{Seed: 1}).Place(ctx, placement.Request{SessionID: "s1", Tenant: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	resolve := reg.RouteResolver().Resolve
+	if addr, err := resolve(ctx, "s1"); err != nil || addr != "127.0.0.1:1n1" {
+		t.Fatalf("resolve s1: %q, %v", addr, err)
+	}
+	if _, err := resolve(ctx, "s2"); !errors.Is(err, noderoute.ErrNotPlaced) {
+		t.Fatalf("resolve a session never placed: %v, want ErrNotPlaced", err)
+	}
+
+	iter := rdb.Scan(ctx, 0, reg.Prefix()+"*", 1000).Iterator()
+	var ks []string
+	for iter.Next(ctx) {
+		ks = append(ks, iter.Val())
+	}
+	if err := rdb.Del(ctx, ks...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"s1", "s2"} {
+		if _, err := resolve(ctx, id); !errors.Is(err, ErrMapRebuilding) || errors.Is(err, noderoute.ErrNotPlaced) {
+			t.Fatalf("resolve %s without a session map: %v, want ErrMapRebuilding", id, err)
+		}
+	}
+	if _, err := reg.Restore(ctx, []Assignment{{SessionID: "s1", NodeID: "n1", Tenant: "t"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := resolve(ctx, "s1"); !errors.Is(err, ErrMapRebuilding) || errors.Is(err, noderoute.ErrNotPlaced) {
+		t.Fatalf("resolve s1 before its node registered again: %v, want ErrMapRebuilding", err)
+	}
+	if _, err := resolve(ctx, "s2"); !errors.Is(err, noderoute.ErrNotPlaced) {
+		t.Fatalf("resolve a session the rebuilt map does not hold: %v, want ErrNotPlaced", err)
+	}
+	addNode(t, reg, "n1", 5, nil)
+	if addr, err := resolve(ctx, "s1"); err != nil || addr != "127.0.0.1:1n1" {
+		t.Fatalf("resolve s1 once its node registered again: %q, %v", addr, err)
 	}
 }
 

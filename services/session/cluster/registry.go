@@ -325,7 +325,10 @@ func (r *Registry) Lookup(ctx context.Context, sessionID string) (Assignment, er
 }
 
 // Resolve returns the gRPC address of the node sessionID runs on, in one
-// round trip; ErrSessionNotPlaced when the map has no entry.
+// round trip; ErrSessionNotPlaced when the map has no entry. While Redis
+// holds no session map, or the map names a node that has not registered
+// since it was rebuilt (Redis lost its data moments ago), the error wraps
+// ErrMapRebuilding: the session may well run, ask again shortly.
 func (r *Registry) Resolve(ctx context.Context, sessionID string) (string, error) {
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
@@ -336,7 +339,12 @@ func (r *Registry) Resolve(ctx context.Context, sessionID string) (string, error
 	if err != nil {
 		return "", fmt.Errorf("look up session %s: %w", sessionID, err)
 	}
-	if len(res) == 0 || res[0] == "" {
+	switch {
+	case len(res) == 4 && res[3] == "no-map":
+		return "", fmt.Errorf("session %s: Redis holds no session map (restarted empty?) until a session replica rebuilds it from the records: %w", sessionID, ErrMapRebuilding)
+	case len(res) == 4 && res[3] == "unregistered":
+		return "", fmt.Errorf("session %s: its node %s has not registered again since the session map was rebuilt: %w", sessionID, res[1], ErrMapRebuilding)
+	case len(res) == 0 || res[0] == "":
 		return "", fmt.Errorf("session %s: its node %v is no longer registered: %w", sessionID, res, ErrNodeNotFound)
 	}
 	return res[0], nil
