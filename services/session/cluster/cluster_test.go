@@ -484,17 +484,7 @@ func TestMemberKeepsSessionsWhenRedisForgets(t *testing.T) {
 	}
 
 	// Redis forgets everything of this deployment.
-	flush := func() {
-		iter := rdb.Scan(ctx, 0, reg.Prefix()+"*", 1000).Iterator()
-		var ks []string
-		for iter.Next(ctx) {
-			ks = append(ks, iter.Val())
-		}
-		if err := rdb.Del(ctx, ks...).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	flush()
+	forget(t, rdb, reg)
 	testkit.Eventually(t, 10*time.Second, func() bool {
 		n, err := reg.Node(ctx, "n1")
 		return err == nil && n.Alive
@@ -626,14 +616,7 @@ func TestResolveWhileTheMapIsRebuilt(t *testing.T) {
 		t.Fatalf("resolve a session never placed: %v, want ErrNotPlaced", err)
 	}
 
-	iter := rdb.Scan(ctx, 0, reg.Prefix()+"*", 1000).Iterator()
-	var ks []string
-	for iter.Next(ctx) {
-		ks = append(ks, iter.Val())
-	}
-	if err := rdb.Del(ctx, ks...).Err(); err != nil {
-		t.Fatal(err)
-	}
+	forget(t, rdb, reg)
 	for _, id := range []string{"s1", "s2"} {
 		if _, err := resolve(ctx, id); !errors.Is(err, ErrMapRebuilding) || errors.Is(err, noderoute.ErrNotPlaced) {
 			t.Fatalf("resolve %s without a session map: %v, want ErrMapRebuilding", id, err)
@@ -652,6 +635,58 @@ func TestResolveWhileTheMapIsRebuilt(t *testing.T) {
 	if addr, err := resolve(ctx, "s1"); err != nil || addr != "127.0.0.1:1n1" {
 		t.Fatalf("resolve s1 once its node registered again: %q, %v", addr, err)
 	}
+}
+
+// forget removes every key of reg's deployment, as a flush or a restart of
+// Redis without its data would.
+func forget(t *testing.T, rdb *redis.Client, reg *Registry) {
+	t.Helper()
+	ctx := context.Background()
+	iter := rdb.Scan(ctx, 0, reg.Prefix()+"*", 1000).Iterator()
+	var ks []string
+	for iter.Next(ctx) {
+		ks = append(ks, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(ks) > 0 {
+		if err := rdb.Del(ctx, ks...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Redis lost its data: the node records its images again, so placement
+// goes on preferring the nodes that hold a session's image (a node that
+// cannot pull it, such as one that reaches no registry, is not chosen).
+func TestMemberRecordsItsImagesAgainWhenRedisForgets(t *testing.T) {
+	reg, rdb := newRegistry(t)
+	ctx := context.Background()
+	if _, err := reg.Restore(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	keys := placement.ImageKeys("t", "docker.io/team/desk:v1")
+	cfg := MemberConfig{Node: NodeInfo{ID: "n1", Address: "127.0.0.1:9", Capacity: placement.Capacity{Sessions: 5}},
+		Interval: 50 * time.Millisecond, TTL: 500 * time.Millisecond,
+		Images: func(context.Context) ([]string, error) { return keys, nil }}
+	m, err := Join(ctx, reg, cfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close(context.Background(), true) })
+	holds := func() bool {
+		snap, err := reg.SnapshotFor(ctx, "t", keys)
+		return err == nil && len(snap) == 1 && snap[0].Alive && snap[0].HasImage
+	}
+	testkit.Eventually(t, 10*time.Second, holds, "the node's images recorded")
+
+	forget(t, rdb, reg)
+	// A session replica rebuilds the map.
+	if _, err := reg.Restore(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, holds, "the node's images recorded again")
 }
 
 // A frozen Redis (it accepts connections and never answers) fails every

@@ -271,12 +271,16 @@ func (m *Member) loop() {
 // longer its own. If Redis lost its data instead (restarted empty,
 // flushed), the missing map says nothing about this node's sessions: it
 // keeps every desktop until a session replica has rebuilt the map from the
-// session records, and reconciles against that (settle). Registration is
-// refreshed either way, in case it was lost too.
+// session records, and reconciles against that (settle). Registration and
+// the node's images are recorded again either way, in case they were lost
+// too.
 func (m *Member) rejoined(ctx context.Context) error {
 	if err := m.reg.Register(ctx, m.cfg.Node); err != nil {
 		return err
 	}
+	// Redis may have lost the node's images with the rest: they are
+	// recorded again after this heartbeat.
+	m.imagesOK = false
 	epoch, err := m.reg.Epoch(ctx)
 	if err != nil {
 		return err
