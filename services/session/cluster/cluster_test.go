@@ -116,6 +116,10 @@ func TestConcurrentPlacementNeverOverfills(t *testing.T) {
 func TestPlaceReleaseAndMap(t *testing.T) {
 	reg, _ := newRegistry(t)
 	ctx := context.Background()
+	// The session map is built, as a session replica does at its start.
+	if _, err := reg.Restore(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
 	addNode(t, reg, "a", 1, map[string]string{"region": "eu"})
 	addNode(t, reg, "b", 1, map[string]string{"region": "us"})
 	p := NewPlacer(reg, PlacerConfig{Seed: 7})
