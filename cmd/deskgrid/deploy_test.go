@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -49,6 +50,7 @@ func TestDockerComposeConfigValid(t *testing.T) {
 			Command     []string
 			Environment map[string]string
 			Networks    map[string]struct{ Aliases []string }
+			Volumes     []string
 		}
 	}
 	if err := yaml.Unmarshal(out, &cfg); err != nil {
@@ -70,6 +72,9 @@ func TestDockerComposeConfigValid(t *testing.T) {
 			if svc.Environment[k] != v {
 				t.Errorf("%s: %s is %q, want the one given", name, k, svc.Environment[k])
 			}
+		}
+		if dir := cmp.Or(svc.Environment["DESKGRID_DATA_DIR"], "/tmp/deskgrid"); svc.Command[1] == "history" && !onVolume(dir, svc.Volumes) {
+			t.Errorf("%s keeps its blobs (screenshots, recordings) in %s, not on a volume: they go with the container", name, dir)
 		}
 		if svc.Command[1] == "session" && !slices.Contains(svc.Networks["default"].Aliases, "session") {
 			t.Errorf("%s does not answer to the name session", name)
@@ -124,6 +129,9 @@ func TestKubernetesManifests(t *testing.T) {
 		t.Fatalf("no manifests: %v", err)
 	}
 	kinds := map[string]int{}
+	var history map[string]any
+	var historyFile string
+	shared := map[string]bool{} // claims that several pods may mount at once
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -158,6 +166,16 @@ func TestKubernetesManifests(t *testing.T) {
 					t.Fatalf("%s: Service %s is not headless: callers would reach one replica per connection", f, name)
 				}
 			}
+			if kind == "Deployment" && doc["metadata"].(map[string]any)["name"] == "history" {
+				history, historyFile = doc, f
+			}
+			if kind == "PersistentVolumeClaim" {
+				name, _ := doc["metadata"].(map[string]any)["name"].(string)
+				modes, _ := doc["spec"].(map[string]any)["accessModes"].([]any)
+				for _, m := range modes {
+					shared[name] = shared[name] || m == "ReadWriteMany"
+				}
+			}
 			if kind == "Deployment" || kind == "DaemonSet" {
 				s := string(mustMarshal(t, doc))
 				// Every role gets the settings, the shared secrets and the
@@ -180,6 +198,10 @@ func TestKubernetesManifests(t *testing.T) {
 	if kinds["Deployment"] < 4 || kinds["DaemonSet"] != 1 || kinds["StatefulSet"] != 2 {
 		t.Fatalf("kinds %v", kinds)
 	}
+	if history == nil {
+		t.Fatal("no history Deployment")
+	}
+	historyKept(t, historyFile, history, shared)
 }
 
 func mustMarshal(t *testing.T, v any) []byte {
@@ -210,4 +232,67 @@ func envFromRefs(doc map[string]any) map[string]bool {
 		}
 	}
 	return out
+}
+
+// onVolume reports whether dir lies on one of the named volumes (compose's
+// short syntax, "name:/target[:mode]").
+func onVolume(dir string, volumes []string) bool {
+	for _, v := range volumes {
+		parts := strings.Split(v, ":")
+		if len(parts) < 2 || strings.HasPrefix(parts[0], ".") || strings.HasPrefix(parts[0], "/") {
+			continue // a bind mount of a file or directory of the host
+		}
+		if target := strings.TrimSuffix(parts[1], "/"); dir != "" && (dir == target || strings.HasPrefix(dir, target+"/")) {
+			return true
+		}
+	}
+	return false
+}
+
+// historyKept checks the history Deployment: its blob store (screenshots,
+// recordings' videos, under its data dir) is a directory, so it must be on
+// a persistent volume (an emptyDir goes with the pod), and replicas, which
+// each serve blobs from their own directory, must not be more than one
+// unless that volume is shared (a claim in shared: ReadWriteMany).
+func historyKept(t *testing.T, file string, doc map[string]any, shared map[string]bool) {
+	t.Helper()
+	get := func(m any, k string) any {
+		mm, _ := m.(map[string]any)
+		return mm[k]
+	}
+	spec := get(doc, "spec")
+	pod := get(get(spec, "template"), "spec")
+	containers, _ := get(pod, "containers").([]any)
+	if len(containers) != 1 {
+		t.Fatalf("%s: history has %d containers", file, len(containers))
+	}
+	dataDir := "/tmp/deskgrid" // the control-plane image's DESKGRID_DATA_DIR
+	env, _ := get(containers[0], "env").([]any)
+	for _, e := range env {
+		if get(e, "name") == "DESKGRID_DATA_DIR" {
+			dataDir, _ = get(e, "value").(string)
+		}
+	}
+	claims := map[string]string{} // volume name → claim name
+	vols, _ := get(pod, "volumes").([]any)
+	for _, v := range vols {
+		if c, ok := get(get(v, "persistentVolumeClaim"), "claimName").(string); ok && c != "" {
+			claims[get(v, "name").(string)] = c
+		}
+	}
+	claim := ""
+	mounts, _ := get(containers[0], "volumeMounts").([]any)
+	for _, m := range mounts {
+		mp, _ := get(m, "mountPath").(string)
+		name, _ := get(m, "name").(string)
+		if claims[name] != "" && (dataDir == mp || strings.HasPrefix(dataDir, strings.TrimSuffix(mp, "/")+"/")) {
+			claim = claims[name]
+		}
+	}
+	if claim == "" {
+		t.Errorf("%s: history keeps its blobs in %s, not on a persistent volume claim: they go with the pod", file, dataDir)
+	}
+	if n, _ := get(spec, "replicas").(int); n > 1 && !shared[claim] {
+		t.Errorf("%s: %d history replicas, each with a blob directory of its own: a screenshot one stored is not found through another", file, n)
+	}
 }

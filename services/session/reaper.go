@@ -54,6 +54,9 @@ func (s *Service) Reap(ctx context.Context) (int, error) {
 	n := 0
 	var errs []error
 	reap := func(sess *sessionv1.Session, reason string) {
+		if ctx.Err() != nil {
+			return // shutting down: the next reap, on any replica, takes the rest
+		}
 		if _, err := s.stop(ctx, sess.GetId(), reason); err != nil {
 			errs = append(errs, err)
 			return

@@ -482,6 +482,49 @@ func TestConcurrentDeletes(t *testing.T) {
 	}
 }
 
+// A caller that gives up on a delete half-way (its connection closed, a
+// gateway restarted under it) does not leave the session half torn down:
+// the service finishes taking it off its node and the session is STOPPED,
+// not FAILED with its sandbox still running on the node.
+func TestDeleteFinishesWhenTheCallerGivesUp(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	created, err := h.client.CreateSession(ctx, &sessionv1.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.GetSession().GetId()
+	entered, release := h.node.hold("sandbox.delete")
+	// Called as the gRPC server would, with the call's context, which
+	// ends when the caller goes away.
+	dctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := h.svc.DeleteSession(dctx, &sessionv1.DeleteSessionRequest{SessionId: id})
+		errc <- err
+	}()
+	<-entered
+	cancel()
+	// The delete carries on past its caller: it ends once the node
+	// answers, not when the caller left.
+	select {
+	case err := <-errc:
+		t.Fatalf("delete ended with its caller: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	release()
+	if err := <-errc; err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	s, err := h.store.Get(ctx, id)
+	if err != nil || s.GetState() != state.Stopped || s.GetStateReason() != ReasonDeleted {
+		t.Fatalf("deleted session %v, %v", s, err)
+	}
+	if d, sb := h.node.Live(); d != 0 || sb != 0 || h.placer.Used() != 0 {
+		t.Fatalf("left %d displays, %d sandboxes, %d placements", d, sb, h.placer.Used())
+	}
+}
+
 func TestDeleteWhileStarting(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()

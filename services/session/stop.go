@@ -35,8 +35,13 @@ func (s *Service) DeleteSession(ctx context.Context, req *sessionv1.DeleteSessio
 // only if nobody changed the session since it was read, the node deletes
 // succeed when there is nothing left, and a loser re-reads and carries on
 // from where the winner got.
+//
+// A stop that began goes on when its caller goes away (a client that gave
+// up, a gateway restarted, the reaper's replica shutting down): cut short,
+// it would leave the session FAILED and its sandbox running on the node.
+// StopTimeout bounds it.
 func (s *Service) stop(ctx context.Context, id, reason string) (*sessionv1.Session, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.StopTimeout)
+	ctx, cancel := detached(ctx, s.cfg.StopTimeout)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
 		if attempt > maxAttempts {

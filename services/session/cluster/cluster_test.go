@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/deskgrid/deskgrid/services/platform/noderoute"
 	"github.com/deskgrid/deskgrid/services/platform/testkit"
 	"github.com/deskgrid/deskgrid/services/session/placement"
 )
@@ -115,6 +116,10 @@ func TestConcurrentPlacementNeverOverfills(t *testing.T) {
 func TestPlaceReleaseAndMap(t *testing.T) {
 	reg, _ := newRegistry(t)
 	ctx := context.Background()
+	// The session map is built, as a session replica does at its start.
+	if _, err := reg.Restore(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
 	addNode(t, reg, "a", 1, map[string]string{"region": "eu"})
 	addNode(t, reg, "b", 1, map[string]string{"region": "us"})
 	p := NewPlacer(reg, PlacerConfig{Seed: 7})
@@ -483,17 +488,7 @@ func TestMemberKeepsSessionsWhenRedisForgets(t *testing.T) {
 	}
 
 	// Redis forgets everything of this deployment.
-	flush := func() {
-		iter := rdb.Scan(ctx, 0, reg.Prefix()+"*", 1000).Iterator()
-		var ks []string
-		for iter.Next(ctx) {
-			ks = append(ks, iter.Val())
-		}
-		if err := rdb.Del(ctx, ks...).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	flush()
+	forget(t, rdb, reg)
 	testkit.Eventually(t, 10*time.Second, func() bool {
 		n, err := reg.Node(ctx, "n1")
 		return err == nil && n.Alive
@@ -542,6 +537,160 @@ func TestMemberKeepsSessionsWhenRedisForgets(t *testing.T) {
 	if n, _ := reg.Node(ctx, "n1"); n.Used.Sessions != 1 {
 		t.Fatalf("n1 uses %d after the rebuild, want 1", n.Used.Sessions)
 	}
+}
+
+// Redis restarted empty and another session replica rebuilt the map
+// before this replica's watcher looked: it never saw Redis without a map,
+// only a new one whose nodes have not heartbeated into it yet. It waits
+// the grace all the same before judging any heartbeat.
+func TestWatcherWaitsOutTheGraceAfterAnotherReplicaRebuilt(t *testing.T) {
+	reg, rdb := newRegistry(t)
+	ctx := context.Background()
+	addNode(t, reg, "n1", 5, nil)
+	// n0 never heartbeats: its sessions are reported each time the grace
+	// is over, which shows when the watcher judges.
+	if err := reg.Register(ctx, NodeInfo{ID: "n0", Address: "127.0.0.1:10", Capacity: placement.Capacity{Sessions: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	records := []Assignment{{SessionID: "s0", NodeID: "n0", Tenant: "t"}, {SessionID: "s1", NodeID: "n1", Tenant: "t"}}
+	lost := make(chan string, 100)
+	const interval = 20 * time.Millisecond
+	w := WatchWith(reg, WatchConfig{Interval: interval, Grace: 50 * interval,
+		Records: func(context.Context) ([]Assignment, error) { return records, nil },
+		Lost: func(_ context.Context, id string) error {
+			lost <- id
+			return nil
+		}})
+	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	if id := <-lost; id != "n0" {
+		t.Fatalf("reported %s lost, want n0", id)
+	}
+
+	// In one transaction, as the watcher sees it: every key gone, and the
+	// map rebuilt by another replica from the same records.
+	iter := rdb.Scan(ctx, 0, reg.Prefix()+"*", 1000).Iterator()
+	var ks []string
+	for iter.Next(ctx) {
+		ks = append(ks, iter.Val())
+	}
+	if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, ks...)
+		for _, a := range records {
+			restoreScript.Eval(ctx, p, nil, reg.Prefix(), a.NodeID, a.SessionID, 0, 0, a.Tenant)
+		}
+		p.Set(ctx, reg.k.epoch(), "rebuilt-elsewhere", 0)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// n1 heartbeats again well within the grace.
+	time.Sleep(10 * interval)
+	addNode(t, reg, "n1", 5, nil)
+	select {
+	case id := <-lost:
+		if id != "n0" {
+			t.Fatalf("reported %s lost before the grace was over, want only n0", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sessions of a node that is gone were not reported lost after the rebuild")
+	}
+	if a, err := reg.Lookup(ctx, "s1"); err != nil || a.NodeID != "n1" {
+		t.Fatalf("s1 in the rebuilt map: %+v, %v", a, err)
+	}
+}
+
+// Redis lost its data: until the session map is rebuilt and the session's
+// node registers again, a call routed by the session is told to try again
+// (UNAVAILABLE at the router), not that the session runs nowhere (NOT_FOUND).
+func TestResolveWhileTheMapIsRebuilt(t *testing.T) {
+	reg, rdb := newRegistry(t)
+	ctx := context.Background()
+	if _, err := reg.Restore(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	addNode(t, reg, "n1", 5, nil)
+	if _, err := NewPlacer(reg, PlacerConfig{Seed: 1}).Place(ctx, placement.Request{SessionID: "s1", Tenant: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	resolve := reg.RouteResolver().Resolve
+	if addr, err := resolve(ctx, "s1"); err != nil || addr != "127.0.0.1:1n1" {
+		t.Fatalf("resolve s1: %q, %v", addr, err)
+	}
+	if _, err := resolve(ctx, "s2"); !errors.Is(err, noderoute.ErrNotPlaced) {
+		t.Fatalf("resolve a session never placed: %v, want ErrNotPlaced", err)
+	}
+
+	forget(t, rdb, reg)
+	for _, id := range []string{"s1", "s2"} {
+		if _, err := resolve(ctx, id); !errors.Is(err, ErrMapRebuilding) || errors.Is(err, noderoute.ErrNotPlaced) {
+			t.Fatalf("resolve %s without a session map: %v, want ErrMapRebuilding", id, err)
+		}
+	}
+	if _, err := reg.Restore(ctx, []Assignment{{SessionID: "s1", NodeID: "n1", Tenant: "t"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := resolve(ctx, "s1"); !errors.Is(err, ErrMapRebuilding) || errors.Is(err, noderoute.ErrNotPlaced) {
+		t.Fatalf("resolve s1 before its node registered again: %v, want ErrMapRebuilding", err)
+	}
+	if _, err := resolve(ctx, "s2"); !errors.Is(err, noderoute.ErrNotPlaced) {
+		t.Fatalf("resolve a session the rebuilt map does not hold: %v, want ErrNotPlaced", err)
+	}
+	addNode(t, reg, "n1", 5, nil)
+	if addr, err := resolve(ctx, "s1"); err != nil || addr != "127.0.0.1:1n1" {
+		t.Fatalf("resolve s1 once its node registered again: %q, %v", addr, err)
+	}
+}
+
+// forget removes every key of reg's deployment, as a flush or a restart of
+// Redis without its data would.
+func forget(t *testing.T, rdb *redis.Client, reg *Registry) {
+	t.Helper()
+	ctx := context.Background()
+	iter := rdb.Scan(ctx, 0, reg.Prefix()+"*", 1000).Iterator()
+	var ks []string
+	for iter.Next(ctx) {
+		ks = append(ks, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(ks) > 0 {
+		if err := rdb.Del(ctx, ks...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Redis lost its data: the node records its images again, so placement
+// goes on preferring the nodes that hold a session's image (a node that
+// cannot pull it, such as one that reaches no registry, is not chosen).
+func TestMemberRecordsItsImagesAgainWhenRedisForgets(t *testing.T) {
+	reg, rdb := newRegistry(t)
+	ctx := context.Background()
+	if _, err := reg.Restore(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	keys := placement.ImageKeys("t", "docker.io/team/desk:v1")
+	cfg := MemberConfig{Node: NodeInfo{ID: "n1", Address: "127.0.0.1:9", Capacity: placement.Capacity{Sessions: 5}},
+		Interval: 50 * time.Millisecond, TTL: 500 * time.Millisecond,
+		Images: func(context.Context) ([]string, error) { return keys, nil }}
+	m, err := Join(ctx, reg, cfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close(context.Background(), true) })
+	holds := func() bool {
+		snap, err := reg.SnapshotFor(ctx, "t", keys)
+		return err == nil && len(snap) == 1 && snap[0].Alive && snap[0].HasImage
+	}
+	testkit.Eventually(t, 10*time.Second, holds, "the node's images recorded")
+
+	forget(t, rdb, reg)
+	// A session replica rebuilds the map.
+	if _, err := reg.Restore(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, holds, "the node's images recorded again")
 }
 
 // A frozen Redis (it accepts connections and never answers) fails every

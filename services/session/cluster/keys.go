@@ -42,6 +42,10 @@ var ErrNodeNotFound = errors.New("node not found")
 // ErrSessionNotPlaced: the session map has no entry for the session.
 var ErrSessionNotPlaced = errors.New("session is not placed on any node")
 
+// ErrMapRebuilding: Redis lost the session map (restarted empty, flushed)
+// and it is not rebuilt yet, or its nodes have not registered again.
+var ErrMapRebuilding = errors.New("session map is being rebuilt")
+
 type keys string
 
 func (k keys) nodes() string             { return string(k) + "nodes" }

@@ -271,12 +271,16 @@ func (m *Member) loop() {
 // longer its own. If Redis lost its data instead (restarted empty,
 // flushed), the missing map says nothing about this node's sessions: it
 // keeps every desktop until a session replica has rebuilt the map from the
-// session records, and reconciles against that (settle). Registration is
-// refreshed either way, in case it was lost too.
+// session records, and reconciles against that (settle). Registration and
+// the node's images are recorded again either way, in case they were lost
+// too.
 func (m *Member) rejoined(ctx context.Context) error {
 	if err := m.reg.Register(ctx, m.cfg.Node); err != nil {
 		return err
 	}
+	// Redis may have lost the node's images with the rest: they are
+	// recorded again after this heartbeat.
+	m.imagesOK = false
 	epoch, err := m.reg.Epoch(ctx)
 	if err != nil {
 		return err
@@ -414,6 +418,7 @@ func (w *Watcher) loop() {
 	reachableSince := time.Now()
 	lastSweep := time.Now()
 	failing := false
+	epoch := ""
 	for {
 		select {
 		case <-ctx.Done():
@@ -432,24 +437,24 @@ func (w *Watcher) loop() {
 			reachableSince = time.Now()
 			w.log.Info("Redis reachable again; trusting heartbeats after a grace period", "grace", grace)
 		}
-		if w.records != nil {
-			rebuilt, err := w.rebuild(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					w.log.Warn("rebuild the session map from the session records", "err", err)
-				}
-				continue
+		cur, err := w.rebuild(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("rebuild the session map from the session records", "err", err)
 			}
-			if rebuilt {
-				// Nodes' heartbeats were lost with the rest: give them
-				// time to heartbeat again before judging any.
-				reachableSince = time.Now()
-			}
+			continue
+		}
+		if cur != epoch {
+			// A new session map, rebuilt by this replica or another one:
+			// the nodes' heartbeats were lost with the old one, so give
+			// them time to heartbeat again before judging any.
+			epoch = cur
+			reachableSince = time.Now()
 		}
 		if time.Since(reachableSince) < grace {
 			continue
 		}
-		if err := w.Check(ctx); err != nil && ctx.Err() == nil {
+		if err := w.check(ctx, epoch); err != nil && ctx.Err() == nil {
 			w.log.Warn("check node heartbeats", "err", err)
 		}
 		if w.ended != nil && time.Since(lastSweep) >= w.sweep {
@@ -463,29 +468,42 @@ func (w *Watcher) loop() {
 	}
 }
 
-// rebuild restores the session map from the records if Redis has none.
-func (w *Watcher) rebuild(ctx context.Context) (bool, error) {
+// rebuild restores the session map from the records if Redis has none
+// (when the watcher has Records), and returns the epoch of the map Redis
+// holds then.
+func (w *Watcher) rebuild(ctx context.Context) (string, error) {
 	epoch, err := w.reg.Epoch(ctx)
-	if err != nil || epoch != "" {
-		return false, err
+	if err != nil || epoch != "" || w.records == nil {
+		return epoch, err
 	}
 	recs, err := w.records(ctx)
 	if err != nil {
-		return false, err
+		return "", err
 	}
 	n, err := w.reg.Restore(ctx, recs)
 	if err != nil {
-		return false, err
+		return "", err
 	}
 	if n > 0 {
 		w.log.Warn("Redis held no session map (restarted empty?); rebuilt it from the session records", "sessions", n)
 	}
-	return true, nil
+	return w.reg.Epoch(ctx)
 }
 
 // Check runs one pass.
 func (w *Watcher) Check(ctx context.Context) error {
-	dead, err := w.reg.DeadWithSessions(ctx)
+	epoch, err := w.reg.Epoch(ctx)
+	if err != nil {
+		return err
+	}
+	return w.check(ctx, epoch)
+}
+
+// check runs one pass on the session map of epoch: a map rebuilt since
+// (Redis lost its data meanwhile) is left for the next pass, after the
+// grace its nodes are given to heartbeat into it.
+func (w *Watcher) check(ctx context.Context, epoch string) error {
+	dead, err := w.reg.DeadWithSessions(ctx, epoch)
 	if err != nil {
 		return err
 	}

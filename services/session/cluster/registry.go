@@ -325,7 +325,10 @@ func (r *Registry) Lookup(ctx context.Context, sessionID string) (Assignment, er
 }
 
 // Resolve returns the gRPC address of the node sessionID runs on, in one
-// round trip; ErrSessionNotPlaced when the map has no entry.
+// round trip; ErrSessionNotPlaced when the map has no entry. While Redis
+// holds no session map, or the map names a node that has not registered
+// since it was rebuilt (Redis lost its data moments ago), the error wraps
+// ErrMapRebuilding: the session may well run, ask again shortly.
 func (r *Registry) Resolve(ctx context.Context, sessionID string) (string, error) {
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
@@ -336,7 +339,12 @@ func (r *Registry) Resolve(ctx context.Context, sessionID string) (string, error
 	if err != nil {
 		return "", fmt.Errorf("look up session %s: %w", sessionID, err)
 	}
-	if len(res) == 0 || res[0] == "" {
+	switch {
+	case len(res) == 4 && res[3] == "no-map":
+		return "", fmt.Errorf("session %s: Redis holds no session map (restarted empty?) until a session replica rebuilds it from the records: %w", sessionID, ErrMapRebuilding)
+	case len(res) == 4 && res[3] == "unregistered":
+		return "", fmt.Errorf("session %s: its node %s has not registered again since the session map was rebuilt: %w", sessionID, res[1], ErrMapRebuilding)
+	case len(res) == 0 || res[0] == "":
 		return "", fmt.Errorf("session %s: its node %v is no longer registered: %w", sessionID, res, ErrNodeNotFound)
 	}
 	return res[0], nil
@@ -359,8 +367,10 @@ func (r *Registry) Assigned(ctx context.Context, id string) (map[string]bool, er
 }
 
 // DeadWithSessions returns the nodes whose heartbeat expired while the map
-// still gives them sessions.
-func (r *Registry) DeadWithSessions(ctx context.Context) ([]string, error) {
+// still gives them sessions. It returns none unless the map is still the
+// one of epoch (read in the same transaction as the heartbeats): in a map
+// rebuilt meanwhile, every heartbeat is missing until the nodes renew it.
+func (r *Registry) DeadWithSessions(ctx context.Context, epoch string) ([]string, error) {
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
 	ids, err := r.rdb.HKeys(ctx, r.k.nodes()).Result()
@@ -369,15 +379,20 @@ func (r *Registry) DeadWithSessions(ctx context.Context) ([]string, error) {
 	}
 	alive := make([]*redis.IntCmd, len(ids))
 	held := make([]*redis.IntCmd, len(ids))
-	_, err = r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	var cur *redis.StringCmd
+	_, err = r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		cur = p.Get(ctx, r.k.epoch())
 		for i, id := range ids {
 			alive[i] = p.Exists(ctx, r.k.alive(id))
 			held[i] = p.SCard(ctx, r.k.sessions(id))
 		}
 		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("read node heartbeats: %w", err)
+	}
+	if cur.Val() != epoch {
+		return nil, nil
 	}
 	var dead []string
 	for i, id := range ids {

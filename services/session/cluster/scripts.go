@@ -81,16 +81,25 @@ return 1
 `)
 
 // resolveScript returns the address of the node a session is on, and the
-// node id and generation: {addr, node, gen}, or nil when unplaced.
+// node id and generation: {addr, node, gen, why}, or nil when unplaced.
+// why is "no-map" when Redis holds no session map (it lost its data and
+// the map is not rebuilt yet: addr, node and gen are empty), "unregistered"
+// when the map names a node that has not registered since it was rebuilt
+// (addr is empty), "" otherwise.
 //
 // ARGV: prefix, session.
 var resolveScript = redis.NewScript(`
-local cur = redis.call('HGET', ARGV[1]..'smap', ARGV[2])
-if not cur then return nil end
+local p = ARGV[1]
+local cur = redis.call('HGET', p..'smap', ARGV[2])
+if not cur then
+  if redis.call('EXISTS', p..'epoch') == 0 then return {'', '', '', 'no-map'} end
+  return nil
+end
 local node, g = string.match(cur, '^([^\t]*)\t([^\t]*)')
-local info = redis.call('HGET', ARGV[1]..'nodes', node) or ''
+local info = redis.call('HGET', p..'nodes', node) or ''
 local addr = string.match(info, '^([^\t]*)') or ''
-return {addr, node, g}
+if addr == '' and info ~= '' then return {'', node, g, 'unregistered'} end
+return {addr, node, g, ''}
 `)
 
 // snapshotScript reads every node in one call, with a fixed number of

@@ -102,6 +102,12 @@ type Candidate struct {
 	Score float64
 }
 
+// noMatch is an ErrNoMatchingNode that says why in its own words.
+type noMatch struct{ msg string }
+
+func (e noMatch) Error() string { return e.msg }
+func (e noMatch) Unwrap() error { return ErrNoMatchingNode }
+
 // Choose samples up to K feasible nodes of snapshot with rng and returns them
 // best first: the caller reserves on the first and falls back to the next if
 // the reservation is refused (another replica filled it meanwhile). The same
@@ -111,10 +117,14 @@ type Candidate struct {
 // selector's labels, and ErrNoCapacity when such nodes exist but are full.
 func Choose(snapshot []NodeState, req Request, opts ChooseOptions, rng *rand.Rand) ([]Candidate, error) {
 	feasible := make([]int, 0, len(snapshot))
-	matching := 0
+	up, matching := 0, 0
 	for i := range snapshot {
 		n := &snapshot[i]
-		if !n.Alive || n.Draining || !Matches(n.Labels, req.NodeSelector) {
+		if !n.Alive || n.Draining {
+			continue
+		}
+		up++
+		if !Matches(n.Labels, req.NodeSelector) {
 			continue
 		}
 		matching++
@@ -125,8 +135,15 @@ func Choose(snapshot []NodeState, req Request, opts ChooseOptions, rng *rand.Ran
 			feasible = append(feasible, i)
 		}
 	}
-	if matching == 0 {
-		return nil, fmt.Errorf("%w %v among %d nodes (live and not draining)", ErrNoMatchingNode, req.NodeSelector, len(snapshot))
+	switch {
+	case up == 0 && len(snapshot) == 0:
+		return nil, noMatch{"no node is up and not draining (0 registered)"}
+	case up == 0:
+		return nil, noMatch{fmt.Sprintf("no node is up and not draining (%d registered: down or draining)", len(snapshot))}
+	case matching == 0 && up == 1:
+		return nil, fmt.Errorf("%w %v among the 1 node up and not draining", ErrNoMatchingNode, req.NodeSelector)
+	case matching == 0:
+		return nil, fmt.Errorf("%w %v among the %d nodes up and not draining", ErrNoMatchingNode, req.NodeSelector, up)
 	}
 	if len(feasible) == 0 {
 		return nil, fmt.Errorf("%d matching nodes are full: %w", matching, ErrNoCapacity)

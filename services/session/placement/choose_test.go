@@ -104,6 +104,40 @@ func TestChoose(t *testing.T) {
 	}
 }
 
+// When no node matches, the error says why in terms an operator acts on:
+// no node up at all (every one down or draining), or none of the nodes up
+// carries the labels; never an empty selector nor a count of nodes that
+// are down.
+func TestChooseNoMatchSaysWhy(t *testing.T) {
+	dead := node("dead", 0, 10)
+	dead.Alive = false
+	draining := node("draining", 0, 10)
+	draining.Draining = true
+	plain := node("plain", 0, 10)
+	tests := []struct {
+		name  string
+		nodes []NodeState
+		sel   map[string]string
+		want  string
+	}{
+		{name: "none registered", want: "no node is up and not draining (0 registered)"},
+		{name: "all down or draining", nodes: []NodeState{dead, draining},
+			want: "no node is up and not draining (2 registered: down or draining)"},
+		{name: "all down, with a selector", nodes: []NodeState{dead}, sel: map[string]string{"gpu": "true"},
+			want: "no node is up and not draining (1 registered: down or draining)"},
+		{name: "labels missing", nodes: []NodeState{dead, plain}, sel: map[string]string{"gpu": "true"},
+			want: "no node matches the node selector map[gpu:true] among the 1 node up and not draining"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Choose(tt.nodes, Request{NodeSelector: tt.sel}, ChooseOptions{}, rand.New(rand.NewPCG(1, 2)))
+			if !errors.Is(err, ErrNoMatchingNode) || err.Error() != tt.want {
+				t.Fatalf("Choose: %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
 func TestChooseBestOfKIsDeterministic(t *testing.T) {
 	var nodes []NodeState
 	for i := range 50 {
