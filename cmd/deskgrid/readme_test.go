@@ -60,7 +60,8 @@ func readmeCommands(t *testing.T) []string {
 // as written, against a real deskgrid, with its placeholders filled in.
 func TestREADMECommands(t *testing.T) {
 	model := fakeAnthropic(t)
-	p := startUp(t, t.TempDir(), t.TempDir(), "-anthropic-api-key", "sk-test", "-anthropic-base-url", model.URL)
+	runDir := t.TempDir()
+	p := startUp(t, t.TempDir(), runDir, "-anthropic-api-key", "sk-test", "-anthropic-base-url", model.URL)
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
 		t.Fatal(err)
@@ -213,7 +214,8 @@ func TestREADMEShellExamples(t *testing.T) {
 		t.Skip("no curl")
 	}
 	model := fakeAnthropic(t)
-	p := startUp(t, t.TempDir(), t.TempDir(), "-anthropic-api-key", "sk-test", "-anthropic-base-url", model.URL)
+	runDir := t.TempDir()
+	p := startUp(t, t.TempDir(), runDir, "-anthropic-api-key", "sk-test", "-anthropic-base-url", model.URL)
 	host := strings.TrimPrefix(p.httpURL, "http://")
 	dir := t.TempDir()
 	subst := strings.NewReplacer("localhost:8080", host, "127.0.0.1:8080", host, "/var/lib/deskgrid", p.dataDir)
@@ -382,7 +384,12 @@ func TestREADMEShellExamples(t *testing.T) {
 	if len(inline) < 7 {
 		t.Fatalf("found only %d inline commands in the README: %q", len(inline), inline)
 	}
+	var afterStop []string
 	for _, line := range inline {
+		if strings.HasPrefix(strings.TrimPrefix(line, "bin/"), "deskgrid gc") {
+			afterStop = append(afterStop, line) // for a deskgrid that has stopped
+			continue
+		}
 		cmdline := subst.Replace(line)
 		if strings.HasPrefix(line, "deskgrid nodes ") {
 			cmdline = strings.ReplaceAll(cmdline, "<id>", "local") // the node of deskgrid up
@@ -435,6 +442,27 @@ func TestREADMEShellExamples(t *testing.T) {
 			if !strings.Contains(string(out), "ready") {
 				t.Errorf("%q: %s", line, out)
 			}
+		}
+	}
+
+	// gc, as the README says: refused while deskgrid runs on the data dir,
+	// then run on what the stopped deskgrid left, with the same dirs.
+	if len(afterStop) == 0 {
+		t.Fatal("the README names no deskgrid gc command")
+	}
+	env = append(env, "DESKGRID_RUNTIME_DIR="+runDir)
+	gc := func(line string) ([]byte, error) {
+		cmd := exec.Command("bash", "-c", subst.Replace(line))
+		cmd.Dir, cmd.Env = dir, env
+		return cmd.CombinedOutput()
+	}
+	if out, err := gc(afterStop[0]); err == nil || !strings.Contains(string(out), "another deskgrid is running") {
+		t.Errorf("README command %q while deskgrid runs: %v\n%s", afterStop[0], err, out)
+	}
+	p.stop()
+	for _, line := range afterStop {
+		if out, err := gc(line); err != nil {
+			t.Fatalf("README command %q after deskgrid stopped: %v\n%s", line, err, out)
 		}
 	}
 }
