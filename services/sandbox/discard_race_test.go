@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	sandboxv1 "github.com/deskgrid/deskgrid/proto/deskgrid/sandbox/v1"
-	"github.com/deskgrid/deskgrid/services/sandbox/image"
 )
 
 // TestDiscardRemovesOnlyBeneathTheLayer discards a file of a session whose
@@ -16,14 +15,7 @@ import (
 // the changes and the container's end the link may be what is left, and a
 // removal by path would follow it and delete the node's file.
 func TestDiscardRemovesOnlyBeneathTheLayer(t *testing.T) {
-	store, err := image.New(context.Background(), image.Deps{Dir: filepath.Join(t.TempDir(), "images"), Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	importImage(t, store, busyboxImage(t, ""), "test/busybox:root")
-	cfg := testConfig(t)
-	cfg.Cgroups = CgroupsOff
-	h := newHarness(t, cfg, Deps{Images: store})
+	h, _ := newUncontrolledImageHarness(t)
 	node := filepath.Join(t.TempDir(), "node")
 	if err := os.MkdirAll(node, 0o755); err != nil {
 		t.Fatal(err)

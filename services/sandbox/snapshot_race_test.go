@@ -80,6 +80,23 @@ func TestSnapshotHoldsTheSessionFrozen(t *testing.T) {
 // commit reads its layer by path, free to swap a directory for a link to
 // the node's files, which would land in the image. The commit is refused.
 func TestCommitNeedsAFrozenSession(t *testing.T) {
+	h, store := newUncontrolledImageHarness(t)
+	h.createFrom(t, "unfrozen", "test/busybox:root")
+	h.sh(t, "unfrozen", "echo x > /made; echo ok")
+	_, err := h.client.CommitSandbox(context.Background(), &sandboxv1.CommitSandboxRequest{SessionId: "unfrozen", Image: "test/unfrozen:v1"})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), "cgroups") {
+		t.Fatalf("commit without cgroups: %v, want FailedPrecondition naming cgroups", err)
+	}
+	if _, err := store.Resolve(context.Background(), "", "test/unfrozen:v1"); err == nil {
+		t.Fatal("the image was stored")
+	}
+}
+
+// newUncontrolledImageHarness is a sandbox service on a node without
+// cgroups (nothing can freeze a session there) with the image
+// test/busybox:root.
+func newUncontrolledImageHarness(t *testing.T) (*harness, *image.Store) {
+	t.Helper()
 	store, err := image.New(context.Background(), image.Deps{Dir: filepath.Join(t.TempDir(), "images"), Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
@@ -87,14 +104,5 @@ func TestCommitNeedsAFrozenSession(t *testing.T) {
 	importImage(t, store, busyboxImage(t, ""), "test/busybox:root")
 	cfg := testConfig(t)
 	cfg.Cgroups = CgroupsOff
-	h := newHarness(t, cfg, Deps{Images: store})
-	h.createFrom(t, "unfrozen", "test/busybox:root")
-	h.sh(t, "unfrozen", "echo x > /made; echo ok")
-	_, err = h.client.CommitSandbox(context.Background(), &sandboxv1.CommitSandboxRequest{SessionId: "unfrozen", Image: "test/unfrozen:v1"})
-	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), "cgroups") {
-		t.Fatalf("commit without cgroups: %v, want FailedPrecondition naming cgroups", err)
-	}
-	if _, err := store.Resolve(context.Background(), "", "test/unfrozen:v1"); err == nil {
-		t.Fatal("the image was stored")
-	}
+	return newHarness(t, cfg, Deps{Images: store}), store
 }
