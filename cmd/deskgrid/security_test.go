@@ -165,6 +165,14 @@ func TestEndToEndTenantIsolation(t *testing.T) {
 			t.Errorf("%s %s leaked: %s", at.method, path, body)
 		}
 	}
+	// The node's image store counts every tenant's images and bytes: an
+	// operator's figure, not a tenant's.
+	if code, body := a.call(attacker, "GET", "/v1/images:usage", ""); code != 403 {
+		t.Errorf("image usage as a tenant: %d %s", code, body)
+	}
+	if code, body := a.call(victim, "GET", "/v1/images:usage", ""); code != 200 {
+		t.Errorf("image usage as an admin: %d %s", code, body)
+	}
 	// Listing shows only one's own.
 	_, body := a.call(attacker, "GET", "/v1/sessions", "")
 	if strings.Contains(string(body), victimSession) || !strings.Contains(string(body), attackerSession) {

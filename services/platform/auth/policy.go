@@ -175,6 +175,6 @@ func DefaultMethodScopes() map[string]Scope {
 		image + "ImportImage":    w,
 		image + "DeleteImage":    w,
 		image + "SetImagePublic": a, // a public tag is seen by every tenant
-		image + "GetImageUsage":  r,
+		image + "GetImageUsage":  a, // the node's store: every tenant's images and bytes
 	}
 }
