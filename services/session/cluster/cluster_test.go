@@ -565,6 +565,16 @@ func TestWatcherWaitsOutTheGraceAfterAnotherReplicaRebuilt(t *testing.T) {
 	if id := <-lost; id != "n0" {
 		t.Fatalf("reported %s lost, want n0", id)
 	}
+	// The watcher releases n0's sessions from the map after reporting them:
+	// done before the rebuild below, or it would take s0 out of the new map.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(interval) {
+		if _, err := reg.Lookup(ctx, "s0"); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the watcher never released the sessions of the node it reported lost")
+		}
+	}
 
 	// In one transaction, as the watcher sees it: every key gone, and the
 	// map rebuilt by another replica from the same records.
